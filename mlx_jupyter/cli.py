@@ -1,0 +1,49 @@
+"""`mlx-jupyter` entry point: dispatches to one module per subcommand."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# name -> (module, one-line help). Each module has `main(argv: list[str]) -> int`
+# and parses its own options, so that a command's arguments are never mistaken
+# for the launcher's (SPEC §7: options end where the command begins).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("mlx_jupyter.demo", "run a local 2-rank all_sum with our core and with MLX"),
+    "doctor": ("mlx_jupyter.doctor", "show which distributed backends can run here, and how to fix the others"),
+    "launch": ("mlx_jupyter.launch.cli", "run a command on every rank, locally or over ssh"),
+    "config": ("mlx_jupyter.config", "discover Thunderbolt cabling, plan addresses, set up nodes, write a hostfile"),
+}
+
+
+def usage() -> str:
+    width = max(len(n) for n in COMMANDS)
+    lines = ["usage: mlx-jupyter COMMAND [options]", "", "commands:"]
+    lines += [f"  {name.ljust(width)}  {help_}" for name, (_, help_) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"mlx-jupyter: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    try:
+        module = importlib.import_module(COMMANDS[name][0])
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.startswith("mlx_jupyter"):
+            print(f"mlx-jupyter: the {name!r} command is not available in this build", file=sys.stderr)
+            return 2
+        raise
+    try:
+        return int(module.main(rest) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
