@@ -1,0 +1,22 @@
+"""Thunderbolt cabling of a Mac cluster: parsing, the model, rings/mesh, address plan, renderings.
+
+Pure logic: command outputs come in as data (`CommandResult`), plans go out as data.
+`Topology.from_recordings(folder)` is the one entry point that reads files.
+"""
+
+from __future__ import annotations
+
+from .choice import BACKENDS, Choice
+from .commands import CommandResult
+from .core import Topology
+from .errors import DiscoveryError, PlanError, TopologyError
+from .model import Cable, End, Host, Port
+from .netparse import IfAddr, RdmaStatus
+from .recordings import Recording
+from .rings import Ring
+from .system_profiler import Peer
+
+__all__ = [
+    "BACKENDS", "Cable", "Choice", "CommandResult", "DiscoveryError", "End", "Host", "IfAddr", "Peer",
+    "PlanError", "Port", "RdmaStatus", "Recording", "Ring", "Topology", "TopologyError",
+]

@@ -1,0 +1,179 @@
+"""Which backend a cabling supports, and the hostfile for it; every refusal says why."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Sequence
+
+from .addressing import links_between
+from .commands import getifaddr, show
+from .errors import PlanError
+from .hostfiles import Hostfile, jaccl_hostfile, jaccl_ring_hostfile, ring_hostfile
+from .model import Cable
+from .rings import Ring
+
+if TYPE_CHECKING:
+    from .core import Topology
+
+BACKENDS = ("ring", "jaccl", "jaccl-ring")
+DOT_HINT = "Run with --dot to see the cabling."
+
+
+@dataclass
+class Choice:
+    """A backend, why it was chosen, and its hostfile."""
+
+    backend: str
+    reason: str
+    hostfile: Hostfile
+    ring: Ring | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def ring_problem(topo: Topology) -> str | None:
+    """Why no ring covers every host, or None when one does."""
+    if len(topo.hosts) < 2:
+        return "a ring needs at least two hosts"
+    if topo.full_ring() is not None:
+        return None
+    partial = [",".join(topo.names[i] for i in r.nodes) for r in topo.rings()]
+    text = "Could not find a ring through all hosts."
+    if partial:
+        text += " Rings found: " + "; ".join(partial) + "."
+    else:
+        text += " No rings found at all."
+    return f"{text} {DOT_HINT}"
+
+
+def mesh_problem(topo: Topology) -> str | None:
+    """Every missing pair of a full mesh, or None when every pair is cabled."""
+    missing = topo.missing_pairs()
+    if not missing:
+        return None
+    pairs = "; ".join(f"{topo.names[i]} is not connected to {topo.names[j]}" for i, j in missing)
+    return f"Incomplete mesh, {pairs}. {DOT_HINT}"
+
+
+def rdma_problem(topo: Topology) -> str | None:
+    """Hosts without usable RDMA, each with its fix."""
+    problems = []
+    for h in topo.hosts:
+        if h.rdma is None:
+            problems.append(f"{h.name}: `ibv_devices` was not run, so RDMA support is unknown")
+        elif not h.rdma.enabled:
+            problems.append(h.rdma.problem(h.name))
+    if not problems:
+        return None
+    return "Some hosts cannot use RDMA:\n  " + "\n  ".join(problems)
+
+
+def describe(topo: Topology, cable: Cable) -> str:
+    """`studio-a en3 <-> mini-c en2`."""
+    a = f"{topo.names[cable.a.host]} {cable.a.iface}"
+    if cable.b is None:
+        return f"{a} <-> (unlisted machine)"
+    return f"{a} <-> {topo.names[cable.b.host]} {cable.b.iface}"
+
+
+def why_not_rdma(topo: Topology, cable: Cable) -> str:
+    """Why one cable cannot carry RDMA."""
+    if cable.via:
+        return f"{describe(topo, cable)} goes through a hub ({', '.join(cable.via)})"
+    if cable.gbps is None:
+        return f"{describe(topo, cable)} has an unknown link speed"
+    gen = cable.generation
+    return f"{describe(topo, cable)} runs at {cable.gbps:g} Gb/s (Thunderbolt {gen})"
+
+
+def links_problem(topo: Topology, cables: list[Cable], backend: str) -> str | None:
+    """Why some of the cables a backend would use cannot carry RDMA."""
+    bad = [c for c in cables if not c.rdma_capable]
+    if not bad:
+        return None
+    return (
+        f"RDMA ({backend}) needs direct Thunderbolt 5 links (80 Gb/s) on every link it uses, but "
+        + "; ".join(why_not_rdma(topo, c) for c in bad)
+        + ". Use the ring backend (--backend ring)."
+    )
+
+
+def coordinator_problem(topo: Topology, order: Sequence[int]) -> str | None:
+    """jaccl needs rank 0's ordinary-network address for its coordinator."""
+    first = topo.hosts[order[0]]
+    if first.ip:
+        return None
+    return (
+        f"{first.name} (rank 0, the coordinator) has no IPv4 address on en0 or en1 "
+        f"(`{show(getifaddr('en0'))}` and `{show(getifaddr('en1'))}` printed nothing). "
+        "Connect it to the network, or list a host with an address first."
+    )
+
+
+def mesh_cables(topo: Topology) -> list[Cable]:
+    """The cables a jaccl mesh uses: the first k of every pair, k = the fewest any pair has."""
+    n = len(topo.hosts)
+    links = topo.links()
+    count = min((len(links_between(links, i, j)) for i in range(n) for j in range(i + 1, n)), default=0)
+    return [lk.cable for i in range(n) for j in range(i + 1, n) for lk in links_between(links, i, j)[:count]]
+
+
+def ring_cables(topo: Topology, ring: Ring) -> list[Cable]:
+    """The cables a ring uses: the first `capacity` of every hop."""
+    links = topo.links()
+    return [lk.cable for a, b in ring.hops() for lk in links_between(links, a, b)[: ring.capacity]]
+
+
+def _fail(*problems: str | None) -> None:
+    found = [p for p in problems if p]
+    if found:
+        raise PlanError(found[0])
+
+
+def plan_ring(topo: Topology, envs: Sequence[str], reason: str) -> Choice:
+    _fail(ring_problem(topo))
+    ring = topo.full_ring()
+    assert ring is not None
+    return Choice("ring", reason, ring_hostfile(topo.names, ring, topo.links(), envs), ring)
+
+
+def plan_jaccl(topo: Topology, envs: Sequence[str], reason: str) -> Choice:
+    _fail(mesh_problem(topo), rdma_problem(topo), links_problem(topo, mesh_cables(topo), "jaccl"),
+          coordinator_problem(topo, range(len(topo.hosts))))
+    return Choice("jaccl", reason, jaccl_hostfile(topo.names, topo.ips, topo.links(), envs))
+
+
+def plan_jaccl_ring(topo: Topology, envs: Sequence[str], reason: str) -> Choice:
+    _fail(ring_problem(topo), rdma_problem(topo))
+    ring = topo.full_ring()
+    assert ring is not None
+    _fail(links_problem(topo, ring_cables(topo, ring), "jaccl-ring"), coordinator_problem(topo, ring.nodes))
+    return Choice("jaccl-ring", reason, jaccl_ring_hostfile(topo.names, topo.ips, ring, topo.links(), envs), ring)
+
+
+def choose(topo: Topology, backend: str | None = None, envs: Sequence[str] = ()) -> Choice:
+    """Plan `backend`, or pick one: RDMA only with RDMA on every host and Thunderbolt 5 on every link used."""
+    if backend is not None:
+        if backend not in BACKENDS:
+            raise PlanError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        planner = {"ring": plan_ring, "jaccl": plan_jaccl, "jaccl-ring": plan_jaccl_ring}[backend]
+        return planner(topo, envs, f"{backend} was requested")
+    ring_why, mesh_why = ring_problem(topo), mesh_problem(topo)
+    if ring_why and mesh_why:
+        raise PlanError(f"Neither a full mesh nor a ring through all hosts. {mesh_why} {ring_why}")
+    rdma_why = rdma_problem(topo)
+    declined: list[str] = []
+    if rdma_why:
+        declined.append(rdma_why)
+    else:
+        for planner, why_not in ((plan_jaccl, mesh_why), (plan_jaccl_ring, ring_why)):
+            if why_not:
+                declined.append(why_not)
+                continue
+            try:
+                name = "a full mesh" if planner is plan_jaccl else "a ring through all hosts (no full mesh)"
+                return planner(topo, envs, f"every host has RDMA and {name} of Thunderbolt 5 links")
+            except PlanError as exc:
+                declined.append(str(exc))
+    if ring_why:
+        raise PlanError(f"No backend fits this cabling. {ring_why} RDMA was not possible: {' '.join(declined)}")
+    return plan_ring(topo, envs, "ring (TCP over Thunderbolt) because " + " ".join(declined))

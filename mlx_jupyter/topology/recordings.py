@@ -1,0 +1,98 @@
+"""Recorded command outputs (a folder per host, as in tests/fixtures/thunderbolt) served as answers.
+
+The only module of the package that reads files.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+from .commands import (
+    IBV_DEVICES, NETWORKSETUP, PROBE, SUDO_PROBE, SYSTEM_PROFILER, UNAME, CommandResult, getifaddr, show,
+)
+from .errors import DiscoveryError
+
+FILES = {
+    SYSTEM_PROFILER: "system_profiler.json",
+    NETWORKSETUP: "networksetup.txt",
+    IBV_DEVICES: "ibv_devices.txt",
+    getifaddr("en0"): "en0.txt",
+    getifaddr("en1"): "en1.txt",
+}
+DISCOVERY = (SYSTEM_PROFILER, NETWORKSETUP, IBV_DEVICES, getifaddr("en0"), getifaddr("en1"))
+_SUDO_REFUSED = "sudo: a password is required\n"
+
+
+class Recording:
+    """One recorded cluster: answers a host's command from its folder, like that Mac would."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+
+    def hosts(self) -> list[str]:
+        """The host list of hosts.txt (in order), else the host folders (sorted)."""
+        listing = self.folder / "hosts.txt"
+        if listing.exists():
+            return [line.strip() for line in listing.read_text().splitlines() if line.strip()]
+        return sorted(p.name for p in self.folder.iterdir() if p.is_dir())
+
+    def meta(self, host: str) -> dict:
+        """host.json with its defaults: reachable, passwordless sudo, exit 0."""
+        meta: dict = {"ssh": True, "sudo": True, "exit_codes": {}, "stderr": {}}
+        path = self.folder / host / "host.json"
+        if path.exists():
+            meta.update(json.loads(path.read_text()))
+        return meta
+
+    def answer(self, host: str, argv: Sequence[str]) -> CommandResult:
+        """What `host` prints for `argv` (unknown host: ssh's resolve error, exit 255)."""
+        hdir = self.folder / host
+        if not hdir.is_dir():
+            return CommandResult(255, "", f"ssh: Could not resolve hostname {host}\n")
+        meta = self.meta(host)
+        if not meta["ssh"]:
+            return CommandResult(255, "", f"ssh: connect to host {host} port 22: Operation timed out\n")
+        key = tuple(argv)
+        if key == PROBE:
+            return CommandResult(0, "success\n")
+        if key == UNAME:
+            return CommandResult(0, "Darwin\n")
+        if key in (SUDO_PROBE, ("sudo", "ls")):
+            return CommandResult(0, "") if meta["sudo"] else CommandResult(1, "", _SUDO_REFUSED)
+        if key in FILES:
+            return self._file(hdir, FILES[key], meta)
+        if key[:1] == ("sudo",) and any(w in ("ifconfig", "route") for w in key):
+            return CommandResult(0, "") if meta["sudo"] else CommandResult(1, "", _SUDO_REFUSED)
+        return CommandResult(127, "", f"zsh:1: command not found: {key[0] if key else ''}\n")
+
+    @staticmethod
+    def _file(hdir: Path, name: str, meta: dict) -> CommandResult:
+        path = hdir / name
+        out = path.read_bytes().decode("utf-8", errors="replace") if path.exists() else ""
+        stem = name.split(".")[0]
+        if stem in meta["exit_codes"]:
+            rc = int(meta["exit_codes"][stem])
+        elif stem in ("en0", "en1"):
+            rc = 0 if out.strip() else 1  # `ipconfig getifaddr` exits 1 without an address
+        else:
+            rc = 0
+        return CommandResult(rc, out, meta["stderr"].get(stem, ""))
+
+
+def load_case(folder: Path, hosts: Sequence[str] | None = None):
+    """(host names, outputs per host, passwordless sudo per host) of a recorded cluster."""
+    rec = Recording(folder)
+    names = list(hosts) if hosts is not None else rec.hosts()
+    outputs, sudo = {}, {}
+    for name in names:
+        probe = rec.answer(name, PROBE)
+        if not probe.ok:
+            raise DiscoveryError(name, "ssh", f"cannot reach the host ({probe.stderr.strip()})")
+        outputs[name] = {cmd: rec.answer(name, cmd) for cmd in DISCOVERY}
+        sudo[name] = rec.answer(name, SUDO_PROBE).ok
+    return names, outputs, sudo
+
+
+__all__ = ["Recording", "load_case", "DISCOVERY", "show"]
