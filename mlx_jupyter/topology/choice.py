@@ -10,6 +10,7 @@ from .commands import getifaddr, show
 from .errors import PlanError
 from .hostfiles import Hostfile, jaccl_hostfile, jaccl_ring_hostfile, ring_hostfile
 from .model import Cable
+from .netparse import RDMA_HELP
 from .rings import Ring
 
 if TYPE_CHECKING:
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
 
 BACKENDS = ("ring", "jaccl", "jaccl-ring")
 DOT_HINT = "Run with --dot to see the cabling."
+RING_ADVICE = " Use the ring backend (--backend ring)."
 
 
 @dataclass
@@ -55,16 +57,30 @@ def mesh_problem(topo: Topology) -> str | None:
 
 
 def rdma_problem(topo: Topology) -> str | None:
-    """Hosts without usable RDMA, each with its fix."""
-    problems = []
+    """Hosts without usable RDMA, grouped by cause, each cause with its fix."""
+    by_state: dict[str, list[str]] = {}
+    details: list[str] = []
     for h in topo.hosts:
-        if h.rdma is None:
-            problems.append(f"{h.name}: `ibv_devices` was not run, so RDMA support is unknown")
-        elif not h.rdma.enabled:
-            problems.append(h.rdma.problem(h.name))
-    if not problems:
+        state = "unknown" if h.rdma is None else h.rdma.state
+        if state == "enabled":
+            continue
+        by_state.setdefault(state, []).append(h.name)
+        if h.rdma is not None and h.rdma.state in ("absent", "unknown"):
+            details.append(f"{h.name}: {h.rdma.detail}")
+    if not by_state:
         return None
-    return "Some hosts cannot use RDMA:\n  " + "\n  ".join(problems)
+    parts = []
+    if "disabled" in by_state:
+        parts.append(f"RDMA is not enabled on {', '.join(by_state['disabled'])} "
+                     f"(`ibv_devices` lists no rdma_* device). {RDMA_HELP}.")
+    if "absent" in by_state:
+        parts.append(f"`ibv_devices` is not installed on {', '.join(by_state['absent'])}: "
+                     "RDMA over Thunderbolt needs macOS 26.2 or later.")
+    if "unknown" in by_state:
+        parts.append(f"RDMA support is unknown on {', '.join(by_state['unknown'])} (`ibv_devices` failed or was not run).")
+    if details:
+        parts.append("(" + "; ".join(details) + ")")
+    return " ".join(parts)
 
 
 def describe(topo: Topology, cable: Cable) -> str:
@@ -93,7 +109,8 @@ def links_problem(topo: Topology, cables: list[Cable], backend: str) -> str | No
     return (
         f"RDMA ({backend}) needs direct Thunderbolt 5 links (80 Gb/s) on every link it uses, but "
         + "; ".join(why_not_rdma(topo, c) for c in bad)
-        + ". Use the ring backend (--backend ring)."
+        + "."
+        + RING_ADVICE
     )
 
 
@@ -173,7 +190,8 @@ def choose(topo: Topology, backend: str | None = None, envs: Sequence[str] = ())
                 name = "a full mesh" if planner is plan_jaccl else "a ring through all hosts (no full mesh)"
                 return planner(topo, envs, f"every host has RDMA and {name} of Thunderbolt 5 links")
             except PlanError as exc:
-                declined.append(str(exc))
+                declined.append(str(exc).replace(RING_ADVICE, ""))
     if ring_why:
         raise PlanError(f"No backend fits this cabling. {ring_why} RDMA was not possible: {' '.join(declined)}")
-    return plan_ring(topo, envs, "ring (TCP over Thunderbolt) because " + " ".join(declined))
+    # the last refusal is the closest RDMA came (jaccl-ring after jaccl)
+    return plan_ring(topo, envs, f"ring (TCP over Thunderbolt), because {declined[-1]}")

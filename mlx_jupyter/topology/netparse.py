@@ -13,7 +13,7 @@ from .system_profiler import first_line, load_json
 
 _DEVICE = re.compile(r"^[A-Za-z0-9_.:-]+$")
 RDMA_HELP = (
-    "Enable RDMA on it: start the Mac in recovery mode, run `rdma_ctl enable` in Terminal, "
+    "To enable it, start each Mac in recovery mode, run `rdma_ctl enable` in Terminal, "
     "and restart (macOS 26.2 or later)"
 )
 
