@@ -1,0 +1,165 @@
+"""The environment contract per backend: hosts in, per-rank env vars and file payloads out.
+
+Pure. A launcher writes each ``files`` payload to a temp file on the rank's
+host and sets the named variable to its path (SPEC §2).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from mlx_jupyter.hostfile import BACKENDS, Host, HostfileError, ring_ports
+
+#: Variable carrying the per-launch secret our core uses to authenticate peers.
+TOKEN_VAR = "MLX_JUPYTER_TOKEN"
+
+
+class ContractError(ValueError):
+    """The hosts cannot satisfy a backend's contract; the message says which host and why."""
+
+
+@dataclass
+class RankPlan:
+    """What one rank receives: its host, env vars, and files (var name -> content)."""
+
+    rank: int
+    host: Host
+    env: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class MPIPlan:
+    """An ``mpirun`` launch: its ``host slots=k`` hostfile and the env passed with ``-x``."""
+
+    hostfile: str
+    env: dict[str, str]
+    size: int
+
+
+def _local_index(hosts: Sequence[Host], rank: int) -> int:
+    """How many earlier ranks share this rank's host (its local/GPU index)."""
+    return sum(1 for h in hosts[:rank] if h.ssh == hosts[rank].ssh)
+
+
+def _need_rank0_ip(hosts: Sequence[Host], backend: str) -> str:
+    if not hosts[0].ips:
+        raise ContractError(
+            f"{backend}: rank 0 (host {hosts[0].ssh!r}) needs an IP that every rank can reach; "
+            "add \"ips\" to its hostfile entry or list it by IP"
+        )
+    return hosts[0].ips[0]
+
+
+def check_rdma(hosts: Sequence[Host], ring: bool) -> list[list]:
+    """Validate the ``rdma`` matrix (n x n, null diagonal, a device for every needed pair)."""
+    n = len(hosts)
+    names = [h.ssh for h in hosts]
+    if len(set(names)) != n:
+        raise ContractError("jaccl runs one rank per host: a host is listed twice (drop -n or the duplicate entry)")
+    for i, h in enumerate(hosts):
+        if len(h.rdma) != n:
+            raise ContractError(
+                f"jaccl: host {h.ssh!r} (rank {i}) lists {len(h.rdma)} RDMA devices in 'rdma' but there are "
+                f"{n} hosts; it needs one entry per host (null for itself)"
+            )
+        if h.rdma[i] is not None:
+            raise ContractError(f"jaccl: host {h.ssh!r} (rank {i}): rdma[{i}] must be null (a host has no link to itself)")
+    missing = [
+        (i, j)
+        for i, h in enumerate(hosts)
+        for j in (sorted({(i - 1) % n, (i + 1) % n}) if ring else range(n))
+        if i != j and h.rdma[j] is None
+    ]
+    if missing:
+        pairs = ", ".join(f"{names[i]} -> {names[j]}" for i, j in missing[:4])
+        more = f" and {len(missing) - 4} more" if len(missing) > 4 else ""
+        raise ContractError(f"jaccl: no RDMA device listed for {pairs}{more}; run `mlx-jupyter config` to rebuild the hostfile")
+    return [list(h.rdma) for h in hosts]
+
+
+def plan_ranks(
+    backend: str,
+    hosts: Sequence[Host],
+    *,
+    env: Mapping[str, str] | None = None,
+    token: str | None = None,
+    starting_port: int = 32323,
+    connections_per_ip: int = 1,
+    nccl_port: int = 12345,
+    verbose: bool = False,
+) -> list[RankPlan]:
+    """Per-rank env and files for ``backend`` (ring, jaccl, jaccl-ring, nccl)."""
+    if backend not in BACKENDS or backend == "mpi":
+        valid = ", ".join(b for b in BACKENDS if b != "mpi")
+        raise ContractError(f"backend {backend!r}: plan_ranks handles {valid} (mpi goes through plan_mpi)")
+    if not hosts:
+        raise ContractError("no hosts to launch on")
+    n = len(hosts)
+    common: dict[str, str] = dict(env or {})
+    if token is not None:
+        common[TOKEN_VAR] = token
+    files: dict[str, str] = {}
+    per_rank: list[dict[str, str]] = [{} for _ in hosts]
+
+    if backend == "ring":
+        try:
+            plan = ring_ports(hosts, starting_port, connections_per_ip)
+        except HostfileError as exc:
+            raise ContractError(f"ring: {exc}") from None
+        # MLX's ring cannot form a group of one (it dials itself and waits
+        # forever): with a single rank we leave MLX_HOSTFILE unset so that
+        # init() falls back to a singleton group at once.
+        if n > 1:
+            files["MLX_HOSTFILE"] = json.dumps(plan)
+        if verbose:
+            common["MLX_RING_VERBOSE"] = "1"
+    elif backend in ("jaccl", "jaccl-ring"):
+        ring = backend == "jaccl-ring"
+        ip = _need_rank0_ip(hosts, backend)
+        matrix = check_rdma(hosts, ring) if n > 1 else [[None]]
+        common["MLX_JACCL_COORDINATOR"] = f"[{ip}]:{starting_port}" if ":" in ip else f"{ip}:{starting_port}"
+        if ring:
+            common["MLX_JACCL_RING"] = "1"
+        files["MLX_IBV_DEVICES"] = json.dumps(matrix)
+    elif backend == "nccl":
+        common["NCCL_HOST_IP"] = _need_rank0_ip(hosts, backend)
+        common["NCCL_PORT"] = str(nccl_port)
+        common["MLX_WORLD_SIZE"] = str(n)
+        if verbose:
+            common.setdefault("NCCL_DEBUG", "INFO")
+        for r in range(n):
+            per_rank[r]["CUDA_VISIBLE_DEVICES"] = str(_local_index(hosts, r))
+
+    return [
+        RankPlan(r, hosts[r], {**common, **per_rank[r], "MLX_RANK": str(r)}, dict(files))
+        for r in range(n)
+    ]
+
+
+def plan_mpi(
+    hosts: Sequence[Host],
+    *,
+    env: Mapping[str, str] | None = None,
+    token: str | None = None,
+    libname: str | None = None,
+    libdir: str | None = None,
+    darwin: bool = False,
+) -> MPIPlan:
+    """The ``mpirun`` hostfile (``host slots=k``, in first-seen order) and exported env."""
+    if not hosts:
+        raise ContractError("no hosts to launch on")
+    slots = Counter("localhost" if h.is_local else h.ssh.rpartition("@")[2] for h in hosts)
+    text = "".join(f"{h} slots={k}\n" for h, k in slots.items())
+    out: dict[str, str] = {}
+    if libname:
+        out["MLX_MPI_LIBNAME"] = libname
+    if libdir:
+        out["DYLD_LIBRARY_PATH" if darwin else "LD_LIBRARY_PATH"] = libdir
+    out.update(env or {})
+    if token is not None:
+        out[TOKEN_VAR] = token
+    return MPIPlan(text, out, len(hosts))

@@ -1,0 +1,279 @@
+"""Hosts and hostfiles: parse, validate and write both JSON forms; ring port plans.
+
+Pure: no I/O beyond reading/writing the hostfile itself. A hostfile is either a
+plain JSON list of hosts or the object form
+``{"backend": "...", "envs": ["K=V"], "hosts": [...]}``; each host is
+``{"ssh": "name", "ips": ["10.0.0.1"], "rdma": [null, "rdma_en5"]}``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence, Union
+
+RdmaEntry = Union[str, list[str], None]
+
+#: Backends a launcher knows how to start.
+BACKENDS = ("ring", "jaccl", "jaccl-ring", "nccl", "mpi")
+#: Host names that mean "this machine": their ranks run without ssh.
+LOCAL_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
+#: Our core binds each ring port + this offset (MLX_JUPYTER_PORT_OFFSET).
+CORE_PORT_OFFSET = 1000
+
+# An ssh destination: optional "user@", then a DNS name, an IPv4 or a bracketed
+# or bare IPv6 address. Anything else (spaces, quotes, ;, $, `, newlines, a
+# leading "-" that ssh would read as an option) is refused.
+_SSH_NAME = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9._+-]*@)?(?:[A-Za-z0-9_][A-Za-z0-9._-]*|\[?[0-9A-Fa-f:.]+(?:%[A-Za-z0-9_.-]+)?\]?)$")
+_ENV_KEY = re.compile(r"^[A-Za-z0-9_]+$")
+
+
+class HostfileError(ValueError):
+    """A hostfile or host list is malformed; the message names file, host and field."""
+
+
+@dataclass
+class Host:
+    """One machine: how to reach it (``ssh``), its IPs for the data plane, its RDMA devices."""
+
+    ssh: str
+    ips: list[str] = field(default_factory=list)
+    rdma: list[RdmaEntry] = field(default_factory=list)
+
+    @property
+    def is_local(self) -> bool:
+        """Whether ranks on this host run here without ssh."""
+        return self.ssh in LOCAL_NAMES
+
+    def to_json(self) -> dict[str, Any]:
+        """The hostfile entry for this host."""
+        out: dict[str, Any] = {"ssh": self.ssh, "ips": list(self.ips)}
+        if self.rdma:
+            out["rdma"] = list(self.rdma)
+        return out
+
+
+@dataclass
+class Hostfile:
+    """A parsed hostfile: hosts in rank order, plus the object form's backend and envs."""
+
+    hosts: list[Host]
+    backend: str | None = None
+    envs: list[str] = field(default_factory=list)
+
+
+def is_ip(text: str) -> bool:
+    """Whether ``text`` is an IPv4 or IPv6 address."""
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def check_ssh_name(name: Any, where: str = "host") -> str:
+    """Return ``name`` if it is a safe ssh destination, else raise naming ``where``."""
+    if not isinstance(name, str) or not name:
+        raise HostfileError(f"{where}: the host name is empty; give a DNS name or an IP")
+    if not _SSH_NAME.match(name):
+        raise HostfileError(
+            f"{where}: host name {name!r} is not a valid host name or address "
+            "(letters, digits, '.', '-', '_', optionally 'user@'; it may not start with '-')"
+        )
+    return name
+
+
+def check_env_key(key: str) -> bool:
+    """Whether ``key`` is an acceptable environment variable name (``[A-Za-z0-9_]+``)."""
+    return bool(_ENV_KEY.match(key)) and not key[0].isdigit()
+
+
+def parse_env(items: Iterable[str], where: str = "--env") -> tuple[dict[str, str], list[str]]:
+    """Split ``K=V`` strings into a dict; return it and warnings for the items skipped."""
+    env: dict[str, str] = {}
+    warnings: list[str] = []
+    for item in items:
+        key, sep, value = str(item).partition("=")
+        if not sep or not check_env_key(key):
+            warnings.append(f"{where} {item!r}: expected KEY=VALUE with KEY made of [A-Za-z0-9_]; skipped")
+            continue
+        if "\0" in value:
+            warnings.append(f"{where} {key}: the value contains a NUL byte; skipped")
+            continue
+        env[key] = value
+    return env, warnings
+
+
+def parse_host_list(text: str, repeat: int = 1) -> list[Host]:
+    """Parse ``"h1,h2"`` (``--hosts``): an entry that is an IP is also that host's IP."""
+    if repeat < 1:
+        raise HostfileError(f"-n/--repeat-hosts must be > 0, got {repeat}")
+    hosts: list[Host] = []
+    for i, name in enumerate(text.split(",")):
+        name = name.strip()
+        if not name:
+            raise HostfileError(f"--hosts {text!r}: entry {i + 1} is empty")
+        check_ssh_name(name, f"--hosts entry {i + 1}")
+        host = Host(name, [name] if is_ip(name) else [])
+        hosts.extend(Host(host.ssh, list(host.ips)) for _ in range(repeat))
+    return hosts
+
+
+def _parse_rdma(value: Any, where: str) -> list[RdmaEntry]:
+    if not isinstance(value, list):
+        raise HostfileError(f"{where}: 'rdma' must be a list (null on the diagonal), got {type(value).__name__}")
+    out: list[RdmaEntry] = []
+    for j, dev in enumerate(value):
+        if dev is None or (isinstance(dev, str) and dev):
+            out.append(dev)
+        elif isinstance(dev, list) and dev and all(isinstance(d, str) and d for d in dev):
+            out.append(list(dev))
+        else:
+            raise HostfileError(f"{where}: rdma[{j}] must be null, a device name or a list of names, got {dev!r}")
+    return out
+
+
+def _parse_host(entry: Any, where: str) -> Host:
+    if isinstance(entry, str):  # tolerate a bare name, like --hosts
+        entry = {"ssh": entry}
+    if not isinstance(entry, dict):
+        raise HostfileError(f"{where}: expected an object like {{\"ssh\": \"host1\", \"ips\": [...]}}, got {entry!r}")
+    unknown = set(entry) - {"ssh", "ips", "rdma"}
+    if unknown:
+        raise HostfileError(f"{where}: unknown field(s) {sorted(unknown)}; allowed: ssh, ips, rdma")
+    if "ssh" not in entry:
+        raise HostfileError(f"{where}: missing the 'ssh' field (the name to ssh into)")
+    name = check_ssh_name(entry["ssh"], f"{where} field 'ssh'")
+    ips = entry.get("ips", [])
+    if not isinstance(ips, list):
+        raise HostfileError(f"{where}: 'ips' must be a list of IP addresses, got {ips!r}")
+    for j, ip in enumerate(ips):
+        if not isinstance(ip, str) or not is_ip(ip):
+            raise HostfileError(f"{where}: ips[{j}] = {ip!r} is not an IP address")
+    return Host(name, list(ips), _parse_rdma(entry.get("rdma", []), where))
+
+
+def parse_hostfile(data: Any, source: str = "hostfile") -> Hostfile:
+    """Build a :class:`Hostfile` from decoded JSON (plain list or object form)."""
+    backend: str | None = None
+    envs: list[str] = []
+    if isinstance(data, dict):
+        unknown = set(data) - {"backend", "envs", "hosts"}
+        if unknown:
+            raise HostfileError(f"{source}: unknown top-level field(s) {sorted(unknown)}; allowed: backend, envs, hosts")
+        if "hosts" not in data:
+            raise HostfileError(f"{source}: the object form needs a 'hosts' list")
+        backend = data.get("backend") or None
+        if backend is not None and backend not in BACKENDS:
+            raise HostfileError(f"{source}: backend {backend!r} is not one of {', '.join(BACKENDS)}")
+        envs = data.get("envs", [])
+        if not isinstance(envs, list) or not all(isinstance(e, str) for e in envs):
+            raise HostfileError(f"{source}: 'envs' must be a list of \"KEY=VALUE\" strings")
+        data = data["hosts"]
+    if not isinstance(data, list):
+        raise HostfileError(f"{source}: expected a JSON list of hosts or an object with 'hosts'")
+    if not data:
+        raise HostfileError(f"{source}: the host list is empty")
+    hosts = [_parse_host(h, f"{source}: host {i} (rank {i})") for i, h in enumerate(data)]
+    return Hostfile(hosts, backend, list(envs))
+
+
+def loads_hostfile(text: str, source: str = "hostfile") -> Hostfile:
+    """Parse hostfile JSON text."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise HostfileError(f"{source}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    return parse_hostfile(data, source)
+
+
+def read_hostfile(path: str | Path) -> Hostfile:
+    """Read and parse a hostfile from disk."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise HostfileError(f"hostfile {str(path)!r}: cannot read it ({exc.strerror or exc})") from None
+    return loads_hostfile(text, f"hostfile {str(path)!r}")
+
+
+def dumps_hostfile(hostfile: Hostfile | Sequence[Host], form: str = "auto") -> str:
+    """JSON text of a hostfile: ``form`` is ``list``, ``object`` or ``auto`` (object when needed)."""
+    if not isinstance(hostfile, Hostfile):
+        hostfile = Hostfile(list(hostfile))
+    hosts = [h.to_json() for h in hostfile.hosts]
+    if form == "auto":
+        form = "object" if (hostfile.backend or hostfile.envs) else "list"
+    if form == "list":
+        return json.dumps(hosts, indent=2) + "\n"
+    if form != "object":
+        raise ValueError(f"form must be 'list', 'object' or 'auto', not {form!r}")
+    obj: dict[str, Any] = {"backend": hostfile.backend or "", "envs": list(hostfile.envs), "hosts": hosts}
+    return json.dumps(obj, indent=2) + "\n"
+
+
+def write_hostfile(path: str | Path, hostfile: Hostfile | Sequence[Host], form: str = "auto") -> None:
+    """Write a hostfile to ``path``."""
+    Path(path).write_text(dumps_hostfile(hostfile, form))
+
+
+def repeat_hosts(hosts: Sequence[Host], repeat: int) -> list[Host]:
+    """Each host ``repeat`` times in a row (``-n``): ranks r*repeat .. on host r."""
+    if repeat < 1:
+        raise HostfileError(f"-n/--repeat-hosts must be > 0, got {repeat}")
+    return [Host(h.ssh, list(h.ips), list(h.rdma)) for h in hosts for _ in range(repeat)]
+
+
+def resolve_hosts(hosts: Union[str, Path, Sequence[Host], None], repeat: int = 1) -> list[Host]:
+    """Accept a host list, a hostfile path or ``"h1,h2"``; return hosts in rank order."""
+    if hosts is None:
+        return parse_host_list("127.0.0.1", repeat)
+    if isinstance(hosts, Path) or (isinstance(hosts, str) and ("/" in hosts or Path(hosts).is_file())):
+        return repeat_hosts(read_hostfile(hosts).hosts, repeat)
+    if isinstance(hosts, str):
+        return parse_host_list(hosts, repeat)
+    hosts = list(hosts)
+    if not hosts or not all(isinstance(h, Host) for h in hosts):
+        raise HostfileError("hosts must be a non-empty list of mlx_jupyter.hostfile.Host")
+    for i, h in enumerate(hosts):
+        check_ssh_name(h.ssh, f"host {i}")
+    return repeat_hosts(hosts, repeat)
+
+
+def format_addr(ip: str, port: int) -> str:
+    """``ip:port`` (IPv6 in brackets)."""
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+def ring_ports(hosts: Sequence[Host], starting_port: int = 32323, connections_per_ip: int = 1) -> list[list[str]]:
+    """Ring plan: per rank, the ``ip:port`` it listens on.
+
+    Rank 0's first IP gets ``starting_port``, then +1 per IP per connection,
+    rank after rank. Our core also binds every port + ``CORE_PORT_OFFSET``, so
+    choose ``starting_port`` such that both ranges are free.
+    """
+    if connections_per_ip < 1:
+        raise HostfileError(f"--connections-per-ip must be > 0, got {connections_per_ip}")
+    port = starting_port
+    plan: list[list[str]] = []
+    for rank, h in enumerate(hosts):
+        if not h.ips:
+            raise HostfileError(
+                f"rank {rank} on host {h.ssh!r} has no IP: the ring backend needs an IP per rank; "
+                "use a hostfile with \"ips\" or list hosts by IP"
+            )
+        row = []
+        for ip in h.ips:
+            for _ in range(connections_per_ip):
+                row.append(format_addr(ip, port))
+                port += 1
+        plan.append(row)
+    last = port - 1 + CORE_PORT_OFFSET
+    if starting_port < 1 or last > 65535:
+        raise HostfileError(
+            f"--starting-port {starting_port}: the ring needs ports {starting_port}..{port - 1} "
+            f"(and +{CORE_PORT_OFFSET} for our core), which leaves 1..65535"
+        )
+    return plan

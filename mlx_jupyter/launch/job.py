@@ -1,0 +1,347 @@
+"""The launch itself, on an asyncio loop: plan, connect, spawn, watch, fail fast, tear down.
+
+Everything waits on events (process exits, pipe data, ssh keepalives); nothing
+polls, so the launcher is idle while the ranks are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import shutil
+import signal as _signal
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
+
+from mlx_jupyter import contract, ssh
+from mlx_jupyter.hostfile import Host, resolve_hosts
+from mlx_jupyter.launch import mpi
+from mlx_jupyter.launch.errors import LaunchError
+from mlx_jupyter.launch.local import LocalProcess
+from mlx_jupyter.launch.output import LineSplitter
+from mlx_jupyter.launch.rankinfo import EXITED, KILLED, LOST, RUNNING, RankInfo
+from mlx_jupyter.launch.remote import RemoteProcess
+from mlx_jupyter.launch.script import rank_script
+
+OutputCallback = Callable[[int, str, str], None]
+ExitCallback = Callable[[int, int], None]
+
+
+@dataclass
+class LaunchConfig:
+    """Everything a launch needs (the :class:`~mlx_jupyter.launch.Launcher` arguments)."""
+
+    command: list[str]
+    hosts: Union[str, Path, Sequence[Host], None] = None
+    repeat_hosts: int = 1
+    backend: str = "ring"
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: Optional[str] = None
+    cwd_required: bool = False
+    python: str = sys.executable
+    starting_port: int = 32323
+    connections_per_ip: int = 1
+    nccl_port: int = 12345
+    rank_env: Optional[Callable[[int], Mapping[str, str]]] = None
+    on_output: Optional[OutputCallback] = None
+    on_exit: Optional[ExitCallback] = None
+    ssh_options: Optional[ssh.SSHOptions] = None
+    stdin: bool = False
+    terminate_on_failure: bool = True
+    grace: float = 1.0                # SIGTERM -> SIGKILL when tearing down after a failure
+    start_timeout: float = 30.0
+    verbose: bool = False
+    mpi_args: list[str] = field(default_factory=list)
+
+
+def rank_argv(command: Sequence[str], python: str) -> list[str]:
+    """The argv a rank runs: a ``.py`` script runs with ``python``."""
+    if not command:
+        raise LaunchError("no command given: what should every rank run?")
+    argv = [str(a) for a in command]
+    return [python, *argv] if argv[0].endswith(".py") else argv
+
+
+class Job:
+    """One launch. Create, ``await start()``, then ``await wait()``; ``stop()`` tears it down."""
+
+    def __init__(self, config: LaunchConfig):
+        self.config = config
+        self.token = secrets.token_hex(16)
+        self.hosts: list[Host] = resolve_hosts(config.hosts, config.repeat_hosts)
+        self.ranks: list[RankInfo] = [RankInfo(r, h.ssh) for r, h in enumerate(self.hosts)]
+        self.failures: list[int] = []          # ranks in the order they failed
+        self._procs: dict[int, Any] = {}       # rank -> LocalProcess | RemoteProcess
+        self._conns: dict[str, Any] = {}
+        self._tmpdir: Optional[str] = None
+        self._done: Optional[asyncio.Event] = None
+        self._watchers: list[asyncio.Task] = []
+        self._stopping = False
+        self._reaped = 0
+        self.log: Callable[[str], None] = lambda msg: print(f"mlx-jupyter launch: {msg}", file=sys.stderr) \
+            if config.verbose else None
+
+    # ---------------------------------------------------------------- start --
+    async def start(self) -> None:
+        """Spawn every rank; return once all have started, or tear down and raise."""
+        self._done = asyncio.Event()
+        try:
+            if self.config.backend == "mpi":
+                await self._start_mpi()
+            else:
+                await self._start_ranks()
+        except BaseException:
+            await self.stop(self.config.grace)
+            raise
+        if self._reaped == len(self._procs):
+            self._done.set()
+
+    def _plans(self) -> list[contract.RankPlan]:
+        c = self.config
+        try:
+            return contract.plan_ranks(
+                c.backend, self.hosts, env=dict(c.env), token=self.token, starting_port=c.starting_port,
+                connections_per_ip=c.connections_per_ip, nccl_port=c.nccl_port, verbose=c.verbose,
+            )
+        except ValueError as exc:
+            raise LaunchError(str(exc)) from None
+
+    async def _start_ranks(self) -> None:
+        c = self.config
+        plans = self._plans()
+        argv = rank_argv(c.command, c.python)
+        remote = sorted({h.ssh for h in self.hosts if not h.is_local})
+        if remote:
+            self.log(f"connecting to {', '.join(remote)}")
+            try:
+                self._conns = await ssh.connect_all(remote, c.ssh_options)
+            except ssh.SSHError as exc:
+                raise LaunchError(str(exc)) from None
+        for p in plans:
+            extra = dict(c.rank_env(p.rank)) if c.rank_env else {}
+            p.env.update(extra)
+            p.env.setdefault("PYTHONUNBUFFERED", "1")   # rank output arrives as it is printed
+        self.log(f"starting {len(plans)} rank(s): {ssh.join(argv)}")
+        spawned = await asyncio.gather(*(self._spawn(p, argv) for p in plans), return_exceptions=True)
+        for r, res in enumerate(spawned):
+            if not isinstance(res, BaseException):
+                self._procs[r] = res
+        for r, proc in self._procs.items():
+            self._watchers.append(asyncio.ensure_future(self._watch(r, proc)))
+        errors = [(r, e) for r, e in enumerate(spawned) if isinstance(e, BaseException)]
+        if errors:
+            msgs = [str(e) if isinstance(e, LaunchError) else f"rank {r}: {type(e).__name__}: {e}" for r, e in errors]
+            raise LaunchError("\n".join(msgs))
+
+    async def _spawn(self, plan: contract.RankPlan, argv: list[str]) -> Any:
+        c = self.config
+        rank, host = plan.rank, plan.host
+        label = f"rank {rank} on {host.ssh}"
+        out = LineSplitter(lambda line, r=rank: self._emit(r, "stdout", line))
+        err = LineSplitter(lambda line, r=rank: self._emit(r, "stderr", line))
+        if host.is_local:
+            env = {**os.environ, **plan.env}
+            for name, content in plan.files.items():
+                env[name] = self._write_local_file(f"rank{rank}-{name}", content)
+            cwd = c.cwd if c.cwd is not None else None
+            if c.cwd is not None and not os.path.isdir(c.cwd):
+                raise LaunchError(f"{label}: working directory {c.cwd!r} does not exist (--cwd)")
+            proc: Any = await LocalProcess.spawn(argv, env, cwd, c.stdin, out, err, label)
+        else:
+            cwd = c.cwd if c.cwd is not None else os.getcwd()
+            try:
+                script = rank_script(argv, plan.env, plan.files, cwd, c.cwd is not None, label)
+            except ValueError as exc:
+                raise LaunchError(f"{label}: {exc}") from None
+            proc = await RemoteProcess.spawn(self._conns[host.ssh], script, c.stdin, out, err, label,
+                                             c.start_timeout)
+        info = self.ranks[rank]
+        info.pid, info.state = proc.pid, RUNNING
+        return proc
+
+    def _write_local_file(self, name: str, content: str) -> str:
+        if self._tmpdir is None:
+            self._tmpdir = tempfile.mkdtemp(prefix="mlx-jupyter-")
+        path = os.path.join(self._tmpdir, name)
+        with open(path, "w") as f:
+            f.write(content)
+        return path
+
+    async def _start_mpi(self) -> None:
+        c = self.config
+        argv = rank_argv(c.command, c.python)
+        env = {**dict(c.env)}
+        if c.rank_env:
+            env.update(c.rank_env(0))
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        try:
+            mpirun, cmd, plan = mpi.mpirun_command(self.hosts, argv, env, self.token, c.cwd, c.mpi_args,
+                                                   self._write_local_file)
+        except ValueError as exc:
+            raise LaunchError(str(exc)) from None
+        self.log(f"running {ssh.join(cmd)}")
+        # mpirun starts every rank itself: the launcher sees one process (shown as rank 0).
+        self.ranks = [RankInfo(0, "mpirun")]
+        out = LineSplitter(lambda line: self._emit(0, "stdout", line))
+        err = LineSplitter(lambda line: self._emit(0, "stderr", line))
+        proc = await LocalProcess.spawn(cmd, {**os.environ, **plan.env}, c.cwd, c.stdin, out, err, "mpirun")
+        self.ranks[0].pid, self.ranks[0].state = proc.pid, RUNNING
+        self._procs = {0: proc}
+        self._watchers.append(asyncio.ensure_future(self._watch(0, proc)))
+
+    # ---------------------------------------------------------------- watch --
+    def _emit(self, rank: int, stream: str, line: str) -> None:
+        cb = self.config.on_output
+        if cb is None:
+            target = sys.stdout if stream == "stdout" else sys.stderr
+            prefix = f"[rank {rank}] " if len(self.ranks) > 1 else ""
+            print(prefix + line, file=target, flush=True)
+            return
+        try:
+            cb(rank, stream, line)
+        except Exception as exc:  # noqa: BLE001 - a user callback must not kill the launcher
+            print(f"mlx-jupyter launch: on_output callback failed: {exc!r}", file=sys.stderr)
+
+    async def _watch(self, rank: int, proc: Any) -> None:
+        code = await proc.wait()
+        info = self.ranks[rank]
+        info.returncode = code
+        lost = getattr(proc, "lost_reason", None)
+        if lost is not None:
+            info.state = LOST
+        elif self._stopping and info.state == KILLED:
+            pass
+        else:
+            info.state = EXITED
+        if code != 0 and info.state != KILLED:
+            self.failures.append(rank)
+        if self.config.on_exit is not None:
+            try:
+                self.config.on_exit(rank, code if code is not None else -1)
+            except Exception as exc:  # noqa: BLE001
+                print(f"mlx-jupyter launch: on_exit callback failed: {exc!r}", file=sys.stderr)
+        if code != 0 and info.state != KILLED and self.config.terminate_on_failure and not self._stopping:
+            asyncio.ensure_future(self.stop(self.config.grace))
+        self._reaped += 1
+        if self._reaped == len(self._procs) and self._done is not None:
+            self._done.set()
+
+    # ------------------------------------------------------------ controls --
+    async def signal(self, sig: int, ranks: Optional[Sequence[int]] = None) -> None:
+        """Send ``sig`` to the process groups of ``ranks`` (default: all running ranks)."""
+        targets = list(self._procs) if ranks is None else ranks
+        await asyncio.gather(*(self._procs[r].signal(sig) for r in targets
+                               if r in self._procs and self.ranks[r].state == RUNNING))
+
+    def write_stdin(self, data: bytes) -> None:
+        """Broadcast ``data`` to every rank's stdin."""
+        for p in self._procs.values():
+            p.write(data)
+
+    def close_stdin(self) -> None:
+        """Send EOF to every rank's stdin."""
+        for p in self._procs.values():
+            p.close_stdin()
+
+    async def wait(self, timeout: Optional[float] = None) -> int:
+        """Wait for every rank; 0 if all exited 0, else the first failing rank's code."""
+        assert self._done is not None, "start() first"
+        try:
+            await asyncio.wait_for(self._done.wait(), timeout)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"ranks still running after {timeout:g} s") from None
+        await self._cleanup()
+        return self.exit_code()
+
+    def exit_code(self) -> int:
+        """0, or the code of the first rank that failed (255 for a lost host)."""
+        for r in self.failures:
+            code = self.ranks[r].returncode
+            return 255 if code is None else code
+        bad = [i for i in self.ranks if i.returncode not in (0, None)]
+        return bad[0].returncode if bad else 0  # type: ignore[return-value]
+
+    async def stop(self, timeout: float = 2.0) -> None:
+        """SIGTERM every running rank, SIGKILL after ``grace``, wait up to ``timeout``, clean up."""
+        if not self._stopping:
+            self._stopping = True
+            running = [i.rank for i in self.ranks if i.state == RUNNING]
+            for r in running:
+                self.ranks[r].state = KILLED
+            if running:
+                self.log(f"terminating rank(s) {', '.join(map(str, running))}")
+                await self.signal_killed(_signal.SIGTERM, running)
+                if not await self._wait_done(min(self.config.grace, timeout)):
+                    await self.signal_killed(_signal.SIGKILL, running)
+                    await self._wait_done(max(timeout - self.config.grace, 0.5))
+        else:
+            await self._wait_done(timeout)
+        if self._conns and not self._done_set():
+            # A host that did not answer TERM/KILL: drop its connection so its
+            # ranks count as lost rather than leaving the launcher waiting.
+            for conn in self._conns.values():
+                conn.abort()
+            await self._wait_done(1.0)
+        await self._cleanup()
+
+    def _done_set(self) -> bool:
+        return self._done is None or self._done.is_set() or not self._procs
+
+    async def signal_killed(self, sig: int, ranks: Sequence[int]) -> None:
+        """Signal ranks whose state is already KILLED (being torn down)."""
+        await asyncio.gather(*(self._procs[r].signal(sig) for r in ranks
+                               if r in self._procs and self.ranks[r].returncode is None))
+
+    async def _wait_done(self, timeout: float) -> bool:
+        if self._done is None or not self._procs:
+            return True
+        try:
+            await asyncio.wait_for(asyncio.shield(self._done.wait()), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    async def _cleanup(self) -> None:
+        if self._done_set():
+            for conn in self._conns.values():
+                conn.close()
+            self._conns = {}
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
+
+    # -------------------------------------------------------------- report --
+    def summary(self) -> str:
+        """One line naming each failed, lost or killed rank with its host and code."""
+        parts = []
+        for r in self.failures:
+            i = self.ranks[r]
+            if i.state == LOST:
+                reason = getattr(self._procs.get(r), "lost_reason", "")
+                parts.append(f"rank {r} on {i.host} lost ({reason})")
+            else:
+                parts.append(f"rank {r} on {i.host} exited with code {_describe(i.returncode)}")
+        killed = [i for i in self.ranks if i.state == KILLED]
+        if killed:
+            parts.append("terminated: " + ", ".join(f"rank {i.rank} on {i.host}" for i in killed))
+        return "; ".join(parts)
+
+
+def _describe(code: Optional[int]) -> str:
+    if code is None:
+        return "unknown"
+    if code < 0:
+        try:
+            return f"{code} ({_signal.Signals(-code).name})"
+        except ValueError:
+            return str(code)
+    if code > 128:
+        try:
+            return f"{code} ({_signal.Signals(code - 128).name})"
+        except ValueError:
+            pass
+    return str(code)

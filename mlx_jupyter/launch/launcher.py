@@ -1,0 +1,207 @@
+"""The Python API: :class:`Launcher`, a synchronous handle over an asyncio :class:`Job`.
+
+Launches run on one shared event loop in a daemon thread, so the sync API can
+be used anywhere (a notebook already running its own loop included); the
+``a*`` twins are awaitable from any loop. Callbacks run on that loop thread:
+keep them short and thread-safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import signal as _signal
+import sys
+import threading
+import weakref
+from pathlib import Path
+from typing import Any, Callable, Coroutine, Mapping, Optional, Sequence, TypeVar, Union
+
+from mlx_jupyter import ssh
+from mlx_jupyter.hostfile import Host
+from mlx_jupyter.launch.job import ExitCallback, Job, LaunchConfig, OutputCallback
+from mlx_jupyter.launch.rankinfo import RankInfo
+
+T = TypeVar("T")
+
+_loop: Optional[asyncio.AbstractEventLoop] = None
+_loop_lock = threading.Lock()
+_live: "weakref.WeakSet[Launcher]" = weakref.WeakSet()
+
+
+def _background_loop() -> asyncio.AbstractEventLoop:
+    """The shared launcher loop, started on first use."""
+    global _loop
+    with _loop_lock:
+        if _loop is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="mlx-jupyter-launch", daemon=True).start()
+            _loop = loop
+        return _loop
+
+
+class Launcher:
+    """Run ``command`` on every rank of ``hosts``; see the module doc for threading.
+
+    ``hosts``: a list of :class:`~mlx_jupyter.hostfile.Host`, a hostfile path,
+    or ``"h1,h2"``; ``127.0.0.1``/``localhost`` ranks run without ssh.
+    ``rank_env(rank)`` adds env per rank; ``on_output(rank, "stdout"|"stderr",
+    line)`` gets each output line (default: print with a ``[rank r]`` prefix);
+    ``on_exit(rank, returncode)`` is called as each rank ends. ``stdin=True``
+    lets :meth:`write_stdin` feed the ranks; otherwise they read EOF.
+    For ring launches our core also binds each port + 1000
+    (``MLX_JUPYTER_PORT_OFFSET``): keep that range free too.
+    """
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        hosts: Union[str, Path, Sequence[Host], None] = None,
+        repeat_hosts: int = 1,
+        backend: str = "ring",
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        python: str = sys.executable,
+        starting_port: int = 32323,
+        connections_per_ip: int = 1,
+        rank_env: Optional[Callable[[int], Mapping[str, str]]] = None,
+        on_output: Optional[OutputCallback] = None,
+        on_exit: Optional[ExitCallback] = None,
+        ssh_options: Optional[ssh.SSHOptions] = None,
+        *,
+        nccl_port: int = 12345,
+        stdin: bool = False,
+        terminate_on_failure: bool = True,
+        start_timeout: float = 30.0,
+        verbose: bool = False,
+        mpi_args: Sequence[str] = (),
+    ):
+        self.config = LaunchConfig(
+            command=list(command), hosts=hosts, repeat_hosts=repeat_hosts, backend=backend,
+            env=dict(env or {}), cwd=cwd, cwd_required=cwd is not None, python=python,
+            starting_port=starting_port, connections_per_ip=connections_per_ip, nccl_port=nccl_port,
+            rank_env=rank_env, on_output=on_output, on_exit=on_exit, ssh_options=ssh_options, stdin=stdin,
+            terminate_on_failure=terminate_on_failure, start_timeout=start_timeout, verbose=verbose,
+            mpi_args=list(mpi_args),
+        )
+        self._job: Optional[Job] = None
+
+    # ------------------------------------------------------------- helpers --
+    @property
+    def job(self) -> Job:
+        """The underlying asyncio job (after :meth:`start`)."""
+        if self._job is None:
+            raise RuntimeError("Launcher.start() has not been called")
+        return self._job
+
+    def _run(self, coro: Coroutine[Any, Any, T], timeout: Optional[float] = None) -> T:
+        fut = asyncio.run_coroutine_threadsafe(coro, _background_loop())
+        try:
+            return fut.result(timeout)
+        except concurrent.futures.TimeoutError:
+            fut.cancel()
+            raise TimeoutError(f"launcher operation did not finish within {timeout:g} s") from None
+
+    async def _on_loop(self, coro: Coroutine[Any, Any, T]) -> T:
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, _background_loop()))
+
+    async def _start(self) -> None:
+        self._job = Job(self.config)
+        await self._job.start()
+
+    # ------------------------------------------------------------- sync API --
+    def start(self) -> "Launcher":
+        """Spawn every rank; return once all are running, or raise :class:`LaunchError`."""
+        if self._job is not None:
+            raise RuntimeError("this Launcher has already been started")
+        self._run(self._start())
+        _live.add(self)
+        return self
+
+    @property
+    def ranks(self) -> list[RankInfo]:
+        """Per-rank info: rank, host, pid (on its host), state, returncode."""
+        return list(self._job.ranks) if self._job else []
+
+    @property
+    def token(self) -> str:
+        """This launch's ``MLX_JUPYTER_TOKEN``."""
+        return self.job.token
+
+    def signal(self, sig: int = _signal.SIGINT, ranks: Optional[Sequence[int]] = None) -> None:
+        """Send ``sig`` to the process groups of ``ranks`` (default all), remote ones included."""
+        self._run(self.job.signal(sig, ranks), timeout=30)
+
+    def write_stdin(self, data: Union[bytes, str]) -> None:
+        """Broadcast bytes to every rank's stdin (needs ``stdin=True``)."""
+        payload = data.encode() if isinstance(data, str) else data
+        _background_loop().call_soon_threadsafe(self.job.write_stdin, payload)
+
+    def close_stdin(self) -> None:
+        """Send EOF to every rank's stdin."""
+        _background_loop().call_soon_threadsafe(self.job.close_stdin)
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        """Wait for all ranks; 0 if all exited 0, else the first failing rank's code."""
+        job = self.job
+        try:
+            return self._run(job.wait(timeout), None if timeout is None else timeout + 5)
+        finally:
+            if all(r.done for r in job.ranks):
+                _live.discard(self)
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Terminate every rank's process group (SIGTERM, then SIGKILL) and remove temp files."""
+        if self._job is None:
+            return
+        self._run(self._job.stop(timeout), timeout + 10)
+        _live.discard(self)
+
+    def poll(self) -> Optional[int]:
+        """The exit code if every rank has ended, else None."""
+        job = self.job
+        return job.exit_code() if all(r.done for r in job.ranks) else None
+
+    def summary(self) -> str:
+        """One line naming failed/lost/terminated ranks (empty when all succeeded)."""
+        return self.job.summary()
+
+    # ------------------------------------------------------------ async API --
+    async def astart(self) -> "Launcher":
+        """:meth:`start`, awaitable from any event loop."""
+        if self._job is not None:
+            raise RuntimeError("this Launcher has already been started")
+        await self._on_loop(self._start())
+        _live.add(self)
+        return self
+
+    async def asignal(self, sig: int = _signal.SIGINT, ranks: Optional[Sequence[int]] = None) -> None:
+        """:meth:`signal`, awaitable."""
+        await self._on_loop(self.job.signal(sig, ranks))
+
+    async def await_(self, timeout: Optional[float] = None) -> int:
+        """:meth:`wait`, awaitable."""
+        return await self._on_loop(self.job.wait(timeout))
+
+    async def astop(self, timeout: float = 2.0) -> None:
+        """:meth:`stop`, awaitable."""
+        if self._job is not None:
+            await self._on_loop(self._job.stop(timeout))
+        _live.discard(self)
+
+    def __enter__(self) -> "Launcher":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+@atexit.register
+def _stop_all() -> None:
+    """At interpreter exit, leave no rank running."""
+    for launcher in list(_live):
+        try:
+            launcher.stop(timeout=2.0)
+        except Exception:  # noqa: BLE001 - best effort at exit
+            pass

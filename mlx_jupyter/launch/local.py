@@ -1,0 +1,90 @@
+"""A rank on this machine: a child process in its own session, no shell involved."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal as _signal
+from typing import Mapping, Optional, Sequence
+
+from mlx_jupyter.launch.errors import LaunchError
+from mlx_jupyter.launch.output import LineSplitter, pump
+
+
+class LocalProcess:
+    """One local rank: spawn, stdin, signals to its whole process group, wait."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, pumps: list[asyncio.Task]):
+        self._proc = proc
+        self._pumps = pumps
+        self.pid: int = proc.pid
+
+    @classmethod
+    async def spawn(
+        cls,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: Optional[str],
+        stdin: bool,
+        out: LineSplitter,
+        err: LineSplitter,
+        label: str,
+    ) -> "LocalProcess":
+        """Start ``argv`` with exactly ``env``; raise :class:`LaunchError` naming ``label``."""
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=dict(env),
+                cwd=cwd,
+                start_new_session=True,   # own process group: signal the rank and its children
+            )
+        except FileNotFoundError:
+            if cwd is not None and not os.path.isdir(cwd):
+                raise LaunchError(f"{label}: working directory {cwd!r} does not exist") from None
+            raise LaunchError(f"{label}: command {argv[0]!r} not found (check PATH or give a full path)") from None
+        except PermissionError:
+            raise LaunchError(f"{label}: permission denied running {argv[0]!r} (is it executable?)") from None
+        except OSError as exc:
+            raise LaunchError(f"{label}: cannot start {argv[0]!r}: {exc.strerror or exc}") from None
+        assert proc.stdout is not None and proc.stderr is not None
+        pumps = [asyncio.ensure_future(pump(proc.stdout, out)), asyncio.ensure_future(pump(proc.stderr, err))]
+        return cls(proc, pumps)
+
+    async def wait(self) -> Optional[int]:
+        """Wait for exit and the end of its output; kill what is left of its group."""
+        code = await self._proc.wait()
+        self._killpg(_signal.SIGKILL)
+        await asyncio.gather(*self._pumps, return_exceptions=True)
+        return code
+
+    async def signal(self, sig: int) -> None:
+        """Send ``sig`` to the rank's process group (not once it has been reaped: its pid may be reused)."""
+        if self._proc.returncode is None:
+            self._killpg(sig)
+
+    def write(self, data: bytes) -> None:
+        """Forward stdin bytes (dropped if the rank closed its stdin)."""
+        stdin = self._proc.stdin
+        if stdin is not None and not stdin.is_closing():
+            try:
+                stdin.write(data)
+            except (BrokenPipeError, ConnectionResetError, RuntimeError):
+                pass
+
+    def close_stdin(self) -> None:
+        """Send EOF to the rank's stdin."""
+        stdin = self._proc.stdin
+        if stdin is not None and not stdin.is_closing():
+            try:
+                stdin.close()
+            except (BrokenPipeError, ConnectionResetError, RuntimeError):
+                pass
+
+    def _killpg(self, sig: int) -> None:
+        try:
+            os.killpg(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
