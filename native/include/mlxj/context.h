@@ -1,0 +1,79 @@
+// The world context of one process: its listening sockets, the acceptor that
+// authenticates incoming connections, and the mailbox where they wait until a
+// group claims them. Groups (the world and its splits) share one context.
+#pragma once
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mlxj/socket.h"
+
+namespace mlxj {
+
+enum class ConnKind : uint32_t { Ring = 1, P2P = 2 };
+
+// Identifies one connection: which group, who initiated it, why, and which of
+// the parallel connections it is.
+struct ConnKey {
+  uint64_t group = 0;
+  uint32_t initiator = 0;
+  uint32_t kind = 0;
+  uint32_t index = 0;
+  bool operator<(const ConnKey& o) const {
+    return std::tie(group, initiator, kind, index) < std::tie(o.group, o.initiator, o.kind, o.index);
+  }
+};
+
+// Checked while blocked: returns true when the caller must stop (Ctrl-C).
+using InterruptCheck = std::function<bool()>;
+
+// What bounds one blocking call.
+struct Wait {
+  Clock::time_point deadline = Clock::time_point::max();
+  InterruptCheck interrupted;
+  const Waker* abort = nullptr;  // woken when the group is aborted
+  std::function<void()> check_abort;  // throws if the group was aborted
+  std::string what;  // "all_sum", "init", ... for timeout messages
+};
+
+class Context {
+ public:
+  Context(int rank, std::vector<std::vector<Endpoint>> addresses, std::string token, bool verbose);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return int(addresses_.size()); }
+  const std::vector<Endpoint>& addresses(int rank) const { return addresses_[rank]; }
+  std::string describe(int rank) const;
+
+  // Connects to `peer`'s address `addr_index`, retrying until it listens, and
+  // authenticates. Throws CommError on timeout, interrupt or a bad peer.
+  Fd connect(int peer, size_t addr_index, const ConnKey& key, const Wait& wait);
+  // Waits for the connection `key` that a peer opens to us.
+  Fd accept(const ConnKey& key, int peer, const Wait& wait);
+
+  void log(const std::string& msg) const;
+
+ private:
+  struct Shared;
+  void accept_loop();
+
+  int rank_;
+  std::vector<std::vector<Endpoint>> addresses_;
+  std::shared_ptr<Shared> shared_;
+  std::vector<Fd> listeners_;
+  Waker stop_;
+  std::thread acceptor_;
+};
+
+// Sleeps for up to `ms` on the wait's abort waker; checks abort, interrupt, deadline.
+void wait_slice(const Wait& wait, int ms, const std::string& waiting_for);
+
+}  // namespace mlxj

@@ -1,0 +1,98 @@
+// A communication group: rank, size, split, abort, and the collectives.
+// Ops on one group run one at a time (a mutex serialises callers); abort()
+// may be called from any thread and fails pending and later ops at once.
+#pragma once
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "mlxj/context.h"
+#include "mlxj/dtype.h"
+#include "mlxj/reduce.h"
+#include "mlxj/transport.h"
+
+namespace mlxj {
+
+// How long one call may block and how it notices Ctrl-C; timeout < 0 = no limit.
+struct CallOptions {
+  double timeout = -1;
+  InterruptCheck interrupted;
+};
+
+class Group {
+ public:
+  // The world group: connects the ring (rank i -> rank i+1 on every address of i+1).
+  static std::shared_ptr<Group> world(int rank, std::vector<std::vector<Endpoint>> addresses,
+                                      std::string token, bool verbose, const CallOptions& opts);
+  ~Group();
+
+  int rank() const { return me_; }
+  int size() const { return int(members_.size()); }
+  int world_rank(int r) const { return members_[r]; }
+
+  std::shared_ptr<Group> split(int color, int key, const CallOptions& opts);
+  void barrier(const CallOptions& opts);
+  void abort(const std::string& reason);
+  bool aborted() const { return aborted_.load(); }
+  std::string abort_reason() const;
+
+  // out may alias in. count = elements.
+  void all_reduce(const void* in, void* out, size_t count, Dtype t, ReduceOp op, const CallOptions& opts);
+  // out holds size() * nbytes.
+  void all_gather(const void* in, void* out, size_t nbytes, Dtype t, const CallOptions& opts);
+  // in holds size() * count elements; out receives this rank's count.
+  void reduce_scatter(const void* in, void* out, size_t count, Dtype t, ReduceOp op, const CallOptions& opts);
+  void send(const void* data, size_t nbytes, Dtype t, int dst, const CallOptions& opts);
+  void recv(void* data, size_t nbytes, Dtype t, int src, const CallOptions& opts);
+
+ private:
+  Group(std::shared_ptr<Context> ctx, uint64_t id, std::vector<int> members);
+  void connect_ring(const Wait& wait);
+  Link& p2p_link(int peer, bool sending, const Wait& wait);
+  Wait make_wait(const CallOptions& opts, const std::string& what);
+  std::string describe(int r) const { return ctx_->describe(members_[r]); }
+
+  // One send or receive of a step; on_recv sees each newly arrived [from, to) byte range.
+  struct Xfer {
+    Link* link;
+    bool send;
+    MsgHeader header;
+    uint8_t* data;
+    size_t size;
+    std::function<void(size_t, size_t)> on_recv = {};
+    size_t seen = 0;
+  };
+  // Drives the transfers of one step to completion without blocking the CPU.
+  void run(std::vector<Xfer>& xs, const Wait& wait);
+  // Runs one op under the op lock; any failure aborts the group, then propagates.
+  void guarded(const CallOptions& opts, const std::string& what, const std::function<void(const Wait&)>& body);
+
+  enum class Dir { Right, Left };
+  void ring_reduce_scatter_step(int step, size_t count, Dtype t, ReduceOp op, uint8_t* buf,
+                                MsgHeader h, bool sum_scatter_layout, const Wait& wait);
+  void ring_all_gather_step(int step, size_t count, Dtype t, uint8_t* buf, MsgHeader h,
+                            bool sum_scatter_layout, const Wait& wait);
+  void small_all_reduce(const void* in, void* out, size_t count, Dtype t, ReduceOp op, MsgHeader h, const Wait& wait);
+  void gather_ring(const void* in, void* out, size_t nbytes, MsgHeader h, const Wait& wait);
+  MsgHeader header(OpCode op, Dtype t, size_t nbytes);
+
+  std::shared_ptr<Context> ctx_;
+  uint64_t id_;
+  std::vector<int> members_;  // world ranks, in group rank order
+  int me_ = 0;
+  std::unique_ptr<Link> right_, left_;  // right_: we opened it to rank+1; left_: rank-1 opened it to us
+  std::map<int, std::unique_ptr<Link>> p2p_;
+  std::mutex op_mu_;
+  mutable std::mutex abort_mu_;
+  std::atomic<bool> aborted_{false};
+  std::string abort_reason_;
+  Waker abort_waker_;
+  uint32_t seq_ = 0;
+  uint32_t splits_ = 0;
+};
+
+}  // namespace mlxj

@@ -1,0 +1,69 @@
+// POSIX socket helpers: an owning fd, addresses, and the platform seam for
+// TCP options (Linux and macOS differ in keepalive/user-timeout/SIGPIPE).
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include <sys/socket.h>
+
+namespace mlxj {
+
+using Clock = std::chrono::steady_clock;
+
+// An owned file descriptor, closed on destruction.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept;
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd();
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  void reset();
+
+ private:
+  int fd_ = -1;
+};
+
+struct Endpoint {
+  std::string host;
+  int port = 0;
+  std::string str() const { return host + ":" + std::to_string(port); }
+};
+
+// Splits "ip:port" (IPv6 as "[::1]:5000"); throws std::invalid_argument.
+Endpoint parse_endpoint(const std::string& s);
+
+// Listens on the endpoint (SO_REUSEADDR, non-blocking); throws CommError(Config).
+Fd listen_on(const Endpoint& ep);
+// One non-blocking connect attempt, waited on until the deadline; returns an
+// invalid Fd when the peer is not there yet (refused/unreachable), so the
+// caller can retry. Throws CommError(Config) for an unresolvable host.
+Fd try_connect(const Endpoint& ep, Clock::time_point deadline, std::string* why);
+
+// TCP_NODELAY, keepalive that notices a dead host in seconds, no SIGPIPE.
+void configure_stream(int fd);
+void set_nonblocking(int fd);
+std::string peer_name(int fd);
+
+// A self-pipe to wake a poll() from another thread.
+class Waker {
+ public:
+  Waker();
+  void wake() const;
+  void drain() const;
+  int fd() const { return read_.get(); }
+
+ private:
+  Fd read_, write_;
+};
+
+void random_bytes(void* out, size_t size);
+std::string errno_text(int err);
+
+}  // namespace mlxj

@@ -1,0 +1,50 @@
+// The transport interface: a Link moves framed messages to and from one peer
+// without blocking; the group's progress engine drives many links at once.
+// TCP is the implementation today; shared memory plugs in behind the same API.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <poll.h>
+
+namespace mlxj {
+
+enum class OpCode : uint8_t { AllSum = 1, AllMax, AllMin, AllGather, SumScatter, Send, Barrier, Split };
+
+// Every message starts with this header so that mismatched calls (another op,
+// size, dtype, or a skipped collective) fail with a clear error, never corrupt data.
+struct MsgHeader {
+  uint16_t magic = 0x4d4a;  // "MJ"
+  uint8_t op = 0;
+  uint8_t dtype = 0;
+  uint32_t seq = 0;
+  uint64_t nbytes = 0;
+};
+static_assert(sizeof(MsgHeader) == 16, "header is 16 bytes on the wire");
+
+const char* op_name(uint8_t op);
+std::string describe(const MsgHeader& h);
+
+class Link {
+ public:
+  virtual ~Link() = default;
+  // "rank 1 (127.0.0.1:33324)": used in every error about this peer.
+  virtual const std::string& name() const = 0;
+  virtual void begin_send(const MsgHeader& h, const void* data, size_t size) = 0;
+  virtual void begin_recv(const MsgHeader& expect, void* data, size_t size) = 0;
+  virtual bool sending() const = 0;
+  virtual bool receiving() const = 0;
+  // Moves what the OS takes now without blocking; true if any byte moved.
+  // Throws CommError naming the peer on failure or a mismatched header.
+  virtual bool progress() = 0;
+  // Payload bytes received so far as one contiguous prefix.
+  virtual size_t received() const = 0;
+  // What to wait on for the pending work.
+  virtual void wait_set(std::vector<pollfd>& out) const = 0;
+  // Thread-safe: pending and later I/O fail; the peer sees the connection end.
+  virtual void shutdown() = 0;
+};
+
+}  // namespace mlxj

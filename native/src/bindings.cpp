@@ -1,0 +1,386 @@
+// The one file that knows Python: the core's types, errors and GIL handling.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <memory>
+
+#include "mlxj/buffer.h"
+#include "mlxj/errors.h"
+#include "mlxj/group.h"
+#include "mlxj/probe.h"
+#include "mlxj/socket.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+using namespace mlxj;
+
+namespace {
+
+PyObject* g_errors[6] = {};  // indexed by ErrorKind
+
+using AnyArray = nb::ndarray<nb::device::cpu>;
+using InArray = nb::ndarray<nb::ro, nb::device::cpu>;
+
+template <typename A>
+Dtype dtype_of(const A& a) {
+  auto d = a.dtype();
+  if (d.lanes != 1) throw std::invalid_argument("vector dtypes are not supported");
+  using C = nb::dlpack::dtype_code;
+  switch (C(d.code)) {
+    case C::Bool: return Dtype::Bool;
+    case C::Int:
+      if (d.bits == 8) return Dtype::Int8;
+      if (d.bits == 16) return Dtype::Int16;
+      if (d.bits == 32) return Dtype::Int32;
+      if (d.bits == 64) return Dtype::Int64;
+      break;
+    case C::UInt:
+      if (d.bits == 8) return Dtype::UInt8;
+      if (d.bits == 16) return Dtype::UInt16;
+      if (d.bits == 32) return Dtype::UInt32;
+      if (d.bits == 64) return Dtype::UInt64;
+      break;
+    case C::Float:
+      if (d.bits == 16) return Dtype::Float16;
+      if (d.bits == 32) return Dtype::Float32;
+      if (d.bits == 64) return Dtype::Float64;
+      break;
+    case C::Bfloat:
+      if (d.bits == 16) return Dtype::BFloat16;
+      break;
+    case C::Complex:
+      if (d.bits == 64) return Dtype::Complex64;
+      break;
+    default:
+      break;
+  }
+  throw std::invalid_argument("unsupported dtype (code " + std::to_string(d.code) + ", " +
+                              std::to_string(d.bits) + " bits): supported are bool, int8..int64, uint8..uint64, "
+                              "float16, bfloat16, float32, float64, complex64");
+}
+
+nb::dlpack::dtype dl_dtype(Dtype t) {
+  using C = nb::dlpack::dtype_code;
+  nb::dlpack::dtype d{};
+  d.lanes = 1;
+  d.bits = uint8_t(dtype_size(t) * 8);
+  switch (t) {
+    case Dtype::Bool: d.code = uint8_t(C::Bool); break;
+    case Dtype::Int8: case Dtype::Int16: case Dtype::Int32: case Dtype::Int64: d.code = uint8_t(C::Int); break;
+    case Dtype::UInt8: case Dtype::UInt16: case Dtype::UInt32: case Dtype::UInt64: d.code = uint8_t(C::UInt); break;
+    case Dtype::Float16: case Dtype::Float32: case Dtype::Float64: d.code = uint8_t(C::Float); break;
+    case Dtype::BFloat16: d.code = uint8_t(C::Bfloat); break;
+    case Dtype::Complex64: d.code = uint8_t(C::Complex); break;
+  }
+  return d;
+}
+
+template <typename A>
+void require_contiguous(const A& a, const char* what) {
+  if (a.size() == 0) return;
+  int64_t expect = 1;
+  for (size_t i = a.ndim(); i-- > 0;) {
+    if (a.shape(i) != 1 && a.stride(i) != expect)
+      throw std::invalid_argument(std::string(what) + " must be C-contiguous");
+    expect *= int64_t(a.shape(i));
+  }
+}
+
+template <typename A>
+size_t nbytes_of(const A& a) { return a.size() * dtype_size(dtype_of(a)); }
+
+CallOptions call(double timeout) {
+  CallOptions o;
+  o.timeout = timeout;
+  o.interrupted = [] {
+    nb::gil_scoped_acquire gil;
+    return PyErr_CheckSignals() != 0;  // sets KeyboardInterrupt; the translator leaves it in place
+  };
+  return o;
+}
+
+ReduceOp parse_op(const std::string& s) {
+  if (s == "sum") return ReduceOp::Sum;
+  if (s == "max") return ReduceOp::Max;
+  if (s == "min") return ReduceOp::Min;
+  throw std::invalid_argument("unknown reduction '" + s + "' (sum, max, min)");
+}
+
+// A Python-visible user buffer: the core buffer, plus the Python object (if any)
+// whose memory it views, kept alive as long as the buffer.
+struct PyBuffer {
+  std::unique_ptr<UserBuffer> buf;
+  nb::object owner;
+};
+
+const char* buffer_format(Dtype t) {
+  switch (t) {
+    case Dtype::Bool: return "?";
+    case Dtype::Int8: return "b";
+    case Dtype::Int16: return "h";
+    case Dtype::Int32: return "i";
+    case Dtype::Int64: return "q";
+    case Dtype::UInt8: return "B";
+    case Dtype::UInt16: return "H";
+    case Dtype::UInt32: return "I";
+    case Dtype::UInt64: return "Q";
+    case Dtype::Float16: return "e";
+    case Dtype::Float32: return "f";
+    case Dtype::Float64: return "d";
+    case Dtype::Complex64: return "Zf";
+    case Dtype::BFloat16: return nullptr;
+  }
+  return nullptr;
+}
+
+int buffer_get(PyObject* self, Py_buffer* view, int flags) {
+  PyBuffer* pb = nb::inst_ptr<PyBuffer>(self);
+  const UserBuffer& b = *pb->buf;
+  const char* fmt = buffer_format(b.dtype());
+  if (!fmt) {
+    PyErr_SetString(PyExc_BufferError,
+                    "bfloat16 has no buffer-protocol format: view this Buffer through DLPack "
+                    "(torch.from_dlpack(buf), mx.array(buf)) instead");
+    view->obj = nullptr;
+    return -1;
+  }
+  size_t nd = b.shape().size();
+  auto* dims = static_cast<Py_ssize_t*>(PyMem_Malloc(sizeof(Py_ssize_t) * (2 * nd + 1)));
+  if (!dims) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  Py_ssize_t stride = Py_ssize_t(dtype_size(b.dtype()));
+  for (size_t i = nd; i-- > 0;) {
+    dims[i] = Py_ssize_t(b.shape()[i]);
+    dims[nd + i] = stride;
+    stride *= dims[i];
+  }
+  view->buf = b.data();
+  view->obj = self;
+  Py_INCREF(self);
+  view->len = Py_ssize_t(b.nbytes());
+  view->readonly = 0;
+  view->itemsize = Py_ssize_t(dtype_size(b.dtype()));
+  view->format = (flags & PyBUF_FORMAT) ? const_cast<char*>(fmt) : nullptr;
+  view->ndim = int(nd);
+  view->shape = (flags & PyBUF_ND) ? dims : nullptr;
+  view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? dims + nd : nullptr;
+  view->suboffsets = nullptr;
+  view->internal = dims;
+  return 0;
+}
+
+void buffer_release(PyObject*, Py_buffer* view) { PyMem_Free(view->internal); }
+
+PyType_Slot buffer_slots[] = {
+    {Py_bf_getbuffer, reinterpret_cast<void*>(buffer_get)},
+    {Py_bf_releasebuffer, reinterpret_cast<void*>(buffer_release)},
+    {0, nullptr},
+};
+
+nb::object make_dlpack(nb::handle self) {
+  PyBuffer& pb = nb::cast<PyBuffer&>(self);
+  const UserBuffer& b = *pb.buf;
+  std::vector<size_t> shape(b.shape().begin(), b.shape().end());
+  nb::ndarray<> arr(b.data(), shape.size(), shape.data(), self, nullptr, dl_dtype(b.dtype()),
+                    nb::device::cpu::value, 0);
+  return nb::cast(arr);
+}
+
+}  // namespace
+
+NB_MODULE(_core, m) {
+  m.doc() = "mlx_jupyter's native collective core (TCP ring, user buffers, backend probes)";
+
+  PyObject* base = PyErr_NewExceptionWithDoc("mlx_jupyter._core.DistributedError",
+                                             "A distributed operation failed.", PyExc_RuntimeError, nullptr);
+  auto sub = [&](const char* name, const char* doc, PyObject* extra) {
+    PyObject* bases = extra ? PyTuple_Pack(2, base, extra) : PyTuple_Pack(1, base);
+    PyObject* cls = PyErr_NewExceptionWithDoc(name, doc, bases, nullptr);
+    Py_DECREF(bases);
+    return cls;
+  };
+  g_errors[int(ErrorKind::Peer)] = sub("mlx_jupyter._core.PeerError", "A peer died, disconnected or stopped responding.", nullptr);
+  g_errors[int(ErrorKind::Timeout)] = sub("mlx_jupyter._core.CommTimeoutError", "An operation exceeded its timeout.", PyExc_TimeoutError);
+  g_errors[int(ErrorKind::Aborted)] = sub("mlx_jupyter._core.AbortedError", "The group was aborted.", nullptr);
+  g_errors[int(ErrorKind::Protocol)] = sub("mlx_jupyter._core.MismatchError", "Ranks called different operations.", nullptr);
+  g_errors[int(ErrorKind::Config)] = sub("mlx_jupyter._core.SetupError", "The group could not be formed as configured.", nullptr);
+  g_errors[int(ErrorKind::Interrupted)] = PyExc_KeyboardInterrupt;
+  m.attr("DistributedError") = nb::handle(base);
+  m.attr("PeerError") = nb::handle(g_errors[int(ErrorKind::Peer)]);
+  m.attr("CommTimeoutError") = nb::handle(g_errors[int(ErrorKind::Timeout)]);
+  m.attr("AbortedError") = nb::handle(g_errors[int(ErrorKind::Aborted)]);
+  m.attr("MismatchError") = nb::handle(g_errors[int(ErrorKind::Protocol)]);
+  m.attr("SetupError") = nb::handle(g_errors[int(ErrorKind::Config)]);
+
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const Interrupted&) {
+      if (!PyErr_Occurred()) PyErr_SetNone(PyExc_KeyboardInterrupt);
+    } catch (const CommError& e) {
+      PyErr_SetString(g_errors[int(e.kind())], e.what());
+    }
+  });
+
+  nb::class_<Group>(m, "Group")
+      .def_static(
+          "world",
+          [](int rank, const std::vector<std::vector<std::string>>& addrs, const std::string& token, bool verbose,
+             double timeout) {
+            std::vector<std::vector<Endpoint>> eps;
+            for (const auto& row : addrs) {
+              eps.emplace_back();
+              for (const auto& a : row) eps.back().push_back(parse_endpoint(a));
+            }
+            if (rank < 0 || rank >= int(eps.size())) throw std::invalid_argument("rank out of range");
+            CallOptions o = call(timeout);
+            nb::gil_scoped_release rel;
+            return Group::world(rank, std::move(eps), token, verbose, o);
+          },
+          "rank"_a, "addresses"_a, "token"_a, "verbose"_a, "timeout"_a)
+      .def("rank", &Group::rank)
+      .def("size", &Group::size)
+      .def("world_rank", &Group::world_rank)
+      .def_prop_ro("aborted", &Group::aborted)
+      .def_prop_ro("abort_reason", &Group::abort_reason)
+      .def("abort", [](Group& g, const std::string& reason) {
+        nb::gil_scoped_release rel;
+        g.abort(reason);
+      })
+      .def("split", [](Group& g, int color, int key, double timeout) {
+        CallOptions o = call(timeout);
+        nb::gil_scoped_release rel;
+        return g.split(color, key, o);
+      })
+      .def("barrier", [](Group& g, double timeout) {
+        CallOptions o = call(timeout);
+        nb::gil_scoped_release rel;
+        g.barrier(o);
+      })
+      .def("all_reduce", [](Group& g, InArray in, AnyArray out, const std::string& op, double timeout) {
+        Dtype t = dtype_of(in);
+        require_contiguous(in, "input");
+        require_contiguous(out, "out");
+        if (dtype_of(out) != t || out.size() != in.size())
+          throw std::invalid_argument("out must have the input's dtype and size");
+        CallOptions o = call(timeout);
+        ReduceOp rop = parse_op(op);
+        nb::gil_scoped_release rel;
+        g.all_reduce(in.data(), out.data(), in.size(), t, rop, o);
+      })
+      .def("all_gather", [](Group& g, InArray in, AnyArray out, double timeout) {
+        Dtype t = dtype_of(in);
+        require_contiguous(in, "input");
+        require_contiguous(out, "out");
+        if (dtype_of(out) != t || out.size() != in.size() * size_t(g.size()))
+          throw std::invalid_argument("out must have the input's dtype and size() times its size");
+        CallOptions o = call(timeout);
+        nb::gil_scoped_release rel;
+        g.all_gather(in.data(), out.data(), nbytes_of(in), t, o);
+      })
+      .def("reduce_scatter", [](Group& g, InArray in, AnyArray out, const std::string& op, double timeout) {
+        Dtype t = dtype_of(in);
+        require_contiguous(in, "input");
+        require_contiguous(out, "out");
+        if (dtype_of(out) != t || out.size() * size_t(g.size()) != in.size())
+          throw std::invalid_argument("out must have the input's dtype and 1/size() of its size");
+        CallOptions o = call(timeout);
+        ReduceOp rop = parse_op(op);
+        nb::gil_scoped_release rel;
+        g.reduce_scatter(in.data(), out.data(), out.size(), t, rop, o);
+      })
+      .def("send", [](Group& g, InArray in, int dst, double timeout) {
+        Dtype t = dtype_of(in);
+        require_contiguous(in, "input");
+        CallOptions o = call(timeout);
+        nb::gil_scoped_release rel;
+        g.send(in.data(), nbytes_of(in), t, dst, o);
+      })
+      .def("recv", [](Group& g, AnyArray out, int src, double timeout) {
+        Dtype t = dtype_of(out);
+        require_contiguous(out, "out");
+        CallOptions o = call(timeout);
+        nb::gil_scoped_release rel;
+        g.recv(out.data(), nbytes_of(out), t, src, o);
+      });
+
+  nb::class_<PyBuffer>(m, "Buffer", nb::type_slots(buffer_slots),
+                       "Memory shared without copies: a view of another object's buffer, or of a raw pointer.")
+      .def_static(
+          "wrap",
+          [](nb::object obj) {
+            AnyArray a = nb::cast<AnyArray>(obj);
+            require_contiguous(a, "the wrapped object");
+            std::vector<int64_t> shape;
+            for (size_t i = 0; i < a.ndim(); ++i) shape.push_back(int64_t(a.shape(i)));
+            auto pb = std::make_unique<PyBuffer>();
+            pb->buf = std::make_unique<UserBuffer>(a.data(), shape, dtype_of(a), nullptr);
+            pb->owner = obj;
+            return pb.release();
+          },
+          "obj"_a, nb::rv_policy::take_ownership, "View `obj`'s memory (buffer protocol or DLPack) without copying; keeps `obj` alive.")
+      .def_static(
+          "from_pointer",
+          [](uintptr_t address, std::vector<int64_t> shape, const std::string& dtype, nb::object deleter) {
+            UserBuffer::Deleter del;
+            if (!deleter.is_none()) {
+              auto cb = std::make_shared<nb::object>(deleter);
+              del = [cb](void* p) {
+                nb::gil_scoped_acquire gil;
+                try {
+                  (*cb)(uintptr_t(p));
+                } catch (nb::python_error& e) {
+                  e.discard_as_unraisable("mlx_jupyter.Buffer deleter");
+                }
+              };
+            }
+            auto pb = std::make_unique<PyBuffer>();
+            pb->buf = std::make_unique<UserBuffer>(reinterpret_cast<void*>(address), std::move(shape),
+                                                   dtype_from_name(dtype), std::move(del));
+            return pb.release();
+          },
+          "address"_a, "shape"_a, "dtype"_a, "deleter"_a = nb::none(), nb::rv_policy::take_ownership,
+          "Use memory at `address` in place; `deleter(address)` runs exactly once when the buffer dies.")
+      .def_prop_ro("address", [](const PyBuffer& b) { return uintptr_t(b.buf->data()); })
+      .def_prop_ro("shape", [](const PyBuffer& b) { return b.buf->shape(); })
+      .def_prop_ro("dtype", [](const PyBuffer& b) { return std::string(dtype_name(b.buf->dtype())); })
+      .def_prop_ro("nbytes", [](const PyBuffer& b) { return b.buf->nbytes(); })
+      .def_prop_ro("copied", [](const PyBuffer& b) { return b.buf->copied(); },
+                   "True when the memory was misaligned and had to be copied (its deleter has then already run).")
+      .def("__dlpack__", [](nb::handle self, nb::args, nb::kwargs) { return make_dlpack(self); })
+      .def("__dlpack_device__", [](nb::handle) { return nb::make_tuple(1, 0); })
+      .def("__len__", [](const PyBuffer& b) { return b.buf->shape().empty() ? 1 : size_t(b.buf->shape()[0]); })
+      .def("__repr__", [](const PyBuffer& b) {
+        std::string s = "Buffer(shape=(";
+        for (auto d : b.buf->shape()) s += std::to_string(d) + ",";
+        return s + "), dtype=" + dtype_name(b.buf->dtype()) + ")";
+      });
+
+  m.def("backends", [] {
+    nb::list out;
+    for (const auto& s : probe_backends()) {
+      nb::dict d;
+      d["name"] = s.name;
+      d["available"] = s.available;
+      d["detail"] = s.detail;
+      d["fix"] = s.fix;
+      out.append(d);
+    }
+    return out;
+  });
+  m.def("random_token", [] {
+    uint8_t b[16];
+    random_bytes(b, sizeof b);
+    static const char* hex = "0123456789abcdef";
+    std::string s;
+    for (uint8_t c : b) { s += hex[c >> 4]; s += hex[c & 15]; }
+    return s;
+  });
+}

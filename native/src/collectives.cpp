@@ -1,0 +1,175 @@
+// Ring algorithms. Large reductions: pipelined reduce-scatter + all-gather,
+// half of the data going each way round the ring, arriving data reduced while
+// the rest is still in flight. Small reductions: every rank gathers all
+// contributions and reduces them in rank order. Either way each element's
+// result is computed in one order, so every rank gets the same bits.
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "mlxj/errors.h"
+#include "mlxj/group.h"
+
+namespace mlxj {
+
+namespace {
+
+size_t small_limit(int n) {
+  static const long env = [] {
+    const char* s = std::getenv("MLX_JUPYTER_SMALL_LIMIT");
+    return s ? std::atol(s) : -1L;
+  }();
+  if (env >= 0) return size_t(env);
+  return n == 2 ? size_t(1) << 20 : size_t(64) << 10;
+}
+
+std::unique_ptr<uint8_t[]> scratch(size_t n) {
+  try {
+    return std::unique_ptr<uint8_t[]>(new uint8_t[n ? n : 1]);
+  } catch (const std::bad_alloc&) {
+    fail(ErrorKind::Config, "Unable to allocate " + std::to_string(n) + " bytes of scratch memory");
+  }
+}
+
+OpCode reduce_code(ReduceOp op) {
+  return op == ReduceOp::Sum ? OpCode::AllSum : op == ReduceOp::Max ? OpCode::AllMax : OpCode::AllMin;
+}
+
+struct Range {
+  size_t offset, count;  // in elements
+};
+
+}  // namespace
+
+// Which elements virtual segment v of direction d covers. all_reduce layout: the
+// first half of the buffer goes right, the second left, each cut into n
+// segments. sum_scatter layout: segment a is rank a's slice, its halves split
+// between the directions, and v is mapped so that rank r ends up owning slice r.
+static Range segment(bool right, int v, int n, size_t count, bool scatter) {
+  if (!scatter) {
+    size_t half = count / 2, base = right ? 0 : half, len = right ? half : count - half;
+    return {base + len * size_t(v) / size_t(n), len * size_t(v + 1) / size_t(n) - len * size_t(v) / size_t(n)};
+  }
+  size_t slice = count / size_t(n), half = slice / 2;
+  int actual = right ? (v + n - 1) % n : (n + 1 - v) % n;
+  return right ? Range{size_t(actual) * slice, half} : Range{size_t(actual) * slice + half, slice - half};
+}
+
+void Group::ring_reduce_scatter_step(int s, size_t count, Dtype t, ReduceOp op, uint8_t* buf, MsgHeader h,
+                                     bool scatter, const Wait& wait) {
+  int n = size();
+  size_t es = dtype_size(t);
+  std::vector<Xfer> xs;
+  std::unique_ptr<uint8_t[]> tmp[2];
+  for (int d = 0; d < 2; ++d) {
+    bool right = d == 0;
+    int pos = right ? me_ : (n - me_) % n;
+    Range out = segment(right, ((pos - s) % n + n) % n, n, count, scatter);
+    Range in = segment(right, ((pos - s - 1) % n + 2 * n) % n, n, count, scatter);
+    tmp[d] = scratch(in.count * es);
+    uint8_t* t_in = tmp[d].get();
+    uint8_t* dst = buf + in.offset * es;
+    xs.push_back({right ? right_.get() : left_.get(), true, h, buf + out.offset * es, out.count * es});
+    xs.push_back({right ? left_.get() : right_.get(), false, h, t_in, in.count * es,
+                  [=](size_t from, size_t to) {
+                    size_t a = from / es, b = to / es;
+                    reduce_into(dst + a * es, t_in + a * es, b - a, t, op);
+                  }});
+  }
+  run(xs, wait);
+}
+
+void Group::ring_all_gather_step(int s, size_t count, Dtype t, uint8_t* buf, MsgHeader h, bool scatter,
+                                 const Wait& wait) {
+  int n = size();
+  size_t es = dtype_size(t);
+  std::vector<Xfer> xs;
+  for (int d = 0; d < 2; ++d) {
+    bool right = d == 0;
+    int pos = right ? me_ : (n - me_) % n;
+    Range out = segment(right, ((pos + 1 - s) % n + n) % n, n, count, scatter);
+    Range in = segment(right, ((pos - s) % n + n) % n, n, count, scatter);
+    xs.push_back({right ? right_.get() : left_.get(), true, h, buf + out.offset * es, out.count * es});
+    xs.push_back({right ? left_.get() : right_.get(), false, h, buf + in.offset * es, in.count * es});
+  }
+  run(xs, wait);
+}
+
+// Ring all-gather of equal blocks: half of each block travels each way.
+void Group::gather_ring(const void* in, void* out, size_t nbytes, MsgHeader h, const Wait& wait) {
+  int n = size();
+  auto* o = static_cast<uint8_t*>(out);
+  if (nbytes && o + size_t(me_) * nbytes != in) std::memcpy(o + size_t(me_) * nbytes, in, nbytes);
+  size_t half = nbytes / 2;
+  for (int s = 0; s + 1 < n; ++s) {
+    int r_out = ((me_ - s) % n + n) % n, r_in = ((me_ - s - 1) % n + n) % n;
+    int l_out = (me_ + s) % n, l_in = (me_ + s + 1) % n;
+    std::vector<Xfer> xs{
+        {right_.get(), true, h, o + size_t(r_out) * nbytes, half},
+        {left_.get(), false, h, o + size_t(r_in) * nbytes, half},
+        {left_.get(), true, h, o + size_t(l_out) * nbytes + half, nbytes - half},
+        {right_.get(), false, h, o + size_t(l_in) * nbytes + half, nbytes - half},
+    };
+    if (!o) for (auto& x : xs) x.data = nullptr;
+    run(xs, wait);
+  }
+}
+
+void Group::small_all_reduce(const void* in, void* out, size_t count, Dtype t, ReduceOp op, MsgHeader h,
+                             const Wait& wait) {
+  int n = size();
+  size_t nbytes = count * dtype_size(t);
+  auto all = scratch(nbytes * size_t(n));
+  gather_ring(in, all.get(), nbytes, h, wait);
+  std::memcpy(out, all.get(), nbytes);  // rank 0's contribution, then the others in rank order
+  for (int r = 1; r < n; ++r) reduce_into(out, all.get() + size_t(r) * nbytes, count, t, op);
+}
+
+void Group::all_reduce(const void* in, void* out, size_t count, Dtype t, ReduceOp op, const CallOptions& opts) {
+  size_t nbytes = count * dtype_size(t);
+  guarded(opts, op_name(uint8_t(reduce_code(op))), [&](const Wait& wait) {
+    ++seq_;
+    int n = size();
+    if (n == 1) {
+      if (out != in && nbytes) std::memmove(out, in, nbytes);
+      return;
+    }
+    MsgHeader h = header(reduce_code(op), t, nbytes);
+    if (nbytes <= small_limit(n) || count < size_t(2 * n)) return small_all_reduce(in, out, count, t, op, h, wait);
+    if (out != in) std::memcpy(out, in, nbytes);
+    auto* buf = static_cast<uint8_t*>(out);
+    for (int s = 0; s + 1 < n; ++s) ring_reduce_scatter_step(s, count, t, op, buf, h, false, wait);
+    for (int s = 0; s + 1 < n; ++s) ring_all_gather_step(s, count, t, buf, h, false, wait);
+  });
+}
+
+void Group::all_gather(const void* in, void* out, size_t nbytes, Dtype t, const CallOptions& opts) {
+  guarded(opts, "all_gather", [&](const Wait& wait) {
+    ++seq_;
+    if (size() == 1) {
+      if (out != in && nbytes) std::memmove(out, in, nbytes);
+      return;
+    }
+    gather_ring(in, out, nbytes, header(OpCode::AllGather, t, nbytes), wait);
+  });
+}
+
+void Group::reduce_scatter(const void* in, void* out, size_t count, Dtype t, ReduceOp op, const CallOptions& opts) {
+  guarded(opts, "sum_scatter", [&](const Wait& wait) {
+    ++seq_;
+    int n = size();
+    size_t es = dtype_size(t), total = count * size_t(n);
+    if (n == 1) {
+      if (out != in && total) std::memmove(out, in, total * es);
+      return;
+    }
+    MsgHeader h = header(OpCode::SumScatter, t, total * es);
+    auto work = scratch(total * es);
+    if (total) std::memcpy(work.get(), in, total * es);
+    for (int s = 0; s + 1 < n; ++s) ring_reduce_scatter_step(s, total, t, op, work.get(), h, true, wait);
+    if (count) std::memcpy(out, work.get() + size_t(me_) * count * es, count * es);
+  });
+}
+
+}  // namespace mlxj

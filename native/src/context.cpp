@@ -1,0 +1,248 @@
+#include "mlxj/context.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <iostream>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "mlxj/errors.h"
+#include "mlxj/sha256.h"
+
+#ifdef MSG_NOSIGNAL
+#define MSG_NOSIGNAL_PORTABLE MSG_NOSIGNAL
+#else
+#define MSG_NOSIGNAL_PORTABLE 0  // macOS: SO_NOSIGPIPE is set on the socket
+#endif
+
+namespace mlxj {
+
+namespace {
+
+constexpr char kMagic[8] = {'M', 'L', 'X', 'J', 'H', 'S', '0', '1'};
+constexpr int kHandshakeMs = 5000;  // a silent stranger holds a handshake thread this long at most
+
+struct ConnHeader {
+  uint64_t group;
+  uint32_t initiator, kind, index, world_size;
+};
+static_assert(sizeof(ConnHeader) == 24, "wire layout");
+
+// Reads or writes exactly n bytes before the deadline; false on EOF/error/timeout.
+bool io_exact(int fd, void* buf, size_t n, bool write, Clock::time_point deadline, std::string* why) {
+  auto* p = static_cast<uint8_t*>(buf);
+  while (n > 0) {
+    ssize_t r = write ? ::send(fd, p, n, MSG_NOSIGNAL_PORTABLE) : ::recv(fd, p, n, 0);
+    if (r > 0) {
+      p += r;
+      n -= size_t(r);
+      continue;
+    }
+    if (r == 0) { *why = "connection closed during the handshake"; return false; }
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) { *why = errno_text(errno); return false; }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) { *why = "no handshake within " + std::to_string(kHandshakeMs / 1000) + " s"; return false; }
+    pollfd pfd{fd, short(write ? POLLOUT : POLLIN), 0};
+    ::poll(&pfd, 1, int(std::min<long long>(left, 100)));
+  }
+  return true;
+}
+
+Digest mac(const std::string& token, char role, const uint8_t* ni, const uint8_t* na, const ConnHeader* h) {
+  uint8_t msg[1 + 32 + 32 + sizeof(ConnHeader)];
+  msg[0] = uint8_t(role);
+  std::memcpy(msg + 1, ni, 32);
+  std::memcpy(msg + 33, na, 32);
+  size_t n = 65;
+  if (h) {
+    std::memcpy(msg + 65, h, sizeof *h);
+    n += sizeof *h;
+  }
+  return hmac_sha256(token, msg, n);
+}
+
+}  // namespace
+
+struct Context::Shared {
+  int rank = 0;
+  int world_size = 0;
+  std::string token;
+  bool verbose = false;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<ConnKey, Fd> mailbox;
+
+  void log(const std::string& msg) const {
+    std::cerr << "[mlx_jupyter rank " << rank << "] " << msg << std::endl;
+  }
+
+  // The acceptor's side of the challenge-response; on success the connection
+  // goes into the mailbox, otherwise it is refused and logged.
+  void handshake(Fd fd) {
+    std::string who = peer_name(fd.get()), why;
+    auto deadline = Clock::now() + std::chrono::milliseconds(kHandshakeMs);
+    uint8_t hello[8 + 32], reply[8 + 32 + 32], ni[32], na[32];
+    if (!io_exact(fd.get(), hello, sizeof hello, false, deadline, &why)) return refuse(who, why);
+    if (std::memcmp(hello, kMagic, 8) != 0) return refuse(who, "not an mlx_jupyter peer (bad greeting)");
+    std::memcpy(ni, hello + 8, 32);
+    random_bytes(na, 32);
+    Digest ma = mac(token, 'A', ni, na, nullptr);
+    std::memcpy(reply, kMagic, 8);
+    std::memcpy(reply + 8, na, 32);
+    std::memcpy(reply + 40, ma.data(), 32);
+    if (!io_exact(fd.get(), reply, sizeof reply, true, deadline, &why)) return refuse(who, why);
+    uint8_t answer[sizeof(ConnHeader) + 32];
+    if (!io_exact(fd.get(), answer, sizeof answer, false, deadline, &why)) return refuse(who, why);
+    ConnHeader h;
+    std::memcpy(&h, answer, sizeof h);
+    Digest got;
+    std::memcpy(got.data(), answer + sizeof h, 32);
+    uint8_t ok = 0;
+    if (!digest_equal(got, mac(token, 'I', ni, na, &h))) {
+      why = "authentication failed (its MLX_JUPYTER_TOKEN differs: not part of this job)";
+    } else if (h.world_size != uint32_t(world_size) || h.initiator >= uint32_t(world_size)) {
+      why = "it belongs to a job of " + std::to_string(h.world_size) + " ranks, this one has " + std::to_string(world_size);
+    } else {
+      ok = 1;
+    }
+    io_exact(fd.get(), &ok, 1, true, deadline, &why);
+    if (!ok) return refuse(who, why);
+    if (verbose) log("accepted rank " + std::to_string(h.initiator) + " from " + who);
+    std::lock_guard<std::mutex> lock(mu);
+    mailbox[ConnKey{h.group, h.initiator, h.kind, h.index}] = std::move(fd);
+    cv.notify_all();
+  }
+
+  void refuse(const std::string& who, const std::string& why) const {
+    log("refused a connection from " + who + ": " + why);
+  }
+};
+
+Context::Context(int rank, std::vector<std::vector<Endpoint>> addresses, std::string token, bool verbose)
+    : rank_(rank), addresses_(std::move(addresses)), shared_(std::make_shared<Shared>()) {
+  shared_->rank = rank;
+  shared_->world_size = int(addresses_.size());
+  shared_->token = std::move(token);
+  shared_->verbose = verbose;
+  if (size() > 1) {
+    for (const auto& ep : addresses_[rank]) listeners_.push_back(listen_on(ep));
+    acceptor_ = std::thread([this] { accept_loop(); });
+  }
+}
+
+Context::~Context() {
+  stop_.wake();
+  if (acceptor_.joinable()) acceptor_.join();
+}
+
+std::string Context::describe(int rank) const {
+  std::string s = "rank " + std::to_string(rank);
+  if (rank >= 0 && rank < size() && !addresses_[rank].empty()) s += " (" + addresses_[rank][0].str() + ")";
+  return s;
+}
+
+void Context::log(const std::string& msg) const { shared_->log(msg); }
+
+void Context::accept_loop() {
+  std::vector<pollfd> fds;
+  for (auto& l : listeners_) fds.push_back(pollfd{l.get(), POLLIN, 0});
+  fds.push_back(pollfd{stop_.fd(), POLLIN, 0});
+  for (;;) {
+    if (::poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) return;
+    if (fds.back().revents) return;
+    for (size_t i = 0; i + 1 < fds.size(); ++i) {
+      if (!fds[i].revents) continue;
+      int c = ::accept(fds[i].fd, nullptr, nullptr);
+      if (c < 0) continue;
+      Fd conn(c);
+      ::fcntl(c, F_SETFD, FD_CLOEXEC);
+      set_nonblocking(c);
+      configure_stream(c);
+      // One short-lived thread per handshake: a silent stranger cannot delay peers.
+      std::thread([shared = shared_, conn = std::move(conn)]() mutable { shared->handshake(std::move(conn)); }).detach();
+    }
+  }
+}
+
+void wait_slice(const Wait& wait, int ms, const std::string& waiting_for) {
+  if (wait.check_abort) wait.check_abort();
+  auto now = Clock::now();
+  if (now >= wait.deadline) fail(ErrorKind::Timeout, wait.what + " timed out " + waiting_for);
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wait.deadline - now).count() + 1;
+  int slice = int(std::min<long long>(ms, left));
+  if (wait.abort) {
+    pollfd p{wait.abort->fd(), POLLIN, 0};
+    ::poll(&p, 1, slice);
+  } else {
+    ::poll(nullptr, 0, slice);
+  }
+  if (wait.interrupted && wait.interrupted()) throw Interrupted();
+  if (wait.check_abort) wait.check_abort();
+}
+
+Fd Context::connect(int peer, size_t addr_index, const ConnKey& key, const Wait& wait) {
+  const Endpoint& ep = addresses_[peer][addr_index];
+  std::string why = "not listening yet";
+  int backoff = 5;
+  for (;;) {
+    auto attempt_deadline = std::min(wait.deadline, Clock::now() + std::chrono::seconds(1));
+    Fd fd = try_connect(ep, attempt_deadline, &why);
+    if (fd.valid()) {
+      configure_stream(fd.get());
+      auto deadline = std::min(wait.deadline, Clock::now() + std::chrono::milliseconds(kHandshakeMs));
+      uint8_t hello[8 + 32], reply[8 + 32 + 32], ni[32];
+      random_bytes(ni, 32);
+      std::memcpy(hello, kMagic, 8);
+      std::memcpy(hello + 8, ni, 32);
+      std::string err;
+      if (!io_exact(fd.get(), hello, sizeof hello, true, deadline, &err) ||
+          !io_exact(fd.get(), reply, sizeof reply, false, deadline, &err)) {
+        why = "handshake failed: " + err;
+      } else if (std::memcmp(reply, kMagic, 8) != 0) {
+        fail(ErrorKind::Config, "the process listening at " + ep.str() + " for " + describe(peer) +
+                                    " is not an mlx_jupyter rank (bad greeting): check the hostfile and port offset");
+      } else {
+        Digest got;
+        std::memcpy(got.data(), reply + 40, 32);
+        if (!digest_equal(got, mac(shared_->token, 'A', ni, reply + 8, nullptr)))
+          fail(ErrorKind::Config, describe(peer) + " at " + ep.str() +
+                                      " failed authentication: its MLX_JUPYTER_TOKEN differs, so it belongs to another job");
+        ConnHeader h{key.group, key.initiator, key.kind, key.index, uint32_t(size())};
+        Digest mi = mac(shared_->token, 'I', ni, reply + 8, &h);
+        uint8_t answer[sizeof h + 32];
+        std::memcpy(answer, &h, sizeof h);
+        std::memcpy(answer + sizeof h, mi.data(), 32);
+        uint8_t ok = 0;
+        if (io_exact(fd.get(), answer, sizeof answer, true, deadline, &err) &&
+            io_exact(fd.get(), &ok, 1, false, deadline, &err) && ok == 1)
+          return fd;
+        why = ok == 0 && err.empty() ? "refused by the peer (token or world size differ; see its log)" : "handshake failed: " + err;
+      }
+    }
+    wait_slice(wait, backoff, "connecting to " + describe(peer) + " at " + ep.str() + " (" + why + ")");
+    backoff = std::min(backoff * 2, 100);
+  }
+}
+
+Fd Context::accept(const ConnKey& key, int peer, const Wait& wait) {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(shared_->mu);
+      auto it = shared_->mailbox.find(key);
+      if (it == shared_->mailbox.end()) {
+        shared_->cv.wait_for(lock, std::chrono::milliseconds(50));
+        it = shared_->mailbox.find(key);
+      }
+      if (it != shared_->mailbox.end()) {
+        Fd fd = std::move(it->second);
+        shared_->mailbox.erase(it);
+        return fd;
+      }
+    }
+    wait_slice(wait, 0, "waiting for " + describe(peer) + " to connect");
+  }
+}
+
+}  // namespace mlxj

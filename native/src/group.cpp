@@ -1,0 +1,224 @@
+// Group lifecycle, connections, the progress engine, abort and p2p.
+#include "mlxj/group.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "mlxj/errors.h"
+#include "mlxj/tcp_transport.h"
+
+namespace mlxj {
+
+namespace {
+
+uint64_t mix(uint64_t x) {  // splitmix64: group ids of splits
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+constexpr size_t kReduceGrain = 64 * 1024;  // reduce arriving data in pieces this big
+
+}  // namespace
+
+Group::Group(std::shared_ptr<Context> ctx, uint64_t id, std::vector<int> members)
+    : ctx_(std::move(ctx)), id_(id), members_(std::move(members)) {
+  me_ = int(std::find(members_.begin(), members_.end(), ctx_->rank()) - members_.begin());
+}
+
+Group::~Group() = default;
+
+std::shared_ptr<Group> Group::world(int rank, std::vector<std::vector<Endpoint>> addresses,
+                                    std::string token, bool verbose, const CallOptions& opts) {
+  int n = int(addresses.size());
+  auto ctx = std::make_shared<Context>(rank, std::move(addresses), std::move(token), verbose);
+  std::vector<int> members(n);
+  for (int i = 0; i < n; ++i) members[i] = i;
+  std::shared_ptr<Group> g(new Group(ctx, 1, members));
+  g->guarded(opts, "init", [&](const Wait& wait) { g->connect_ring(wait); });
+  return g;
+}
+
+void Group::connect_ring(const Wait& wait) {
+  int n = size();
+  if (n == 1) return;
+  int succ = members_[(me_ + 1) % n], pred = members_[(me_ + n - 1) % n], self = members_[me_];
+  std::vector<Fd> out, in;
+  for (size_t i = 0; i < ctx_->addresses(succ).size(); ++i)
+    out.push_back(ctx_->connect(succ, i, ConnKey{id_, uint32_t(self), uint32_t(ConnKind::Ring), uint32_t(i)}, wait));
+  for (size_t i = 0; i < ctx_->addresses(self).size(); ++i)
+    in.push_back(ctx_->accept(ConnKey{id_, uint32_t(pred), uint32_t(ConnKind::Ring), uint32_t(i)}, pred, wait));
+  right_ = make_tcp_link(std::move(out), ctx_->describe(succ));
+  left_ = make_tcp_link(std::move(in), ctx_->describe(pred));
+}
+
+Link& Group::p2p_link(int peer, bool sending, const Wait& wait) {
+  int n = size();
+  if (peer < 0 || peer >= n || peer == me_)
+    fail(ErrorKind::Config, std::string(sending ? "send to" : "recv from") + " rank " + std::to_string(peer) +
+                                ": ranks of this group are 0.." + std::to_string(n - 1) + " other than " + std::to_string(me_));
+  int right = (me_ + 1) % n, left = (me_ + n - 1) % n;
+  // Ring neighbours reuse the ring connections; the sender's right link is the receiver's left one.
+  if (sending ? peer == right : peer == left) return sending ? *right_ : *left_;
+  if (sending ? peer == left : peer == right) return sending ? *left_ : *right_;
+  {
+    std::lock_guard<std::mutex> lock(abort_mu_);
+    auto it = p2p_.find(peer);
+    if (it != p2p_.end()) return *it->second;
+  }
+  // Other pairs: the lower rank opens a direct connection to the higher's first address.
+  int lo = std::min(me_, peer), w_lo = members_[lo], w_peer = members_[peer];
+  ConnKey key{id_, uint32_t(w_lo), uint32_t(ConnKind::P2P), 0};
+  std::vector<Fd> conns;
+  conns.push_back(me_ == lo ? ctx_->connect(w_peer, 0, key, wait) : ctx_->accept(key, w_peer, wait));
+  std::lock_guard<std::mutex> lock(abort_mu_);
+  auto& link = p2p_[peer] = make_tcp_link(std::move(conns), ctx_->describe(w_peer));
+  if (aborted_) link->shutdown();
+  return *link;
+}
+
+std::string Group::abort_reason() const {
+  std::lock_guard<std::mutex> lock(abort_mu_);
+  return abort_reason_;
+}
+
+void Group::abort(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(abort_mu_);
+  if (!aborted_) abort_reason_ = reason;
+  aborted_ = true;
+  // shutdown() (not close) is safe while another thread polls these sockets;
+  // the peers see the connection end at once and fail in turn.
+  if (right_) right_->shutdown();
+  if (left_) left_->shutdown();
+  for (auto& [_, link] : p2p_) link->shutdown();
+  abort_waker_.wake();
+}
+
+Wait Group::make_wait(const CallOptions& opts, const std::string& what) {
+  Wait w;
+  if (opts.timeout >= 0)
+    w.deadline = Clock::now() + std::chrono::microseconds(int64_t(opts.timeout * 1e6));
+  w.interrupted = opts.interrupted;
+  w.abort = &abort_waker_;
+  w.check_abort = [this] {
+    if (aborted_) fail(ErrorKind::Aborted, "the group was aborted: " + abort_reason() +
+                                               " (call init() again on every rank to form a new group)");
+  };
+  w.what = what;
+  return w;
+}
+
+void Group::guarded(const CallOptions& opts, const std::string& what,
+                    const std::function<void(const Wait&)>& body) {
+  std::lock_guard<std::mutex> lock(op_mu_);
+  Wait wait = make_wait(opts, what);
+  wait.check_abort();
+  try {
+    body(wait);
+  } catch (const Interrupted&) {
+    abort("interrupted (Ctrl-C) during " + what);
+    throw;
+  } catch (const CommError& e) {
+    if (e.kind() != ErrorKind::Aborted) abort(what + " failed on rank " + std::to_string(me_) + ": " + e.what());
+    throw;
+  }
+}
+
+void Group::run(std::vector<Xfer>& xs, const Wait& wait) {
+  std::vector<Link*> links;
+  for (auto& x : xs) {
+    if (x.send) x.link->begin_send(x.header, x.data, x.size);
+    else x.link->begin_recv(x.header, x.data, x.size);
+    if (std::find(links.begin(), links.end(), x.link) == links.end()) links.push_back(x.link);
+  }
+  std::vector<pollfd> fds;
+  for (;;) {
+    bool moved = false, busy = false;
+    for (Link* l : links) moved |= l->progress();
+    for (auto& x : xs) {
+      if (x.send || !x.on_recv) continue;
+      size_t got = x.link->receiving() ? x.link->received() : x.size;
+      if (got > x.seen && (got == x.size || got - x.seen >= kReduceGrain)) {
+        x.on_recv(x.seen, got);
+        x.seen = got;
+      }
+    }
+    for (Link* l : links) busy |= l->sending() || l->receiving();
+    if (!busy) return;
+    if (moved) continue;
+    fds.clear();
+    for (Link* l : links) l->wait_set(fds);
+    fds.push_back(pollfd{abort_waker_.fd(), POLLIN, 0});
+    auto now = Clock::now();
+    if (now >= wait.deadline) {
+      std::string who;
+      for (Link* l : links)
+        if (l->receiving() || l->sending()) who += (who.empty() ? "" : ", ") + l->name();
+      fail(ErrorKind::Timeout, wait.what + " timed out waiting for " + who +
+                                   ": that rank may have skipped this call, failed, or be stuck elsewhere");
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wait.deadline - now).count() + 1;
+    int rc = ::poll(fds.data(), fds.size(), int(std::min<long long>(100, left)));
+    wait.check_abort();
+    if ((rc == 0 || (rc < 0 && errno == EINTR)) && wait.interrupted && wait.interrupted()) throw Interrupted();
+  }
+}
+
+MsgHeader Group::header(OpCode op, Dtype t, size_t nbytes) {
+  MsgHeader h;
+  h.op = uint8_t(op);
+  h.dtype = uint8_t(t);
+  h.seq = seq_;
+  h.nbytes = nbytes;
+  return h;
+}
+
+void Group::send(const void* data, size_t nbytes, Dtype t, int dst, const CallOptions& opts) {
+  guarded(opts, "send to rank " + std::to_string(dst), [&](const Wait& wait) {
+    std::vector<Xfer> xs{{&p2p_link(dst, true, wait), true, header(OpCode::Send, t, nbytes),
+                          const_cast<uint8_t*>(static_cast<const uint8_t*>(data)), nbytes}};
+    xs[0].header.seq = 0;
+    run(xs, wait);
+  });
+}
+
+void Group::recv(void* data, size_t nbytes, Dtype t, int src, const CallOptions& opts) {
+  guarded(opts, "recv from rank " + std::to_string(src), [&](const Wait& wait) {
+    std::vector<Xfer> xs{{&p2p_link(src, false, wait), false, header(OpCode::Send, t, nbytes),
+                          static_cast<uint8_t*>(data), nbytes}};
+    xs[0].header.seq = 0;
+    run(xs, wait);
+  });
+}
+
+std::shared_ptr<Group> Group::split(int color, int key, const CallOptions& opts) {
+  std::shared_ptr<Group> sub;
+  guarded(opts, "split", [&](const Wait& wait) {
+    int n = size();
+    std::vector<int32_t> all(2 * n);
+    int32_t mine[2] = {int32_t(color), int32_t(key < 0 ? me_ : key)};
+    ++seq_;
+    gather_ring(mine, all.data(), sizeof mine, header(OpCode::Split, Dtype::Int32, sizeof mine), wait);
+    std::vector<std::pair<std::pair<int32_t, int>, int>> same;  // ((key, rank), world rank)
+    for (int r = 0; r < n; ++r)
+      if (all[2 * r] == color) same.push_back({{all[2 * r + 1], r}, members_[r]});
+    std::sort(same.begin(), same.end());
+    std::vector<int> members;
+    for (auto& s : same) members.push_back(s.second);
+    uint64_t id = mix(id_ ^ mix(uint64_t(++splits_) << 32 ^ uint32_t(color)));
+    sub.reset(new Group(ctx_, id, std::move(members)));
+    sub->connect_ring(wait);
+  });
+  return sub;
+}
+
+void Group::barrier(const CallOptions& opts) {
+  guarded(opts, "barrier", [&](const Wait& wait) {
+    ++seq_;
+    if (size() > 1) gather_ring(nullptr, nullptr, 0, header(OpCode::Barrier, Dtype::UInt8, 0), wait);
+  });
+}
+
+}  // namespace mlxj

@@ -1,0 +1,178 @@
+#include "mlxj/socket.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdexcept>
+#include <sys/types.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+#include "mlxj/errors.h"
+
+namespace mlxj {
+
+Fd& Fd::operator=(Fd&& o) noexcept {
+  if (this != &o) {
+    reset();
+    fd_ = std::exchange(o.fd_, -1);
+  }
+  return *this;
+}
+Fd::~Fd() { reset(); }
+void Fd::reset() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+Endpoint parse_endpoint(const std::string& s) {
+  auto colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == s.size())
+    throw std::invalid_argument("'" + s + "' is not of the form ip:port");
+  std::string host = s.substr(0, colon), port = s.substr(colon + 1);
+  if (host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  for (char c : port)
+    if (c < '0' || c > '9') throw std::invalid_argument("'" + s + "' has a non-numeric port");
+  int p = port.size() > 5 ? 0 : std::stoi(port);
+  if (p < 1 || p > 65535) throw std::invalid_argument("'" + s + "' has a port outside 1..65535");
+  return {host, p};
+}
+
+namespace {
+
+struct AddrInfo {
+  addrinfo* ai = nullptr;
+  ~AddrInfo() { if (ai) freeaddrinfo(ai); }
+};
+
+void resolve(const Endpoint& ep, bool passive, AddrInfo& out) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = passive ? AI_PASSIVE : 0;
+  int rc = getaddrinfo(ep.host.c_str(), std::to_string(ep.port).c_str(), &hints, &out.ai);
+  if (rc != 0 || !out.ai)
+    fail(ErrorKind::Config, "cannot resolve '" + ep.host + "': " + gai_strerror(rc));
+}
+
+}  // namespace
+
+void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+void configure_stream(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  int idle = 1, interval = 1, count = 3;
+#if defined(__linux__)
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  // Unacknowledged data to a vanished host fails the socket after 3 s.
+  unsigned int user_timeout_ms = 3000;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
+#elif defined(__APPLE__)
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPALIVE, &idle, sizeof idle);
+  ::setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &one, sizeof one);
+#endif
+#if defined(TCP_KEEPINTVL) && defined(TCP_KEEPCNT)
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+#endif
+  (void)idle; (void)interval; (void)count;
+}
+
+Fd listen_on(const Endpoint& ep) {
+  AddrInfo res;
+  resolve(ep, true, res);
+  std::string last = "no address";
+  for (addrinfo* a = res.ai; a; a = a->ai_next) {
+    Fd fd(::socket(a->ai_family, a->ai_socktype, a->ai_protocol));
+    if (!fd.valid()) { last = errno_text(errno); continue; }
+    int one = 1;
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    ::fcntl(fd.get(), F_SETFD, FD_CLOEXEC);
+    if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd.get(), 128) != 0) {
+      last = errno_text(errno);
+      continue;
+    }
+    set_nonblocking(fd.get());
+    return fd;
+  }
+  fail(ErrorKind::Config, "cannot listen on " + ep.str() + ": " + last +
+                              " (is another job using this port? choose another starting port)");
+}
+
+Fd try_connect(const Endpoint& ep, Clock::time_point deadline, std::string* why) {
+  AddrInfo res;
+  resolve(ep, false, res);
+  for (addrinfo* a = res.ai; a; a = a->ai_next) {
+    Fd fd(::socket(a->ai_family, a->ai_socktype, a->ai_protocol));
+    if (!fd.valid()) { *why = errno_text(errno); continue; }
+    ::fcntl(fd.get(), F_SETFD, FD_CLOEXEC);
+    set_nonblocking(fd.get());
+    if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) == 0) return fd;
+    if (errno != EINPROGRESS) { *why = errno_text(errno); continue; }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    pollfd p{fd.get(), POLLOUT, 0};
+    int rc = ::poll(&p, 1, int(std::max<long long>(0, std::min<long long>(left, 1000))));
+    if (rc <= 0) { *why = "connection attempt timed out"; continue; }
+    int err = 0;
+    socklen_t len = sizeof err;
+    ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err == 0) return fd;
+    *why = errno_text(err);
+  }
+  return Fd();
+}
+
+std::string peer_name(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "unknown";
+  char host[NI_MAXHOST], serv[NI_MAXSERV];
+  if (getnameinfo(reinterpret_cast<sockaddr*>(&ss), len, host, sizeof host, serv, sizeof serv,
+                  NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+    return "unknown";
+  return std::string(host) + ":" + serv;
+}
+
+Waker::Waker() {
+  int fds[2];
+  if (::pipe(fds) != 0) throw std::runtime_error("pipe() failed: " + errno_text(errno));
+  read_ = Fd(fds[0]);
+  write_ = Fd(fds[1]);
+  for (int fd : fds) {
+    set_nonblocking(fd);
+    ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  }
+}
+
+void Waker::wake() const {
+  char c = 1;
+  [[maybe_unused]] auto n = ::write(write_.get(), &c, 1);  // full pipe = already awake
+}
+
+void Waker::drain() const {
+  char buf[64];
+  while (::read(read_.get(), buf, sizeof buf) > 0) {
+  }
+}
+
+void random_bytes(void* out, size_t size) {
+  Fd fd(::open("/dev/urandom", O_RDONLY | O_CLOEXEC));
+  auto* p = static_cast<uint8_t*>(out);
+  while (fd.valid() && size > 0) {
+    ssize_t n = ::read(fd.get(), p, size);
+    if (n <= 0) break;
+    p += n;
+    size -= size_t(n);
+  }
+  if (size) throw std::runtime_error("cannot read /dev/urandom");
+}
+
+}  // namespace mlxj

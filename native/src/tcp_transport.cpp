@@ -1,0 +1,204 @@
+#include "mlxj/tcp_transport.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "mlxj/dtype.h"
+#include "mlxj/errors.h"
+
+#ifndef MSG_NOSIGNAL
+#define MSG_NOSIGNAL 0  // macOS: SO_NOSIGPIPE is set on the socket instead
+#endif
+
+namespace mlxj {
+
+const char* op_name(uint8_t op) {
+  switch (static_cast<OpCode>(op)) {
+    case OpCode::AllSum: return "all_sum";
+    case OpCode::AllMax: return "all_max";
+    case OpCode::AllMin: return "all_min";
+    case OpCode::AllGather: return "all_gather";
+    case OpCode::SumScatter: return "sum_scatter";
+    case OpCode::Send: return "send";
+    case OpCode::Barrier: return "barrier";
+    case OpCode::Split: return "split";
+  }
+  return "unknown op";
+}
+
+std::string describe(const MsgHeader& h) {
+  std::string s = op_name(h.op);
+  s += " of " + std::to_string(h.nbytes) + " bytes";
+  if (h.dtype < 14) s += std::string(" (") + dtype_name(static_cast<Dtype>(h.dtype)) + ")";
+  if (h.op != uint8_t(OpCode::Send)) s += ", collective #" + std::to_string(h.seq);
+  return s;
+}
+
+namespace {
+
+constexpr size_t kStripe = 256 * 1024;  // striping unit across parallel connections
+
+class TcpLink final : public Link {
+ public:
+  TcpLink(std::vector<Fd> conns, std::string name) : conns_(std::move(conns)), name_(std::move(name)) {
+    send_.done.assign(conns_.size(), 0);
+    recv_.done.assign(conns_.size(), 0);
+  }
+
+  const std::string& name() const override { return name_; }
+
+  void begin_send(const MsgHeader& h, const void* data, size_t size) override {
+    start(send_, h, const_cast<uint8_t*>(static_cast<const uint8_t*>(data)), size);
+  }
+  void begin_recv(const MsgHeader& expect, void* data, size_t size) override {
+    start(recv_, expect, static_cast<uint8_t*>(data), size);
+  }
+  bool sending() const override { return send_.active; }
+  bool receiving() const override { return recv_.active; }
+
+  bool progress() override {
+    bool moved = false;
+    for (size_t c = 0; c < conns_.size(); ++c) {
+      if (send_.active) moved |= pump(send_, c, true);
+      if (recv_.active) moved |= pump(recv_, c, false);
+    }
+    finish_if_done(send_);
+    finish_if_done(recv_);
+    return moved;
+  }
+
+  size_t received() const override {
+    if (!recv_.active) return recv_.size;
+    size_t first_missing = recv_.size;
+    for (size_t c = 0; c < conns_.size(); ++c)
+      if (recv_.done[c] < conn_total(recv_, c)) first_missing = std::min(first_missing, position(recv_, c));
+    return recv_.header_done < sizeof(MsgHeader) ? 0 : first_missing;
+  }
+
+  void wait_set(std::vector<pollfd>& out) const override {
+    for (size_t c = 0; c < conns_.size(); ++c) {
+      short ev = (pending(send_, c) ? POLLOUT : 0) | (pending(recv_, c) ? POLLIN : 0);
+      if (ev) out.push_back(pollfd{conns_[c].get(), ev, 0});
+    }
+  }
+
+  void shutdown() override {
+    for (auto& fd : conns_) ::shutdown(fd.get(), SHUT_RDWR);
+  }
+
+ private:
+  struct Transfer {
+    bool active = false;
+    MsgHeader header;  // to send, or the one expected
+    MsgHeader got;     // the one received
+    size_t header_done = 0;
+    uint8_t* data = nullptr;
+    size_t size = 0;
+    size_t stripe = 0;
+    std::vector<size_t> done;  // payload bytes moved per connection
+  };
+
+  void start(Transfer& t, const MsgHeader& h, uint8_t* data, size_t size) {
+    t.active = true;
+    t.header = h;
+    t.header_done = 0;
+    t.data = data;
+    t.size = size;
+    t.stripe = conns_.size() == 1 ? std::max<size_t>(size, 1) : kStripe;
+    std::fill(t.done.begin(), t.done.end(), 0);
+  }
+
+  // Bytes of the payload that connection c carries: stripes c, c+k, c+2k, ...
+  size_t conn_total(const Transfer& t, size_t c) const {
+    size_t k = conns_.size(), stripes = (t.size + t.stripe - 1) / t.stripe;
+    if (c >= stripes) return 0;
+    size_t mine = (stripes - c + k - 1) / k, last = c + (mine - 1) * k;
+    size_t last_len = std::min(t.stripe, t.size - last * t.stripe);
+    return (mine - 1) * t.stripe + last_len;
+  }
+
+  bool pending(const Transfer& t, size_t c) const {
+    return t.active && ((c == 0 && t.header_done < sizeof(MsgHeader)) || t.done[c] < conn_total(t, c));
+  }
+
+  // Absolute payload offset of connection c's next byte.
+  size_t position(const Transfer& t, size_t c) const {
+    size_t q = t.done[c] / t.stripe;
+    return (c + q * conns_.size()) * t.stripe + t.done[c] % t.stripe;
+  }
+
+  bool pump(Transfer& t, size_t c, bool is_send) {
+    bool moved = false;
+    for (;;) {
+      iovec iov[2];
+      int n = 0;
+      bool header_pending = c == 0 && t.header_done < sizeof(MsgHeader);
+      if (header_pending) {
+        auto* hp = reinterpret_cast<uint8_t*>(is_send ? &t.header : &t.got);
+        iov[n++] = {hp + t.header_done, sizeof(MsgHeader) - t.header_done};
+      }
+      size_t total = conn_total(t, c);
+      if (t.done[c] < total) {
+        size_t pos = position(t, c), stripe_left = t.stripe - t.done[c] % t.stripe;
+        iov[n++] = {t.data + pos, std::min(stripe_left, t.size - pos)};
+      }
+      if (n == 0) return moved;
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = n;
+      ssize_t r = is_send ? ::sendmsg(conns_[c].get(), &msg, MSG_NOSIGNAL) : ::recvmsg(conns_[c].get(), &msg, 0);
+      if (r < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return moved;
+        lost(errno);
+      }
+      if (r == 0 && !is_send)
+        fail(ErrorKind::Peer, "connection to " + name_ + " was closed by the peer (it exited, was interrupted or aborted its group)");
+      moved = true;
+      size_t got = size_t(r);
+      if (header_pending) {
+        size_t h = std::min(got, sizeof(MsgHeader) - t.header_done);
+        t.header_done += h;
+        got -= h;
+        if (!is_send && t.header_done == sizeof(MsgHeader)) check_header(t);
+      }
+      t.done[c] += got;
+    }
+  }
+
+  void check_header(const Transfer& t) const {
+    const MsgHeader &e = t.header, &g = t.got;
+    if (g.magic != e.magic)
+      fail(ErrorKind::Protocol, "garbled data from " + name_ + " (bad message header): the streams are out of step");
+    if (g.op != e.op || g.nbytes != e.nbytes || g.dtype != e.dtype || g.seq != e.seq)
+      fail(ErrorKind::Protocol, name_ + " sent " + describe(g) + " but this rank called " + describe(e) +
+                                    ": every rank must call the same operations in the same order with the same shapes and dtypes");
+  }
+
+  [[noreturn]] void lost(int err) const {
+    if (err == ETIMEDOUT)
+      fail(ErrorKind::Peer, name_ + " stopped responding (its host is down or the network is cut)");
+    fail(ErrorKind::Peer, "connection to " + name_ + " was lost: " + errno_text(err));
+  }
+
+  void finish_if_done(Transfer& t) {
+    if (!t.active || t.header_done < sizeof(MsgHeader)) return;
+    for (size_t c = 0; c < conns_.size(); ++c)
+      if (t.done[c] < conn_total(t, c)) return;
+    t.active = false;
+  }
+
+  std::vector<Fd> conns_;
+  std::string name_;
+  Transfer send_, recv_;
+};
+
+}  // namespace
+
+std::unique_ptr<Link> make_tcp_link(std::vector<Fd> conns, std::string name) {
+  return std::make_unique<TcpLink>(std::move(conns), std::move(name));
+}
+
+}  // namespace mlxj
