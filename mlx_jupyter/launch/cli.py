@@ -1,0 +1,254 @@
+"""``mlx-jupyter launch [options] [--] command args...``: run a command on every rank.
+
+Options end where the command begins: in ``launch -n 2 python t.py --verbose``
+the ``--verbose`` belongs to ``t.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import signal
+import stat
+import sys
+from typing import Optional, Sequence
+
+from mlx_jupyter import ssh
+from mlx_jupyter.hostfile import BACKENDS, HostfileError, parse_env, parse_host_list, read_hostfile, repeat_hosts
+from mlx_jupyter.launch.errors import LaunchError
+from mlx_jupyter.launch.job import Job, LaunchConfig
+
+PROG = "mlx-jupyter launch"
+
+
+class UsageError(Exception):
+    """Bad command line: printed with the usage hint, exit status 2."""
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port in 1..65535, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The option parser (options only: the command is split off before parsing)."""
+    p = argparse.ArgumentParser(
+        prog=PROG, allow_abbrev=False,
+        usage=f"{PROG} [options] [--] command [args...]",
+        description="Run a command on every rank, locally or over ssh, with MLX's distributed environment.",
+    )
+    p.add_argument("--hosts", default="127.0.0.1", help="comma-separated hosts (an IP entry is also its IP)")
+    p.add_argument("-n", "--repeat-hosts", type=_positive, default=1, metavar="N", help="ranks per host")
+    p.add_argument("--hostfile", help="JSON hostfile (list or {backend, envs, hosts}); overrides --hosts")
+    p.add_argument("--backend", choices=BACKENDS, help="default: the hostfile's, else nccl with CUDA, else ring")
+    p.add_argument("--env", action="append", default=[], metavar="K=V", help="set an env var on every rank")
+    p.add_argument("--mpi-arg", action="append", default=[], metavar="A", help="extra mpirun argument(s)")
+    p.add_argument("--connections-per-ip", type=_positive, default=1, metavar="N", help="ring: connections per IP")
+    p.add_argument("-p", "--starting-port", type=_port, default=32323, metavar="P",
+                   help="ring: first port (our core also uses port+1000); jaccl: coordinator port")
+    p.add_argument("--nccl-port", type=_port, default=12345, metavar="P", help="nccl rendezvous port")
+    p.add_argument("--cwd", help="working directory on every host (default: this one, if it exists there)")
+    p.add_argument("--python", default=sys.executable, help="interpreter for a .py script (default: this one)")
+    p.add_argument("--no-verify-script", action="store_true", help="don't check locally that the command exists")
+    p.add_argument("--print-python", action="store_true", help="print the interpreter path and exit")
+    p.add_argument("--verbose", action="store_true", help="log steps to stderr")
+    p.add_argument("--output", choices=("prefix", "raw"), help="prefix lines with [rank r] (default with >1 rank)")
+    ssh_group = p.add_argument_group("ssh")
+    ssh_group.add_argument("--accept-unknown-hosts", action="store_true",
+                           help="accept hosts missing from known_hosts (a changed key is still refused)")
+    ssh_group.add_argument("--ssh-config", action="append", metavar="F", help="ssh_config file(s) instead of ~/.ssh/config")
+    ssh_group.add_argument("--known-hosts", metavar="F", help="known_hosts file instead of ~/.ssh/known_hosts")
+    ssh_group.add_argument("-i", "--identity", action="append", metavar="F", help="private key file(s)")
+    ssh_group.add_argument("--connect-timeout", type=float, default=10.0, metavar="S", help="ssh connect timeout")
+    ssh_group.add_argument("--keepalive-interval", type=float, default=1.0, metavar="S",
+                           help="ssh keepalive interval; a host silent for 4 intervals is declared lost")
+    return p
+
+
+def _value_flags(parser: argparse.ArgumentParser) -> set[str]:
+    return {s for a in parser._actions if a.nargs != 0 for s in a.option_strings}
+
+
+def split_argv(argv: Sequence[str], parser: argparse.ArgumentParser) -> tuple[list[str], list[str]]:
+    """Split into (launcher options, command): the command starts at the first non-option or after ``--``."""
+    takes_value = _value_flags(parser)
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            return list(argv[:i]), list(argv[i + 1:])
+        if not arg.startswith("-") or arg == "-":
+            return list(argv[:i]), list(argv[i:])
+        name = arg.split("=", 1)[0]
+        if name in takes_value and "=" not in arg:
+            i += 2
+        elif not arg.startswith("--") and len(arg) > 2 and arg[:2] in takes_value:
+            i += 1  # -n2 / -p32323
+        else:
+            i += 1
+    return list(argv), []
+
+
+def verify_command(command: list[str], cwd: Optional[str]) -> None:
+    """Check locally that the script/command exists; raise :class:`UsageError` otherwise."""
+    first = command[0]
+    base = cwd if cwd and os.path.isdir(cwd) else os.getcwd()
+    if first.endswith(".py") or "/" in first:
+        if not os.path.exists(os.path.join(base, first)):
+            raise UsageError(f"{first!r} not found in {base}; pass --no-verify-script if it exists only on the hosts")
+    elif shutil.which(first) is None:
+        raise UsageError(f"command {first!r} not found on PATH; pass --no-verify-script if it exists only on the hosts")
+
+
+def _default_backend() -> str:
+    try:
+        import mlx.core as mx
+
+        return "nccl" if mx.cuda.is_available() else "ring"
+    except Exception:  # noqa: BLE001 - no MLX, or no CUDA module: ring
+        return "ring"
+
+
+def make_config(args: argparse.Namespace, command: list[str]) -> LaunchConfig:
+    """Turn parsed options into a :class:`LaunchConfig` (warnings printed, errors raised)."""
+    if args.hostfile:
+        hf = read_hostfile(args.hostfile)
+        hosts, backend, envs = repeat_hosts(hf.hosts, args.repeat_hosts), hf.backend, hf.envs
+    else:
+        hosts, backend, envs = parse_host_list(args.hosts, args.repeat_hosts), None, []
+    env, warnings = parse_env(envs, "hostfile envs")
+    more, more_warnings = parse_env(args.env, "--env")
+    env.update(more)
+    for w in warnings + more_warnings:
+        print(f"{PROG}: warning: {w}", file=sys.stderr)
+    cols, lines = shutil.get_terminal_size((0, 0))
+    if cols > 0 and sys.stdout.isatty():
+        env.setdefault("COLUMNS", str(cols))
+        env.setdefault("LINES", str(lines))
+    opts = ssh.SSHOptions(
+        config=args.ssh_config, known_hosts=args.known_hosts, accept_unknown_hosts=args.accept_unknown_hosts,
+        client_keys=args.identity, connect_timeout=args.connect_timeout, keepalive_interval=args.keepalive_interval,
+    )
+    return LaunchConfig(
+        command=command, hosts=hosts, backend=args.backend or backend or _default_backend(), env=env,
+        cwd=args.cwd, cwd_required=args.cwd is not None, python=args.python, starting_port=args.starting_port,
+        connections_per_ip=args.connections_per_ip, nccl_port=args.nccl_port, ssh_options=opts, stdin=True,
+        verbose=args.verbose, mpi_args=list(args.mpi_arg),
+    )
+
+
+class _Output:
+    """Writes rank lines to our stdout/stderr, prefixed or raw."""
+
+    def __init__(self, prefix: bool):
+        self.prefix = prefix
+
+    def __call__(self, rank: int, stream: str, line: str) -> None:
+        target = sys.stdout if stream == "stdout" else sys.stderr
+        try:
+            target.write(f"[rank {rank}] {line}\n" if self.prefix else line + "\n")
+            target.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+
+
+async def _pump_stdin(job: Job) -> None:
+    """Broadcast our stdin to every rank until EOF (event-driven; files read in a thread)."""
+    loop = asyncio.get_running_loop()
+    try:
+        fd = sys.stdin.fileno()
+    except (AttributeError, ValueError, OSError):
+        job.close_stdin()
+        return
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or (stat.S_ISCHR(mode) and os.isatty(fd)):
+        reader = asyncio.StreamReader()
+        blocking = os.get_blocking(fd)
+        transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(os.dup(fd), "rb", 0))
+        try:
+            while data := await reader.read(1 << 16):
+                job.write_stdin(data)
+        finally:
+            transport.close()
+            os.set_blocking(fd, blocking)
+    else:  # a regular file or /dev/null: reads never block for long
+        while data := await loop.run_in_executor(None, os.read, fd, 1 << 16):
+            job.write_stdin(data)
+    job.close_stdin()
+
+
+async def run(config: LaunchConfig, output: str | None) -> int:
+    """Launch, forward stdin and signals, wait; return the exit status."""
+    job = Job(config)
+    config.on_output = _Output(output == "prefix" or (output is None and len(job.ranks) > 1 and config.backend != "mpi"))
+    loop = asyncio.get_running_loop()
+    interrupts = 0
+
+    def on_sigint() -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if interrupts == 1:
+            print(f"\n{PROG}: forwarding Ctrl-C to every rank (press again to terminate them)", file=sys.stderr)
+            asyncio.ensure_future(job.signal(signal.SIGINT))
+        else:
+            asyncio.ensure_future(job.stop(2.0))
+
+    def on_term() -> None:
+        asyncio.ensure_future(job.stop(2.0))
+
+    loop.add_signal_handler(signal.SIGINT, on_sigint)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        loop.add_signal_handler(sig, on_term)
+    stdin_task: Optional[asyncio.Task] = None
+    try:
+        await job.start()
+        stdin_task = asyncio.ensure_future(_pump_stdin(job))
+        code = await job.wait()
+    finally:
+        if stdin_task is not None:
+            stdin_task.cancel()
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            loop.remove_signal_handler(sig)
+    summary = job.summary()
+    if summary:
+        print(f"{PROG}: {summary}", file=sys.stderr)
+    if code < 0:
+        return 128 - code
+    return min(code, 255)
+
+
+def main(argv: list[str]) -> int:
+    """Entry point for ``mlx-jupyter launch``; returns the exit status."""
+    parser = build_parser()
+    opts, command = split_argv(argv, parser)
+    args = parser.parse_args(opts)
+    if args.print_python:
+        print(args.python)
+        return 0
+    try:
+        if not command:
+            raise UsageError("no command given; e.g. `mlx-jupyter launch -n 2 -- python script.py`")
+        if not args.no_verify_script:
+            verify_command(command, args.cwd)
+        config = make_config(args, command)
+    except (UsageError, HostfileError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(run(config, args.output))
+    except LaunchError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
