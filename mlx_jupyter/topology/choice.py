@@ -169,6 +169,8 @@ def plan_jaccl_ring(topo: Topology, envs: Sequence[str], reason: str) -> Choice:
 
 def choose(topo: Topology, backend: str | None = None, envs: Sequence[str] = ()) -> Choice:
     """Plan `backend`, or pick one: RDMA only with RDMA on every host and Thunderbolt 5 on every link used."""
+    if len(topo.hosts) < 2:
+        raise PlanError(f"a cluster needs at least two hosts; got {', '.join(topo.names) or 'none'}")
     if backend is not None:
         if backend not in BACKENDS:
             raise PlanError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")

@@ -1,0 +1,229 @@
+"""`mlx-jupyter config` end to end over a fake runner serving the recorded clusters."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+
+import pytest
+
+from fake_runner import FakeRunner
+from tb_fixtures import FIXTURES, SCENARIOS, expected
+from mlx_jupyter import config
+from mlx_jupyter.topology import CommandResult, Topology
+
+
+class NoStdin:
+    def read(self, *a):
+        raise AssertionError("config read stdin")
+
+    readline = read
+
+
+@pytest.fixture(autouse=True)
+def no_stdin(monkeypatch):
+    monkeypatch.setattr(sys, "stdin", NoStdin())
+
+
+def run(case: str, *args: str, runner: FakeRunner | None = None, hosts: list[str] | None = None):
+    runner = runner or FakeRunner(FIXTURES / case)
+    names = hosts or expected(case)["hosts"]
+    out, err = io.StringIO(), io.StringIO()
+    code = config.main(["--hosts", ",".join(names), *args], runner=runner, out=out, err=err)
+    return code, out.getvalue(), err.getvalue(), runner
+
+
+def hostfile_of(tmp_path, case, *args, **kw):
+    path = tmp_path / "hostfile.json"
+    code, out, err, runner = run(case, "--output-hostfile", str(path), *args, **kw)
+    return code, (json.loads(path.read_text()) if path.exists() else None), err, runner
+
+
+@pytest.mark.parametrize("case", SCENARIOS)
+def test_auto_backend_writes_the_correct_hostfile(tmp_path, case):
+    code, hostfile, err, runner = hostfile_of(tmp_path, case)
+    auto = expected(case)["correct"]["auto"]
+    assert code == 0, err
+    assert hostfile == auto["hostfile"]
+    assert f"backend: {auto['backend']}" in err
+    assert runner.peak_hosts == len(expected(case)["hosts"])  # all hosts discovered at once
+
+
+@pytest.mark.parametrize("case", SCENARIOS)
+@pytest.mark.parametrize("backend", ["ring", "jaccl", "jaccl-ring"])
+def test_named_backend(tmp_path, case, backend):
+    code, hostfile, err, _ = hostfile_of(tmp_path, case, "--backend", backend)
+    want = expected(case)["correct"][f"hostfile_{backend.replace('-', '_')}"]
+    if want is None:
+        assert code == 1 and hostfile is None and "error:" in err and "Traceback" not in err
+    else:
+        assert code == 0, err
+        assert hostfile == want
+
+
+@pytest.mark.parametrize("case", SCENARIOS)
+def test_dot(case):
+    code, out, _, runner = run(case, "--dot")
+    assert code == 0
+    assert out == Topology.from_recordings(FIXTURES / case).to_dot()
+    assert not any(h for h, a in runner.calls if "ifconfig" in a)
+
+
+def test_printed_setup_never_waits_and_touches_nothing():
+    code, out, err, runner = run("four-macs-ring-only")
+    assert code == 0
+    assert all(not runner.setup_calls(h) for h in expected("four-macs-ring-only")["hosts"])
+    for host, lines in expected("four-macs-ring-only")["correct"]["setup_commands"].items():
+        assert f"Setup for {host}" in out
+        assert "\n".join(lines) in out
+    assert "Hostfile" in out
+
+
+def test_auto_setup_runs_where_sudo_works_and_prints_the_rest():
+    code, out, err, runner = run("four-macs-ring-only", "--auto-setup")
+    assert code == 0, err
+    correct = expected("four-macs-ring-only")["correct"]["setup_commands"]
+    for host in ("mini-a", "mini-b", "mini-d"):
+        assert runner.setup_calls(host) == correct[host]
+        assert f"Setup for {host}" not in out
+    assert runner.setup_calls("mini-c") == []
+    assert "Setup for mini-c (no passwordless sudo" in out
+    assert "\n".join(correct["mini-c"]) in out
+
+
+def test_auto_setup_failure_is_reported_per_host(tmp_path):
+    runner = FakeRunner(FIXTURES / "two-macs-one-cable", answers={
+        ("mini-2", ("sudo", "ifconfig", "en2", "inet", "192.168.0.2", "netmask", "255.255.255.252")):
+            CommandResult(1, "", "ifconfig: ioctl (SIOCAIFADDR): Invalid argument\n"),
+        ("mini-1", ("sudo", "ifconfig", "bridge0", "down")): CommandResult(1, "", "ifconfig: interface bridge0 does not exist\n"),
+    })
+    code, hostfile, err, _ = hostfile_of(tmp_path, "two-macs-one-cable", "--auto-setup", runner=runner)
+    assert code == 1
+    assert "setup failed on mini-2" in err and "SIOCAIFADDR" in err
+    assert "mini-1" not in err.split("setup failed")[1]  # a missing bridge0 is not a failure
+    assert hostfile is not None
+
+
+MALFORMED_DISCOVERY = [
+    "empty-system-profiler", "not-json-ssh-error", "not-json-sudo-error", "truncated-json",
+    "missing-spthunderboltdatatype", "empty-bus-list", "networksetup-empty",
+    "networksetup-no-thunderbolt-ports", "ssh-unreachable",
+]
+
+
+@pytest.mark.parametrize("case", MALFORMED_DISCOVERY)
+def test_malformed_output_is_one_clear_error(case):
+    code, out, err, _ = run(f"malformed/{case}")
+    assert code == 1
+    assert "Traceback" not in err and err.count("error:") == 1
+    for word in expected(f"malformed/{case}")["must_mention"]:
+        assert word in err
+
+
+def test_ignore_unreachable_leaves_the_host_out():
+    code, _, err, _ = run("malformed/ssh-unreachable", "--ignore-unreachable")
+    assert "leaving out unreachable hosts" in err and "mac-2" in err
+    assert code == 1 and "at least two hosts" in err
+
+
+def test_missing_rdma_command_named_for_jaccl():
+    code, _, err, _ = run("malformed/ibv-devices-not-found", "--backend", "jaccl")
+    assert code == 1 and "mac-2" in err and "ibv_devices" in err
+
+
+def test_env_is_saved_and_bad_keys_skipped(tmp_path):
+    code, hostfile, err, _ = hostfile_of(tmp_path, "two-macs-one-cable", "--env", "MLX_METAL_FAST_SYNCH=1",
+                                         "--env", "BAD-KEY=1")
+    assert code == 0
+    assert hostfile["envs"] == ["MLX_METAL_FAST_SYNCH=1"]
+    assert "BAD-KEY" in err
+
+
+def test_hostfile_input(tmp_path):
+    src = tmp_path / "in.json"
+    src.write_text(json.dumps([{"ssh": "mini-1"}, {"ssh": "mini-2"}]))
+    out, err = io.StringIO(), io.StringIO()
+    code = config.main(["--hostfile", str(src)], runner=FakeRunner(FIXTURES / "two-macs-one-cable"), out=out, err=err)
+    assert code == 0, err
+    assert '"192.168.0.1"' in out.getvalue()
+
+
+def test_usage_errors_exit_2(capsys):
+    assert config.main([], runner=FakeRunner(None)) == 2
+    assert config.main(["--hosts", "a", "--over", "wifi"], runner=FakeRunner(None)) == 2
+    assert config.main(["--hosts", "a,,b"], runner=FakeRunner(None), err=io.StringIO()) == 1
+
+
+def test_same_mac_twice_is_refused(tmp_path):
+    import shutil
+
+    shutil.copytree(FIXTURES / "two-macs-one-cable", tmp_path / "c")
+    shutil.copytree(FIXTURES / "two-macs-one-cable" / "mini-1", tmp_path / "c" / "mini-1.local")
+    code, _, err, _ = run("x", runner=FakeRunner(tmp_path / "c"), hosts=["mini-1", "mini-2", "mini-1.local"])
+    assert code == 1 and "same machine" in err
+
+
+# -- ethernet ---------------------------------------------------------------------------------------
+
+
+def test_ethernet_on_macs_uses_en0_then_en1(tmp_path):
+    code, hostfile, err, _ = hostfile_of(tmp_path, "three-macs-triangle", "--over", "ethernet")
+    assert code == 0, err
+    assert [h["ips"] for h in hostfile["hosts"]] == [["10.0.0.41"], ["10.0.0.42"], ["10.0.0.43"]]
+    assert hostfile["backend"] == ""
+
+
+def _ip_addr(*addrs: tuple[str, str, int]) -> CommandResult:
+    links = [{"ifname": "lo", "flags": ["LOOPBACK", "UP"], "addr_info": [
+        {"family": "inet", "local": "127.0.0.1", "prefixlen": 8, "scope": "host"}]}]
+    for ifname, ip, plen in addrs:
+        links.append({"ifname": ifname, "flags": ["BROADCAST", "UP", "LOWER_UP"], "addr_info": [
+            {"family": "inet", "local": ip, "prefixlen": plen, "scope": "global"},
+            {"family": "inet6", "local": "fe80::1", "prefixlen": 64}]})
+    return CommandResult(0, json.dumps(links))
+
+
+def linux_runner(addrs: dict[str, CommandResult], routes: dict | None = None) -> FakeRunner:
+    answers = {}
+    for host, result in addrs.items():
+        answers[(host, ("echo", "success"))] = CommandResult(0, "success\n")
+        answers[(host, ("uname", "-s"))] = CommandResult(0, "Linux\n")
+        answers[(host, ("ip", "-j", "-4", "addr", "show"))] = result
+    for (host, target), src in (routes or {}).items():
+        answers[(host, ("ip", "-j", "-4", "route", "get", target))] = CommandResult(
+            0, json.dumps([{"dst": target, "dev": "eth1", "prefsrc": src}]))
+    return FakeRunner(None, answers)
+
+
+def test_ethernet_on_linux_picks_the_shared_subnet(tmp_path):
+    runner = linux_runner({
+        "n1": _ip_addr(("docker0", "172.17.0.1", 16), ("eth0", "192.0.2.11", 24)),
+        "n2": _ip_addr(("docker0", "172.17.0.1", 16), ("eth0", "192.0.2.12", 24)),
+    })
+    code, hostfile, err, _ = hostfile_of(tmp_path, "x", "--over", "ethernet", "--backend", "ring",
+                                         runner=runner, hosts=["n1", "n2"])
+    assert code == 0, err
+    assert hostfile == {"backend": "ring", "envs": [], "hosts": [
+        {"ssh": "n1", "ips": ["192.0.2.11"], "rdma": []}, {"ssh": "n2", "ips": ["192.0.2.12"], "rdma": []}]}
+
+
+def test_ethernet_on_linux_asks_the_routing_table_across_subnets(tmp_path):
+    runner = linux_runner(
+        {"n1": _ip_addr(("eth0", "192.0.2.11", 24)), "n2": _ip_addr(("eth0", "192.0.2.12", 24)),
+         "n3": _ip_addr(("eth0", "198.51.100.7", 24), ("eth1", "203.0.113.7", 24))},
+        routes={("n3", "192.0.2.11"): "203.0.113.7"},
+    )
+    code, hostfile, err, _ = hostfile_of(tmp_path, "x", "--over", "ethernet", runner=runner, hosts=["n1", "n2", "n3"])
+    assert code == 0, err
+    assert [h["ips"] for h in hostfile["hosts"]] == [["192.0.2.11"], ["192.0.2.12"], ["203.0.113.7"]]
+
+
+def test_ethernet_refuses_jaccl():
+    code, _, err, _ = run("two-macs-one-cable", "--over", "ethernet", "--backend", "jaccl")
+    assert code == 2 and "thunderbolt" in err
+
+
+def test_ethernet_without_address_names_host_and_command():
+    code, _, err, _ = run("malformed/no-ip-address", "--over", "ethernet")
+    assert code == 1 and "mac-1" in err and "ipconfig getifaddr" in err
