@@ -1,0 +1,136 @@
+"""Array interop for the collectives: any input becomes a contiguous view the core
+can read (no copy when the input already is one), and results go back in the
+input's type. bfloat16, which numpy lacks, travels as uint16 bits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mlx_jupyter import _core
+
+SUPPORTED = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+             "float16", "bfloat16", "float32", "float64", "complex64")
+
+
+def _kind(x: Any) -> str:
+    mod = type(x).__module__ or ""
+    if isinstance(x, np.ndarray):
+        return "numpy"
+    if mod.startswith("mlx"):
+        return "mlx"
+    if mod.startswith("torch"):
+        return "torch"
+    return "other"
+
+
+@dataclass
+class View:
+    """A contiguous host view of an array: `core` goes to the native ops."""
+
+    core: Any  # numpy array or _core.Buffer
+    shape: tuple[int, ...]
+    dtype: str  # one of SUPPORTED
+    kind: str  # numpy | mlx | torch | other
+    bits: np.ndarray | None = None  # bfloat16 only: the uint16 storage behind `core`
+
+
+def _bits(u16: np.ndarray) -> _core.Buffer:
+    """A bfloat16 Buffer over uint16 storage (kept alive by the deleter)."""
+    return _core.Buffer.from_pointer(u16.ctypes.data, list(u16.shape), "bfloat16", lambda _a, keep=u16: None)
+
+
+def dtype_name(dtype: Any) -> str:
+    """Normalises numpy, MLX and torch dtypes (and strings) to a SUPPORTED name."""
+    text = str(dtype)
+    name = text.rsplit(".", 1)[-1]
+    if name not in SUPPORTED:
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            pass
+    if name == "bool_":
+        name = "bool"
+    if name not in SUPPORTED:
+        raise TypeError(f"unsupported dtype {text!r}: supported are {', '.join(SUPPORTED)}")
+    return name
+
+
+def view(x: Any) -> View:
+    """A zero-copy view of `x` when it is contiguous host memory; a contiguous copy otherwise."""
+    kind = _kind(x)
+    if kind == "mlx":
+        name = dtype_name(x.dtype)
+        if name == "bfloat16":
+            bits = np.ascontiguousarray(np.asarray(x.view(_mx().uint16)))
+            return View(_bits(bits), tuple(x.shape), name, kind, bits)
+        return View(np.ascontiguousarray(np.asarray(x)), tuple(x.shape), name, kind)
+    if kind == "torch":
+        t = x.detach().cpu().contiguous()
+        name = dtype_name(t.dtype)
+        if name == "bfloat16":
+            import torch
+
+            bits = t.view(torch.int16).numpy().view(np.uint16)
+            return View(_bits(bits), tuple(t.shape), name, kind, bits)
+        return View(t.numpy(), tuple(t.shape), name, kind)
+    if isinstance(x, _core.Buffer):
+        return View(x, tuple(x.shape), x.dtype, "numpy")
+    if kind == "other" and hasattr(x, "__dlpack__") and not hasattr(x, "__array_interface__"):
+        try:
+            x = np.from_dlpack(x)
+        except (BufferError, TypeError, RuntimeError):
+            buf = _core.Buffer.wrap(x)  # e.g. bfloat16 DLPack producers
+            return View(buf, tuple(buf.shape), buf.dtype, "numpy")
+    arr = np.ascontiguousarray(np.asarray(x))
+    return View(arr, arr.shape, dtype_name(arr.dtype), "numpy")
+
+
+def empty(shape: tuple[int, ...], dtype: str) -> View:
+    """Fresh host memory for a result."""
+    if dtype == "bfloat16":
+        bits = np.empty(shape, np.uint16)
+        return View(_bits(bits), tuple(shape), dtype, "numpy", bits)
+    arr = np.empty(shape, np.dtype(dtype))
+    return View(arr, arr.shape, dtype, "numpy")
+
+
+def writable(out: Any) -> View:
+    """The caller's `out=` buffer as a view the core writes into (never a copy)."""
+    kind = _kind(out)
+    if kind == "mlx":
+        raise TypeError("out= cannot be an MLX array (MLX arrays are immutable): pass a numpy array, "
+                        "a torch tensor or an mlx_jupyter.Buffer")
+    v = view(out)
+    if isinstance(v.core, np.ndarray) and not v.core.flags.writeable:
+        raise ValueError("out= must be writable")
+    if kind == "numpy" and isinstance(out, np.ndarray) and v.core is not out:
+        raise ValueError("out= must be a C-contiguous array")
+    return v
+
+
+def to_kind(v: View, kind: str) -> Any:
+    """The result in the caller's array type: numpy, MLX or torch."""
+    if kind == "mlx":
+        mx = _mx()
+        if v.dtype == "bfloat16":
+            return mx.array(v.bits).view(mx.bfloat16)
+        return mx.array(v.core)
+    if kind == "torch":
+        import torch
+
+        if v.dtype == "bfloat16":
+            return torch.from_numpy(v.bits.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(np.asarray(v.core))
+    if v.dtype == "bfloat16":
+        return v.core  # numpy has no bfloat16: hand back the Buffer (DLPack/torch/MLX can view it)
+    return v.core
+
+
+def _mx() -> Any:
+    import mlx.core as mx
+
+    return mx
+

@@ -1,0 +1,13 @@
+"""Zero-copy user buffers (SPEC §5).
+
+`Buffer.wrap(obj)` views any buffer-protocol or DLPack object without copying
+and keeps it alive; `Buffer.from_pointer(address, shape, dtype, deleter)` uses
+raw memory in place and calls `deleter(address)` exactly once when the last
+view dies (at once, if the memory was misaligned and had to be copied). A
+Buffer exports the buffer protocol and `__dlpack__`, so numpy, MLX and torch
+can view it, and it can be passed as `out=` to every collective.
+"""
+
+from mlx_jupyter._core import Buffer
+
+__all__ = ["Buffer"]
