@@ -48,12 +48,19 @@ class SSHRunner:
         self._opts = ssh.SSHOptions(connect_timeout=connect_timeout)
         self._timeout = command_timeout
         self._conns: dict[str, Any] = {}
+        self._failed: dict[str, Exception] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def _connection(self, host: str) -> Any:
         async with self._locks.setdefault(host, asyncio.Lock()):
+            if host in self._failed:  # do not wait for the timeout again
+                raise self._failed[host]
             if host not in self._conns:
-                self._conns[host] = await self._ssh.connect(host, self._opts)
+                try:
+                    self._conns[host] = await self._ssh.connect(host, self._opts)
+                except self._ssh.SSHError as exc:
+                    self._failed[host] = exc
+                    raise
             return self._conns[host]
 
     async def run(self, host: str, argv: Sequence[str]) -> CommandResult:
