@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .commands import IBV_DEVICES, IP_ADDR, NETWORKSETUP, CommandResult, show
+from .commands import IP_ADDR, NETWORKSETUP, CommandResult, show
 from .errors import DiscoveryError
 from .system_profiler import first_line, load_json
 
@@ -58,18 +58,6 @@ class RdmaStatus:
     @property
     def enabled(self) -> bool:
         return self.state == "enabled"
-
-    def problem(self, host: str) -> str:
-        """Why RDMA cannot be used on `host`, with the fix."""
-        command = show(IBV_DEVICES)
-        if self.state == "absent":
-            return (f"{host}: `{command}` is not installed ({self.detail}); RDMA over Thunderbolt "
-                    "needs macOS 26.2 or later. Update macOS, then enable RDMA")
-        if self.state == "disabled":
-            return f"{host}: `{command}` lists no rdma_* device: RDMA is not enabled. {RDMA_HELP}"
-        if self.state == "unknown":
-            return f"{host}: `{command}` failed ({self.detail}), so RDMA support is unknown"
-        return ""
 
 
 def parse_ibv_devices(host: str, result: CommandResult) -> RdmaStatus:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .commands import (
-    IBV_DEVICES, NETWORKSETUP, PROBE, SUDO_PROBE, SYSTEM_PROFILER, UNAME, CommandResult, getifaddr, show,
+    IBV_DEVICES, NETWORKSETUP, PROBE, SUDO_PROBE, SYSTEM_PROFILER, UNAME, CommandResult, getifaddr,
 )
 from .errors import DiscoveryError
 
@@ -94,5 +94,3 @@ def load_case(folder: Path, hosts: Sequence[str] | None = None):
         sudo[name] = rec.answer(name, SUDO_PROBE).ok
     return names, outputs, sudo
 
-
-__all__ = ["Recording", "load_case", "DISCOVERY", "show"]
