@@ -58,15 +58,19 @@ def dtype_name(dtype: Any) -> str:
     return name
 
 
+def _contiguous(a: np.ndarray) -> np.ndarray:
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)  # (ascontiguousarray turns 0-d into 1-d)
+
+
 def view(x: Any) -> View:
     """A zero-copy view of `x` when it is contiguous host memory; a contiguous copy otherwise."""
     kind = _kind(x)
     if kind == "mlx":
         name = dtype_name(x.dtype)
         if name == "bfloat16":
-            bits = np.ascontiguousarray(np.asarray(x.view(_mx().uint16)))
+            bits = _contiguous(np.asarray(x.view(_mx().uint16)))
             return View(_bits(bits), tuple(x.shape), name, kind, bits)
-        return View(np.ascontiguousarray(np.asarray(x)), tuple(x.shape), name, kind)
+        return View(_contiguous(np.asarray(x)), tuple(x.shape), name, kind)
     if kind == "torch":
         t = x.detach().cpu().contiguous()
         name = dtype_name(t.dtype)
@@ -84,7 +88,7 @@ def view(x: Any) -> View:
         except (BufferError, TypeError, RuntimeError):
             buf = _core.Buffer.wrap(x)  # e.g. bfloat16 DLPack producers
             return View(buf, tuple(buf.shape), buf.dtype, "numpy")
-    arr = np.ascontiguousarray(np.asarray(x))
+    arr = _contiguous(np.asarray(x))
     return View(arr, arr.shape, dtype_name(arr.dtype), "numpy")
 
 

@@ -182,10 +182,21 @@ void wait_slice(const Wait& wait, int ms, const std::string& waiting_for) {
   if (wait.check_abort) wait.check_abort();
 }
 
+bool Context::greeted_by_peer(const uint8_t* reply, const uint8_t* nonce) const {
+  if (std::memcmp(reply, kMagic, 8) != 0) return false;
+  Digest got;
+  std::memcpy(got.data(), reply + 40, 32);
+  return digest_equal(got, mac(shared_->token, 'A', nonce, reply + 8, nullptr));
+}
+
 Fd Context::connect(int peer, size_t addr_index, const ConnKey& key, const Wait& wait) {
   const Endpoint& ep = addresses_[peer][addr_index];
-  std::string why = "not listening yet";
+  std::string why = "not listening yet", logged;
   int backoff = 5;
+  auto log_once = [&](const std::string& msg) {
+    if (msg != logged) log("refusing " + describe(peer) + " at " + ep.str() + ": " + msg);
+    logged = msg;
+  };
   for (;;) {
     auto attempt_deadline = std::min(wait.deadline, Clock::now() + std::chrono::seconds(1));
     Fd fd = try_connect(ep, attempt_deadline, &why);
@@ -200,15 +211,13 @@ Fd Context::connect(int peer, size_t addr_index, const ConnKey& key, const Wait&
       if (!io_exact(fd.get(), hello, sizeof hello, true, deadline, &err) ||
           !io_exact(fd.get(), reply, sizeof reply, false, deadline, &err)) {
         why = "handshake failed: " + err;
-      } else if (std::memcmp(reply, kMagic, 8) != 0) {
-        fail(ErrorKind::Config, "the process listening at " + ep.str() + " for " + describe(peer) +
-                                    " is not an mlx_jupyter rank (bad greeting): check the hostfile and port offset");
+      } else if (!greeted_by_peer(reply, ni)) {
+        // Not fatal: the real peer may still take over this address; keep trying until the deadline.
+        why = std::memcmp(reply, kMagic, 8) != 0
+                  ? "the process listening there is not an mlx_jupyter rank (bad greeting): check the hostfile and port offset"
+                  : "the process listening there failed authentication (its MLX_JUPYTER_TOKEN differs: another job)";
+        log_once(why);
       } else {
-        Digest got;
-        std::memcpy(got.data(), reply + 40, 32);
-        if (!digest_equal(got, mac(shared_->token, 'A', ni, reply + 8, nullptr)))
-          fail(ErrorKind::Config, describe(peer) + " at " + ep.str() +
-                                      " failed authentication: its MLX_JUPYTER_TOKEN differs, so it belongs to another job");
         ConnHeader h{key.group, key.initiator, key.kind, key.index, uint32_t(size())};
         Digest mi = mac(shared_->token, 'I', ni, reply + 8, &h);
         uint8_t answer[sizeof h + 32];

@@ -64,6 +64,8 @@ class Context {
  private:
   struct Shared;
   void accept_loop();
+  // The acceptor's reply proves it is an mlx_jupyter rank holding our token.
+  bool greeted_by_peer(const uint8_t* reply, const uint8_t* nonce) const;
 
   int rank_;
   std::vector<std::vector<Endpoint>> addresses_;

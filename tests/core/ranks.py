@@ -1,0 +1,96 @@
+"""Runs Python code as n local ring ranks (MLX's environment contract), for the core's tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+
+from mlx_jupyter.demo import free_ports
+
+PRELUDE = """
+import json, os, sys, time, threading, signal
+import numpy as np
+from mlx_jupyter import distributed as dist
+RANK = int(os.environ["MLX_RANK"])
+def report(**kw):
+    print("RESULT " + json.dumps(kw), flush=True)
+"""
+
+
+@dataclass
+class Ranks:
+    """n rank processes sharing one hostfile; waits are bounded."""
+
+    n: int
+    code: str
+    env: dict[str, str] = field(default_factory=dict)
+    per_rank_env: dict[int, dict[str, str]] = field(default_factory=dict)
+    tmp: str = ""
+    procs: list[subprocess.Popen] = field(default_factory=list)
+    hostfile: str = ""
+    ports: list[int] = field(default_factory=list)
+
+    def start(self, only: list[int] | None = None) -> "Ranks":
+        if not self.tmp:
+            self.tmp = tempfile.mkdtemp(prefix="mlxj-test-")
+            self.ports = free_ports(self.n)
+            self.hostfile = os.path.join(self.tmp, "hostfile.json")
+            with open(self.hostfile, "w") as fh:
+                json.dump([[f"127.0.0.1:{p}"] for p in self.ports], fh)
+            self.procs = [None] * self.n  # type: ignore[list-item]
+        base = {**os.environ, "MLX_HOSTFILE": self.hostfile, "MLX_JUPYTER_TOKEN": "test-token", **self.env}
+        base.pop("MLX_JUPYTER_TIMEOUT", None)
+        for r in only if only is not None else range(self.n):
+            env = {**base, "MLX_RANK": str(r), **self.per_rank_env.get(r, {})}
+            self.procs[r] = subprocess.Popen(
+                [sys.executable, "-c", PRELUDE + self.code], env=env, cwd=self.tmp, text=True,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        return self
+
+    def finish(self, timeout: float = 60) -> list[tuple[int, str, str]]:
+        out = []
+        for p in self.procs:
+            try:
+                o, e = p.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                o, e = p.communicate()
+                raise AssertionError(f"rank did not finish within {timeout} s:\n{o}\n{e}")
+            out.append((p.returncode, o, e))
+        return out
+
+    def results(self, timeout: float = 60) -> list[dict]:
+        res = []
+        for r, (code, o, e) in enumerate(self.finish(timeout)):
+            assert code == 0, f"rank {r} exited {code}\nstdout:\n{o}\nstderr:\n{e}"
+            lines = [ln for ln in o.splitlines() if ln.startswith("RESULT ")]
+            assert lines, f"rank {r} reported nothing\nstdout:\n{o}\nstderr:\n{e}"
+            res.append(json.loads(lines[-1][7:]))
+        return res
+
+    def kill(self) -> None:
+        for p in self.procs:
+            if p and p.poll() is None:
+                p.kill()
+
+    def __enter__(self) -> "Ranks":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+        for p in self.procs:
+            if p:
+                p.wait(timeout=10)
+        if self.tmp:
+            import shutil
+
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def run(n: int, code: str, timeout: float = 90, **kw) -> list[dict]:
+    with Ranks(n, code, **kw) as ranks:
+        return ranks.start().results(timeout)

@@ -1,0 +1,138 @@
+"""Every op x dtype x shape class against numpy, on 2, 3 and 4 local ranks."""
+
+import pytest
+
+from ranks import run
+
+CHECK_ALL = r"""
+import mlx.core as mx
+g = dist.init(strict=True, backend="ring", timeout=30)
+n = g.size()
+DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+          "float16", "float32", "float64", "complex64"]
+SHAPES = [(), (0,), (1,), (7,), (n * 3 + 1,), (5, 3), (40000,), (300001,)]
+
+def contribution(r, shape, dt):
+    rng = np.random.default_rng(r * 1000 + len(shape) + sum(shape))
+    a = rng.integers(-50, 50, size=shape)
+    if dt == "bool":
+        return (a > 0)
+    if dt.startswith("uint"):
+        a = np.abs(a)
+    x = a.astype(dt)
+    if dt.startswith("complex"):
+        x = x + 1j * rng.integers(-5, 5, size=shape).astype(dt)
+    return x
+
+checked = 0
+for dt in DTYPES:
+    for shape in SHAPES:
+        if len(shape) and shape[0] > 1000 and dt not in ("float32", "int32", "float16"):
+            continue
+        parts = [contribution(r, shape, dt) for r in range(n)]
+        mine = parts[RANK]
+        for name, fn in (("all_sum", np.add), ("all_max", np.maximum), ("all_min", np.minimum)):
+            if dt == "complex64" and name != "all_sum":
+                continue
+            want = parts[0].copy()
+            for p in parts[1:]:
+                want = fn(want, p).astype(want.dtype) if dt != "bool" else (want | p if name != "all_min" else want & p)
+            got = getattr(dist, name)(mine, timeout=30)
+            assert got.dtype == want.dtype and got.shape == want.shape, (name, dt, shape, got.dtype, got.shape)
+            if dt == "float16":
+                assert np.allclose(got.astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=0.5), (name, dt, shape)
+            else:
+                assert np.array_equal(got, want), (name, dt, shape)
+            checked += 1
+        g_all = dist.all_gather(mine, timeout=30)
+        assert np.array_equal(g_all, np.concatenate([np.atleast_1d(p) for p in parts])), ("all_gather", dt, shape)
+        if len(shape) and shape[0] % n == 0 and dt != "bool":
+            s = dist.sum_scatter(mine, timeout=30)
+            total = sum(p.astype(np.complex128 if dt.startswith("complex") else np.float64) for p in parts)
+            k = shape[0] // n
+            assert np.allclose(s, total[RANK * k:(RANK + 1) * k].astype(dt), atol=0.5 if dt == "float16" else 0), ("sum_scatter", dt, shape)
+        checked += 1
+
+# Float results identical on every rank: gather each rank's bits and compare.
+x = np.random.default_rng(RANK).standard_normal(123457).astype(np.float32)
+s = dist.all_sum(x)
+bits = dist.all_gather(s.view(np.uint32)[None, :])
+assert all(np.array_equal(bits[0], b) for b in bits), "float results differ between ranks"
+
+# The 8192 x 64 int32 column sum is exact.
+m = np.arange(8192 * 64, dtype=np.int32).reshape(8192, 64) * (RANK + 1)
+col = dist.all_sum(m).sum(axis=0, dtype=np.int64)
+want = (np.arange(8192 * 64, dtype=np.int64).reshape(8192, 64) * sum(range(1, n + 1))).sum(axis=0)
+assert np.array_equal(col, want)
+
+# out= writes into the caller's buffer.
+out = np.empty(5, np.int64)
+r = dist.all_sum(np.full(5, RANK, np.int64), out=out)
+assert r is out and out.tolist() == [sum(range(n))] * 5
+
+# MLX arrays in, MLX arrays out; bfloat16 too.
+y = dist.all_sum(mx.arange(6, dtype=mx.bfloat16) * (RANK + 1))
+assert isinstance(y, mx.array) and y.dtype == mx.bfloat16
+assert np.array_equal(np.array(y.astype(mx.float32)), np.arange(6) * sum(range(1, n + 1)))
+
+# Our group and MLX's own ring group, formed from the same environment, in the same process.
+world = mx.distributed.init(backend="ring", strict=True)
+z = mx.distributed.all_sum(mx.ones(8) * RANK, group=world)
+mx.eval(z)
+assert world.size() == n and np.array(z).tolist() == [float(sum(range(n)))] * 8
+
+# send/recv between every pair, in a fixed global order.
+for a in range(n):
+    for b in range(n):
+        if a == b:
+            continue
+        if RANK == a:
+            dist.send(np.arange(10, dtype=np.int16) + a * 100 + b, b, timeout=30)
+        elif RANK == b:
+            got = dist.recv(10, "int16", a, timeout=30)
+            assert got.tolist() == (np.arange(10) + a * 100 + b).tolist(), (a, b)
+        dist.init().barrier(timeout=30)
+like = dist.recv_like(mx.zeros((2, 2)), (RANK - 1) % n) if RANK % 2 else None
+if RANK % 2 == 0 and n > 1 and (RANK + 1) % n % 2 == 1:
+    dist.send(mx.ones((2, 2)) * RANK, (RANK + 1) % n)
+if like is not None:
+    assert isinstance(like, mx.array) and like.shape == (2, 2)
+
+# split: evens and odds, ordered by key.
+sub = g.split(RANK % 2, key=n - RANK)
+members = dist.all_gather(np.array([RANK], np.int32), group=sub)
+assert list(members) == sorted([r for r in range(n) if r % 2 == RANK % 2], reverse=True), members
+assert sub.rank() == list(members).index(RANK)
+report(checked=checked, size=n)
+"""
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_every_op_dtype_and_shape(n: int) -> None:
+    results = run(n, CHECK_ALL, timeout=240)
+    assert [r["size"] for r in results] == [n] * n
+    assert all(r["checked"] > 200 for r in results)
+
+
+def test_singleton_without_environment() -> None:
+    code = """
+g = dist.init()
+assert g.size() == 1 and g.rank() == 0
+assert dist.all_sum(np.arange(3)).tolist() == [0, 1, 2]
+assert dist.sum_scatter(np.arange(4)).tolist() == [0, 1, 2, 3]
+try:
+    dist.init(strict=True, backend="ring")
+except dist.SetupError as exc:
+    msg = str(exc)
+report(msg="")
+"""
+    import os
+    import subprocess
+    import sys
+
+    from ranks import PRELUDE
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLX_")}
+    env["MLX_RANK"] = "0"
+    p = subprocess.run([sys.executable, "-c", PRELUDE + code], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
