@@ -1,0 +1,245 @@
+"""One cell run on several ranks, supervised so that it always ends.
+
+A :class:`CellRun` sends the cell to each target rank (ipyparallel
+``execute_request`` through the controller), turns what comes back into
+events (output, results, ends), and keeps the no-hang promise:
+
+- a rank's cell raises, or its process dies, while others still run: the
+  others get ``mlx_abort_request`` naming that rank (see
+  :mod:`mlx_jupyter.rankside`) and are released;
+- :meth:`interrupt` (the stop button, or ``--timeout``) does the same for all;
+- a rank that has not ended ``release_deadline`` seconds after its abort is
+  given up on (``no-reply``): the run ends anyway and says so.
+
+Callbacks arrive on the ipyparallel client's I/O thread; :meth:`next_event`
+is called from the notebook's thread.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any, Optional
+
+from mlx_jupyter.output import DIED, ERROR, NO_REPLY, OK, RELEASED, RankOutcome, describe_exit
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mlx_jupyter.cluster import Cluster
+
+#: errors a rank shows when it was stopped from outside: we interrupted it, a peer
+#: aborted our core's group, or MLX's sockets were closed under a blocked collective
+RELEASE_ERRORS = {"KeyboardInterrupt", "AbortedError", "PeerError"}
+RELEASE_TEXT = ("connection to a peer was lost",)
+
+
+def is_release_error(ename: str, evalue: str) -> bool:
+    """Whether a rank's error says it was stopped from outside rather than failing by itself."""
+    return ename in RELEASE_ERRORS or any(t in evalue for t in RELEASE_TEXT)
+
+
+@dataclass
+class Event:
+    """``kind`` is ``stream`` (payload: (name, text)), ``display``, ``result`` (payload: content) or ``end``."""
+
+    kind: str
+    rank: int
+    payload: Any = None
+
+
+class CellRun:
+    """A supervised execution of ``code`` on ``ranks``. See the module docstring."""
+
+    def __init__(self, cluster: "Cluster", code: str, ranks: list[int], release_deadline: float = 2.0):
+        self.cluster = cluster
+        self.code = code
+        self.ranks = list(ranks)
+        self.release_deadline = release_deadline
+        self.events: "queue.Queue[Event]" = queue.Queue()
+        self.outcomes = {r: RankOutcome(r, status="running") for r in self.ranks}
+        self.cause: Optional[str] = None
+        self.started = 0.0
+        self.done = threading.Event()
+        self._lock = threading.Lock()
+        self._replied: set[int] = set()
+        self._idle: set[int] = set()
+        self._ended: set[int] = set()
+        self._abort_sent: dict[int, float] = {}
+        self._abort_replies: dict[int, Any] = {}
+        self.msg_ids: dict[int, str] = {}
+
+    # ------------------------------------------------------------ sending
+
+    def start(self) -> "CellRun":
+        client = self.cluster.client
+        self.started = time.monotonic()
+        for rank in self.ranks:
+            if rank in self.cluster.dead:
+                self.rank_died(rank, self.cluster.dead[rank])
+                continue
+            idents, _ = client._build_targets([rank])
+            fut = client.send_execute_request(
+                client._mux_socket,
+                self.code,
+                silent=False,
+                ident=idents[0],
+                metadata={"label": "mlx_distributed"},
+                message_future_hook=partial(self._hook, rank),
+            )
+            self.msg_ids[rank] = fut.msg_id
+        self.cluster._runs.add(self)
+        return self
+
+    def _hook(self, rank: int, fut: Any) -> None:
+        fut.iopub_callbacks.append(partial(self._on_iopub, rank))
+        fut.add_done_callback(partial(self._on_reply, rank))
+        fut.output.add_done_callback(partial(self._on_idle, rank))
+
+    # ------------------------------------------------------------ callbacks (I/O thread)
+
+    def _on_iopub(self, rank: int, msg: dict) -> None:
+        kind = msg["header"]["msg_type"]
+        content = msg["content"]
+        if kind == "stream":
+            self.events.put(Event("stream", rank, (content["name"], content["text"])))
+        elif kind == "display_data":
+            self.events.put(Event("display", rank, content))
+        elif kind == "execute_result":
+            self.events.put(Event("result", rank, content))
+
+    def _on_reply(self, rank: int, fut: Any) -> None:
+        outcome = self.outcomes[rank]
+        exc = fut.exception()
+        if exc is not None:
+            content = {"status": "error", "ename": type(exc).__name__, "evalue": str(exc), "traceback": []}
+        else:
+            content = fut.result()["content"]
+        with self._lock:
+            if outcome.status != "running":
+                return
+            self._replied.add(rank)
+            if content.get("status") == "ok":
+                outcome.status = OK
+            elif content.get("status") == "aborted":
+                outcome.status, outcome.note = RELEASED, f"not run: {self.cause or 'aborted'}"
+            else:
+                outcome.ename = content.get("ename", "Error")
+                outcome.evalue = content.get("evalue", "")
+                outcome.traceback = list(content.get("traceback") or [])
+                released = is_release_error(outcome.ename, outcome.evalue)
+                outcome.status = RELEASED if released else ERROR
+        if outcome.status == ERROR:
+            self._fail(f"rank {rank} raised {outcome.ename}: {outcome.evalue}".rstrip(": "))
+        self._maybe_end(rank)
+
+    def _on_idle(self, rank: int, fut: Any = None) -> None:
+        with self._lock:
+            self._idle.add(rank)
+        self._maybe_end(rank)
+
+    def rank_died(self, rank: int, returncode: Optional[int]) -> None:
+        """Called by the cluster when a rank's process ended (any thread)."""
+        outcome = self.outcomes.get(rank)
+        if outcome is None:
+            return
+        with self._lock:
+            if rank in self._ended:
+                return
+            outcome.status = DIED
+            outcome.note = f"process died ({describe_exit(returncode)}); restart it with %mlx_cluster restart"
+            self._replied.add(rank)
+            self._idle.add(rank)
+        self._fail(f"rank {rank} died ({describe_exit(returncode)})")
+        self._maybe_end(rank)
+
+    def _maybe_end(self, rank: int) -> None:
+        with self._lock:
+            if rank in self._ended or rank not in self._replied or rank not in self._idle:
+                return
+            self._ended.add(rank)
+            all_done = len(self._ended) == len(self.ranks)
+        self.events.put(Event("end", rank))
+        if all_done:
+            self._finish()
+
+    # ------------------------------------------------------------ aborting
+
+    def _fail(self, reason: str) -> None:
+        with self._lock:
+            if self.cause is None:
+                self.cause = reason
+            cause = self.cause
+        self._abort_running(f"{cause}")
+
+    def interrupt(self, reason: str = "interrupted by the user") -> None:
+        """Stop every rank still running this cell (any thread)."""
+        with self._lock:
+            if self.cause is None:
+                self.cause = reason
+        self._abort_running(reason)
+
+    def _abort_running(self, reason: str) -> None:
+        with self._lock:
+            targets = [
+                r for r in self.ranks
+                if r not in self._ended and r not in self._abort_sent and self.outcomes[r].status == "running"
+            ]
+            now = time.monotonic()
+            for r in targets:
+                self._abort_sent[r] = now
+        if targets:
+            self.cluster.needs_reform = True
+            for rank, fut in self.cluster.send_abort(reason, targets).items():
+                self._abort_replies[rank] = fut
+
+    def check_deadlines(self, now: Optional[float] = None) -> None:
+        """Give up on ranks that did not end ``release_deadline`` s after their abort."""
+        now = time.monotonic() if now is None else now
+        late = []
+        with self._lock:
+            for rank, sent in self._abort_sent.items():
+                if rank not in self._ended and now - sent >= self.release_deadline:
+                    outcome = self.outcomes[rank]
+                    if outcome.status == "running":
+                        outcome.status = NO_REPLY
+                        outcome.note = (
+                            f"did not stop within {self.release_deadline:g} s (busy in native code?); "
+                            "it keeps running: interrupt again, or %mlx_cluster restart"
+                        )
+                        self.cluster.busy[rank] = self.msg_ids.get(rank, "")
+                    self._replied.add(rank)
+                    self._idle.add(rank)
+                    late.append(rank)
+        for rank in late:
+            self._maybe_end(rank)
+
+    def next_deadline(self) -> Optional[float]:
+        with self._lock:
+            pending = [t for r, t in self._abort_sent.items() if r not in self._ended]
+        return min(pending) + self.release_deadline if pending else None
+
+    def _finish(self) -> None:
+        for rank, outcome in self.outcomes.items():
+            if outcome.status == RELEASED and not outcome.note.startswith("not run"):
+                own = f"{outcome.ename}: {outcome.evalue}".rstrip(": ")
+                outcome.note = f"stopped ({own}) because {self.cause}" if self.cause else f"stopped ({own})"
+        self.cluster._runs.discard(self)
+        self.done.set()
+
+    # ------------------------------------------------------------ reading
+
+    def next_event(self, timeout: float) -> Optional[Event]:
+        try:
+            return self.events.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    @property
+    def failed(self) -> bool:
+        return any(o.status != OK for o in self.outcomes.values())
+
+    @property
+    def aborted_ranks(self) -> list[int]:
+        return sorted(self._abort_sent)

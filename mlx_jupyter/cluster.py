@@ -1,0 +1,669 @@
+"""MLX ranks as ipyparallel engines: the ``mlx`` engine-set launcher and :class:`Cluster`.
+
+:class:`MLXEngineSetLauncher` (entry point ``mlx`` in
+``ipyparallel.engine_launchers``) starts one engine per rank through
+:class:`mlx_jupyter.launch.Launcher`, so each engine gets its rank's
+environment contract (``MLX_RANK``, ``MLX_HOSTFILE`` ...), and the engine
+requests engine id = rank (:mod:`mlx_jupyter.engine`). Usable from plain
+ipyparallel::
+
+    ipp.Cluster(engines="mlx", n=2)
+
+:class:`Cluster` is the handle for notebooks and scripts: an ipyparallel
+controller set up for fast admission, the engines, a client, a view in rank
+order, data movement, supervised cell runs (:mod:`mlx_jupyter.cellrun`),
+restart with ids kept, and a stop that leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import secrets
+import socket
+import sys
+import threading
+import time
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+
+import ipyparallel as ipp
+from ipyparallel.cluster.launcher import EngineLauncher, NotRunning
+from traitlets import Any as TAny
+from traitlets import Dict, Integer, List, Unicode, default
+
+from mlx_jupyter.output import describe_exit, rank_label
+
+Progress = Callable[[int, int], None]
+
+#: controller options for fast admission: schedulers in threads (one process,
+#: quick start), a 100 ms heartbeat (an engine is admitted on its first beat),
+#: tolerant failure detection (5 s; rank deaths come from our launcher), no task DB.
+FAST_CONTROLLER_ARGS = [
+    "--usethreads",
+    "--nodb",
+    "--HeartMonitor.period=100",
+    "--HeartMonitor.max_heartmonitor_misses=50",
+]
+
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not do what was asked; the message says which rank and why."""
+
+
+def free_port_block(n: int, offset: int = 1000, host: str = "127.0.0.1", tries: int = 200) -> int:
+    """A port P such that P..P+n-1 and P+offset..P+offset+n-1 are all free on ``host``."""
+    for _ in range(tries):
+        start = random.randrange(20000, 60000 - offset - n)
+        ports = [start + i for i in range(n)] + [start + offset + i for i in range(n)]
+        socks = []
+        try:
+            for port in ports:
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(s)
+                s.bind((host, port))
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+        return start
+    raise ClusterError(f"no block of {n} free ports (and +{offset}) found on {host}")
+
+
+def _is_local(host: str) -> bool:
+    return host.split("@")[-1] in LOCAL_HOSTS
+
+
+class MLXEngineSetLauncher(EngineLauncher):
+    """ipyparallel engine set: one engine per MLX rank, started by our :class:`Launcher`.
+
+    The number of engines is ``len(hosts) * repeat_hosts`` (like ``mlx.launch``),
+    or the hostfile's length.
+    """
+
+    entrypoint_name = "mlx"
+
+    hosts = List(Unicode(), default_value=["127.0.0.1"], config=True, help="hosts, one per rank (repeated)")
+    hostfile = Unicode("", config=True, help="JSON hostfile; overrides hosts")
+    repeat_hosts = Integer(0, config=True, help="ranks per host (0: n spread over hosts)")
+    backend = Unicode("ring", config=True, help="ring, jaccl, jaccl-ring, nccl or mpi")
+    python = Unicode(sys.executable, config=True, help="interpreter on the ranks")
+    rank_cwd = Unicode("", config=True, help="working directory on every rank")
+    starting_port = Integer(0, config=True, help="ring: first port (0: a free block, local hosts only)")
+    connections_per_ip = Integer(1, config=True)
+    rank_exit_callbacks = List(help="called as f(rank, returncode) when a rank's process ends")
+    rank_output = Dict(help="rank -> last lines of its process output (engine logs, native stderr)")
+    output_lines = Integer(200, config=True, help="lines of output kept per rank")
+
+    launcher = TAny(None, allow_none=True)
+
+    @default("engine_cmd")
+    def _default_engine_cmd(self) -> list[str]:
+        return [self.python, "-m", "mlx_jupyter.engine"]
+
+    @property
+    def engine_count(self) -> int:
+        if self.hostfile:
+            from mlx_jupyter.hostfile import read_hostfile
+
+            return len(read_hostfile(self.hostfile).hosts) * max(self.repeat_hosts, 1)
+        return len(self.hosts) * max(self.repeat_hosts, 1)
+
+    def find_args(self) -> list[str]:
+        return list(self.engine_cmd) + list(self.engine_args)
+
+    def start(self, n: Optional[int] = None) -> list[Optional[int]]:
+        from mlx_jupyter.launch import Launcher
+
+        self.loop  # noqa: B018  (bind the ipyparallel loop on this thread, as ipyparallel's launchers do)
+        hosts: Any = self.hostfile or ",".join(self.hosts)
+        repeat = self.repeat_hosts or max(1, (n or 1) // max(len(self.hosts), 1))
+        count = self.engine_count if self.repeat_hosts or self.hostfile else len(self.hosts) * repeat
+        self.n = count
+        port = self.starting_port
+        if not port:
+            if not self.hostfile and all(_is_local(h) for h in self.hosts):
+                port = free_port_block(count * max(self.connections_per_ip, 1))
+            else:
+                port = 32323
+        env = dict(self.get_env())
+        env.update({"MLX_JUPYTER_BACKEND": self.backend, "MLX_JUPYTER_SIZE": str(count)})
+        self.rank_output = {r: [] for r in range(count)}
+        self.launcher = Launcher(
+            command=self.find_args(),
+            hosts=hosts,
+            repeat_hosts=repeat,
+            backend=self.backend,
+            env=env,
+            cwd=self.rank_cwd or None,
+            python=self.python,
+            starting_port=port,
+            connections_per_ip=self.connections_per_ip,
+            on_output=self._on_output,
+            on_exit=self._on_exit,
+            terminate_on_failure=False,
+        )
+        self.launcher.start()
+        pids = [r.pid for r in self.launcher.ranks]
+        self.notify_start(pids)
+        return pids
+
+    def _on_output(self, rank: int, stream: str, line: str) -> None:
+        lines = self.rank_output.setdefault(rank, [])
+        lines.append(line)
+        del lines[: -self.output_lines]
+
+    def _on_exit(self, rank: int, returncode: int) -> None:
+        for cb in list(self.rank_exit_callbacks):
+            try:
+                cb(rank, returncode)
+            except Exception:
+                self.log.exception("rank exit callback failed")
+        ranks = self.launcher.ranks if self.launcher else []
+        if ranks and all(r.done for r in ranks):
+            codes = {r.rank: r.returncode for r in ranks}
+            data = {"exit_code": next((c for c in codes.values() if c), 0), "ranks": codes}
+            self.loop.add_callback(lambda: self.notify_stop(data))
+
+    def signal(self, sig: int) -> None:
+        if self.launcher is not None:
+            self.launcher.signal(sig)
+
+    async def stop(self) -> None:
+        if self.launcher is not None:
+            await self.launcher.astop(timeout=2.0)
+        if self.state != "after":
+            self.notify_stop({"exit_code": 0})
+
+    def get_output(self, remove: bool = False) -> str:
+        return "\n".join(f"[rank {r}] {line}" for r, lines in self.rank_output.items() for line in lines)
+
+    @classmethod
+    def from_dict(cls, d: dict, **kwargs: Any) -> "MLXEngineSetLauncher":
+        raise NotRunning("MLX ranks belong to the process that launched them")
+
+
+class Cluster:
+    """MLX ranks as ipyparallel engines, engine id = rank. A context manager.
+
+    ``n`` ranks per host (like ``mlx.launch -n``); ``hosts`` a list or
+    ``"h1,h2"`` (default one local host), or ``hostfile``. ``env`` is added to
+    every rank's environment.
+    """
+
+    def __init__(
+        self,
+        n: int = 2,
+        hosts: Optional[Sequence[str] | str] = None,
+        hostfile: Optional[str] = None,
+        backend: str = "ring",
+        python: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        starting_port: int = 0,
+        controller_ip: Optional[str] = None,
+        timeout: float = 60.0,
+        log_level: int = logging.WARNING,
+    ):
+        if isinstance(hosts, str):
+            hosts = [h.strip() for h in hosts.split(",")]
+        self.hosts = list(hosts or ["127.0.0.1"])
+        if any(not h for h in self.hosts):
+            raise ValueError("empty host name in hosts")
+        self.hostfile = hostfile
+        self.n = int(n)
+        if self.n < 1:
+            raise ValueError(f"n must be at least 1 rank per host, got {n}")
+        self.backend = backend
+        self.python = python or sys.executable
+        self.env = dict(env or {})
+        self.cwd = cwd
+        self.starting_port = starting_port
+        self.local = hostfile is None and all(_is_local(h) for h in self.hosts)
+        self.controller_ip = controller_ip or (None if self.local else "*")
+        self.timeout = timeout
+        self.log_level = log_level
+        self.cluster_id = f"mlx-{secrets.token_hex(4)}"
+        self.client: Optional[ipp.Client] = None
+        self.ipp: Optional[ipp.Cluster] = None
+        self.size = 0
+        self.dead: dict[int, Optional[int]] = {}
+        self.busy: dict[int, Any] = {}
+        self.needs_reform = False
+        self.ready_ns = False
+        self.setup_info: dict[int, dict] = {}
+        self.ready_time: Optional[float] = None
+        self._runs: set = set()
+        self._stopping = False
+        self._changed = threading.Event()
+        self._engine_set_id: Optional[str] = None
+        self._controller_pids: list[int] = []
+        self.rank_exit_callbacks: list[Callable[[int, Optional[int]], None]] = []
+
+    # ------------------------------------------------------------ lifecycle
+
+    def _config(self) -> Any:
+        from traitlets.config import Config
+
+        cfg = Config()
+        es = cfg.MLXEngineSetLauncher
+        if self.hostfile:
+            es.hostfile = self.hostfile
+        es.hosts = self.hosts
+        es.repeat_hosts = self.n
+        es.backend = self.backend
+        es.python = self.python
+        es.environment = self.env
+        es.starting_port = self.starting_port
+        if self.cwd:
+            es.rank_cwd = self.cwd
+        es.engine_args = ["--IPEngine.wait_for_url_file=30", "--IPEngine.timeout=30"]
+        cfg.LocalControllerLauncher.stop_seconds_until_kill = 2
+        return cfg
+
+    def start(self, progress: Optional[Progress] = None, timeout: Optional[float] = None) -> "Cluster":
+        """Start controller and ranks; return once every rank's engine is connected with id = rank."""
+        if self.ipp is not None:
+            raise ClusterError("this cluster is already running; stop() or restart() it")
+        t0 = time.perf_counter()
+        timeout = self.timeout if timeout is None else timeout
+        self._stopping = False
+        self.ipp = ipp.Cluster(
+            cluster_id=self.cluster_id,
+            engine_launcher_class=MLXEngineSetLauncher,
+            controller_args=list(FAST_CONTROLLER_ARGS),
+            controller_ip=self.controller_ip or "",
+            send_engines_connection_env=not self.local,
+            log_level=self.log_level,
+            config=self._config(),
+            shutdown_atexit=True,
+        )
+        try:
+            self.ipp.start_controller_sync()
+            self._controller_pids = self._process_tree(self.ipp.controller.pid)
+            if self.local:  # engines start now and pick up the connection file when it appears
+                self._start_engines()
+                self.client = self.ipp.connect_client_sync()
+            else:  # remote engines get the connection info in their environment
+                self.client = self.ipp.connect_client_sync()
+                self._start_engines()
+            self._wait_for_ranks(progress, timeout)
+        except BaseException:
+            self.stop()
+            raise
+        self.ready_time = time.perf_counter() - t0
+        return self
+
+    def _start_engines(self) -> None:
+        assert self.ipp is not None
+        self.dead.clear()
+        self.busy.clear()
+        self._engine_set_id = self.ipp.start_engines_sync(rank_exit_callbacks=[self._on_rank_exit])
+        self.size = self.engine_set.n
+        self._controller_pids = sorted(set(self._controller_pids) | set(self._process_tree(self.ipp.controller.pid)))
+
+    @property
+    def engine_set(self) -> MLXEngineSetLauncher:
+        assert self.ipp is not None and self._engine_set_id is not None
+        return self.ipp.engines[self._engine_set_id]
+
+    def _wait_for_ranks(self, progress: Optional[Progress], timeout: float) -> None:
+        assert self.client is not None
+        deadline = time.monotonic() + timeout
+        wanted = set(range(self.size))
+        last = -1
+        while True:
+            ids = set(self.client.ids)
+            have = len(ids & wanted)
+            if have != last and progress:
+                progress(have, self.size)
+            last = have
+            if ids >= wanted:
+                break
+            if ids - wanted:
+                raise ClusterError(f"engines registered with ids {sorted(ids - wanted)}, not their ranks")
+            if self.dead:
+                raise ClusterError(self._dead_message("did not start"))
+            if time.monotonic() > deadline:
+                missing = sorted(wanted - ids)
+                raise ClusterError(
+                    f"{rank_label(missing)} not connected after {timeout:g} s\n{self._tail(missing)}"
+                )
+            self._changed.wait(0.01)
+            self._changed.clear()
+
+    def _dead_message(self, what: str) -> str:
+        lines = [f"rank {r} {what}: {describe_exit(rc)}" for r, rc in sorted(self.dead.items())]
+        return "\n".join(lines + [self._tail(sorted(self.dead))])
+
+    def _tail(self, ranks: Iterable[int], n: int = 15) -> str:
+        try:
+            out = self.engine_set.rank_output
+        except Exception:
+            return ""
+        parts = []
+        for r in ranks:
+            lines = out.get(r, [])[-n:]
+            if lines:
+                parts.append(f"last output of rank {r}:\n  " + "\n  ".join(lines))
+        return "\n".join(parts)
+
+    def _on_rank_exit(self, rank: int, returncode: Optional[int]) -> None:
+        """A rank's process ended (launcher thread)."""
+        if self._stopping:
+            return
+        self.dead[rank] = returncode
+        self._changed.set()
+        self._unregister([rank])
+        for run in list(self._runs):
+            run.rank_died(rank, returncode)
+        for cb in list(self.rank_exit_callbacks):
+            try:
+                cb(rank, returncode)
+            except Exception:
+                pass
+
+    def _unregister(self, ranks: Iterable[int]) -> None:
+        """Tell the hub these engines are gone, so that their ids are free at once."""
+        client = self.client
+        if client is None or client._closed:
+            return
+        for rank in ranks:
+            client._io_loop.add_callback(
+                lambda r=rank: client.session.send(client._query_stream, "unregistration_request", content={"id": r})
+            )
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop every rank, the controller and the client; leave no process behind."""
+        self._stopping = True
+        for run in list(self._runs):
+            run.interrupt("the cluster is stopping")
+        pids = set(self._controller_pids)
+        if self.ipp is not None and self.ipp.controller is not None:
+            pids.update(self._process_tree(self.ipp.controller.pid))
+        try:
+            for es in list(self.ipp.engines.values()) if self.ipp else []:
+                if es.launcher is not None:
+                    pids.update(self._rank_pids(es))
+        except Exception:
+            pass
+        if self.client is not None:
+            try:
+                self.client.close(linger=0)
+            except Exception:
+                pass
+            self.client = None
+        if self.ipp is not None:
+            try:
+                self.ipp.stop_cluster_sync()
+            except Exception:
+                pass
+            self.ipp = None
+        _reap(pids, timeout)
+        self.size = 0
+        self.ready_ns = False
+        self.setup_info = {}
+        self.dead.clear()
+        self.busy.clear()
+
+    def restart(self, progress: Optional[Progress] = None, timeout: Optional[float] = None) -> "Cluster":
+        """Fresh processes for every rank, same ranks, same engine ids; the controller stays."""
+        if self.ipp is None or self.client is None:
+            return self.start(progress, timeout)
+        timeout = self.timeout if timeout is None else timeout
+        self._stopping = True
+        for run in list(self._runs):
+            run.interrupt("the cluster is restarting")
+        pids = self._rank_pids(self.engine_set)
+        self.ipp.stop_engines_sync()
+        _reap(pids, 5.0)
+        self._unregister(range(self.size))
+        deadline = time.monotonic() + 5.0
+        while set(self.client.ids) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if set(self.client.ids):
+            raise ClusterError(f"the controller still lists engines {sorted(self.client.ids)} after stopping them")
+        self._stopping = False
+        self.ready_ns = False
+        self.needs_reform = False
+        self.setup_info = {}
+        self._start_engines()
+        self._wait_for_ranks(progress, timeout)
+        return self
+
+    def __enter__(self) -> "Cluster":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    @staticmethod
+    def _process_tree(pid: Optional[int]) -> list[int]:
+        if not pid or pid < 0:
+            return []
+        try:
+            import psutil
+
+            proc = psutil.Process(pid)
+            return [pid] + [c.pid for c in proc.children(recursive=True)]
+        except Exception:
+            return [pid]
+
+    def _rank_pids(self, es: MLXEngineSetLauncher) -> set[int]:
+        pids: set[int] = set()
+        if es.launcher is None:
+            return pids
+        for info in es.launcher.ranks:
+            if info.pid and _is_local(info.host):
+                pids.update(self._process_tree(info.pid))
+        return pids
+
+    # ------------------------------------------------------------ state
+
+    @property
+    def running(self) -> bool:
+        return self.client is not None
+
+    @property
+    def ranks(self) -> list[int]:
+        return list(range(self.size))
+
+    @property
+    def view(self) -> Any:
+        """A blocking DirectView over every rank, in rank order."""
+        self._need_client()
+        view = self.client.direct_view(targets=self.ranks)
+        view.block = True
+        return view
+
+    def _need_client(self) -> ipp.Client:
+        if self.client is None:
+            raise ClusterError("no cluster is running: start one with %mlx_cluster start (or Cluster.start())")
+        return self.client
+
+    def check_ranks(self, ranks: Sequence[int]) -> None:
+        """Raise a clear error if a rank is dead or still busy with an earlier cell."""
+        self._need_client()
+        dead = [r for r in ranks if r in self.dead]
+        if dead:
+            raise ClusterError(self._dead_message("is dead") + "\nrestart the ranks: %mlx_cluster restart")
+        busy = [r for r in ranks if r in self.busy and not self.busy[r].done()]
+        if busy:
+            raise ClusterError(
+                f"{rank_label(busy)} still running an earlier cell that did not stop; "
+                "interrupt it, or %mlx_cluster restart"
+            )
+        for r in ranks:
+            self.busy.pop(r, None)
+
+    # ------------------------------------------------------------ running code
+
+    def wait(self, ar: Any, timeout: Optional[float], ranks: Sequence[int], what: str = "the request") -> Any:
+        """Wait for an AsyncResult; fail at once if one of ``ranks`` dies, or after ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not ar.ready():
+            dead = [r for r in ranks if r in self.dead]
+            if dead:
+                raise ClusterError(self._dead_message(f"died during {what}"))
+            if deadline is not None and time.monotonic() > deadline:
+                raise ClusterError(f"{what} did not finish within {timeout:g} s")
+            ar.wait(0.05)
+        return ar.get()
+
+    def setup(self, world: bool = True, group: bool = True, timeout: float = 60.0) -> dict[int, dict]:
+        """Define ``mx``, ``world`` and ``group`` on every rank (all at once: the ring forms)."""
+        from mlx_jupyter import rankside
+
+        self.check_ranks(self.ranks)
+        view = self.client.direct_view(targets=self.ranks)
+        ar = view.apply_async(rankside.setup, self.backend, world, group, timeout)
+        infos = self.wait(ar, timeout + 5, self.ranks, "setup of mx/world/group")
+        self.setup_info = dict(zip(self.ranks, infos))
+        self.ready_ns = True
+        self.needs_reform = False
+        return self.setup_info
+
+    def reform(self, timeout: float = 30.0) -> dict[int, dict]:
+        """Form our core's ``group`` afresh on every rank (after an abort)."""
+        from mlx_jupyter import rankside
+
+        self.check_ranks(self.ranks)
+        view = self.client.direct_view(targets=self.ranks)
+        ar = view.apply_async(rankside.reform, timeout)
+        infos = self.wait(ar, timeout + 5, self.ranks, "re-forming group")
+        for r, info in zip(self.ranks, infos):
+            self.setup_info.setdefault(r, {}).update(info)
+        self.needs_reform = False
+        return self.setup_info
+
+    def run(self, code: str, targets: Optional[Sequence[int]] = None, release_deadline: float = 2.0) -> Any:
+        """Start a supervised run of ``code`` on ``targets`` (default all); see :class:`CellRun`."""
+        from mlx_jupyter.cellrun import CellRun
+
+        ranks = list(self.ranks if targets is None else targets)
+        self.check_ranks(ranks)
+        return CellRun(self, code, ranks, release_deadline).start()
+
+    def send_abort(self, reason: str, ranks: Sequence[int]) -> dict[int, Any]:
+        """``mlx_abort_request`` to each rank's control channel; futures of the replies."""
+        client = self.client
+        futures: dict[int, Any] = {}
+        if client is None or client._closed:
+            return futures
+        for rank in ranks:
+            if rank in self.dead or rank not in client.ids:
+                continue
+            ident = client._build_targets([rank])[0][0]
+            futures[rank] = client._send(client._control_stream, "mlx_abort_request", content={"reason": reason}, ident=ident)
+        return futures
+
+    def abort(self, reason: str = "aborted by the user", targets: Optional[Sequence[int]] = None,
+              timeout: float = 2.0) -> dict[int, bool]:
+        """Abort whatever runs on ``targets``; rank -> whether a cell was running there."""
+        futures = self.send_abort(reason, self.ranks if targets is None else targets)
+        self.needs_reform = True
+        out = {}
+        for rank, fut in futures.items():
+            try:
+                out[rank] = bool(fut.result(timeout)["content"].get("was_running"))
+            except Exception:
+                out[rank] = False
+        return out
+
+    def status(self, timeout: float = 1.0) -> list[dict]:
+        """One row per rank: rank, host, pid, state, backend, memory (bytes), and what the rank says."""
+        rows = []
+        client = self.client
+        infos = {i.rank: i for i in (self.engine_set.launcher.ranks if self.ipp and self._engine_set_id else [])}
+        futures = {}
+        if client is not None:
+            for rank in self.ranks:
+                if rank in self.dead or rank not in client.ids:
+                    continue
+                ident = client._build_targets([rank])[0][0]
+                futures[rank] = client._send(client._control_stream, "mlx_status_request", content={}, ident=ident)
+        deadline = time.monotonic() + timeout
+        for rank in self.ranks:
+            info = infos.get(rank)
+            row = {"rank": rank, "host": info.host if info else "?", "pid": info.pid if info else None,
+                   "state": "dead" if rank in self.dead else (info.state if info else "?"),
+                   "backend": self.backend, "memory": None}
+            fut = futures.get(rank)
+            if fut is not None:
+                try:
+                    reply = fut.result(max(0.0, deadline - time.monotonic()))["content"]
+                    row.update(memory=reply.get("rss"), busy=reply.get("executing"),
+                               world_closed=reply.get("world_closed", ""), group=reply.get("group"))
+                    row["state"] = "busy" if reply.get("executing") else "idle"
+                except Exception:
+                    row["state"] = "no reply"
+            elif rank in self.dead:
+                row["state"] = f"dead ({describe_exit(self.dead[rank])})"
+            rows.append(row)
+        return rows
+
+    # ------------------------------------------------------------ data
+
+    def push(self, ns: Mapping[str, Any], targets: Optional[Sequence[int]] = None, timeout: float = 60.0) -> None:
+        """Define the names of ``ns`` in every target rank's namespace."""
+        ranks = list(self.ranks if targets is None else targets)
+        self.check_ranks(ranks)
+        ar = self.client.direct_view(targets=ranks).push(dict(ns), block=False)
+        self.wait(ar, timeout, ranks, "push")
+
+    def pull(self, names: str | Sequence[str], targets: Optional[Sequence[int]] = None,
+             timeout: float = 60.0) -> list[Any]:
+        """The value(s) of ``names`` on each target rank, in rank order."""
+        ranks = list(self.ranks if targets is None else targets)
+        self.check_ranks(ranks)
+        ar = self.client.direct_view(targets=ranks).pull(names, block=False)
+        out = self.wait(ar, timeout, ranks, "pull")
+        return list(out) if len(ranks) > 1 or isinstance(out, list) else [out]
+
+    def scatter(self, name: str, seq: Any, targets: Optional[Sequence[int]] = None, timeout: float = 60.0) -> None:
+        """Split ``seq`` into consecutive parts, part r bound to ``name`` on rank r."""
+        ranks = list(self.ranks if targets is None else targets)
+        self.check_ranks(ranks)
+        ar = self.client.direct_view(targets=ranks).scatter(name, seq, block=False)
+        self.wait(ar, timeout, ranks, "scatter")
+
+    def gather(self, name: str, targets: Optional[Sequence[int]] = None, timeout: float = 60.0) -> Any:
+        """Concatenate ``name`` from every rank, in rank order."""
+        ranks = list(self.ranks if targets is None else targets)
+        self.check_ranks(ranks)
+        ar = self.client.direct_view(targets=ranks).gather(name, block=False)
+        return self.wait(ar, timeout, ranks, "gather")
+
+
+def _reap(pids: Iterable[int], timeout: float) -> None:
+    """Make sure these processes are gone: SIGTERM what is left, then SIGKILL."""
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover
+        return
+    procs = []
+    for pid in set(pids):
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.Error:
+            pass
+    alive = [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    if not alive:
+        return
+    _, alive = psutil.wait_procs(alive, timeout=min(timeout, 1.0))
+    for p in alive:
+        try:
+            p.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(alive, timeout=min(timeout, 2.0))
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=1.0)

@@ -1,0 +1,225 @@
+"""Showing what several ranks printed, once: rank ranges, line grouping, rich outputs, errors.
+
+Pure: nothing here talks to engines or to IPython. ``%%mlx_distributed``
+feeds the events of a cell run in and writes out what comes back.
+
+Modes (``--output``):
+
+- ``grouped`` (default): lines are aligned rank by rank; a line that several
+  ranks printed identically is shown once, as ``[ranks 0-3] text``.
+- ``rank``: every line as it arrives, as ``[rank 2] text``.
+- ``raw``: text as it arrives, unprefixed.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Optional, Sequence
+
+MODES = ("grouped", "rank", "raw")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def rank_ranges(ranks: Iterable[int]) -> str:
+    """``[0, 1, 2, 3, 5, 7, 8]`` -> ``"0-3,5,7-8"``."""
+    out: list[str] = []
+    items = sorted(set(ranks))
+    i = 0
+    while i < len(items):
+        j = i
+        while j + 1 < len(items) and items[j + 1] == items[j] + 1:
+            j += 1
+        out.append(str(items[i]) if i == j else f"{items[i]}-{items[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def rank_label(ranks: Iterable[int]) -> str:
+    """``"rank 2"`` or ``"ranks 0-3"``."""
+    items = sorted(set(ranks))
+    return f"rank {items[0]}" if len(items) == 1 else f"ranks {rank_ranges(items)}"
+
+
+def parse_targets(spec: str, size: int) -> list[int]:
+    """``"0,2-3"`` / ``"all"`` / ``":2"`` -> sorted rank list, each checked against ``size``."""
+    spec = spec.strip()
+    if spec in ("", "all", ":"):
+        return list(range(size))
+    if ":" in spec:
+        lo, _, hi = spec.partition(":")
+        return list(range(size))[slice(int(lo) if lo else None, int(hi) if hi else None)]
+    ranks: set[int] = set()
+    for part in spec.split(","):
+        part = part.strip()
+        if "-" in part[1:]:
+            a, b = part.split("-", 1)
+            ranks.update(range(int(a), int(b) + 1))
+        else:
+            ranks.add(int(part))
+    bad = sorted(r for r in ranks if not 0 <= r < size)
+    if bad:
+        raise ValueError(f"no rank {rank_ranges(bad)} in a cluster of {size} ranks (0-{size - 1})")
+    return sorted(ranks)
+
+
+def strip_ansi(text: str) -> str:
+    return _ANSI.sub("", text)
+
+
+@dataclass
+class _RankLines:
+    lines: deque = field(default_factory=deque)  # (arrival time, line without "\n")
+    partial: str = ""
+    done: bool = False
+
+
+class LineGrouper:
+    """Aligns one stream (stdout or stderr) rank by rank and groups identical lines.
+
+    ``feed(rank, text)`` as text arrives, ``finish(rank)`` when a rank's cell
+    ended, ``flush(now)`` to get the lines ready to show: a line is shown once
+    every rank still running has produced its line at that position, or once
+    it has waited ``hold`` seconds, or when its rank is done. Each result is
+    ``(ranks, line)``.
+    """
+
+    def __init__(self, ranks: Sequence[int], hold: float = 0.25):
+        self.hold = hold
+        self._ranks = {r: _RankLines() for r in ranks}
+
+    def feed(self, rank: int, text: str, now: Optional[float] = None) -> None:
+        st = self._ranks.setdefault(rank, _RankLines())
+        now = time.monotonic() if now is None else now
+        parts = (st.partial + text).split("\n")
+        st.partial = parts.pop()
+        for line in parts:
+            st.lines.append((now, line))
+
+    def finish(self, rank: int, now: Optional[float] = None) -> None:
+        st = self._ranks.setdefault(rank, _RankLines())
+        if st.partial:
+            st.lines.append((time.monotonic() if now is None else now, st.partial))
+            st.partial = ""
+        st.done = True
+
+    def pending(self) -> bool:
+        return any(st.lines or st.partial for st in self._ranks.values())
+
+    def flush(self, now: Optional[float] = None, force: bool = False) -> list[tuple[list[int], str]]:
+        now = time.monotonic() if now is None else now
+        out: list[tuple[list[int], str]] = []
+        while True:
+            heads = {r: st.lines[0] for r, st in self._ranks.items() if st.lines}
+            if not heads:
+                return out
+            waiting = [r for r, st in self._ranks.items() if not st.lines and not st.done]
+            oldest = min(t for t, _ in heads.values())
+            if waiting and not force and now - oldest < self.hold:
+                return out
+            groups: dict[str, list[int]] = {}
+            for r in sorted(heads):
+                self._ranks[r].lines.popleft()
+                groups.setdefault(heads[r][1], []).append(r)
+            for line, ranks in sorted(groups.items(), key=lambda kv: kv[1][0]):
+                out.append((ranks, line))
+
+
+def prefix_lines(label: str, text: str) -> str:
+    """``[label] `` before every line of ``text``."""
+    return "".join(f"[{label}] {line}\n" for line in text.split("\n"))
+
+
+def group_equal(items: dict[int, object]) -> list[tuple[list[int], object]]:
+    """Group ranks whose values compare equal, in rank order of first appearance."""
+    groups: list[tuple[list[int], object]] = []
+    for rank in sorted(items):
+        for ranks, value in groups:
+            if value == items[rank]:
+                ranks.append(rank)
+                break
+        else:
+            groups.append(([rank], items[rank]))
+    return groups
+
+
+# ---------------------------------------------------------------- outcomes
+
+OK = "ok"
+ERROR = "error"          # the rank's own code raised
+RELEASED = "released"    # stopped by us because another rank failed, or interrupted
+DIED = "died"            # the rank's process ended
+NO_REPLY = "no-reply"    # did not stop within the deadline
+
+
+@dataclass
+class RankOutcome:
+    """How one rank's cell ended, as the cell run saw it."""
+
+    rank: int
+    status: str = OK
+    ename: str = ""
+    evalue: str = ""
+    traceback: list[str] = field(default_factory=list)
+    note: str = ""
+
+
+def describe_exit(returncode: Optional[int]) -> str:
+    """``-11`` -> ``"killed by SIGSEGV"``; ``3`` -> ``"exit code 3"``."""
+    import signal as _signal
+
+    if returncode is None:
+        return "exit status unknown"
+    if returncode < 0:
+        try:
+            return f"killed by {_signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    if returncode > 128:
+        try:
+            return f"killed by {_signal.Signals(returncode - 128).name} (exit code {returncode})"
+        except ValueError:
+            pass
+    return f"exit code {returncode}"
+
+
+def render_outcomes(outcomes: Sequence[RankOutcome], cause: str = "", hints: Sequence[str] = ()) -> list[str]:
+    """The lines of a failed cell's error: each failing rank's traceback (identical
+    ones shown once), then one line per group of released, dead or silent ranks."""
+    lines: list[str] = []
+    errors = {o.rank: ("\n".join(o.traceback) or f"{o.ename}: {o.evalue}") for o in outcomes if o.status == ERROR}
+    for ranks, tb in group_equal(errors):
+        first = next(o for o in outcomes if o.rank == ranks[0])
+        lines.append(f"--- {rank_label(ranks)}: {first.ename}: {first.evalue}")
+        lines.extend(str(tb).split("\n"))
+    released = {o.rank: o.note for o in outcomes if o.status == RELEASED}
+    for ranks, note in group_equal(released):
+        lines.append(f"--- {rank_label(ranks)}: {note}")
+    for o in outcomes:
+        if o.status == DIED:
+            lines.append(f"--- rank {o.rank}: {o.note}")
+    silent = [o.rank for o in outcomes if o.status == NO_REPLY]
+    if silent:
+        lines.append(f"--- {rank_label(silent)}: {next(o.note for o in outcomes if o.status == NO_REPLY)}")
+    if cause:
+        lines.insert(0, cause)
+    lines.extend(hints)
+    return lines
+
+
+def summary(outcomes: Sequence[RankOutcome]) -> str:
+    """One line: which ranks failed how."""
+    parts = []
+    for status, what in ((ERROR, "raised"), (DIED, "died"), (RELEASED, "stopped"), (NO_REPLY, "did not stop")):
+        ranks = [o.rank for o in outcomes if o.status == status]
+        if ranks:
+            if status == ERROR:
+                names = sorted({o.ename for o in outcomes if o.status == ERROR})
+                what = f"raised {', '.join(names)}"
+            parts.append(f"{rank_label(ranks)} {what}")
+    return "; ".join(parts) or "all ranks succeeded"
+
+
+Writer = Callable[[str], None]

@@ -1,0 +1,274 @@
+"""What runs inside each rank's engine: `mx`/`world`/`group`, and the way out of a stuck cell.
+
+A :class:`RankAgent` is installed in every engine started by
+:mod:`mlx_jupyter.engine`. It answers two control-channel requests, which the
+engine's control thread handles even while a cell blocks the main thread:
+
+- ``mlx_abort_request {reason}``: abort our core's group (pending and later ops
+  fail at once), interrupt the running cell (SIGINT: Python code stops at its
+  next bytecode), and if the cell is still running after ``grace`` seconds,
+  close MLX's world sockets. MLX's own collectives cannot be cancelled; closing
+  their sockets makes a blocked ring op raise "connection to a peer was lost".
+  The world group is then unusable until the ranks restart; we say so.
+- ``mlx_status_request``: pid, memory, whether a cell runs, group/world state.
+
+After a cell of this rank raises by itself, the agent aborts our core's group
+at once, so peers blocked in our collectives are released without waiting for
+the notebook.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Any, Optional
+
+#: the agent of this process, once installed
+AGENT: Optional["RankAgent"] = None
+
+
+def env_rank() -> int:
+    """This process's rank from the environment contract (MLX, JACCL, MPI, Slurm)."""
+    for var in ("MLX_RANK", "JACCL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        value = os.environ.get(var)
+        if value not in (None, ""):
+            return int(value)
+    return 0
+
+
+def _socket_fds() -> dict[int, int]:
+    """Open socket fds of this process -> inode (Linux /proc; psutil elsewhere)."""
+    out: dict[int, int] = {}
+    if os.path.isdir("/proc/self/fd"):
+        for name in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{name}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                out[int(name)] = int(target[8:-1])
+        return out
+    try:
+        import psutil
+
+        for conn in psutil.Process().net_connections(kind="inet"):
+            if conn.fd >= 0:
+                out[conn.fd] = os.fstat(conn.fd).st_ino
+    except Exception:
+        pass
+    return out
+
+
+def _rss() -> int:
+    try:
+        import psutil
+
+        return psutil.Process().memory_info().rss
+    except Exception:
+        import resource
+
+        scale = 1 if sys.platform == "darwin" else 1024
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+
+
+class RankAgent:
+    """One rank's side of the no-hang promise. See the module docstring."""
+
+    def __init__(self, kernel: Any, rank: int, grace: float = 0.3):
+        self.kernel = kernel
+        self.shell = kernel.shell
+        self.rank = rank
+        self.grace = grace
+        self.backend = os.environ.get("MLX_JUPYTER_BACKEND", "")
+        self._lock = threading.Lock()
+        self.executing = False
+        self.cell = 0
+        self.abort_reason: Optional[str] = None
+        self.world_sockets: dict[int, int] = {}
+        self.world_closed = ""
+        self.last_error = ""
+
+    # ------------------------------------------------------------ install
+
+    def install(self) -> None:
+        self.shell.events.register("pre_run_cell", self._pre_run_cell)
+        self.shell.events.register("post_run_cell", self._post_run_cell)
+        self.kernel.control_handlers["mlx_abort_request"] = self._on_abort
+        self.kernel.control_handlers["mlx_status_request"] = self._on_status
+
+    # ------------------------------------------------------------ cells
+
+    def _pre_run_cell(self, info: Any = None) -> None:
+        with self._lock:
+            self.executing = True
+            self.cell += 1
+            self.abort_reason = None
+
+    def _post_run_cell(self, result: Any = None) -> None:
+        with self._lock:
+            self.executing = False
+            aborted = self.abort_reason
+        err = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
+        if err is not None and aborted is None:
+            self.last_error = f"{type(err).__name__}: {err}"
+            self.abort_group(f"rank {self.rank} raised {self.last_error}")
+
+    # ------------------------------------------------------------ group / world
+
+    def group(self) -> Any:
+        return self.shell.user_ns.get("group")
+
+    def abort_group(self, reason: str) -> None:
+        dist = sys.modules.get("mlx_jupyter.distributed")
+        group = self.group()
+        if dist is None or group is None:
+            return
+        try:
+            group.abort(reason)
+        except Exception:
+            pass
+
+    def close_world(self, reason: str) -> bool:
+        """Shut down MLX's world sockets so that a blocked MLX collective raises."""
+        closed = False
+        current = _socket_fds()
+        for fd, inode in self.world_sockets.items():
+            if current.get(fd) != inode:
+                continue
+            try:
+                sock = socket.socket(fileno=fd)
+            except OSError:
+                continue
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+                closed = True
+            except OSError:
+                pass
+            finally:
+                sock.detach()
+        if closed:
+            self.world_closed = reason
+        return closed
+
+    # ------------------------------------------------------------ control handlers
+
+    def _reply(self, stream: Any, idents: Any, parent: dict, msg_type: str, content: dict) -> None:
+        content.setdefault("status", "ok")
+        self.kernel.session.send(stream, msg_type, content, parent=parent, ident=idents)
+
+    def abort(self, reason: str) -> bool:
+        """Stop this rank's cell (if one runs) and fail our group. Returns whether a cell ran."""
+        with self._lock:
+            running = self.executing
+            if running:
+                self.abort_reason = reason
+            cell = self.cell
+        self.abort_group(reason)
+        if running:
+            os.kill(os.getpid(), signal.SIGINT)
+            if self.world_sockets:
+                threading.Thread(target=self._release_native, args=(cell, reason), daemon=True).start()
+        return running
+
+    def _release_native(self, cell: int, reason: str) -> None:
+        deadline = time.monotonic() + self.grace
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not (self.executing and self.cell == cell):
+                    return
+            time.sleep(0.02)
+        with self._lock:
+            still = self.executing and self.cell == cell
+        if still and not self.world_closed:
+            self.close_world(reason)
+
+    def _on_abort(self, stream: Any, idents: Any, parent: dict) -> None:
+        reason = parent["content"].get("reason", "aborted")
+        running = self.abort(reason)
+        self._reply(stream, idents, parent, "mlx_abort_reply", {"was_running": running, "rank": self.rank})
+
+    def status(self) -> dict:
+        group = self.group()
+        return {
+            "rank": self.rank,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "rss": _rss(),
+            "executing": self.executing,
+            "cell": self.cell,
+            "backend": self.backend,
+            "world": "world" in self.shell.user_ns,
+            "world_closed": self.world_closed,
+            "group": group is not None,
+            "last_error": self.last_error,
+        }
+
+    def _on_status(self, stream: Any, idents: Any, parent: dict) -> None:
+        self._reply(stream, idents, parent, "mlx_status_reply", self.status())
+
+
+def install(kernel: Any, rank: int) -> RankAgent:
+    """Create and install this process's agent (called by :mod:`mlx_jupyter.engine`)."""
+    global AGENT
+    AGENT = RankAgent(kernel, rank)
+    AGENT.install()
+    return AGENT
+
+
+# ---------------------------------------------------------------- applied from the notebook
+
+
+def setup(backend: str, world: bool = True, group: bool = True, timeout: float = 30.0) -> dict:
+    """Define ``mx``, ``world`` (MLX's group) and ``group`` (ours) in this rank's namespace.
+
+    Runs on every rank at once (MLX's ring init waits for its neighbours).
+    """
+    agent = AGENT
+    ns = agent.shell.user_ns if agent else {}
+    import mlx.core as mx
+
+    ns["mx"] = mx
+    info: dict[str, Any] = {"rank": env_rank(), "world": None, "group": None, "group_error": ""}
+    if world and "world" not in ns:
+        before = _socket_fds()
+        size_hint = int(os.environ.get("MLX_JUPYTER_SIZE", "1"))
+        w = mx.distributed.init(strict=size_hint > 1, backend=backend or "any")
+        ns["world"] = w
+        if agent:
+            after = _socket_fds()
+            agent.world_sockets = {fd: ino for fd, ino in after.items() if before.get(fd) != ino}
+    if "world" in ns:
+        info["world"] = [ns["world"].rank(), ns["world"].size()]
+    if group:
+        info.update(reform(timeout=timeout, only_if_needed=True))
+    return info
+
+
+def reform(timeout: float = 30.0, only_if_needed: bool = False) -> dict:
+    """(Re)form our core's group: drop an aborted one, ``init()`` a fresh one, bind ``group``."""
+    agent = AGENT
+    ns = agent.shell.user_ns if agent else {}
+    try:
+        import mlx_jupyter.distributed as dist
+    except Exception as exc:  # the native core is not built here
+        return {"group": None, "group_error": f"mlx_jupyter.distributed unavailable: {exc}"}
+    if only_if_needed and ns.get("group") is not None:
+        g = ns["group"]
+        return {"group": [g.rank(), g.size()], "group_error": ""}
+    try:
+        if ns.get("group") is not None:
+            dist.shutdown()
+        g = dist.init(timeout=timeout)
+    except Exception as exc:
+        ns.pop("group", None)
+        return {"group": None, "group_error": f"{type(exc).__name__}: {exc}"}
+    ns["group"] = g
+    return {"group": [g.rank(), g.size()], "group_error": ""}
+
+
+def status() -> dict:
+    return AGENT.status() if AGENT else {"rank": env_rank(), "pid": os.getpid()}
