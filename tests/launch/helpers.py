@@ -1,0 +1,108 @@
+"""Helpers for launcher tests: run the CLI, wait for output lines, read CPU time."""
+
+from __future__ import annotations
+
+import os
+import re
+import selectors
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+ROOT = Path(__file__).resolve().parents[2]
+PY = sys.executable
+
+
+def cli_env(extra: Optional[dict] = None) -> dict:
+    """Environment for a CLI subprocess that imports this checkout."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
+    env.update(extra or {})
+    return env
+
+
+def cli(args: Sequence[str], timeout: float = 60, stdin: Optional[str] = None, **kw) -> subprocess.CompletedProcess:
+    """Run ``mlx-jupyter launch ARGS`` to completion."""
+    return subprocess.run([PY, "-m", "mlx_jupyter", "launch", *args], input=stdin, capture_output=True, text=True,
+                          timeout=timeout, env=cli_env(kw.pop("env", None)), cwd=kw.pop("cwd", ROOT), **kw)
+
+
+class LiveCLI:
+    """A running ``mlx-jupyter launch``; lines of its stdout/stderr are collected as they come."""
+
+    def __init__(self, args: Sequence[str], env: Optional[dict] = None):
+        self.proc = subprocess.Popen([PY, "-m", "mlx_jupyter", "launch", *args], stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env(env), cwd=ROOT)
+        self.lines: list[str] = []
+        self._cond = threading.Condition()
+        self._threads = [threading.Thread(target=self._read, args=(s,), daemon=True)
+                         for s in (self.proc.stdout, self.proc.stderr)]
+        for t in self._threads:
+            t.start()
+
+    def _read(self, stream) -> None:
+        for raw in iter(stream.readline, b""):
+            with self._cond:
+                self.lines.append(raw.decode(errors="replace").rstrip("\n"))
+                self._cond.notify_all()
+
+    def wait_for(self, pattern: str, count: int = 1, timeout: float = 30) -> list[str]:
+        """Block until ``count`` lines match ``pattern`` (regex); raise on timeout."""
+        rx = re.compile(pattern)
+        with self._cond:
+            ok = self._cond.wait_for(lambda: len([x for x in self.lines if rx.search(x)]) >= count, timeout)
+            if not ok:
+                raise TimeoutError(f"waited {timeout} s for {count} x {pattern!r}; got:\n" + "\n".join(self.lines))
+            return [x for x in self.lines if rx.search(x)]
+
+    def finish(self, timeout: float = 30) -> int:
+        """Wait for exit (kill on timeout) and for the output readers."""
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+            raise
+        finally:
+            for t in self._threads:
+                t.join(5)
+
+    @property
+    def text(self) -> str:
+        with self._cond:
+            return "\n".join(self.lines)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User+system CPU time of a process (this process's own threads included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a pid exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def wait_pids_gone(pids: Sequence[int], timeout: float) -> list[int]:
+    """Wait (pidfd, bounded) for the pids to end; return those still alive."""
+    deadline = time.monotonic() + timeout
+    for pid in pids:
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            continue
+        try:
+            with selectors.DefaultSelector() as sel:
+                sel.register(fd, selectors.EVENT_READ)
+                sel.select(max(deadline - time.monotonic(), 0))
+        finally:
+            os.close(fd)
+    return [p for p in pids if pid_alive(p)]

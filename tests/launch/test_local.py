@@ -1,0 +1,293 @@
+"""The launcher on this machine (no ssh): the Python API and the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import PY, ROOT, LiveCLI, cli, cpu_seconds, wait_pids_gone
+from mlx_jupyter.launch import LaunchError, Launcher
+from mlx_jupyter.launch.cli import build_parser, split_argv
+
+pytestmark = pytest.mark.timeout(120)
+
+PRINT_ENV = "import os, json; print(json.dumps({k: os.environ.get(k) for k in ['MLX_RANK', 'MLX_HOSTFILE', 'MLX_JUPYTER_TOKEN', 'EXTRA']}))"
+
+
+def collect() -> tuple[list, callable]:
+    out: list = []
+    lock = threading.Lock()
+
+    def on_output(rank, stream, line):
+        with lock:
+            out.append((rank, stream, line))
+    return out, on_output
+
+
+def test_api_env_output_and_exit_callbacks(tmp_path):
+    out, on_output = collect()
+    exits = {}
+    launcher = Launcher([PY, "-c", PRINT_ENV + "; import sys; print('err', file=sys.stderr)"], hosts="127.0.0.1",
+                        repeat_hosts=3, rank_env=lambda r: {"EXTRA": f"x{r}"}, on_output=on_output,
+                        on_exit=lambda r, c: exits.__setitem__(r, c))
+    launcher.start()
+    assert [r.rank for r in launcher.ranks] == [0, 1, 2] and all(r.pid for r in launcher.ranks)
+    assert launcher.wait(30) == 0
+    assert exits == {0: 0, 1: 0, 2: 0}
+    envs = {r: json.loads(line) for r, s, line in out if s == "stdout"}
+    assert {r: e["MLX_RANK"] for r, e in envs.items()} == {0: "0", 1: "1", 2: "2"}
+    assert {e["EXTRA"] for e in envs.values()} == {"x0", "x1", "x2"}
+    tokens = {e["MLX_JUPYTER_TOKEN"] for e in envs.values()}
+    assert len(tokens) == 1 and len(tokens.pop()) == 32
+    assert sorted(r for r, s, line in out if s == "stderr" and line == "err") == [0, 1, 2]
+    hostfile = envs[0]["MLX_HOSTFILE"]
+    assert not os.path.exists(hostfile), "the ring hostfile temp file must be removed"
+    assert all(r.state == "exited" and r.returncode == 0 for r in launcher.ranks)
+
+
+def test_fresh_token_per_launch():
+    tokens = []
+    for _ in range(2):
+        out, on_output = collect()
+        launcher = Launcher([PY, "-c", PRINT_ENV], on_output=on_output).start()
+        assert launcher.wait(30) == 0
+        tokens.append(json.loads(out[0][2])["MLX_JUPYTER_TOKEN"])
+    assert tokens[0] != tokens[1]
+
+
+def test_one_rank_run_initialises_mlx():
+    out, on_output = collect()
+    code = "import mlx.core as mx; g = mx.distributed.init(); print(g.rank(), g.size(), mx.distributed.all_sum(mx.array(3)).item())"
+    launcher = Launcher([PY, "-c", code], on_output=on_output).start()
+    assert launcher.wait(60) == 0, out
+    assert ("0 1 3") in [line for _, s, line in out if s == "stdout"]
+
+
+def test_failure_terminates_the_others_and_propagates_the_code():
+    code = "import os, sys, time; r = int(os.environ['MLX_RANK']); print('ready', flush=True); time.sleep(0.5) if r == 2 else time.sleep(60); sys.exit(7)"
+    launcher = Launcher([PY, "-c", code], repeat_hosts=4, on_output=lambda *a: None).start()
+    pids = [r.pid for r in launcher.ranks]
+    t0 = time.monotonic()
+    assert launcher.wait(30) == 7
+    assert time.monotonic() - t0 < 0.5 + 2.0 + 1.0
+    assert not wait_pids_gone(pids, 2.0)
+    states = {r.rank: r.state for r in launcher.ranks}
+    assert states == {0: "killed", 1: "killed", 2: "exited", 3: "killed"}
+    assert "rank 2 on 127.0.0.1 exited with code 7" in launcher.summary()
+
+
+def test_stop_kills_the_whole_process_group(tmp_path):
+    ready = threading.Event()
+    code = "import subprocess, time; p = subprocess.Popen(['sleep', '60']); print('child', p.pid, flush=True); time.sleep(60)"
+    children = []
+
+    def on_output(rank, stream, line):
+        if line.startswith("child"):
+            children.append(int(line.split()[1]))
+            if len(children) == 2:
+                ready.set()
+    launcher = Launcher([PY, "-c", code], repeat_hosts=2, on_output=on_output).start()
+    assert ready.wait(20)
+    launcher.stop(timeout=2.0)
+    assert not wait_pids_gone([r.pid for r in launcher.ranks] + children, 2.0)
+    assert all(r.state == "killed" for r in launcher.ranks)
+
+
+def test_signal_reaches_the_ranks():
+    got = threading.Event()
+    ready = threading.Event()
+    code = ("import signal, sys, time\n"
+            "signal.signal(signal.SIGUSR1, lambda *a: (print('usr1', flush=True), sys.exit(0)))\n"
+            "print('ready', flush=True); time.sleep(60)")
+    seen = []
+
+    def on_output(rank, stream, line):
+        seen.append(line)
+        if seen.count("ready") == 2:
+            ready.set()
+        if seen.count("usr1") == 2:
+            got.set()
+    launcher = Launcher([PY, "-c", code], repeat_hosts=2, on_output=on_output).start()
+    assert ready.wait(20)
+    launcher.signal(signal.SIGUSR1)
+    assert got.wait(10)
+    assert launcher.wait(10) == 0
+
+
+def test_py_script_runs_with_python_and_stdin_is_broadcast(tmp_path):
+    script = tmp_path / "echo_stdin.py"
+    script.write_text("import sys\nprint('line:', sys.stdin.readline().strip())\n")
+    out, on_output = collect()
+    launcher = Launcher([str(script)], repeat_hosts=2, on_output=on_output, stdin=True).start()
+    launcher.write_stdin("hello ranks\n")
+    launcher.close_stdin()
+    assert launcher.wait(30) == 0
+    assert sorted(out) == [(0, "stdout", "line: hello ranks"), (1, "stdout", "line: hello ranks")]
+
+
+def test_start_errors_are_clear():
+    with pytest.raises(LaunchError, match="rank 0 on 127.0.0.1: command 'no-such-cmd-xyz' not found"):
+        Launcher(["no-such-cmd-xyz"]).start()
+    with pytest.raises(LaunchError, match="working directory"):
+        Launcher(["true"], cwd="/no/such/dir").start()
+    with pytest.raises(LaunchError, match="ring.*no IP"):
+        Launcher(["true"], hosts="mac-1").start()
+
+
+def test_partial_lines_are_flushed_so_prompts_show():
+    prompt = threading.Event()
+    code = "import sys, time; sys.stdout.write('(Pdb) '); sys.stdout.flush(); time.sleep(60)"
+    launcher = Launcher([PY, "-c", code], on_output=lambda r, s, line: line == "(Pdb) " and prompt.set()).start()
+    try:
+        assert prompt.wait(10)
+    finally:
+        launcher.stop()
+
+
+def test_real_mlx_ring_on_four_local_ranks(port_block):
+    base = port_block(4)
+    out, on_output = collect()
+    code = ("import mlx.core as mx; g = mx.distributed.init(backend='ring', strict=True); "
+            "x = mx.distributed.all_sum(mx.array([g.rank() + 1.0, 1.0])); print('sum', g.rank(), g.size(), x.tolist())")
+    launcher = Launcher([PY, "-c", code], repeat_hosts=4, starting_port=base, on_output=on_output).start()
+    assert launcher.wait(90) == 0, out
+    sums = sorted(line for _, s, line in out if line.startswith("sum"))
+    assert sums == [f"sum {r} 4 [10.0, 4.0]" for r in range(4)]
+
+
+# ------------------------------------------------------------------- CLI ----
+
+def test_options_end_where_the_command_begins():
+    parser = build_parser()
+    assert split_argv(["-n", "2", "python", "t.py", "--verbose"], parser) == (["-n", "2"], ["python", "t.py", "--verbose"])
+    assert split_argv(["--verbose", "--", "-x"], parser) == (["--verbose"], ["-x"])
+    assert split_argv(["-n2", "--env=A=1", "--env", "B=2", "cmd"], parser) == (["-n2", "--env=A=1", "--env", "B=2"], ["cmd"])
+    res = cli(["-n", "2", PY, "-c", "import sys; print(sys.argv[1:])", "--verbose", "-n", "3"])
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("['--verbose', '-n', '3']") == 2
+
+
+def test_cli_exit_status_and_summary():
+    res = cli(["-n", "3", "--", PY, "-c", "import os, sys; r = int(os.environ['MLX_RANK']); sys.exit(3 if r == 1 else 0)"])
+    assert res.returncode == 3
+    assert "rank 1 on 127.0.0.1 exited with code 3" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_cli_prefix_and_raw_output():
+    res = cli(["-n", "2", PY, "-c", "print('hi')"])
+    assert sorted(res.stdout.splitlines()) == ["[rank 0] hi", "[rank 1] hi"]
+    res = cli(["-n", "2", "--output", "raw", PY, "-c", "print('hi')"])
+    assert res.stdout.splitlines() == ["hi", "hi"]
+    res = cli([PY, "-c", "print('one')"])
+    assert res.stdout == "one\n"
+
+
+def test_cli_stdin_broadcast():
+    res = cli(["-n", "3", "--output", "raw", PY, "-c", "import sys; print(sys.stdin.read().split())"], stdin="a b\nc\n")
+    assert res.returncode == 0 and res.stdout.splitlines() == ["['a', 'b', 'c']"] * 3
+
+
+def test_cli_usage_errors_are_one_line(tmp_path):
+    for args, match in [
+        (["missing_script.py"], "not found"),
+        (["--hosts", "a,,b", "true"], "entry 2 is empty"),
+        (["--hostfile", str(tmp_path / "none.json"), "true"], "cannot read"),
+        ([], "no command given"),
+        (["--hosts", "a;b", "true"], "not a valid host name"),
+    ]:
+        res = cli(args)
+        assert res.returncode == 2, (args, res.stderr)
+        assert match in res.stderr and "Traceback" not in res.stderr
+    res = cli(["--print-python"])
+    assert res.returncode == 0 and res.stdout.strip() == PY
+    res = cli(["--env", "BAD-KEY=1", "--env", "GOOD=1", PY, "-c", "import os; print(os.environ['GOOD'])"])
+    assert res.returncode == 0 and "BAD-KEY" in res.stderr and res.stdout == "1\n"
+
+
+def test_cli_hostfile_object_form_sets_backend_and_env(tmp_path):
+    hf = tmp_path / "hosts.json"
+    hf.write_text(json.dumps({"backend": "nccl", "envs": ["FROM_HF=1"], "hosts": [{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}]}))
+    res = cli(["--hostfile", str(hf), "-n", "2", "--output", "raw", PY, "-c",
+               "import os; print(os.environ['FROM_HF'], os.environ['MLX_WORLD_SIZE'], os.environ['CUDA_VISIBLE_DEVICES'])"])
+    assert res.returncode == 0, res.stderr
+    assert sorted(res.stdout.splitlines()) == ["1 2 0", "1 2 1"]
+
+
+def test_cli_ctrl_c_is_forwarded_then_terminates():
+    graceful = textwrap.dedent("""
+        import signal, sys, time
+        signal.signal(signal.SIGINT, lambda *a: (print('got SIGINT', flush=True), sys.exit(0)))
+        print('ready', flush=True); time.sleep(60)
+    """)
+    run = LiveCLI(["-n", "2", PY, "-c", graceful])
+    run.wait_for("ready", 2)
+    run.proc.send_signal(signal.SIGINT)
+    run.wait_for("got SIGINT", 2)
+    assert run.finish(10) == 0, run.text
+
+    stubborn = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
+    run = LiveCLI(["-n", "2", PY, "-c", stubborn])
+    run.wait_for("ready", 2)
+    run.proc.send_signal(signal.SIGINT)
+    run.wait_for("forwarding Ctrl-C")
+    run.proc.send_signal(signal.SIGINT)
+    code = run.finish(10)
+    assert code == 128 + signal.SIGTERM, run.text
+    assert "terminated" in run.text
+
+
+def test_cli_is_idle_while_ranks_sleep():
+    code = "import time; print('ready', flush=True); time.sleep(3); print('done', flush=True)"
+    run = LiveCLI(["-n", "2", PY, "-c", code])
+    run.wait_for("ready", 2)
+    t0, c0 = time.monotonic(), cpu_seconds(run.proc.pid)
+    run.wait_for("done", 1, timeout=20)
+    t1, c1 = time.monotonic(), cpu_seconds(run.proc.pid)
+    assert run.finish(20) == 0
+    assert (c1 - c0) / (t1 - t0) <= 0.01, f"launcher used {c1 - c0:.3f} s CPU in {t1 - t0:.2f} s"
+
+
+def test_unittest_style_multi_rank_file(tmp_path, port_block):
+    test_file = tmp_path / "test_dist.py"
+    test_file.write_text(textwrap.dedent("""
+        import unittest
+        import mlx.core as mx
+
+        class TestRing(unittest.TestCase):
+            @classmethod
+            def setUpClass(cls):
+                cls.group = mx.distributed.init(backend="ring", strict=True)
+
+            def test_all_sum(self):
+                g = self.group
+                x = mx.distributed.all_sum(mx.ones(8) * g.rank())
+                self.assertTrue(mx.all(x == sum(range(g.size()))).item())
+
+            def test_all_gather(self):
+                g = self.group
+                x = mx.distributed.all_gather(mx.array([g.rank()]))
+                self.assertEqual(x.tolist(), list(range(g.size())))
+
+        if __name__ == "__main__":
+            unittest.main()
+    """))
+    res = cli(["-n", "4", "-p", str(port_block(4)), str(test_file)], timeout=120)
+    assert res.returncode == 0, res.stderr
+    for r in range(4):
+        assert f"[rank {r}] OK" in res.stderr, res.stderr
+
+
+def test_no_temp_files_left(tmp_path):
+    before = set(Path("/tmp").glob("mlx-jupyter*"))
+    res = cli(["-n", "2", PY, "-c", "import os; print(open(os.environ['MLX_HOSTFILE']).read())"])
+    assert res.returncode == 0
+    assert set(Path("/tmp").glob("mlx-jupyter*")) <= before
+    assert ROOT.exists()
