@@ -14,6 +14,7 @@ import os
 import re
 import shlex
 import sys
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -122,8 +123,7 @@ def _connect_kwargs(dest: str, opts: SSHOptions) -> dict[str, Any]:
         kw["agent_path"] = None
     if opts.known_hosts is not None:
         kw["known_hosts"] = opts.known_hosts
-    if opts.accept_unknown_hosts:
-        kw["client_factory"] = _accepting_client(opts)
+    kw["client_factory"] = _client_class(opts)
     kw.update(opts.extra)
     return kw
 
@@ -135,16 +135,35 @@ def _known_hosts_files(opts: SSHOptions) -> list[str]:
     return [str(default)] if default.is_file() else []
 
 
-def _accepting_client(opts: SSHOptions) -> Any:
-    """A client class that accepts a host key only when known_hosts has no key for that host."""
+# connection -> why it closed (set by the client's connection_lost)
+_lost: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+
+
+def lost_reason(conn: Any) -> str | None:
+    """Why ``conn`` closed unexpectedly (e.g. "Server not responding to keepalive"), if it did."""
+    return _lost.get(conn)
+
+
+def _client_class(opts: SSHOptions) -> Any:
+    """The asyncssh client: records why a connection was lost; optionally accepts unknown hosts."""
     import asyncssh
 
     files = _known_hosts_files(opts)
+    accept = opts.accept_unknown_hosts
 
-    class AcceptUnknown(asyncssh.SSHClient):
+    class Client(asyncssh.SSHClient):
+        def connection_made(self, conn: Any) -> None:
+            self._conn = conn
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if exc is not None:
+                _lost[self._conn] = getattr(exc, "reason", "") or str(exc) or type(exc).__name__
+
         def validate_host_public_key(self, host: str, addr: str, port: int, key: Any) -> bool:
             # Reached only when the key is not among the trusted ones: accept it
             # if the host is unknown, refuse it if the host has another key.
+            if not accept:
+                return False
             for path in files:
                 try:
                     known = asyncssh.match_known_hosts(path, host, addr, port if port != 22 else None)
@@ -159,7 +178,7 @@ def _accepting_client(opts: SSHOptions) -> Any:
             )
             return True
 
-    return AcceptUnknown
+    return Client
 
 
 # ------------------------------------------------------------- connections --

@@ -200,8 +200,8 @@ class TestBed:
         res = _run(["ip", "netns", "pids", self.ns(i)], check=False)
         return [int(p) for p in res.stdout.split()]
 
-    def procs_matching(self, needle: str) -> dict[int, list[int]]:
-        """Per host, pids whose command line contains ``needle``."""
+    def procs_matching(self, needle: str, exe: Optional[str] = None) -> dict[int, list[int]]:
+        """Per host, pids whose command line contains ``needle`` (and starts with ``exe``)."""
         out: dict[int, list[int]] = {}
         for i in range(1, self.n + 1):
             for pid in self.ns_pids(i):
@@ -209,7 +209,7 @@ class TestBed:
                     cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
                 except OSError:
                     continue
-                if needle in cmd:
+                if needle in cmd and (exe is None or cmd.startswith(exe + " ")):
                     out.setdefault(i, []).append(pid)
         return out
 

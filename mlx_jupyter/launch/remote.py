@@ -83,8 +83,8 @@ class RemoteProcess:
             return self._proc.exit_status
         if self._proc.exit_signal:
             return 128 + int(getattr(_signal, "SIG" + self._proc.exit_signal[0], 0))
-        if self.lost_reason is None:
-            self.lost_reason = "the ssh connection closed before the rank exited"
+        self.lost_reason = ssh.lost_reason(self._conn) or self.lost_reason or \
+            "the ssh connection closed before the rank exited"
         return LOST_CODE
 
     async def signal(self, sig: int) -> None:

@@ -1,0 +1,312 @@
+"""The launcher across 4 ssh hosts (network namespaces with a real sshd each)."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import PY, ROOT, LiveCLI, cli, cpu_seconds
+from mlx_jupyter.hostfile import Host
+from mlx_jupyter.launch import LaunchError, Launcher
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def hosts_of(bed, n: int | None = None) -> list[Host]:
+    return [Host(ip, [ip]) for ip in bed.ips[: n or bed.n]]
+
+
+def collector():
+    out: list = []
+    lock = threading.Lock()
+
+    def on_output(rank, stream, line):
+        with lock:
+            out.append((rank, stream, line))
+    return out, on_output
+
+
+def stdout_of(out) -> dict[int, list[str]]:
+    res: dict[int, list[str]] = {}
+    for rank, stream, line in out:
+        if stream == "stdout":
+            res.setdefault(rank, []).append(line)
+    return res
+
+
+def remote_tmp() -> set[Path]:
+    """Rank temp dirs (the hosts share this machine's /tmp)."""
+    return set(Path("/tmp").glob("mlx-jupyter.*"))
+
+
+def wait_until(pred, timeout: float) -> bool:
+    """Poll ``pred`` until true or timeout (for state outside our process, e.g. other namespaces)."""
+    deadline = time.monotonic() + timeout
+    event = threading.Event()
+    while not pred():
+        if time.monotonic() > deadline:
+            return False
+        event.wait(0.05)
+    return True
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers(testbed):
+    """Every test leaves no rank process and no temp dir behind on any host."""
+    before = remote_tmp()
+    yield
+    assert wait_until(lambda: remote_tmp() <= before, 5), f"temp dirs left: {remote_tmp() - before}"
+
+
+def test_env_and_files_reach_every_host(testbed):
+    out, on_output = collector()
+    code = ("import os, json, socket; p = os.environ.get('MLX_HOSTFILE'); "
+            "print(json.dumps([socket.gethostname(), os.environ['MLX_RANK'], os.environ['TB_HOST_IP'], "
+            "json.load(open(p)), os.environ['MLX_JUPYTER_TOKEN'], os.getcwd()]))")
+    launcher = Launcher([PY, "-c", code], hosts=hosts_of(testbed), ssh_options=testbed.ssh_options(),
+                        on_output=on_output, cwd=str(ROOT)).start()
+    assert launcher.wait(60) == 0, out
+    rows = {r: json.loads(lines[0]) for r, lines in stdout_of(out).items()}
+    plan = [[f"{ip}:{32323 + i}"] for i, ip in enumerate(testbed.ips)]
+    for r in range(4):
+        name, rank, ip, hostfile, token, cwd = rows[r]
+        assert (name, rank, ip, hostfile, cwd) == (f"h{r + 1}", str(r), testbed.ips[r], plan, str(ROOT))
+        assert token == launcher.token
+    assert all(i.pid and i.state == "exited" for i in launcher.ranks)
+
+
+def test_real_mlx_ring_all_sum_on_four_hosts(testbed):
+    out, on_output = collector()
+    code = ("import mlx.core as mx; g = mx.distributed.init(backend='ring', strict=True); "
+            "x = mx.distributed.all_sum(mx.arange(4) + g.rank()); print(g.rank(), g.size(), x.tolist())")
+    launcher = Launcher([PY, "-c", code], hosts=hosts_of(testbed), ssh_options=testbed.ssh_options(),
+                        on_output=on_output).start()
+    assert launcher.wait(90) == 0, out
+    lines = stdout_of(out)
+    assert {r: lines[r][-1] for r in lines} == {r: f"{r} 4 [6, 10, 14, 18]" for r in range(4)}
+
+
+def test_our_core_all_sum_on_four_hosts(testbed, env_pythonpath):
+    pytest.importorskip("mlx_jupyter._core", reason="native core not built")
+    out, on_output = collector()
+    code = ("import numpy as np; from mlx_jupyter import distributed as d; g = d.init(backend='ring', strict=True); "
+            "x = d.all_sum(np.arange(4, dtype=np.int64) + g.rank()); print(g.rank(), g.size(), list(map(int, x)))")
+    launcher = Launcher([PY, "-c", code], hosts=hosts_of(testbed), ssh_options=testbed.ssh_options(),
+                        on_output=on_output, env=env_pythonpath).start()
+    assert launcher.wait(90) == 0, out
+    lines = stdout_of(out)
+    assert {r: lines[r][-1] for r in lines} == {r: f"{r} 4 [6, 10, 14, 18]" for r in range(4)}
+
+
+def test_rank_failure_clears_every_host_within_2s(testbed):
+    marker = "mlxj-" + secrets.token_hex(4)
+    code = f"import os, sys, time; r = int(os.environ['MLX_RANK']); print('ready', flush=True); sys.stdin.readline(); sys.exit(1) if r == 1 else time.sleep(60)  # {marker}"
+    ready = threading.Semaphore(0)
+    failed_at = {}
+    launcher = Launcher([PY, "-c", code], hosts=hosts_of(testbed), ssh_options=testbed.ssh_options(), stdin=True,
+                        on_output=lambda r, s, line: line == "ready" and ready.release(),
+                        on_exit=lambda r, c: failed_at.setdefault(r, time.monotonic())).start()
+    for _ in range(4):
+        assert ready.acquire(timeout=30)
+    assert set(testbed.procs_matching(marker)) == {1, 2, 3, 4}
+    launcher.write_stdin(b"go\n")
+    assert launcher.wait(30) == 1
+    assert wait_until(lambda: not testbed.procs_matching(marker), 2.0 - (time.monotonic() - failed_at[1]))
+    assert time.monotonic() - failed_at[1] < 2.0
+    assert [i.state for i in launcher.ranks] == ["killed", "exited", "killed", "killed"]
+    assert f"rank 1 on {testbed.ips[1]} exited with code 1" in launcher.summary()
+
+
+def test_host_cut_mid_run_is_reported_and_the_rest_cleaned(healthy):
+    bed = healthy
+    marker = "mlxj-" + secrets.token_hex(4)
+    code = f"import time; print('ready', flush=True); time.sleep(60)  # {marker}"
+    ready = threading.Semaphore(0)
+    launcher = Launcher([PY, "-c", code], hosts=hosts_of(bed), ssh_options=bed.ssh_options(),
+                        on_output=lambda r, s, line: line == "ready" and ready.release()).start()
+    try:
+        for _ in range(4):
+            assert ready.acquire(timeout=30)
+        bed.cut(3)
+        t0 = time.monotonic()
+        code = launcher.wait(timeout=bed.ssh_options().dead_after() + 5)
+        elapsed = time.monotonic() - t0
+        assert code == 255
+        assert elapsed < bed.ssh_options().dead_after() + 3
+        summary = launcher.summary()
+        assert f"rank 2 on {bed.ips[2]} lost" in summary and "keepalive" in summary, summary
+        assert launcher.ranks[2].state == "lost"
+        assert wait_until(lambda: set(bed.procs_matching(marker)) <= {3}, 2.0)
+    finally:
+        launcher.stop()
+        bed.heal(3)
+        # the cut host's rank could not be reached: end it here (the rank only,
+        # so that its wrapper still removes its temp dir)
+        for pid in bed.procs_matching(marker, exe=PY).get(3, []):
+            os.kill(pid, signal.SIGKILL)
+        assert wait_until(lambda: not bed.procs_matching(marker), 5)
+
+
+def test_hostile_env_args_and_cwd_arrive_literally(testbed, tmp_path):
+    hostile = "a'b\"c $(touch /tmp/pwned) `id`; x\ny \\ $HOME *"
+    cwd = tmp_path / "dir 'q' $(x) `y`;"
+    cwd.mkdir()
+    out, on_output = collector()
+    code = "import os, sys, json; print(json.dumps([os.environ['HOSTILE'], sys.argv[1:], os.getcwd()]))"
+    launcher = Launcher([PY, "-c", code, hostile, "--opt", ""], hosts=hosts_of(testbed, 2),
+                        ssh_options=testbed.ssh_options(), env={"HOSTILE": hostile}, cwd=str(cwd),
+                        on_output=on_output).start()
+    assert launcher.wait(60) == 0, out
+    for r, lines in stdout_of(out).items():
+        assert json.loads("\n".join(lines)) == [hostile, [hostile, "--opt", ""], str(cwd)]
+    assert not Path("/tmp/pwned").exists()
+
+
+def test_hostile_host_names_and_bad_env_names_are_refused(testbed):
+    for name in ["h1;reboot", "$(id)", "-oProxyCommand=touch /tmp/pwned", "a b"]:
+        res = cli(["--hosts", name, "true"])
+        assert res.returncode == 2 and "not a valid host name" in res.stderr and "Traceback" not in res.stderr
+    with pytest.raises(LaunchError, match="environment variable name"):
+        Launcher(["true"], hosts=hosts_of(testbed, 1), ssh_options=testbed.ssh_options(),
+                 env={"BAD;NAME": "1"}).start()
+    assert not Path("/tmp/pwned").exists()
+
+
+def test_missing_cwd_on_host_is_a_clear_error(testbed):
+    with pytest.raises(LaunchError, match=rf"rank 0 on {testbed.ips[0]}: cannot change directory to /no/such"):
+        Launcher(["true"], hosts=hosts_of(testbed, 1), ssh_options=testbed.ssh_options(), cwd="/no/such").start()
+
+
+def test_ssh_config_alias_user_identity_and_proxyjump(testbed, tmp_path):
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(textwrap.dedent(f"""
+        Host node-a
+            HostName {testbed.ips[0]}
+            User root
+            Port 22
+            IdentityFile {testbed.key}
+        Host node-b
+            HostName {testbed.ips[1]}
+            User root
+            IdentityFile {testbed.key}
+            ProxyJump node-a
+        Host *
+            UserKnownHostsFile {testbed.known_hosts}
+    """))
+    opts = testbed.ssh_options(config=[str(cfg)], known_hosts=None, client_keys=None, username=None)
+    out, on_output = collector()
+    launcher = Launcher(["hostname"], hosts="node-a,node-b", backend="nccl",
+                        ssh_options=opts, on_output=on_output)
+    with pytest.raises(LaunchError, match="rank 0"):
+        launcher.start()  # nccl needs rank 0's IP: a name alone is refused before connecting
+    hosts = [Host("node-a", [testbed.ips[0]]), Host("node-b", [testbed.ips[1]])]
+    launcher = Launcher(["hostname"], hosts=hosts, ssh_options=opts, on_output=on_output).start()
+    assert launcher.wait(30) == 0
+    assert stdout_of(out) == {0: ["h1"], 1: ["h2"]}
+
+
+def test_host_keys_are_verified(testbed, tmp_path):
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    hosts = hosts_of(testbed, 1)
+    with pytest.raises(LaunchError, match=f"ssh to {testbed.ips[0]}: host key not verifiable.*--accept-unknown-hosts"):
+        Launcher(["true"], hosts=hosts, ssh_options=testbed.ssh_options(known_hosts=str(empty))).start()
+    launcher = Launcher(["true"], hosts=hosts,
+                        ssh_options=testbed.ssh_options(known_hosts=str(empty), accept_unknown_hosts=True)).start()
+    assert launcher.wait(30) == 0
+    # a *changed* key is refused even when unknown hosts are accepted
+    wrong = tmp_path / "wrong_known_hosts"
+    other_key = Path(testbed.root / "h2" / "ssh_host_ed25519_key.pub").read_text().split()
+    wrong.write_text(f"{testbed.ips[0]} {other_key[0]} {other_key[1]}\n")
+    with pytest.raises(LaunchError, match="host key not verifiable"):
+        Launcher(["true"], hosts=hosts,
+                 ssh_options=testbed.ssh_options(known_hosts=str(wrong), accept_unknown_hosts=True)).start()
+
+
+def test_unreachable_host_fails_fast_with_its_name(testbed):
+    opts = testbed.ssh_options(connect_timeout=2)
+    missing = f"{testbed.net}.99"  # in the subnet, no such host: guarded, never routed off the machine
+    t0 = time.monotonic()
+    with pytest.raises(LaunchError, match=f"ssh to {missing}"):
+        Launcher(["true"], hosts=[Host(missing, [missing]), *hosts_of(testbed, 1)], ssh_options=opts).start()
+    assert time.monotonic() - t0 < 10
+
+
+@pytest.mark.parametrize("backend", ["jaccl", "jaccl-ring", "nccl"])
+def test_jaccl_and_nccl_contract_on_hosts(testbed, backend):
+    n = 4
+    hosts = [Host(ip, [ip], [None if j == i else f"rdma_en{i}{j}" for j in range(n)]) for i, ip in enumerate(testbed.ips)]
+    code = ("import os, json; f = os.environ.get('MLX_IBV_DEVICES'); print(json.dumps({k: v for k, v in os.environ.items() "
+            "if k.startswith(('MLX_', 'NCCL_', 'CUDA_'))} | {'devices': json.load(open(f)) if f else None}))")
+    out, on_output = collector()
+    launcher = Launcher([PY, "-c", code], hosts=hosts, backend=backend, starting_port=4242, ssh_options=testbed.ssh_options(),
+                        on_output=on_output).start()
+    assert launcher.wait(60) == 0, out
+    envs = {r: json.loads(lines[0]) for r, lines in stdout_of(out).items()}
+    for r, env in envs.items():
+        assert env["MLX_RANK"] == str(r)
+        if backend == "nccl":
+            assert (env["NCCL_HOST_IP"], env["NCCL_PORT"], env["MLX_WORLD_SIZE"]) == (testbed.ips[0], "12345", "4")
+            assert env["CUDA_VISIBLE_DEVICES"] == "0" and env["devices"] is None
+        else:
+            assert env["MLX_JACCL_COORDINATOR"] == f"{testbed.ips[0]}:4242"
+            assert env.get("MLX_JACCL_RING") == ("1" if backend == "jaccl-ring" else None)
+            assert env["devices"] == [h.rdma for h in hosts]
+
+
+def test_cli_on_hosts_unittest_file_and_idle_cpu(testbed, tmp_path):
+    test_file = tmp_path / "test_ring.py"
+    test_file.write_text(textwrap.dedent("""
+        import unittest
+        import mlx.core as mx
+
+        class TestRing(unittest.TestCase):
+            def test_all_sum(self):
+                g = mx.distributed.init(backend="ring", strict=True)
+                self.assertEqual(mx.distributed.all_sum(mx.array(1)).item(), g.size())
+
+        if __name__ == "__main__":
+            unittest.main()
+    """))
+    args = [*testbed.cli_ssh_args(), "--hosts", ",".join(testbed.ips)]
+    res = cli([*args, str(test_file)], timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert all(f"[rank {r}] OK" in res.stderr for r in range(4)), res.stderr
+
+    code = "import time; print('ready', flush=True); time.sleep(3); print('done', flush=True)"
+    run = LiveCLI([*args, PY, "-c", code])
+    run.wait_for("ready", 4)
+    t0, c0 = time.monotonic(), cpu_seconds(run.proc.pid)
+    run.wait_for("done", 1, timeout=20)
+    t1, c1 = time.monotonic(), cpu_seconds(run.proc.pid)
+    assert run.finish(20) == 0, run.text
+    assert (c1 - c0) / (t1 - t0) <= 0.01, f"launcher used {c1 - c0:.3f} s CPU in {t1 - t0:.2f} s"
+
+
+def test_cli_ctrl_c_reaches_remote_ranks(testbed):
+    code = ("import signal, sys, time\n"
+            "signal.signal(signal.SIGINT, lambda *a: (print('got SIGINT', flush=True), sys.exit(0)))\n"
+            "print('ready', flush=True); time.sleep(60)")
+    run = LiveCLI([*testbed.cli_ssh_args(), "--hosts", ",".join(testbed.ips[:2]), PY, "-c", code])
+    run.wait_for("ready", 2)
+    run.proc.send_signal(signal.SIGINT)
+    run.wait_for("got SIGINT", 2)
+    assert run.finish(15) == 0, run.text
+
+
+def test_mixed_local_and_remote_ranks(testbed):
+    out, on_output = collector()
+    hosts = [Host("127.0.0.1", ["127.0.0.1"]), *hosts_of(testbed, 1)]
+    launcher = Launcher(["hostname"], hosts=hosts, backend="nccl", ssh_options=testbed.ssh_options(),
+                        on_output=on_output).start()
+    assert launcher.wait(30) == 0
+    assert stdout_of(out)[1] == ["h1"]
