@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from typing import Any, Sequence
 
 import numpy as np
@@ -78,6 +79,10 @@ class Group:
         """From any thread: pending and later ops fail at once here, and on the peers."""
         self._core.abort(reason)
 
+    def close(self, reason: str = "closed") -> None:
+        """Aborts and frees this process's listening ports, so that `init()` can form a new group."""
+        self._core.close(reason)
+
     @property
     def aborted(self) -> bool:
         return self._core.aborted
@@ -137,8 +142,11 @@ def init(strict: bool = False, backend: str = "any", *, timeout: float | None = 
     global _world
     _check_name(backend)
     with _lock:
-        if _world is not None and not _world.aborted:
-            return _world
+        if _world is not None:
+            if not _world.aborted:
+                return _world
+            _world.close("re-formed by init()")
+            _world = None
         errors: list[str] = []
         for name in _candidates(backend):
             try:
@@ -150,6 +158,8 @@ def init(strict: bool = False, backend: str = "any", *, timeout: float | None = 
                 errors.append(f"{name}: {exc}")
         if strict:
             raise SetupError("Couldn't initialize any backend:\n  " + "\n  ".join(errors or ["none configured"]))
+        if errors:
+            warnings.warn("mlx_jupyter: falling back to a single-rank group: " + "; ".join(errors), stacklevel=2)
         _world = _singleton()
         return _world
 
@@ -186,12 +196,15 @@ def shutdown() -> None:
     global _world
     with _lock:
         if _world is not None:
-            _world.abort("shut down by this rank")
+            _world.close("shut down by this rank")
         _world = None
 
 
 def _group(group: Group | None) -> Group:
-    return group if group is not None else init()
+    """The group to use: an explicit one, else the world (never re-formed implicitly)."""
+    if group is not None:
+        return group
+    return _world if _world is not None else init()
 
 
 def _result(v: arrays.View, kind: str, out: Any) -> Any:

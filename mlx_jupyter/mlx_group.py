@@ -47,6 +47,9 @@ class MlxGroup(Group):
     def abort(self, reason: str = "aborted by the user") -> None:
         self._aborted = reason
 
+    def close(self, reason: str = "closed") -> None:
+        self.abort(reason)
+
     @property
     def aborted(self) -> bool:
         return bool(self._aborted)

@@ -254,6 +254,10 @@ NB_MODULE(_core, m) {
         nb::gil_scoped_release rel;
         g.abort(reason);
       })
+      .def("close", [](Group& g, const std::string& reason) {
+        nb::gil_scoped_release rel;
+        g.close(reason);
+      })
       .def("split", [](Group& g, int color, int key, double timeout) {
         CallOptions o = call(timeout);
         nb::gil_scoped_release rel;

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <iostream>
+#include <set>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -115,9 +116,16 @@ struct Context::Shared {
     cv.notify_all();
   }
 
-  void refuse(const std::string& who, const std::string& why) const {
-    log("refused a connection from " + who + ": " + why);
+  // Logs each (address, reason) once, so a retrying stranger cannot flood the log.
+  void refuse(const std::string& who, const std::string& why) {
+    std::string host = who.substr(0, who.rfind(':'));
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!refused.insert(host + "\n" + why).second) return;
+    }
+    log("refused a connection from " + who + ": " + why + " (repeats from this address are not logged)");
   }
+  std::set<std::string> refused;
 };
 
 Context::Context(int rank, std::vector<std::vector<Endpoint>> addresses, std::string token, bool verbose)
@@ -132,9 +140,12 @@ Context::Context(int rank, std::vector<std::vector<Endpoint>> addresses, std::st
   }
 }
 
-Context::~Context() {
+Context::~Context() { close(); }
+
+void Context::close() {
   stop_.wake();
   if (acceptor_.joinable()) acceptor_.join();
+  listeners_.clear();
 }
 
 std::string Context::describe(int rank) const {
@@ -213,9 +224,17 @@ Fd Context::connect(int peer, size_t addr_index, const ConnKey& key, const Wait&
         why = "handshake failed: " + err;
       } else if (!greeted_by_peer(reply, ni)) {
         // Not fatal: the real peer may still take over this address; keep trying until the deadline.
-        why = std::memcmp(reply, kMagic, 8) != 0
-                  ? "the process listening there is not an mlx_jupyter rank (bad greeting): check the hostfile and port offset"
-                  : "the process listening there failed authentication (its MLX_JUPYTER_TOKEN differs: another job)";
+        bool ours = std::memcmp(reply, kMagic, 8) == 0;
+        why = ours ? "the process listening there failed authentication (its MLX_JUPYTER_TOKEN differs: another job)"
+                   : "the process listening there is not an mlx_jupyter rank (bad greeting): check the hostfile and port offset";
+        if (ours) {  // finish the exchange so that the other side logs why, too
+          ConnHeader h{key.group, key.initiator, key.kind, key.index, uint32_t(size())};
+          Digest mi = mac(shared_->token, 'I', ni, reply + 8, &h);
+          uint8_t answer[sizeof h + 32];
+          std::memcpy(answer, &h, sizeof h);
+          std::memcpy(answer + sizeof h, mi.data(), 32);
+          io_exact(fd.get(), answer, sizeof answer, true, deadline, &err);
+        }
         log_once(why);
       } else {
         ConnHeader h{key.group, key.initiator, key.kind, key.index, uint32_t(size())};

@@ -96,6 +96,11 @@ void Group::abort(const std::string& reason) {
   abort_waker_.wake();
 }
 
+void Group::close(const std::string& reason) {
+  abort(reason);
+  ctx_->close();
+}
+
 Wait Group::make_wait(const CallOptions& opts, const std::string& what) {
   Wait w;
   if (opts.timeout >= 0)

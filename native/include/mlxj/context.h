@@ -60,6 +60,8 @@ class Context {
   Fd accept(const ConnKey& key, int peer, const Wait& wait);
 
   void log(const std::string& msg) const;
+  // Stops accepting and frees the listening ports, so a new group can bind them.
+  void close();
 
  private:
   struct Shared;

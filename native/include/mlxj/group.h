@@ -37,6 +37,8 @@ class Group {
   std::shared_ptr<Group> split(int color, int key, const CallOptions& opts);
   void barrier(const CallOptions& opts);
   void abort(const std::string& reason);
+  // Aborts and releases the process's listening ports (for every group of this world).
+  void close(const std::string& reason);
   bool aborted() const { return aborted_.load(); }
   std::string abort_reason() const;
 

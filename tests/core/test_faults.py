@@ -1,0 +1,212 @@
+"""The core never hangs: dead peers, skipped ops, abort, Ctrl-C, strangers, bad hostfiles."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import time
+
+import pytest
+
+from ranks import Ranks
+
+WAIT_IN_OP = """
+g = dist.init(strict=True, backend="ring", timeout=30)
+g.barrier(timeout=30)
+if RANK == VICTIM:
+    sys.stdin.readline()  # alive, but never joins the next op
+    report(victim=True)
+    sys.exit(0)
+print("ENTERING", flush=True)
+t0 = time.monotonic()
+try:
+    dist.all_sum(np.ones(1 << 20, np.float32), timeout=TIMEOUT)
+    report(error=None)
+except BaseException as exc:
+    report(error=type(exc).__name__, message=str(exc), elapsed=time.monotonic() - t0)
+"""
+
+
+def _wait_entering(ranks: Ranks, survivors: list[int]) -> None:
+    for r in survivors:
+        line = ranks.procs[r].stdout.readline()
+        assert line.startswith("ENTERING"), line
+
+
+def _results(ranks: Ranks, survivors: list[int]) -> dict[int, dict]:
+    out = {}
+    for r in survivors:
+        o, e = ranks.procs[r].communicate(timeout=30)
+        lines = [ln for ln in o.splitlines() if ln.startswith("RESULT ")]
+        assert lines, f"rank {r}: {o}\n{e}"
+        out[r] = json.loads(lines[-1][7:])
+    return out
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_killed_peer_fails_every_rank_within_a_second(n: int) -> None:
+    victim = n - 1
+    survivors = list(range(n - 1))
+    with Ranks(n, WAIT_IN_OP.replace("VICTIM", str(victim)).replace("TIMEOUT", "None")) as ranks:
+        ranks.start()
+        _wait_entering(ranks, survivors)
+        t0 = time.monotonic()
+        ranks.procs[victim].kill()
+        res = _results(ranks, survivors)
+        assert time.monotonic() - t0 < 5
+    for r, info in res.items():
+        assert info["error"] == "PeerError", info
+        assert info["elapsed"] < 30
+        assert "rank" in info["message"], info
+
+
+def test_skipped_op_times_out_naming_the_peer_and_aborts() -> None:
+    with Ranks(2, WAIT_IN_OP.replace("VICTIM", "1").replace("TIMEOUT", "1.0")) as ranks:
+        ranks.start()
+        _wait_entering(ranks, [0])
+        info = _results(ranks, [0])[0]
+        ranks.procs[1].stdin.write("go\n")
+        ranks.procs[1].stdin.flush()
+    assert info["error"] == "CommTimeoutError", info
+    assert 0.9 <= info["elapsed"] < 3.0, info
+    assert "rank 1 (127.0.0.1:" in info["message"], info
+
+
+def test_abort_from_another_thread_fails_pending_and_later_ops() -> None:
+    code = """
+g = dist.init(strict=True, backend="ring", timeout=30)
+if RANK == 1:
+    sys.stdin.readline()
+    report(ok=True); sys.exit(0)
+threading.Timer(0.3, g.abort, args=("stopped by test",)).start()
+t0 = time.monotonic()
+errors = []
+for _ in range(2):
+    try:
+        dist.all_sum(np.ones(10), timeout=20)
+    except dist.AbortedError as exc:
+        errors.append(str(exc))
+report(errors=errors, elapsed=time.monotonic() - t0)
+"""
+    with Ranks(2, code) as ranks:
+        ranks.start()
+        info = _results(ranks, [0])[0]
+        ranks.procs[1].stdin.write("go\n")
+        ranks.procs[1].stdin.flush()
+    assert len(info["errors"]) == 2 and all("stopped by test" in e for e in info["errors"]), info
+    assert info["elapsed"] < 5
+
+
+def test_ctrl_c_in_a_blocked_op_raises_keyboard_interrupt() -> None:
+    with Ranks(2, WAIT_IN_OP.replace("VICTIM", "1").replace("TIMEOUT", "None")) as ranks:
+        ranks.start()
+        _wait_entering(ranks, [0])
+        t0 = time.monotonic()
+        ranks.procs[0].send_signal(signal.SIGINT)
+        info = _results(ranks, [0])[0]
+        elapsed = time.monotonic() - t0
+        ranks.procs[1].stdin.write("go\n")
+        ranks.procs[1].stdin.flush()
+    assert info["error"] == "KeyboardInterrupt", info
+    assert elapsed < 3, elapsed
+
+
+def test_blocked_rank_uses_no_cpu() -> None:
+    code = """
+import resource
+g = dist.init(strict=True, backend="ring", timeout=30)
+if RANK == 1:
+    sys.stdin.readline(); report(ok=True); sys.exit(0)
+t0 = time.monotonic(); c0 = time.process_time()
+try:
+    dist.all_sum(np.ones(4), timeout=1.5)
+except dist.CommTimeoutError:
+    pass
+report(cpu=time.process_time() - c0, wall=time.monotonic() - t0)
+"""
+    with Ranks(2, code) as ranks:
+        ranks.start()
+        info = _results(ranks, [0])[0]
+        ranks.procs[1].stdin.write("go\n")
+        ranks.procs[1].stdin.flush()
+    assert info["wall"] >= 1.4
+    assert info["cpu"] < 0.1 * info["wall"], info
+
+
+def test_strangers_are_refused_and_the_job_goes_on() -> None:
+    code = """
+g = dist.init(strict=True, backend="ring", timeout=3 if os.environ.get("STRANGER") else 60)
+report(sum=dist.all_sum(np.arange(1000, dtype=np.int64) * (RANK + 1)).tolist()[:3])
+"""
+    with Ranks(2, code) as ranks:
+        ranks.start(only=[0])
+        port0 = ranks.ports[0] + 1000
+        # A stranger that sends garbage, and one that says nothing and hangs up.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                s = socket.create_connection(("127.0.0.1", port0), timeout=5)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "rank 0 never listened"
+                time.sleep(0.05)  # readiness probe for rank 0's listener
+        s.sendall(b"GET / HTTP/1.0\r\n\r\n" + b"x" * 100)
+        s.close()
+        socket.create_connection(("127.0.0.1", port0), timeout=5).close()
+        # A process of another job (other token) posing as rank 1.
+        ranks.per_rank_env[1] = {"MLX_JUPYTER_TOKEN": "another-job", "STRANGER": "1"}
+        ranks.start(only=[1])
+        _, stranger_err = ranks.procs[1].communicate(timeout=30)
+        code1 = ranks.procs[1].returncode
+        del ranks.per_rank_env[1]
+        ranks.start(only=[1])  # the real rank 1
+        finished = ranks.finish(timeout=90)
+    results = [json.loads([ln for ln in o.splitlines() if ln.startswith("RESULT ")][-1][7:]) for _, o, _ in finished]
+    assert results[0]["sum"] == results[1]["sum"] == [0, 3, 6]
+    assert code1 != 0 and "MLX_JUPYTER_TOKEN differs" in stranger_err, stranger_err
+    log0 = finished[0][2]
+    assert "refused a connection from 127.0.0.1" in log0 and "authentication failed" in log0, log0
+    assert "bad greeting" in log0, log0
+
+
+def test_malformed_hostfiles_give_clear_errors(tmp_path) -> None:
+    from mlx_jupyter.rank_env import RankEnvError, read_ring_env
+
+    good = tmp_path / "good.json"
+    good.write_text('[["127.0.0.1:5000"], ["127.0.0.1:5001"]]')
+    cases = {
+        "missing": ({"MLX_RANK": "0", "MLX_HOSTFILE": str(tmp_path / "nope.json")}, "cannot read the hostfile"),
+        "bad json": ({"MLX_RANK": "0", "MLX_HOSTFILE": str(_write(tmp_path, "b.json", "[[oops"))}, "not valid JSON"),
+        "bad address": ({"MLX_RANK": "0", "MLX_HOSTFILE": str(_write(tmp_path, "c.json", '[["10.0.0.1"]]'))}, "not an \"ip:port\""),
+        "bad port": ({"MLX_RANK": "0", "MLX_HOSTFILE": str(_write(tmp_path, "d.json", '[["10.0.0.1:99999"]]'))}, "outside 1..65535"),
+        "rank out of range": ({"MLX_RANK": "2", "MLX_HOSTFILE": str(good)}, "out of range"),
+        "rank not int": ({"MLX_RANK": "x", "MLX_HOSTFILE": str(good)}, "not an integer"),
+        "no rank": ({"MLX_HOSTFILE": str(good)}, "MLX_RANK is not"),
+        "empty list": ({"MLX_RANK": "0", "MLX_HOSTFILE": str(_write(tmp_path, "e.json", "[]"))}, "non-empty"),
+    }
+    for name, (env, needle) in cases.items():
+        with pytest.raises(RankEnvError) as info:
+            read_ring_env(env)
+        assert needle in str(info.value), (name, str(info.value))
+        if name != "no rank" and name != "rank not int":
+            assert env["MLX_HOSTFILE"] in str(info.value), (name, str(info.value))
+    env = read_ring_env({"MLX_RANK": "1", "MLX_HOSTFILE": str(good)})
+    assert env.rank == 1 and env.addresses == [["127.0.0.1:6000"], ["127.0.0.1:6001"]]
+
+
+def _write(d, name: str, text: str):
+    p = d / name
+    p.write_text(text)
+    return p
+
+
+def test_init_names_valid_backends() -> None:
+    from mlx_jupyter import distributed as dist
+
+    with pytest.raises(ValueError, match="valid names are any, ring, jaccl, jaccl-ring, nccl, mpi"):
+        dist.init(backend="gloo")
+    assert dist.is_available("ring") and not dist.is_available("gloo")
+    assert {b["name"] for b in dist.backends()} == {"ring", "jaccl", "jaccl-ring", "nccl", "mpi"}
+    for b in dist.backends():
+        assert b["available"] or b["fix"], b
