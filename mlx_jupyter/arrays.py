@@ -17,9 +17,9 @@ SUPPORTED = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint
 
 def _kind(x: Any) -> str:
     mod = type(x).__module__ or ""
-    if isinstance(x, np.ndarray):
+    if isinstance(x, (np.ndarray, _core.Buffer)):
         return "numpy"
-    if mod.startswith("mlx"):
+    if mod == "mlx" or mod.startswith("mlx."):
         return "mlx"
     if mod.startswith("torch"):
         return "torch"

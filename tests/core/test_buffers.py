@@ -1,0 +1,106 @@
+"""Zero-copy user buffers (SPEC §5) and the hostfile parser's properties."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from mlx_jupyter import Buffer
+from mlx_jupyter.rank_env import RankEnvError, parse_hostfile
+
+
+def test_reference_wrap_4096_ints_without_copy() -> None:
+    raw = (ctypes.c_int32 * 4096)()
+    calls: list[int] = []
+    addr = ctypes.addressof(raw)
+    buf = Buffer.from_pointer(addr, [4096], "int32", calls.append)
+    a = np.asarray(buf)
+    assert buf.address == addr and a.ctypes.data == addr and not buf.copied
+    assert np.array_equal(a + 1, np.ones(4096, np.int32))
+    assert calls == []
+    del a, buf
+    gc.collect()
+    assert calls == [addr]
+
+
+def test_misaligned_memory_is_copied_and_released_at_once() -> None:
+    raw = (ctypes.c_uint8 * 65)()
+    calls: list[int] = []
+    buf = Buffer.from_pointer(ctypes.addressof(raw) + 1, [16], "float32", calls.append)
+    assert buf.copied and calls == [ctypes.addressof(raw) + 1]
+    del buf
+    gc.collect()
+    assert len(calls) == 1
+
+
+def test_wrap_keeps_owner_alive_and_shares_memory() -> None:
+    arr = np.arange(10, dtype=np.float64)
+    buf = Buffer.wrap(arr)
+    view = np.asarray(buf)
+    view[0] = 42
+    assert arr[0] == 42 and buf.address == arr.ctypes.data
+    del arr
+    gc.collect()
+    assert np.asarray(buf)[0] == 42
+    assert np.from_dlpack(buf)[0] == 42
+
+
+def test_mlx_views_a_buffer() -> None:
+    mx = pytest.importorskip("mlx.core")
+    buf = Buffer.wrap(np.arange(6, dtype=np.float32).reshape(2, 3))
+    assert mx.array(buf).tolist() == [[0, 1, 2], [3, 4, 5]]
+    bf = Buffer.wrap(mx.arange(4, dtype=mx.bfloat16))
+    assert bf.dtype == "bfloat16"
+    with pytest.raises(BufferError, match="DLPack"):
+        memoryview(bf)
+
+
+def test_buffer_as_out_for_a_single_rank_group() -> None:
+    from mlx_jupyter import distributed as dist
+
+    out = Buffer.wrap(np.zeros(3, np.int64))
+    assert dist.all_sum(np.arange(3), out=out) is out
+    assert np.asarray(out).tolist() == [0, 1, 2]
+
+
+def test_deleter_exceptions_do_not_escape() -> None:
+    raw = (ctypes.c_int32 * 4)()
+
+    def bad(_addr: int) -> None:
+        raise RuntimeError("boom")
+
+    buf = Buffer.from_pointer(ctypes.addressof(raw), [4], "int32", bad)
+    del buf
+    gc.collect()
+
+
+address = st.builds(lambda a, b, p: f"{a}.{b}.0.1:{p}", st.integers(0, 255), st.integers(0, 255), st.integers(1, 65535))
+
+
+@given(st.lists(st.lists(address, min_size=1, max_size=3), min_size=1, max_size=8))
+def test_hostfile_round_trip(rows: list[list[str]]) -> None:
+    parsed = parse_hostfile(json.dumps(rows), "hf.json")
+    assert [[f"{h}:{p}" for h, p in row] for row in parsed] == rows
+
+
+@given(st.text(max_size=200))
+def test_hostfile_garbage_gives_only_clear_errors(text: str) -> None:
+    try:
+        parse_hostfile(text, "hf.json")
+    except RankEnvError as exc:
+        assert "hf.json" in str(exc)
+
+
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+                    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=5), c, max_size=3),
+                    max_leaves=20))
+def test_hostfile_wrong_shapes_give_only_clear_errors(data: object) -> None:
+    try:
+        parse_hostfile(json.dumps(data), "hf.json")
+    except RankEnvError as exc:
+        assert "hf.json" in str(exc)
