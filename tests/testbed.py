@@ -139,7 +139,7 @@ class TestBed:
             "PermitRootLogin prohibit-password", "PubkeyAuthentication yes", "PasswordAuthentication no",
             "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no", "UseDNS no",
             "PrintMotd no", "PrintLastLog no", "MaxStartups 128:30:256", "MaxSessions 128",
-            "AllowTcpForwarding yes",
+            "AllowTcpForwarding yes", "AcceptEnv TMPDIR",
             f"SetEnv TB_HOST=h{i} TB_HOST_IP={self.ips[i - 1]} PATH={os.environ.get('PATH', '/usr/bin:/bin')} SHLVL=1",
             "LogLevel INFO", "",
         ])

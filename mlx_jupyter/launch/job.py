@@ -177,7 +177,8 @@ class Job:
         env = {**dict(c.env)}
         if c.rank_env:
             env.update(c.rank_env(0))
-        env.setdefault("PYTHONUNBUFFERED", "1")
+        # no PYTHONUNBUFFERED here: ranks share mpirun's output, and unbuffered
+        # writes of line fragments would interleave between ranks
         try:
             mpirun, cmd, plan = mpi.mpirun_command(self.hosts, argv, env, self.token, c.cwd, c.mpi_args,
                                                    self._write_local_file)

@@ -310,3 +310,38 @@ def test_mixed_local_and_remote_ranks(testbed):
                         on_output=on_output).start()
     assert launcher.wait(30) == 0
     assert stdout_of(out)[1] == ["h1"]
+
+
+MPI_CODE = ("import socket, mlx.core as mx; g = mx.distributed.init(backend='mpi', strict=True); "
+            "print(socket.gethostname(), g.rank(), g.size(), mx.distributed.all_sum(mx.array(1)).item(), flush=True)")
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}  # the tests run as root
+
+
+@pytest.fixture
+def mpirun():
+    import shutil
+    path = shutil.which("mpirun")
+    if path is None:
+        pytest.skip("mpirun not installed (apt-get install openmpi-bin)")
+    return path
+
+
+def test_mpi_backend_on_four_hosts(testbed, mpirun, tmp_path):
+    cfg = tmp_path / "ssh_config"  # what mpirun's own ssh uses to start its daemons on the hosts
+    cfg.write_text(f"Host *\n  User root\n  IdentityFile {testbed.key}\n  UserKnownHostsFile {testbed.known_hosts}\n"
+                   "  StrictHostKeyChecking yes\n  BatchMode yes\n")
+    subnet = f"{testbed.net}.0/24"
+    res = cli(["--backend", "mpi", "--hosts", ",".join(testbed.ips), "--env", "A=1",
+               "--mpi-arg", f"--mca plm_rsh_args '-F {cfg}'",
+               "--mpi-arg", f"--mca btl_tcp_if_include {subnet} --mca oob_tcp_if_include {subnet}",
+               PY, "-c", MPI_CODE], env=MPI_ENV, timeout=90)
+    assert res.returncode == 0, res.stderr
+    assert sorted(res.stdout.split("\n")[:-1]) == [f"h{r + 1} {r} 4 4" for r in range(4)]
+
+
+def test_mpi_backend_local_and_failure_code(mpirun):
+    res = cli(["--backend", "mpi", "-n", "2", PY, "-c", MPI_CODE], env=MPI_ENV, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert len(res.stdout.split("\n")) == 3
+    res = cli(["--backend", "mpi", "-n", "2", PY, "-c", "import sys; sys.exit(3)"], env=MPI_ENV, timeout=60)
+    assert res.returncode == 3 and "exited with code 3" in res.stderr
