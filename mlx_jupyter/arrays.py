@@ -42,8 +42,20 @@ def _bits(u16: np.ndarray) -> _core.Buffer:
     return _core.Buffer.from_pointer(u16.ctypes.data, list(u16.shape), "bfloat16", lambda _a, keep=u16: None)
 
 
+_NUMPY_NAMES: dict[np.dtype, str] = {}
+
+
 def dtype_name(dtype: Any) -> str:
     """Normalises numpy, MLX and torch dtypes (and strings) to a SUPPORTED name."""
+    if isinstance(dtype, np.dtype):
+        name = _NUMPY_NAMES.get(dtype)
+        if name is None:
+            name = _NUMPY_NAMES[dtype] = _dtype_name(dtype)
+        return name
+    return _dtype_name(dtype)
+
+
+def _dtype_name(dtype: Any) -> str:
     text = str(dtype)
     name = text.rsplit(".", 1)[-1]
     if name not in SUPPORTED:
@@ -64,6 +76,8 @@ def _contiguous(a: np.ndarray) -> np.ndarray:
 
 def view(x: Any) -> View:
     """A zero-copy view of `x` when it is contiguous host memory; a contiguous copy otherwise."""
+    if type(x) is np.ndarray and x.flags.c_contiguous:  # the hot path: no further inspection
+        return View(x, x.shape, dtype_name(x.dtype), "numpy")
     kind = _kind(x)
     if kind == "mlx":
         name = dtype_name(x.dtype)

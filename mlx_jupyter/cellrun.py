@@ -31,13 +31,51 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: errors a rank shows when it was stopped from outside: we interrupted it, a peer
 #: aborted our core's group, or MLX's sockets were closed under a blocked collective
-RELEASE_ERRORS = {"KeyboardInterrupt", "AbortedError", "PeerError"}
+RELEASE_ERRORS = {"AbortedError", "PeerError"}
 RELEASE_TEXT = ("connection to a peer was lost",)
 
 
-def is_release_error(ename: str, evalue: str) -> bool:
-    """Whether a rank's error says it was stopped from outside rather than failing by itself."""
-    return ename in RELEASE_ERRORS or any(t in evalue for t in RELEASE_TEXT)
+def is_release_error(ename: str, evalue: str, stopped: bool) -> bool:
+    """Whether a rank's error says it was stopped from outside rather than failing by itself.
+
+    ``stopped``: we sent this rank an abort, or a peer died, during this run.
+    Our core's abort errors always count; an interrupt or MLX's lost connection
+    only when we caused it (a `world` closed in an earlier cell is an error).
+    """
+    if ename in RELEASE_ERRORS:
+        return True
+    return stopped and (ename == "KeyboardInterrupt" or any(t in evalue for t in RELEASE_TEXT))
+
+
+def _reply_content(fut: Any) -> dict:
+    """An ipyparallel execute future's outcome as reply content (status, ename, evalue, traceback)."""
+    exc = fut.exception()
+    result = exc if exc is not None else fut.result()
+    if type(result).__name__ == "ExecuteReply":
+        return {"status": "ok"}
+    if type(result).__name__ == "TaskAborted":
+        return {"status": "aborted"}
+    ename = getattr(result, "ename", None) or type(result).__name__
+    evalue = getattr(result, "evalue", None)
+    evalue = str(result) if evalue is None else str(evalue)
+    tb = getattr(result, "traceback", None) or []
+    if isinstance(tb, str):
+        tb = tb.split("\n")
+    return {"status": "error", "ename": ename, "evalue": evalue, "traceback": list(tb)}
+
+
+def _safe(fn: Any) -> Any:
+    """Callbacks on the client's I/O thread must never raise (it would print into the cell)."""
+
+    def wrapper(*args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception:  # pragma: no cover - a bug; keep the I/O thread alive
+            import logging
+
+            logging.getLogger("mlx_jupyter").exception("cell run callback failed")
+
+    return wrapper
 
 
 @dataclass
@@ -69,6 +107,7 @@ class CellRun:
         self._abort_sent: dict[int, float] = {}
         self._abort_replies: dict[int, Any] = {}
         self.msg_ids: dict[int, str] = {}
+        self._futures: dict[int, Any] = {}
 
     # ------------------------------------------------------------ sending
 
@@ -93,9 +132,10 @@ class CellRun:
         return self
 
     def _hook(self, rank: int, fut: Any) -> None:
-        fut.iopub_callbacks.append(partial(self._on_iopub, rank))
-        fut.add_done_callback(partial(self._on_reply, rank))
-        fut.output.add_done_callback(partial(self._on_idle, rank))
+        self._futures[rank] = fut
+        fut.iopub_callbacks.append(_safe(partial(self._on_iopub, rank)))
+        fut.add_done_callback(_safe(partial(self._on_reply, rank)))
+        fut.output.add_done_callback(_safe(partial(self._on_idle, rank)))
 
     # ------------------------------------------------------------ callbacks (I/O thread)
 
@@ -111,11 +151,7 @@ class CellRun:
 
     def _on_reply(self, rank: int, fut: Any) -> None:
         outcome = self.outcomes[rank]
-        exc = fut.exception()
-        if exc is not None:
-            content = {"status": "error", "ename": type(exc).__name__, "evalue": str(exc), "traceback": []}
-        else:
-            content = fut.result()["content"]
+        content = _reply_content(fut)
         with self._lock:
             if outcome.status != "running":
                 return
@@ -128,7 +164,8 @@ class CellRun:
                 outcome.ename = content.get("ename", "Error")
                 outcome.evalue = content.get("evalue", "")
                 outcome.traceback = list(content.get("traceback") or [])
-                released = is_release_error(outcome.ename, outcome.evalue)
+                stopped = rank in self._abort_sent or any(o.status == DIED for o in self.outcomes.values())
+                released = is_release_error(outcome.ename, outcome.evalue, stopped)
                 outcome.status = RELEASED if released else ERROR
         if outcome.status == ERROR:
             self._fail(f"rank {rank} raised {outcome.ename}: {outcome.evalue}".rstrip(": "))
@@ -208,7 +245,8 @@ class CellRun:
                             f"did not stop within {self.release_deadline:g} s (busy in native code?); "
                             "it keeps running: interrupt again, or %mlx_cluster restart"
                         )
-                        self.cluster.busy[rank] = self.msg_ids.get(rank, "")
+                        if rank in self._futures:
+                            self.cluster.busy[rank] = self._futures[rank]
                     self._replied.add(rank)
                     self._idle.add(rank)
                     late.append(rank)
@@ -235,6 +273,25 @@ class CellRun:
             return self.events.get(timeout=timeout)
         except queue.Empty:
             return None
+
+    def world_closed(self, timeout: float = 1.0) -> list[int]:
+        """Ranks whose MLX world sockets have been closed (asks the live ranks)."""
+        return [row["rank"] for row in self.cluster.status(timeout) if row.get("world_closed")]
+
+    def display(self, mode: str = "grouped", timeout: Optional[float] = None) -> "CellRun":
+        """Show this run's output (blocks until it ends); see :func:`mlx_jupyter.render.show_run`."""
+        from mlx_jupyter.render import show_run
+
+        return show_run(self, mode, timeout)
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Wait for the run to end; True if it did."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while not self.done.wait(0.05):
+            self.check_deadlines()
+            if end is not None and time.monotonic() > end:
+                return False
+        return True
 
     @property
     def failed(self) -> bool:

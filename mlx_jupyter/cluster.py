@@ -327,7 +327,7 @@ class Cluster:
             if ids - wanted:
                 raise ClusterError(f"engines registered with ids {sorted(ids - wanted)}, not their ranks")
             if self.dead:
-                raise ClusterError(self._dead_message("did not start"))
+                raise ClusterError(self._dead_message("did not start", tail=True))
             if time.monotonic() > deadline:
                 missing = sorted(wanted - ids)
                 raise ClusterError(
@@ -336,9 +336,11 @@ class Cluster:
             self._changed.wait(0.01)
             self._changed.clear()
 
-    def _dead_message(self, what: str) -> str:
+    def _dead_message(self, what: str, tail: bool = False) -> str:
         lines = [f"rank {r} {what}: {describe_exit(rc)}" for r, rc in sorted(self.dead.items())]
-        return "\n".join(lines + [self._tail(sorted(self.dead))])
+        if tail:
+            lines.append(self._tail(sorted(self.dead)))
+        return "\n".join(line for line in lines if line)
 
     def _tail(self, ranks: Iterable[int], n: int = 15) -> str:
         try:

@@ -14,6 +14,7 @@ dials the higher rank's first hostfile address).
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import warnings
@@ -46,7 +47,7 @@ def _timeout(timeout: float | None) -> float:
         if timeout < 0:
             raise ValueError(f"timeout must be >= 0 seconds, got {timeout}")
         return float(timeout)
-    text = os.environ.get("MLX_JUPYTER_TIMEOUT", "")
+    text = os.environ.get("MLX_JUPYTER_TIMEOUT")
     if not text:
         return -1.0
     try:
@@ -215,7 +216,7 @@ def _prepare_out(out: Any, shape: tuple[int, ...], dtype: str, op: str) -> array
     if out is None:
         return arrays.empty(shape, dtype)
     v = arrays.writable(out)
-    if v.dtype != dtype or int(np.prod(v.shape)) != int(np.prod(shape)):
+    if v.dtype != dtype or math.prod(v.shape) != math.prod(shape):
         raise ValueError(f"{op}: out= has dtype {v.dtype} and shape {v.shape}; expected {dtype} and {shape}")
     return v
 

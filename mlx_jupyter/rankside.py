@@ -169,22 +169,40 @@ class RankAgent:
             cell = self.cell
         self.abort_group(reason)
         if running:
-            os.kill(os.getpid(), signal.SIGINT)
+            # to the main thread itself: a signal taken by another thread would not
+            # wake a blocking call there (sleep, select) until it returns by itself
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
             if self.world_sockets:
                 threading.Thread(target=self._release_native, args=(cell, reason), daemon=True).start()
         return running
 
-    def _release_native(self, cell: int, reason: str) -> None:
-        deadline = time.monotonic() + self.grace
-        while time.monotonic() < deadline:
+    def _release_native(self, cell: int, reason: str, window: float = 1.5) -> None:
+        """Close MLX's sockets if the cell's main thread stays frozen in native code.
+
+        A thread running Python (say, formatting the KeyboardInterrupt) moves
+        from instruction to instruction; one blocked in a C call (an MLX
+        collective waiting for a peer) keeps the same frame and instruction.
+        Close only after ``grace`` seconds without a move.
+        """
+        main = threading.main_thread().ident
+        end = time.monotonic() + window
+        last: Any = None
+        still_since = time.monotonic()
+        while time.monotonic() < end:
             with self._lock:
                 if not (self.executing and self.cell == cell):
                     return
-            time.sleep(0.02)
-        with self._lock:
-            still = self.executing and self.cell == cell
-        if still and not self.world_closed:
-            self.close_world(reason)
+            frame = sys._current_frames().get(main)
+            where = (id(frame), frame.f_lasti if frame is not None else -1)
+            del frame
+            now = time.monotonic()
+            if where != last:
+                last, still_since = where, now
+            elif now - still_since >= self.grace:
+                if not self.world_closed:
+                    self.close_world(reason)
+                return
+            time.sleep(0.01)
 
     def _on_abort(self, stream: Any, idents: Any, parent: dict) -> None:
         reason = parent["content"].get("reason", "aborted")

@@ -88,6 +88,7 @@ class SSHOptions:
     connect_timeout: float = 10.0
     keepalive_interval: float = 1.0
     keepalive_count_max: int = 3
+    max_sessions: int = 10                      # sshd's MaxSessions (default 10): sessions per connection
     extra: dict[str, Any] = field(default_factory=dict)   # passed to asyncssh.connect as is
 
     def dead_after(self) -> float:

@@ -24,7 +24,7 @@ from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.launch.local import LocalProcess
 from mlx_jupyter.launch.output import LineSplitter
 from mlx_jupyter.launch.rankinfo import EXITED, KILLED, LOST, RUNNING, RankInfo
-from mlx_jupyter.launch.remote import RemoteProcess
+from mlx_jupyter.launch.remote import RemoteProcess, signal_groups
 from mlx_jupyter.launch.script import rank_script
 
 OutputCallback = Callable[[int, str, str], None]
@@ -76,7 +76,8 @@ class Job:
         self.ranks: list[RankInfo] = [RankInfo(r, h.ssh) for r, h in enumerate(self.hosts)]
         self.failures: list[int] = []          # ranks in the order they failed
         self._procs: dict[int, Any] = {}       # rank -> LocalProcess | RemoteProcess
-        self._conns: dict[str, Any] = {}
+        self._conns: dict[str, list[Any]] = {}   # host -> connections (more than one past MaxSessions)
+        self._rank_conn: dict[int, Any] = {}
         self._tmpdir: Optional[str] = None
         self._done: Optional[asyncio.Event] = None
         self._watchers: list[asyncio.Task] = []
@@ -114,13 +115,7 @@ class Job:
         c = self.config
         plans = self._plans()
         argv = rank_argv(c.command, c.python)
-        remote = sorted({h.ssh for h in self.hosts if not h.is_local})
-        if remote:
-            self.log(f"connecting to {', '.join(remote)}")
-            try:
-                self._conns = await ssh.connect_all(remote, c.ssh_options)
-            except ssh.SSHError as exc:
-                raise LaunchError(str(exc)) from None
+        await self._connect()
         for p in plans:
             extra = dict(c.rank_env(p.rank)) if c.rank_env else {}
             p.env.update(extra)
@@ -157,11 +152,34 @@ class Job:
                 script = rank_script(argv, plan.env, plan.files, cwd, c.cwd is not None, label)
             except ValueError as exc:
                 raise LaunchError(f"{label}: {exc}") from None
-            proc = await RemoteProcess.spawn(self._conns[host.ssh], script, c.stdin, out, err, label,
+            proc = await RemoteProcess.spawn(self._rank_conn[rank], script, c.stdin, out, err, label,
                                              c.start_timeout)
         info = self.ranks[rank]
         info.pid, info.state = proc.pid, RUNNING
         return proc
+
+    async def _connect(self) -> None:
+        """One connection per remote host, in parallel; more only where ranks exceed sshd's MaxSessions."""
+        opts = self.config.ssh_options or ssh.SSHOptions()
+        by_host: dict[str, list[int]] = {}
+        for r, h in enumerate(self.hosts):
+            if not h.is_local:
+                by_host.setdefault(h.ssh, []).append(r)
+        if not by_host:
+            return
+        self.log(f"connecting to {', '.join(by_host)}")
+        per_conn = max(opts.max_sessions - 1, 1)   # keep one session free for signals
+        try:
+            first = await ssh.connect_all(list(by_host), opts)
+            self._conns = {h: [c] for h, c in first.items()}
+            extra = [h for h, ranks in by_host.items() for _ in range((len(ranks) - 1) // per_conn)]
+            for h, conn in zip(extra, await asyncio.gather(*(ssh.connect(h, opts) for h in extra))):
+                self._conns[h].append(conn)
+        except ssh.SSHError as exc:
+            raise LaunchError(str(exc)) from None
+        for h, ranks in by_host.items():
+            for k, r in enumerate(ranks):
+                self._rank_conn[r] = self._conns[h][k // per_conn]
 
     def _write_local_file(self, name: str, content: str) -> str:
         if self._tmpdir is None:
@@ -235,8 +253,20 @@ class Job:
     async def signal(self, sig: int, ranks: Optional[Sequence[int]] = None) -> None:
         """Send ``sig`` to the process groups of ``ranks`` (default: all running ranks)."""
         targets = list(self._procs) if ranks is None else ranks
-        await asyncio.gather(*(self._procs[r].signal(sig) for r in targets
-                               if r in self._procs and self.ranks[r].state == RUNNING))
+        await self._signal([r for r in targets if r in self._procs and self.ranks[r].state == RUNNING], sig)
+
+    async def _signal(self, ranks: Sequence[int], sig: int) -> None:
+        """Local ranks directly; remote ones with one command per connection."""
+        groups: dict[Any, list[int]] = {}
+        local = []
+        for r in ranks:
+            proc = self._procs[r]
+            if isinstance(proc, RemoteProcess):
+                groups.setdefault(proc.conn, []).append(proc.pid)
+            else:
+                local.append(proc.signal(sig))
+        timeout = self.config.start_timeout
+        await asyncio.gather(*local, *(signal_groups(conn, pids, sig, timeout) for conn, pids in groups.items()))
 
     def write_stdin(self, data: bytes) -> None:
         """Broadcast ``data`` to every rank's stdin."""
@@ -284,8 +314,9 @@ class Job:
         if self._conns and not self._done_set():
             # A host that did not answer TERM/KILL: drop its connection so its
             # ranks count as lost rather than leaving the launcher waiting.
-            for conn in self._conns.values():
-                conn.abort()
+            for conns in self._conns.values():
+                for conn in conns:
+                    conn.abort()
             await self._wait_done(1.0)
         await self._cleanup()
 
@@ -294,8 +325,7 @@ class Job:
 
     async def signal_killed(self, sig: int, ranks: Sequence[int]) -> None:
         """Signal ranks whose state is already KILLED (being torn down)."""
-        await asyncio.gather(*(self._procs[r].signal(sig) for r in ranks
-                               if r in self._procs and self.ranks[r].returncode is None))
+        await self._signal([r for r in ranks if r in self._procs and self.ranks[r].returncode is None], sig)
 
     async def _wait_done(self, timeout: float) -> bool:
         if self._done is None or not self._procs:
@@ -308,8 +338,9 @@ class Job:
 
     async def _cleanup(self) -> None:
         if self._done_set():
-            for conn in self._conns.values():
-                conn.close()
+            for conns in self._conns.values():
+                for conn in conns:
+                    conn.close()
             self._conns = {}
         if self._tmpdir is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)

@@ -87,13 +87,14 @@ class RemoteProcess:
             "the ssh connection closed before the rank exited"
         return LOST_CODE
 
+    @property
+    def conn(self) -> Any:
+        """The ssh connection this rank runs on."""
+        return self._conn
+
     async def signal(self, sig: int) -> None:
         """Send ``sig`` to the rank's process group over a separate ssh channel."""
-        name = _signal.Signals(sig).name.removeprefix("SIG")
-        try:
-            await ssh.run(self._conn, f"kill -s {name} -- -{int(self.pid)} 2>/dev/null", self._signal_timeout, self._label)
-        except Exception:  # noqa: BLE001 - the host may be gone; the caller sees it in wait()
-            pass
+        await signal_groups(self._conn, [self.pid], sig, self._signal_timeout)
 
     def write(self, data: bytes) -> None:
         """Forward stdin bytes."""
@@ -108,3 +109,13 @@ class RemoteProcess:
             self._proc.stdin.write_eof()
         except Exception:  # noqa: BLE001
             pass
+
+
+async def signal_groups(conn: Any, pgids: list[int], sig: int, timeout: float) -> None:
+    """Signal several process groups on one host with a single ssh command (one extra session)."""
+    name = _signal.Signals(sig).name.removeprefix("SIG")
+    targets = " ".join(f"-{int(p)}" for p in pgids)
+    try:
+        await ssh.run(conn, f"kill -s {name} -- {targets} 2>/dev/null", timeout)
+    except Exception:  # noqa: BLE001 - the host may be gone; the rank's wait() reports it
+        pass

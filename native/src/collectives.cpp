@@ -21,7 +21,7 @@ size_t small_limit(int n) {
     return s ? std::atol(s) : -1L;
   }();
   if (env >= 0) return size_t(env);
-  return n == 2 ? size_t(1) << 20 : size_t(64) << 10;
+  return size_t(64) << 10;
 }
 
 std::unique_ptr<uint8_t[]> scratch(size_t n) {
@@ -126,6 +126,45 @@ void Group::small_all_reduce(const void* in, void* out, size_t count, Dtype t, R
   for (int r = 1; r < n; ++r) reduce_into(out, all.get() + size_t(r) * nbytes, count, t, op);
 }
 
+// Two ranks: each sends its whole vector (half over each link, so both TCP
+// paths work) and reduces the peer's data as it arrives: one step, no stalls.
+// The result is (rank 0's data) op (rank 1's data) on both ranks.
+void Group::pair_all_reduce(const void* in, void* out, size_t count, Dtype t, ReduceOp op, MsgHeader h,
+                            const Wait& wait) {
+  size_t es = dtype_size(t), nbytes = count * es, half = (count / 2) * es;
+  auto peer = scratch(nbytes);
+  std::unique_ptr<uint8_t[]> copy;
+  const uint8_t* src = static_cast<const uint8_t*>(in);
+  auto* dst = static_cast<uint8_t*>(out);
+  if (out == in && nbytes) {  // in place: send from a copy, the result overwrites the input
+    copy = scratch(nbytes);
+    std::memcpy(copy.get(), in, nbytes);
+    src = copy.get();
+  } else if (me_ == 0 && nbytes) {
+    std::memcpy(out, in, nbytes);
+  }
+  uint8_t* p = peer.get();
+  auto arrived = [=](size_t base) {
+    return [=](size_t from, size_t to) {
+      size_t a = (base + from) / es * es, b = (base + to) / es * es;
+      if (b <= a) return;
+      if (me_ == 0) {
+        reduce_into(dst + a, p + a, (b - a) / es, t, op);
+      } else {  // keep rank order: peer (rank 0) op mine
+        reduce_into(p + a, src + a, (b - a) / es, t, op);
+        std::memcpy(dst + a, p + a, b - a);
+      }
+    };
+  };
+  std::vector<Xfer> xs{
+      {right_.get(), true, h, const_cast<uint8_t*>(src), half},
+      {left_.get(), true, h, const_cast<uint8_t*>(src) + half, nbytes - half},
+      {left_.get(), false, h, p, half, arrived(0)},
+      {right_.get(), false, h, p + half, nbytes - half, arrived(half)},
+  };
+  run(xs, wait);
+}
+
 void Group::all_reduce(const void* in, void* out, size_t count, Dtype t, ReduceOp op, const CallOptions& opts) {
   size_t nbytes = count * dtype_size(t);
   guarded(opts, op_name(uint8_t(reduce_code(op))), [&](const Wait& wait) {
@@ -136,6 +175,7 @@ void Group::all_reduce(const void* in, void* out, size_t count, Dtype t, ReduceO
       return;
     }
     MsgHeader h = header(reduce_code(op), t, nbytes);
+    if (n == 2) return pair_all_reduce(in, out, count, t, op, h, wait);
     if (nbytes <= small_limit(n) || count < size_t(2 * n)) return small_all_reduce(in, out, count, t, op, h, wait);
     if (out != in) std::memcpy(out, in, nbytes);
     auto* buf = static_cast<uint8_t*>(out);

@@ -78,6 +78,7 @@ class Group {
                                 MsgHeader h, bool sum_scatter_layout, const Wait& wait);
   void ring_all_gather_step(int step, size_t count, Dtype t, uint8_t* buf, MsgHeader h,
                             bool sum_scatter_layout, const Wait& wait);
+  void pair_all_reduce(const void* in, void* out, size_t count, Dtype t, ReduceOp op, MsgHeader h, const Wait& wait);
   void small_all_reduce(const void* in, void* out, size_t count, Dtype t, ReduceOp op, MsgHeader h, const Wait& wait);
   void gather_ring(const void* in, void* out, size_t nbytes, MsgHeader h, const Wait& wait);
   MsgHeader header(OpCode op, Dtype t, size_t nbytes);

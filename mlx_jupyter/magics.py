@@ -1,0 +1,270 @@
+"""`%load_ext mlx_jupyter`: ``%mlx_cluster``, ``%%mlx_distributed``, ``%mlx_push``, ``%mlx_pull``.
+
+Thin: every magic parses its options and calls :class:`mlx_jupyter.cluster.Cluster`.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from typing import Any, Optional
+
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from mlx_jupyter.output import MODES, parse_targets, rank_label
+
+#: the kernel's cluster (one per kernel)
+_cluster: Optional[Any] = None
+
+
+def current() -> Any:
+    """The cluster started by ``%mlx_cluster start`` (or None)."""
+    return _cluster
+
+
+class UsageError(Exception):
+    """A magic was called wrongly or at the wrong time; shown without a traceback."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"\x1b[0;31mUsageError\x1b[0m: {self}"]
+
+
+def _fmt_bytes(n: Optional[int]) -> str:
+    if n is None:
+        return "?"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+class _Progress:
+    """Ranks connected out of N: a widget in a notebook, a text line elsewhere."""
+
+    def __init__(self, total_hint: int, title: str):
+        self.bar = None
+        self.title = title
+        try:
+            from IPython import get_ipython
+            import ipywidgets
+
+            ip = get_ipython()
+            if ip is not None and getattr(ip, "kernel", None) is not None:
+                from IPython.display import display
+
+                self.bar = ipywidgets.IntProgress(value=0, min=0, max=max(total_hint, 1), description=title)
+                self.label = ipywidgets.Label(f"0/{total_hint} ranks connected")
+                display(ipywidgets.HBox([self.bar, self.label]))
+        except Exception:
+            self.bar = None
+
+    def __call__(self, have: int, total: int) -> None:
+        if self.bar is not None:
+            self.bar.max = total
+            self.bar.value = have
+            self.label.value = f"{have}/{total} ranks connected"
+        else:
+            print(f"\r{self.title}: {have}/{total} ranks connected", end="\n" if have == total else "", flush=True)
+
+    def done(self, text: str, ok: bool = True) -> None:
+        if self.bar is not None:
+            self.bar.bar_style = "success" if ok else "danger"
+            self.label.value = text
+        print(text)
+
+
+@magics_class
+class MLXMagics(Magics):
+    """The magics; see the module docstring."""
+
+    # ------------------------------------------------------------ %mlx_cluster
+
+    @magic_arguments()
+    @argument("action", choices=["start", "stop", "restart", "status"], help="what to do")
+    @argument("-n", "--repeat-hosts", type=int, default=None, help="ranks per host (default 2 for one local host)")
+    @argument("--hosts", default=None, help="comma-separated hosts (default 127.0.0.1)")
+    @argument("--hostfile", default=None, help="JSON hostfile (overrides --hosts)")
+    @argument("--backend", default="ring", help="ring, jaccl, jaccl-ring, nccl or mpi")
+    @argument("--python", default=None, help="interpreter on the ranks")
+    @argument("--env", action="append", default=[], metavar="K=V", help="environment for every rank (repeatable)")
+    @argument("--cwd", default=None, help="working directory on every rank")
+    @argument("--timeout", type=float, default=60.0, help="seconds to wait for the ranks")
+    @line_magic
+    def mlx_cluster(self, line: str) -> Any:
+        """Start, stop, restart or show the MLX cluster of this kernel."""
+        global _cluster
+        args = parse_argstring(self.mlx_cluster, line)
+        from mlx_jupyter.cluster import Cluster, ClusterError
+
+        if args.action == "start":
+            if _cluster is not None and _cluster.running:
+                raise UsageError("a cluster is already running: %mlx_cluster restart, or %mlx_cluster stop first")
+            env = {}
+            for item in args.env:
+                key, sep, value = item.partition("=")
+                if not sep or not key:
+                    raise UsageError(f"--env takes K=V, got {item!r}")
+                env[key] = value
+            n = args.repeat_hosts if args.repeat_hosts is not None else 2 if not (args.hosts or args.hostfile) else 1
+            cluster = Cluster(n=n, hosts=args.hosts, hostfile=args.hostfile, backend=args.backend,
+                              python=args.python, env=env, cwd=args.cwd, timeout=args.timeout)
+            total = n * (len(cluster.hosts) if not args.hostfile else 1)
+            progress = _Progress(total, "starting")
+            try:
+                cluster.start(progress=progress)
+            except (ClusterError, Exception) as exc:
+                progress.done(f"failed: {exc}", ok=False)
+                raise UsageError(f"the cluster did not start: {exc}") from None
+            _cluster = cluster
+            progress.done(f"{cluster.size} ranks ready in {cluster.ready_time:.2f} s "
+                          f"({cluster.backend}; engine id = rank)")
+            return None
+        if _cluster is None or not _cluster.running:
+            if args.action == "stop":
+                print("no cluster running")
+                return None
+            raise UsageError("no cluster running: %mlx_cluster start")
+        if args.action == "stop":
+            _cluster.stop()
+            _cluster = None
+            print("cluster stopped")
+        elif args.action == "restart":
+            progress = _Progress(_cluster.size, "restarting")
+            t0 = time.perf_counter()
+            try:
+                _cluster.restart(progress=progress, timeout=args.timeout)
+            except ClusterError as exc:
+                progress.done(f"failed: {exc}", ok=False)
+                raise UsageError(f"restart failed: {exc}") from None
+            progress.done(f"{_cluster.size} ranks restarted in {time.perf_counter() - t0:.2f} s (same ranks, same ids)")
+        else:
+            self._show_status(_cluster.status())
+        return None
+
+    def _show_status(self, rows: list[dict]) -> None:
+        from IPython.display import publish_display_data
+
+        cols = ["rank", "host", "pid", "state", "backend", "memory"]
+        table = [[str(r["rank"]), str(r["host"]), str(r["pid"]), str(r["state"]) +
+                  (" (world closed)" if r.get("world_closed") else ""), str(r["backend"]), _fmt_bytes(r["memory"])]
+                 for r in rows]
+        widths = [max(len(c), *(len(t[i]) for t in table)) for i, c in enumerate(cols)]
+        text = "\n".join(["  ".join(c.ljust(w) for c, w in zip(cols, widths))] +
+                         ["  ".join(v.ljust(w) for v, w in zip(t, widths)) for t in table])
+        html = "<table><tr>" + "".join(f"<th>{c}</th>" for c in cols) + "</tr>" + "".join(
+            "<tr>" + "".join(f"<td>{v}</td>" for v in t) + "</tr>" for t in table) + "</table>"
+        publish_display_data({"text/plain": text, "text/html": html})
+
+    # ------------------------------------------------------------ %%mlx_distributed
+
+    @magic_arguments()
+    @argument("--targets", "-t", default="all", help="ranks to run on: all, 0, 0,2, 1-3, :2")
+    @argument("--block", dest="block", action="store_true", default=True, help="wait and show output (default)")
+    @argument("--noblock", dest="block", action="store_false", help="return a CellRun at once")
+    @argument("--timeout", type=float, default=None, help="interrupt every rank after S seconds")
+    @argument("--output", choices=MODES, default="grouped", help="grouped (default), rank or raw")
+    @argument("--no-init", dest="init", action="store_false", default=True,
+              help="do not define mx/world/group on the ranks first")
+    @cell_magic
+    def mlx_distributed(self, line: str, cell: str) -> Any:
+        """Run the cell on every rank (or --targets); no cell ever hangs."""
+        from mlx_jupyter.cluster import ClusterError
+        from mlx_jupyter.render import show_run
+
+        args = parse_argstring(self.mlx_distributed, line)
+        cluster = self._need_cluster()
+        try:
+            targets = parse_targets(args.targets, cluster.size)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        try:
+            self._prepare(cluster, args.init)
+            run = cluster.run(cell, targets)
+        except ClusterError as exc:
+            raise UsageError(str(exc)) from None
+        if not args.block:
+            return run
+        show_run(run, args.output, args.timeout)
+        return None
+
+    def _prepare(self, cluster: Any, init: bool) -> None:
+        if not init:
+            return
+        if not cluster.ready_ns:
+            info = cluster.setup()
+            errors = {r: i.get("group_error") for r, i in info.items() if i.get("group_error")}
+            if errors:
+                first = next(iter(errors.values()))
+                print(f"note: `group` is not defined on {rank_label(errors)}: {first}")
+        elif cluster.needs_reform:
+            cluster.reform()
+
+    def _need_cluster(self) -> Any:
+        if _cluster is None or not _cluster.running:
+            raise UsageError("no cluster running: %mlx_cluster start")
+        return _cluster
+
+    # ------------------------------------------------------------ data
+
+    @magic_arguments()
+    @argument("names", nargs="+", help="notebook variables to send (name, or name=expression)")
+    @argument("--targets", "-t", default="all", help="ranks to send to")
+    @line_magic
+    def mlx_push(self, line: str) -> None:
+        """Send notebook variables to the ranks: ``%mlx_push x y`` or ``%mlx_push w=weights``."""
+        args = parse_argstring(self.mlx_push, line)
+        cluster = self._need_cluster()
+        ns = {}
+        for item in args.names:
+            name, sep, expr = item.partition("=")
+            try:
+                ns[name] = eval(expr if sep else name, self.shell.user_ns)
+            except Exception as exc:
+                raise UsageError(f"cannot evaluate {expr if sep else name!r} in the notebook: {exc}") from None
+        from mlx_jupyter.cluster import ClusterError
+
+        try:
+            cluster.push(ns, parse_targets(args.targets, cluster.size))
+        except (ClusterError, ValueError) as exc:
+            raise UsageError(str(exc)) from None
+
+    @magic_arguments()
+    @argument("name", help="variable to fetch from every rank")
+    @argument("--targets", "-t", default="all", help="ranks to fetch from")
+    @argument("--gather", action="store_true", help="concatenate the ranks' values (lists, arrays) in rank order")
+    @argument("--into", default=None, help="also bind the result to this notebook variable")
+    @line_magic
+    def mlx_pull(self, line: str) -> Any:
+        """Fetch a variable from the ranks: a list in rank order (``--gather``: concatenated)."""
+        args = parse_argstring(self.mlx_pull, line)
+        cluster = self._need_cluster()
+        from mlx_jupyter.cluster import ClusterError
+
+        try:
+            targets = parse_targets(args.targets, cluster.size)
+            if args.gather:
+                value = cluster.gather(args.name, targets)
+            else:
+                value = cluster.pull(args.name, targets)
+        except (ClusterError, ValueError) as exc:
+            raise UsageError(str(exc)) from None
+        except Exception as exc:  # e.g. NameError on a rank
+            raise UsageError(f"pulling {args.name!r} failed: {type(exc).__name__}: {exc}") from None
+        if args.into:
+            self.shell.user_ns[args.into] = value
+        return value
+
+
+def load_ipython_extension(ip: Any) -> None:
+    """Register the magics (``%load_ext mlx_jupyter``)."""
+    ip.register_magics(MLXMagics)
+
+
+def unload_ipython_extension(ip: Any) -> None:
+    """Stop the cluster when the extension is unloaded."""
+    global _cluster
+    if _cluster is not None:
+        _cluster.stop()
+        _cluster = None

@@ -1,0 +1,181 @@
+"""Showing a :class:`~mlx_jupyter.cellrun.CellRun` in the notebook as it happens.
+
+Streams are grouped (or prefixed, or raw) with :mod:`mlx_jupyter.output`;
+rich outputs are published once per group of ranks that produced the same
+bundle; the stop button and ``--timeout`` turn into :meth:`CellRun.interrupt`;
+a failed run ends in :class:`DistributedCellError`, whose traceback lists every
+failing rank's own traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import deque
+from typing import Any, Callable, Optional
+
+from mlx_jupyter.output import (
+    ERROR, LineGrouper, group_equal, rank_label, render_outcomes, summary,
+)
+
+Publish = Callable[[dict, dict], None]
+
+
+class DistributedCellError(Exception):
+    """A cell failed on some ranks. IPython shows :meth:`_render_traceback_`."""
+
+    def __init__(self, message: str, lines: list[str], outcomes: Any = None):
+        super().__init__(message)
+        self.lines = lines
+        self.outcomes = outcomes
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"\x1b[0;31mDistributedCellError\x1b[0m: {self.args[0]}"] + self.lines
+
+
+def _publish(data: dict, metadata: dict) -> None:
+    from IPython.display import publish_display_data
+
+    publish_display_data(data=data, metadata=metadata)
+
+
+class _Displays:
+    """Aligns the k-th rich output of every rank and shows identical ones once."""
+
+    def __init__(self, ranks: list[int], hold: float):
+        self.hold = hold
+        self.queues: dict[int, deque] = {r: deque() for r in ranks}
+        self.done: set[int] = set()
+
+    def feed(self, rank: int, content: dict) -> None:
+        self.queues.setdefault(rank, deque()).append((time.monotonic(), content))
+
+    def flush(self, force: bool = False) -> list[tuple[list[int], dict]]:
+        out = []
+        now = time.monotonic()
+        while True:
+            heads = {r: q[0] for r, q in self.queues.items() if q}
+            if not heads:
+                return out
+            waiting = [r for r, q in self.queues.items() if not q and r not in self.done]
+            if waiting and not force and now - min(t for t, _ in heads.values()) < self.hold:
+                return out
+            for r in heads:
+                self.queues[r].popleft()
+            bundles = {r: (c.get("data", {}), c.get("metadata", {})) for r, (_, c) in heads.items()}
+            keyed = {r: b[0] for r, b in bundles.items()}
+            for ranks, data in group_equal(keyed):
+                out.append((ranks, {"data": data, "metadata": bundles[ranks[0]][1]}))
+
+
+class Renderer:
+    """Writes one run's output as it arrives (see the module docstring)."""
+
+    def __init__(self, ranks: list[int], mode: str = "grouped", hold: float = 0.25,
+                 out: Optional[Callable[[str], None]] = None, err: Optional[Callable[[str], None]] = None,
+                 publish: Optional[Publish] = None):
+        self.ranks = ranks
+        self.mode = mode
+        self.out = out or (lambda s: (sys.stdout.write(s), sys.stdout.flush()))
+        self.err = err or (lambda s: (sys.stderr.write(s), sys.stderr.flush()))
+        self.publish = publish or _publish
+        self.streams = {"stdout": LineGrouper(ranks, hold), "stderr": LineGrouper(ranks, hold)}
+        self.displays = _Displays(ranks, hold)
+
+    def _label(self, ranks: list[int]) -> str:
+        return rank_label(ranks)
+
+    def stream(self, rank: int, name: str, text: str) -> None:
+        write = self.out if name == "stdout" else self.err
+        if self.mode == "raw":
+            write(text)
+        elif self.mode == "rank":
+            self.streams[name].feed(rank, text)
+            for ranks, line in self.streams[name].flush(force=True):  # complete lines, no alignment
+                write(f"[{self._label(ranks)}] {line}\n")
+        else:
+            self.streams[name].feed(rank, text)
+
+    def rich(self, rank: int, content: dict, result: bool = False) -> None:
+        data = content.get("data", {})
+        if result and set(data) <= {"text/plain"}:
+            self.stream(rank, "stdout", f"Out: {data.get('text/plain', '')}\n")
+            return
+        if self.mode == "raw":
+            self.publish(data, content.get("metadata", {}))
+        else:
+            self.displays.feed(rank, content)
+
+    def end(self, rank: int) -> None:
+        for g in self.streams.values():
+            g.finish(rank)
+        self.displays.done.add(rank)
+
+    def flush(self, force: bool = False) -> None:
+        if self.mode == "raw":
+            return
+        for name, g in self.streams.items():
+            write = self.out if name == "stdout" else self.err
+            lines = g.flush(force=force)
+            if lines:
+                write("".join(f"[{self._label(ranks)}] {line}\n" for ranks, line in lines))
+        for ranks, content in self.displays.flush(force=force):
+            self.out(f"[{self._label(ranks)}]\n")
+            self.publish(content["data"], content["metadata"])
+
+
+def show_run(run: Any, mode: str = "grouped", timeout: Optional[float] = None,
+             renderer: Optional[Renderer] = None) -> Any:
+    """Show ``run`` until it ends; interrupt it on KeyboardInterrupt or after ``timeout`` s.
+
+    Returns the run; raises :class:`DistributedCellError` if any rank failed.
+    """
+    r = renderer or Renderer(run.ranks, mode)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    stops = 0
+    while True:
+        try:
+            ev = run.next_event(0.05)
+            while ev is not None:
+                if ev.kind == "stream":
+                    r.stream(ev.rank, *ev.payload)
+                elif ev.kind == "display":
+                    r.rich(ev.rank, ev.payload)
+                elif ev.kind == "result":
+                    r.rich(ev.rank, ev.payload, result=True)
+                elif ev.kind == "end":
+                    r.end(ev.rank)
+                ev = run.next_event(0) if not run.events.empty() else None
+            r.flush()
+            if run.done.is_set() and run.events.empty():
+                break
+            run.check_deadlines()
+            if deadline is not None and time.monotonic() > deadline:
+                deadline = None
+                run.interrupt(f"the cell timed out after {timeout:g} s (--timeout)")
+        except KeyboardInterrupt:
+            stops += 1
+            run.interrupt("interrupted by the user")
+            if stops >= 3:  # the user insists: stop waiting, whatever the ranks do
+                break
+    r.flush(force=True)
+    if run.failed:
+        raise failure(run)
+    return run
+
+
+def failure(run: Any) -> DistributedCellError:
+    """The error for a failed run: the cause, each rank's outcome, and hints."""
+    outcomes = [run.outcomes[r] for r in run.ranks]
+    hints = []
+    lost = any("connection to a peer was lost" in o.evalue for o in outcomes)
+    closed = run.world_closed() if (run.aborted_ranks or lost) else []
+    if closed:
+        hints.append(
+            f"MLX's `world` group was closed on {rank_label(closed)} to release them (MLX collectives "
+            "cannot be cancelled): `%mlx_cluster restart` to use `world` again."
+        )
+    if run.aborted_ranks or any(o.status == ERROR for o in outcomes):
+        hints.append("`group` (mlx_jupyter.distributed) is re-formed on every rank before the next cell.")
+    cause = f"{run.cause}" if run.cause else summary(outcomes)
+    return DistributedCellError(cause, render_outcomes(outcomes, hints=hints), outcomes)
