@@ -265,8 +265,7 @@ class Job:
                 groups.setdefault(proc.conn, []).append(proc.pid)
             else:
                 local.append(proc.signal(sig))
-        timeout = self.config.start_timeout
-        await asyncio.gather(*local, *(signal_groups(conn, pids, sig, timeout) for conn, pids in groups.items()))
+        await asyncio.gather(*local, *(signal_groups(conn, pids, sig) for conn, pids in groups.items()))
 
     def write_stdin(self, data: bytes) -> None:
         """Broadcast ``data`` to every rank's stdin."""
@@ -305,10 +304,13 @@ class Job:
                 self.ranks[r].state = KILLED
             if running:
                 self.log(f"terminating rank(s) {', '.join(map(str, running))}")
-                await self.signal_killed(_signal.SIGTERM, running)
+                # don't wait for delivery: a host that went silent must not delay the others' KILL
+                sends = [asyncio.ensure_future(self.signal_killed(_signal.SIGTERM, running))]
                 if not await self._wait_done(min(self.config.grace, timeout)):
-                    await self.signal_killed(_signal.SIGKILL, running)
+                    sends.append(asyncio.ensure_future(self.signal_killed(_signal.SIGKILL, running)))
                     await self._wait_done(max(timeout - self.config.grace, 0.5))
+                for task in sends:
+                    task.cancel()
         else:
             await self._wait_done(timeout)
         if self._conns and not self._done_set():

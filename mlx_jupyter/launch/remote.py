@@ -13,17 +13,18 @@ from mlx_jupyter.launch.script import MARKER
 
 #: Return code reported for a rank whose host stopped answering.
 LOST_CODE = 255
+#: Bound on delivering a signal (a session open plus ``kill``).
+SIGNAL_TIMEOUT = 5.0
 
 
 class RemoteProcess:
     """One remote rank. ``pid`` is its process group id on that host."""
 
-    def __init__(self, conn: Any, proc: Any, pid: int, pumps: list[asyncio.Task], label: str, signal_timeout: float):
+    def __init__(self, conn: Any, proc: Any, pid: int, pumps: list[asyncio.Task], label: str):
         self._conn = conn
         self._proc = proc
         self._pumps = pumps
         self._label = label
-        self._signal_timeout = signal_timeout
         self.pid = pid
         self.lost_reason: Optional[str] = None
 
@@ -70,7 +71,7 @@ class RemoteProcess:
             raise LaunchError(f"{label}: could not start (exit {proc.returncode}): {text}")
         pid = int(line[len(marker):].strip())
         pumps = [asyncio.ensure_future(pump(proc.stdout, out)), asyncio.ensure_future(pump(proc.stderr, err))]
-        return cls(conn, proc, pid, pumps, label, timeout)
+        return cls(conn, proc, pid, pumps, label)
 
     async def wait(self) -> Optional[int]:
         """Wait until the session ends; the exit code, or ``LOST_CODE`` if the host was lost."""
@@ -94,7 +95,7 @@ class RemoteProcess:
 
     async def signal(self, sig: int) -> None:
         """Send ``sig`` to the rank's process group over a separate ssh channel."""
-        await signal_groups(self._conn, [self.pid], sig, self._signal_timeout)
+        await signal_groups(self._conn, [self.pid], sig)
 
     def write(self, data: bytes) -> None:
         """Forward stdin bytes."""
@@ -111,7 +112,7 @@ class RemoteProcess:
             pass
 
 
-async def signal_groups(conn: Any, pgids: list[int], sig: int, timeout: float) -> None:
+async def signal_groups(conn: Any, pgids: list[int], sig: int, timeout: float = SIGNAL_TIMEOUT) -> None:
     """Signal several process groups on one host with a single ssh command (one extra session)."""
     name = _signal.Signals(sig).name.removeprefix("SIG")
     targets = " ".join(f"-{int(p)}" for p in pgids)

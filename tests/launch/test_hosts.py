@@ -345,3 +345,14 @@ def test_mpi_backend_local_and_failure_code(mpirun):
     assert len(res.stdout.split("\n")) == 3
     res = cli(["--backend", "mpi", "-n", "2", PY, "-c", "import sys; sys.exit(3)"], env=MPI_ENV, timeout=60)
     assert res.returncode == 3 and "exited with code 3" in res.stderr
+
+
+def test_more_ranks_per_host_than_sshd_sessions(testbed):
+    # sshd allows 10 sessions per connection by default; 12 ranks on one host need a second connection
+    out, on_output = collector()
+    code = "import os; print(os.environ['MLX_RANK'])"
+    launcher = Launcher([PY, "-c", code], hosts=hosts_of(testbed, 1), repeat_hosts=12, backend="nccl",
+                        ssh_options=testbed.ssh_options(max_sessions=4), on_output=on_output).start()
+    assert launcher.wait(60) == 0, out
+    assert sorted(int(lines[0]) for lines in stdout_of(out).values()) == list(range(12))
+    assert {conn for r, conn in launcher.job._rank_conn.items()}.__len__() == 4  # 3 ranks + 1 signal session each
