@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import socket
-import subprocess
 import sys
 import tempfile
 
@@ -14,7 +11,7 @@ RANK_CODE = """
 import numpy as np, mlx.core as mx
 from mlx_jupyter import distributed as dist
 group = dist.init(strict=True, backend="ring", timeout=30)
-world = mx.distributed.init(strict=True, backend="ring")
+world = mx.distributed.init(strict=group.size() > 1, backend="ring")  # MLX cannot form a strict 1-rank ring
 r = group.rank()
 ours = dist.all_sum(np.arange(4, dtype=np.float32) + r, timeout=30)
 theirs = mx.distributed.all_sum(mx.arange(4, dtype=mx.float32) + r, group=world)
@@ -41,32 +38,48 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
+def free_port_run(n: int, offset: int = 1000) -> int:
+    """A starting port p with p..p+n-1 and the same shifted by `offset` free on loopback now."""
+    for _ in range(200):
+        base = free_ports(1)[0]
+        if base + n + offset > 65535:
+            continue
+        wanted = [base + i for i in range(n)] + [base + offset + i for i in range(n)]
+        socks = []
+        try:
+            for port in wanted:
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no run of {n} free ports found on 127.0.0.1")
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="mlx-jupyter demo", description=__doc__)
     parser.add_argument("-n", type=int, default=2, help="number of local ranks (default 2)")
     args = parser.parse_args(argv)
+    if args.n < 1:
+        parser.error("-n must be at least 1")
+    from mlx_jupyter.launch import Launcher
+
     with tempfile.TemporaryDirectory(prefix="mlxj-demo-") as tmp:
-        hostfile = os.path.join(tmp, "hostfile.json")
-        with open(hostfile, "w") as fh:
-            json.dump([[f"127.0.0.1:{p}"] for p in free_ports(args.n)], fh)
-        token = os.urandom(16).hex()
-        procs = [
-            subprocess.Popen([sys.executable, "-c", RANK_CODE], cwd=tmp,
-                             env={**os.environ, "MLX_RANK": str(r), "MLX_HOSTFILE": hostfile, "MLX_JUPYTER_TOKEN": token})
-            for r in range(args.n)
-        ]
-        codes = []
-        for p in procs:
-            try:
-                codes.append(p.wait(timeout=120))
-            except subprocess.TimeoutExpired:
-                for q in procs:
-                    q.kill()
-                print("demo: ranks did not finish within 120 s", file=sys.stderr)
-                return 1
-    failed = [r for r, c in enumerate(codes) if c]
-    if failed:
-        print(f"demo: rank(s) {failed} failed", file=sys.stderr)
-        return 1
+        launcher = Launcher([sys.executable, "-c", RANK_CODE], hosts="127.0.0.1", repeat_hosts=args.n,
+                            starting_port=free_port_run(args.n), cwd=tmp)
+        launcher.start()
+        try:
+            code = launcher.wait(timeout=120)
+        except TimeoutError:
+            launcher.stop()
+            print("demo: ranks did not finish within 120 s", file=sys.stderr)
+            return 1
+    if code:
+        print(f"demo: {launcher.summary()}", file=sys.stderr)
+        return code
     print(f"demo: {args.n} ranks agree; expected {[sum(i + r for r in range(args.n)) for i in range(4)]}")
     return 0
