@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import PY, ROOT, LiveCLI, cli, cpu_seconds
+from launch_helpers import PY, ROOT, LiveCLI, cli, cpu_seconds
 from mlx_jupyter.hostfile import Host
 from mlx_jupyter.launch import LaunchError, Launcher
 

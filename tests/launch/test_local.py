@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import PY, ROOT, LiveCLI, cli, cpu_seconds, wait_pids_gone
+from launch_helpers import PY, ROOT, LiveCLI, cli, cpu_seconds, wait_pids_gone
 from mlx_jupyter.launch import LaunchError, Launcher
 from mlx_jupyter.launch.cli import build_parser, split_argv
 
@@ -291,3 +291,19 @@ def test_no_temp_files_left(tmp_path):
     assert res.returncode == 0
     assert set(Path("/tmp").glob("mlx-jupyter*")) <= before
     assert ROOT.exists()
+
+
+def test_cli_sigterm_stops_every_rank():
+    code = "import os, time; print('ready', os.getpid(), flush=True); time.sleep(60)"
+    run = LiveCLI(["-n", "2", PY, "-c", code])
+    lines = run.wait_for("ready", 2)
+    pids = [int(x.split()[-1]) for x in lines]
+    run.proc.send_signal(signal.SIGTERM)
+    assert run.finish(10) == 128 + signal.SIGTERM
+    assert not wait_pids_gone(pids, 2.0)
+
+
+def test_cli_stderr_stays_on_stderr():
+    res = cli(["-n", "2", PY, "-c", "import sys; print('to-err', file=sys.stderr); print('to-out')"])
+    assert sorted(res.stdout.splitlines()) == ["[rank 0] to-out", "[rank 1] to-out"]
+    assert "[rank 0] to-err" in res.stderr and "to-err" not in res.stdout
