@@ -118,7 +118,13 @@ def _singleton() -> Group:
     return Group(_core.Group.world(0, [[]], "", False, -1.0), "singleton")
 
 
+TRANSPORTS = ("auto", "tcp")
+
+
 def _form_ring(timeout: float | None) -> Group:
+    transport = os.environ.get("MLX_JUPYTER_TRANSPORT", "auto") or "auto"
+    if transport not in TRANSPORTS:
+        raise SetupError(f"MLX_JUPYTER_TRANSPORT={transport!r} is not one of {', '.join(TRANSPORTS)}")
     env = read_ring_env()
     if env is None:
         raise SetupError("the ring backend needs MLX_RANK and MLX_HOSTFILE (set by `mlx-jupyter launch` or mlx.launch)")
