@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from mlx_jupyter import contract, ssh
-from mlx_jupyter.hostfile import Host, resolve_hosts
+from mlx_jupyter.hostfile import BACKENDS, Host, resolve_hosts
 from mlx_jupyter.launch import mpi
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.launch.local import LocalProcess
@@ -72,7 +72,12 @@ class Job:
     def __init__(self, config: LaunchConfig):
         self.config = config
         self.token = secrets.token_hex(16)
-        self.hosts: list[Host] = resolve_hosts(config.hosts, config.repeat_hosts)
+        if config.backend not in BACKENDS:
+            raise LaunchError(f"backend {config.backend!r} is not one of {', '.join(BACKENDS)}")
+        try:
+            self.hosts: list[Host] = resolve_hosts(config.hosts, config.repeat_hosts)
+        except ValueError as exc:
+            raise LaunchError(str(exc)) from None
         self.ranks: list[RankInfo] = [RankInfo(r, h.ssh) for r, h in enumerate(self.hosts)]
         self.failures: list[int] = []          # ranks in the order they failed
         self._procs: dict[int, Any] = {}       # rank -> LocalProcess | RemoteProcess
@@ -83,8 +88,11 @@ class Job:
         self._watchers: list[asyncio.Task] = []
         self._stopping = False
         self._reaped = 0
-        self.log: Callable[[str], None] = lambda msg: print(f"mlx-jupyter launch: {msg}", file=sys.stderr) \
-            if config.verbose else None
+
+    def log(self, msg: str) -> None:
+        """A step, on stderr with ``verbose``."""
+        if self.config.verbose:
+            print(f"mlx-jupyter launch: {msg}", file=sys.stderr)
 
     # ---------------------------------------------------------------- start --
     async def start(self) -> None:

@@ -6,7 +6,6 @@ import json
 import os
 import secrets
 import signal
-import subprocess
 import textwrap
 import threading
 import time
