@@ -75,6 +75,26 @@ y = dist.all_sum(mx.arange(6, dtype=mx.bfloat16) * (RANK + 1))
 assert isinstance(y, mx.array) and y.dtype == mx.bfloat16
 assert np.array_equal(np.array(y.astype(mx.float32)), np.arange(6) * sum(range(1, n + 1)))
 
+# torch tensors in, torch tensors out (when torch is installed), bfloat16 included.
+try:
+    import torch
+except ImportError:
+    torch = None
+if torch is not None:
+    t = dist.all_sum(torch.arange(5, dtype=torch.float32) * (RANK + 1))
+    assert isinstance(t, torch.Tensor) and t.tolist() == (np.arange(5) * sum(range(1, n + 1))).tolist()
+    tb = dist.all_max(torch.full((3,), float(RANK), dtype=torch.bfloat16))
+    assert tb.dtype == torch.bfloat16 and tb.float().tolist() == [n - 1.0] * 3
+    tout = torch.zeros(4, dtype=torch.int64)
+    assert dist.all_sum(torch.ones(4, dtype=torch.int64), out=tout) is tout and tout.tolist() == [n] * 4
+    if n > 1:
+        if RANK == 0:
+            dist.send(torch.arange(3, dtype=torch.int32), 1)
+        elif RANK == 1:
+            got = dist.recv((3,), torch.int32, 0)
+            assert isinstance(got, torch.Tensor) and got.tolist() == [0, 1, 2]
+        g.barrier()
+
 # Our group and MLX's own ring group, formed from the same environment, in the same process.
 world = mx.distributed.init(backend="ring", strict=True)
 z = mx.distributed.all_sum(mx.ones(8) * RANK, group=world)
@@ -103,7 +123,7 @@ sub = g.split(RANK % 2, key=n - RANK)
 members = dist.all_gather(np.array([RANK], np.int32), group=sub)
 assert list(members) == sorted([r for r in range(n) if r % 2 == RANK % 2], reverse=True), members
 assert sub.rank() == list(members).index(RANK)
-report(checked=checked, size=n)
+report(checked=checked, size=n, torch=torch is not None)
 """
 
 
