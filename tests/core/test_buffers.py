@@ -68,8 +68,10 @@ def test_buffer_as_out_for_a_single_rank_group() -> None:
     assert np.asarray(out).tolist() == [0, 1, 2]
 
 
-def test_deleter_exceptions_do_not_escape() -> None:
+def test_deleter_exceptions_are_reported_not_raised(monkeypatch) -> None:
     raw = (ctypes.c_int32 * 4)()
+    seen: list[BaseException] = []
+    monkeypatch.setattr("sys.unraisablehook", lambda info: seen.append(info.exc_value))
 
     def bad(_addr: int) -> None:
         raise RuntimeError("boom")
@@ -77,6 +79,7 @@ def test_deleter_exceptions_do_not_escape() -> None:
     buf = Buffer.from_pointer(ctypes.addressof(raw), [4], "int32", bad)
     del buf
     gc.collect()
+    assert len(seen) == 1 and str(seen[0]) == "boom"
 
 
 address = st.builds(lambda a, b, p: f"{a}.{b}.0.1:{p}", st.integers(0, 255), st.integers(0, 255), st.integers(1, 65535))
