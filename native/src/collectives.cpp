@@ -24,13 +24,6 @@ size_t small_limit(int n) {
   return size_t(64) << 10;
 }
 
-std::unique_ptr<uint8_t[]> scratch(size_t n) {
-  try {
-    return std::unique_ptr<uint8_t[]>(new uint8_t[n ? n : 1]);
-  } catch (const std::bad_alloc&) {
-    fail(ErrorKind::Config, "Unable to allocate " + std::to_string(n) + " bytes of scratch memory");
-  }
-}
 
 OpCode reduce_code(ReduceOp op) {
   return op == ReduceOp::Sum ? OpCode::AllSum : op == ReduceOp::Max ? OpCode::AllMax : OpCode::AllMin;
@@ -61,14 +54,12 @@ void Group::ring_reduce_scatter_step(int s, size_t count, Dtype t, ReduceOp op, 
   int n = size();
   size_t es = dtype_size(t);
   std::vector<Xfer> xs;
-  std::unique_ptr<uint8_t[]> tmp[2];
   for (int d = 0; d < 2; ++d) {
     bool right = d == 0;
     int pos = right ? me_ : (n - me_) % n;
     Range out = segment(right, ((pos - s) % n + n) % n, n, count, scatter);
     Range in = segment(right, ((pos - s - 1) % n + 2 * n) % n, n, count, scatter);
-    tmp[d] = scratch(in.count * es);
-    uint8_t* t_in = tmp[d].get();
+    uint8_t* t_in = scratch(Slot(int(Slot::DirRight) + d), in.count * es);
     uint8_t* dst = buf + in.offset * es;
     xs.push_back({right ? right_.get() : left_.get(), true, h, buf + out.offset * es, out.count * es});
     xs.push_back({right ? left_.get() : right_.get(), false, h, t_in, in.count * es,
@@ -120,10 +111,10 @@ void Group::small_all_reduce(const void* in, void* out, size_t count, Dtype t, R
                              const Wait& wait) {
   int n = size();
   size_t nbytes = count * dtype_size(t);
-  auto all = scratch(nbytes * size_t(n));
-  gather_ring(in, all.get(), nbytes, h, wait);
-  std::memcpy(out, all.get(), nbytes);  // rank 0's contribution, then the others in rank order
-  for (int r = 1; r < n; ++r) reduce_into(out, all.get() + size_t(r) * nbytes, count, t, op);
+  uint8_t* all = scratch(Slot::Gather, nbytes * size_t(n));
+  gather_ring(in, all, nbytes, h, wait);
+  std::memcpy(out, all, nbytes);  // rank 0's contribution, then the others in rank order
+  for (int r = 1; r < n; ++r) reduce_into(out, all + size_t(r) * nbytes, count, t, op);
 }
 
 // Two ranks: each sends its whole vector (half over each link, so both TCP
@@ -132,35 +123,26 @@ void Group::small_all_reduce(const void* in, void* out, size_t count, Dtype t, R
 void Group::pair_all_reduce(const void* in, void* out, size_t count, Dtype t, ReduceOp op, MsgHeader h,
                             const Wait& wait) {
   size_t es = dtype_size(t), nbytes = count * es, half = (count / 2) * es;
-  auto peer = scratch(nbytes);
-  std::unique_ptr<uint8_t[]> copy;
   const uint8_t* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
   if (out == in && nbytes) {  // in place: send from a copy, the result overwrites the input
-    copy = scratch(nbytes);
-    std::memcpy(copy.get(), in, nbytes);
-    src = copy.get();
-  } else if (me_ == 0 && nbytes) {
-    std::memcpy(out, in, nbytes);
+    uint8_t* copy = scratch(Slot::Work, nbytes);
+    std::memcpy(copy, in, nbytes);
+    src = copy;
   }
-  uint8_t* p = peer.get();
+  // The peer's bytes land in `out` and are combined with ours there, in rank order.
+  bool first = me_ == 0;
   auto arrived = [=](size_t base) {
     return [=](size_t from, size_t to) {
       size_t a = (base + from) / es * es, b = (base + to) / es * es;
-      if (b <= a) return;
-      if (me_ == 0) {
-        reduce_into(dst + a, p + a, (b - a) / es, t, op);
-      } else {  // keep rank order: peer (rank 0) op mine
-        reduce_into(p + a, src + a, (b - a) / es, t, op);
-        std::memcpy(dst + a, p + a, b - a);
-      }
+      if (b > a) reduce_to(dst + a, first ? src + a : dst + a, first ? dst + a : src + a, (b - a) / es, t, op);
     };
   };
   std::vector<Xfer> xs{
       {right_.get(), true, h, const_cast<uint8_t*>(src), half},
       {left_.get(), true, h, const_cast<uint8_t*>(src) + half, nbytes - half},
-      {left_.get(), false, h, p, half, arrived(0)},
-      {right_.get(), false, h, p + half, nbytes - half, arrived(half)},
+      {left_.get(), false, h, dst, half, arrived(0)},
+      {right_.get(), false, h, dst + half, nbytes - half, arrived(half)},
   };
   run(xs, wait);
 }
@@ -205,10 +187,10 @@ void Group::reduce_scatter(const void* in, void* out, size_t count, Dtype t, Red
       return;
     }
     MsgHeader h = header(OpCode::SumScatter, t, total * es);
-    auto work = scratch(total * es);
-    if (total) std::memcpy(work.get(), in, total * es);
-    for (int s = 0; s + 1 < n; ++s) ring_reduce_scatter_step(s, total, t, op, work.get(), h, true, wait);
-    if (count) std::memcpy(out, work.get() + size_t(me_) * count * es, count * es);
+    uint8_t* work = scratch(Slot::Work, total * es);
+    if (total) std::memcpy(work, in, total * es);
+    for (int s = 0; s + 1 < n; ++s) ring_reduce_scatter_step(s, total, t, op, work, h, true, wait);
+    if (count) std::memcpy(out, work + size_t(me_) * count * es, count * es);
   });
 }
 

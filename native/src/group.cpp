@@ -171,6 +171,21 @@ void Group::run(std::vector<Xfer>& xs, const Wait& wait) {
   }
 }
 
+uint8_t* Group::scratch(Slot slot, size_t bytes) {
+  Block& b = scratch_[int(slot)];
+  if (b.size < bytes || !b.data) {
+    b.data.reset();
+    try {
+      b.data.reset(new uint8_t[bytes ? bytes : 1]);
+    } catch (const std::bad_alloc&) {
+      b.size = 0;
+      fail(ErrorKind::Config, "Unable to allocate " + std::to_string(bytes) + " bytes of scratch memory");
+    }
+    b.size = bytes;
+  }
+  return b.data.get();
+}
+
 MsgHeader Group::header(OpCode op, Dtype t, size_t nbytes) {
   MsgHeader h;
   h.op = uint8_t(op);

@@ -73,52 +73,54 @@ struct Arith { using type = T; };
 template <typename T>
 struct Arith<T, true> { using type = std::make_unsigned_t<T>; };
 
+// Every kernel computes d[i] = x[i] op y[i]; d may alias x or y (same index only).
 template <typename T>
-void reduce_native(T* d, const T* s, size_t n, ReduceOp op) {
+void reduce_native(T* d, const T* x, const T* y, size_t n, ReduceOp op) {
   using U = typename Arith<T>::type;
   switch (op) {
     case ReduceOp::Sum:  // unsigned arithmetic: wraps like numpy, no UB on overflow
-      for (size_t i = 0; i < n; ++i) d[i] = T(U(d[i]) + U(s[i]));
+      for (size_t i = 0; i < n; ++i) d[i] = T(U(x[i]) + U(y[i]));
       break;
     case ReduceOp::Max:
-      for (size_t i = 0; i < n; ++i) d[i] = max_nan(d[i], s[i]);
+      for (size_t i = 0; i < n; ++i) d[i] = max_nan(x[i], y[i]);
       break;
     case ReduceOp::Min:
-      for (size_t i = 0; i < n; ++i) d[i] = min_nan(d[i], s[i]);
+      for (size_t i = 0; i < n; ++i) d[i] = min_nan(x[i], y[i]);
       break;
   }
 }
 
-void reduce_bool(uint8_t* d, const uint8_t* s, size_t n, ReduceOp op) {
+void reduce_bool(uint8_t* d, const uint8_t* x, const uint8_t* y, size_t n, ReduceOp op) {
   for (size_t i = 0; i < n; ++i) {
-    bool a = d[i] != 0, b = s[i] != 0;
+    bool a = x[i] != 0, b = y[i] != 0;
     d[i] = op == ReduceOp::Min ? (a && b) : (a || b);
   }
 }
 
 template <float (*ToF)(uint16_t), uint16_t (*FromF)(float)>
-void reduce_16(uint16_t* d, const uint16_t* s, size_t n, ReduceOp op) {
+void reduce_16(uint16_t* d, const uint16_t* x, const uint16_t* y, size_t n, ReduceOp op) {
   for (size_t i = 0; i < n; ++i) {
-    float a = ToF(d[i]), b = ToF(s[i]);
+    float a = ToF(x[i]), b = ToF(y[i]);
     if (op == ReduceOp::Sum) {
       d[i] = FromF(a + b);
     } else {  // keep the winner's original bits (same choice as max_nan/min_nan)
       bool keep_a = a != a || (op == ReduceOp::Max ? a > b : a < b);
-      if (!keep_a) d[i] = s[i];
+      d[i] = keep_a ? x[i] : y[i];
     }
   }
 }
 
-void reduce_complex(std::complex<float>* d, const std::complex<float>* s, size_t n, ReduceOp op) {
+void reduce_complex(std::complex<float>* d, const std::complex<float>* x, const std::complex<float>* y, size_t n,
+                    ReduceOp op) {
   if (op == ReduceOp::Sum) {
-    for (size_t i = 0; i < n; ++i) d[i] += s[i];
+    for (size_t i = 0; i < n; ++i) d[i] = x[i] + y[i];
     return;
   }
   for (size_t i = 0; i < n; ++i) {
-    const auto &a = d[i], &b = s[i];
+    const auto a = x[i], b = y[i];
     bool a_less = a.real() < b.real() || (a.real() == b.real() && a.imag() < b.imag());
     bool b_less = b.real() < a.real() || (a.real() == b.real() && b.imag() < a.imag());
-    if (op == ReduceOp::Max ? a_less : b_less) d[i] = b;
+    d[i] = (op == ReduceOp::Max ? a_less : b_less) ? b : a;
   }
 }
 
@@ -133,26 +135,37 @@ const char* reduce_name(ReduceOp op) {
   return "?";
 }
 
-void reduce_into(void* dst, const void* src, size_t n, Dtype t, ReduceOp op) {
+template <typename T>
+void typed(void* d, const void* x, const void* y, size_t n, ReduceOp op) {
+  reduce_native(static_cast<T*>(d), static_cast<const T*>(x), static_cast<const T*>(y), n, op);
+}
+
+void reduce_to(void* d, const void* x, const void* y, size_t n, Dtype t, ReduceOp op) {
   switch (t) {
-    case Dtype::Bool: return reduce_bool(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), n, op);
-    case Dtype::Int8: return reduce_native(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), n, op);
-    case Dtype::Int16: return reduce_native(static_cast<int16_t*>(dst), static_cast<const int16_t*>(src), n, op);
-    case Dtype::Int32: return reduce_native(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), n, op);
-    case Dtype::Int64: return reduce_native(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), n, op);
-    case Dtype::UInt8: return reduce_native(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), n, op);
-    case Dtype::UInt16: return reduce_native(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n, op);
-    case Dtype::UInt32: return reduce_native(static_cast<uint32_t*>(dst), static_cast<const uint32_t*>(src), n, op);
-    case Dtype::UInt64: return reduce_native(static_cast<uint64_t*>(dst), static_cast<const uint64_t*>(src), n, op);
+    case Dtype::Bool:
+      return reduce_bool(static_cast<uint8_t*>(d), static_cast<const uint8_t*>(x), static_cast<const uint8_t*>(y), n, op);
+    case Dtype::Int8: return typed<int8_t>(d, x, y, n, op);
+    case Dtype::Int16: return typed<int16_t>(d, x, y, n, op);
+    case Dtype::Int32: return typed<int32_t>(d, x, y, n, op);
+    case Dtype::Int64: return typed<int64_t>(d, x, y, n, op);
+    case Dtype::UInt8: return typed<uint8_t>(d, x, y, n, op);
+    case Dtype::UInt16: return typed<uint16_t>(d, x, y, n, op);
+    case Dtype::UInt32: return typed<uint32_t>(d, x, y, n, op);
+    case Dtype::UInt64: return typed<uint64_t>(d, x, y, n, op);
     case Dtype::Float16:
-      return reduce_16<half_to_float, float_to_half>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n, op);
+      return reduce_16<half_to_float, float_to_half>(static_cast<uint16_t*>(d), static_cast<const uint16_t*>(x),
+                                                     static_cast<const uint16_t*>(y), n, op);
     case Dtype::BFloat16:
-      return reduce_16<bf16_to_float, float_to_bf16>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n, op);
-    case Dtype::Float32: return reduce_native(static_cast<float*>(dst), static_cast<const float*>(src), n, op);
-    case Dtype::Float64: return reduce_native(static_cast<double*>(dst), static_cast<const double*>(src), n, op);
+      return reduce_16<bf16_to_float, float_to_bf16>(static_cast<uint16_t*>(d), static_cast<const uint16_t*>(x),
+                                                     static_cast<const uint16_t*>(y), n, op);
+    case Dtype::Float32: return typed<float>(d, x, y, n, op);
+    case Dtype::Float64: return typed<double>(d, x, y, n, op);
     case Dtype::Complex64:
-      return reduce_complex(static_cast<std::complex<float>*>(dst), static_cast<const std::complex<float>*>(src), n, op);
+      return reduce_complex(static_cast<std::complex<float>*>(d), static_cast<const std::complex<float>*>(x),
+                            static_cast<const std::complex<float>*>(y), n, op);
   }
 }
+
+void reduce_into(void* dst, const void* src, size_t n, Dtype t, ReduceOp op) { reduce_to(dst, dst, src, n, t, op); }
 
 }  // namespace mlxj

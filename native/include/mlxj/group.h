@@ -82,6 +82,10 @@ class Group {
   void small_all_reduce(const void* in, void* out, size_t count, Dtype t, ReduceOp op, MsgHeader h, const Wait& wait);
   void gather_ring(const void* in, void* out, size_t nbytes, MsgHeader h, const Wait& wait);
   MsgHeader header(OpCode op, Dtype t, size_t nbytes);
+  // Scratch memory kept across ops (ops on a group are serialised), so large
+  // ops do not pay for fresh pages every time.
+  enum class Slot { DirRight, DirLeft, Gather, Peer, Work, Count };
+  uint8_t* scratch(Slot slot, size_t bytes);
 
   std::shared_ptr<Context> ctx_;
   uint64_t id_;
@@ -94,6 +98,11 @@ class Group {
   std::atomic<bool> aborted_{false};
   std::string abort_reason_;
   Waker abort_waker_;
+  struct Block {
+    std::unique_ptr<uint8_t[]> data;
+    size_t size = 0;
+  };
+  Block scratch_[int(Slot::Count)];
   uint32_t seq_ = 0;
   uint32_t splits_ = 0;
 };
