@@ -41,11 +41,13 @@ class Runner(Protocol):
 class SSHRunner:
     """A `Runner` over `mlx_jupyter.ssh`: connects lazily, once per host, and reuses the connection."""
 
-    def __init__(self, connect_timeout: float = CONNECT_TIMEOUT, command_timeout: float = COMMAND_TIMEOUT) -> None:
+    def __init__(self, connect_timeout: float = CONNECT_TIMEOUT, command_timeout: float = COMMAND_TIMEOUT,
+                 options: Any = None) -> None:
+        """`options` (an `mlx_jupyter.ssh.SSHOptions`) replaces the defaults, connect timeout included."""
         from mlx_jupyter import ssh
 
         self._ssh = ssh
-        self._opts = ssh.SSHOptions(connect_timeout=connect_timeout)
+        self._opts = options or ssh.SSHOptions(connect_timeout=connect_timeout)
         self._timeout = command_timeout
         self._conns: dict[str, Any] = {}
         self._failed: dict[str, Exception] = {}
@@ -213,7 +215,23 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--env", action="append", default=[], metavar="K=V", help="saved into the hostfile (repeatable)")
     p.add_argument("--ignore-unreachable", action="store_true", help="leave out hosts ssh cannot reach")
     p.add_argument("--verbose", action="store_true", help="log each step to stderr")
+    ssh_group = p.add_argument_group("ssh (as for mlx-jupyter launch)")
+    ssh_group.add_argument("--accept-unknown-hosts", action="store_true",
+                           help="accept hosts missing from known_hosts (a changed key is still refused)")
+    ssh_group.add_argument("--ssh-config", action="append", metavar="F", help="ssh_config file(s) instead of ~/.ssh/config")
+    ssh_group.add_argument("--known-hosts", metavar="F", help="known_hosts file instead of ~/.ssh/known_hosts")
+    ssh_group.add_argument("-i", "--identity", action="append", metavar="F", help="private key file(s)")
+    ssh_group.add_argument("--connect-timeout", type=float, default=CONNECT_TIMEOUT, metavar="S",
+                           help=f"ssh connect timeout (default {CONNECT_TIMEOUT:g})")
     return p
+
+
+def ssh_options(args: argparse.Namespace) -> Any:
+    """The `SSHOptions` the ssh flags ask for."""
+    from mlx_jupyter.ssh import SSHOptions
+
+    return SSHOptions(config=args.ssh_config, known_hosts=args.known_hosts, accept_unknown_hosts=args.accept_unknown_hosts,
+                      client_keys=args.identity, connect_timeout=args.connect_timeout)
 
 
 def host_names(args: argparse.Namespace) -> list[str]:
@@ -328,7 +346,7 @@ async def _main(args: argparse.Namespace, runner: Runner | None, out: TextIO, er
     from mlx_jupyter.hostfile import HostfileError
 
     own = runner is None
-    active: Runner = SSHRunner() if runner is None else runner
+    active: Runner = SSHRunner(options=ssh_options(args)) if runner is None else runner
     try:
         return await configure(args, active, out, err)
     except (DiscoveryError, PlanError, TopologyError, HostfileError) as exc:

@@ -2,6 +2,9 @@
 
 Each host ``hI`` is a network namespace with its own ``eth0`` on a private
 bridge, its own IP (``10.201.K.1I``), hostname and OpenSSH server on port 22.
+Each host's PATH starts with its own, normally empty, ``bin`` directory
+(``host_bin(i)``): tests drop command shims there to make a host look like
+another machine (a Mac, say) and empty it afterwards.
 Names carry a per-run prefix (``mjK``) and subnet ``10.201.K.0/24`` so that
 concurrent runs do not collide. Traffic stays on this machine: a guard route
 makes the subnet unreachable, not routed, whenever a host is missing.
@@ -18,7 +21,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 SSHD = "/usr/sbin/sshd"
 GUARD_METRIC = 4243
@@ -87,6 +90,10 @@ class TestBed:
         """Root-side veth of host i."""
         return f"{self.prefix}-h{i}-v"
 
+    def host_bin(self, i: int) -> Path:
+        """Directory first on host i's PATH (empty unless a test puts shims there)."""
+        return self.root / f"h{i}" / "bin"
+
     # ------------------------------------------------------------------- up --
     def up(self) -> "TestBed":
         """Create the bridge, the hosts and their sshds; return when every sshd listens."""
@@ -124,6 +131,7 @@ class TestBed:
         _run(["ip", "-n", ns, "link", "set", "lo", "up"])
         d = self.root / f"h{i}"
         d.mkdir(exist_ok=True)
+        self.host_bin(i).mkdir(exist_ok=True)
         hostkey = d / "ssh_host_ed25519_key"
         _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"testbed-h{i}", "-f", str(hostkey)])
         pub = Path(f"{hostkey}.pub").read_text().split()
@@ -140,7 +148,8 @@ class TestBed:
             "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no", "UseDNS no",
             "PrintMotd no", "PrintLastLog no", "MaxStartups 128:30:256", "MaxSessions 128",
             "AllowTcpForwarding yes", "AcceptEnv TMPDIR",
-            f"SetEnv TB_HOST=h{i} TB_HOST_IP={self.ips[i - 1]} PATH={os.environ.get('PATH', '/usr/bin:/bin')} SHLVL=1",
+            f"SetEnv TB_HOST=h{i} TB_HOST_IP={self.ips[i - 1]} "
+            f"PATH={self.host_bin(i)}:{os.environ.get('PATH', '/usr/bin:/bin')} SHLVL=1",
             "LogLevel INFO", "",
         ])
 
@@ -194,6 +203,24 @@ class TestBed:
             cfg.write_text("Host *\n    User root\n")
         return ["--ssh-config", str(cfg), "--known-hosts", str(self.known_hosts), "-i", str(self.key),
                 "--connect-timeout", "5"]
+
+    def write_ssh_config(self, path: Path, aliases: Mapping[str, Optional[int]]) -> Path:
+        """An OpenSSH client config naming hosts: alias -> host index (1-based).
+
+        ``None`` maps an alias to a closed port of h1 (connection refused at
+        once), for an unreachable host that still dials only the bed's IPs.
+        Works for asyncssh and for ``ssh -F``.
+        """
+        lines = []
+        for alias, i in aliases.items():
+            ip, port = (self.ips[0], 1) if i is None else (self.ips[i - 1], 22)
+            lines += [f"Host {alias}", f"    HostName {ip}", f"    Port {port}"]
+        lines += ["Host *", "    User root", f"    IdentityFile {self.key}", "    IdentitiesOnly yes",
+                  f"    UserKnownHostsFile {self.known_hosts}", "    GlobalKnownHostsFile /dev/null",
+                  "    StrictHostKeyChecking yes", "    BatchMode yes", "    ConnectTimeout 5",
+                  "    ControlMaster no", "    ControlPath none", ""]
+        Path(path).write_text("\n".join(lines))
+        return Path(path)
 
     def ns_pids(self, i: int) -> list[int]:
         """Pids of every process in host i."""

@@ -1,4 +1,4 @@
-"""Fixtures for the launcher's integration tests: a 4-host namespace test bed."""
+"""Fixtures for the launcher's integration tests (the 4-host `testbed` itself is in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -13,22 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-from testbed import TestBed, missing_requirements  # noqa: E402
-
-
-@pytest.fixture(scope="session")
-def testbed(tmp_path_factory):
-    """Four ssh hosts h1..h4 (network namespaces with their own IP and sshd)."""
-    why = missing_requirements()
-    if why:
-        pytest.skip(why)
-    bed = TestBed(tmp_path_factory.mktemp("testbed"), n=4).up()
-    try:
-        yield bed
-    finally:
-        bed.down()
-        left = bed.leftovers()
-        assert not left, f"test bed left behind: {left}"
+# the session-wide `testbed` fixture lives in tests/conftest.py
 
 
 @pytest.fixture

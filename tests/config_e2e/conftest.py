@@ -1,0 +1,42 @@
+"""Fixtures for the configurator's end-to-end tests on the namespace test bed (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import pytest
+
+from fake_macs import FakeCluster
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "thunderbolt"
+PY = sys.executable
+
+
+@pytest.fixture
+def fake_cluster(testbed):
+    """Factory: serve a recorded case from the bed's hosts; every cluster is removed after the test."""
+    made: list[FakeCluster] = []
+
+    def make(case: str, **kw) -> FakeCluster:
+        made.append(FakeCluster(testbed, FIXTURES / case, **kw))
+        return made[-1]
+
+    yield make
+    for cluster in made:
+        cluster.remove()
+    for i in range(1, testbed.n + 1):
+        assert not any(testbed.host_bin(i).iterdir()), f"h{i}'s bin not emptied"
+
+
+def mlx_jupyter(args: Sequence[str], timeout: float = 60, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m mlx_jupyter ARGS`` from this checkout with no stdin."""
+    full_env = dict(os.environ)
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), full_env.get("PYTHONPATH", "")]))
+    full_env.update(env or {})
+    return subprocess.run([PY, "-m", "mlx_jupyter", *args], stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=timeout, env=full_env, cwd=ROOT)

@@ -1,0 +1,30 @@
+"""Fixtures shared by every test directory: the namespace test bed (4 ssh hosts)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+for _p in (ROOT / "tests", ROOT):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+from testbed import TestBed, missing_requirements  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def testbed(tmp_path_factory):
+    """Four ssh hosts h1..h4 (network namespaces with their own IP and sshd), shared by the session."""
+    why = missing_requirements()
+    if why:
+        pytest.skip(why)
+    bed = TestBed(tmp_path_factory.mktemp("testbed"), n=4).up()
+    try:
+        yield bed
+    finally:
+        bed.down()
+        left = bed.leftovers()
+        assert not left, f"test bed left behind: {left}"
