@@ -250,6 +250,7 @@ NB_MODULE(_core, m) {
       .def("world_rank", &Group::world_rank)
       .def_prop_ro("aborted", &Group::aborted)
       .def_prop_ro("abort_reason", &Group::abort_reason)
+      .def("link_kinds", &Group::link_kinds)
       .def("abort", [](Group& g, const std::string& reason) {
         nb::gil_scoped_release rel;
         g.abort(reason);

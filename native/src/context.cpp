@@ -31,26 +31,6 @@ struct ConnHeader {
 };
 static_assert(sizeof(ConnHeader) == 24, "wire layout");
 
-// Reads or writes exactly n bytes before the deadline; false on EOF/error/timeout.
-bool io_exact(int fd, void* buf, size_t n, bool write, Clock::time_point deadline, std::string* why) {
-  auto* p = static_cast<uint8_t*>(buf);
-  while (n > 0) {
-    ssize_t r = write ? ::send(fd, p, n, MSG_NOSIGNAL_PORTABLE) : ::recv(fd, p, n, 0);
-    if (r > 0) {
-      p += r;
-      n -= size_t(r);
-      continue;
-    }
-    if (r == 0) { *why = "connection closed during the handshake"; return false; }
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) { *why = errno_text(errno); return false; }
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) { *why = "no handshake within " + std::to_string(kHandshakeMs / 1000) + " s"; return false; }
-    pollfd pfd{fd, short(write ? POLLOUT : POLLIN), 0};
-    ::poll(&pfd, 1, int(std::min<long long>(left, 100)));
-  }
-  return true;
-}
-
 Digest mac(const std::string& token, char role, const uint8_t* ni, const uint8_t* na, const ConnHeader* h) {
   uint8_t msg[1 + 32 + 32 + sizeof(ConnHeader)];
   msg[0] = uint8_t(role);

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "mlxj/errors.h"
-#include "mlxj/tcp_transport.h"
+#include "mlxj/link_setup.h"
 
 namespace mlxj {
 
@@ -20,6 +20,7 @@ uint64_t mix(uint64_t x) {  // splitmix64: group ids of splits
 }
 
 constexpr size_t kReduceGrain = 64 * 1024;  // reduce arriving data in pieces this big
+constexpr auto kSpin = std::chrono::microseconds(50);  // longest busy wait before sleeping in poll()
 
 }  // namespace
 
@@ -50,8 +51,12 @@ void Group::connect_ring(const Wait& wait) {
     out.push_back(ctx_->connect(succ, i, ConnKey{id_, uint32_t(self), uint32_t(ConnKind::Ring), uint32_t(i)}, wait));
   for (size_t i = 0; i < ctx_->addresses(self).size(); ++i)
     in.push_back(ctx_->accept(ConnKey{id_, uint32_t(pred), uint32_t(ConnKind::Ring), uint32_t(i)}, pred, wait));
-  right_ = make_tcp_link(std::move(out), ctx_->describe(succ));
-  left_ = make_tcp_link(std::move(in), ctx_->describe(pred));
+  // Each setup is a request and reply: even ranks answer their successor first,
+  // odd ranks their predecessor, so no cycle of ranks waits on itself.
+  bool right_first = me_ % 2 == 0;
+  if (right_first) right_ = establish_link(std::move(out), true, ctx_->describe(succ), wait.deadline);
+  left_ = establish_link(std::move(in), false, ctx_->describe(pred), wait.deadline);
+  if (!right_first) right_ = establish_link(std::move(out), true, ctx_->describe(succ), wait.deadline);
 }
 
 Link& Group::p2p_link(int peer, bool sending, const Wait& wait) {
@@ -73,8 +78,9 @@ Link& Group::p2p_link(int peer, bool sending, const Wait& wait) {
   ConnKey key{id_, uint32_t(w_lo), uint32_t(ConnKind::P2P), 0};
   std::vector<Fd> conns;
   conns.push_back(me_ == lo ? ctx_->connect(w_peer, 0, key, wait) : ctx_->accept(key, w_peer, wait));
+  auto fresh = establish_link(std::move(conns), me_ == lo, ctx_->describe(w_peer), wait.deadline);
   std::lock_guard<std::mutex> lock(abort_mu_);
-  auto& link = p2p_[peer] = make_tcp_link(std::move(conns), ctx_->describe(w_peer));
+  auto& link = p2p_[peer] = std::move(fresh);
   if (aborted_) link->shutdown();
   return *link;
 }
@@ -131,6 +137,15 @@ void Group::guarded(const CallOptions& opts, const std::string& what,
   }
 }
 
+std::vector<std::string> Group::link_kinds() const {
+  std::lock_guard<std::mutex> lock(abort_mu_);
+  std::vector<std::string> kinds;
+  if (right_) kinds.push_back(std::string("right:") + right_->kind());
+  if (left_) kinds.push_back(std::string("left:") + left_->kind());
+  for (auto& [peer, link] : p2p_) kinds.push_back("rank " + std::to_string(peer) + ":" + link->kind());
+  return kinds;
+}
+
 void Group::run(std::vector<Xfer>& xs, const Wait& wait) {
   std::vector<Link*> links;
   for (auto& x : xs) {
@@ -139,6 +154,9 @@ void Group::run(std::vector<Xfer>& xs, const Wait& wait) {
     if (std::find(links.begin(), links.end(), x.link) == links.end()) links.push_back(x.link);
   }
   std::vector<pollfd> fds;
+  bool spinning = false;
+  for (Link* l : links) spinning |= l->spins();
+  Clock::time_point spin_start{};
   for (;;) {
     bool moved = false, busy = false;
     for (Link* l : links) moved |= l->progress();
@@ -152,7 +170,16 @@ void Group::run(std::vector<Xfer>& xs, const Wait& wait) {
     }
     for (Link* l : links) busy |= l->sending() || l->receiving();
     if (!busy) return;
-    if (moved) continue;
+    if (moved) {
+      spin_start = Clock::time_point{};
+      continue;
+    }
+    if (spinning) {  // memory links: a short bounded spin beats a sleep and a doorbell
+      auto now = Clock::now();
+      if (spin_start == Clock::time_point{}) spin_start = now;
+      if (now - spin_start < kSpin) continue;
+      spin_start = Clock::time_point{};
+    }
     fds.clear();
     for (Link* l : links) l->wait_set(fds);
     fds.push_back(pollfd{abort_waker_.fd(), POLLIN, 0});

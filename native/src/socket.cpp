@@ -11,6 +11,10 @@
 #include <sys/types.h>
 #include <unistd.h>
 #include <arpa/inet.h>
+#include <cstdlib>
+#if defined(__APPLE__)
+#include <uuid/uuid.h>
+#endif
 
 #include "mlxj/errors.h"
 
@@ -161,6 +165,50 @@ void Waker::drain() const {
   char buf[64];
   while (::read(read_.get(), buf, sizeof buf) > 0) {
   }
+}
+
+#ifdef MSG_NOSIGNAL
+constexpr int kNoSignal = MSG_NOSIGNAL;
+#else
+constexpr int kNoSignal = 0;  // macOS: SO_NOSIGPIPE is set on the socket
+#endif
+
+bool io_exact(int fd, void* buf, size_t n, bool write, Clock::time_point deadline, std::string* why) {
+  auto* p = static_cast<uint8_t*>(buf);
+  while (n > 0) {
+    ssize_t r = write ? ::send(fd, p, n, kNoSignal) : ::recv(fd, p, n, 0);
+    if (r > 0) {
+      p += r;
+      n -= size_t(r);
+      continue;
+    }
+    if (r == 0) { *why = "connection closed during the handshake"; return false; }
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) { *why = errno_text(errno); return false; }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) { *why = "no answer before the deadline"; return false; }
+    pollfd pfd{fd, short(write ? POLLOUT : POLLIN), 0};
+    ::poll(&pfd, 1, int(std::min<long long>(left, 100)));
+  }
+  return true;
+}
+
+std::string host_identity() {
+  if (const char* forced = std::getenv("MLX_JUPYTER_HOST_ID")) return forced;
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  std::string id = std::string(name) + "/uid" + std::to_string(::getuid()) + "/";
+#if defined(__linux__)
+  Fd f(::open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC));
+  char boot[64] = {};
+  if (f.valid() && ::read(f.get(), boot, sizeof boot - 1) > 0) id += boot;
+#elif defined(__APPLE__)
+  uuid_t uuid;
+  timespec wait{0, 0};
+  if (::gethostuuid(uuid, &wait) == 0) {
+    for (unsigned char c : uuid) id += "0123456789abcdef"[c >> 4], id += "0123456789abcdef"[c & 15];
+  }
+#endif
+  return id;
 }
 
 void random_bytes(void* out, size_t size) {

@@ -88,6 +88,7 @@ class TcpLink final : public Link {
   void shutdown() override {
     for (auto& fd : conns_) ::shutdown(fd.get(), SHUT_RDWR);
   }
+  const char* kind() const override { return "tcp"; }
 
  private:
   struct Transfer {

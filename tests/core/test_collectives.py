@@ -123,15 +123,49 @@ sub = g.split(RANK % 2, key=n - RANK)
 members = dist.all_gather(np.array([RANK], np.int32), group=sub)
 assert list(members) == sorted([r for r in range(n) if r % 2 == RANK % 2], reverse=True), members
 assert sub.rank() == list(members).index(RANK)
-report(checked=checked, size=n, torch=torch is not None)
+report(checked=checked, size=n, torch=torch is not None, links=g._core.link_kinds())
 """
 
 
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
 @pytest.mark.parametrize("n", [2, 3, 4])
-def test_every_op_dtype_and_shape(n: int) -> None:
-    results = run(n, CHECK_ALL, timeout=240)
+def test_every_op_dtype_and_shape(n: int, transport: str) -> None:
+    results = run(n, CHECK_ALL, timeout=240, env={"MLX_JUPYTER_TRANSPORT": transport})
     assert [r["size"] for r in results] == [n] * n
     assert all(r["checked"] > 200 for r in results)
+    # Ranks on one host talk through shared memory unless TCP is forced.
+    want = "tcp" if transport == "tcp" else "shm"
+    for r in results:
+        assert all(k.endswith(":" + want) for k in r["links"]), r["links"]
+
+
+MIXED = """
+g = dist.init(strict=True, timeout=30)
+x = dist.all_sum(np.arange(100000, dtype=np.int64) * (RANK + 1))
+assert np.array_equal(x, np.arange(100000, dtype=np.int64) * 10)
+for peer in range(4):
+    if peer != RANK:
+        if RANK < peer:
+            dist.send(np.array([RANK, peer]), peer)
+            assert dist.recv(2, "int64", peer).tolist() == [peer, RANK]
+        else:
+            assert dist.recv(2, "int64", peer).tolist() == [peer, RANK]
+            dist.send(np.array([RANK, peer]), peer)
+report(links=g._core.link_kinds())
+"""
+
+
+def test_a_group_mixes_shared_memory_and_tcp() -> None:
+    # Ranks 0-1 on "host A", 2-3 on "host B" (MLX_JUPYTER_HOST_ID fakes the hosts).
+    hosts = {0: "A", 1: "A", 2: "B", 3: "B"}
+    results = run(4, MIXED, per_rank_env={r: {"MLX_JUPYTER_HOST_ID": h} for r, h in hosts.items()})
+    links = [dict(k.rsplit(":", 1) for k in r["links"]) for r in results]
+    for r in range(4):
+        right, left = (r + 1) % 4, (r - 1) % 4
+        assert links[r]["right"] == ("shm" if hosts[right] == hosts[r] else "tcp"), links[r]
+        assert links[r]["left"] == ("shm" if hosts[left] == hosts[r] else "tcp"), links[r]
+    # Ranks 0 and 2 are not neighbours: a direct link, TCP across hosts.
+    assert links[0]["rank 2"] == "tcp" and links[1]["rank 3"] == "tcp"
 
 
 def test_singleton_without_environment() -> None:

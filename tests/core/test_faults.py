@@ -60,11 +60,13 @@ def _results(ranks: Ranks, survivors: list[int]) -> dict[int, dict]:
     return out
 
 
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
 @pytest.mark.parametrize("n", [2, 3])
-def test_killed_peer_fails_every_rank_within_a_second(n: int) -> None:
+def test_killed_peer_fails_every_rank_within_a_second(n: int, transport: str) -> None:
     victim = n - 1
     survivors = list(range(n - 1))
-    with Ranks(n, WAIT_IN_OP.replace("VICTIM", str(victim)).replace("TIMEOUT", "None")) as ranks:
+    code = WAIT_IN_OP.replace("VICTIM", str(victim)).replace("TIMEOUT", "None")
+    with Ranks(n, code, env={"MLX_JUPYTER_TRANSPORT": transport}) as ranks:
         ranks.start()
         _wait_entering(ranks, survivors)
         for r in survivors:
@@ -78,8 +80,10 @@ def test_killed_peer_fails_every_rank_within_a_second(n: int) -> None:
         assert "rank" in info["message"], info
 
 
-def test_skipped_op_times_out_naming_the_peer_and_aborts() -> None:
-    with Ranks(2, WAIT_IN_OP.replace("VICTIM", "1").replace("TIMEOUT", "1.0")) as ranks:
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_skipped_op_times_out_naming_the_peer_and_aborts(transport: str) -> None:
+    code = WAIT_IN_OP.replace("VICTIM", "1").replace("TIMEOUT", "1.0")
+    with Ranks(2, code, env={"MLX_JUPYTER_TRANSPORT": transport}) as ranks:
         ranks.start()
         _wait_entering(ranks, [0])
         info = _results(ranks, [0])[0]
@@ -115,8 +119,10 @@ report(errors=errors, elapsed=time.monotonic() - t0)
     assert info["elapsed"] < 5
 
 
-def test_ctrl_c_in_a_blocked_op_raises_keyboard_interrupt() -> None:
-    with Ranks(2, WAIT_IN_OP.replace("VICTIM", "1").replace("TIMEOUT", "None")) as ranks:
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_ctrl_c_in_a_blocked_op_raises_keyboard_interrupt(transport: str) -> None:
+    code = WAIT_IN_OP.replace("VICTIM", "1").replace("TIMEOUT", "None")
+    with Ranks(2, code, env={"MLX_JUPYTER_TRANSPORT": transport}) as ranks:
         ranks.start()
         _wait_entering(ranks, [0])
         _wait_blocked(ranks.procs[0].pid)
@@ -130,7 +136,8 @@ def test_ctrl_c_in_a_blocked_op_raises_keyboard_interrupt() -> None:
     assert elapsed < 3, elapsed
 
 
-def test_blocked_rank_uses_no_cpu() -> None:
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_blocked_rank_uses_no_cpu(transport: str) -> None:
     code = """
 import resource
 g = dist.init(strict=True, backend="ring", timeout=30)
@@ -143,7 +150,7 @@ except dist.CommTimeoutError:
     pass
 report(cpu=time.process_time() - c0, wall=time.monotonic() - t0)
 """
-    with Ranks(2, code) as ranks:
+    with Ranks(2, code, env={"MLX_JUPYTER_TRANSPORT": transport}) as ranks:
         ranks.start()
         info = _results(ranks, [0])[0]
         ranks.procs[1].stdin.write("go\n")

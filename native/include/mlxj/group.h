@@ -41,6 +41,8 @@ class Group {
   void close(const std::string& reason);
   bool aborted() const { return aborted_.load(); }
   std::string abort_reason() const;
+  // The transport of each link, e.g. "right:shm", "left:tcp", "rank 3:tcp".
+  std::vector<std::string> link_kinds() const;
 
   // out may alias in. count = elements.
   void all_reduce(const void* in, void* out, size_t count, Dtype t, ReduceOp op, const CallOptions& opts);

@@ -63,6 +63,14 @@ class Waker {
   Fd read_, write_;
 };
 
+// Reads or writes exactly n bytes of a non-blocking socket before the deadline;
+// false (with the reason) on EOF, error or timeout.
+bool io_exact(int fd, void* buf, size_t n, bool write, Clock::time_point deadline, std::string* why);
+
+// Identifies this machine (and user), so peers on the same host can share memory.
+// MLX_JUPYTER_HOST_ID overrides it (tests use that to fake several hosts on one).
+std::string host_identity();
+
 void random_bytes(void* out, size_t size);
 std::string errno_text(int err);
 

@@ -45,6 +45,10 @@ class Link {
   virtual void wait_set(std::vector<pollfd>& out) const = 0;
   // Thread-safe: pending and later I/O fail; the peer sees the connection end.
   virtual void shutdown() = 0;
+  // "tcp" or "shm".
+  virtual const char* kind() const = 0;
+  // Whether a short bounded spin beats sleeping (memory links, not sockets).
+  virtual bool spins() const { return false; }
 };
 
 }  // namespace mlxj

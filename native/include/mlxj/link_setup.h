@@ -1,0 +1,17 @@
+// Turns the connections to one peer into a Link: shared memory when the peer
+// runs on this host (and MLX_JUPYTER_TRANSPORT is not "tcp"), TCP otherwise.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mlxj/socket.h"
+#include "mlxj/transport.h"
+
+namespace mlxj {
+
+// `initiator`: we opened these connections (we propose; the peer decides).
+std::unique_ptr<Link> establish_link(std::vector<Fd> conns, bool initiator, std::string name,
+                                     Clock::time_point deadline);
+
+}  // namespace mlxj

@@ -1,0 +1,106 @@
+#include "mlxj/link_setup.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "mlxj/errors.h"
+#include "mlxj/sha256.h"
+#include "mlxj/shm_transport.h"
+#include "mlxj/tcp_transport.h"
+
+namespace mlxj {
+
+namespace {
+
+constexpr uint32_t kLinkMagic = 0x4d4a4c4b;  // "MJLK"
+constexpr size_t kRingBytes = size_t(4) << 20;
+
+struct Offer {
+  uint32_t magic, want_shm;
+  uint8_t host[32];
+};
+struct Reply {
+  uint32_t magic, ok;
+};
+struct SegmentInfo {
+  uint32_t magic, length;
+  char locator[96];
+  uint64_t ring_bytes;
+};
+
+bool shm_allowed() {
+  const char* t = std::getenv("MLX_JUPYTER_TRANSPORT");
+  return !(t && std::strcmp(t, "tcp") == 0);
+}
+
+Digest this_host() {
+  std::string id = host_identity();
+  return sha256(id.data(), id.size());
+}
+
+void exchange(int fd, void* buf, size_t n, bool write, Clock::time_point deadline, const std::string& peer) {
+  std::string why;
+  if (!io_exact(fd, buf, n, write, deadline, &why))
+    fail(ErrorKind::Peer, "setting up the link to " + peer + " failed: " + why);
+}
+
+}  // namespace
+
+std::unique_ptr<Link> establish_link(std::vector<Fd> conns, bool initiator, std::string name,
+                                     Clock::time_point deadline) {
+  deadline = std::min(deadline, Clock::now() + std::chrono::seconds(10));
+  int fd = conns[0].get();
+  Digest mine = this_host();
+  bool use_shm = false;
+  std::shared_ptr<SharedSegment> seg;
+  if (initiator) {
+    Offer offer{kLinkMagic, shm_allowed() ? 1u : 0u, {}};
+    std::memcpy(offer.host, mine.data(), 32);
+    exchange(fd, &offer, sizeof offer, true, deadline, name);
+    Reply answer{};
+    exchange(fd, &answer, sizeof answer, false, deadline, name);
+    if (answer.magic != kLinkMagic) fail(ErrorKind::Protocol, name + " answered the link setup with garbage");
+    if (answer.ok) {
+      seg = create_segment(kRingBytes);
+      SegmentInfo info{kLinkMagic, 0, {}, kRingBytes};
+      std::string loc = segment_locator(*seg);
+      info.length = uint32_t(std::min(loc.size(), sizeof info.locator));
+      std::memcpy(info.locator, loc.data(), info.length);
+      exchange(fd, &info, sizeof info, true, deadline, name);
+      Reply ack{};
+      exchange(fd, &ack, sizeof ack, false, deadline, name);
+      use_shm = ack.magic == kLinkMagic && ack.ok;
+      segment_release_name(*seg);  // mapped by both (or given up): no name, no descriptor left
+    }
+  } else {
+    Offer offer{};
+    exchange(fd, &offer, sizeof offer, false, deadline, name);
+    if (offer.magic != kLinkMagic) fail(ErrorKind::Protocol, name + " sent garbage instead of a link setup");
+    Digest theirs;
+    std::memcpy(theirs.data(), offer.host, 32);
+    Reply answer{kLinkMagic, (offer.want_shm && shm_allowed() && digest_equal(theirs, mine)) ? 1u : 0u};
+    exchange(fd, &answer, sizeof answer, true, deadline, name);
+    if (answer.ok) {
+      SegmentInfo info{};
+      exchange(fd, &info, sizeof info, false, deadline, name);
+      Reply ack{kLinkMagic, 0};
+      if (info.magic == kLinkMagic && info.length <= sizeof info.locator && info.ring_bytes == kRingBytes) {
+        try {
+          seg = open_segment(std::string(info.locator, info.length), kRingBytes);
+          ack.ok = 1;
+        } catch (const CommError&) {
+          seg.reset();  // fall back to TCP
+        }
+      }
+      exchange(fd, &ack, sizeof ack, true, deadline, name);
+      use_shm = ack.ok;
+    }
+  }
+  if (use_shm) {
+    conns.resize(1);  // the first connection stays as doorbell and liveness signal
+    return make_shm_link(std::move(conns[0]), std::move(seg), initiator, std::move(name));
+  }
+  return make_tcp_link(std::move(conns), std::move(name));
+}
+
+}  // namespace mlxj

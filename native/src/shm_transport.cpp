@@ -1,0 +1,328 @@
+#include "mlxj/shm_transport.h"
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "mlxj/errors.h"
+
+#ifndef MSG_NOSIGNAL
+#define MSG_NOSIGNAL 0
+#endif
+
+namespace mlxj {
+
+namespace {
+
+constexpr uint64_t kMagic = 0x4d4c584a53484d31ull;  // "MLXJSHM1"
+
+// Shared state of one direction; each counter on its own cache line.
+struct alignas(64) RingState {
+  alignas(64) std::atomic<uint64_t> written{0};  // bytes the producer has published
+  alignas(64) std::atomic<uint64_t> read{0};     // bytes the consumer has released
+  alignas(64) std::atomic<uint32_t> consumer_waiting{0};
+  alignas(64) std::atomic<uint32_t> producer_waiting{0};
+};
+
+struct Layout {
+  uint64_t magic;
+  uint64_t ring_bytes;
+  RingState dir[2];  // 0: creator -> opener, 1: opener -> creator
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "cross-process atomics must be lock-free");
+
+size_t segment_size(size_t ring_bytes) { return sizeof(Layout) + 2 * ring_bytes; }
+
+}  // namespace
+
+class SharedSegment {
+ public:
+  SharedSegment(void* base, size_t size, std::string locator, std::string name)
+      : base_(base), size_(size), locator_(std::move(locator)), name_(std::move(name)) {}
+  ~SharedSegment() {
+    ::munmap(base_, size_);
+    release_name();
+  }
+  Layout* layout() const { return static_cast<Layout*>(base_); }
+  uint8_t* ring(int d) const {
+    return static_cast<uint8_t*>(base_) + sizeof(Layout) + size_t(d) * layout()->ring_bytes;
+  }
+  const std::string& locator() const { return locator_; }
+  void release_name() {
+#if !defined(__linux__)
+    if (!name_.empty()) ::shm_unlink(name_.c_str());
+#endif
+    name_.clear();
+  }
+  Fd keep;  // Linux: the memfd, open until the peer has opened it through /proc
+
+ private:
+  void* base_;
+  size_t size_;
+  std::string locator_, name_;
+};
+
+namespace {
+
+void* map(int fd, size_t size) {
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) fail(ErrorKind::Config, "cannot map shared memory: " + errno_text(errno));
+  return p;
+}
+
+bool all_digits(const std::string& s) {
+  if (s.empty()) return false;
+  for (char c : s)
+    if (c < '0' || c > '9') return false;
+  return true;
+}
+
+}  // namespace
+
+std::shared_ptr<SharedSegment> create_segment(size_t ring_bytes) {
+  size_t size = segment_size(ring_bytes);
+#if defined(__linux__)
+  Fd fd(::memfd_create("mlx_jupyter", MFD_CLOEXEC));
+  if (!fd.valid()) fail(ErrorKind::Config, "memfd_create failed: " + errno_text(errno));
+  std::string locator = "/proc/" + std::to_string(::getpid()) + "/fd/" + std::to_string(fd.get());
+  std::string name;
+#else
+  uint8_t rnd[8];
+  random_bytes(rnd, sizeof rnd);
+  std::string name = "/mlxj.";
+  for (uint8_t c : rnd) name += "0123456789abcdef"[c >> 4], name += "0123456789abcdef"[c & 15];
+  Fd fd(::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600));
+  if (!fd.valid()) fail(ErrorKind::Config, "shm_open failed: " + errno_text(errno));
+  std::string locator = name;
+#endif
+  if (::ftruncate(fd.get(), off_t(size)) != 0) {
+#if !defined(__linux__)
+    ::shm_unlink(name.c_str());
+#endif
+    fail(ErrorKind::Config, "cannot size shared memory: " + errno_text(errno));
+  }
+  auto seg = std::make_shared<SharedSegment>(map(fd.get(), size), size, locator, name);
+  new (seg->layout()) Layout{kMagic, ring_bytes, {}};
+#if defined(__linux__)
+  seg->keep = std::move(fd);
+#endif
+  return seg;
+}
+
+std::shared_ptr<SharedSegment> open_segment(const std::string& locator, size_t ring_bytes) {
+  size_t size = segment_size(ring_bytes);
+  // The locator comes from an authenticated peer, but accept only our own shapes of it.
+#if defined(__linux__)
+  auto rest = locator.rfind("/proc/", 0) == 0 ? locator.substr(6) : std::string();
+  auto slash = rest.find("/fd/");
+  if (slash == std::string::npos || !all_digits(rest.substr(0, slash)) || !all_digits(rest.substr(slash + 4)))
+    fail(ErrorKind::Protocol, "refusing shared memory at '" + locator + "': not a peer's memfd");
+  Fd fd(::open(locator.c_str(), O_RDWR | O_CLOEXEC));
+  if (!fd.valid()) fail(ErrorKind::Config, "cannot open the peer's shared memory: " + errno_text(errno));
+  if (::fcntl(fd.get(), F_GET_SEALS) < 0)  // only memfds answer: never map an ordinary file
+    fail(ErrorKind::Protocol, "refusing shared memory at '" + locator + "': not a memfd");
+#else
+  if (locator.rfind("/mlxj.", 0) != 0 || locator.size() != 22)
+    fail(ErrorKind::Protocol, "refusing shared memory '" + locator + "': not one of ours");
+  Fd fd(::shm_open(locator.c_str(), O_RDWR, 0600));
+  if (!fd.valid()) fail(ErrorKind::Config, "cannot open the peer's shared memory: " + errno_text(errno));
+#endif
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0 || size_t(st.st_size) != size)
+    fail(ErrorKind::Protocol, "the peer's shared memory has an unexpected size");
+  auto seg = std::make_shared<SharedSegment>(map(fd.get(), size), size, locator, "");
+  if (seg->layout()->magic != kMagic || seg->layout()->ring_bytes != ring_bytes)
+    fail(ErrorKind::Protocol, "the peer's shared memory is not an mlx_jupyter segment");
+  return seg;
+}
+
+std::string segment_locator(const SharedSegment& s) { return s.locator(); }
+
+void segment_release_name(SharedSegment& s) {
+  s.release_name();
+  s.keep.reset();
+}
+
+namespace {
+
+class ShmLink final : public Link {
+ public:
+  ShmLink(Fd bell, std::shared_ptr<SharedSegment> seg, bool creator, std::string name)
+      : bell_(std::move(bell)), seg_(std::move(seg)), name_(std::move(name)) {
+    int out = creator ? 0 : 1;
+    cap_ = seg_->layout()->ring_bytes;
+    tx_ = &seg_->layout()->dir[out];
+    rx_ = &seg_->layout()->dir[1 - out];
+    tx_ring_ = seg_->ring(out);
+    rx_ring_ = seg_->ring(1 - out);
+  }
+
+  const std::string& name() const override { return name_; }
+
+  void begin_send(const MsgHeader& h, const void* data, size_t size) override {
+    send_ = {true, h, 0, const_cast<uint8_t*>(static_cast<const uint8_t*>(data)), size};
+  }
+  void begin_recv(const MsgHeader& expect, void* data, size_t size) override {
+    recv_ = {true, expect, 0, static_cast<uint8_t*>(data), size};
+  }
+  bool sending() const override { return send_.active; }
+  bool receiving() const override { return recv_.active; }
+  size_t received() const override {
+    if (!recv_.active) return recv_.size;
+    return recv_.done > sizeof(MsgHeader) ? recv_.done - sizeof(MsgHeader) : 0;
+  }
+  bool spins() const override { return true; }
+  const char* kind() const override { return "shm"; }
+
+  bool progress() override {
+    if (slept_) drain_bell();
+    bool moved = false;
+    if (send_.active) moved |= push();
+    if (recv_.active) moved |= pull();
+    return moved;
+  }
+
+  void wait_set(std::vector<pollfd>& out) const override {
+    bool ready = false;
+    if (send_.active) {  // ring full: ask for a bell, then look again (no lost wake-up)
+      tx_->producer_waiting.store(1, std::memory_order_seq_cst);
+      ready |= tx_->written.load(std::memory_order_relaxed) - tx_->read.load(std::memory_order_seq_cst) < cap_;
+    }
+    if (recv_.active) {
+      rx_->consumer_waiting.store(1, std::memory_order_seq_cst);
+      ready |= rx_->written.load(std::memory_order_seq_cst) != rx_->read.load(std::memory_order_relaxed);
+    }
+    slept_ = true;
+    // A writable socket makes poll() return at once when there is work after all.
+    out.push_back(pollfd{bell_.get(), short(POLLIN | (ready ? POLLOUT : 0)), 0});
+  }
+
+  void shutdown() override { ::shutdown(bell_.get(), SHUT_RDWR); }
+
+ private:
+  struct Transfer {
+    bool active = false;
+    MsgHeader header;
+    size_t done = 0;  // bytes of header + payload moved
+    uint8_t* data = nullptr;
+    size_t size = 0;
+  };
+
+  // Copies message bytes [from, from+n) out of (header, payload) into dst.
+  void gather(const Transfer& t, size_t from, uint8_t* dst, size_t n) const {
+    const auto* h = reinterpret_cast<const uint8_t*>(&t.header);
+    while (n) {
+      size_t k;
+      if (from < sizeof(MsgHeader)) {
+        k = std::min(n, sizeof(MsgHeader) - from);
+        std::memcpy(dst, h + from, k);
+      } else {
+        k = n;
+        std::memcpy(dst, t.data + (from - sizeof(MsgHeader)), k);
+      }
+      dst += k; from += k; n -= k;
+    }
+  }
+
+  bool push() {
+    uint64_t w = tx_->written.load(std::memory_order_relaxed), r = tx_->read.load(std::memory_order_acquire);
+    size_t total = sizeof(MsgHeader) + send_.size, n = std::min<size_t>(total - send_.done, cap_ - (w - r));
+    if (n == 0) return false;
+    size_t at = size_t(w % cap_), first = std::min(n, cap_ - at);
+    gather(send_, send_.done, tx_ring_ + at, first);
+    if (n > first) gather(send_, send_.done + first, tx_ring_, n - first);
+    tx_->written.store(w + n, std::memory_order_seq_cst);
+    send_.done += n;
+    if (send_.done == total) send_.active = false;
+    if (tx_->consumer_waiting.exchange(0, std::memory_order_seq_cst)) ring_bell();
+    return true;
+  }
+
+  void scatter(size_t from, const uint8_t* src, size_t n) {
+    auto* h = reinterpret_cast<uint8_t*>(&got_);
+    while (n) {
+      size_t k;
+      if (from < sizeof(MsgHeader)) {
+        k = std::min(n, sizeof(MsgHeader) - from);
+        std::memcpy(h + from, src, k);
+        if (from + k == sizeof(MsgHeader)) check_header();
+      } else {
+        k = n;
+        std::memcpy(recv_.data + (from - sizeof(MsgHeader)), src, k);
+      }
+      src += k; from += k; n -= k;
+    }
+  }
+
+  bool pull() {
+    uint64_t r = rx_->read.load(std::memory_order_relaxed), w = rx_->written.load(std::memory_order_acquire);
+    size_t total = sizeof(MsgHeader) + recv_.size, n = std::min<size_t>(total - recv_.done, w - r);
+    if (n == 0) return false;
+    // Never read past the header before checking it: a mismatched size must not overrun the buffer.
+    if (recv_.done < sizeof(MsgHeader)) n = std::min(n, sizeof(MsgHeader) - recv_.done);
+    size_t at = size_t(r % cap_), first = std::min(n, cap_ - at);
+    scatter(recv_.done, rx_ring_ + at, first);
+    if (n > first) scatter(recv_.done + first, rx_ring_, n - first);
+    rx_->read.store(r + n, std::memory_order_seq_cst);
+    recv_.done += n;
+    if (recv_.done == total) recv_.active = false;
+    if (rx_->producer_waiting.exchange(0, std::memory_order_seq_cst)) ring_bell();
+    return true;
+  }
+
+  void check_header() const {
+    const MsgHeader &e = recv_.header, &g = got_;
+    if (g.magic != e.magic)
+      fail(ErrorKind::Protocol, "garbled data from " + name_ + " (bad message header): the streams are out of step");
+    if (g.op != e.op || g.nbytes != e.nbytes || g.dtype != e.dtype || g.seq != e.seq)
+      fail(ErrorKind::Protocol, name_ + " sent " + describe(g) + " but this rank called " + describe(e) +
+                                    ": every rank must call the same operations in the same order with the same shapes and dtypes");
+  }
+
+  void ring_bell() {
+    char c = 1;
+    if (::send(bell_.get(), &c, 1, MSG_NOSIGNAL) < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+      lost(errno);
+  }
+
+  void drain_bell() {
+    slept_ = false;
+    char buf[256];
+    for (;;) {
+      ssize_t r = ::recv(bell_.get(), buf, sizeof buf, 0);
+      if (r > 0) continue;
+      if (r == 0)
+        fail(ErrorKind::Peer, "connection to " + name_ + " was closed by the peer (it exited, was interrupted or aborted its group)");
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
+      lost(errno);
+    }
+  }
+
+  [[noreturn]] void lost(int err) const {
+    if (err == ETIMEDOUT) fail(ErrorKind::Peer, name_ + " stopped responding (its host is down or the network is cut)");
+    fail(ErrorKind::Peer, "connection to " + name_ + " was lost: " + errno_text(err));
+  }
+
+  Fd bell_;
+  std::shared_ptr<SharedSegment> seg_;
+  std::string name_;
+  size_t cap_;
+  RingState *tx_, *rx_;
+  uint8_t *tx_ring_, *rx_ring_;
+  Transfer send_, recv_;
+  MsgHeader got_;
+  mutable bool slept_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Link> make_shm_link(Fd doorbell, std::shared_ptr<SharedSegment> seg, bool creator, std::string name) {
+  return std::make_unique<ShmLink>(std::move(doorbell), std::move(seg), creator, std::move(name));
+}
+
+}  // namespace mlxj
