@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -40,3 +42,13 @@ def mlx_jupyter(args: Sequence[str], timeout: float = 60, env: dict | None = Non
     full_env.update(env or {})
     return subprocess.run([PY, "-m", "mlx_jupyter", *args], stdin=subprocess.DEVNULL, capture_output=True,
                           text=True, timeout=timeout, env=full_env, cwd=ROOT)
+
+
+def wait_until(pred, timeout: float) -> bool:
+    """Poll ``pred`` (state in other processes) until true or ``timeout`` s; bounded."""
+    deadline, tick = time.monotonic() + timeout, threading.Event()
+    while not pred():
+        if time.monotonic() > deadline:
+            return False
+        tick.wait(0.02)
+    return True

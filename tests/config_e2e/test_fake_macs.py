@@ -9,14 +9,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import threading
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, PY, mlx_jupyter
+from conftest import FIXTURES, PY, mlx_jupyter, wait_until
 from fake_macs import openssh_wrapper
 
 pytestmark = pytest.mark.timeout(120)
@@ -43,16 +41,6 @@ def small_scenarios(limit: int = 4) -> list[str]:
 def accepted(bed, i: int) -> int:
     """ssh logins sshd of host i has logged so far."""
     return (bed.root / f"h{i}" / "sshd.log").read_text(errors="replace").count("Accepted publickey")
-
-
-def wait_until(pred, timeout: float) -> bool:
-    """Poll ``pred`` (state in other processes) until true or ``timeout`` s; bounded."""
-    deadline, tick = time.monotonic() + timeout, threading.Event()
-    while not pred():
-        if time.monotonic() > deadline:
-            return False
-        tick.wait(0.02)
-    return True
 
 
 def config(cluster, tmp_path: Path, *args: str):
