@@ -1,7 +1,10 @@
-"""All-reduce benchmark: our core's all_sum (TCP ring) against MLX's ring all_sum,
-in the same run, on local ranks. Prints median latency, bus bandwidth and ratios.
+"""All-reduce benchmark: our core's all_sum against MLX's ring all_sum and Open MPI
+(through mpi4py), all in one run, on local ranks. Prints median latency, bus
+bandwidth and ratios.
 
-    .venv/bin/python benchmarks/allreduce.py [-n 2] [--max-mib 64]
+    .venv/bin/python benchmarks/allreduce.py [--ranks 2,3,4] [--max-mib 64] [--transport auto|tcp]
+
+Needs mpirun and mpi4py for the Open MPI column (skipped, with a note, otherwise).
 """
 
 from __future__ import annotations
@@ -9,39 +12,52 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 
-RANK = r"""
-import json, os, statistics, sys, time
-import numpy as np, mlx.core as mx
-from mlx_jupyter import distributed as dist
+TIMING = r"""
+import json, os, statistics, time
+import numpy as np
 sizes = json.loads(os.environ["BENCH_SIZES"])
+
+def measure(fn, nbytes, barrier):
+    iters = max(5, min(500, int(2e8 // max(nbytes, 1))))
+    for _ in range(3):
+        fn()
+    barrier()
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter(); fn(); times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+"""
+
+OURS_AND_MLX = TIMING + r"""
+import mlx.core as mx
+from mlx_jupyter import distributed as dist
 g = dist.init(strict=True, backend="ring", timeout=60)
 w = mx.distributed.init(strict=True, backend="ring")
 rows = []
 for nbytes in sizes:
-    count = nbytes // 4
-    iters = max(5, min(300, int(2e8 // max(nbytes, 1))))
-    x = np.ones(count, np.float32); out = np.empty_like(x)
-    xm = mx.ones(count, dtype=mx.float32); mx.eval(xm)
-    def ours():
-        dist.all_sum(x, out=out)
-    def theirs():
-        mx.eval(mx.distributed.all_sum(xm, group=w))
-    res = {}
-    for name, fn in (("ours", ours), ("mlx", theirs)):
-        for _ in range(3):
-            fn()
-        g.barrier()
-        times = []
-        for _ in range(iters):
-            t0 = time.perf_counter(); fn(); times.append(time.perf_counter() - t0)
-        res[name] = statistics.median(times)
-    rows.append({"bytes": nbytes, **res})
+    x = np.ones(nbytes // 4, np.float32); out = np.empty_like(x)
+    xm = mx.ones(nbytes // 4, dtype=mx.float32); mx.eval(xm)
+    ours = measure(lambda: dist.all_sum(x, out=out), nbytes, g.barrier)
+    theirs = measure(lambda: mx.eval(mx.distributed.all_sum(xm, group=w)), nbytes, g.barrier)
+    rows.append({"bytes": nbytes, "ours": ours, "mlx": theirs})
 if g.rank() == 0:
-    print("BENCH " + json.dumps(rows), flush=True)
+    print("BENCH " + json.dumps({"rows": rows, "links": g._core.link_kinds()}), flush=True)
+"""
+
+OPEN_MPI = TIMING + r"""
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+rows = []
+for nbytes in sizes:
+    x = np.ones(nbytes // 4, np.float32); out = np.empty_like(x)
+    rows.append({"bytes": nbytes, "mpi": measure(lambda: c.Allreduce(x, out), nbytes, c.Barrier)})
+if c.rank == 0:
+    print("BENCH " + json.dumps({"rows": rows}), flush=True)
 """
 
 
@@ -49,37 +65,75 @@ def human(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("-n", type=int, default=2, help="local ranks (default 2)")
-    ap.add_argument("--max-mib", type=int, default=64)
-    args = ap.parse_args()
+def bench_line(out: str) -> dict:
+    return json.loads(next(ln for ln in out.splitlines() if ln.startswith("BENCH "))[6:])
+
+
+def run_ours(n: int, sizes: list[int], transport: str) -> dict:
     from mlx_jupyter.demo import free_ports
 
+    with tempfile.TemporaryDirectory() as tmp:
+        hf = os.path.join(tmp, "hosts.json")
+        with open(hf, "w") as fh:
+            json.dump([[f"127.0.0.1:{p}"] for p in free_ports(n)], fh)
+        env = {**os.environ, "MLX_HOSTFILE": hf, "BENCH_SIZES": json.dumps(sizes),
+               "MLX_JUPYTER_TOKEN": os.urandom(8).hex(), "MLX_JUPYTER_TRANSPORT": transport}
+        procs = [subprocess.Popen([sys.executable, "-c", OURS_AND_MLX], env={**env, "MLX_RANK": str(r)}, cwd=tmp,
+                                  stdout=subprocess.PIPE, text=True) for r in range(n)]
+        outs = [p.communicate(timeout=1800)[0] for p in procs]
+    if any(p.returncode for p in procs):
+        raise SystemExit(f"benchmark ranks failed (n={n})")
+    return bench_line(outs[0])
+
+
+def run_mpi(n: int, sizes: list[int]) -> dict | None:
+    mpirun = shutil.which("mpirun")
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        mpirun = None
+    if not mpirun:
+        return None
+    cmd = [mpirun, "-n", str(n), "--oversubscribe"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    p = subprocess.run(cmd + [sys.executable, "-c", OPEN_MPI], env={**os.environ, "BENCH_SIZES": json.dumps(sizes)},
+                       capture_output=True, text=True, timeout=1800)
+    if p.returncode:
+        print(f"(Open MPI run failed: {p.stderr.strip()[-300:]})")
+        return None
+    return bench_line(p.stdout)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ranks", default="2", help="comma-separated world sizes (default 2)")
+    ap.add_argument("--max-mib", type=int, default=64)
+    ap.add_argument("--transport", default="auto", choices=["auto", "tcp"], help="our core's transport")
+    args = ap.parse_args()
     sizes, s = [], 4096
     while s <= args.max_mib << 20:
         sizes.append(s)
         s *= 4
-    with tempfile.TemporaryDirectory() as tmp:
-        hf = os.path.join(tmp, "hosts.json")
-        with open(hf, "w") as fh:
-            json.dump([[f"127.0.0.1:{p}"] for p in free_ports(args.n)], fh)
-        env = {**os.environ, "MLX_HOSTFILE": hf, "BENCH_SIZES": json.dumps(sizes), "MLX_JUPYTER_TOKEN": os.urandom(8).hex()}
-        procs = [subprocess.Popen([sys.executable, "-c", RANK], env={**env, "MLX_RANK": str(r)}, cwd=tmp,
-                                  stdout=subprocess.PIPE, text=True) for r in range(args.n)]
-        outs = [p.communicate(timeout=900)[0] for p in procs]
-    if any(p.returncode for p in procs):
-        print("benchmark ranks failed", file=sys.stderr)
-        return 1
-    rows = json.loads(next(ln for ln in outs[0].splitlines() if ln.startswith("BENCH "))[6:])
-    n = args.n
-    print(f"all_sum float32, {n} local ranks; bus bandwidth = bytes * 2(n-1)/n / time")
-    print(f"{'size':>8} | {'ours µs':>10} {'MLX µs':>10} {'ours/MLX':>9} | {'ours GB/s':>9} {'MLX GB/s':>9} {'ours/MLX':>9}")
-    for r in rows:
-        bus = r["bytes"] * 2 * (n - 1) / n
-        bo, bm = bus / r["ours"] / 1e9, bus / r["mlx"] / 1e9
-        print(f"{human(r['bytes']):>8} | {r['ours'] * 1e6:>10.1f} {r['mlx'] * 1e6:>10.1f} {r['ours'] / r['mlx']:>9.2f} | "
-              f"{bo:>9.2f} {bm:>9.2f} {bo / bm:>9.2f}")
+    for n in [int(x) for x in args.ranks.split(",")]:
+        ours = run_ours(n, sizes, args.transport)
+        mpi = run_mpi(n, sizes)
+        mpi_rows = {r["bytes"]: r["mpi"] for r in mpi["rows"]} if mpi else {}
+        print(f"\nall_sum float32, {n} local ranks, our links {sorted(set(k.split(':')[1] for k in ours['links']))}; "
+              "latency in µs; bus bandwidth = bytes * 2(n-1)/n / time, GB/s")
+        print(f"{'size':>8} | {'ours':>9} {'MLX':>9} {'MPI':>9} | {'ours':>6} {'MLX':>6} {'MPI':>6} | "
+              f"{'ours/MLX':>8} {'ours/MPI':>8} (time)")
+        for r in ours["rows"]:
+            b = r["bytes"]
+            bus = b * 2 * (n - 1) / n / 1e9
+            m = mpi_rows.get(b)
+            mpi_t = f"{m * 1e6:9.1f}" if m else f"{'-':>9}"
+            mpi_bw = f"{bus / m:6.2f}" if m else f"{'-':>6}"
+            mpi_ratio = f"{r['ours'] / m:8.2f}" if m else f"{'-':>8}"
+            print(f"{human(b):>8} | {r['ours'] * 1e6:9.1f} {r['mlx'] * 1e6:9.1f} {mpi_t} | "
+                  f"{bus / r['ours']:6.2f} {bus / r['mlx']:6.2f} {mpi_bw} | {r['ours'] / r['mlx']:8.2f} {mpi_ratio}")
+    if not mpi:
+        print("\n(Open MPI column empty: install openmpi-bin and `pip install mpi4py`)")
     return 0
 
 

@@ -42,18 +42,27 @@ __all__ = [
 ]
 
 
-def _timeout(timeout: float | None) -> float:
-    if timeout is not None:
-        if timeout < 0:
-            raise ValueError(f"timeout must be >= 0 seconds, got {timeout}")
-        return float(timeout)
+def _env_timeout() -> float:
+    """MLX_JUPYTER_TIMEOUT in seconds, or -1 (wait) when unset."""
     text = os.environ.get("MLX_JUPYTER_TIMEOUT")
     if not text:
         return -1.0
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         raise ValueError(f"MLX_JUPYTER_TIMEOUT={text!r} is not a number of seconds") from None
+    if value < 0:
+        raise ValueError(f"MLX_JUPYTER_TIMEOUT={text!r} must be >= 0 seconds")
+    return value
+
+
+def _timeout(timeout: float | None, group: "Group | None" = None) -> float:
+    """Seconds for the core (-1 = wait): the call's, else the group's default."""
+    if timeout is not None:
+        if timeout < 0:
+            raise ValueError(f"timeout must be >= 0 seconds, got {timeout}")
+        return float(timeout)
+    return group.default_timeout if group is not None else _env_timeout()
 
 
 class Group:
@@ -62,6 +71,8 @@ class Group:
     def __init__(self, core: Any, backend: str = "ring"):
         self._core = core
         self.backend = backend
+        #: seconds an op may block when it is given no timeout= (-1: wait); from MLX_JUPYTER_TIMEOUT
+        self.default_timeout: float = _env_timeout()
 
     def rank(self) -> int:
         return self._core.rank()
@@ -71,10 +82,10 @@ class Group:
 
     def split(self, color: int, key: int = -1, *, timeout: float | None = None) -> "Group":
         """Ranks calling with the same color form a new group, ordered by key (default: rank)."""
-        return Group(self._core.split(int(color), int(key), _timeout(timeout)), self.backend)
+        return Group(self._core.split(int(color), int(key), _timeout(timeout, self)), self.backend)
 
     def barrier(self, *, timeout: float | None = None) -> None:
-        self._core.barrier(_timeout(timeout))
+        self._core.barrier(_timeout(timeout, self))
 
     def abort(self, reason: str = "aborted by the user") -> None:
         """From any thread: pending and later ops fail at once here, and on the peers."""
@@ -228,12 +239,19 @@ def _prepare_out(out: Any, shape: tuple[int, ...], dtype: str, op: str) -> array
 
 
 def _reduce(op: str, name: str, x: Any, group: Group | None, timeout: float | None, out: Any) -> Any:
+    g = group if group is not None else _world
+    # Hot path (small messages are dominated by Python): numpy in, numpy out, the world group.
+    if (g is not None and type(x) is np.ndarray and type(out) is np.ndarray and timeout is None
+            and x.flags.c_contiguous and out.flags.c_contiguous and x.dtype == out.dtype and x.size == out.size
+            and g._core is not None):
+        g._core.all_reduce(x, out, op, g.default_timeout)
+        return out
     g = _group(group)
     if hasattr(g, "mlx_reduce"):
         return g.mlx_reduce(name, x)
     v = arrays.view(x)
     o = _prepare_out(out, v.shape, v.dtype, name)
-    g._core.all_reduce(v.core, o.core, op, _timeout(timeout))
+    g._core.all_reduce(v.core, o.core, op, _timeout(timeout, g))
     return _result(o, v.kind, out)
 
 
@@ -264,7 +282,7 @@ def all_gather(x: Any, *, group: Group | None = None, timeout: float | None = No
     v = arrays.view(x)
     shape = _leading(v.shape)
     o = _prepare_out(out, (shape[0] * g.size(),) + shape[1:], v.dtype, "all_gather")
-    g._core.all_gather(v.core, o.core, _timeout(timeout))
+    g._core.all_gather(v.core, o.core, _timeout(timeout, g))
     return _result(o, v.kind, out)
 
 
@@ -278,7 +296,7 @@ def sum_scatter(x: Any, *, group: Group | None = None, timeout: float | None = N
     if shape[0] % g.size():
         raise ValueError(f"sum_scatter: axis 0 has length {shape[0]}, not divisible by the group size {g.size()}")
     o = _prepare_out(out, (shape[0] // g.size(),) + shape[1:], v.dtype, "sum_scatter")
-    g._core.reduce_scatter(v.core, o.core, "sum", _timeout(timeout))
+    g._core.reduce_scatter(v.core, o.core, "sum", _timeout(timeout, g))
     return _result(o, v.kind, out)
 
 
@@ -288,7 +306,7 @@ def send(x: Any, dst: int, *, group: Group | None = None, timeout: float | None 
     if hasattr(g, "mlx_send"):
         return g.mlx_send(x, dst)
     v = arrays.view(x)
-    g._core.send(v.core, int(dst), _timeout(timeout))
+    g._core.send(v.core, int(dst), _timeout(timeout, g))
     return None
 
 
@@ -306,7 +324,7 @@ def recv(shape: Sequence[int] | int, dtype: Any, src: int, *, group: Group | Non
     if hasattr(g, "mlx_recv"):
         return g.mlx_recv(shape_t, name, src)
     o = _prepare_out(out, shape_t, name, "recv")
-    g._core.recv(o.core, int(src), _timeout(timeout))
+    g._core.recv(o.core, int(src), _timeout(timeout, g))
     return _result(o, _kind_of_dtype(dtype), out)
 
 
@@ -317,5 +335,5 @@ def recv_like(x: Any, src: int, *, group: Group | None = None, timeout: float | 
     if hasattr(g, "mlx_recv"):
         return g.mlx_recv(v.shape, v.dtype, src)
     o = _prepare_out(out, v.shape, v.dtype, "recv_like")
-    g._core.recv(o.core, int(src), _timeout(timeout))
+    g._core.recv(o.core, int(src), _timeout(timeout, g))
     return _result(o, v.kind, out)

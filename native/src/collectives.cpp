@@ -29,6 +29,8 @@ OpCode reduce_code(ReduceOp op) {
   return op == ReduceOp::Sum ? OpCode::AllSum : op == ReduceOp::Max ? OpCode::AllMax : OpCode::AllMin;
 }
 
+constexpr size_t kOneLinkLimit = 64 * 1024;
+
 struct Range {
   size_t offset, count;  // in elements
 };
@@ -122,7 +124,9 @@ void Group::small_all_reduce(const void* in, void* out, size_t count, Dtype t, R
 // The result is (rank 0's data) op (rank 1's data) on both ranks.
 void Group::pair_all_reduce(const void* in, void* out, size_t count, Dtype t, ReduceOp op, MsgHeader h,
                             const Wait& wait) {
-  size_t es = dtype_size(t), nbytes = count * es, half = (count / 2) * es;
+  size_t es = dtype_size(t), nbytes = count * es;
+  // Small messages take one link each way (half the synchronisation); large ones split over both.
+  size_t half = nbytes <= kOneLinkLimit ? nbytes : (count / 2) * es;
   const uint8_t* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
   if (out == in && nbytes) {  // in place: send from a copy, the result overwrites the input
@@ -140,10 +144,12 @@ void Group::pair_all_reduce(const void* in, void* out, size_t count, Dtype t, Re
   };
   std::vector<Xfer> xs{
       {right_.get(), true, h, const_cast<uint8_t*>(src), half},
-      {left_.get(), true, h, const_cast<uint8_t*>(src) + half, nbytes - half},
       {left_.get(), false, h, dst, half, arrived(0)},
-      {right_.get(), false, h, dst + half, nbytes - half, arrived(half)},
   };
+  if (half < nbytes) {
+    xs.push_back({left_.get(), true, h, const_cast<uint8_t*>(src) + half, nbytes - half});
+    xs.push_back({right_.get(), false, h, dst + half, nbytes - half, arrived(half)});
+  }
   run(xs, wait);
 }
 

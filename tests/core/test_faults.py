@@ -235,3 +235,28 @@ def test_init_names_valid_backends() -> None:
     assert {b["name"] for b in dist.backends()} == {"ring", "jaccl", "jaccl-ring", "nccl", "mpi"}
     for b in dist.backends():
         assert b["available"] or b["fix"], b
+
+
+def test_no_shared_memory_left_after_sigkill() -> None:
+    import os
+
+    before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    code = """
+g = dist.init(strict=True, backend="ring", timeout=30)
+assert all(k.endswith(":shm") for k in g._core.link_kinds())
+print("ENTERING", flush=True)
+while True:
+    dist.all_sum(np.ones(1 << 22, np.float32))
+"""
+    with Ranks(2, code) as ranks:
+        ranks.start()
+        _wait_entering(ranks, [0, 1])
+        pids = [p.pid for p in ranks.procs]
+        for p in ranks.procs:
+            p.kill()
+        for p in ranks.procs:
+            p.wait(timeout=10)
+    after = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    assert after - before == set()
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}")
