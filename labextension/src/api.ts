@@ -1,0 +1,61 @@
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+
+/** One rank of a cluster, as the server reports it. */
+export interface IRank {
+  rank: number;
+  host: string;
+  pid: number | null;
+  state?: string;
+  health?: string;
+  memory?: number | null;
+}
+
+/** One cluster: started by this server (owner "server") or by a kernel. */
+export interface ICluster {
+  id: string;
+  owner: string;
+  owner_pid: number;
+  backend: string;
+  hosts: string[];
+  size: number;
+  state: string;
+  error?: string;
+  connected?: number;
+  ranks: IRank[];
+}
+
+/** Call the server extension's REST API under <base_url>/mlx-jupyter/. */
+export async function requestAPI<T>(endPoint = '', init: RequestInit = {}): Promise<T> {
+  const settings = ServerConnection.makeSettings();
+  const url = URLExt.join(settings.baseUrl, 'mlx-jupyter', endPoint);
+  let response: Response;
+  try {
+    response = await ServerConnection.makeRequest(url, init, settings);
+  } catch (error) {
+    throw new ServerConnection.NetworkError(error as TypeError);
+  }
+  const text = await response.text();
+  let data: any = text;
+  try {
+    data = text.length ? JSON.parse(text) : {};
+  } catch {
+    // not JSON: keep the text for the error message
+  }
+  if (!response.ok) {
+    throw new ServerConnection.ResponseError(response, (data && data.error) || response.statusText);
+  }
+  return data as T;
+}
+
+export const listClusters = async (): Promise<ICluster[]> =>
+  (await requestAPI<{ clusters: ICluster[] }>('clusters')).clusters;
+
+export const startCluster = (n: number, hosts: string, backend: string): Promise<{ id: string }> =>
+  requestAPI('clusters', { method: 'POST', body: JSON.stringify({ n, hosts: hosts || null, backend }) });
+
+export const stopCluster = (id: string): Promise<unknown> =>
+  requestAPI(`clusters/${encodeURIComponent(id)}`, { method: 'DELETE' });
+
+export const connectCode = async (id: string): Promise<string> =>
+  (await requestAPI<{ code: string }>(`clusters/${encodeURIComponent(id)}/connect`)).code;

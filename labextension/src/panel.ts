@@ -1,0 +1,186 @@
+import { Widget } from '@lumino/widgets';
+
+import { ICluster, connectCode, listClusters, startCluster, stopCluster } from './api';
+
+/** How often the panel refreshes while it is visible (and never while hidden). */
+const REFRESH_MS = 2000;
+
+function el<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  attrs: Record<string, string> = {},
+  text?: string
+): HTMLElementTagNameMap[K] {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    node.setAttribute(k, v);
+  }
+  if (text !== undefined) {
+    node.textContent = text;
+  }
+  return node;
+}
+
+function mib(bytes: number | null | undefined): string {
+  return bytes === null || bytes === undefined ? '' : `${(bytes / 2 ** 20).toFixed(0)} MiB`;
+}
+
+/** The left sidebar panel "MLX Cluster". */
+export class ClusterPanel extends Widget {
+  constructor(private insertCode: (code: string) => boolean) {
+    super();
+    this.id = 'mlx-jupyter-cluster-panel';
+    this.title.caption = 'MLX Cluster';
+    this.addClass('mlxj-panel');
+    this.node.appendChild(el('h2', { class: 'mlxj-panel-title' }, 'MLX Cluster'));
+    this.node.appendChild(this.buildForm());
+    this.message = el('div', { class: 'mlxj-panel-message' });
+    this.node.appendChild(this.message);
+    this.list = el('div', { class: 'mlxj-panel-list' });
+    this.node.appendChild(this.list);
+  }
+
+  private buildForm(): HTMLElement {
+    const form = el('form', { class: 'mlxj-panel-form' });
+    this.nInput = el('input', { type: 'number', min: '1', max: '64', value: '2', class: 'mlxj-n', title: 'ranks per host' });
+    this.hostsInput = el('input', { type: 'text', placeholder: '127.0.0.1', class: 'mlxj-hosts-input', title: 'comma-separated hosts' });
+    this.backendSelect = el('select', { class: 'mlxj-backend' });
+    for (const b of ['ring', 'jaccl', 'jaccl-ring', 'nccl', 'mpi']) {
+      this.backendSelect.appendChild(el('option', { value: b }, b));
+    }
+    const start = el('button', { type: 'submit', class: 'jp-mod-styled jp-mod-accept mlxj-start' }, 'Start');
+    const row = (label: string, input: HTMLElement) => {
+      const l = el('label', {}, label);
+      l.appendChild(input);
+      return l;
+    };
+    form.appendChild(row('ranks per host ', this.nInput));
+    form.appendChild(row('hosts ', this.hostsInput));
+    form.appendChild(row('backend ', this.backendSelect));
+    form.appendChild(start);
+    form.addEventListener('submit', event => {
+      event.preventDefault();
+      void this.start();
+    });
+    return form;
+  }
+
+  private async start(): Promise<void> {
+    const n = parseInt(this.nInput.value, 10) || 2;
+    this.say(`starting ${n} ranks…`);
+    try {
+      const reply = await startCluster(n, this.hostsInput.value.trim(), this.backendSelect.value);
+      this.say(`${reply.id} starting`);
+    } catch (error) {
+      this.say(`start failed: ${(error as Error).message}`, true);
+    }
+    await this.refresh();
+  }
+
+  private say(text: string, error = false): void {
+    this.message.textContent = text;
+    this.message.classList.toggle('mlxj-error', error);
+  }
+
+  /** Fetch the clusters and redraw; errors are shown, not thrown. */
+  async refresh(): Promise<void> {
+    try {
+      this.render(await listClusters());
+    } catch (error) {
+      this.say(`cannot reach the mlx-jupyter server extension: ${(error as Error).message}`, true);
+    }
+  }
+
+  private render(clusters: ICluster[]): void {
+    this.list.replaceChildren();
+    if (!clusters.length) {
+      this.list.appendChild(el('div', { class: 'mlxj-empty' }, 'No cluster running.'));
+    }
+    for (const c of clusters) {
+      const card = el('div', { class: `mlxj-card mlxj-card-${c.state}`, 'data-cluster': c.id });
+      const head = el('div', { class: 'mlxj-card-head' });
+      head.appendChild(el('span', { class: 'mlxj-card-id' }, c.id));
+      head.appendChild(el('span', { class: `mlxj-pill mlxj-pill-${c.state}` }, c.state));
+      card.appendChild(head);
+      const where = c.hosts.join(', ') + (c.owner === 'server' ? '' : ` · kernel pid ${c.owner_pid}`);
+      card.appendChild(el('div', { class: 'mlxj-card-sub' }, `${c.backend} · ${c.size || '?'} ranks · ${where}`));
+      if (c.error) {
+        card.appendChild(el('pre', { class: 'mlxj-error' }, c.error));
+      }
+      if (c.ranks && c.ranks.length) {
+        const table = el('table', { class: 'mlxj-ranks' });
+        const hr = el('tr');
+        for (const h of ['rank', 'host', 'pid', 'state', 'memory']) {
+          hr.appendChild(el('th', {}, h));
+        }
+        table.appendChild(hr);
+        for (const r of c.ranks) {
+          const tr = el('tr', { class: `mlxj-health-${r.health || 'unknown'}` });
+          for (const v of [String(r.rank), r.host, String(r.pid ?? ''), r.state || r.health || '', mib(r.memory)]) {
+            tr.appendChild(el('td', {}, v));
+          }
+          table.appendChild(tr);
+        }
+        card.appendChild(table);
+      } else if (c.state === 'starting') {
+        card.appendChild(el('div', { class: 'mlxj-card-sub' }, `${c.connected ?? 0} ranks connected…`));
+      }
+      const actions = el('div', { class: 'mlxj-card-actions' });
+      const insert = el('button', { class: 'jp-mod-styled mlxj-insert' }, 'Insert code to connect');
+      insert.addEventListener('click', () => void this.insert(c.id));
+      actions.appendChild(insert);
+      if (c.owner === 'server' && c.state !== 'stopping') {
+        const stop = el('button', { class: 'jp-mod-styled jp-mod-warn mlxj-stop' }, 'Stop');
+        stop.addEventListener('click', () => void this.stop(c.id));
+        actions.appendChild(stop);
+      }
+      card.appendChild(actions);
+      this.list.appendChild(card);
+    }
+  }
+
+  private async stop(id: string): Promise<void> {
+    this.say(`stopping ${id}…`);
+    try {
+      await stopCluster(id);
+      this.say(`${id} stopped`);
+    } catch (error) {
+      this.say(`stop failed: ${(error as Error).message}`, true);
+    }
+    await this.refresh();
+  }
+
+  private async insert(id: string): Promise<void> {
+    try {
+      const code = await connectCode(id);
+      if (this.insertCode(code)) {
+        this.say('inserted a cell that connects to ' + id);
+      } else {
+        await navigator.clipboard?.writeText(code);
+        this.say('no notebook open: the code is on the clipboard');
+      }
+    } catch (error) {
+      this.say(`cannot get the code: ${(error as Error).message}`, true);
+    }
+  }
+
+  protected onAfterShow(): void {
+    void this.refresh();
+    this.timer = window.setInterval(() => void this.refresh(), REFRESH_MS);
+  }
+
+  protected onAfterHide(): void {
+    window.clearInterval(this.timer);
+  }
+
+  dispose(): void {
+    window.clearInterval(this.timer);
+    super.dispose();
+  }
+
+  private message: HTMLElement;
+  private list: HTMLElement;
+  private nInput!: HTMLInputElement;
+  private hostsInput!: HTMLInputElement;
+  private backendSelect!: HTMLSelectElement;
+  private timer = 0;
+}

@@ -1,0 +1,100 @@
+"""REST API of the lab panel, under `<base_url>/mlx-jupyter/`.
+
+GET    clusters               every cluster: id, owner, backend, hosts, state, ranks with health
+POST   clusters               {"n", "hosts", "hostfile", "backend"}: start one here (202, then poll)
+GET    clusters/<id>          one cluster
+DELETE clusters/<id>          stop a cluster this server started (409 for a kernel's)
+GET    clusters/<id>/connect  {"code"}: the code that connects a notebook to it
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import tornado
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
+
+from .manager import ClusterManager, connect_code
+
+BACKENDS = ("ring", "jaccl", "jaccl-ring", "nccl", "mpi")
+
+
+class _Base(APIHandler):
+    @property
+    def manager(self) -> ClusterManager:
+        return self.settings["mlx_jupyter_manager"]
+
+    def reply(self, data: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.finish(json.dumps(data))
+
+    async def find(self, cluster_id: str) -> dict | None:
+        return next((c for c in await self.manager.listing() if c["id"] == cluster_id), None)
+
+
+class ClustersHandler(_Base):
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        self.reply({"clusters": await self.manager.listing()})
+
+    @tornado.web.authenticated
+    async def post(self) -> None:
+        try:
+            body = json.loads(self.request.body or b"{}")
+            n = int(body.get("n", 2))
+            backend = str(body.get("backend", "ring"))
+            if not 1 <= n <= 64 or backend not in BACKENDS:
+                raise ValueError(f"n must be 1..64 and backend one of {', '.join(BACKENDS)}")
+            hosts = body.get("hosts") or None
+            hostfile = body.get("hostfile") or None
+            entry = self.manager.create(n=n, hosts=hosts, hostfile=hostfile, backend=backend)
+        except (ValueError, TypeError) as exc:
+            self.reply({"error": str(exc)}, 400)
+            return
+        task = asyncio.ensure_future(self.manager.start(entry))
+        self.settings.setdefault("mlx_jupyter_tasks", set()).add(task)
+        task.add_done_callback(self.settings["mlx_jupyter_tasks"].discard)
+        self.reply({"id": entry.cluster.cluster_id, "state": entry.state}, 202)
+
+
+class ClusterHandler(_Base):
+    @tornado.web.authenticated
+    async def get(self, cluster_id: str) -> None:
+        found = await self.find(cluster_id)
+        self.reply(found or {"error": f"no cluster {cluster_id}"}, 200 if found else 404)
+
+    @tornado.web.authenticated
+    async def delete(self, cluster_id: str) -> None:
+        if await self.manager.stop(cluster_id):
+            self.reply({"id": cluster_id, "state": "stopped"})
+            return
+        found = await self.find(cluster_id)
+        if found is None:
+            self.reply({"error": f"no cluster {cluster_id}"}, 404)
+        else:
+            self.reply({"error": f"{cluster_id} belongs to a kernel (pid {found.get('owner_pid')}): "
+                                 "stop it there with %mlx_cluster stop"}, 409)
+
+
+class ConnectHandler(_Base):
+    @tornado.web.authenticated
+    async def get(self, cluster_id: str) -> None:
+        if await self.find(cluster_id) is None:
+            self.reply({"error": f"no cluster {cluster_id}"}, 404)
+            return
+        self.reply({"id": cluster_id, "code": connect_code(cluster_id)})
+
+
+def setup_handlers(web_app: Any, manager: ClusterManager) -> None:
+    """Mount the API on the server's tornado application."""
+    web_app.settings["mlx_jupyter_manager"] = manager
+    base = url_path_join(web_app.settings["base_url"], "mlx-jupyter")
+    ident = r"(?P<cluster_id>[A-Za-z0-9_.-]+)"
+    web_app.add_handlers(".*$", [
+        (url_path_join(base, "clusters"), ClustersHandler),
+        (url_path_join(base, "clusters", ident), ClusterHandler),
+        (url_path_join(base, "clusters", ident, "connect"), ConnectHandler),
+    ])

@@ -1,0 +1,101 @@
+"""Running clusters, as small JSON files in Jupyter's runtime dir, so the lab panel's server sees them.
+
+A process that owns a `Cluster` publishes it (`publish(cluster)`); the server lists the files and
+drops those whose owner has died. One file per cluster: `<runtime>/mlx-jupyter/clusters/<id>.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+
+def folder() -> Path:
+    """Where the cluster files live (honours JUPYTER_RUNTIME_DIR)."""
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    return Path(jupyter_runtime_dir()) / "mlx-jupyter" / "clusters"
+
+
+def describe(cluster: Any, owner: str = "kernel") -> dict[str, Any]:
+    """What the panel needs to list a cluster and connect to it (no live query of the ranks)."""
+    ranks = []
+    try:
+        infos = cluster.engine_set.launcher.ranks
+    except Exception:
+        infos = []
+    for info in infos:
+        ranks.append({"rank": info.rank, "host": info.host, "pid": info.pid})
+    return {
+        "id": cluster.cluster_id, "owner": owner, "owner_pid": os.getpid(), "backend": cluster.backend,
+        "hosts": list(cluster.hosts), "hostfile": cluster.hostfile, "size": cluster.size,
+        "local": bool(getattr(cluster, "local", True)), "ranks": ranks, "published": time.time(),
+    }
+
+
+def _path(cluster_id: str) -> Path:
+    if not cluster_id or "/" in cluster_id or cluster_id.startswith("."):
+        raise ValueError(f"bad cluster id {cluster_id!r}")
+    return folder() / f"{cluster_id}.json"
+
+
+def publish(cluster: Any, owner: str = "kernel") -> Path:
+    """Write (or refresh) the cluster's file; atomic, so readers never see half a file."""
+    data = describe(cluster, owner)
+    path = _path(data["id"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+    return path
+
+
+def unpublish(cluster_id: str) -> None:
+    try:
+        _path(cluster_id).unlink()
+    except FileNotFoundError:
+        pass
+
+
+def _alive(pid: Optional[int]) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def rank_health(rank: dict) -> str:
+    """"running" / "exited" for ranks on this machine (by pid), "remote" for the others."""
+    from mlx_jupyter.cluster import _is_local
+
+    if not _is_local(str(rank.get("host", ""))):
+        return "remote"
+    return "running" if _alive(rank.get("pid")) else "exited"
+
+
+def published() -> list[dict[str, Any]]:
+    """Every published cluster whose owner is alive; files of dead owners are removed."""
+    out = []
+    base = folder()
+    if not base.is_dir():
+        return out
+    for path in sorted(base.glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not _alive(data.get("owner_pid")):
+            path.unlink(missing_ok=True)
+            continue
+        for r in data.get("ranks", []):
+            r["health"] = rank_health(r)
+        out.append(data)
+    return out

@@ -1,0 +1,262 @@
+"""`TopologyWidget`: the cabling of a Mac cluster, drawn, diagnosed and acted on from a notebook.
+
+The front end (`topology.js`, `topology.css` beside this file) draws the JSON model of
+`topology_model.py`; actions (discover, apply setup, save hostfile, start a cluster) run
+here, in the kernel, through the same `config` functions as `mlx-jupyter config`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import anywidget
+import traitlets
+
+from mlx_jupyter.topology import DiscoveryError, PlanError, Topology, TopologyError
+
+from .runners import RecordingRunner, run_async
+from .topology_model import topology_model
+
+HERE = Path(__file__).parent
+ClusterFactory = Callable[[str, str], Any]  # (hostfile path, backend) -> an unstarted Cluster
+
+
+def _default_cluster(hostfile: str, backend: str) -> Any:
+    from mlx_jupyter.cluster import Cluster
+
+    return Cluster(n=1, hostfile=hostfile, backend=backend)
+
+
+class _Progress:
+    """`config.Progress`'s interface, reporting into the widget's status."""
+
+    def __init__(self, widget: "TopologyWidget", total: int) -> None:
+        self.widget, self.total, self.done = widget, total, 0
+
+    def host_done(self, host: str, ok: bool) -> None:
+        self.done += 1
+        self.widget._report("discover", f"{host}: {'answered' if ok else 'unreachable'}",
+                            done=self.done, total=self.total, busy=self.done < self.total)
+
+
+class TopologyWidget(anywidget.AnyWidget):
+    """Hosts and cables as a graph, the backend choice with its reason, the address plan, and actions.
+
+    Build it from a `Topology` (e.g. `Topology.from_recordings(folder)`), from recordings with
+    `TopologyWidget.from_recordings(folder)`, or empty with `hosts=[...]` and press Discover.
+    """
+
+    _esm = HERE / "topology.js"
+    _css = HERE / "topology.css"
+
+    model = traitlets.Dict().tag(sync=True)
+    hosts = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    backend = traitlets.Unicode("").tag(sync=True)  # "" = the best the cabling supports
+    hostfile_path = traitlets.Unicode("hostfile.json").tag(sync=True)
+    status = traitlets.Dict().tag(sync=True)  # {action, message, level, busy, done, total}
+    setup_result = traitlets.Dict().tag(sync=True)  # host -> {mode, ok, errors, commands}
+
+    def __init__(self, topology: Optional[Topology] = None, *, hosts: Optional[Sequence[str]] = None,
+                 runner: Any = None, backend: Optional[str] = None, hostfile_path: str = "hostfile.json",
+                 cluster_factory: Optional[ClusterFactory] = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.runner = runner
+        self.cluster_factory = cluster_factory or _default_cluster
+        self.cluster: Any = None
+        self._topology: Optional[Topology] = None
+        self._lock = threading.Lock()
+        self.hostfile_path = hostfile_path
+        self.backend = backend or ""
+        self.hosts = list(hosts or (topology.names if topology else []))
+        self.status = {"action": "", "message": "", "level": "info", "busy": False, "done": 0, "total": 0}
+        if topology is not None:
+            self.topology = topology
+        self.on_msg(self._on_front_end)
+
+    @classmethod
+    def from_recordings(cls, folder: str | Path, **kwargs: Any) -> "TopologyWidget":
+        """A widget on a recorded cluster; Discover and Apply setup answer from the recordings."""
+        runner = RecordingRunner(folder)
+        return cls(Topology.from_recordings(folder), runner=runner, **kwargs)
+
+    # -- the model ----------------------------------------------------------------------------
+
+    @property
+    def topology(self) -> Optional[Topology]:
+        return self._topology
+
+    @topology.setter
+    def topology(self, topo: Topology) -> None:
+        self._topology = topo
+        self._refresh()
+
+    @traitlets.observe("backend")
+    def _backend_changed(self, _change: Any) -> None:
+        self._refresh()
+
+    def _refresh(self) -> None:
+        if self._topology is not None:
+            self.model = topology_model(self._topology, self.backend or None)
+
+    @property
+    def choice(self) -> dict:
+        """The backend part of the model: name, reason or error, ring, hostfile."""
+        return dict(self.model.get("backend") or {})
+
+    def _report(self, action: str, message: str, level: str = "info", busy: bool = False, **more: Any) -> None:
+        self.status = {"action": action, "message": message, "level": level, "busy": busy,
+                       "done": more.get("done", 0), "total": more.get("total", 0), "time": time.time()}
+
+    # -- actions ------------------------------------------------------------------------------
+
+    def _runner(self) -> tuple[Any, bool]:
+        if self.runner is not None:
+            return self.runner, False
+        from mlx_jupyter.config import SSHRunner
+
+        return SSHRunner(), True
+
+    def discover(self, hosts: Optional[Sequence[str]] = None) -> Topology:
+        """Run discovery over ssh (or the recordings) on `hosts`, with progress; unreachable hosts are left out."""
+        from mlx_jupyter import config
+
+        names = list(dict.fromkeys(hosts or self.hosts))
+        if not names:
+            raise ValueError("no hosts to discover: pass hosts=[...] or type them in the widget")
+        self.hosts = names
+        self._report("discover", f"discovering {len(names)} hosts", busy=True, total=len(names))
+        runner, own = self._runner()
+
+        async def go() -> Any:
+            try:
+                return await config.discover(runner, names, config.THUNDERBOLT_COMMANDS, _Progress(self, len(names)))
+            finally:
+                if own:
+                    await runner.close()
+
+        try:
+            disc = run_async(go)
+            reachable = [n for n in names if n not in disc.unreachable]
+            if not reachable:
+                raise DiscoveryError(names[0], "ssh", "no host is reachable")
+            self.topology = Topology.from_outputs(reachable, disc.outputs, disc.sudo)
+        except (DiscoveryError, TopologyError, OSError, TimeoutError) as exc:
+            self._report("discover", f"discovery failed: {exc}", "error")
+            raise
+        if disc.unreachable:
+            lost = "; ".join(f"{h}: {m}" for h, m in disc.unreachable.items())
+            self._report("discover", f"left out unreachable hosts: {lost}", "error")
+        else:
+            self._report("discover", f"discovered {len(names)} hosts: {self.model['summary']}", "success")
+        return self._topology  # type: ignore[return-value]
+
+    def apply_setup(self, auto: bool = True) -> dict[str, dict]:
+        """Apply the address plan over ssh on hosts with passwordless sudo; the others get commands to copy."""
+        from mlx_jupyter import config
+
+        topo = self._need_topology()
+        commands = topo.setup_commands()
+        allowed = [h.name for h in topo.hosts if auto and h.sudo]
+        result = {h.name: {"mode": "auto" if h.name in allowed else "manual", "ok": h.name in allowed,
+                           "errors": [], "commands": commands[h.name]} for h in topo.hosts}
+        if allowed:
+            self._report("setup", f"setting up {', '.join(allowed)}", busy=True)
+            runner, own = self._runner()
+
+            async def go() -> dict[str, list[str]]:
+                try:
+                    return await config.apply_setup(runner, {h: commands[h] for h in allowed})
+                finally:
+                    if own:
+                        await runner.close()
+
+            for host, errors in run_async(go).items():
+                result[host].update(ok=False, errors=errors)
+        self.setup_result = result
+        failed = [h for h, r in result.items() if r["mode"] == "auto" and not r["ok"]]
+        manual = [h for h, r in result.items() if r["mode"] == "manual"]
+        parts = [f"set up {len(allowed) - len(failed)} of {len(result)} hosts over ssh"]
+        if manual:
+            parts.append(f"run the commands shown on {', '.join(manual)} (no passwordless sudo)")
+        if failed:
+            parts.append(f"failed on {', '.join(failed)}")
+        self._report("setup", "; ".join(parts), "error" if failed else "success")
+        return result
+
+    def save_hostfile(self, path: Optional[str | Path] = None) -> Path:
+        """Write the hostfile of the chosen backend (JSON, as `mlx-jupyter config --output-hostfile`)."""
+        choice = self.choice
+        if not choice.get("hostfile"):
+            msg = choice.get("error") or "no topology yet"
+            self._report("save", f"no hostfile: {msg}", "error")
+            raise PlanError(msg)
+        target = Path(path or self.hostfile_path).expanduser()
+        target.write_text(json.dumps(choice["hostfile"], indent=4) + "\n")
+        self.hostfile_path = str(path or self.hostfile_path)
+        self._report("save", f"wrote {target} (backend {choice['name']}, {len(choice['hostfile']['hosts'])} hosts)",
+                     "success")
+        return target
+
+    def start_cluster(self, timeout: Optional[float] = None) -> Any:
+        """Save the hostfile, then start a cluster on it (one rank per host); also the `%%mlx_distributed` one."""
+        path = self.save_hostfile()
+        cluster = self.cluster_factory(str(path), self.choice["name"])
+        self._report("start", f"starting {cluster.__class__.__name__} on {path}", busy=True)
+
+        def progress(have: int, total: int) -> None:
+            self._report("start", f"{have}/{total} ranks connected", busy=have < total, done=have, total=total)
+
+        try:
+            cluster.start(progress=progress, **({"timeout": timeout} if timeout else {}))
+        except Exception as exc:
+            self._report("start", f"the cluster did not start: {exc}", "error")
+            raise
+        self.cluster = cluster
+        _make_current(cluster)
+        self._report("start", f"{cluster.size} ranks ready ({self.choice['name']}); use %%mlx_distributed", "success")
+        return cluster
+
+    def _need_topology(self) -> Topology:
+        if self._topology is None:
+            raise ValueError("no topology yet: discover first")
+        return self._topology
+
+    # -- the front end's buttons ----------------------------------------------------------------
+
+    def _on_front_end(self, _widget: Any, content: dict, _buffers: Any) -> None:
+        """Buttons send {"action": ...}; each runs in a thread so the kernel stays responsive."""
+        actions = {"discover": self.discover, "apply": self.apply_setup, "save": self.save_hostfile,
+                   "start": self.start_cluster}
+        action = actions.get(content.get("action"))
+        if action is None:
+            return
+        if not self._lock.acquire(blocking=False):
+            self._report(content["action"], "another action is still running", "error")
+            return
+
+        def run() -> None:
+            try:
+                action()
+            except Exception as exc:  # already reported where it is known; make sure it shows
+                if self.status.get("level") != "error":
+                    self._report(content["action"], f"{type(exc).__name__}: {exc}", "error")
+            finally:
+                self._lock.release()
+
+        threading.Thread(target=run, name=f"mlx-topology-{content['action']}", daemon=True).start()
+
+
+def _make_current(cluster: Any) -> None:
+    """Let `%%mlx_distributed` use this cluster when the kernel has none running."""
+    try:
+        from mlx_jupyter import magics
+
+        current = magics.current()
+        if current is None or not current.running:
+            magics._cluster = cluster  # see the report: a `magics.set_current()` would make this public
+    except Exception:
+        pass
