@@ -107,3 +107,18 @@ def test_hostfile_wrong_shapes_give_only_clear_errors(data: object) -> None:
         parse_hostfile(json.dumps(data), "hf.json")
     except RankEnvError as exc:
         assert "hf.json" in str(exc)
+
+
+def test_any_buffer_protocol_or_dlpack_object_is_accepted() -> None:
+    import array
+
+    from mlx_jupyter import distributed as dist
+
+    assert dist.all_sum(array.array("i", [1, 2, 3])).tolist() == [1, 2, 3]
+    assert dist.all_sum(memoryview(bytearray(b"\x01\x02"))).tolist() == [1, 2]
+    assert dist.all_gather(Buffer.wrap(np.arange(4, dtype=np.float64))).tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert dist.all_max(np.arange(6, dtype=np.float32)[::2]).tolist() == [0.0, 2.0, 4.0]  # strided input: copied
+    with pytest.raises(TypeError, match="unsupported dtype"):
+        dist.all_sum(np.array(["a"]))
+    with pytest.raises(ValueError, match="out= has dtype"):
+        dist.all_sum(np.arange(3), out=np.zeros(3, np.float32))
