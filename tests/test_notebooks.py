@@ -1,0 +1,92 @@
+"""Every notebook in notebooks/ runs top to bottom in a real kernel (nbclient), within a bound."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+CELL_TIMEOUT = 120  # s; a whole notebook takes 10-40 s here
+RECORDINGS = Path(__file__).resolve().parent / "fixtures" / "thunderbolt"
+
+
+def run(name: str) -> nbformat.NotebookNode:
+    """Execute notebooks/<name> (cwd = notebooks/) and return it with its outputs."""
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    env_before = os.environ.get("MLX_JUPYTER_RECORDINGS")
+    os.environ["MLX_JUPYTER_RECORDINGS"] = str(RECORDINGS)
+    try:
+        client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
+                                         resources={"metadata": {"path": str(NOTEBOOKS)}})
+        client.execute()
+    finally:
+        if env_before is None:
+            os.environ.pop("MLX_JUPYTER_RECORDINGS", None)
+        else:
+            os.environ["MLX_JUPYTER_RECORDINGS"] = env_before
+    return nb
+
+
+def text_of(nb: nbformat.NotebookNode) -> str:
+    """Everything the notebook printed or displayed as text."""
+    parts = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream":
+                parts.append(out["text"])
+            elif "data" in out:
+                parts.append(str(out["data"].get("text/plain", "")))
+    return "\n".join(parts)
+
+
+def mimetypes(nb: nbformat.NotebookNode) -> set[str]:
+    return {m for cell in nb.cells for out in cell.get("outputs", []) for m in out.get("data", {})}
+
+
+def test_every_notebook_is_tested():
+    assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted(
+        ["01-quickstart.ipynb", "02-cabling-a-mac-cluster.ipynb", "03-data-parallel-training.ipynb"])
+
+
+@pytest.mark.timeout(240)
+def test_quickstart():
+    t0 = time.monotonic()
+    out = text_of(run("01-quickstart.ipynb"))
+    assert "rank 0 of 2" in out and "rank 1 of 2" in out
+    assert "MLX all_sum: [3.0, 3.0, 3.0, 3.0]" in out
+    assert "core all_sum: [0.0, 3.0, 6.0, 9.0]" in out
+    assert "cluster stopped" in out
+    assert time.monotonic() - t0 < 200
+
+
+@pytest.mark.timeout(180)
+def test_cabling():
+    nb = run("02-cabling-a-mac-cluster.ipynb")
+    out = text_of(nb)
+    assert "backend: jaccl" in out
+    assert "missing cable: m3-ultra-1 <-> m3-ultra-2" in out
+    assert "jaccl is not possible: Incomplete mesh" in out
+    assert "chosen: jaccl-ring" in out
+    assert "m3-ultra-1: auto, ok=True" in out
+    assert '"backend": "jaccl-ring"' in out
+    assert "application/vnd.jupyter.widget-view+json" in mimetypes(nb)
+
+
+@pytest.mark.timeout(240)
+def test_data_parallel_training():
+    nb = run("03-data-parallel-training.ipynb")
+    out = text_of(nb)
+    assert "weight checksums per rank" in out
+    assert "image/png" in mimetypes(nb), "the loss plot is missing"
+    # the loss went down on both ranks
+    for rank in (0, 1):
+        line = next(x for x in out.splitlines() if x.startswith(f"rank {rank}: loss") or f"[rank {rank}] rank {rank}: loss" in x)
+        first, last = (float(v) for v in line.split("loss ")[1].split(" -> "))
+        assert last < first / 3, line
