@@ -1,0 +1,267 @@
+"""Widgets and the lab panel's server side, without a browser: models, actions, refresh policy, REST API."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("anywidget")
+
+from mlx_jupyter.topology import Topology
+from mlx_jupyter.topology.model import Host, Port
+from mlx_jupyter.topology.system_profiler import Peer
+from mlx_jupyter.widgets import ClusterStatusWidget, TopologyWidget
+from mlx_jupyter.widgets.status import rows_from_status
+from mlx_jupyter.widgets.topology_model import topology_model
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "thunderbolt"
+
+
+# -- the topology model -------------------------------------------------------------------------
+
+
+def test_mesh_model():
+    m = topology_model(Topology.from_recordings(FIXTURES / "four-m3-ultra-mesh"))
+    assert m["summary"] == "4 hosts · 6 cables · full mesh"
+    assert m["backend"]["name"] == "jaccl" and m["backend"]["error"] is None
+    assert m["missing"] == [] and len(m["plan"]) == 6
+    assert all(c["kind"] == "direct" and c["generation"] == 5 and not c["one_sided"] for c in m["cables"])
+    assert {h["rdma"] for h in m["hosts"]} == {"enabled"}
+    json.dumps(m)  # JSON-able as is
+
+
+def test_broken_mesh_model():
+    m = topology_model(Topology.from_recordings(FIXTURES / "four-macs-broken-mesh"))
+    assert m["missing"] == [[0, 1]]
+    assert m["backend"]["name"] == "jaccl-ring"
+    assert m["backend"]["ring"] and len(m["backend"]["ring"]) == 4
+    refused = topology_model(Topology.from_recordings(FIXTURES / "four-macs-broken-mesh"), backend="jaccl")
+    assert refused["backend"]["name"] is None and "Incomplete mesh" in refused["backend"]["error"]
+
+
+def test_foreign_and_hub_and_speeds():
+    foreign = topology_model(Topology.from_recordings(FIXTURES / "cable-to-foreign-mac"))
+    [f] = [c for c in foreign["cables"] if c["b"] is None]
+    assert f["kind"] == "foreign" and f["foreign"]["model"] and "x" in f and f["addresses"] is None
+    hub = topology_model(Topology.from_recordings(FIXTURES / "peer-behind-hub"))
+    assert hub["cables"][0]["kind"] == "hub" and hub["cables"][0]["via"]
+    mixed = topology_model(Topology.from_recordings(FIXTURES / "tb4-and-tb5-mixed"))
+    assert {c["generation"] for c in mixed["cables"]} == {4, 5}
+    assert len({c["colour"] for c in mixed["cables"]}) == 2
+
+
+def test_one_sided_cable_is_marked():
+    a = Host("a", (Port("en2", "UA", link_gbps=80.0, peer=Peer("UB")),))
+    b = Host("b", (Port("en2", "UB", link_gbps=80.0, peer=None),))  # b does not see the cable
+    m = topology_model(Topology([a, b]))
+    [c] = m["cables"]
+    assert c["one_sided"] and c["seen_from"] == ["a"]
+    assert any("seen only from a" in w for w in m["warnings"])
+
+
+# -- the topology widget's actions --------------------------------------------------------------
+
+
+def test_discover_apply_save(tmp_path):
+    w = TopologyWidget.from_recordings(FIXTURES / "four-macs-broken-mesh", hostfile_path=str(tmp_path / "h.json"))
+    statuses = []
+    w.observe(lambda ch: statuses.append(dict(ch["new"])), "status")
+    w.discover()
+    progress = [s for s in statuses if s["action"] == "discover" and s["total"] == 4]
+    assert [s["done"] for s in progress][-4:] == [1, 2, 3, 4]
+    assert w.status["level"] == "success"
+    result = w.apply_setup()
+    assert all(r["mode"] == "auto" and r["ok"] for r in result.values())
+    ran = [argv for _, argv in w.runner.calls if argv[:2] == ("sudo", "ifconfig")]
+    assert len(ran) == 4 + 2 * 5  # bridge0 down on each host, an address per cable end
+    path = w.save_hostfile()
+    data = json.loads(path.read_text())
+    assert data["backend"] == "jaccl-ring" and len(data["hosts"]) == 4
+    from mlx_jupyter.hostfile import read_hostfile
+
+    assert [h.ssh for h in read_hostfile(str(path)).hosts] == [h["ssh"] for h in data["hosts"]]
+
+
+def test_manual_setup_without_sudo(tmp_path):
+    src = FIXTURES / "four-macs-ring-only"
+    topo = Topology.from_recordings(src)
+    w = TopologyWidget(topo, runner=None)
+    result = w.apply_setup(auto=False)
+    assert all(r["mode"] == "manual" and r["commands"][0] == "sudo ifconfig bridge0 down" for r in result.values())
+
+
+def test_unreachable_host_is_left_out():
+    w = TopologyWidget.from_recordings(FIXTURES / "four-m3-ultra-mesh")
+    w.discover(["m3-ultra-1", "m3-ultra-2", "no-such-mac"])
+    assert w.topology.names == ["m3-ultra-1", "m3-ultra-2"]
+    assert w.status["level"] == "error" and "no-such-mac" in w.status["message"]
+
+
+def test_start_cluster_uses_factory(tmp_path):
+    made = {}
+
+    class FakeCluster:
+        size = 4
+        running = True
+
+        def __init__(self, hostfile, backend):
+            made.update(hostfile=hostfile, backend=backend)
+
+        def start(self, progress=None, **kw):
+            for i in range(5):
+                progress(i, 4)
+
+    w = TopologyWidget.from_recordings(FIXTURES / "four-m3-ultra-mesh", hostfile_path=str(tmp_path / "h.json"),
+                                       cluster_factory=FakeCluster)
+    cluster = w.start_cluster()
+    assert isinstance(cluster, FakeCluster) and made["backend"] == "jaccl"
+    assert json.loads(Path(made["hostfile"]).read_text())["backend"] == "jaccl"
+    assert w.status["level"] == "success"
+    from mlx_jupyter import magics
+
+    if magics.current() is cluster:
+        magics._cluster = None
+
+
+def test_front_end_message_runs_action_in_thread(tmp_path):
+    w = TopologyWidget.from_recordings(FIXTURES / "four-m3-ultra-mesh", hostfile_path=str(tmp_path / "h.json"))
+    done = threading.Event()
+    w.observe(lambda ch: ch["new"].get("action") == "save" and ch["new"]["level"] != "info" and done.set(), "status")
+    w._on_front_end(w, {"action": "save"}, [])
+    assert done.wait(10)
+    assert (tmp_path / "h.json").exists()
+
+
+def test_front_end_files_ship_beside_the_widgets():
+    here = Path(__import__("mlx_jupyter.widgets", fromlist=["x"]).__file__).parent
+    for name in ("topology.js", "topology.css", "status.js", "status.css"):
+        assert (here / name).stat().st_size > 100
+    assert "export default" in (here / "topology.js").read_text()
+
+
+# -- the status widget --------------------------------------------------------------------------
+
+
+class FakeCluster:
+    """status() like Cluster's; counts calls; exit callbacks like Cluster's."""
+
+    cluster_id = "mlx-fake"
+    backend = "ring"
+    hosts = ["127.0.0.1"]
+    hostfile = None
+    size = 2
+
+    def __init__(self):
+        self.running = True
+        self.calls = 0
+        self.states = ["idle", "idle"]
+        self.rank_exit_callbacks = []
+        self.called = threading.Event()
+
+    def status(self, timeout=1.0):
+        self.calls += 1
+        self.called.set()
+        return [{"rank": r, "host": "127.0.0.1", "pid": 100 + r, "state": s, "backend": "ring", "memory": 2**20 * 50}
+                for r, s in enumerate(self.states)]
+
+
+def test_rows_track_cell_start():
+    since = {}
+    rows = rows_from_status([{"rank": 0, "state": "busy"}, {"rank": 1, "state": "idle"}], since, 100.0)
+    assert rows[0]["busy_since"] == 100.0 and rows[1]["busy_since"] is None
+    rows = rows_from_status([{"rank": 0, "state": "busy"}, {"rank": 1, "state": "busy"}], since, 105.0)
+    assert rows[0]["busy_since"] == 100.0 and rows[1]["busy_since"] == 105.0
+    rows = rows_from_status([{"rank": 0, "state": "idle"}, {"rank": 1, "state": "busy"}], since, 106.0)
+    assert rows[0]["busy_since"] is None
+
+
+def test_status_sends_only_changes():
+    c = FakeCluster()
+    w = ClusterStatusWidget(c, autostart=False, publish=False)
+    sent = []
+    w.observe(lambda ch: sent.append(ch["new"]), "rows")
+    w.refresh()
+    w.refresh()
+    assert sent == []  # nothing changed since the first refresh (done in __init__)
+    c.states = ["busy", "idle"]
+    w.refresh()
+    assert len(sent) == 1 and sent[0][0]["state"] == "busy"
+    c.running = False
+    w.refresh()
+    assert w.rows == [] and "no cluster" in w.message
+
+
+def test_status_thread_rate_and_wake():
+    c = FakeCluster()
+    w = ClusterStatusWidget(c, interval=0.01, publish=False)  # clamped to 1 s
+    try:
+        assert w.interval == 1.0
+        c.called.clear()
+        before = c.calls
+        for cb in c.rank_exit_callbacks:  # a rank died: refresh at once, not after the interval
+            cb(1, -9)
+        assert c.called.wait(0.9)
+        assert c.calls == before + 1
+    finally:
+        w.close()
+    assert w._thread is None and c.rank_exit_callbacks == []
+
+
+# -- the server side of the lab panel -----------------------------------------------------------
+
+
+def test_registry_roundtrip(tmp_path, monkeypatch):
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
+    from mlx_jupyter.server import registry
+
+    c = FakeCluster()
+    registry.publish(c)
+    [item] = registry.published()
+    assert item["id"] == "mlx-fake" and item["owner_pid"] == os.getpid()
+    dead = dict(item, id="mlx-dead", owner_pid=2**22 + 12345)
+    (registry.folder() / "mlx-dead.json").write_text(json.dumps(dead))
+    assert [i["id"] for i in registry.published()] == ["mlx-fake"]
+    assert not (registry.folder() / "mlx-dead.json").exists()
+    registry.unpublish("mlx-fake")
+    assert registry.published() == []
+    with pytest.raises(ValueError):
+        registry.unpublish("../etc")
+
+
+def test_manager_start_list_stop(tmp_path, monkeypatch):
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
+    from mlx_jupyter.server.manager import ClusterManager, connect_code
+
+    class Fake(FakeCluster):
+        def __init__(self, **kw):
+            super().__init__()
+            self.running = False
+            self.cluster_id = f"mlx-{id(self):x}"
+            self.kw = kw
+
+        def start(self, progress=None):
+            progress(2, 2)
+            self.running = True
+
+        def stop(self):
+            self.running = False
+
+    async def go():
+        m = ClusterManager(factory=Fake)
+        entry = m.create(n=2, hosts="127.0.0.1", backend="ring")
+        await m.start(entry)
+        [item] = await m.listing()
+        assert item["state"] == "running" and item["owner"] == "server"
+        assert [r["health"] for r in item["ranks"]] == ["ok", "ok"]
+        assert await m.stop(entry.cluster.cluster_id)
+        assert await m.listing() == []
+        assert not await m.stop("mlx-none")
+        m.shutdown()
+
+    asyncio.run(go())
+    assert 'ipp.Client(cluster_id="mlx-1")' in connect_code("mlx-1")
