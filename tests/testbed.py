@@ -209,13 +209,14 @@ class TestBed:
 
         ``None`` maps an alias to a closed port of h1 (connection refused at
         once), for an unreachable host that still dials only the bed's IPs.
-        Works for asyncssh and for ``ssh -F``.
+        Any other name or address goes there too (the first value found wins),
+        so nothing outside the bed is ever dialled. Works for asyncssh and ``ssh -F``.
         """
         lines = []
         for alias, i in aliases.items():
             ip, port = (self.ips[0], 1) if i is None else (self.ips[i - 1], 22)
             lines += [f"Host {alias}", f"    HostName {ip}", f"    Port {port}"]
-        lines += ["Host *", "    User root", f"    IdentityFile {self.key}", "    IdentitiesOnly yes",
+        lines += ["Host *", f"    HostName {self.ips[0]}", "    Port 1", "    User root", f"    IdentityFile {self.key}", "    IdentitiesOnly yes",
                   f"    UserKnownHostsFile {self.known_hosts}", "    GlobalKnownHostsFile /dev/null",
                   "    StrictHostKeyChecking yes", "    BatchMode yes", "    ConnectTimeout 5",
                   "    ControlMaster no", "    ControlPath none", ""]

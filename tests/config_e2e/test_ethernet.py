@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PY, mlx_jupyter, wait_until
+from e2e_helpers import PY, mlx_jupyter, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -15,9 +15,16 @@ ALL_SUM = ("import mlx.core as mx; g = mx.distributed.init(backend='ring', stric
            "x = mx.distributed.all_sum(mx.arange(4) + g.rank()); print('sum', g.rank(), g.size(), x.tolist())")
 
 
-def rank_tmp() -> set[Path]:
-    """The launcher's rank temp dirs (the hosts share this machine's /tmp)."""
-    return set(Path("/tmp").glob("mlx-jupyter.*"))
+def rank_tmp(net: str) -> set[Path]:
+    """The launcher's rank temp dirs for jobs on subnet ``net`` (the hosts share this machine's /tmp)."""
+    found = set()
+    for d in Path("/tmp").glob("mlx-jupyter.*"):
+        try:
+            if any(net + "." in f.read_text() for f in d.iterdir()):
+                found.add(d)
+        except OSError:  # removed meanwhile
+            continue
+    return found
 
 
 def test_ethernet_hostfile_starts_real_ranks(testbed, tmp_path):
@@ -31,13 +38,13 @@ def test_ethernet_hostfile_starts_real_ranks(testbed, tmp_path):
     assert json.loads(hostfile.read_text()) == {
         "backend": "", "envs": [], "hosts": [{"ssh": n, "ips": [ip], "rdma": []} for n, ip in zip(names, testbed.ips)]}
 
-    before = rank_tmp()
+    before = rank_tmp(testbed.net)
     res = mlx_jupyter(["launch", "--ssh-config", str(cfg), "--hostfile", str(hostfile), "--output", "raw",
                        PY, "-c", ALL_SUM], timeout=90)
     assert res.returncode == 0, res.stderr
     sums = sorted(line for line in res.stdout.splitlines() if line.startswith("sum "))
     assert sums == [f"sum {r} 4 [6, 10, 14, 18]" for r in range(4)], res.stdout + res.stderr
-    assert wait_until(lambda: rank_tmp() <= before, 5), rank_tmp() - before
+    assert wait_until(lambda: rank_tmp(testbed.net) <= before, 5), rank_tmp(testbed.net) - before
 
 
 def test_ethernet_backend_and_env_are_saved(testbed, tmp_path):

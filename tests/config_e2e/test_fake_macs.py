@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, PY, mlx_jupyter, wait_until
+from e2e_helpers import FIXTURES, PY, mlx_jupyter, wait_until
 from fake_macs import openssh_wrapper
 
 pytestmark = pytest.mark.timeout(120)
@@ -141,3 +141,12 @@ def test_mlx_configurator_on_the_fakes_matches_its_recorded_run(fake_cluster, tm
     assert json.loads((tmp_path / "mlx.json").read_text()) == run["hostfile"]
     for name, lines in run["remote_setup_commands"].items():
         assert [" ; ".join(cluster.macs[name].sent_setup())] == lines
+
+
+def test_names_outside_the_recording_dial_nothing_outside_the_bed(fake_cluster, tmp_path):
+    cluster = fake_cluster("two-macs-one-cable")
+    cfg = cluster.ssh_config(tmp_path / "ssh_config")
+    res = mlx_jupyter(["config", "--hosts", "mini-1,mini-2,10.0.0.41,stranger", "--ssh-config", str(cfg)])
+    assert res.returncode == 1
+    assert "10.0.0.41: ssh to 10.0.0.41: connection refused" in res.stderr  # h1's closed port, not 10.0.0.41
+    assert "stranger: ssh to stranger: connection refused" in res.stderr

@@ -227,3 +227,14 @@ def test_ethernet_refuses_jaccl():
 def test_ethernet_without_address_names_host_and_command():
     code, _, err, _ = run("malformed/no-ip-address", "--over", "ethernet")
     assert code == 1 and "mac-1" in err and "ipconfig getifaddr" in err
+
+
+def test_ssh_flags_become_ssh_options():
+    args = config.parser().parse_args(["--hosts", "a,b", "--ssh-config", "c1", "--ssh-config", "c2", "--known-hosts",
+                                       "kh", "-i", "k1", "--connect-timeout", "2.5", "--accept-unknown-hosts"])
+    opts = config.ssh_options(args)
+    assert (opts.config, opts.known_hosts, opts.client_keys, opts.connect_timeout, opts.accept_unknown_hosts) == (
+        ["c1", "c2"], "kh", ["k1"], 2.5, True)
+    default = config.ssh_options(config.parser().parse_args(["--hosts", "a,b"]))
+    assert (default.config, default.known_hosts, default.client_keys, default.connect_timeout) == (
+        None, None, None, config.CONNECT_TIMEOUT)
