@@ -529,8 +529,17 @@ class Cluster:
         self.needs_reform = False
         return self.setup_info
 
-    def reform(self, timeout: float = 30.0) -> dict[int, dict]:
-        """Form our core's ``group`` afresh on every rank (after an abort)."""
+    def reform(self, timeout: float = 10.0, attempts: int = 2) -> dict[int, dict]:
+        """Form our core's ``group`` afresh on every rank (after an abort); retried once."""
+        for attempt in range(attempts):
+            try:
+                return self._reform(timeout)
+            except ClusterError:
+                if attempt + 1 == attempts:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _reform(self, timeout: float) -> dict[int, dict]:
         from mlx_jupyter import rankside
 
         self.check_ranks(self.ranks)
@@ -539,6 +548,9 @@ class Cluster:
         infos = self.wait(ar, timeout + 5, self.ranks, "re-forming group")
         for r, info in zip(self.ranks, infos):
             self.setup_info.setdefault(r, {}).update(info)
+        errors = {r: i["group_error"] for r, i in zip(self.ranks, infos) if i.get("group_error")}
+        if errors:
+            raise ClusterError("re-forming `group` failed: " + "; ".join(f"rank {r}: {e}" for r, e in errors.items()))
         self.needs_reform = False
         return self.setup_info
 

@@ -280,7 +280,7 @@ def reform(timeout: float = 30.0, only_if_needed: bool = False) -> dict:
     try:
         if ns.get("group") is not None:
             dist.shutdown()
-        g = dist.init(timeout=timeout)
+        g = dist.init(strict=int(os.environ.get("MLX_JUPYTER_SIZE", "1")) > 1, timeout=timeout)
     except Exception as exc:
         ns.pop("group", None)
         return {"group": None, "group_error": f"{type(exc).__name__}: {exc}"}

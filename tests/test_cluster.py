@@ -1,0 +1,107 @@
+"""mlx_jupyter.Cluster from plain Python: 2 local ranks, MLX code, failures, restart, stop."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+import pytest
+
+from mlx_jupyter.cluster import Cluster
+from mlx_jupyter.render import DistributedCellError, show_run
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def _descendants() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    before = _descendants()
+    c = Cluster(n=2).start(timeout=30)
+    c.setup(timeout=30)
+    yield c
+    c.stop()
+    left = [p for p in _descendants() - before if psutil.pid_exists(p)]
+    assert not left, f"processes left behind: {left}"
+
+
+def run(c: Cluster, code: str, timeout: float = 20):
+    return show_run(c.run(code), timeout=timeout)
+
+
+def test_engine_id_is_rank_and_mlx_env(cluster):
+    assert cluster.client.ids == [0, 1]
+    run(cluster, "import os\nenv_rank = int(os.environ['MLX_RANK'])")
+    assert cluster.pull("env_rank") == [0, 1]
+    assert cluster.ready_time is not None and cluster.ready_time < 10
+
+
+def test_mlx_all_sum_and_data(cluster, capsys):
+    run(cluster, "x = mx.distributed.all_sum(mx.array([world.rank() + 1.0])).item()")
+    assert cluster.pull("x") == [3.0, 3.0]
+    cluster.push({"a": 5})
+    assert cluster.pull("a", targets=[1]) == [5]
+    cluster.scatter("part", list(range(6)))
+    assert cluster.pull("part") == [[0, 1, 2], [3, 4, 5]]
+    assert cluster.gather("part") == list(range(6))
+
+
+def test_group_is_our_core(cluster):
+    run(cluster, "import numpy as np, mlx_jupyter.distributed as d\ns = d.all_sum(np.ones(2) * (group.rank() + 1))")
+    assert [list(v) for v in cluster.pull("s")] == [[3.0, 3.0], [3.0, 3.0]]
+
+
+@pytest.mark.parametrize("collective", [
+    "d.all_sum(np.ones(3))",                                   # our core: abort releases it
+    "mx.eval(mx.distributed.all_sum(mx.ones(3)))",             # MLX: its sockets are closed
+])
+def test_rank_raising_releases_the_blocked_rank(cluster, collective):
+    if cluster.needs_reform:
+        cluster.reform()
+    t0 = time.monotonic()
+    with pytest.raises(DistributedCellError) as err:
+        run(cluster, f"import numpy as np, mlx_jupyter.distributed as d\nif world.rank() == 1:\n    1/0\n{collective}")
+    assert time.monotonic() - t0 < 2.5
+    outcomes = {o.rank: o for o in err.value.outcomes}
+    assert outcomes[1].status == "error" and outcomes[1].ename == "ZeroDivisionError"
+    assert outcomes[0].status == "released" and "rank 1 raised ZeroDivisionError" in outcomes[0].note
+    cluster.reform()
+    run(cluster, "ok = d.all_sum(np.ones(1))[0]")
+    assert cluster.pull("ok") == [2.0, 2.0]
+
+
+def test_interrupt_releases_every_rank(cluster):
+    if cluster.needs_reform:
+        cluster.reform()
+    r = cluster.run("import time, numpy as np, mlx_jupyter.distributed as d\nprint('armed', flush=True)\n"
+                    "if group.rank() == 0:\n    d.all_sum(np.ones(3))\nelse:\n    time.sleep(60)")
+    ev = r.next_event(10)
+    assert ev is not None and ev.kind == "stream"
+    t0 = time.monotonic()
+    r.interrupt()
+    assert r.wait(5)
+    assert time.monotonic() - t0 < 2.0
+    assert {o.status for o in r.outcomes.values()} == {"released"}
+
+
+def test_rank_death_is_reported_then_restart_keeps_ids(cluster):
+    if cluster.needs_reform:
+        cluster.reform()
+    t0 = time.monotonic()
+    with pytest.raises(DistributedCellError) as err:
+        run(cluster, "import os, signal, numpy as np, mlx_jupyter.distributed as d\n"
+                     "if group.rank() == 1:\n    os.kill(os.getpid(), signal.SIGKILL)\nd.all_sum(np.ones(3))")
+    assert time.monotonic() - t0 < 2.5
+    outcomes = {o.rank: o for o in err.value.outcomes}
+    assert outcomes[1].status == "died" and "restart" in outcomes[1].note
+    old = cluster.status()[0]["pid"]
+    cluster.restart(timeout=30)
+    assert cluster.client.ids == [0, 1]
+    assert cluster.status()[0]["pid"] != old
+    cluster.setup()
+    run(cluster, "y = mx.distributed.all_sum(mx.ones(1)).item()")
+    assert cluster.pull("y") == [2.0, 2.0]

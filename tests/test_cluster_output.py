@@ -1,0 +1,62 @@
+"""Pure parts of the output path: rank ranges, targets, line grouping, error rendering."""
+
+import pytest
+
+from mlx_jupyter.output import (
+    DIED, ERROR, RELEASED, LineGrouper, RankOutcome, describe_exit, parse_targets, rank_label,
+    rank_ranges, render_outcomes,
+)
+
+
+def test_rank_ranges_and_labels():
+    assert rank_ranges([0, 1, 2, 3, 5, 7, 8]) == "0-3,5,7-8"
+    assert rank_label([2]) == "rank 2"
+    assert rank_label([3, 0, 1, 2]) == "ranks 0-3"
+
+
+def test_parse_targets():
+    assert parse_targets("all", 4) == [0, 1, 2, 3]
+    assert parse_targets("0,2-3", 4) == [0, 2, 3]
+    assert parse_targets(":2", 4) == [0, 1]
+    with pytest.raises(ValueError, match="no rank 5"):
+        parse_targets("5", 4)
+
+
+def test_identical_lines_grouped_and_different_lines_per_rank():
+    g = LineGrouper([0, 1], hold=10)
+    g.feed(0, "hello\nrank 0\n", now=0)
+    assert g.flush(now=0) == []  # rank 1 has not printed its first line yet
+    g.feed(1, "hello\nrank 1\n", now=0)
+    assert g.flush(now=0) == [([0, 1], "hello"), ([0], "rank 0"), ([1], "rank 1")]
+
+
+def test_a_silent_rank_does_not_hold_output_forever():
+    g = LineGrouper([0, 1], hold=0.25)
+    g.feed(0, "only me\n", now=0)
+    assert g.flush(now=0.1) == []
+    assert g.flush(now=0.3) == [([0], "only me")]
+
+
+def test_finished_rank_releases_partial_line():
+    g = LineGrouper([0, 1], hold=10)
+    g.feed(0, "no newline", now=0)
+    g.finish(0, now=0)
+    g.finish(1, now=0)
+    assert g.flush(now=0) == [([0], "no newline")]
+
+
+def test_describe_exit():
+    assert describe_exit(-11) == "killed by SIGSEGV"
+    assert describe_exit(3) == "exit code 3"
+
+
+def test_render_outcomes_names_every_rank():
+    outs = [
+        RankOutcome(0, RELEASED, "AbortedError", "aborted", note="stopped (AbortedError) because rank 1 raised"),
+        RankOutcome(1, ERROR, "ZeroDivisionError", "division by zero", ["Traceback", "ZeroDivisionError"]),
+        RankOutcome(2, ERROR, "ZeroDivisionError", "division by zero", ["Traceback", "ZeroDivisionError"]),
+        RankOutcome(3, DIED, note="process died (killed by SIGKILL)"),
+    ]
+    text = "\n".join(render_outcomes(outs))
+    assert "ranks 1-2: ZeroDivisionError" in text and text.count("Traceback") == 1
+    assert "rank 0: stopped" in text and "rank 3: process died" in text
