@@ -1,0 +1,71 @@
+"""The magics through a real kernel: a notebook run with nbclient, and the stop button."""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from pathlib import Path
+
+import nbformat
+import psutil
+import pytest
+from nbclient import NotebookClient
+
+from tests.cluster.kernel import Kernel
+
+pytestmark = pytest.mark.timeout(150)
+HERE = Path(__file__).parent
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def _tree(pid: int) -> set[int]:
+    try:
+        return {p.pid for p in psutil.Process(pid).children(recursive=True)}
+    except psutil.Error:
+        return set()
+
+
+def _error_text(cell) -> str:
+    return "\n".join(ANSI.sub("", "\n".join(o.get("traceback", []))) for o in cell.outputs if o.output_type == "error")
+
+
+def test_cluster_basics_notebook():
+    nb = nbformat.read(HERE / "notebooks" / "cluster_basics.ipynb", as_version=4)
+    client = NotebookClient(nb, timeout=60, kernel_name="python3", resources={"metadata": {"path": str(HERE.parent)}})
+    client.execute()
+    text = "".join(o.get("text", "") for o in nb.cells[1].outputs)
+    assert "[rank 0] hello from 0 of 2" in text and "[ranks 0-1] same on every rank" in text
+    err = _error_text(nb.cells[4])
+    assert "rank 1 raised ZeroDivisionError" in err and "rank 0: stopped" in err
+    status = nb.cells[7].outputs[0]["data"]["text/plain"]
+    assert "rank" in status and "memory" in status
+
+
+def test_stop_button_interrupts_every_rank_and_cluster_stays_usable():
+    k = Kernel()
+    try:
+        kernel_pid = k.pid
+        assert k.run("%load_ext mlx_jupyter\n%mlx_cluster start -n 2", 60).status == "ok"
+        assert k.run("%%mlx_distributed\nimport time, numpy as np, mlx_jupyter.distributed as d", 30).status == "ok"
+        for blocked in ("d.all_sum(np.ones(3))", "mx.eval(mx.distributed.all_sum(mx.ones(3)))"):
+            armed = {}
+
+            def on_output(name, text):
+                if "ARMED" in text and not armed:
+                    armed["t"] = time.monotonic()
+                    k.interrupt()
+
+            mid = k.submit("%%mlx_distributed\nprint('ARMED', flush=True)\nif world.rank() == 0:\n"
+                           f"    {blocked}\nelse:\n    time.sleep(60)")
+            res = k.collect(mid, 30, on_output)
+            assert armed, res
+            assert time.monotonic() - armed["t"] < 2.5
+            assert res.status == "error" and "interrupted by the user" in res.traceback
+            ok = k.run("%%mlx_distributed\nprint(d.all_sum(np.ones(2)))", 30)
+            assert ok.status == "ok" and "[ranks 0-1] [2. 2.]" in ok.stdout, ok
+        assert k.run("%mlx_cluster stop", 30).status == "ok"
+        assert not [p for p in _tree(kernel_pid) if psutil.pid_exists(p)]
+    finally:
+        k.close()
