@@ -88,13 +88,30 @@ struct Context::Shared {
     } else {
       ok = 1;
     }
+    ConnKey key{h.group, h.initiator, h.kind, h.index};
+    std::vector<std::function<void(const std::string&)>> hooks;
+    if (ok) {
+      std::lock_guard<std::mutex> lock(mu);
+      // A connection we already have again: that peer left our group and is forming a new
+      // one. Refuse it (the peer retries until we re-form too) and abort what we hold.
+      if (consumed.count(key)) {
+        ok = 0;
+        why = "rank " + std::to_string(h.initiator) + " is forming a new group while this rank still holds the old one";
+        hooks = superseded;
+      }
+    }
     io_exact(fd.get(), &ok, 1, true, deadline, &why);
+    for (auto& hook : hooks)
+      hook("rank " + std::to_string(h.initiator) + " left this group to form a new one");
     if (!ok) return refuse(who, why);
     if (verbose) log("accepted rank " + std::to_string(h.initiator) + " from " + who);
     std::lock_guard<std::mutex> lock(mu);
-    mailbox[ConnKey{h.group, h.initiator, h.kind, h.index}] = std::move(fd);
+    mailbox[key] = std::move(fd);
     cv.notify_all();
   }
+
+  std::set<ConnKey> consumed;  // keys of the connections groups have taken
+  std::vector<std::function<void(const std::string&)>> superseded;  // abort hooks of the groups
 
   // Logs each (address, reason) once, so a retrying stranger cannot flood the log.
   void refuse(const std::string& who, const std::string& why) {
@@ -135,6 +152,11 @@ std::string Context::describe(int rank) const {
 }
 
 void Context::log(const std::string& msg) const { shared_->log(msg); }
+
+void Context::on_superseded(std::function<void(const std::string&)> hook) {
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  shared_->superseded.push_back(std::move(hook));
+}
 
 void Context::accept_loop() {
   std::vector<pollfd> fds;
@@ -246,6 +268,7 @@ Fd Context::accept(const ConnKey& key, int peer, const Wait& wait) {
       if (it != shared_->mailbox.end()) {
         Fd fd = std::move(it->second);
         shared_->mailbox.erase(it);
+        shared_->consumed.insert(key);
         return fd;
       }
     }

@@ -38,8 +38,15 @@ std::shared_ptr<Group> Group::world(int rank, std::vector<std::vector<Endpoint>>
   std::vector<int> members(n);
   for (int i = 0; i < n; ++i) members[i] = i;
   std::shared_ptr<Group> g(new Group(ctx, 1, members));
+  g->watch_for_peers_leaving();
   g->guarded(opts, "init", [&](const Wait& wait) { g->connect_ring(wait); });
   return g;
+}
+
+void Group::watch_for_peers_leaving() {
+  ctx_->on_superseded([weak = std::weak_ptr<Group>(shared_from_this())](const std::string& why) {
+    if (auto g = weak.lock()) g->abort(why);
+  });
 }
 
 void Group::connect_ring(const Wait& wait) {
@@ -256,6 +263,7 @@ std::shared_ptr<Group> Group::split(int color, int key, const CallOptions& opts)
     for (auto& s : same) members.push_back(s.second);
     uint64_t id = mix(id_ ^ mix(uint64_t(++splits_) << 32 ^ uint32_t(color)));
     sub.reset(new Group(ctx_, id, std::move(members)));
+    sub->watch_for_peers_leaving();
     sub->connect_ring(wait);
   });
   return sub;

@@ -260,3 +260,31 @@ while True:
     assert after - before == set()
     for pid in pids:
         assert not os.path.exists(f"/proc/{pid}")
+
+
+def test_reforming_while_a_peer_holds_the_old_group() -> None:
+    code = """
+g = dist.init(strict=True, timeout=30)
+dist.all_sum(np.ones(3), timeout=30)
+old_error = None
+if RANK == 0:
+    g.abort("test re-forms the group")
+else:
+    sys.stdin.readline()  # the old group, untouched, until rank 0 is knocking with a new one
+    try:
+        dist.all_sum(np.ones(3), timeout=5)
+    except dist.DistributedError as exc:
+        old_error = type(exc).__name__
+new = dist.init(strict=True, timeout=30)
+assert new is not g
+report(sum=dist.all_sum(np.ones(3) * (RANK + 1), timeout=30).tolist(), old_error=old_error)
+"""
+    with Ranks(2, code) as ranks:
+        ranks.start()
+        line = ranks.procs[1].stderr.readline()
+        assert "forming a new group" in line, line
+        ranks.procs[1].stdin.write("go\n")
+        ranks.procs[1].stdin.flush()
+        res = ranks.results(timeout=60)
+    assert res[0]["sum"] == res[1]["sum"] == [3.0, 3.0, 3.0]
+    assert res[1]["old_error"] == "AbortedError", res[1]

@@ -60,6 +60,8 @@ class Context {
   Fd accept(const ConnKey& key, int peer, const Wait& wait);
 
   void log(const std::string& msg) const;
+  // Called (from the acceptor thread) when a peer reconnects to form a new group.
+  void on_superseded(std::function<void(const std::string&)> hook);
   // Stops accepting and frees the listening ports, so a new group can bind them.
   void close();
 

@@ -23,7 +23,7 @@ struct CallOptions {
   InterruptCheck interrupted;
 };
 
-class Group {
+class Group : public std::enable_shared_from_this<Group> {
  public:
   // The world group: connects the ring (rank i -> rank i+1 on every address of i+1).
   static std::shared_ptr<Group> world(int rank, std::vector<std::vector<Endpoint>> addresses,
@@ -55,6 +55,7 @@ class Group {
 
  private:
   Group(std::shared_ptr<Context> ctx, uint64_t id, std::vector<int> members);
+  void watch_for_peers_leaving();
   void connect_ring(const Wait& wait);
   Link& p2p_link(int peer, bool sending, const Wait& wait);
   Wait make_wait(const CallOptions& opts, const std::string& what);
