@@ -53,7 +53,7 @@ function drawGraph(m, selected, onSelect) {
   if (!xs.length) { xs.push(0); ys.push(0); }
   const left = Math.min(...xs) - BOX_W / 2 - MARGIN, right = Math.max(...xs) + BOX_W / 2 + MARGIN;
   const top = Math.min(...ys) - BOX_H / 2 - MARGIN, bottom = Math.max(...ys) + BOX_H / 2 + MARGIN + 44;
-  const width = Math.max(right - left, 560), height = bottom - top;
+  const width = Math.max(right - left, 600), height = bottom - top;
   const root = svg("svg", { viewBox: `${left} ${top} ${width} ${height}`, width, height, class: "mlxj-graph", role: "img" });
   title(root, m.summary || "topology");
   const byHost = (i) => hosts[i];
@@ -137,15 +137,13 @@ function drawGraph(m, selected, onSelect) {
     g.addEventListener("click", () => onSelect(selected === h.index ? null : h.index));
   }
 
-  // legend
-  let lx = left + 12;
-  const ly = bottom - 22;
+  // legend: two rows of three under the drawing
   const lg = svg("g", { class: "mlxj-legend" }, root);
-  for (const [colour, dash, text] of LEGEND) {
+  LEGEND.forEach(([colour, dash, text], k) => {
+    const lx = left + 12 + (k % 3) * 190, ly = bottom - 34 + Math.floor(k / 3) * 16;
     svg("line", { x1: lx, y1: ly, x2: lx + 20, y2: ly, stroke: colour, "stroke-width": 3, "stroke-dasharray": dash }, lg);
     label(lg, lx + 25, ly, text, "mlxj-note", "start");
-    lx += 40 + 5.4 * text.length;
-  }
+  });
   return root;
 }
 
