@@ -239,7 +239,8 @@ class ShmLink final : public Link {
     tx_->written.store(w + n, std::memory_order_seq_cst);
     send_.done += n;
     if (send_.done == total) send_.active = false;
-    if (tx_->consumer_waiting.exchange(0, std::memory_order_seq_cst)) ring_bell();
+    // Look before clearing: an atomic exchange on every push would bounce the line between cores.
+    if (tx_->consumer_waiting.load(std::memory_order_seq_cst) && tx_->consumer_waiting.exchange(0)) ring_bell();
     return true;
   }
 
@@ -271,7 +272,7 @@ class ShmLink final : public Link {
     rx_->read.store(r + n, std::memory_order_seq_cst);
     recv_.done += n;
     if (recv_.done == total) recv_.active = false;
-    if (rx_->producer_waiting.exchange(0, std::memory_order_seq_cst)) ring_bell();
+    if (rx_->producer_waiting.load(std::memory_order_seq_cst) && rx_->producer_waiting.exchange(0)) ring_bell();
     return true;
   }
 
