@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "mlxj/errors.h"
 #include "mlxj/link_setup.h"
@@ -181,10 +182,13 @@ void Group::run(std::vector<Xfer>& xs, const Wait& wait) {
       spin_start = Clock::time_point{};
       continue;
     }
-    if (spinning) {  // memory links: a short bounded spin beats a sleep and a doorbell
+    if (spinning) {  // a short bounded spin beats a sleep and a wake-up
       auto now = Clock::now();
       if (spin_start == Clock::time_point{}) spin_start = now;
-      if (now - spin_start < kSpin) continue;
+      if (now - spin_start < kSpin) {
+        std::this_thread::yield();  // when ranks outnumber cores, let the peer we wait for run
+        continue;
+      }
       spin_start = Clock::time_point{};
     }
     fds.clear();

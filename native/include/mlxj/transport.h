@@ -47,7 +47,7 @@ class Link {
   virtual void shutdown() = 0;
   // "tcp" or "shm".
   virtual const char* kind() const = 0;
-  // Whether a short bounded spin beats sleeping (memory links, not sockets).
+  // Whether a short bounded spin beats sleeping right away.
   virtual bool spins() const { return false; }
 };
 
