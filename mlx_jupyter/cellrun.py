@@ -119,8 +119,12 @@ class CellRun:
                 self.rank_died(rank, self.cluster.dead[rank])
                 continue
             idents, _ = client._build_targets([rank])
+            # through the client's ZMQStream, as ipyparallel's views do, never raw on
+            # `_mux_socket`: a raw send on that DEALER (requests out, replies in) can
+            # consume the edge-triggered ZMQ_FD's read edge without the stream seeing
+            # it, leaving replies unread in the socket for good: the cell never ends
             fut = client.send_execute_request(
-                client._mux_socket,
+                client._mux_stream,
                 self.code,
                 silent=False,
                 ident=idents[0],

@@ -88,6 +88,24 @@ def test_interrupt_releases_every_rank(cluster):
     assert {o.status for o in r.outcomes.values()} == {"released"}
 
 
+def test_back_to_back_runs_all_end(cluster):
+    """Regression: every run's replies are read. CellRun used to send its execute
+    requests raw on the client's mux socket, bypassing the ZMQStream that reads it;
+    such a send can eat the socket's edge-triggered read event, and the replies
+    then sat unread for good (both ranks idle, no reply: the cell never ended).
+    That happened within the first ~100 of these runs."""
+    if cluster.needs_reform:
+        cluster.reform()
+    deadline = time.monotonic() + 30
+    for i in range(1000):
+        r = cluster.run(f"i = {i}")
+        assert r.wait(5), f"run {i} never ended: replied {sorted(r._replied)}, idle {sorted(r._idle)}"
+        assert not r.failed, [r.outcomes[k] for k in r.ranks]
+        if time.monotonic() > deadline:
+            break
+    assert cluster.pull("i") == [i, i]
+
+
 def test_rank_death_is_reported_then_restart_keeps_ids(cluster):
     if cluster.needs_reform:
         cluster.reform()

@@ -69,3 +69,41 @@ def test_stop_button_interrupts_every_rank_and_cluster_stays_usable():
         assert not [p for p in _tree(kernel_pid) if psutil.pid_exists(p)]
     finally:
         k.close()
+
+
+def test_many_cells_in_one_kernel_keep_answering():
+    """Regression: a long session of %%mlx_distributed cells (MLX, our core, plain
+    Python) never stops answering. Replies to CellRun's execute requests used to be
+    left unread in the client's mux socket now and then (a raw send beside its
+    ZMQStream), so a random cell hung for good and every later cell queued behind it."""
+    k = Kernel()
+    try:
+        kernel_pid = k.pid
+        assert k.run("%load_ext mlx_jupyter\n%mlx_cluster start -n 2", 60).status == "ok"
+        first = k.run("%%mlx_distributed\nimport numpy as np, mlx_jupyter.distributed as d\nn = 0", 30)
+        assert first.status == "ok", first
+        cells = [
+            "%%mlx_distributed\nn += 1",
+            "%%mlx_distributed\ns = mx.distributed.all_sum(mx.array([1.0])).item()",
+            "%%mlx_distributed\nt = float(d.all_sum(np.ones(1))[0])",
+            "%%mlx_distributed --no-init\nn += 1",
+        ]
+        deadline = time.monotonic() + 45
+        done = 0
+        while done < 600 and time.monotonic() < deadline:
+            code = cells[done % len(cells)]
+            try:
+                res = k.run(code, 10)
+            except TimeoutError as exc:
+                pytest.fail(f"cell {done} ({code!r}) never ended; the kernel stopped answering: {exc}")
+            assert res.status == "ok", (done, code, res)
+            done += 1
+        assert done >= 100, f"only {done} cells in 45 s"
+        n = sum(1 for i in range(done) if cells[i % len(cells)].endswith("n += 1"))
+        got = k.run("got = %mlx_pull n\nprint(got)", 10)
+        assert got.status == "ok" and f"[{n}, {n}]" in got.stdout, got
+        assert k.run("1 + 1", 10).status == "ok"
+        assert k.run("%mlx_cluster stop", 30).status == "ok"
+        assert not [p for p in _tree(kernel_pid) if psutil.pid_exists(p)]
+    finally:
+        k.close()
