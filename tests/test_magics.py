@@ -106,4 +106,10 @@ def test_many_cells_in_one_kernel_keep_answering():
         assert k.run("%mlx_cluster stop", 30).status == "ok"
         assert not [p for p in _tree(kernel_pid) if psutil.pid_exists(p)]
     finally:
+        left = _tree(k.pid)
         k.close()
+        for pid in left:  # a failed run must not leave the controller or ranks behind
+            try:
+                psutil.Process(pid).kill()
+            except psutil.Error:
+                pass
