@@ -51,21 +51,30 @@ static Range segment(bool right, int v, int n, size_t count, bool scatter) {
   return right ? Range{size_t(actual) * slice, half} : Range{size_t(actual) * slice + half, slice - half};
 }
 
+namespace {
+int wrap(int a, int n) { return ((a % n) + n) % n; }
+}  // namespace
+
+// One direction of the two rings: where data goes, where it comes from, and this
+// rank's position (the left ring numbers ranks backwards).
+Group::RingDir Group::ring_dir(bool right) const {
+  int n = size();
+  return right ? RingDir{right_.get(), left_.get(), me_} : RingDir{left_.get(), right_.get(), (n - me_) % n};
+}
+
 void Group::ring_reduce_scatter_step(int s, size_t count, Dtype t, ReduceOp op, uint8_t* buf, MsgHeader h,
                                      bool scatter, const Wait& wait) {
   int n = size();
   size_t es = dtype_size(t);
   std::vector<Xfer> xs;
   for (int d = 0; d < 2; ++d) {
-    bool right = d == 0;
-    int pos = right ? me_ : (n - me_) % n;
-    Range out = segment(right, ((pos - s) % n + n) % n, n, count, scatter);
-    Range in = segment(right, ((pos - s - 1) % n + 2 * n) % n, n, count, scatter);
+    RingDir r = ring_dir(d == 0);
+    Range out = segment(d == 0, wrap(r.pos - s, n), n, count, scatter);
+    Range in = segment(d == 0, wrap(r.pos - s - 1, n), n, count, scatter);
     uint8_t* t_in = scratch(Slot(int(Slot::DirRight) + d), in.count * es);
     uint8_t* dst = buf + in.offset * es;
-    xs.push_back({right ? right_.get() : left_.get(), true, h, buf + out.offset * es, out.count * es});
-    xs.push_back({right ? left_.get() : right_.get(), false, h, t_in, in.count * es,
-                  [=](size_t from, size_t to) {
+    xs.push_back({r.to, true, h, buf + out.offset * es, out.count * es});
+    xs.push_back({r.from, false, h, t_in, in.count * es, [=](size_t from, size_t to) {
                     size_t a = from / es, b = to / es;
                     reduce_into(dst + a * es, t_in + a * es, b - a, t, op);
                   }});
@@ -79,12 +88,11 @@ void Group::ring_all_gather_step(int s, size_t count, Dtype t, uint8_t* buf, Msg
   size_t es = dtype_size(t);
   std::vector<Xfer> xs;
   for (int d = 0; d < 2; ++d) {
-    bool right = d == 0;
-    int pos = right ? me_ : (n - me_) % n;
-    Range out = segment(right, ((pos + 1 - s) % n + n) % n, n, count, scatter);
-    Range in = segment(right, ((pos - s) % n + n) % n, n, count, scatter);
-    xs.push_back({right ? right_.get() : left_.get(), true, h, buf + out.offset * es, out.count * es});
-    xs.push_back({right ? left_.get() : right_.get(), false, h, buf + in.offset * es, in.count * es});
+    RingDir r = ring_dir(d == 0);
+    Range out = segment(d == 0, wrap(r.pos + 1 - s, n), n, count, scatter);
+    Range in = segment(d == 0, wrap(r.pos - s, n), n, count, scatter);
+    xs.push_back({r.to, true, h, buf + out.offset * es, out.count * es});
+    xs.push_back({r.from, false, h, buf + in.offset * es, in.count * es});
   }
   run(xs, wait);
 }
@@ -96,7 +104,7 @@ void Group::gather_ring(const void* in, void* out, size_t nbytes, MsgHeader h, c
   if (nbytes && o + size_t(me_) * nbytes != in) std::memcpy(o + size_t(me_) * nbytes, in, nbytes);
   size_t half = nbytes / 2;
   for (int s = 0; s + 1 < n; ++s) {
-    int r_out = ((me_ - s) % n + n) % n, r_in = ((me_ - s - 1) % n + n) % n;
+    int r_out = wrap(me_ - s, n), r_in = wrap(me_ - s - 1, n);
     int l_out = (me_ + s) % n, l_in = (me_ + s + 1) % n;
     std::vector<Xfer> xs{
         {right_.get(), true, h, o + size_t(r_out) * nbytes, half},

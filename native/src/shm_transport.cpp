@@ -251,7 +251,7 @@ class ShmLink final : public Link {
       if (from < sizeof(MsgHeader)) {
         k = std::min(n, sizeof(MsgHeader) - from);
         std::memcpy(h + from, src, k);
-        if (from + k == sizeof(MsgHeader)) check_header();
+        if (from + k == sizeof(MsgHeader)) check_header(recv_.header, got_, name_);
       } else {
         k = n;
         std::memcpy(recv_.data + (from - sizeof(MsgHeader)), src, k);
@@ -276,19 +276,10 @@ class ShmLink final : public Link {
     return true;
   }
 
-  void check_header() const {
-    const MsgHeader &e = recv_.header, &g = got_;
-    if (g.magic != e.magic)
-      fail(ErrorKind::Protocol, "garbled data from " + name_ + " (bad message header): the streams are out of step");
-    if (g.op != e.op || g.nbytes != e.nbytes || g.dtype != e.dtype || g.seq != e.seq)
-      fail(ErrorKind::Protocol, name_ + " sent " + describe(g) + " but this rank called " + describe(e) +
-                                    ": every rank must call the same operations in the same order with the same shapes and dtypes");
-  }
-
   void ring_bell() {
     char c = 1;
     if (::send(bell_.get(), &c, 1, MSG_NOSIGNAL) < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-      lost(errno);
+      peer_lost(errno, name_);
   }
 
   void drain_bell() {
@@ -298,15 +289,10 @@ class ShmLink final : public Link {
       ssize_t r = ::recv(bell_.get(), buf, sizeof buf, 0);
       if (r > 0) continue;
       if (r == 0)
-        fail(ErrorKind::Peer, "connection to " + name_ + " was closed by the peer (it exited, was interrupted or aborted its group)");
+        peer_closed(name_);
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
-      lost(errno);
+      peer_lost(errno, name_);
     }
-  }
-
-  [[noreturn]] void lost(int err) const {
-    if (err == ETIMEDOUT) fail(ErrorKind::Peer, name_ + " stopped responding (its host is down or the network is cut)");
-    fail(ErrorKind::Peer, "connection to " + name_ + " was lost: " + errno_text(err));
   }
 
   Fd bell_;

@@ -15,28 +15,6 @@
 
 namespace mlxj {
 
-const char* op_name(uint8_t op) {
-  switch (static_cast<OpCode>(op)) {
-    case OpCode::AllSum: return "all_sum";
-    case OpCode::AllMax: return "all_max";
-    case OpCode::AllMin: return "all_min";
-    case OpCode::AllGather: return "all_gather";
-    case OpCode::SumScatter: return "sum_scatter";
-    case OpCode::Send: return "send";
-    case OpCode::Barrier: return "barrier";
-    case OpCode::Split: return "split";
-  }
-  return "unknown op";
-}
-
-std::string describe(const MsgHeader& h) {
-  std::string s = op_name(h.op);
-  s += " of " + std::to_string(h.nbytes) + " bytes";
-  if (h.dtype < 14) s += std::string(" (") + dtype_name(static_cast<Dtype>(h.dtype)) + ")";
-  if (h.op != uint8_t(OpCode::Send)) s += ", collective #" + std::to_string(h.seq);
-  return s;
-}
-
 namespace {
 
 constexpr size_t kStripe = 256 * 1024;  // striping unit across parallel connections
@@ -156,35 +134,20 @@ class TcpLink final : public Link {
       ssize_t r = is_send ? ::sendmsg(conns_[c].get(), &msg, MSG_NOSIGNAL) : ::recvmsg(conns_[c].get(), &msg, 0);
       if (r < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return moved;
-        lost(errno);
+        peer_lost(errno, name_);
       }
       if (r == 0 && !is_send)
-        fail(ErrorKind::Peer, "connection to " + name_ + " was closed by the peer (it exited, was interrupted or aborted its group)");
+        peer_closed(name_);
       moved = true;
       size_t got = size_t(r);
       if (header_pending) {
         size_t h = std::min(got, sizeof(MsgHeader) - t.header_done);
         t.header_done += h;
         got -= h;
-        if (!is_send && t.header_done == sizeof(MsgHeader)) check_header(t);
+        if (!is_send && t.header_done == sizeof(MsgHeader)) check_header(t.header, t.got, name_);
       }
       t.done[c] += got;
     }
-  }
-
-  void check_header(const Transfer& t) const {
-    const MsgHeader &e = t.header, &g = t.got;
-    if (g.magic != e.magic)
-      fail(ErrorKind::Protocol, "garbled data from " + name_ + " (bad message header): the streams are out of step");
-    if (g.op != e.op || g.nbytes != e.nbytes || g.dtype != e.dtype || g.seq != e.seq)
-      fail(ErrorKind::Protocol, name_ + " sent " + describe(g) + " but this rank called " + describe(e) +
-                                    ": every rank must call the same operations in the same order with the same shapes and dtypes");
-  }
-
-  [[noreturn]] void lost(int err) const {
-    if (err == ETIMEDOUT)
-      fail(ErrorKind::Peer, name_ + " stopped responding (its host is down or the network is cut)");
-    fail(ErrorKind::Peer, "connection to " + name_ + " was lost: " + errno_text(err));
   }
 
   void finish_if_done(Transfer& t) {

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from ranks import Ranks
+from ranks import run as run_ranks
 
 WAIT_IN_OP = """
 g = dist.init(strict=True, backend="ring", timeout=30)
@@ -288,3 +289,31 @@ report(sum=dist.all_sum(np.ones(3) * (RANK + 1), timeout=30).tolist(), old_error
         res = ranks.results(timeout=60)
     assert res[0]["sum"] == res[1]["sum"] == [3.0, 3.0, 3.0]
     assert res[1]["old_error"] == "AbortedError", res[1]
+
+
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_mismatched_calls_fail_clearly_on_every_rank(transport: str) -> None:
+    code = """
+g = dist.init(strict=True, backend="ring", timeout=30)
+errors = []
+for case in ("op", "size"):
+    try:
+        if case == "op":
+            (dist.all_sum if RANK == 0 else dist.all_max)(np.ones(4, np.float32), timeout=10)
+        else:
+            dist.all_sum(np.ones(4 + RANK, np.float32), timeout=10)
+    except dist.DistributedError as exc:
+        errors.append((type(exc).__name__, str(exc)))
+    g = dist.init(strict=True, backend="ring", timeout=30)  # re-form after the abort
+report(errors=errors)
+"""
+    res = run_ranks(2, code, env={"MLX_JUPYTER_TRANSPORT": transport})
+    for r, info in enumerate(res):
+        assert len(info["errors"]) == 2, info
+        (k1, m1), (k2, m2) = info["errors"]
+        assert k1 in ("MismatchError", "PeerError") and k2 in ("MismatchError", "PeerError"), info
+    # At least one rank sees the mismatch itself and names both calls; the other may see the abort.
+    firsts = [info["errors"][0] for info in res]
+    assert any(k == "MismatchError" and "all_max" in m and "all_sum" in m for k, m in firsts), firsts
+    seconds = [info["errors"][1] for info in res]
+    assert any(k == "MismatchError" and "16 bytes" in m and "20 bytes" in m for k, m in seconds), seconds

@@ -76,7 +76,12 @@ class Group : public std::enable_shared_from_this<Group> {
   // Runs one op under the op lock; any failure aborts the group, then propagates.
   void guarded(const CallOptions& opts, const std::string& what, const std::function<void(const Wait&)>& body);
 
-  enum class Dir { Right, Left };
+  struct RingDir {
+    Link* to;
+    Link* from;
+    int pos;
+  };
+  RingDir ring_dir(bool right) const;
   void ring_reduce_scatter_step(int step, size_t count, Dtype t, ReduceOp op, uint8_t* buf,
                                 MsgHeader h, bool sum_scatter_layout, const Wait& wait);
   void ring_all_gather_step(int step, size_t count, Dtype t, uint8_t* buf, MsgHeader h,

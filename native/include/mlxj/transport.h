@@ -26,6 +26,11 @@ static_assert(sizeof(MsgHeader) == 16, "header is 16 bytes on the wire");
 
 const char* op_name(uint8_t op);
 std::string describe(const MsgHeader& h);
+// Throws CommError(Protocol) naming the peer and both calls when the headers differ.
+void check_header(const MsgHeader& expected, const MsgHeader& got, const std::string& peer);
+// Throw CommError(Peer) for a connection that failed with errno `err`, or that the peer closed.
+[[noreturn]] void peer_lost(int err, const std::string& peer);
+[[noreturn]] void peer_closed(const std::string& peer);
 
 class Link {
  public:
