@@ -36,6 +36,7 @@ from traitlets import Dict, Integer, List, Unicode, default
 from mlx_jupyter.output import describe_exit, rank_label
 
 Progress = Callable[[int, int], None]
+log = logging.getLogger(__name__)
 
 #: controller options for fast admission: schedulers in threads (one process,
 #: quick start), a 100 ms heartbeat (an engine is admitted on its first beat),
@@ -296,7 +297,25 @@ class Cluster:
             self.stop()
             raise
         self.ready_time = time.perf_counter() - t0
+        self._publish()
         return self
+
+    def _publish(self) -> None:
+        """List this cluster for the lab panel (a file in Jupyter's runtime dir); never fails start."""
+        try:
+            from mlx_jupyter.server import registry
+
+            registry.publish(self)
+        except Exception as exc:
+            log.warning("could not publish cluster %s for the lab panel: %s", self.cluster_id, exc)
+
+    def _unpublish(self) -> None:
+        try:
+            from mlx_jupyter.server import registry
+
+            registry.unpublish(self.cluster_id)
+        except Exception as exc:
+            log.warning("could not unpublish cluster %s: %s", self.cluster_id, exc)
 
     def _start_engines(self) -> None:
         assert self.ipp is not None
@@ -382,6 +401,7 @@ class Cluster:
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every rank, the controller and the client; leave no process behind."""
         self._stopping = True
+        self._unpublish()
         for run in list(self._runs):
             run.interrupt("the cluster is stopping")
         pids = set(self._controller_pids)
@@ -435,6 +455,7 @@ class Cluster:
         self.setup_info = {}
         self._start_engines()
         self._wait_for_ranks(progress, timeout)
+        self._publish()  # new pids
         return self
 
     def __enter__(self) -> "Cluster":

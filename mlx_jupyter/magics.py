@@ -19,8 +19,19 @@ _cluster: Optional[Any] = None
 
 
 def current() -> Any:
-    """The cluster started by ``%mlx_cluster start`` (or None)."""
+    """The cluster the magics use: started by ``%mlx_cluster start`` or set by :func:`set_current` (or None)."""
     return _cluster
+
+
+def set_current(cluster: Any) -> Any:
+    """Make ``cluster`` the one ``%%mlx_distributed`` and the other magics use (``None``: none).
+
+    For clusters started elsewhere (a widget, plain Python). The previous cluster is
+    not stopped; it is returned.
+    """
+    global _cluster
+    previous, _cluster = _cluster, cluster
+    return previous
 
 
 class UsageError(Exception):

@@ -19,14 +19,41 @@ def _descendants() -> set[int]:
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def runtime_dir(tmp_path_factory):
+    """Jupyter's runtime dir for this module: where clusters publish themselves for the lab panel."""
+    path = tmp_path_factory.mktemp("jupyter-runtime")
+    old = os.environ.get("JUPYTER_RUNTIME_DIR")
+    os.environ["JUPYTER_RUNTIME_DIR"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("JUPYTER_RUNTIME_DIR", None)
+    else:
+        os.environ["JUPYTER_RUNTIME_DIR"] = old
+
+
+def _published(c: Cluster) -> list[dict]:
+    from mlx_jupyter.server import registry
+
+    return [item for item in registry.published() if item["id"] == c.cluster_id]
+
+
+@pytest.fixture(scope="module")
+def cluster(runtime_dir):
     before = _descendants()
     c = Cluster(n=2).start(timeout=30)
     c.setup(timeout=30)
     yield c
     c.stop()
+    assert _published(c) == [], "a stopped cluster is still listed for the lab panel"
     left = [p for p in _descendants() - before if psutil.pid_exists(p)]
     assert not left, f"processes left behind: {left}"
+
+
+def test_cluster_is_published_for_the_lab_panel(cluster):
+    [item] = _published(cluster)
+    assert item["owner"] == "kernel" and item["owner_pid"] == os.getpid() and item["size"] == 2
+    assert [(r["rank"], r["pid"], r["health"]) for r in item["ranks"]] == \
+        [(row["rank"], row["pid"], "running") for row in cluster.status()]
 
 
 def run(c: Cluster, code: str, timeout: float = 20):
@@ -120,6 +147,8 @@ def test_rank_death_is_reported_then_restart_keeps_ids(cluster):
     cluster.restart(timeout=30)
     assert cluster.client.ids == [0, 1]
     assert cluster.status()[0]["pid"] != old
+    [item] = _published(cluster)  # republished with the new processes
+    assert [r["pid"] for r in item["ranks"]] == [row["pid"] for row in cluster.status()]
     cluster.setup()
     run(cluster, "y = mx.distributed.all_sum(mx.ones(1)).item()")
     assert cluster.pull("y") == [2.0, 2.0]

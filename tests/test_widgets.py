@@ -124,8 +124,37 @@ def test_start_cluster_uses_factory(tmp_path):
     assert w.status["level"] == "success"
     from mlx_jupyter import magics
 
-    if magics.current() is cluster:
-        magics._cluster = None
+    try:
+        assert magics.current() is cluster  # %%mlx_distributed uses it (no other cluster was running)
+    finally:
+        magics.set_current(None)
+
+
+def test_start_cluster_keeps_a_running_current_cluster(tmp_path):
+    from mlx_jupyter import magics
+
+    class Running:
+        running = True
+
+    class FakeCluster:
+        size = 1
+        running = True
+
+        def __init__(self, hostfile, backend):
+            pass
+
+        def start(self, progress=None, **kw):
+            progress(1, 1)
+
+    mine = Running()
+    previous = magics.set_current(mine)
+    try:
+        w = TopologyWidget.from_recordings(FIXTURES / "four-m3-ultra-mesh", hostfile_path=str(tmp_path / "h.json"),
+                                           cluster_factory=FakeCluster)
+        w.start_cluster()
+        assert magics.current() is mine
+    finally:
+        magics.set_current(previous)
 
 
 def test_front_end_message_runs_action_in_thread(tmp_path):
@@ -182,7 +211,7 @@ def test_rows_track_cell_start():
 
 def test_status_sends_only_changes():
     c = FakeCluster()
-    w = ClusterStatusWidget(c, autostart=False, publish=False)
+    w = ClusterStatusWidget(c, autostart=False)
     sent = []
     w.observe(lambda ch: sent.append(ch["new"]), "rows")
     w.refresh()
@@ -198,7 +227,7 @@ def test_status_sends_only_changes():
 
 def test_status_thread_rate_and_wake():
     c = FakeCluster()
-    w = ClusterStatusWidget(c, interval=0.01, publish=False)  # clamped to 1 s
+    w = ClusterStatusWidget(c, interval=0.01)  # clamped to 1 s
     try:
         assert w.interval == 1.0
         c.called.clear()
@@ -231,6 +260,87 @@ def test_registry_roundtrip(tmp_path, monkeypatch):
     assert registry.published() == []
     with pytest.raises(ValueError):
         registry.unpublish("../etc")
+
+
+def test_status_widget_does_not_publish(tmp_path, monkeypatch):
+    """The cluster publishes itself; a widget refreshing after a stop must not list it again."""
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
+    from mlx_jupyter.server import registry
+
+    w = ClusterStatusWidget(FakeCluster(), autostart=False)
+    w.refresh()
+    assert registry.published() == []
+
+
+class _Sets:
+    n = 2
+
+
+def _unstarted_cluster(monkeypatch, tmp_path):
+    """A real `Cluster` whose controller and ranks are faked: start/stop run their own code."""
+    from mlx_jupyter import cluster as cluster_mod
+
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
+    c = cluster_mod.Cluster(n=2)
+
+    class Client:
+        ids = [0, 1]
+        _closed = False
+
+        def close(self, linger=0):
+            pass
+
+    class Controller:
+        pid = None
+
+    class Ipp:
+        controller = Controller()
+        engines = {}
+
+        def start_controller_sync(self):
+            pass
+
+        def connect_client_sync(self):
+            return Client()
+
+        def stop_cluster_sync(self):
+            pass
+
+    monkeypatch.setattr(cluster_mod.ipp, "Cluster", lambda **kw: Ipp())
+    monkeypatch.setattr(cluster_mod.Cluster, "_start_engines",
+                        lambda self: (setattr(self, "size", 2), setattr(Client, "ids", [0, 1])))
+    monkeypatch.setattr(cluster_mod.Cluster, "_rank_pids", lambda self, es: set())
+    monkeypatch.setattr(cluster_mod.Cluster, "engine_set", None)
+    return c
+
+
+def test_cluster_publishes_itself(tmp_path, monkeypatch):
+    from mlx_jupyter.server import registry
+
+    c = _unstarted_cluster(monkeypatch, tmp_path)
+    c.start(timeout=5)
+    [item] = registry.published()
+    assert item["id"] == c.cluster_id and item["owner"] == "kernel" and item["size"] == 2
+    c.stop()
+    assert registry.published() == []
+
+
+def test_registry_failure_never_breaks_start_or_stop(tmp_path, monkeypatch, caplog):
+    from mlx_jupyter.server import registry
+
+    c = _unstarted_cluster(monkeypatch, tmp_path)
+
+    def broken(*a, **kw):
+        raise OSError("read-only runtime dir")
+
+    monkeypatch.setattr(registry, "publish", broken)
+    monkeypatch.setattr(registry, "unpublish", broken)
+    with caplog.at_level("WARNING", logger="mlx_jupyter.cluster"):
+        c.start(timeout=5)
+        assert c.running
+        c.stop()
+    assert not c.running
+    assert sum("read-only runtime dir" in r.getMessage() for r in caplog.records) == 2
 
 
 def test_manager_start_list_stop(tmp_path, monkeypatch):

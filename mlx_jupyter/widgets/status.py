@@ -55,7 +55,7 @@ class ClusterStatusWidget(anywidget.AnyWidget):
     updated = traitlets.Float(0.0).tag(sync=True)  # last time rows changed (epoch s)
 
     def __init__(self, cluster: Any = None, interval: float = MIN_INTERVAL, autostart: bool = True,
-                 publish: bool = True, **kwargs: Any) -> None:
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if cluster is None:
             from mlx_jupyter.magics import current
@@ -63,7 +63,6 @@ class ClusterStatusWidget(anywidget.AnyWidget):
             cluster = current()
         self.cluster = cluster
         self.interval = max(MIN_INTERVAL, float(interval))
-        self.publish = publish
         self.refreshes = 0
         self._busy_since: dict[int, float] = {}
         self._wake = threading.Event()
@@ -97,18 +96,7 @@ class ClusterStatusWidget(anywidget.AnyWidget):
             self.rows = rows
             self.updated = time.time()
         self.message = f"{len(rows)} ranks · {getattr(c, 'backend', '')}"
-        if self.publish:
-            self._publish(c)
         return rows
-
-    def _publish(self, cluster: Any) -> None:
-        """Make the cluster visible to the lab panel (until cluster.py publishes by itself)."""
-        try:
-            from mlx_jupyter.server import registry
-
-            registry.publish(cluster)
-        except Exception:
-            pass
 
     def start(self) -> None:
         """Start the one refresh thread (idempotent)."""

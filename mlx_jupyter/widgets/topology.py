@@ -257,6 +257,6 @@ def _make_current(cluster: Any) -> None:
 
         current = magics.current()
         if current is None or not current.running:
-            magics._cluster = cluster  # see the report: a `magics.set_current()` would make this public
+            magics.set_current(cluster)
     except Exception:
         pass
