@@ -238,14 +238,17 @@ def _prepare_out(out: Any, shape: tuple[int, ...], dtype: str, op: str) -> array
     return v
 
 
+_OPS = {"sum": 0, "max": 1, "min": 2}  # ReduceOp in the core
+
+
 def _reduce(op: str, name: str, x: Any, group: Group | None, timeout: float | None, out: Any) -> Any:
     g = group if group is not None else _world
     # Hot path (small messages are dominated by Python): numpy in, numpy out, the world group.
     if (g is not None and type(x) is np.ndarray and type(out) is np.ndarray and timeout is None
             and x.flags.c_contiguous and out.flags.c_contiguous and x.dtype == out.dtype and x.size == out.size
             and g._core is not None):
-        g._core.all_reduce(x, out, op, g.default_timeout)
-        return out
+        if g._core.all_reduce_buffers(x, out, _OPS[op], g.default_timeout):
+            return out
     g = _group(group)
     if hasattr(g, "mlx_reduce"):
         return g.mlx_reduce(name, x)
