@@ -99,6 +99,8 @@ class MLXEngineSetLauncher(EngineLauncher):
     rank_exit_callbacks = List(help="called as f(rank, returncode) when a rank's process ends")
     rank_output = Dict(help="rank -> last lines of its process output (engine logs, native stderr)")
     output_lines = Integer(200, config=True, help="lines of output kept per rank")
+    ssh_options = TAny(None, allow_none=True, config=True,
+                       help="mlx_jupyter.ssh.SSHOptions for remote hosts (None: OpenSSH defaults)")
 
     launcher = TAny(None, allow_none=True)
 
@@ -147,6 +149,7 @@ class MLXEngineSetLauncher(EngineLauncher):
             on_output=self._on_output,
             on_exit=self._on_exit,
             terminate_on_failure=False,
+            ssh_options=self.ssh_options,
         )
         self.launcher.start()
         pids = [r.pid for r in self.launcher.ranks]
@@ -193,7 +196,11 @@ class Cluster:
 
     ``n`` ranks per host (like ``mlx.launch -n``); ``hosts`` a list or
     ``"h1,h2"`` (default one local host), or ``hostfile``. ``env`` is added to
-    every rank's environment.
+    every rank's environment. ``ssh_options`` (:class:`mlx_jupyter.ssh.SSHOptions`)
+    say how to reach remote hosts. With remote hosts the controller listens on
+    every interface and tells the engines this machine's name; pass
+    ``controller_ip`` (an address of this machine the hosts can reach) when
+    that name does not resolve to such an address on the hosts.
     """
 
     def __init__(
@@ -209,6 +216,7 @@ class Cluster:
         controller_ip: Optional[str] = None,
         timeout: float = 60.0,
         log_level: int = logging.WARNING,
+        ssh_options: Optional[Any] = None,
     ):
         if isinstance(hosts, str):
             hosts = [h.strip() for h in hosts.split(",")]
@@ -228,6 +236,7 @@ class Cluster:
         self.controller_ip = controller_ip or (None if self.local else "*")
         self.timeout = timeout
         self.log_level = log_level
+        self.ssh_options = ssh_options
         self.cluster_id = f"mlx-{secrets.token_hex(4)}"
         self.client: Optional[ipp.Client] = None
         self.ipp: Optional[ipp.Cluster] = None
@@ -262,6 +271,8 @@ class Cluster:
         es.starting_port = self.starting_port
         if self.cwd:
             es.rank_cwd = self.cwd
+        if self.ssh_options is not None:
+            es.ssh_options = self.ssh_options
         es.engine_args = ["--IPEngine.wait_for_url_file=30", "--IPEngine.timeout=30"]
         cfg.LocalControllerLauncher.stop_seconds_until_kill = 2
         return cfg

@@ -1,0 +1,82 @@
+"""mlx_jupyter.Cluster over ssh: one rank per host of the namespace test bed (4 hosts, real sshd).
+
+The controller runs here and listens on the bed's bridge address (the hosts' way back to
+this machine); the engines start on the hosts through our launcher. Needs root (else skipped).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from mlx_jupyter.cluster import Cluster
+from mlx_jupyter.render import show_run
+
+pytestmark = pytest.mark.timeout(90)
+
+CELL = """\
+import os, socket, numpy as np, mlx_jupyter.distributed as d
+where = (int(os.environ["MLX_RANK"]), socket.gethostname(), world.rank(), world.size())
+mlx_sum = mx.distributed.all_sum(mx.array([world.rank() + 1.0])).item()
+core_sum = float(d.all_sum(np.array([group.rank() + 1.0]))[0])
+"""
+
+
+def _descendants() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def _wait_until(pred, timeout: float) -> bool:
+    """Poll state outside this process (the hosts' process tables) until true or timeout."""
+    deadline = time.monotonic() + timeout
+    tick = threading.Event()
+    while not pred():
+        if time.monotonic() > deadline:
+            return False
+        tick.wait(0.05)
+    return True
+
+
+def _non_sshd(bed) -> dict[int, list[int]]:
+    """Per host, every process but its sshd (the listener and sessions still closing)."""
+    sshd = bed.procs_matching("sshd")
+    out = {i: [p for p in bed.ns_pids(i) if p not in sshd.get(i, [])] for i in range(1, bed.n + 1)}
+    return {i: pids for i, pids in out.items() if pids}
+
+
+def test_cluster_on_four_ssh_hosts(testbed):
+    pytest.importorskip("mlx_jupyter._core", reason="native core not built")
+    bed = testbed
+    n = len(bed.ips)
+    before = _descendants()
+    tmp_before = set(Path("/tmp").glob("mlx-jupyter.*"))  # rank temp dirs (the hosts share this /tmp)
+    assert bed.procs_matching("mlx_jupyter.engine") == {}
+    t0 = time.monotonic()
+    c = Cluster(n=1, hosts=bed.ips, ssh_options=bed.ssh_options(), controller_ip=f"{bed.net}.1", timeout=30)
+    try:
+        c.start()
+        assert c.client.ids == list(range(n))
+        on_hosts = bed.procs_matching("mlx_jupyter.engine")
+        assert sorted(on_hosts) == list(range(1, n + 1)), on_hosts  # one engine on each host
+        info = c.setup(timeout=20)
+        assert all(not i["group_error"] for i in info.values()), info
+        show_run(c.run(CELL), timeout=20)
+        for rank in range(n):  # addressed by engine id: the engine with id r is MLX rank r, on host r+1
+            [where] = c.pull("where", targets=[rank])
+            assert tuple(where) == (rank, f"h{rank + 1}", rank, n)
+        total = n * (n + 1) / 2
+        assert c.pull("mlx_sum") == [total] * n
+        assert c.pull("core_sum") == [total] * n
+    finally:
+        c.stop()
+    assert _wait_until(lambda: bed.procs_matching("mlx_jupyter.engine") == {}, 5), \
+        f"engines left on the hosts: {bed.procs_matching('mlx_jupyter.engine')}"
+    assert _wait_until(lambda: not _non_sshd(bed), 5), f"processes left on the hosts: {_non_sshd(bed)}"
+    assert _wait_until(lambda: set(Path("/tmp").glob("mlx-jupyter.*")) <= tmp_before, 5)
+    left = [p for p in _descendants() - before if psutil.pid_exists(p)]
+    assert not left, f"local processes left behind: {left}"
+    assert time.monotonic() - t0 < 60
