@@ -33,9 +33,8 @@ class CellResult:
 class Kernel:
     """Start with ``Kernel()``, run cells with :meth:`run`, ``close()`` at the end."""
 
-    def __init__(self, env: Optional[dict] = None, startup_timeout: float = 30):
-        self.km = KernelManager(kernel_name=os.environ.get("TEST_KERNEL","python3"))
-
+    def __init__(self, env: Optional[dict] = None, startup_timeout: float = 30, kernel_name: Optional[str] = None):
+        self.km = KernelManager(kernel_name=kernel_name or os.environ.get("TEST_KERNEL", "python3"))
 
         self.km.start_kernel(env={**os.environ, **(env or {})})
         self.kc = self.km.client()
