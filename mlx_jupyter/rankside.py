@@ -10,6 +10,8 @@ engine's control thread handles even while a cell blocks the main thread:
   close MLX's world sockets. MLX's own collectives cannot be cancelled; closing
   their sockets makes a blocked ring op raise "connection to a peer was lost".
   The world group is then unusable until the ranks restart; we say so.
+  The SIGINT names its cell: one handled only after that cell ended is dropped,
+  never delivered to the next request (see :meth:`RankAgent._on_sigint`).
 - ``mlx_status_request``: pid, memory, whether a cell runs, group/world state.
 
 After a cell of this rank raises by itself, the agent aborts our core's group
@@ -91,6 +93,8 @@ class RankAgent:
         self.world_sockets: dict[int, int] = {}
         self.world_closed = ""
         self.last_error = ""
+        self._interrupt_cell: Optional[int] = None  # the cell the last SIGINT we sent is for
+        self._sigint_next: Any = signal.default_int_handler
 
     # ------------------------------------------------------------ install
 
@@ -107,6 +111,43 @@ class RankAgent:
             self.executing = True
             self.cell += 1
             self.abort_reason = None
+        self._guard_sigint()
+
+    def _guard_sigint(self) -> None:
+        """Put :meth:`_on_sigint` in front of this cell's SIGINT handler (main thread only).
+
+        ipykernel installs the handler per request (``default_int_handler``, or its
+        coroutine canceller for async cells) and restores its own afterwards, so this
+        wrapper lives exactly as long as the request of this cell.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            return
+        current = signal.getsignal(signal.SIGINT)
+        if getattr(current, "__self__", None) is self:
+            return
+        self._sigint_next = current
+        signal.signal(signal.SIGINT, self._on_sigint)
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        """SIGINT in the main thread: interrupt the cell it was meant for, swallow a stale one.
+
+        :meth:`abort` sends SIGINT only while the cell it names runs (checked under
+        the lock the cell's end takes), but the handler runs later, at the main
+        thread's next bytecode: by then that cell may be ending (we are in
+        :meth:`_post_run_cell`) or over. Such an interrupt is dropped, never passed
+        to the next cell. A SIGINT not sent by the agent is handled as usual.
+        """
+        target, self._interrupt_cell = self._interrupt_cell, None
+        if target is not None:
+            if not self.executing or target != self.cell:
+                return  # meant for a cell that has ended
+            if frame is not None and frame.f_code is RankAgent._post_run_cell.__code__:
+                return  # its code is done; it is ending
+        nxt = self._sigint_next
+        if callable(nxt) and nxt is not self._on_sigint:
+            nxt(signum, frame)
+        else:
+            raise KeyboardInterrupt
 
     def _post_run_cell(self, result: Any = None) -> None:
         with self._lock:
@@ -164,16 +205,19 @@ class RankAgent:
         """Stop this rank's cell (if one runs) and fail our group. Returns whether a cell ran."""
         with self._lock:
             running = self.executing
+            cell = self.cell
             if running:
                 self.abort_reason = reason
-            cell = self.cell
+                # under the lock: the cell cannot end between this check and the signal
+                # (its post_run_cell waits for the lock); if the handler runs only after
+                # it ended, _on_sigint sees the cell number and drops it
+                self._interrupt_cell = cell
+                # to the main thread itself: a signal taken by another thread would not
+                # wake a blocking call there (sleep, select) until it returns by itself
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
         self.abort_group(reason)
-        if running:
-            # to the main thread itself: a signal taken by another thread would not
-            # wake a blocking call there (sleep, select) until it returns by itself
-            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
-            if self.world_sockets:
-                threading.Thread(target=self._release_native, args=(cell, reason), daemon=True).start()
+        if running and self.world_sockets:
+            threading.Thread(target=self._release_native, args=(cell, reason), daemon=True).start()
         return running
 
     def _release_native(self, cell: int, reason: str, window: float = 1.5) -> None:
@@ -199,8 +243,9 @@ class RankAgent:
             if where != last:
                 last, still_since = where, now
             elif now - still_since >= self.grace:
-                if not self.world_closed:
-                    self.close_world(reason)
+                with self._lock:  # still that cell: never close the sockets under the next one
+                    if self.executing and self.cell == cell and not self.world_closed:
+                        self.close_world(reason)
                 return
             time.sleep(0.01)
 

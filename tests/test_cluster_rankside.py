@@ -1,0 +1,108 @@
+"""RankAgent's interrupt: delivered to the cell it was meant for, never to the next request.
+
+The agent runs in this (main) thread with a fake kernel; aborts come from another thread,
+as they do from the engine's control thread.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from mlx_jupyter import rankside
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.fixture
+def agent():
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("needs the main thread (signals)")
+    saved = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # what ipykernel sets for each request
+    shell = SimpleNamespace(user_ns={}, events=None)
+    a = rankside.RankAgent(SimpleNamespace(shell=shell, control_handlers={}), rank=0)
+    try:
+        yield a
+    finally:
+        signal.signal(signal.SIGINT, saved)
+
+
+def run_python(seconds: float) -> None:
+    """Bytecode in the main thread for a while: where a pending signal handler runs."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+def abort_from_control_thread(a: rankside.RankAgent, reason: str = "test") -> bool:
+    box = {}
+    t = threading.Thread(target=lambda: box.setdefault("ran", a.abort(reason)))
+    t.start()
+    t.join(5)
+    assert not t.is_alive()
+    return box["ran"]
+
+
+def test_abort_interrupts_the_running_cell(agent):
+    agent._pre_run_cell()
+    with pytest.raises(KeyboardInterrupt):
+        assert abort_from_control_thread(agent) is True
+        run_python(2.0)
+    agent._post_run_cell()
+    assert not agent.executing and agent.abort_reason == "test"
+
+
+def test_late_interrupt_is_not_delivered_to_the_next_cell(agent, monkeypatch):
+    """The reviewer's race: the check says cell 1 runs, the signal arrives once cell 2 runs."""
+    held = []
+    real_kill = signal.pthread_kill
+    monkeypatch.setattr(rankside.signal, "pthread_kill", lambda tid, sig: held.append((tid, sig)))
+    agent._pre_run_cell()                      # cell 1
+    assert abort_from_control_thread(agent) is True
+    agent._post_run_cell()                     # cell 1 ends before the signal arrives
+    agent._pre_run_cell()                      # cell 2
+    monkeypatch.setattr(rankside.signal, "pthread_kill", real_kill)
+    [(tid, sig)] = held
+    real_kill(tid, sig)                        # the signal meant for cell 1, late
+    run_python(0.3)                            # no KeyboardInterrupt in cell 2
+    with pytest.raises(KeyboardInterrupt):     # while an abort of cell 2 still stops it
+        abort_from_control_thread(agent)
+        run_python(2.0)
+    agent._post_run_cell()
+
+
+def test_late_interrupt_between_cells_and_in_post_run_cell_is_dropped(agent, monkeypatch):
+    held = []
+    real_kill = signal.pthread_kill
+    monkeypatch.setattr(rankside.signal, "pthread_kill", lambda tid, sig: held.append((tid, sig)))
+    agent._pre_run_cell()
+    assert abort_from_control_thread(agent) is True
+    agent._post_run_cell()
+    monkeypatch.setattr(rankside.signal, "pthread_kill", real_kill)
+    real_kill(*held[0])                        # arrives after the cell, before any other
+    run_python(0.3)
+    assert agent._interrupt_cell is None       # handled, and dropped
+
+
+def test_an_outside_sigint_still_interrupts(agent):
+    """A SIGINT the agent did not send (the launcher's, the user's) keeps its usual effect."""
+    agent._pre_run_cell()
+    with pytest.raises(KeyboardInterrupt):
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        run_python(2.0)
+    agent._post_run_cell()
+
+
+def test_no_signal_when_no_cell_runs(agent, monkeypatch):
+    sent = []
+    monkeypatch.setattr(rankside.signal, "pthread_kill", lambda *a: sent.append(a))
+    assert abort_from_control_thread(agent) is False
+    agent._pre_run_cell()
+    agent._post_run_cell()
+    assert abort_from_control_thread(agent) is False
+    assert sent == []
