@@ -22,6 +22,7 @@ uint64_t mix(uint64_t x) {  // splitmix64: group ids of splits
 
 constexpr size_t kReduceGrain = 64 * 1024;  // reduce arriving data in pieces this big
 constexpr auto kSpin = std::chrono::microseconds(50);  // longest busy wait before sleeping in poll()
+constexpr auto kBusyCheck = std::chrono::milliseconds(50);  // abort/Ctrl-C checks during long transfers
 
 }  // namespace
 
@@ -164,7 +165,7 @@ void Group::run(std::vector<Xfer>& xs, const Wait& wait) {
   std::vector<pollfd> fds;
   bool spinning = false;
   for (Link* l : links) spinning |= l->spins();
-  Clock::time_point spin_start{};
+  Clock::time_point spin_start{}, next_check = Clock::now() + kBusyCheck;
   for (;;) {
     bool moved = false, busy = false;
     for (Link* l : links) moved |= l->progress();
@@ -180,6 +181,14 @@ void Group::run(std::vector<Xfer>& xs, const Wait& wait) {
     if (!busy) return;
     if (moved) {
       spin_start = Clock::time_point{};
+      // A long transfer that never sleeps still honours abort, Ctrl-C and its deadline.
+      auto now = Clock::now();
+      if (now >= next_check) {
+        next_check = now + kBusyCheck;
+        wait.check_abort();
+        if (wait.interrupted && wait.interrupted()) throw Interrupted();
+        if (now >= wait.deadline) fail(ErrorKind::Timeout, wait.what + " timed out while still transferring");
+      }
       continue;
     }
     if (spinning) {  // a short bounded spin beats a sleep and a wake-up
