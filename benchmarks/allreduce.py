@@ -23,8 +23,8 @@ import numpy as np
 sizes = json.loads(os.environ["BENCH_SIZES"])
 
 def measure(fn, nbytes, barrier):
-    iters = max(5, min(500, int(2e8 // max(nbytes, 1))))
-    for _ in range(3):
+    iters = max(5, min(2000, int(4e8 // max(nbytes, 1))))
+    for _ in range(max(3, iters // 5)):  # warm up: caches, pages, scheduler placement
         fn()
     barrier()
     times = []
@@ -37,14 +37,14 @@ OURS_AND_MLX = TIMING + r"""
 import mlx.core as mx
 from mlx_jupyter import distributed as dist
 g = dist.init(strict=True, backend="ring", timeout=60)
-w = mx.distributed.init(strict=True, backend="ring")
 rows = []
-for nbytes in sizes:
+for nbytes in sizes:  # ours first, before MLX's ring (and its threads) exist in the process
     x = np.ones(nbytes // 4, np.float32); out = np.empty_like(x)
-    xm = mx.ones(nbytes // 4, dtype=mx.float32); mx.eval(xm)
-    ours = measure(lambda: dist.all_sum(x, out=out), nbytes, g.barrier)
-    theirs = measure(lambda: mx.eval(mx.distributed.all_sum(xm, group=w)), nbytes, g.barrier)
-    rows.append({"bytes": nbytes, "ours": ours, "mlx": theirs})
+    rows.append({"bytes": nbytes, "ours": measure(lambda: dist.all_sum(x, out=out), nbytes, g.barrier)})
+w = mx.distributed.init(strict=True, backend="ring")
+for row in rows:
+    xm = mx.ones(row["bytes"] // 4, dtype=mx.float32); mx.eval(xm)
+    row["mlx"] = measure(lambda: mx.eval(mx.distributed.all_sum(xm, group=w)), row["bytes"], g.barrier)
 if g.rank() == 0:
     print("BENCH " + json.dumps({"rows": rows, "links": g._core.link_kinds()}), flush=True)
 """
