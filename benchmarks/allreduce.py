@@ -70,12 +70,13 @@ def bench_line(out: str) -> dict:
 
 
 def run_ours(n: int, sizes: list[int], transport: str) -> dict:
-    from mlx_jupyter.demo import free_ports
+    from mlx_jupyter.ports import free_port_block
 
     with tempfile.TemporaryDirectory() as tmp:
         hf = os.path.join(tmp, "hosts.json")
         with open(hf, "w") as fh:
-            json.dump([[f"127.0.0.1:{p}"] for p in free_ports(n)], fh)
+            base = free_port_block(n)
+            json.dump([[f"127.0.0.1:{base + r}"] for r in range(n)], fh)
         env = {**os.environ, "MLX_HOSTFILE": hf, "BENCH_SIZES": json.dumps(sizes),
                "MLX_JUPYTER_TOKEN": os.urandom(8).hex(), "MLX_JUPYTER_TRANSPORT": transport}
         procs = [subprocess.Popen([sys.executable, "-c", OURS_AND_MLX], env={**env, "MLX_RANK": str(r)}, cwd=tmp,

@@ -87,7 +87,7 @@ def jupyter_distributed(n: int) -> dict:
     except ImportError:
         print("jupyter-distributed not installed: skipped (pip install jupyter-distributed)", file=sys.stderr)
         return {}
-    from mlx_jupyter.cluster import free_port_block
+    from mlx_jupyter.ports import free_port_block
 
     with tempfile.TemporaryDirectory(prefix="bench-jd-") as tmp:
         spec = Path(tmp) / "kernels" / "jd2"

@@ -20,9 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import random
 import secrets
-import socket
 import sys
 import threading
 import time
@@ -34,6 +32,7 @@ from traitlets import Any as TAny
 from traitlets import Dict, Integer, List, Unicode, default
 
 from mlx_jupyter.output import describe_exit, rank_label
+from mlx_jupyter.ports import free_port_block
 
 Progress = Callable[[int, int], None]
 log = logging.getLogger(__name__)
@@ -53,26 +52,6 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 class ClusterError(RuntimeError):
     """The cluster could not do what was asked; the message says which rank and why."""
-
-
-def free_port_block(n: int, offset: int = 1000, host: str = "127.0.0.1", tries: int = 200) -> int:
-    """A port P such that P..P+n-1 and P+offset..P+offset+n-1 are all free on ``host``."""
-    for _ in range(tries):
-        start = random.randrange(20000, 60000 - offset - n)
-        ports = [start + i for i in range(n)] + [start + offset + i for i in range(n)]
-        socks = []
-        try:
-            for port in ports:
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                socks.append(s)
-                s.bind((host, port))
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-        return start
-    raise ClusterError(f"no block of {n} free ports (and +{offset}) found on {host}")
 
 
 def _is_local(host: str) -> bool:
@@ -701,15 +680,10 @@ def _reap(pids: Iterable[int], timeout: float) -> None:
     if not alive:
         return
     _, alive = psutil.wait_procs(alive, timeout=min(timeout, 1.0))
-    for p in alive:
-        try:
-            p.terminate()
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(alive, timeout=min(timeout, 2.0))
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(alive, timeout=1.0)
+    for send, grace in ((psutil.Process.terminate, min(timeout, 2.0)), (psutil.Process.kill, 1.0)):
+        for p in alive:
+            try:
+                send(p)
+            except psutil.Error:
+                pass
+        _, alive = psutil.wait_procs(alive, timeout=grace)

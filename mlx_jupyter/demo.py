@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import socket
 import sys
 import tempfile
+
+from mlx_jupyter.ports import free_port_block
 
 RANK_CODE = """
 import numpy as np, mlx.core as mx
@@ -20,46 +21,6 @@ print(f"rank {r} of {group.size()}: mlx_jupyter all_sum = {ours.tolist()}, MLX a
 """
 
 
-def free_ports(n: int) -> list[int]:
-    """n ports free now on loopback, each with port+1000 free too (our core's offset)."""
-    ports: list[int] = []
-    while len(ports) < n:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        if p + 1000 > 65535 or p in ports:
-            continue
-        try:
-            with socket.socket() as s2:
-                s2.bind(("127.0.0.1", p + 1000))
-        except OSError:
-            continue
-        ports.append(p)
-    return ports
-
-
-def free_port_run(n: int, offset: int = 1000) -> int:
-    """A starting port p with p..p+n-1 and the same shifted by `offset` free on loopback now."""
-    for _ in range(200):
-        base = free_ports(1)[0]
-        if base + n + offset > 65535:
-            continue
-        wanted = [base + i for i in range(n)] + [base + offset + i for i in range(n)]
-        socks = []
-        try:
-            for port in wanted:
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError(f"no run of {n} free ports found on 127.0.0.1")
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="mlx-jupyter demo", description=__doc__)
     parser.add_argument("-n", type=int, default=2, help="number of local ranks (default 2)")
@@ -70,7 +31,7 @@ def main(argv: list[str]) -> int:
 
     with tempfile.TemporaryDirectory(prefix="mlxj-demo-") as tmp:
         launcher = Launcher([sys.executable, "-c", RANK_CODE], hosts="127.0.0.1", repeat_hosts=args.n,
-                            starting_port=free_port_run(args.n), cwd=tmp)
+                            starting_port=free_port_block(args.n), cwd=tmp)
         launcher.start()
         try:
             code = launcher.wait(timeout=120)

@@ -48,9 +48,9 @@ def test_launch_a_script_on_two_local_ranks(tmp_path: Path) -> None:
         "import mlx.core as mx\n"
         "w = mx.distributed.init(strict=True, backend='ring')\n"
         "print('sum', mx.distributed.all_sum(mx.ones(2) * (w.rank() + 1), group=w).tolist())\n")
-    from mlx_jupyter.demo import free_port_run
+    from mlx_jupyter.ports import free_port_block
 
-    port = str(free_port_run(2))
+    port = str(free_port_block(2))
     p = subprocess.run(CLI + ["launch", "-n", "2", "-p", port, "--", sys.executable, "train.py"],
                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert p.returncode == 0, p.stderr

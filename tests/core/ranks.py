@@ -9,7 +9,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 
-from mlx_jupyter.demo import free_ports
+from mlx_jupyter.ports import free_port_block
 
 PRELUDE = """
 import json, os, sys, time, threading, signal
@@ -37,7 +37,8 @@ class Ranks:
     def start(self, only: list[int] | None = None) -> "Ranks":
         if not self.tmp:
             self.tmp = tempfile.mkdtemp(prefix="mlxj-test-")
-            self.ports = free_ports(self.n)
+            base = free_port_block(self.n)
+            self.ports = list(range(base, base + self.n))
             self.hostfile = os.path.join(self.tmp, "hostfile.json")
             with open(self.hostfile, "w") as fh:
                 json.dump([[f"127.0.0.1:{p}"] for p in self.ports], fh)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from pathlib import Path
 
 import pytest
+
+from mlx_jupyter.ports import free_port_block
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -22,29 +23,6 @@ def healthy(testbed):
     yield testbed
     for i in range(1, testbed.n + 1):
         testbed.heal(i)
-
-
-def free_port_block(count: int, offset: int = 1000, host: str = "127.0.0.1") -> int:
-    """A base port P with P..P+count-1 and the same +offset free on ``host`` (bind-probed)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind((host, 0))
-            base = s.getsockname()[1]
-        if base + count + offset > 65535:
-            continue
-        socks = []
-        try:
-            for port in [*range(base, base + count), *range(base + offset, base + offset + count)]:
-                t = socket.socket()
-                socks.append(t)
-                t.bind((host, port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for t in socks:
-                t.close()
-    raise RuntimeError("no free port block")
 
 
 @pytest.fixture
