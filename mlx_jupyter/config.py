@@ -215,23 +215,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--env", action="append", default=[], metavar="K=V", help="saved into the hostfile (repeatable)")
     p.add_argument("--ignore-unreachable", action="store_true", help="leave out hosts ssh cannot reach")
     p.add_argument("--verbose", action="store_true", help="log each step to stderr")
-    ssh_group = p.add_argument_group("ssh (as for mlx-jupyter launch)")
-    ssh_group.add_argument("--accept-unknown-hosts", action="store_true",
-                           help="accept hosts missing from known_hosts (a changed key is still refused)")
-    ssh_group.add_argument("--ssh-config", action="append", metavar="F", help="ssh_config file(s) instead of ~/.ssh/config")
-    ssh_group.add_argument("--known-hosts", metavar="F", help="known_hosts file instead of ~/.ssh/known_hosts")
-    ssh_group.add_argument("-i", "--identity", action="append", metavar="F", help="private key file(s)")
-    ssh_group.add_argument("--connect-timeout", type=float, default=CONNECT_TIMEOUT, metavar="S",
-                           help=f"ssh connect timeout (default {CONNECT_TIMEOUT:g})")
+    from mlx_jupyter import ssh
+
+    ssh.add_arguments(p, "ssh (as for mlx-jupyter launch)", CONNECT_TIMEOUT, keepalive=False)
     return p
 
 
 def ssh_options(args: argparse.Namespace) -> Any:
     """The `SSHOptions` the ssh flags ask for."""
-    from mlx_jupyter.ssh import SSHOptions
+    from mlx_jupyter.ssh import options_from_args
 
-    return SSHOptions(config=args.ssh_config, known_hosts=args.known_hosts, accept_unknown_hosts=args.accept_unknown_hosts,
-                      client_keys=args.identity, connect_timeout=args.connect_timeout)
+    return options_from_args(args)
 
 
 def host_names(args: argparse.Namespace) -> list[str]:

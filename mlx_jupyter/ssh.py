@@ -96,6 +96,28 @@ class SSHOptions:
         return self.keepalive_interval * (self.keepalive_count_max + 1)
 
 
+def add_arguments(parser: Any, title: str = "ssh", connect_timeout: float = 10.0, keepalive: bool = True) -> None:
+    """The ssh flags shared by the commands (launch, config), as an argparse group."""
+    g = parser.add_argument_group(title)
+    g.add_argument("--accept-unknown-hosts", action="store_true",
+                   help="accept hosts missing from known_hosts (a changed key is still refused)")
+    g.add_argument("--ssh-config", action="append", metavar="F", help="ssh_config file(s) instead of ~/.ssh/config")
+    g.add_argument("--known-hosts", metavar="F", help="known_hosts file instead of ~/.ssh/known_hosts")
+    g.add_argument("-i", "--identity", action="append", metavar="F", help="private key file(s)")
+    g.add_argument("--connect-timeout", type=float, default=connect_timeout, metavar="S",
+                   help=f"ssh connect timeout (default {connect_timeout:g})")
+    if keepalive:
+        g.add_argument("--keepalive-interval", type=float, default=1.0, metavar="S",
+                       help="ssh keepalive interval; a host silent for 4 intervals is declared lost")
+
+
+def options_from_args(args: Any) -> "SSHOptions":
+    """The `SSHOptions` that the flags of `add_arguments` ask for."""
+    extra = {"keepalive_interval": args.keepalive_interval} if hasattr(args, "keepalive_interval") else {}
+    return SSHOptions(config=args.ssh_config, known_hosts=args.known_hosts, accept_unknown_hosts=args.accept_unknown_hosts,
+                      client_keys=args.identity, connect_timeout=args.connect_timeout, **extra)
+
+
 def split_destination(dest: str) -> tuple[str | None, str]:
     """``user@host`` -> (user, host); ``[v6]`` brackets removed."""
     user, sep, host = dest.rpartition("@")

@@ -64,15 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--print-python", action="store_true", help="print the interpreter path and exit")
     p.add_argument("--verbose", action="store_true", help="log steps to stderr")
     p.add_argument("--output", choices=("prefix", "raw"), help="prefix lines with [rank r] (default with >1 rank)")
-    ssh_group = p.add_argument_group("ssh")
-    ssh_group.add_argument("--accept-unknown-hosts", action="store_true",
-                           help="accept hosts missing from known_hosts (a changed key is still refused)")
-    ssh_group.add_argument("--ssh-config", action="append", metavar="F", help="ssh_config file(s) instead of ~/.ssh/config")
-    ssh_group.add_argument("--known-hosts", metavar="F", help="known_hosts file instead of ~/.ssh/known_hosts")
-    ssh_group.add_argument("-i", "--identity", action="append", metavar="F", help="private key file(s)")
-    ssh_group.add_argument("--connect-timeout", type=float, default=10.0, metavar="S", help="ssh connect timeout")
-    ssh_group.add_argument("--keepalive-interval", type=float, default=1.0, metavar="S",
-                           help="ssh keepalive interval; a host silent for 4 intervals is declared lost")
+    ssh.add_arguments(p)
     return p
 
 
@@ -136,10 +128,7 @@ def make_config(args: argparse.Namespace, command: list[str]) -> LaunchConfig:
     if cols > 0 and sys.stdout.isatty():
         env.setdefault("COLUMNS", str(cols))
         env.setdefault("LINES", str(lines))
-    opts = ssh.SSHOptions(
-        config=args.ssh_config, known_hosts=args.known_hosts, accept_unknown_hosts=args.accept_unknown_hosts,
-        client_keys=args.identity, connect_timeout=args.connect_timeout, keepalive_interval=args.keepalive_interval,
-    )
+    opts = ssh.options_from_args(args)
     return LaunchConfig(
         command=command, hosts=hosts, backend=args.backend or backend or _default_backend(), env=env,
         cwd=args.cwd, cwd_required=args.cwd is not None, python=args.python, starting_port=args.starting_port,
