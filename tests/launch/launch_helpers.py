@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -22,6 +22,17 @@ def cli_env(extra: Optional[dict] = None) -> dict:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
     env.update(extra or {})
     return env
+
+
+def collector() -> tuple[list, Callable]:
+    """A thread-safe list of (rank, stream, line) and the on_output callback that fills it."""
+    out: list = []
+    lock = threading.Lock()
+
+    def on_output(rank, stream, line):
+        with lock:
+            out.append((rank, stream, line))
+    return out, on_output
 
 
 def cli(args: Sequence[str], timeout: float = 60, stdin: Optional[str] = None, **kw) -> subprocess.CompletedProcess:

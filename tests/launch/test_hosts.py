@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from launch_helpers import PY, ROOT, LiveCLI, cli, cpu_seconds
+from launch_helpers import collector, PY, ROOT, LiveCLI, cli, cpu_seconds
 from mlx_jupyter.hostfile import Host
 from mlx_jupyter.launch import LaunchError, Launcher
 
@@ -22,16 +22,6 @@ pytestmark = pytest.mark.timeout(120)
 
 def hosts_of(bed, n: int | None = None) -> list[Host]:
     return [Host(ip, [ip]) for ip in bed.ips[: n or bed.n]]
-
-
-def collector():
-    out: list = []
-    lock = threading.Lock()
-
-    def on_output(rank, stream, line):
-        with lock:
-            out.append((rank, stream, line))
-    return out, on_output
 
 
 def stdout_of(out) -> dict[int, list[str]]:

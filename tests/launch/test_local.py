@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from launch_helpers import PY, ROOT, LiveCLI, cli, cpu_seconds, wait_pids_gone
+from launch_helpers import collector, PY, ROOT, LiveCLI, cli, cpu_seconds, wait_pids_gone
 from mlx_jupyter.launch import LaunchError, Launcher
 from mlx_jupyter.launch.cli import build_parser, split_argv
 
@@ -21,18 +21,8 @@ pytestmark = pytest.mark.timeout(120)
 PRINT_ENV = "import os, json; print(json.dumps({k: os.environ.get(k) for k in ['MLX_RANK', 'MLX_HOSTFILE', 'MLX_JUPYTER_TOKEN', 'EXTRA']}))"
 
 
-def collect() -> tuple[list, callable]:
-    out: list = []
-    lock = threading.Lock()
-
-    def on_output(rank, stream, line):
-        with lock:
-            out.append((rank, stream, line))
-    return out, on_output
-
-
 def test_api_env_output_and_exit_callbacks(tmp_path):
-    out, on_output = collect()
+    out, on_output = collector()
     exits = {}
     launcher = Launcher([PY, "-c", PRINT_ENV + "; import sys; print('err', file=sys.stderr)"], hosts="127.0.0.1",
                         repeat_hosts=3, rank_env=lambda r: {"EXTRA": f"x{r}"}, on_output=on_output,
@@ -55,7 +45,7 @@ def test_api_env_output_and_exit_callbacks(tmp_path):
 def test_fresh_token_per_launch():
     tokens = []
     for _ in range(2):
-        out, on_output = collect()
+        out, on_output = collector()
         launcher = Launcher([PY, "-c", PRINT_ENV], on_output=on_output).start()
         assert launcher.wait(30) == 0
         tokens.append(json.loads(out[0][2])["MLX_JUPYTER_TOKEN"])
@@ -63,7 +53,7 @@ def test_fresh_token_per_launch():
 
 
 def test_one_rank_run_initialises_mlx():
-    out, on_output = collect()
+    out, on_output = collector()
     code = "import mlx.core as mx; g = mx.distributed.init(); print(g.rank(), g.size(), mx.distributed.all_sum(mx.array(3)).item())"
     launcher = Launcher([PY, "-c", code], on_output=on_output).start()
     assert launcher.wait(60) == 0, out
@@ -124,7 +114,7 @@ def test_signal_reaches_the_ranks():
 def test_py_script_runs_with_python_and_stdin_is_broadcast(tmp_path):
     script = tmp_path / "echo_stdin.py"
     script.write_text("import sys\nprint('line:', sys.stdin.readline().strip())\n")
-    out, on_output = collect()
+    out, on_output = collector()
     launcher = Launcher([str(script)], repeat_hosts=2, on_output=on_output, stdin=True).start()
     launcher.write_stdin("hello ranks\n")
     launcher.close_stdin()
@@ -153,7 +143,7 @@ def test_partial_lines_are_flushed_so_prompts_show():
 
 def test_real_mlx_ring_on_four_local_ranks(port_block):
     base = port_block(4)
-    out, on_output = collect()
+    out, on_output = collector()
     code = ("import mlx.core as mx; g = mx.distributed.init(backend='ring', strict=True); "
             "x = mx.distributed.all_sum(mx.array([g.rank() + 1.0, 1.0])); print('sum', g.rank(), g.size(), x.tolist())")
     launcher = Launcher([PY, "-c", code], repeat_hosts=4, starting_port=base, on_output=on_output).start()
