@@ -33,6 +33,8 @@ if TYPE_CHECKING:  # pragma: no cover
 #: aborted our core's group, or MLX's sockets were closed under a blocked collective
 RELEASE_ERRORS = {"AbortedError", "PeerError"}
 RELEASE_TEXT = ("connection to a peer was lost",)
+#: a rank's answer for a cell aborted before it started there (rankside.CellAborted)
+NOT_STARTED = "CellAborted"
 
 
 def is_release_error(ename: str, evalue: str, stopped: bool) -> bool:
@@ -162,7 +164,9 @@ class CellRun:
             self._replied.add(rank)
             if content.get("status") == "ok":
                 outcome.status = OK
-            elif content.get("status") == "aborted":
+            elif content.get("status") == "aborted" or (
+                content.get("ename") == NOT_STARTED and rank in self._abort_sent
+            ):
                 outcome.status, outcome.note = RELEASED, f"not run: {self.cause or 'aborted'}"
             else:
                 outcome.ename = content.get("ename", "Error")
@@ -232,7 +236,7 @@ class CellRun:
                 self._abort_sent[r] = now
         if targets:
             self.cluster.needs_reform = True
-            for rank, fut in self.cluster.send_abort(reason, targets).items():
+            for rank, fut in self.cluster.send_abort(reason, targets, self.msg_ids).items():
                 self._abort_replies[rank] = fut
 
     def check_deadlines(self, now: Optional[float] = None) -> None:

@@ -573,8 +573,13 @@ class Cluster:
         self.check_ranks(ranks)
         return CellRun(self, code, ranks, release_deadline).start()
 
-    def send_abort(self, reason: str, ranks: Sequence[int]) -> dict[int, Any]:
-        """``mlx_abort_request`` to each rank's control channel; futures of the replies."""
+    def send_abort(self, reason: str, ranks: Sequence[int],
+                   msg_ids: Optional[dict[int, str]] = None) -> dict[int, Any]:
+        """``mlx_abort_request`` to each rank's control channel; futures of the replies.
+
+        ``msg_ids`` (rank -> request) names the cell to stop on each rank: one that
+        has not started there yet is then never run.
+        """
         client = self.client
         futures: dict[int, Any] = {}
         if client is None or client._closed:
@@ -583,7 +588,8 @@ class Cluster:
             if rank in self.dead or rank not in client.ids:
                 continue
             ident = client._build_targets([rank])[0][0]
-            futures[rank] = client._send(client._control_stream, "mlx_abort_request", content={"reason": reason}, ident=ident)
+            content = {"reason": reason, "msg_id": (msg_ids or {}).get(rank, "")}
+            futures[rank] = client._send(client._control_stream, "mlx_abort_request", content=content, ident=ident)
         return futures
 
     def abort(self, reason: str = "aborted by the user", targets: Optional[Sequence[int]] = None,

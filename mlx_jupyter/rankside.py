@@ -4,7 +4,7 @@ A :class:`RankAgent` is installed in every engine started by
 :mod:`mlx_jupyter.engine`. It answers two control-channel requests, which the
 engine's control thread handles even while a cell blocks the main thread:
 
-- ``mlx_abort_request {reason}``: abort our core's group (pending and later ops
+- ``mlx_abort_request {reason, msg_id}``: abort our core's group (pending and later ops
   fail at once), interrupt the running cell (SIGINT: Python code stops at its
   next bytecode), and if the cell is still running after ``grace`` seconds,
   close MLX's world sockets. MLX's own collectives cannot be cancelled; closing
@@ -12,6 +12,10 @@ engine's control thread handles even while a cell blocks the main thread:
   The world group is then unusable until the ranks restart; we say so.
   The SIGINT names its cell: one handled only after that cell ended is dropped,
   never delivered to the next request (see :meth:`RankAgent._on_sigint`).
+  An abort naming a cell (``msg_id``) that has not started here yet (its request
+  still queued, or between dispatch and ``pre_run_cell``) keeps that cell from
+  running: the kernel answers "aborted", or the cell is rejected before its
+  first line (:class:`CellAborted`).
 - ``mlx_status_request``: pid, memory, whether a cell runs, group/world state.
 
 After a cell of this rank raises by itself, the agent aborts our core's group
@@ -21,6 +25,8 @@ the notebook.
 
 from __future__ import annotations
 
+import ast
+import collections
 import os
 import signal
 import socket
@@ -29,8 +35,27 @@ import threading
 import time
 from typing import Any, Optional
 
+from IPython.core.error import InputRejected
+
 #: the agent of this process, once installed
 AGENT: Optional["RankAgent"] = None
+
+
+class CellAborted(InputRejected):
+    """A cell aborted before it started on this rank; it did not run."""
+
+
+class _RejectCell(ast.NodeTransformer):
+    """Installed for one aborted cell only: rejects it before its first line runs."""
+
+    def __init__(self, agent: "RankAgent", cell: int, reason: str):
+        self.agent, self.cell, self.reason = agent, cell, reason
+
+    def visit(self, node: ast.AST) -> ast.AST:
+        self.agent._drop_rejector(self)
+        if self.agent.cell == self.cell:
+            raise CellAborted(f"not run: {self.reason}")
+        return node
 
 
 def env_rank() -> int:
@@ -95,6 +120,10 @@ class RankAgent:
         self.last_error = ""
         self._interrupt_cell: Optional[int] = None  # the cell the last SIGINT we sent is for
         self._sigint_next: Any = signal.default_int_handler
+        self.msg_id = ""  # the request of the current (or last) cell
+        self._ended_ids: collections.deque = collections.deque(maxlen=64)
+        self._not_started: "collections.OrderedDict[str, str]" = collections.OrderedDict()
+        self._rejector: Optional[_RejectCell] = None
 
     # ------------------------------------------------------------ install
 
@@ -106,12 +135,41 @@ class RankAgent:
 
     # ------------------------------------------------------------ cells
 
+    def _parent_msg_id(self) -> str:
+        get_parent = getattr(self.kernel, "get_parent", None)
+        try:
+            parent = get_parent("shell") if get_parent else {}
+        except Exception:
+            parent = {}
+        return str((parent or {}).get("header", {}).get("msg_id", ""))
+
     def _pre_run_cell(self, info: Any = None) -> None:
+        msg_id = self._parent_msg_id()
         with self._lock:
             self.executing = True
             self.cell += 1
-            self.abort_reason = None
+            self.msg_id = msg_id
+            reason = self._not_started.pop(msg_id, None) if msg_id else None
+            self.abort_reason = reason
+            if reason is not None:
+                self._rejector = _RejectCell(self, self.cell, reason)
+                self.shell.ast_transformers.insert(0, self._rejector)
+        if reason is not None:
+            aborted = getattr(self.kernel, "aborted", None)
+            if aborted is not None:
+                aborted.discard(msg_id)
         self._guard_sigint()
+
+    def _drop_rejector(self, rejector: Optional[_RejectCell] = None) -> None:
+        with self._lock:
+            current = self._rejector
+            if current is None or (rejector is not None and current is not rejector):
+                return
+            self._rejector = None
+        try:
+            self.shell.ast_transformers.remove(current)
+        except ValueError:
+            pass
 
     def _guard_sigint(self) -> None:
         """Put :meth:`_on_sigint` in front of this cell's SIGINT handler (main thread only).
@@ -150,9 +208,12 @@ class RankAgent:
             raise KeyboardInterrupt
 
     def _post_run_cell(self, result: Any = None) -> None:
+        self._drop_rejector()  # a cell that failed to compile never reached it
         with self._lock:
             self.executing = False
             aborted = self.abort_reason
+            if self.msg_id:
+                self._ended_ids.append(self.msg_id)
         err = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
         if err is not None and aborted is None:
             self.last_error = f"{type(err).__name__}: {err}"
@@ -201,11 +262,22 @@ class RankAgent:
         content.setdefault("status", "ok")
         self.kernel.session.send(stream, msg_type, content, parent=parent, ident=idents)
 
-    def abort(self, reason: str) -> bool:
-        """Stop this rank's cell (if one runs) and fail our group. Returns whether a cell ran."""
+    def abort(self, reason: str, msg_id: str = "") -> bool:
+        """Stop this rank's cell and fail our group. Returns whether a cell ran.
+
+        ``msg_id`` names the cell to stop; if it has not started here yet, it never will.
+        Without it, whatever cell runs is stopped.
+        """
         with self._lock:
-            running = self.executing
+            running = self.executing and (not msg_id or msg_id == self.msg_id)
             cell = self.cell
+            if msg_id and not running and msg_id != self.msg_id and msg_id not in self._ended_ids:
+                self._not_started[msg_id] = reason
+                while len(self._not_started) > 64:
+                    self._not_started.popitem(last=False)
+                aborted = getattr(self.kernel, "aborted", None)
+                if aborted is not None:  # still queued: ipyparallel's kernel answers "aborted"
+                    aborted.add(msg_id)
             if running:
                 self.abort_reason = reason
                 # under the lock: the cell cannot end between this check and the signal
@@ -251,7 +323,7 @@ class RankAgent:
 
     def _on_abort(self, stream: Any, idents: Any, parent: dict) -> None:
         reason = parent["content"].get("reason", "aborted")
-        running = self.abort(reason)
+        running = self.abort(reason, str(parent["content"].get("msg_id") or ""))
         self._reply(stream, idents, parent, "mlx_abort_reply", {"was_running": running, "rank": self.rank})
 
     def status(self) -> dict:

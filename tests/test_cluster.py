@@ -106,13 +106,41 @@ def test_interrupt_releases_every_rank(cluster):
         cluster.reform()
     r = cluster.run("import time, numpy as np, mlx_jupyter.distributed as d\nprint('armed', flush=True)\n"
                     "if group.rank() == 0:\n    d.all_sum(np.ones(3))\nelse:\n    time.sleep(60)")
-    ev = r.next_event(10)
-    assert ev is not None and ev.kind == "stream"
+    armed = set()
+    while len(armed) < 2:  # both ranks in their blocking call; the race of one not started
+        ev = r.next_event(10)  # yet is test_interrupt_before_a_rank_started_the_cell...
+        assert ev is not None and ev.kind == "stream"
+        armed.add(ev.rank)
     t0 = time.monotonic()
     r.interrupt()
     assert r.wait(5)
     assert time.monotonic() - t0 < 2.0
     assert {o.status for o in r.outcomes.values()} == {"released"}
+
+
+def test_interrupt_before_a_rank_started_the_cell_keeps_it_from_running(cluster, tmp_path):
+    """Regression (CI): the stop came while rank 1 had not begun the cell yet (here: busy
+    with an earlier request). That rank used to run the whole cell afterwards; now the
+    cell is answered "not run" there and the run ends within the release deadline."""
+    if cluster.needs_reform:
+        cluster.reform()
+    gate = tmp_path / "gate"
+    held = cluster.client[1].execute(
+        "import os, time\nt_end = time.monotonic() + 20\n"
+        f"while not os.path.exists({str(gate)!r}) and time.monotonic() < t_end:\n    time.sleep(0.01)",
+        block=False)
+    r = cluster.run("import numpy as np, mlx_jupyter.distributed as d\nprint('armed', flush=True)\n"
+                    "ran_here = True\nd.all_sum(np.ones(3))")
+    ev = r.next_event(10)
+    assert ev is not None and ev.kind == "stream" and ev.rank == 0
+    r.interrupt()
+    gate.touch()
+    assert r.wait(5)
+    held.get(10)
+    assert r.outcomes[0].status == "released"
+    assert r.outcomes[1].status == "released" and r.outcomes[1].note.startswith("not run"), r.outcomes[1]
+    cluster.client[:].execute("ran = 'ran_here' in globals()", block=True)
+    assert cluster.pull("ran") == [True, False]
 
 
 def test_back_to_back_runs_all_end(cluster):

@@ -6,6 +6,7 @@ as they do from the engine's control thread.
 
 from __future__ import annotations
 
+import ast
 import signal
 import threading
 import time
@@ -24,8 +25,11 @@ def agent():
         pytest.skip("needs the main thread (signals)")
     saved = signal.getsignal(signal.SIGINT)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # what ipykernel sets for each request
-    shell = SimpleNamespace(user_ns={}, events=None)
-    a = rankside.RankAgent(SimpleNamespace(shell=shell, control_handlers={}), rank=0)
+    shell = SimpleNamespace(user_ns={}, events=None, ast_transformers=[])
+    parent = {"header": {"msg_id": ""}}
+    kernel = SimpleNamespace(shell=shell, control_handlers={}, aborted=set(), parent=parent,
+                             get_parent=lambda channel: parent)
+    a = rankside.RankAgent(kernel, rank=0)
     try:
         yield a
     finally:
@@ -39,9 +43,9 @@ def run_python(seconds: float) -> None:
         pass
 
 
-def abort_from_control_thread(a: rankside.RankAgent, reason: str = "test") -> bool:
+def abort_from_control_thread(a: rankside.RankAgent, reason: str = "test", msg_id: str = "") -> bool:
     box = {}
-    t = threading.Thread(target=lambda: box.setdefault("ran", a.abort(reason)))
+    t = threading.Thread(target=lambda: box.setdefault("ran", a.abort(reason, msg_id)))
     t.start()
     t.join(5)
     assert not t.is_alive()
@@ -106,3 +110,64 @@ def test_no_signal_when_no_cell_runs(agent, monkeypatch):
     agent._post_run_cell()
     assert abort_from_control_thread(agent) is False
     assert sent == []
+
+
+def start_cell(a: rankside.RankAgent, msg_id: str) -> None:
+    """What the kernel does for request ``msg_id``: make it the shell's parent, then pre_run_cell."""
+    a.kernel.parent["header"]["msg_id"] = msg_id
+    a._pre_run_cell()
+
+
+def test_abort_of_a_queued_cell_keeps_it_from_running(agent, monkeypatch):
+    """The abort reaches a rank before the cell it names started there (still queued)."""
+    sent = []
+    monkeypatch.setattr(rankside.signal, "pthread_kill", lambda *a: sent.append(a))
+    assert abort_from_control_thread(agent, "rank 0 raised X", msg_id="m2") is False
+    assert "m2" in agent.kernel.aborted          # ipyparallel's kernel answers "aborted"
+    assert sent == []
+
+
+def test_abort_of_a_cell_already_dispatched_rejects_it_before_its_first_line(agent, monkeypatch):
+    """The kernel took the request before the abort came (between dispatch and pre_run_cell)."""
+    monkeypatch.setattr(rankside.signal, "pthread_kill", lambda *a: pytest.fail("no signal expected"))
+    assert abort_from_control_thread(agent, "stop", msg_id="m3") is False
+    start_cell(agent, "m3")
+    assert "m3" not in agent.kernel.aborted
+    [rejector] = agent.shell.ast_transformers
+    with pytest.raises(rankside.CellAborted, match="not run: stop"):
+        rejector.visit(ast.parse("x = 1"))
+    assert agent.shell.ast_transformers == []
+    agent._post_run_cell()
+    assert agent.abort_reason == "stop"
+    start_cell(agent, "m4")                       # the next cell runs as usual
+    assert agent.shell.ast_transformers == [] and agent.abort_reason is None
+    agent._post_run_cell()
+
+
+def test_rejector_of_a_cell_that_never_compiled_is_removed(agent):
+    abort_from_control_thread(agent, "stop", msg_id="m5")
+    start_cell(agent, "m5")
+    agent._post_run_cell()                        # a syntax error: no AST transform ran
+    assert agent.shell.ast_transformers == []
+
+
+def test_abort_naming_another_cell_does_not_interrupt_the_running_one(agent, monkeypatch):
+    sent = []
+    monkeypatch.setattr(rankside.signal, "pthread_kill", lambda *a: sent.append(a))
+    start_cell(agent, "m6")
+    assert abort_from_control_thread(agent, "stop", msg_id="m7") is False
+    assert sent == [] and agent.shell.ast_transformers == []
+    agent._post_run_cell()
+    start_cell(agent, "m7")
+    assert len(agent.shell.ast_transformers) == 1
+    agent._post_run_cell()
+
+
+def test_abort_of_a_cell_that_already_ended_is_a_no_op(agent, monkeypatch):
+    monkeypatch.setattr(rankside.signal, "pthread_kill", lambda *a: pytest.fail("no signal expected"))
+    start_cell(agent, "m8")
+    agent._post_run_cell()
+    start_cell(agent, "m9")
+    agent._post_run_cell()
+    assert abort_from_control_thread(agent, "late", msg_id="m8") is False
+    assert "m8" not in agent.kernel.aborted and not agent._not_started
