@@ -16,6 +16,9 @@ import json, os, sys, time, threading, signal
 import numpy as np
 from mlx_jupyter import distributed as dist
 RANK = int(os.environ["MLX_RANK"])
+# Ctrl-C as in a terminal, even when the test run itself was started in the background
+# (a shell without job control starts it with SIGINT ignored, and children inherit that)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 def report(**kw):
     print("RESULT " + json.dumps(kw), flush=True)
 """
