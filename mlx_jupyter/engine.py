@@ -2,8 +2,9 @@
 
 The launcher sets the environment contract (``MLX_RANK`` ...); this module
 requests that rank as the engine id, turns off the per-engine nanny process
-(our launcher watches the processes) and installs the rank agent
-(:mod:`mlx_jupyter.rankside`) once the engine's kernel exists.
+(our launcher watches the processes), begins forming MLX's ring world in the
+background, and installs the rank agent (:mod:`mlx_jupyter.rankside`) once the
+engine's kernel exists.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class MLXEngine(IPEngine):
 def main(argv: Optional[list[str]] = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     pinned = [f"--IPEngine.id={rankside.env_rank()}", "--IPEngine.enable_nanny=False"]
+    rankside.start_world_early()  # overlaps MLX's ring set-up with the engine's registration
     MLXEngine.launch_instance(argv=pinned + argv)
 
 

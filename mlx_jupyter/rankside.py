@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import json
 import os
 import signal
 import socket
@@ -88,6 +89,102 @@ def _socket_fds() -> dict[int, int]:
     except Exception:
         pass
     return out
+
+
+def _hostfile_ports() -> set[int]:
+    """The ring ports of ``MLX_HOSTFILE`` (every rank's), or an empty set."""
+    try:
+        with open(os.environ["MLX_HOSTFILE"]) as fh:
+            entries = json.load(fh)
+        return {int(str(a).rsplit(":", 1)[1]) for rank in entries for a in rank}
+    except Exception:
+        return set()
+
+
+def _tcp_ports_by_inode() -> dict[int, tuple[int, int]]:
+    """socket inode -> (local port, remote port) for this process's TCP sockets."""
+    out: dict[int, tuple[int, int]] = {}
+    if os.path.isdir("/proc/self/net"):
+        for table in ("tcp", "tcp6"):
+            try:
+                with open(f"/proc/self/net/{table}") as fh:
+                    next(fh)
+                    for line in fh:
+                        f = line.split()
+                        out[int(f[9])] = (int(f[1].rsplit(":", 1)[1], 16), int(f[2].rsplit(":", 1)[1], 16))
+            except (OSError, ValueError, IndexError, StopIteration):
+                continue
+        return out
+    try:
+        import psutil
+
+        for conn in psutil.Process().net_connections(kind="tcp"):
+            if conn.fd >= 0:
+                out[os.fstat(conn.fd).st_ino] = (conn.laddr.port if conn.laddr else 0,
+                                                 conn.raddr.port if conn.raddr else 0)
+    except Exception:
+        pass
+    return out
+
+
+def world_socket_fds(before: dict[int, int]) -> dict[int, int]:
+    """Sockets opened since ``before`` that belong to MLX's ring (its hostfile's ports).
+
+    Other threads (the engine's ZMQ) open sockets at the same time; only those on
+    a ring port are MLX's. Without a readable hostfile, every new socket counts.
+    """
+    new = {fd: ino for fd, ino in _socket_fds().items() if before.get(fd) != ino}
+    ports = _hostfile_ports()
+    if not ports:
+        return new
+    by_inode = _tcp_ports_by_inode()
+    return {fd: ino for fd, ino in new.items() if ino in by_inode and (set(by_inode[ino]) & ports)}
+
+
+class EarlyWorld:
+    """MLX's world group, formed in a background thread as soon as the engine starts.
+
+    MLX's ring retries a refused connection only after a pause of about a second,
+    so the rank that starts first usually waits that long. Begun with the engine,
+    that wait overlaps the controller's registration instead of the first cell.
+    """
+
+    def __init__(self, backend: str, strict: bool):
+        self.backend = backend
+        self.strict = strict
+        self.done = threading.Event()
+        self.group: Any = None
+        self.error: Optional[BaseException] = None
+        self.sockets: dict[int, int] = {}
+        threading.Thread(target=self._form, name="mlx-world-init", daemon=True).start()
+
+    def _form(self) -> None:
+        before = _socket_fds()
+        try:
+            import mlx.core as mx
+
+            self.group = mx.distributed.init(strict=self.strict, backend=self.backend)
+        except BaseException as exc:  # reported by setup(), in the cell that needs it
+            self.error = exc
+        finally:
+            self.sockets = world_socket_fds(before)
+            self.done.set()
+
+
+#: MLX's world group being formed since the engine started (see :func:`start_world_early`)
+EARLY_WORLD: Optional[EarlyWorld] = None
+
+
+def start_world_early() -> None:
+    """Begin forming MLX's ring world now, if this engine is one of several ring ranks.
+
+    ``MLX_JUPYTER_EARLY_WORLD=0`` turns it off (the first cell then forms it).
+    """
+    global EARLY_WORLD
+    size = int(os.environ.get("MLX_JUPYTER_SIZE", "1") or 1)
+    if (os.environ.get("MLX_JUPYTER_BACKEND") == "ring" and size > 1
+            and os.environ.get("MLX_JUPYTER_EARLY_WORLD", "1") != "0" and os.environ.get("MLX_HOSTFILE")):
+        EARLY_WORLD = EarlyWorld("ring", strict=True)
 
 
 def _rss() -> int:
@@ -369,18 +466,37 @@ def setup(backend: str, world: bool = True, group: bool = True, timeout: float =
     ns["mx"] = mx
     info: dict[str, Any] = {"rank": env_rank(), "world": None, "group": None, "group_error": ""}
     if world and "world" not in ns:
-        before = _socket_fds()
-        size_hint = int(os.environ.get("MLX_JUPYTER_SIZE", "1"))
-        w = mx.distributed.init(strict=size_hint > 1, backend=backend or "any")
+        w, sockets = _form_world(backend, timeout)
         ns["world"] = w
         if agent:
-            after = _socket_fds()
-            agent.world_sockets = {fd: ino for fd, ino in after.items() if before.get(fd) != ino}
+            agent.world_sockets = sockets
     if "world" in ns:
         info["world"] = [ns["world"].rank(), ns["world"].size()]
     if group:
         info.update(reform(timeout=timeout, only_if_needed=True))
     return info
+
+
+def _form_world(backend: str, timeout: float) -> tuple[Any, dict[int, int]]:
+    """MLX's world group and its sockets: the early one if it was started, else formed now."""
+    global EARLY_WORLD
+    early = EARLY_WORLD
+    if early is not None and early.backend == (backend or "any"):
+        if not early.done.wait(timeout):
+            raise TimeoutError(
+                f"MLX's world group did not form within {timeout:g} s: is every rank up? "
+                "(%mlx_cluster status; %mlx_cluster restart)"
+            )
+        if early.error is not None:
+            EARLY_WORLD = None  # the next cell tries again, in the foreground
+            raise early.error
+        return early.group, early.sockets
+    import mlx.core as mx
+
+    before = _socket_fds()
+    size_hint = int(os.environ.get("MLX_JUPYTER_SIZE", "1"))
+    w = mx.distributed.init(strict=size_hint > 1, backend=backend or "any")
+    return w, world_socket_fds(before)
 
 
 def reform(timeout: float = 30.0, only_if_needed: bool = False) -> dict:

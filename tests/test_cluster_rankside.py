@@ -171,3 +171,25 @@ def test_abort_of_a_cell_that_already_ended_is_a_no_op(agent, monkeypatch):
     agent._post_run_cell()
     assert abort_from_control_thread(agent, "late", msg_id="m8") is False
     assert "m8" not in agent.kernel.aborted and not agent._not_started
+
+
+def test_world_sockets_are_those_on_the_hostfiles_ports(tmp_path, monkeypatch):
+    """Sockets other threads open meanwhile (the engine's ZMQ) are never taken for MLX's."""
+    import json
+    import socket
+
+    before = rankside._socket_fds()
+    ring = socket.create_server(("127.0.0.1", 0))
+    other = socket.create_server(("127.0.0.1", 0))
+    peer = socket.create_connection(ring.getsockname())
+    accepted, _ = ring.accept()
+    try:
+        hostfile = tmp_path / "hosts.json"
+        hostfile.write_text(json.dumps([[f"127.0.0.1:{ring.getsockname()[1]}"], ["127.0.0.1:1"]]))
+        monkeypatch.setenv("MLX_HOSTFILE", str(hostfile))
+        found = set(rankside.world_socket_fds(before))
+        assert {ring.fileno(), peer.fileno(), accepted.fileno()} <= found
+        assert other.fileno() not in found
+    finally:
+        for s in (ring, other, peer, accepted):
+            s.close()
