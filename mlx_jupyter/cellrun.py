@@ -301,6 +301,17 @@ class CellRun:
                 return False
         return True
 
+    def __repr__(self) -> str:
+        from mlx_jupyter.output import rank_label
+
+        if not self.done.is_set():
+            state = "running"
+        else:
+            bad = [r for r, o in self.outcomes.items() if o.status != OK]
+            state = f"ended, {rank_label(bad)} failed" if bad else "ended ok"
+        return (f"<CellRun on {rank_label(self.ranks)}: {state}; "
+                ".display() shows its output, .wait(timeout), .interrupt()>")
+
     @property
     def failed(self) -> bool:
         return any(o.status != OK for o in self.outcomes.values())

@@ -172,6 +172,8 @@ def describe_exit(returncode: Optional[int]) -> str:
 
     if returncode is None:
         return "exit status unknown"
+    if returncode == -_signal.SIGKILL:  # what the kernel's out-of-memory killer sends
+        return "killed by SIGKILL: out of memory, or killed from outside"
     if returncode < 0:
         try:
             return f"killed by {_signal.Signals(-returncode).name}"

@@ -47,6 +47,7 @@ def test_finished_rank_releases_partial_line():
 
 def test_describe_exit():
     assert describe_exit(-11) == "killed by SIGSEGV"
+    assert "out of memory" in describe_exit(-9)
     assert describe_exit(3) == "exit code 3"
 
 

@@ -75,6 +75,51 @@ def test_stop_button_interrupts_every_rank_and_cluster_stays_usable():
         k.close()
 
 
+@pytest.mark.parametrize("how", ["SIGSEGV", "SIGKILL"])
+def test_a_rank_that_dies_is_named_within_2_s_and_restart_brings_it_back(how):
+    """Segfault, or the out-of-memory killer's SIGKILL, in one rank while the other
+    waits in a collective: the cell fails at once naming the rank, with the way back."""
+    k = Kernel()
+    try:
+        kernel_pid = k.pid
+        assert k.run("%load_ext mlx_jupyter\n%mlx_cluster start -n 2", 60).status == "ok"
+        assert k.run("%%mlx_distributed\nimport os, signal, numpy as np, mlx_jupyter.distributed as d", 30).status == "ok"
+        t0 = time.monotonic()
+        res = k.run("%%mlx_distributed\nprint('in', flush=True)\nif world.rank() == 1:\n"
+                    f"    os.kill(os.getpid(), signal.{how})\nd.all_sum(np.ones(3))", 30)
+        elapsed = time.monotonic() - t0
+        assert res.status == "error", res
+        assert elapsed < 2.5 + 0.5, elapsed  # the cell's own start-up included
+        assert f"rank 1 died (killed by {how}" in res.traceback, res.traceback
+        assert "%mlx_cluster restart" in res.traceback
+        if how == "SIGKILL":
+            assert "out of memory" in res.traceback
+        assert k.run("%mlx_cluster restart", 60).status == "ok"
+        ok = k.run("%%mlx_distributed\nprint(mx.distributed.all_sum(mx.ones(2)).tolist())", 30)
+        assert ok.status == "ok" and "[ranks 0-1] [2.0, 2.0]" in ok.stdout, ok
+        assert k.run("%mlx_cluster stop", 30).status == "ok"
+        assert not [p for p in _tree(kernel_pid) if psutil.pid_exists(p)]
+    finally:
+        k.close()
+
+
+def test_noblock_returns_the_run_and_display_shows_it_later():
+    k = Kernel()
+    try:
+        assert k.run("%load_ext mlx_jupyter\n%mlx_cluster start -n 2", 60).status == "ok"
+        res = k.run("%%mlx_distributed --noblock\nimport time\ntime.sleep(0.3)\nprint('late', world.rank())", 30)
+        assert res.status == "ok", res
+        shown = " ".join(d.get("data", {}).get("text/plain", "") for d in res.displays)
+        assert "<CellRun on ranks 0-1" in shown and ".display()" in shown, res
+        later = k.run("r = _\nr.display(timeout=10)\nprint(repr(r))", 30)
+        assert later.status == "ok", later
+        assert "[rank 0] late 0" in later.stdout and "[rank 1] late 1" in later.stdout, later
+        assert "ended ok" in later.stdout
+        assert k.run("%mlx_cluster stop", 30).status == "ok"
+    finally:
+        k.close()
+
+
 def test_many_cells_in_one_kernel_keep_answering():
     """Regression: a long session of %%mlx_distributed cells (MLX, our core, plain
     Python) never stops answering. Replies to CellRun's execute requests used to be
