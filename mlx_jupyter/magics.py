@@ -102,6 +102,12 @@ class MLXMagics(Magics):
     @argument("--env", action="append", default=[], metavar="K=V", help="environment for every rank (repeatable)")
     @argument("--cwd", default=None, help="working directory on every rank")
     @argument("--timeout", type=float, default=60.0, help="seconds to wait for the ranks")
+    @argument("--accept-unknown-hosts", action="store_true",
+              help="ssh: accept hosts missing from known_hosts (a changed key is still refused)")
+    @argument("--ssh-config", action="append", metavar="F", help="ssh: ssh_config file(s) instead of ~/.ssh/config")
+    @argument("--known-hosts", metavar="F", help="ssh: known_hosts file instead of ~/.ssh/known_hosts")
+    @argument("-i", "--identity", action="append", metavar="F", help="ssh: private key file(s)")
+    @argument("--connect-timeout", type=float, default=10.0, metavar="S", help="ssh: connect timeout (default 10)")
     @line_magic
     def mlx_cluster(self, line: str) -> Any:
         """Start, stop, restart or show the MLX cluster of this kernel."""
@@ -119,8 +125,12 @@ class MLXMagics(Magics):
                     raise UsageError(f"--env takes K=V, got {item!r}")
                 env[key] = value
             n = args.repeat_hosts if args.repeat_hosts is not None else 2 if not (args.hosts or args.hostfile) else 1
+            from mlx_jupyter.ssh import SSHOptions, options_from_args
+
+            ssh_options = options_from_args(args)
             cluster = Cluster(n=n, hosts=args.hosts, hostfile=args.hostfile, backend=args.backend,
-                              python=args.python, env=env, cwd=args.cwd, timeout=args.timeout)
+                              python=args.python, env=env, cwd=args.cwd, timeout=args.timeout,
+                              ssh_options=None if ssh_options == SSHOptions() else ssh_options)
             total = n * (len(cluster.hosts) if not args.hostfile else 1)
             progress = _Progress(total, "starting")
             try:

@@ -1,0 +1,56 @@
+"""%mlx_cluster's flags reach the Cluster (no kernel, no ranks: the Cluster is a stand-in)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlx_jupyter import cluster as cluster_mod
+from mlx_jupyter import magics
+from mlx_jupyter.magics import UsageError
+from mlx_jupyter.ssh import SSHOptions
+
+
+class FakeCluster:
+    made: list[dict] = []
+
+    def __init__(self, **kw):
+        FakeCluster.made.append(kw)
+        self.hosts = (kw.get("hosts") or "127.0.0.1").split(",")
+
+    def start(self, progress=None):
+        raise cluster_mod.ClusterError("stand-in: not started")
+
+
+@pytest.fixture
+def start(monkeypatch):
+    monkeypatch.setattr(cluster_mod, "Cluster", FakeCluster)
+    monkeypatch.setattr(magics, "_cluster", None)
+    FakeCluster.made.clear()
+    m = magics.MLXMagics(shell=None)
+
+    def run(line: str) -> dict:
+        with pytest.raises(UsageError, match="did not start: stand-in"):
+            m.mlx_cluster(line)
+        return FakeCluster.made[-1]
+
+    return run
+
+
+def test_ssh_flags_become_ssh_options(start):
+    kw = start("start --hosts a,b --ssh-config /etc/ssh/cfg --known-hosts /tmp/kh -i /k1 -i /k2 "
+               "--accept-unknown-hosts --connect-timeout 3")
+    opts = kw["ssh_options"]
+    assert opts == SSHOptions(config=["/etc/ssh/cfg"], known_hosts="/tmp/kh", accept_unknown_hosts=True,
+                              client_keys=["/k1", "/k2"], connect_timeout=3.0)
+    assert kw["hosts"] == "a,b" and kw["n"] == 1
+
+
+def test_no_ssh_flags_keep_openssh_defaults(start):
+    kw = start("start -n 2")
+    assert kw["ssh_options"] is None and kw["n"] == 2
+
+
+def test_bad_env_flag_is_named(monkeypatch, start):
+    m = magics.MLXMagics(shell=None)
+    with pytest.raises(UsageError, match="--env takes K=V, got 'oops'"):
+        m.mlx_cluster("start --env oops")
