@@ -1,0 +1,51 @@
+"""Which of MLX's own collectives a failing peer's rank can be released from, measured.
+
+For each MLX operation: rank 1 raises, rank 0 is blocked in the operation. The
+run must end within 2 s of the error with rank 0 "released" and the cause named.
+MLX's world is closed by the release, so each case starts from restarted ranks.
+The results table in docs/troubleshooting.md is this test's.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from mlx_jupyter.cluster import Cluster
+from mlx_jupyter.render import DistributedCellError, show_run
+
+pytestmark = pytest.mark.timeout(120)
+
+CASES = {
+    "all_sum": "mx.eval(mx.distributed.all_sum(mx.ones(3)))",
+    "all_max": "mx.eval(mx.distributed.all_max(mx.ones(3)))",
+    "all_min": "mx.eval(mx.distributed.all_min(mx.ones(3)))",
+    "all_gather": "mx.eval(mx.distributed.all_gather(mx.ones(3)))",
+    "recv from the failed rank": "mx.eval(mx.distributed.recv_like(mx.ones(3), src=1))",
+    "all_sum, 64 MiB": "mx.eval(mx.distributed.all_sum(mx.ones(16 << 20)))",
+}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = Cluster(n=2).start(timeout=30)
+    yield c
+    c.stop()
+
+
+@pytest.mark.parametrize("op", list(CASES))
+def test_blocked_mlx_operation_is_released_when_the_peer_raises(cluster, op):
+    if cluster.setup_info and any(r.get("world_closed") for r in cluster.status()):
+        cluster.restart(timeout=30)
+    cluster.setup(timeout=30)
+    code = f"if world.rank() == 1:\n    import time; time.sleep(0.2); 1/0\n{CASES[op]}"
+    t0 = time.monotonic()
+    with pytest.raises(DistributedCellError) as err:
+        show_run(cluster.run(code), timeout=20)
+    elapsed = time.monotonic() - t0
+    outcomes = {o.rank: o for o in err.value.outcomes}
+    assert outcomes[1].ename == "ZeroDivisionError"
+    assert outcomes[0].status == "released" and "rank 1 raised ZeroDivisionError" in outcomes[0].note, outcomes[0]
+    assert elapsed < 0.2 + 2.0 + 0.5, elapsed
+    print(f"\n{op}: released in {elapsed - 0.2:.2f} s")
