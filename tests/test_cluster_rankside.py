@@ -193,3 +193,20 @@ def test_world_sockets_are_those_on_the_hostfiles_ports(tmp_path, monkeypatch):
     finally:
         for s in (ring, other, peer, accepted):
             s.close()
+
+
+def test_setup_waits_for_the_early_world_with_a_timeout_naming_it(monkeypatch):
+    never = SimpleNamespace(backend="ring", done=threading.Event(), error=None, group=None, sockets={})
+    monkeypatch.setattr(rankside, "EARLY_WORLD", never)
+    with pytest.raises(TimeoutError, match="MLX's world group did not form within 0.1 s"):
+        rankside._form_world("ring", 0.1)
+
+
+def test_an_early_world_that_failed_is_reported_once_then_formed_again(monkeypatch):
+    failed = SimpleNamespace(backend="ring", done=threading.Event(), error=RuntimeError("[ring] Couldn't bind socket"),
+                             group=None, sockets={})
+    failed.done.set()
+    monkeypatch.setattr(rankside, "EARLY_WORLD", failed)
+    with pytest.raises(RuntimeError, match="bind"):
+        rankside._form_world("ring", 1)
+    assert rankside.EARLY_WORLD is None
