@@ -31,6 +31,12 @@ def _tree(pid: int) -> set[int]:
         return set()
 
 
+def stop_leaves_nothing(k: Kernel, kernel_pid: int) -> None:
+    """``%mlx_cluster stop`` succeeds and no controller, engine or rank outlives it."""
+    assert k.run("%mlx_cluster stop", 30).status == "ok"
+    assert not [p for p in _tree(kernel_pid) if psutil.pid_exists(p)]
+
+
 def _error_text(cell) -> str:
     return "\n".join(ANSI.sub("", "\n".join(o.get("traceback", []))) for o in cell.outputs if o.output_type == "error")
 
@@ -69,8 +75,7 @@ def test_stop_button_interrupts_every_rank_and_cluster_stays_usable():
             assert res.status == "error" and "interrupted by the user" in res.traceback
             ok = k.run("%%mlx_distributed\nprint(d.all_sum(np.ones(2)))", 30)
             assert ok.status == "ok" and "[ranks 0-1] [2. 2.]" in ok.stdout, ok
-        assert k.run("%mlx_cluster stop", 30).status == "ok"
-        assert not [p for p in _tree(kernel_pid) if psutil.pid_exists(p)]
+        stop_leaves_nothing(k, kernel_pid)
     finally:
         k.close()
 
@@ -97,8 +102,7 @@ def test_a_rank_that_dies_is_named_within_2_s_and_restart_brings_it_back(how):
         assert k.run("%mlx_cluster restart", 60).status == "ok"
         ok = k.run("%%mlx_distributed\nprint(mx.distributed.all_sum(mx.ones(2)).tolist())", 30)
         assert ok.status == "ok" and "[ranks 0-1] [2.0, 2.0]" in ok.stdout, ok
-        assert k.run("%mlx_cluster stop", 30).status == "ok"
-        assert not [p for p in _tree(kernel_pid) if psutil.pid_exists(p)]
+        stop_leaves_nothing(k, kernel_pid)
     finally:
         k.close()
 
@@ -152,8 +156,7 @@ def test_many_cells_in_one_kernel_keep_answering():
         got = k.run("got = %mlx_pull n\nprint(got)", 10)
         assert got.status == "ok" and f"[{n}, {n}]" in got.stdout, got
         assert k.run("1 + 1", 10).status == "ok"
-        assert k.run("%mlx_cluster stop", 30).status == "ok"
-        assert not [p for p in _tree(kernel_pid) if psutil.pid_exists(p)]
+        stop_leaves_nothing(k, kernel_pid)
     finally:
         left = _tree(k.pid)
         k.close()
