@@ -33,6 +33,7 @@ from traitlets import Dict, Integer, List, Unicode, default
 
 from mlx_jupyter.output import describe_exit, rank_label
 from mlx_jupyter.ports import free_port_block
+from mlx_jupyter.zmqwatch import watch_queues
 
 Progress = Callable[[int, int], None]
 log = logging.getLogger(__name__)
@@ -224,6 +225,7 @@ class Cluster:
         self.busy: dict[int, Any] = {}
         self.needs_reform = False
         self.ready_ns = False
+        self.queue_kicks = 0  # messages our watch found left unread in the client's sockets
         self.setup_info: dict[int, dict] = {}
         self.ready_time: Optional[float] = None
         self._runs: set = set()
@@ -278,9 +280,9 @@ class Cluster:
             self._controller_pids = self._process_tree(self.ipp.controller.pid)
             if self.local:  # engines start now and pick up the connection file when it appears
                 self._start_engines()
-                self.client = self.ipp.connect_client_sync()
+                self._connect_client()
             else:  # remote engines get the connection info in their environment
-                self.client = self.ipp.connect_client_sync()
+                self._connect_client()
                 self._start_engines()
             self._wait_for_ranks(progress, timeout)
         except BaseException:
@@ -421,6 +423,15 @@ class Cluster:
         self.setup_info = {}
         self.dead.clear()
         self.busy.clear()
+
+    def _connect_client(self) -> None:
+        """The ipyparallel client, with its streams watched for messages left unread."""
+        self.client = c = self.ipp.connect_client_sync()
+        watch_queues([c._mux_stream, c._control_stream, c._iopub_stream, c._notification_stream, c._query_stream],
+                     self._kicked)
+
+    def _kicked(self, stream: Any) -> None:
+        self.queue_kicks += 1
 
     def restart(self, progress: Optional[Progress] = None, timeout: Optional[float] = None) -> "Cluster":
         """Fresh processes for every rank, same ranks, same engine ids; the controller stays."""

@@ -38,6 +38,8 @@ from typing import Any, Optional
 
 from IPython.core.error import InputRejected
 
+from mlx_jupyter.zmqwatch import watch_queues
+
 #: the agent of this process, once installed
 AGENT: Optional["RankAgent"] = None
 
@@ -221,6 +223,7 @@ class RankAgent:
         self._ended_ids: collections.deque = collections.deque(maxlen=64)
         self._not_started: "collections.OrderedDict[str, str]" = collections.OrderedDict()
         self._rejector: Optional[_RejectCell] = None
+        self.queue_kicks = 0  # requests found waiting in the shell socket by the watch
 
     # ------------------------------------------------------------ install
 
@@ -229,6 +232,12 @@ class RankAgent:
         self.shell.events.register("post_run_cell", self._post_run_cell)
         self.kernel.control_handlers["mlx_abort_request"] = self._on_abort
         self.kernel.control_handlers["mlx_status_request"] = self._on_status
+        stream = getattr(self.kernel, "shell_stream", None)
+        if stream is not None:
+            watch_queues([stream], self._kicked)
+
+    def _kicked(self, stream: Any) -> None:
+        self.queue_kicks += 1
 
     # ------------------------------------------------------------ cells
 
@@ -437,6 +446,7 @@ class RankAgent:
             "world_closed": self.world_closed,
             "group": group is not None,
             "last_error": self.last_error,
+            "queue_kicks": self.queue_kicks,
         }
 
     def _on_status(self, stream: Any, idents: Any, parent: dict) -> None:
