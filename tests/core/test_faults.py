@@ -310,8 +310,10 @@ report(errors=errors)
     res = run_ranks(2, code, env={"MLX_JUPYTER_TRANSPORT": transport})
     for r, info in enumerate(res):
         assert len(info["errors"]) == 2, info
-        (k1, m1), (k2, m2) = info["errors"]
-        assert k1 in ("MismatchError", "PeerError") and k2 in ("MismatchError", "PeerError"), info
+        # the rank that does not see the mismatch itself sees its peer go: the connection
+        # ends (PeerError), or the peer already re-forms (AbortedError, "left this group")
+        for kind, message in info["errors"]:
+            assert kind in ("MismatchError", "PeerError") or (kind == "AbortedError" and "left this group" in message), info
     # At least one rank sees the mismatch itself and names both calls; the other may see the abort.
     firsts = [info["errors"][0] for info in res]
     assert any(k == "MismatchError" and "all_max" in m and "all_sum" in m for k, m in firsts), firsts
