@@ -1,20 +1,60 @@
 """Free TCP ports for local jobs: a block for MLX's ring and the same block
-shifted by our core's offset (MLX_JUPYTER_PORT_OFFSET, 1000)."""
+shifted by our core's offset (MLX_JUPYTER_PORT_OFFSET, 1000).
+
+Blocks are taken outside the OS's ephemeral range: a port free when chosen can
+otherwise become the local port of some outgoing connection (the notebook's own,
+to its controller) before the rank binds it ("Address already in use").
+"""
 
 from __future__ import annotations
 
 import random
 import socket
+import subprocess
+import sys
+
+#: IANA's ephemeral range, where neither /proc nor sysctl says otherwise
+DEFAULT_EPHEMERAL = (49152, 65535)
+LOWEST = 10000
 
 
 class PortError(RuntimeError):
     """No free block of ports was found."""
 
 
+def ephemeral_range() -> tuple[int, int]:
+    """The range the OS takes outgoing connections' local ports from (inclusive)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:  # Linux
+            lo, hi = (int(v) for v in fh.read().split())
+            return lo, hi
+    except (OSError, ValueError):
+        pass
+    if sys.platform == "darwin" or "bsd" in sys.platform:
+        try:
+            out = subprocess.run(["sysctl", "-n", "net.inet.ip.portrange.first", "net.inet.ip.portrange.last"],
+                                 capture_output=True, text=True, timeout=2).stdout.split()
+            return int(out[0]), int(out[1])
+        except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+            pass
+    return DEFAULT_EPHEMERAL
+
+
+def block_starts(n: int, offset: int, ephemeral: tuple[int, int]) -> list[range]:
+    """Ranges of starts P whose blocks P..P+n-1 and P+offset.. stay clear of ``ephemeral``."""
+    lo, hi = ephemeral
+    top = 65536 - offset - n  # exclusive bound on P
+    clear_below = range(LOWEST, min(top, lo - offset - n + 1))      # both blocks below lo
+    clear_above = range(max(LOWEST, hi + 1), top)                   # both blocks above hi
+    return [r for r in (clear_below, clear_above) if len(r) > 0]
+
+
 def free_port_block(n: int, offset: int = 1000, host: str = "127.0.0.1", tries: int = 200) -> int:
     """A port P such that P..P+n-1 and P+offset..P+offset+n-1 are all free on ``host`` now."""
+    ranges = block_starts(n, offset, ephemeral_range()) or [range(LOWEST, 65536 - offset - n)]
+    weights = [len(r) for r in ranges]
     for _ in range(tries):
-        start = random.randrange(20000, 60000 - offset - n)
+        start = random.choice(random.choices(ranges, weights)[0])
         socks = []
         try:
             for port in [*range(start, start + n), *range(start + offset, start + offset + n)]:
