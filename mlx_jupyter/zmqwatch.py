@@ -4,10 +4,11 @@ A ZMQ socket's FD is edge-triggered: when anything other than the stream's own
 handler takes the edge (reading ``EVENTS``, a send from elsewhere), messages that
 arrived meanwhile stay queued while the event loop sleeps, and a request is never
 handled: a cell that never starts on a rank, a reply the notebook never reads.
-We saw this in about 1 in 30 cluster start-ups. A look every quarter second, in
-the stream's own loop, costs one getsockopt and hands any queued message to the
-stream. Reading ``EVENTS`` takes the edge too, which is why a look that sees
-input always flushes at once.
+Our own client once did this (a raw send beside the stream: cells hung for good);
+ipyparallel and ipykernel touch their sockets from several places, so a cheap
+guard stays: a look every quarter second, in the stream's own loop, costs one
+getsockopt and hands any queued message to the stream. Reading ``EVENTS`` takes
+the edge too, which is why a look that sees input always flushes at once.
 """
 
 from __future__ import annotations
