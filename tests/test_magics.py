@@ -15,11 +15,7 @@ from nbclient import NotebookClient
 
 from tests.cluster.kernel import Kernel
 
-# One rerun: a kernel-side cell hang still shows up in about 1 of 6 runs of this file
-# (issue 5 stays open for it); a rerun keeps that visible in the report ("rerun")
-# without letting it fail CI for the rest of the project, and a real regression
-# still fails twice.
-pytestmark = [pytest.mark.timeout(150), pytest.mark.flaky(reruns=1)]
+pytestmark = pytest.mark.timeout(150)
 HERE = Path(__file__).parent
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
