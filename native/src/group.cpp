@@ -179,20 +179,18 @@ void Group::run(std::vector<Xfer>& xs, const Wait& wait) {
     }
     for (Link* l : links) busy |= l->sending() || l->receiving();
     if (!busy) return;
+    auto now = Clock::now();
+    // Whatever the loop does (data flowing, poll() returning at once without
+    // progress), abort, Ctrl-C and the deadline are honoured every kBusyCheck.
+    if (now >= next_check) {
+      next_check = now + kBusyCheck;
+      check_stop(links, moved, wait, now);
+    }
     if (moved) {
       spin_start = Clock::time_point{};
-      // A long transfer that never sleeps still honours abort, Ctrl-C and its deadline.
-      auto now = Clock::now();
-      if (now >= next_check) {
-        next_check = now + kBusyCheck;
-        wait.check_abort();
-        if (wait.interrupted && wait.interrupted()) throw Interrupted();
-        if (now >= wait.deadline) fail(ErrorKind::Timeout, wait.what + " timed out while still transferring");
-      }
       continue;
     }
     if (spinning) {  // a short bounded spin beats a sleep and a wake-up
-      auto now = Clock::now();
       if (spin_start == Clock::time_point{}) spin_start = now;
       if (now - spin_start < kSpin) {
         std::this_thread::yield();  // when ranks outnumber cores, let the peer we wait for run
@@ -203,19 +201,24 @@ void Group::run(std::vector<Xfer>& xs, const Wait& wait) {
     fds.clear();
     for (Link* l : links) l->wait_set(fds);
     fds.push_back(pollfd{abort_waker_.fd(), POLLIN, 0});
-    auto now = Clock::now();
-    if (now >= wait.deadline) {
-      std::string who;
-      for (Link* l : links)
-        if (l->receiving() || l->sending()) who += (who.empty() ? "" : ", ") + l->name();
-      fail(ErrorKind::Timeout, wait.what + " timed out waiting for " + who +
-                                   ": that rank may have skipped this call, failed, or be stuck elsewhere");
-    }
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wait.deadline - now).count() + 1;
-    int rc = ::poll(fds.data(), fds.size(), int(std::min<long long>(100, left)));
+    if (now >= wait.deadline) check_stop(links, false, wait, now);
+    auto until = std::min(next_check, wait.deadline);
+    int rc = ::poll(fds.data(), fds.size(), int(std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1));
     wait.check_abort();
-    if ((rc == 0 || (rc < 0 && errno == EINTR)) && wait.interrupted && wait.interrupted()) throw Interrupted();
+    if (rc < 0 && errno == EINTR && wait.interrupted && wait.interrupted()) throw Interrupted();
   }
+}
+
+void Group::check_stop(const std::vector<Link*>& links, bool moving, const Wait& wait, Clock::time_point now) {
+  wait.check_abort();
+  if (wait.interrupted && wait.interrupted()) throw Interrupted();
+  if (now < wait.deadline) return;
+  if (moving) fail(ErrorKind::Timeout, wait.what + " timed out while still transferring");
+  std::string who;
+  for (Link* l : links)
+    if (l->receiving() || l->sending()) who += (who.empty() ? "" : ", ") + l->name();
+  fail(ErrorKind::Timeout, wait.what + " timed out waiting for " + who +
+                               ": that rank may have skipped this call, failed, or be stuck elsewhere");
 }
 
 uint8_t* Group::scratch(Slot slot, size_t bytes) {

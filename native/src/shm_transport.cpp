@@ -282,17 +282,16 @@ class ShmLink final : public Link {
       peer_lost(errno, name_);
   }
 
+  // One read, not a loop until empty: a peer that rings without end cannot hold
+  // us here, and bytes left over only make the next poll() return at once.
   void drain_bell() {
     slept_ = false;
     char buf[256];
-    for (;;) {
-      ssize_t r = ::recv(bell_.get(), buf, sizeof buf, 0);
-      if (r > 0) continue;
-      if (r == 0)
-        peer_closed(name_);
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
-      peer_lost(errno, name_);
-    }
+    ssize_t r = ::recv(bell_.get(), buf, sizeof buf, 0);
+    if (r > 0) return;
+    if (r == 0) peer_closed(name_);
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
+    peer_lost(errno, name_);
   }
 
   Fd bell_;

@@ -73,6 +73,8 @@ class Group : public std::enable_shared_from_this<Group> {
   };
   // Drives the transfers of one step to completion without blocking the CPU.
   void run(std::vector<Xfer>& xs, const Wait& wait);
+  // Throws if the group was aborted, Ctrl-C is pending or the deadline has passed.
+  void check_stop(const std::vector<Link*>& links, bool moving, const Wait& wait, Clock::time_point now);
   // Runs one op under the op lock; any failure aborts the group, then propagates.
   void guarded(const CallOptions& opts, const std::string& what, const std::function<void(const Wait&)>& body);
 
