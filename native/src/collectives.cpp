@@ -66,35 +66,32 @@ void Group::ring_reduce_scatter_step(int s, size_t count, Dtype t, ReduceOp op, 
                                      bool scatter, const Wait& wait) {
   int n = size();
   size_t es = dtype_size(t);
-  std::vector<Xfer> xs;
+  Step step;
   for (int d = 0; d < 2; ++d) {
     RingDir r = ring_dir(d == 0);
     Range out = segment(d == 0, wrap(r.pos - s, n), n, count, scatter);
     Range in = segment(d == 0, wrap(r.pos - s - 1, n), n, count, scatter);
     uint8_t* t_in = scratch(Slot(int(Slot::DirRight) + d), in.count * es);
     uint8_t* dst = buf + in.offset * es;
-    xs.push_back({r.to, true, h, buf + out.offset * es, out.count * es});
-    xs.push_back({r.from, false, h, t_in, in.count * es, [=](size_t from, size_t to) {
-                    size_t a = from / es, b = to / es;
-                    reduce_into(dst + a * es, t_in + a * es, b - a, t, op);
-                  }});
+    step.add(r.to, true, h, buf + out.offset * es, out.count * es);
+    step.add(r.from, false, h, t_in, in.count * es).fold = Fold{dst, dst, true, t, op};
   }
-  run(xs, wait);
+  run(step, wait);
 }
 
 void Group::ring_all_gather_step(int s, size_t count, Dtype t, uint8_t* buf, MsgHeader h, bool scatter,
                                  const Wait& wait) {
   int n = size();
   size_t es = dtype_size(t);
-  std::vector<Xfer> xs;
+  Step step;
   for (int d = 0; d < 2; ++d) {
     RingDir r = ring_dir(d == 0);
     Range out = segment(d == 0, wrap(r.pos + 1 - s, n), n, count, scatter);
     Range in = segment(d == 0, wrap(r.pos - s, n), n, count, scatter);
-    xs.push_back({r.to, true, h, buf + out.offset * es, out.count * es});
-    xs.push_back({r.from, false, h, buf + in.offset * es, in.count * es});
+    step.add(r.to, true, h, buf + out.offset * es, out.count * es);
+    step.add(r.from, false, h, buf + in.offset * es, in.count * es);
   }
-  run(xs, wait);
+  run(step, wait);
 }
 
 // Ring all-gather of equal blocks: half of each block travels each way.
@@ -106,14 +103,13 @@ void Group::gather_ring(const void* in, void* out, size_t nbytes, MsgHeader h, c
   for (int s = 0; s + 1 < n; ++s) {
     int r_out = wrap(me_ - s, n), r_in = wrap(me_ - s - 1, n);
     int l_out = (me_ + s) % n, l_in = (me_ + s + 1) % n;
-    std::vector<Xfer> xs{
-        {right_.get(), true, h, o + size_t(r_out) * nbytes, half},
-        {left_.get(), false, h, o + size_t(r_in) * nbytes, half},
-        {left_.get(), true, h, o + size_t(l_out) * nbytes + half, nbytes - half},
-        {right_.get(), false, h, o + size_t(l_in) * nbytes + half, nbytes - half},
-    };
-    if (!o) for (auto& x : xs) x.data = nullptr;
-    run(xs, wait);
+    auto at = [o](size_t offset) { return o ? o + offset : nullptr; };
+    Step step;
+    step.add(right_.get(), true, h, at(size_t(r_out) * nbytes), half);
+    step.add(left_.get(), false, h, at(size_t(r_in) * nbytes), half);
+    step.add(left_.get(), true, h, at(size_t(l_out) * nbytes + half), nbytes - half);
+    step.add(right_.get(), false, h, at(size_t(l_in) * nbytes + half), nbytes - half);
+    run(step, wait);
   }
 }
 
@@ -144,21 +140,14 @@ void Group::pair_all_reduce(const void* in, void* out, size_t count, Dtype t, Re
   }
   // The peer's bytes land in `out` and are combined with ours there, in rank order.
   bool first = me_ == 0;
-  auto arrived = [=](size_t base) {
-    return [=](size_t from, size_t to) {
-      size_t a = (base + from) / es * es, b = (base + to) / es * es;
-      if (b > a) reduce_to(dst + a, first ? src + a : dst + a, first ? dst + a : src + a, (b - a) / es, t, op);
-    };
-  };
-  std::vector<Xfer> xs{
-      {right_.get(), true, h, const_cast<uint8_t*>(src), half},
-      {left_.get(), false, h, dst, half, arrived(0)},
-  };
+  Step step;
+  step.add(right_.get(), true, h, src, half);
+  step.add(left_.get(), false, h, dst, half).fold = Fold{dst, src, first, t, op};
   if (half < nbytes) {
-    xs.push_back({left_.get(), true, h, const_cast<uint8_t*>(src) + half, nbytes - half});
-    xs.push_back({right_.get(), false, h, dst + half, nbytes - half, arrived(half)});
+    step.add(left_.get(), true, h, src + half, nbytes - half);
+    step.add(right_.get(), false, h, dst + half, nbytes - half).fold = Fold{dst + half, src + half, first, t, op};
   }
-  run(xs, wait);
+  run(step, wait);
 }
 
 void Group::all_reduce(const void* in, void* out, size_t count, Dtype t, ReduceOp op, const CallOptions& opts) {

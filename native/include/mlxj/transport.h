@@ -9,6 +9,9 @@
 
 #include <poll.h>
 
+#include "mlxj/dtype.h"
+#include "mlxj/reduce.h"
+
 namespace mlxj {
 
 enum class OpCode : uint8_t { AllSum = 1, AllMax, AllMin, AllGather, SumScatter, Send, Barrier, Split };
@@ -31,6 +34,16 @@ void check_header(const MsgHeader& expected, const MsgHeader& got, const std::st
 // Throw CommError(Peer) for a connection that failed with errno `err`, or that the peer closed.
 [[noreturn]] void peer_lost(int err, const std::string& peer);
 [[noreturn]] void peer_closed(const std::string& peer);
+
+// What a receive does with its bytes as they arrive: out = mine op received
+// (received op mine unless mine_first), element-wise. out may be the receive buffer.
+struct Fold {
+  uint8_t* out = nullptr;  // null: a plain receive
+  const uint8_t* mine = nullptr;
+  bool mine_first = true;
+  Dtype t = Dtype::UInt8;
+  ReduceOp op = ReduceOp::Sum;
+};
 
 class Link {
  public:
