@@ -71,7 +71,7 @@ void Group::ring_reduce_scatter_step(int s, size_t count, Dtype t, ReduceOp op, 
     RingDir r = ring_dir(d == 0);
     Range out = segment(d == 0, wrap(r.pos - s, n), n, count, scatter);
     Range in = segment(d == 0, wrap(r.pos - s - 1, n), n, count, scatter);
-    uint8_t* t_in = scratch(Slot(int(Slot::DirRight) + d), in.count * es);
+    uint8_t* t_in = r.from->folds() ? nullptr : scratch(Slot(int(Slot::DirRight) + d), in.count * es);
     uint8_t* dst = buf + in.offset * es;
     step.add(r.to, true, h, buf + out.offset * es, out.count * es);
     step.add(r.from, false, h, t_in, in.count * es).fold = Fold{dst, dst, true, t, op};

@@ -161,8 +161,12 @@ void Group::run(Step& step, const Wait& wait) {
   bool spinning = false;
   for (size_t i = 0; i < step.n; ++i) {
     Xfer& x = step.xs[i];
-    if (x.send) x.link->begin_send(x.header, x.data, x.size);
-    else x.link->begin_recv(x.header, x.data, x.size);
+    if (x.send) {
+      x.link->begin_send(x.header, x.data, x.size);
+    } else {
+      x.link->begin_recv(x.header, x.data, x.size, x.fold.out ? &x.fold : nullptr);
+      if (x.link->folds()) x.fold.out = nullptr;  // nothing left for us to fold
+    }
     if (std::find(links, links + nl, x.link) == links + nl) {
       links[nl++] = x.link;
       spinning |= x.link->spins();

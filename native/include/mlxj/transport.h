@@ -51,7 +51,9 @@ class Link {
   // "rank 1 (127.0.0.1:33324)": used in every error about this peer.
   virtual const std::string& name() const = 0;
   virtual void begin_send(const MsgHeader& h, const void* data, size_t size) = 0;
-  virtual void begin_recv(const MsgHeader& expect, void* data, size_t size) = 0;
+  // With a fold, a link that folds() reduces arriving data into fold->out
+  // itself (data is then unused); other links only fill data.
+  virtual void begin_recv(const MsgHeader& expect, void* data, size_t size, const Fold* fold) = 0;
   virtual bool sending() const = 0;
   virtual bool receiving() const = 0;
   // Moves what the OS takes now without blocking; true if any byte moved.
@@ -67,6 +69,8 @@ class Link {
   virtual const char* kind() const = 0;
   // Whether a short bounded spin beats sleeping right away.
   virtual bool spins() const { return false; }
+  // Whether begin_recv's fold is applied by the link (as data arrives) rather than by the caller.
+  virtual bool folds() const { return false; }
 };
 
 }  // namespace mlxj
