@@ -62,8 +62,11 @@ Group::RingDir Group::ring_dir(bool right) const {
   return right ? RingDir{right_.get(), left_.get(), me_} : RingDir{left_.get(), right_.get(), (n - me_) % n};
 }
 
-void Group::ring_reduce_scatter_step(int s, size_t count, Dtype t, ReduceOp op, uint8_t* buf, MsgHeader h,
-                                     bool scatter, const Wait& wait) {
+// Step 0 sends a segment of our input, every later step the segment the step
+// before folded into buf. Each segment is folded once, from our input, which it
+// never reads after that: so buf needs no copy of the input first and may be it.
+void Group::ring_reduce_scatter_step(int s, size_t count, Dtype t, ReduceOp op, const uint8_t* src, uint8_t* buf,
+                                     MsgHeader h, bool scatter, const Wait& wait) {
   int n = size();
   size_t es = dtype_size(t);
   Step step;
@@ -72,9 +75,9 @@ void Group::ring_reduce_scatter_step(int s, size_t count, Dtype t, ReduceOp op, 
     Range out = segment(d == 0, wrap(r.pos - s, n), n, count, scatter);
     Range in = segment(d == 0, wrap(r.pos - s - 1, n), n, count, scatter);
     uint8_t* t_in = r.from->folds() ? nullptr : scratch(Slot(int(Slot::DirRight) + d), in.count * es);
-    uint8_t* dst = buf + in.offset * es;
-    step.add(r.to, true, h, buf + out.offset * es, out.count * es);
-    step.add(r.from, false, h, t_in, in.count * es).fold = Fold{dst, dst, true, t, op};
+    step.add(r.to, true, h, (s == 0 ? src : buf) + out.offset * es, out.count * es);
+    step.add(r.from, false, h, t_in, in.count * es).fold =
+        Fold{buf + in.offset * es, src + in.offset * es, true, t, op};
   }
   run(step, wait);
 }
@@ -162,9 +165,9 @@ void Group::all_reduce(const void* in, void* out, size_t count, Dtype t, ReduceO
     MsgHeader h = header(reduce_code(op), t, nbytes);
     if (n == 2) return pair_all_reduce(in, out, count, t, op, h, wait);
     if (nbytes <= small_limit(n) || count < size_t(2 * n)) return small_all_reduce(in, out, count, t, op, h, wait);
-    if (out != in) std::memcpy(out, in, nbytes);
     auto* buf = static_cast<uint8_t*>(out);
-    for (int s = 0; s + 1 < n; ++s) ring_reduce_scatter_step(s, count, t, op, buf, h, false, wait);
+    auto* src = static_cast<const uint8_t*>(in);
+    for (int s = 0; s + 1 < n; ++s) ring_reduce_scatter_step(s, count, t, op, src, buf, h, false, wait);
     for (int s = 0; s + 1 < n; ++s) ring_all_gather_step(s, count, t, buf, h, false, wait);
   });
 }
@@ -191,8 +194,8 @@ void Group::reduce_scatter(const void* in, void* out, size_t count, Dtype t, Red
     }
     MsgHeader h = header(OpCode::SumScatter, t, total * es);
     uint8_t* work = scratch(Slot::Work, total * es);
-    if (total) std::memcpy(work, in, total * es);
-    for (int s = 0; s + 1 < n; ++s) ring_reduce_scatter_step(s, total, t, op, work, h, true, wait);
+    auto* src = static_cast<const uint8_t*>(in);
+    for (int s = 0; s + 1 < n; ++s) ring_reduce_scatter_step(s, total, t, op, src, work, h, true, wait);
     if (count) std::memcpy(out, work + size_t(me_) * count * es, count * es);
   });
 }

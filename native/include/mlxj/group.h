@@ -115,7 +115,7 @@ class Group : public std::enable_shared_from_this<Group> {
     int pos;
   };
   RingDir ring_dir(bool right) const;
-  void ring_reduce_scatter_step(int step, size_t count, Dtype t, ReduceOp op, uint8_t* buf,
+  void ring_reduce_scatter_step(int step, size_t count, Dtype t, ReduceOp op, const uint8_t* src, uint8_t* buf,
                                 MsgHeader h, bool sum_scatter_layout, const Wait& wait);
   void ring_all_gather_step(int step, size_t count, Dtype t, uint8_t* buf, MsgHeader h,
                             bool sum_scatter_layout, const Wait& wait);
