@@ -97,21 +97,23 @@ void Group::ring_all_gather_step(int s, size_t count, Dtype t, uint8_t* buf, Msg
   run(step, wait);
 }
 
-// Ring all-gather of equal blocks: half of each block travels each way.
+// Ring all-gather of equal blocks, going both ways round the ring at once:
+// after step k every rank holds the blocks of the ranks up to k away on either
+// side, so ceil((n-1)/2) steps suffice (not n-1), and each link still carries
+// only half of the data. With n even, the last step brings the block of the
+// rank opposite, half from each side.
 void Group::gather_ring(const void* in, void* out, size_t nbytes, MsgHeader h, const Wait& wait) {
   int n = size();
   auto* o = static_cast<uint8_t*>(out);
   if (nbytes && o + size_t(me_) * nbytes != in) std::memcpy(o + size_t(me_) * nbytes, in, nbytes);
-  size_t half = nbytes / 2;
-  for (int s = 0; s + 1 < n; ++s) {
-    int r_out = wrap(me_ - s, n), r_in = wrap(me_ - s - 1, n);
-    int l_out = (me_ + s) % n, l_in = (me_ + s + 1) % n;
-    auto at = [o](size_t offset) { return o ? o + offset : nullptr; };
+  auto block = [&](int r, size_t offset) { return o ? o + size_t(wrap(r, n)) * nbytes + offset : nullptr; };
+  for (int k = 1; 2 * k <= n; ++k) {
+    size_t going_right = 2 * k == n ? nbytes / 2 : nbytes, left_from = 2 * k == n ? going_right : 0;
     Step step;
-    step.add(right_.get(), true, h, at(size_t(r_out) * nbytes), half);
-    step.add(left_.get(), false, h, at(size_t(r_in) * nbytes), half);
-    step.add(left_.get(), true, h, at(size_t(l_out) * nbytes + half), nbytes - half);
-    step.add(right_.get(), false, h, at(size_t(l_in) * nbytes + half), nbytes - half);
+    step.add(right_.get(), true, h, block(me_ - k + 1, 0), going_right);
+    step.add(left_.get(), false, h, block(me_ - k, 0), going_right);
+    step.add(left_.get(), true, h, block(me_ + k - 1, left_from), nbytes - left_from);
+    step.add(right_.get(), false, h, block(me_ + k, left_from), nbytes - left_from);
     run(step, wait);
   }
 }
