@@ -70,6 +70,8 @@ class Group:
 
     def __init__(self, core: Any, backend: str = "ring"):
         self._core = core
+        # (x, out, op code, timeout) -> True when done, False for the general path
+        self._fast_reduce = core.all_reduce_buffers if core is not None else _no_fast_reduce
         self.backend = backend
         #: seconds an op may block when it is given no timeout= (-1: wait); from MLX_JUPYTER_TIMEOUT
         self.default_timeout: float = _env_timeout()
@@ -238,17 +240,14 @@ def _prepare_out(out: Any, shape: tuple[int, ...], dtype: str, op: str) -> array
     return v
 
 
-_OPS = {"sum": 0, "max": 1, "min": 2}  # ReduceOp in the core
+def _no_fast_reduce(*_: Any) -> bool:
+    return False
 
 
+# all_sum/max/min with out= first try the core's hot path (small messages are
+# dominated by Python): it takes numpy arrays, contiguous, of one dtype and size,
+# and checks all that itself; anything else returns False and goes through _reduce.
 def _reduce(op: str, name: str, x: Any, group: Group | None, timeout: float | None, out: Any) -> Any:
-    g = group if group is not None else _world
-    # Hot path (small messages are dominated by Python): numpy in, numpy out, the world group.
-    if (g is not None and type(x) is np.ndarray and type(out) is np.ndarray and timeout is None
-            and x.flags.c_contiguous and out.flags.c_contiguous and x.dtype == out.dtype and x.size == out.size
-            and g._core is not None):
-        if g._core.all_reduce_buffers(x, out, _OPS[op], g.default_timeout):
-            return out
     g = _group(group)
     if hasattr(g, "mlx_reduce"):
         return g.mlx_reduce(name, x)
@@ -260,16 +259,25 @@ def _reduce(op: str, name: str, x: Any, group: Group | None, timeout: float | No
 
 def all_sum(x: Any, *, group: Group | None = None, timeout: float | None = None, out: Any = None) -> Any:
     """Element-wise sum across ranks (integers exact, floats identical on every rank)."""
+    g = _world if group is None else group
+    if out is not None and timeout is None and g is not None and g._fast_reduce(x, out, 0, g.default_timeout):
+        return out
     return _reduce("sum", "all_sum", x, group, timeout, out)
 
 
 def all_max(x: Any, *, group: Group | None = None, timeout: float | None = None, out: Any = None) -> Any:
     """Element-wise maximum across ranks."""
+    g = _world if group is None else group
+    if out is not None and timeout is None and g is not None and g._fast_reduce(x, out, 1, g.default_timeout):
+        return out
     return _reduce("max", "all_max", x, group, timeout, out)
 
 
 def all_min(x: Any, *, group: Group | None = None, timeout: float | None = None, out: Any = None) -> Any:
     """Element-wise minimum across ranks."""
+    g = _world if group is None else group
+    if out is not None and timeout is None and g is not None and g._fast_reduce(x, out, 2, g.default_timeout):
+        return out
     return _reduce("min", "all_min", x, group, timeout, out)
 
 

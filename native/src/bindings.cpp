@@ -184,40 +184,59 @@ PyType_Slot buffer_slots[] = {
     {0, nullptr},
 };
 
-// A contiguous view through the buffer protocol, released on destruction.
+// The dtype of a struct format ("f", "<i", "Zf", ...) with items of `size` bytes; false if unsupported.
+bool dtype_of_format(const char* f, size_t size, Dtype* t) {
+  if (!f) f = "B";
+  if (*f == '<' || *f == '=' || *f == '@' || *f == '|') ++f;
+  if (f[0] == 'Z' && f[1] == 'f' && !f[2]) {
+    *t = Dtype::Complex64;
+  } else if (!f[0] || f[1]) {
+    return false;
+  } else {
+    switch (f[0]) {
+      case '?': *t = Dtype::Bool; break;
+      case 'b': *t = Dtype::Int8; break;
+      case 'B': *t = Dtype::UInt8; break;
+      case 'h': *t = Dtype::Int16; break;
+      case 'H': *t = Dtype::UInt16; break;
+      case 'i': *t = Dtype::Int32; break;
+      case 'I': *t = Dtype::UInt32; break;
+      case 'l': *t = size == 4 ? Dtype::Int32 : Dtype::Int64; break;
+      case 'L': *t = size == 4 ? Dtype::UInt32 : Dtype::UInt64; break;
+      case 'q': *t = Dtype::Int64; break;
+      case 'Q': *t = Dtype::UInt64; break;
+      case 'e': *t = Dtype::Float16; break;
+      case 'f': *t = Dtype::Float32; break;
+      case 'd': *t = Dtype::Float64; break;
+      default: return false;
+    }
+  }
+  return dtype_size(*t) == size;
+}
+
+// A C-contiguous view through the buffer protocol, released on destruction;
+// `ok` is false (no Python error left set) when the object offers none.
 struct View {
   Py_buffer buf{};
   bool ok = false;
   View(nb::handle obj, bool writable) {
     ok = PyObject_GetBuffer(obj.ptr(), &buf, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) == 0;
-    if (!ok) throw nb::python_error();
+    if (!ok) PyErr_Clear();
   }
   ~View() {
     if (ok) PyBuffer_Release(&buf);
   }
   View(const View&) = delete;
   View& operator=(const View&) = delete;
-  // The dtype from the struct format ("f", "<i4"-style prefixes, "Zf"); false if unsupported.
-  bool dtype(Dtype* t) const {
-    const char* f = buf.format ? buf.format : "B";
-    if (*f == '<' || *f == '=' || *f == '@' || *f == '|') ++f;
-    std::string code(f);
-    size_t size = size_t(buf.itemsize);
-    static const struct { const char* code; size_t size; Dtype type; } table[] = {
-        {"?", 1, Dtype::Bool}, {"b", 1, Dtype::Int8}, {"h", 2, Dtype::Int16}, {"i", 4, Dtype::Int32},
-        {"l", 8, Dtype::Int64}, {"q", 8, Dtype::Int64}, {"l", 4, Dtype::Int32}, {"B", 1, Dtype::UInt8},
-        {"H", 2, Dtype::UInt16}, {"I", 4, Dtype::UInt32}, {"L", 8, Dtype::UInt64}, {"Q", 8, Dtype::UInt64},
-        {"L", 4, Dtype::UInt32}, {"e", 2, Dtype::Float16}, {"f", 4, Dtype::Float32}, {"d", 8, Dtype::Float64},
-        {"Zf", 8, Dtype::Complex64},
-    };
-    for (const auto& e : table)
-      if (code == e.code && size == e.size) {
-        *t = e.type;
-        return true;
-      }
-    return false;
-  }
+  bool dtype(Dtype* t) const { return dtype_of_format(buf.format, size_t(buf.itemsize), t); }
 };
+
+// Exactly numpy's ndarray (not subclasses): the only type the hot path takes.
+PyTypeObject* ndarray_type() {
+  static PyObject* type = nullptr;  // set once, under the GIL
+  if (!type) type = nb::object(nb::module_::import_("numpy").attr("ndarray")).release().ptr();
+  return reinterpret_cast<PyTypeObject*>(type);
+}
 
 nb::object make_dlpack(nb::handle self) {
   PyBuffer& pb = nb::cast<PyBuffer&>(self);
@@ -317,10 +336,13 @@ NB_MODULE(_core, m) {
       })
       .def("all_reduce_buffers",
            [](Group& g, nb::handle in, nb::handle out, int op, double timeout) {
-             // The hot path for numpy-like arrays; returns False (nothing done) for anything unusual.
+             // The hot path: numpy arrays, contiguous, of one dtype and size. Returns
+             // False (nothing done, no error) for anything else, which takes the general path.
+             if (Py_TYPE(in.ptr()) != ndarray_type() || Py_TYPE(out.ptr()) != ndarray_type() || op < 0 || op > 2)
+               return false;
              View vi(in, false), vo(out, true);
              Dtype ti, to;
-             if (!vi.dtype(&ti) || !vo.dtype(&to) || ti != to || vi.buf.len != vo.buf.len || op < 0 || op > 2)
+             if (!vi.ok || !vo.ok || !vi.dtype(&ti) || !vo.dtype(&to) || ti != to || vi.buf.len != vo.buf.len)
                return false;
              CallOptions o = call(timeout);
              nb::gil_scoped_release rel;

@@ -130,20 +130,8 @@ Wait Group::make_wait(const CallOptions& opts, const std::string& what) {
   return w;
 }
 
-void Group::guarded(const CallOptions& opts, const std::string& what,
-                    const std::function<void(const Wait&)>& body) {
-  std::lock_guard<std::mutex> lock(op_mu_);
-  Wait wait = make_wait(opts, what);
-  wait.check_abort();
-  try {
-    body(wait);
-  } catch (const Interrupted&) {
-    abort("interrupted (Ctrl-C) during " + what);
-    throw;
-  } catch (const CommError& e) {
-    if (e.kind() != ErrorKind::Aborted) abort(what + " failed on rank " + std::to_string(me_) + ": " + e.what());
-    throw;
-  }
+void Group::failed(const std::string& what, const CommError& e) {
+  if (e.kind() != ErrorKind::Aborted) abort(what + " failed on rank " + std::to_string(me_) + ": " + e.what());
 }
 
 std::vector<std::string> Group::link_kinds() const {
@@ -155,44 +143,63 @@ std::vector<std::string> Group::link_kinds() const {
   return kinds;
 }
 
-void Group::run(std::vector<Xfer>& xs, const Wait& wait) {
-  std::vector<Link*> links;
-  for (auto& x : xs) {
-    if (x.send) x.link->begin_send(x.header, x.data, x.size);
-    else x.link->begin_recv(x.header, x.data, x.size);
-    if (std::find(links.begin(), links.end(), x.link) == links.end()) links.push_back(x.link);
+namespace {
+
+// Folds the newly arrived whole elements of [from, to) into the fold's output.
+void fold_arrived(const Fold& f, const uint8_t* got, size_t from, size_t to) {
+  size_t es = dtype_size(f.t), a = from / es * es, b = to / es * es;
+  if (b <= a) return;
+  const uint8_t* mine = f.mine + a;
+  reduce_to(f.out + a, f.mine_first ? mine : got + a, f.mine_first ? got + a : mine, (b - a) / es, f.t, f.op);
+}
+
+}  // namespace
+
+void Group::run(Step& step, const Wait& wait) {
+  Link* links[4];
+  size_t nl = 0;
+  bool spinning = false;
+  for (size_t i = 0; i < step.n; ++i) {
+    Xfer& x = step.xs[i];
+    if (x.send) {
+      x.link->begin_send(x.header, x.data, x.size);
+    } else {
+      x.link->begin_recv(x.header, x.data, x.size, x.fold.out ? &x.fold : nullptr);
+      if (x.link->folds()) x.fold.out = nullptr;  // nothing left for us to fold
+    }
+    if (std::find(links, links + nl, x.link) == links + nl) {
+      links[nl++] = x.link;
+      spinning |= x.link->spins();
+    }
   }
   std::vector<pollfd> fds;
-  bool spinning = false;
-  for (Link* l : links) spinning |= l->spins();
   Clock::time_point spin_start{}, next_check = Clock::now() + kBusyCheck;
   for (;;) {
     bool moved = false, busy = false;
-    for (Link* l : links) moved |= l->progress();
-    for (auto& x : xs) {
-      if (x.send || !x.on_recv) continue;
+    for (size_t i = 0; i < nl; ++i) moved |= links[i]->progress();
+    for (size_t i = 0; i < step.n; ++i) {
+      Xfer& x = step.xs[i];
+      if (x.send || !x.fold.out) continue;
       size_t got = x.link->receiving() ? x.link->received() : x.size;
       if (got > x.seen && (got == x.size || got - x.seen >= kReduceGrain)) {
-        x.on_recv(x.seen, got);
+        fold_arrived(x.fold, x.data, x.seen, got);
         x.seen = got;
       }
     }
-    for (Link* l : links) busy |= l->sending() || l->receiving();
+    for (size_t i = 0; i < nl; ++i) busy |= links[i]->sending() || links[i]->receiving();
     if (!busy) return;
+    auto now = Clock::now();
+    // Whatever the loop does (data flowing, poll() returning at once without
+    // progress), abort, Ctrl-C and the deadline are honoured every kBusyCheck.
+    if (now >= next_check) {
+      next_check = now + kBusyCheck;
+      check_stop(links, nl, moved, wait, now);
+    }
     if (moved) {
       spin_start = Clock::time_point{};
-      // A long transfer that never sleeps still honours abort, Ctrl-C and its deadline.
-      auto now = Clock::now();
-      if (now >= next_check) {
-        next_check = now + kBusyCheck;
-        wait.check_abort();
-        if (wait.interrupted && wait.interrupted()) throw Interrupted();
-        if (now >= wait.deadline) fail(ErrorKind::Timeout, wait.what + " timed out while still transferring");
-      }
       continue;
     }
     if (spinning) {  // a short bounded spin beats a sleep and a wake-up
-      auto now = Clock::now();
       if (spin_start == Clock::time_point{}) spin_start = now;
       if (now - spin_start < kSpin) {
         std::this_thread::yield();  // when ranks outnumber cores, let the peer we wait for run
@@ -201,21 +208,26 @@ void Group::run(std::vector<Xfer>& xs, const Wait& wait) {
       spin_start = Clock::time_point{};
     }
     fds.clear();
-    for (Link* l : links) l->wait_set(fds);
+    for (size_t i = 0; i < nl; ++i) links[i]->wait_set(fds);
     fds.push_back(pollfd{abort_waker_.fd(), POLLIN, 0});
-    auto now = Clock::now();
-    if (now >= wait.deadline) {
-      std::string who;
-      for (Link* l : links)
-        if (l->receiving() || l->sending()) who += (who.empty() ? "" : ", ") + l->name();
-      fail(ErrorKind::Timeout, wait.what + " timed out waiting for " + who +
-                                   ": that rank may have skipped this call, failed, or be stuck elsewhere");
-    }
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wait.deadline - now).count() + 1;
-    int rc = ::poll(fds.data(), fds.size(), int(std::min<long long>(100, left)));
+    if (now >= wait.deadline) check_stop(links, nl, false, wait, now);
+    auto until = std::min(next_check, wait.deadline);
+    int rc = ::poll(fds.data(), fds.size(), int(std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1));
     wait.check_abort();
-    if ((rc == 0 || (rc < 0 && errno == EINTR)) && wait.interrupted && wait.interrupted()) throw Interrupted();
+    if (rc < 0 && errno == EINTR && wait.interrupted && wait.interrupted()) throw Interrupted();
   }
+}
+
+void Group::check_stop(Link* const* links, size_t nlinks, bool moving, const Wait& wait, Clock::time_point now) {
+  wait.check_abort();
+  if (wait.interrupted && wait.interrupted()) throw Interrupted();
+  if (now < wait.deadline) return;
+  if (moving) fail(ErrorKind::Timeout, wait.what + " timed out while still transferring");
+  std::string who;
+  for (size_t i = 0; i < nlinks; ++i)
+    if (links[i]->receiving() || links[i]->sending()) who += (who.empty() ? "" : ", ") + links[i]->name();
+  fail(ErrorKind::Timeout, wait.what + " timed out waiting for " + who +
+                               ": that rank may have skipped this call, failed, or be stuck elsewhere");
 }
 
 uint8_t* Group::scratch(Slot slot, size_t bytes) {
@@ -244,19 +256,17 @@ MsgHeader Group::header(OpCode op, Dtype t, size_t nbytes) {
 
 void Group::send(const void* data, size_t nbytes, Dtype t, int dst, const CallOptions& opts) {
   guarded(opts, "send to rank " + std::to_string(dst), [&](const Wait& wait) {
-    std::vector<Xfer> xs{{&p2p_link(dst, true, wait), true, header(OpCode::Send, t, nbytes),
-                          const_cast<uint8_t*>(static_cast<const uint8_t*>(data)), nbytes}};
-    xs[0].header.seq = 0;
-    run(xs, wait);
+    Step step;
+    step.add(&p2p_link(dst, true, wait), true, header(OpCode::Send, t, nbytes), data, nbytes).header.seq = 0;
+    run(step, wait);
   });
 }
 
 void Group::recv(void* data, size_t nbytes, Dtype t, int src, const CallOptions& opts) {
   guarded(opts, "recv from rank " + std::to_string(src), [&](const Wait& wait) {
-    std::vector<Xfer> xs{{&p2p_link(src, false, wait), false, header(OpCode::Send, t, nbytes),
-                          static_cast<uint8_t*>(data), nbytes}};
-    xs[0].header.seq = 0;
-    run(xs, wait);
+    Step step;
+    step.add(&p2p_link(src, false, wait), false, header(OpCode::Send, t, nbytes), data, nbytes).header.seq = 0;
+    run(step, wait);
   });
 }
 

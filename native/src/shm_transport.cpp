@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "mlxj/errors.h"
+#include "mlxj/reduce.h"
 
 #ifndef MSG_NOSIGNAL
 #define MSG_NOSIGNAL 0
@@ -160,6 +161,9 @@ class ShmLink final : public Link {
     rx_ = &seg_->layout()->dir[1 - out];
     tx_ring_ = seg_->ring(out);
     rx_ring_ = seg_->ring(1 - out);
+    tx_written_ = tx_->written.load();
+    tx_read_ = tx_->read.load();
+    rx_read_ = rx_->read.load();
   }
 
   const std::string& name() const override { return name_; }
@@ -167,9 +171,12 @@ class ShmLink final : public Link {
   void begin_send(const MsgHeader& h, const void* data, size_t size) override {
     send_ = {true, h, 0, const_cast<uint8_t*>(static_cast<const uint8_t*>(data)), size};
   }
-  void begin_recv(const MsgHeader& expect, void* data, size_t size) override {
+  void begin_recv(const MsgHeader& expect, void* data, size_t size, const Fold* fold) override {
     recv_ = {true, expect, 0, static_cast<uint8_t*>(data), size};
+    fold_ = fold ? *fold : Fold{};
   }
+  // Reducing straight out of the ring saves a copy and a second pass over the data.
+  bool folds() const override { return true; }
   bool sending() const override { return send_.active; }
   bool receiving() const override { return recv_.active; }
   size_t received() const override {
@@ -230,12 +237,16 @@ class ShmLink final : public Link {
   }
 
   bool push() {
-    uint64_t w = tx_->written.load(std::memory_order_relaxed), r = tx_->read.load(std::memory_order_acquire);
-    size_t total = sizeof(MsgHeader) + send_.size, n = std::min<size_t>(total - send_.done, cap_ - (w - r));
+    // Our cached view of `read` only errs on the safe side: reload it when it shows too little room.
+    uint64_t w = tx_written_;
+    size_t total = sizeof(MsgHeader) + send_.size, want = total - send_.done;
+    if (cap_ - (w - tx_read_) < want) tx_read_ = tx_->read.load(std::memory_order_acquire);
+    size_t n = std::min<size_t>(want, cap_ - (w - tx_read_));
     if (n == 0) return false;
     size_t at = size_t(w % cap_), first = std::min(n, cap_ - at);
     gather(send_, send_.done, tx_ring_ + at, first);
     if (n > first) gather(send_, send_.done + first, tx_ring_, n - first);
+    tx_written_ = w + n;
     tx_->written.store(w + n, std::memory_order_seq_cst);
     send_.done += n;
     if (send_.done == total) send_.active = false;
@@ -244,34 +255,61 @@ class ShmLink final : public Link {
     return true;
   }
 
-  void scatter(size_t from, const uint8_t* src, size_t n) {
-    auto* h = reinterpret_cast<uint8_t*>(&got_);
-    while (n) {
-      size_t k;
-      if (from < sizeof(MsgHeader)) {
-        k = std::min(n, sizeof(MsgHeader) - from);
-        std::memcpy(h + from, src, k);
-        if (from + k == sizeof(MsgHeader)) check_header(recv_.header, got_, name_);
-      } else {
-        k = n;
-        std::memcpy(recv_.data + (from - sizeof(MsgHeader)), src, k);
-      }
-      src += k; from += k; n -= k;
+  // Copies n bytes from ring position pos.
+  void copy_out(uint64_t pos, uint8_t* dst, size_t n) const {
+    size_t at = size_t(pos % cap_), first = std::min(n, cap_ - at);
+    std::memcpy(dst, rx_ring_ + at, first);
+    if (n > first) std::memcpy(dst + first, rx_ring_, n - first);
+  }
+
+  // out[at, at+bytes) = mine op src (or src op mine).
+  void fold_span(const uint8_t* src, size_t at, size_t bytes) const {
+    const uint8_t* mine = fold_.mine + at;
+    reduce_to(fold_.out + at, fold_.mine_first ? mine : src, fold_.mine_first ? src : mine,
+              bytes / dtype_size(fold_.t), fold_.t, fold_.op);
+  }
+
+  // Folds the whole elements of payload [at, at+n) found at ring position pos; returns the bytes used.
+  size_t fold_in(uint64_t pos, size_t at, size_t n) const {
+    size_t es = dtype_size(fold_.t);
+    n -= n % es;
+    size_t o = size_t(pos % cap_), first = std::min(n, cap_ - o), done = first - first % es;
+    fold_span(rx_ring_ + o, at, done);
+    if (done < first) {  // an element straddles the end of the ring
+      uint8_t tmp[16];
+      copy_out(pos + done, tmp, es);
+      fold_span(tmp, at + done, es);
+      done += es;
     }
+    if (n > done) fold_span(rx_ring_ + (done - first), at + done, n - done);
+    return n;
   }
 
   bool pull() {
-    uint64_t r = rx_->read.load(std::memory_order_relaxed), w = rx_->written.load(std::memory_order_acquire);
-    size_t total = sizeof(MsgHeader) + recv_.size, n = std::min<size_t>(total - recv_.done, w - r);
-    if (n == 0) return false;
-    // Never read past the header before checking it: a mismatched size must not overrun the buffer.
-    if (recv_.done < sizeof(MsgHeader)) n = std::min(n, sizeof(MsgHeader) - recv_.done);
-    size_t at = size_t(r % cap_), first = std::min(n, cap_ - at);
-    scatter(recv_.done, rx_ring_ + at, first);
-    if (n > first) scatter(recv_.done + first, rx_ring_, n - first);
-    rx_->read.store(r + n, std::memory_order_seq_cst);
-    recv_.done += n;
-    if (recv_.done == total) recv_.active = false;
+    uint64_t r = rx_read_, w = rx_->written.load(std::memory_order_acquire);
+    if (w == r) return false;
+    if (recv_.done < sizeof(MsgHeader)) {
+      size_t k = std::min<size_t>(sizeof(MsgHeader) - recv_.done, w - r);
+      copy_out(r, reinterpret_cast<uint8_t*>(&got_) + recv_.done, k);
+      r += k;
+      recv_.done += k;
+      // Never touch the payload before checking the header: a mismatched size must not overrun the buffer.
+      if (recv_.done == sizeof(MsgHeader)) check_header(recv_.header, got_, name_);
+    }
+    if (recv_.done >= sizeof(MsgHeader)) {
+      size_t at = recv_.done - sizeof(MsgHeader), n = std::min<size_t>(recv_.size - at, w - r);
+      if (fold_.out) {
+        n = fold_in(r, at, n);
+      } else if (n) {
+        copy_out(r, recv_.data + at, n);
+      }
+      r += n;
+      recv_.done += n;
+    }
+    if (r == rx_read_) return false;  // only part of an element so far
+    rx_read_ = r;
+    rx_->read.store(r, std::memory_order_seq_cst);
+    if (recv_.done == sizeof(MsgHeader) + recv_.size) recv_.active = false;
     if (rx_->producer_waiting.load(std::memory_order_seq_cst) && rx_->producer_waiting.exchange(0)) ring_bell();
     return true;
   }
@@ -282,17 +320,16 @@ class ShmLink final : public Link {
       peer_lost(errno, name_);
   }
 
+  // One read, not a loop until empty: a peer that rings without end cannot hold
+  // us here, and bytes left over only make the next poll() return at once.
   void drain_bell() {
     slept_ = false;
     char buf[256];
-    for (;;) {
-      ssize_t r = ::recv(bell_.get(), buf, sizeof buf, 0);
-      if (r > 0) continue;
-      if (r == 0)
-        peer_closed(name_);
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
-      peer_lost(errno, name_);
-    }
+    ssize_t r = ::recv(bell_.get(), buf, sizeof buf, 0);
+    if (r > 0) return;
+    if (r == 0) peer_closed(name_);
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
+    peer_lost(errno, name_);
   }
 
   Fd bell_;
@@ -302,7 +339,9 @@ class ShmLink final : public Link {
   RingState *tx_, *rx_;
   uint8_t *tx_ring_, *rx_ring_;
   Transfer send_, recv_;
+  Fold fold_;
   MsgHeader got_;
+  uint64_t tx_written_, tx_read_, rx_read_;  // our copies: we write the first and last, the second may lag
   mutable bool slept_ = false;
 };
 

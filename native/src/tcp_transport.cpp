@@ -31,7 +31,7 @@ class TcpLink final : public Link {
   void begin_send(const MsgHeader& h, const void* data, size_t size) override {
     start(send_, h, const_cast<uint8_t*>(static_cast<const uint8_t*>(data)), size);
   }
-  void begin_recv(const MsgHeader& expect, void* data, size_t size) override {
+  void begin_recv(const MsgHeader& expect, void* data, size_t size, const Fold*) override {
     start(recv_, expect, static_cast<uint8_t*>(data), size);
   }
   bool sending() const override { return send_.active; }

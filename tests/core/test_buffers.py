@@ -68,6 +68,26 @@ def test_buffer_as_out_for_a_single_rank_group() -> None:
     assert np.asarray(out).tolist() == [0, 1, 2]
 
 
+def test_numpy_out_takes_the_hot_path_only_when_it_can() -> None:
+    from mlx_jupyter import distributed as dist
+
+    x = np.arange(4, dtype=np.float32)
+    out = np.zeros(4, np.float32)
+    assert dist.all_sum(x, out=out) is out and out.tolist() == [0, 1, 2, 3]
+    assert dist.all_max(x.reshape(2, 2), out=out).tolist() == [0, 1, 2, 3]  # sizes must match, shapes need not
+    assert dist.all_min(x[::2], out=np.zeros(2, np.float32)).tolist() == [0, 2]  # strided input: copied
+    with pytest.raises(ValueError, match="C-contiguous"):
+        dist.all_sum(x, out=np.zeros(8, np.float32)[::2])
+    frozen = np.zeros(4, np.float32)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="writable"):
+        dist.all_sum(x, out=frozen)
+    with pytest.raises(ValueError, match="out= has dtype"):
+        dist.all_sum(x, out=np.zeros(5, np.float32))
+    with pytest.raises(ValueError, match="out= has dtype"):
+        dist.all_sum(x, out=np.zeros(4, np.int32))
+
+
 def test_deleter_exceptions_are_reported_not_raised(monkeypatch) -> None:
     raw = (ctypes.c_int32 * 4)()
     seen: list[BaseException] = []

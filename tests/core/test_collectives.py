@@ -190,3 +190,31 @@ report(msg="")
     env["MLX_RANK"] = "0"
     p = subprocess.run([sys.executable, "-c", PRELUDE + code], env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
+
+
+WRAPS = """
+g = dist.init(strict=True, backend="ring", timeout=30)
+n = g.size()
+rng = np.random.default_rng(RANK)
+checked = 0
+# Odd-sized int8 messages leave the shared-memory rings misaligned, so that the
+# larger messages after them cross the end of a ring in the middle of an element
+# (the rings hold 4 MiB; the data is folded straight out of them).
+for skew in (1, 3, 5, 7, 2):
+    dist.all_sum(np.ones(skew, np.int8), timeout=30)
+    for dt in ("float64", "complex64", "int16", "float32"):
+        for _ in range(3):
+            mine = rng.integers(-1000, 1000, size=(1 << 20) // np.dtype(dt).itemsize + skew).astype(dt)
+            parts = dist.all_gather(mine[None, :], timeout=30)
+            assert np.array_equal(dist.all_sum(mine, timeout=30), parts.sum(axis=0, dtype=dt)), (skew, dt)
+            assert np.array_equal(dist.all_max(mine.real, timeout=30), parts.real.max(axis=0)), (skew, dt)
+            checked += 2
+report(checked=checked, links=g._core.link_kinds())
+"""
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_elements_split_by_the_end_of_a_ring(n: int) -> None:
+    results = run(n, WRAPS, timeout=240)
+    assert all(r["checked"] == 120 for r in results)
+    assert all(k.endswith(":shm") for r in results for k in r["links"])

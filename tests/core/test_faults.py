@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
+import os
 import signal
 import socket
+import struct
+import threading
 import time
 
 import pytest
@@ -239,8 +244,6 @@ def test_init_names_valid_backends() -> None:
 
 
 def test_no_shared_memory_left_after_sigkill() -> None:
-    import os
-
     before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     code = """
 g = dist.init(strict=True, backend="ring", timeout=30)
@@ -319,3 +322,111 @@ report(errors=errors)
     assert any(k == "MismatchError" and "all_max" in m and "all_sum" in m for k, m in firsts), firsts
     seconds = [info["errors"][1] for info in res]
     assert any(k == "MismatchError" and "16 bytes" in m and "20 bytes" in m for k, m in seconds), seconds
+
+
+class _FakePeer:
+    """Rank 1 of a 2-rank world played by the test: it completes the handshakes and
+    link setup (shared memory towards rank 0's right link, TCP back), then can
+    ring rank 0's doorbell without ever sending data."""
+
+    TOKEN = b"test-token"
+    MAGIC = b"MLXJHS01"
+    LINK = struct.pack("<I", 0x4D4A4C4B)
+
+    def __init__(self, ranks: Ranks) -> None:
+        self.ranks = ranks
+        self.listener = socket.create_server(("127.0.0.1", ranks.ports[1] + 1000))
+        self.listener.settimeout(30)
+        self.socks = [self.listener]
+
+    def _mac(self, role: bytes, ni: bytes, na: bytes, header: bytes = b"") -> bytes:
+        return hmac.new(self.TOKEN, role + ni + na + header, hashlib.sha256).digest()
+
+    @staticmethod
+    def _read(s: socket.socket, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = s.recv(n - len(data))
+            assert chunk, "rank 0 hung up during setup"
+            data += chunk
+        return data
+
+    def _accept(self) -> socket.socket:
+        s, _ = self.listener.accept()
+        s.settimeout(30)
+        hello = self._read(s, 40)
+        assert hello[:8] == self.MAGIC
+        na = os.urandom(32)
+        s.sendall(self.MAGIC + na + self._mac(b"A", hello[8:], na))
+        self._read(s, 24 + 32)
+        s.sendall(b"\x01")
+        return s
+
+    def _connect(self) -> socket.socket:
+        s = socket.create_connection(("127.0.0.1", self.ranks.ports[0] + 1000), timeout=30)
+        ni = os.urandom(32)
+        s.sendall(self.MAGIC + ni)
+        reply = self._read(s, 72)
+        header = struct.pack("<QIIII", 1, 1, 1, 0, 2)  # group 1, initiator 1, ring, index 0, world of 2
+        s.sendall(header + self._mac(b"I", ni, reply[8:40], header))
+        assert self._read(s, 1) == b"\x01"
+        return s
+
+    def join(self) -> socket.socket:
+        """Plays rank 1 until rank 0's group is formed; returns rank 0's shared-memory doorbell."""
+        bell = self._accept()
+        back = self._connect()
+        self._read(bell, 40)  # rank 0's offer: yes to shared memory
+        bell.sendall(self.LINK + struct.pack("<I", 1))
+        self._read(bell, 112)  # the segment: never mapped, it is the doorbell that matters
+        bell.sendall(self.LINK + struct.pack("<I", 1))
+        back.sendall(self.LINK + struct.pack("<I", 0) + bytes(32))  # TCP back to us
+        self._read(back, 8)
+        self.socks = [self.listener, bell, back]
+        return bell
+
+    def close(self) -> None:
+        for s in self.socks:
+            s.close()
+
+
+def test_ctrl_c_is_noticed_while_the_doorbell_keeps_ringing() -> None:
+    """poll() keeps returning at once (doorbell bytes, no data): Ctrl-C still gets through."""
+    code = """
+g = dist.init(strict=True, backend="ring", timeout=30)
+assert g._core.link_kinds() == ["right:shm", "left:tcp"], g._core.link_kinds()
+print("ENTERING", flush=True)
+try:
+    dist.all_sum(np.ones(4, np.float32))
+    report(error=None)
+except BaseException as exc:
+    report(error=type(exc).__name__)
+"""
+    with Ranks(2, code) as ranks:
+        ranks.start(only=[])
+        peer = _FakePeer(ranks)
+        ranks.start(only=[0])
+        bell = peer.join()
+        _wait_entering(ranks, [0])
+
+        def ring() -> None:  # keeps the doorbell's socket full until rank 0 hangs up
+            try:
+                while True:
+                    bell.sendall(b"\x01" * 65536)
+            except OSError:
+                pass
+
+        ringer = threading.Thread(target=ring, daemon=True)
+        ringer.start()
+        try:
+            time.sleep(0.3)  # rank 0 is in its op now, its poll() returning at once again and again
+            t0 = time.monotonic()
+            ranks.procs[0].send_signal(signal.SIGINT)
+            info = _results(ranks, [0])[0]
+            elapsed = time.monotonic() - t0
+        finally:
+            ranks.kill()
+            ringer.join(timeout=10)
+            peer.close()
+    assert info["error"] == "KeyboardInterrupt", info
+    assert elapsed < 2, elapsed

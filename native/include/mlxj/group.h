@@ -12,6 +12,7 @@
 
 #include "mlxj/context.h"
 #include "mlxj/dtype.h"
+#include "mlxj/errors.h"
 #include "mlxj/reduce.h"
 #include "mlxj/transport.h"
 
@@ -61,20 +62,52 @@ class Group : public std::enable_shared_from_this<Group> {
   Wait make_wait(const CallOptions& opts, const std::string& what);
   std::string describe(int r) const { return ctx_->describe(members_[r]); }
 
-  // One send or receive of a step; on_recv sees each newly arrived [from, to) byte range.
+  // One send or receive of a step.
   struct Xfer {
-    Link* link;
-    bool send;
+    Link* link = nullptr;
+    bool send = false;
     MsgHeader header;
-    uint8_t* data;
-    size_t size;
-    std::function<void(size_t, size_t)> on_recv = {};
-    size_t seen = 0;
+    uint8_t* data = nullptr;
+    size_t size = 0;
+    Fold fold;
+    size_t seen = 0;  // bytes already folded
+  };
+  // The transfers of one step: at most a send and a receive on each of two links.
+  // Fixed capacity, so that a step allocates nothing.
+  struct Step {
+    Xfer xs[4];
+    size_t n = 0;
+    Xfer& add(Link* link, bool send, const MsgHeader& h, const void* data, size_t size) {
+      Xfer& x = xs[n++];
+      x.link = link;
+      x.send = send;
+      x.header = h;
+      x.data = static_cast<uint8_t*>(const_cast<void*>(data));
+      x.size = size;
+      return x;
+    }
   };
   // Drives the transfers of one step to completion without blocking the CPU.
-  void run(std::vector<Xfer>& xs, const Wait& wait);
+  void run(Step& step, const Wait& wait);
+  // Throws if the group was aborted, Ctrl-C is pending or the deadline has passed.
+  void check_stop(Link* const* links, size_t nlinks, bool moving, const Wait& wait, Clock::time_point now);
   // Runs one op under the op lock; any failure aborts the group, then propagates.
-  void guarded(const CallOptions& opts, const std::string& what, const std::function<void(const Wait&)>& body);
+  template <typename Body>
+  void guarded(const CallOptions& opts, const std::string& what, Body&& body) {
+    std::lock_guard<std::mutex> lock(op_mu_);
+    Wait wait = make_wait(opts, what);
+    wait.check_abort();
+    try {
+      body(static_cast<const Wait&>(wait));
+    } catch (const Interrupted&) {
+      abort("interrupted (Ctrl-C) during " + what);
+      throw;
+    } catch (const CommError& e) {
+      failed(what, e);
+      throw;
+    }
+  }
+  void failed(const std::string& what, const CommError& e);
 
   struct RingDir {
     Link* to;
@@ -82,7 +115,7 @@ class Group : public std::enable_shared_from_this<Group> {
     int pos;
   };
   RingDir ring_dir(bool right) const;
-  void ring_reduce_scatter_step(int step, size_t count, Dtype t, ReduceOp op, uint8_t* buf,
+  void ring_reduce_scatter_step(int step, size_t count, Dtype t, ReduceOp op, const uint8_t* src, uint8_t* buf,
                                 MsgHeader h, bool sum_scatter_layout, const Wait& wait);
   void ring_all_gather_step(int step, size_t count, Dtype t, uint8_t* buf, MsgHeader h,
                             bool sum_scatter_layout, const Wait& wait);

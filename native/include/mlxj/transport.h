@@ -9,6 +9,9 @@
 
 #include <poll.h>
 
+#include "mlxj/dtype.h"
+#include "mlxj/reduce.h"
+
 namespace mlxj {
 
 enum class OpCode : uint8_t { AllSum = 1, AllMax, AllMin, AllGather, SumScatter, Send, Barrier, Split };
@@ -32,13 +35,25 @@ void check_header(const MsgHeader& expected, const MsgHeader& got, const std::st
 [[noreturn]] void peer_lost(int err, const std::string& peer);
 [[noreturn]] void peer_closed(const std::string& peer);
 
+// What a receive does with its bytes as they arrive: out = mine op received
+// (received op mine unless mine_first), element-wise. out may be the receive buffer.
+struct Fold {
+  uint8_t* out = nullptr;  // null: a plain receive
+  const uint8_t* mine = nullptr;
+  bool mine_first = true;
+  Dtype t = Dtype::UInt8;
+  ReduceOp op = ReduceOp::Sum;
+};
+
 class Link {
  public:
   virtual ~Link() = default;
   // "rank 1 (127.0.0.1:33324)": used in every error about this peer.
   virtual const std::string& name() const = 0;
   virtual void begin_send(const MsgHeader& h, const void* data, size_t size) = 0;
-  virtual void begin_recv(const MsgHeader& expect, void* data, size_t size) = 0;
+  // With a fold, a link that folds() reduces arriving data into fold->out
+  // itself (data is then unused); other links only fill data.
+  virtual void begin_recv(const MsgHeader& expect, void* data, size_t size, const Fold* fold) = 0;
   virtual bool sending() const = 0;
   virtual bool receiving() const = 0;
   // Moves what the OS takes now without blocking; true if any byte moved.
@@ -54,6 +69,8 @@ class Link {
   virtual const char* kind() const = 0;
   // Whether a short bounded spin beats sleeping right away.
   virtual bool spins() const { return false; }
+  // Whether begin_recv's fold is applied by the link (as data arrives) rather than by the caller.
+  virtual bool folds() const { return false; }
 };
 
 }  // namespace mlxj
