@@ -348,38 +348,28 @@ class Cluster:
             self._changed.clear()
         self._probe_channels(deadline)
 
-    def _probe_channels(self, deadline: float, patience: float = 0.5) -> None:
-        """Until every rank has answered on both its request and control channels.
+    def _probe_channels(self, deadline: float, patience: float = 0.2) -> None:
+        """Until every rank has answered on its request channel (the one cells use).
 
         The controller routes to an engine by identity and silently drops what
         reaches it before that engine's own connection is up; ipyparallel lists an
         engine once its heartbeat arrives, which need not come after. A probe that
         gets no answer within ``patience`` s is sent again, so the first cell never
-        goes to a rank that cannot hear it.
+        goes to a rank that cannot hear it. (Control needs no probe: status and
+        abort are used with timeouts and deadlines.)
         """
         client = self.client
         assert client is not None
-        pending = {r: [False, False] for r in range(self.size)}
+        pending = set(range(self.size))
         while pending:
-            sent = {}
-            for rank, answered in pending.items():
-                ident = client._build_targets([rank])[0][0]
-                sent[rank] = (
-                    None if answered[0] else client.direct_view(targets=rank).apply_async(int),
-                    None if answered[1] else client._send(client._control_stream, "mlx_status_request",
-                                                          content={}, ident=ident),
-                )
+            sent = {rank: client.direct_view(targets=rank).apply_async(int) for rank in pending}
             until = min(deadline, time.monotonic() + patience)
-            for rank, futures in sent.items():
-                for i, fut in enumerate(futures):
-                    if fut is None:
-                        continue
-                    try:
-                        fut.result(max(0.0, until - time.monotonic()))
-                        pending[rank][i] = True
-                    except Exception:
-                        pass
-            pending = {r: a for r, a in pending.items() if not all(a)}
+            for rank, fut in sent.items():
+                try:
+                    fut.result(max(0.0, until - time.monotonic()))
+                    pending.discard(rank)
+                except Exception:
+                    pass
             if self.dead:
                 raise ClusterError(self._dead_message("did not start", tail=True))
             if pending and time.monotonic() > deadline:
