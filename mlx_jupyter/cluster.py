@@ -35,6 +35,9 @@ from mlx_jupyter.output import describe_exit, rank_label
 from mlx_jupyter.ports import free_port_block
 from mlx_jupyter.zmqwatch import watch_queues
 
+# The ipyparallel Client's ZMQ streams that zmqwatch keeps flushed.
+_CLIENT_STREAMS = ("_mux_stream", "_control_stream", "_iopub_stream", "_notification_stream", "_query_stream")
+
 Progress = Callable[[int, int], None]
 log = logging.getLogger(__name__)
 
@@ -455,8 +458,8 @@ class Cluster:
     def _connect_client(self) -> None:
         """The ipyparallel client, with its streams watched for messages left unread."""
         self.client = c = self.ipp.connect_client_sync()
-        watch_queues([c._mux_stream, c._control_stream, c._iopub_stream, c._notification_stream, c._query_stream],
-                     self._kicked)
+        # Private names of ipyparallel's Client: a version without one of them loses only that watch.
+        watch_queues([getattr(c, name, None) for name in _CLIENT_STREAMS], self._kicked)
 
     def _kicked(self, stream: Any) -> None:
         self.queue_kicks += 1

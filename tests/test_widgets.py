@@ -310,6 +310,7 @@ def _unstarted_cluster(monkeypatch, tmp_path):
     monkeypatch.setattr(cluster_mod.Cluster, "_start_engines",
                         lambda self: (setattr(self, "size", 2), setattr(Client, "ids", [0, 1])))
     monkeypatch.setattr(cluster_mod.Cluster, "_rank_pids", lambda self, es: set())
+    monkeypatch.setattr(cluster_mod.Cluster, "_probe_channels", lambda self, deadline: None)
     monkeypatch.setattr(cluster_mod.Cluster, "engine_set", None)
     return c
 
