@@ -12,17 +12,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shlex
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence, TextIO
+from typing import Any, Mapping, Protocol, Sequence, TextIO, Union
 
 from mlx_jupyter.topology import CommandResult, DiscoveryError, PlanError, Topology, TopologyError
 from mlx_jupyter.topology.commands import (
     IBV_DEVICES, IP_ADDR, NETWORKSETUP, PROBE, SUDO_PROBE, SYSTEM_PROFILER, UNAME, getifaddr, ip_route_get, show,
 )
-from mlx_jupyter.topology.ethernet import pick_addresses
-from mlx_jupyter.topology.netparse import parse_getifaddr, parse_ip_addr, parse_route_get
+from mlx_jupyter.topology.addressing import BRIDGE_DOWN, SETUP_PROGRAMS, SetupLine
+from mlx_jupyter.topology.ethernet import candidates, pick_addresses, route_targets
+from mlx_jupyter.topology.netparse import IfAddr, parse_getifaddr, parse_ip_addr, parse_route_get
+from mlx_jupyter.topology.system_profiler import first_line
 
 THUNDERBOLT_COMMANDS = (SYSTEM_PROFILER, NETWORKSETUP, IBV_DEVICES, getifaddr("en0"), getifaddr("en1"))
 COMMAND_TIMEOUT = 60.0  # system_profiler takes a second or two; anything far beyond is a hung host
@@ -77,6 +80,12 @@ class SSHRunner:
             _text(result.stdout),
             _text(result.stderr),
         )
+
+    def peer_address(self, host: str) -> str | None:
+        """The IP address the connection to `host` reached, once connected (None before, or if unknown)."""
+        conn = self._conns.get(host)
+        peer = conn.get_extra_info("peername") if conn is not None else None
+        return peer[0] if isinstance(peer, tuple) and peer and isinstance(peer[0], str) else None
 
     async def close(self) -> None:
         for conn in self._conns.values():
@@ -154,43 +163,102 @@ async def discover(
 
 
 async def ethernet_addresses(runner: Runner, hosts: Sequence[str], disc: Discovery) -> list[str | None]:
-    """Each host's address: macOS en0 then en1; Linux the address on the network the hosts share."""
-    ips: dict[str, str | None] = {}
-    linux: list[str] = []
-    for host in hosts:
+    """Each host's address: macOS en0 then en1; Linux the address on the interface that reaches the others.
+
+    A Linux host sharing a subnet with other hosts uses its address there; otherwise its routing
+    table is asked (`ip -j -4 route get`) for the source address towards the other hosts.
+    """
+    ips: list[str | None] = []
+    per_host: list[list[IfAddr]] = []
+    linux: list[int] = []
+    for i, host in enumerate(hosts):
         out = disc.outputs[host]
         if out[UNAME].stdout.strip() == "Linux":
-            linux.append(host)
+            linux.append(i)
+            ips.append(None)
+            per_host.append(parse_ip_addr(host, out[IP_ADDR]))
             continue
-        ips[host] = None
+        ip = None
         for iface in ("en0", "en1"):
-            ips[host] = ips[host] or parse_getifaddr(host, iface, out[getifaddr(iface)])
-    if linux:
-        per_host = {h: parse_ip_addr(h, disc.outputs[h][IP_ADDR]) for h in linux}
-        ips.update(zip(linux, pick_addresses(list(per_host.values()))))
-        for host in linux:
-            own = {a.address for a in per_host[host]}
-            others = [a for h, a in ips.items() if a and h != host and a not in own]
-            if ips[host] is None and others:
-                # no shared subnet: ask this host's routing table which address reaches another host
-                cmd = ip_route_get(others[0])
-                ips[host] = parse_route_get(host, show(cmd), await runner.run(host, list(cmd)))
-    return [ips[h] for h in hosts]
+            ip = ip or parse_getifaddr(host, iface, out[getifaddr(iface)])
+        ips.append(ip)
+        per_host.append([IfAddr("en0", ip, 32)] if ip else [])
+    shared = pick_addresses(per_host)
+    for i in linux:
+        ips[i] = shared[i]
+    reached = {i: a for i, h in enumerate(hosts) if (a := _reached_address(runner, h))}
+    lost = [i for i in linux if ips[i] is None]
+    found = await asyncio.gather(*(
+        _route_source(runner, hosts[i], route_targets(i, per_host, ips, reached), per_host[i]) for i in lost))
+    for i, ip in zip(lost, found):
+        ips[i] = ip
+    return ips
 
 
-async def apply_setup(runner: Runner, commands: dict[str, list[str]]) -> dict[str, list[str]]:
-    """Run each host's setup commands in order (hosts in parallel); return failures per host."""
+def _reached_address(runner: Runner, host: str) -> str | None:
+    """The address ssh reached `host` at, if the runner knows it (a route target for the others)."""
+    peer = getattr(runner, "peer_address", None)
+    return peer(host) if callable(peer) else None
 
-    async def one(host: str, lines: list[str]) -> list[str]:
+
+async def _route_source(runner: Runner, host: str, targets: Sequence[str], own: Sequence[IfAddr]) -> str | None:
+    """The source address `host` routes from towards the first target it has a route to, else None.
+
+    A target without a route (non-zero exit) is skipped; output that is not `ip -j` JSON is an error.
+    """
+    mine = {a.address for a in candidates(own)}
+    tried: list[str] = []
+    for target in targets:
+        cmd = ip_route_get(target)
+        result = await runner.run(host, list(cmd))
+        if not result.ok:
+            tried.append(f"{target}: exit {result.rc} {first_line(result.stderr)}".rstrip())
+            continue
+        source = parse_route_get(host, show(cmd), result)
+        if source in mine:
+            return source
+        tried.append(f"{target}: from {source}, not one of its usable addresses")
+    if tried:
+        raise DiscoveryError(
+            host, "ip -j -4 route get", "found no usable source address towards the other hosts (" + "; ".join(tried) + ")",
+            "Check that this host has a route to the others (ip route), or list hosts that share a network",
+        )
+    return None
+
+
+# -- setup ---------------------------------------------------------------------------------------
+
+SetupCommand = Union[SetupLine, Sequence[str]]
+
+
+def setup_argv(command: SetupCommand) -> tuple[str, ...]:
+    """The argv of a planned setup command (a `SetupLine` or an argv); plain text is refused, never split."""
+    if isinstance(command, SetupLine):
+        argv = command.argv
+    elif isinstance(command, str):
+        raise TypeError(f"setup commands are run from their argv, not from text: {command!r}")
+    else:
+        argv = tuple(command)
+    if not argv or argv[0] not in SETUP_PROGRAMS:
+        raise ValueError(f"not a setup command (only {', '.join(SETUP_PROGRAMS)}): {argv!r}")
+    return argv
+
+
+async def apply_setup(runner: Runner, commands: Mapping[str, Sequence[SetupCommand]]) -> dict[str, list[str]]:
+    """Run each host's setup commands in order with `sudo -n` (hosts in parallel); return failures per host."""
+    planned = {h: [setup_argv(c) for c in lines] for h, lines in commands.items()}  # refuse before running any
+
+    async def one(host: str, argvs: list[tuple[str, ...]]) -> list[str]:
         failures = []
-        for line in lines:
-            result = await runner.run(host, line.split())
-            if not result.ok and "bridge0" not in line:  # a deleted Thunderbolt Bridge is fine
-                failures.append(f"`{line}` exited {result.rc}: {(result.stderr or result.stdout).strip()}")
+        for argv in argvs:
+            run = ("sudo", "-n", *argv)  # -n: fail instead of prompting for a password
+            result = await runner.run(host, list(run))
+            if not result.ok and argv != BRIDGE_DOWN:  # a deleted Thunderbolt Bridge is fine
+                failures.append(f"`{shlex.join(run)}` exited {result.rc}: {first_line(result.stderr or result.stdout)}")
         return failures
 
-    results = await asyncio.gather(*(one(h, c) for h, c in commands.items()))
-    return {h: f for h, f in zip(commands, results) if f}
+    results = await asyncio.gather(*(one(h, c) for h, c in planned.items()))
+    return {h: f for h, f in zip(planned, results) if f}
 
 
 # -- the command line ------------------------------------------------------------------------------

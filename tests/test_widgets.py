@@ -77,7 +77,7 @@ def test_discover_apply_save(tmp_path):
     assert w.status["level"] == "success"
     result = w.apply_setup()
     assert all(r["mode"] == "auto" and r["ok"] for r in result.values())
-    ran = [argv for _, argv in w.runner.calls if argv[:2] == ("sudo", "ifconfig")]
+    ran = [argv for _, argv in w.runner.calls if argv[:3] == ("sudo", "-n", "ifconfig")]  # never prompts
     assert len(ran) == 4 + 2 * 5  # bridge0 down on each host, an address per cable end
     path = w.save_hostfile()
     data = json.loads(path.read_text())

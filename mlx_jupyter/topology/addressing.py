@@ -2,13 +2,32 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
+from typing import Sequence
 
 from .errors import PlanError
 from .model import Cable
+from .netparse import is_interface
 
 NETMASK = "255.255.255.252"
 CABLES_PER_SUBNET = 64  # a /24 holds 64 /30s
+BRIDGE_DOWN = ("ifconfig", "bridge0", "down")
+SETUP_PROGRAMS = ("ifconfig", "route")  # all that setup ever runs (as root)
+
+
+class SetupLine(str):
+    """A setup command as printed for a human (`sudo ifconfig ...`) that keeps the argv to run.
+
+    Running it never re-splits the text: `argv` is what was planned, every word validated.
+    """
+
+    argv: tuple[str, ...]
+
+    def __new__(cls, argv: Sequence[str]) -> SetupLine:
+        line = super().__new__(cls, "sudo " + shlex.join(argv))
+        line.argv = tuple(argv)
+        return line
 
 
 @dataclass(frozen=True)
@@ -65,15 +84,28 @@ def plan_by_pair(links: list[Link], n: int) -> dict[str, list[list[str]]]:
     return dict(sorted(out.items(), key=lambda kv: tuple(int(x) for x in kv[0].split(","))))
 
 
-def setup_commands(links: list[Link], n: int) -> list[list[str]]:
-    """Per host (by index): bridge0 down, then address and route for each of its cables, peers in host order."""
+def setup_argv(links: list[Link], names: Sequence[str]) -> list[list[tuple[str, ...]]]:
+    """Per host (by index): bridge0 down, then address and route for each of its cables, peers in host order.
+
+    An interface with several cables (a port on a hub) gets its further addresses as aliases.
+    """
     out = []
-    for i in range(n):
-        lines = ["sudo ifconfig bridge0 down"]
-        for j in range(n):
+    for i, name in enumerate(names):
+        cmds = [BRIDGE_DOWN]
+        addressed: set[str] = set()
+        for j in range(len(names)):
             for lk in links_between(links, i, j):
                 iface, ip, peer = lk.side(i)
-                lines.append(f"sudo ifconfig {iface} inet {ip} netmask {NETMASK}")
-                lines.append(f"sudo route change {peer} -interface {iface}")
-        out.append(lines)
+                if not is_interface(iface):
+                    raise PlanError(f"{name}: interface name {iface!r} is not of the form en2; refusing to plan commands for it")
+                alias = ("alias",) if iface in addressed else ()
+                addressed.add(iface)
+                cmds.append(("ifconfig", iface, "inet", ip, "netmask", NETMASK, *alias))
+                cmds.append(("route", "change", peer, "-interface", iface))
+        out.append(cmds)
     return out
+
+
+def setup_commands(links: list[Link], names: Sequence[str]) -> list[list[SetupLine]]:
+    """`setup_argv` as the lines a human runs (`sudo ...`); each line keeps its argv."""
+    return [[SetupLine(argv) for argv in host] for host in setup_argv(links, names)]

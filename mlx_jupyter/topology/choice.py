@@ -183,6 +183,12 @@ def choose(topo: Topology, backend: str | None = None, envs: Sequence[str] = ())
     declined: list[str] = []
     if rdma_why:
         declined.append(rdma_why)
+        # name the links too, so enabling RDMA is not offered as the whole fix
+        ring = topo.full_ring()
+        used = mesh_cables(topo) if not mesh_why else ring_cables(topo, ring) if ring else []
+        slow = links_problem(topo, used, "jaccl" if not mesh_why else "jaccl-ring")
+        if slow:
+            declined.append("Also, " + slow.replace(RING_ADVICE, ""))
     else:
         for planner, why_not in ((plan_jaccl, mesh_why), (plan_jaccl_ring, ring_why)):
             if why_not:
@@ -195,5 +201,7 @@ def choose(topo: Topology, backend: str | None = None, envs: Sequence[str] = ())
                 declined.append(str(exc).replace(RING_ADVICE, ""))
     if ring_why:
         raise PlanError(f"No backend fits this cabling. {ring_why} RDMA was not possible: {' '.join(declined)}")
-    # the last refusal is the closest RDMA came (jaccl-ring after jaccl)
-    return plan_ring(topo, envs, f"ring (TCP over Thunderbolt), because {declined[-1]}")
+    # without RDMA on the hosts, every reason counts; otherwise the last refusal is the closest
+    # RDMA came (jaccl-ring after jaccl)
+    because = " ".join(declined) if rdma_why else declined[-1]
+    return plan_ring(topo, envs, f"ring (TCP over Thunderbolt), because {because}")

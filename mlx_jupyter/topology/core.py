@@ -106,9 +106,9 @@ class Topology:
         """`"i,j"` -> [[interface on i, address on i], ...] (k-th entries of i,j and j,i = one cable)."""
         return addressing.plan_by_pair(self._links, len(self.hosts))
 
-    def setup_commands(self) -> dict[str, list[str]]:
-        """Per host name, the commands that apply the address plan."""
-        return dict(zip(self.names, addressing.setup_commands(self._links, len(self.hosts))))
+    def setup_commands(self) -> dict[str, list[addressing.SetupLine]]:
+        """Per host name, the commands that apply the address plan (`sudo ...` lines that keep their argv)."""
+        return dict(zip(self.names, addressing.setup_commands(self._links, self.names)))
 
     @property
     def warnings(self) -> list[str]:

@@ -7,7 +7,7 @@ from typing import Mapping
 from .commands import IBV_DEVICES, NETWORKSETUP, SYSTEM_PROFILER, CommandResult, getifaddr, show
 from .errors import DiscoveryError
 from .model import Host, Port, natural_key
-from .netparse import parse_getifaddr, parse_ibv_devices, parse_networksetup
+from .netparse import is_interface, parse_getifaddr, parse_ibv_devices, parse_networksetup
 from .system_profiler import Bus, parse_system_profiler
 
 Outputs = Mapping[tuple[str, ...], CommandResult]
@@ -30,7 +30,15 @@ def ports_of(host: str, buses: list[Bus], hardware_ports: dict[str, str]) -> tup
                 )
             warnings.append(f"{host}: `{show(NETWORKSETUP)}` has no {label}; that idle port is skipped")
             continue
-        ports.append(Port(iface, bus.uuid, bus.receptacle or "", bus.link_gbps, bus.max_gbps, bus.peer))
+        if not is_interface(iface):
+            # it would end up in `sudo ifconfig ...` lines and in the hostfile's rdma_<iface>
+            raise DiscoveryError(
+                host, show(NETWORKSETUP),
+                f"gives {label} the device {iface!r}, which is not a network interface name",
+                "Expected lowercase letters then digits, like en2; check what the command prints on that host",
+            )
+        ports.append(Port(iface, bus.uuid, bus.receptacle or "", bus.link_gbps, bus.max_gbps, bus.peer,
+                          bus.peers[1:]))
     ports.sort(key=lambda p: natural_key(p.iface))
     return ports, warnings
 

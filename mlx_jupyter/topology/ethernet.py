@@ -1,9 +1,9 @@
-"""Pick each Linux host's address on the network the hosts share (from `ip -j addr`)."""
+"""Pick each Linux host's address on the network the hosts share (from `ip -j addr`), or what to ask routing."""
 
 from __future__ import annotations
 
 import ipaddress
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from .netparse import IfAddr
 
@@ -40,3 +40,35 @@ def pick_addresses(per_host: Sequence[Sequence[IfAddr]]) -> list[str | None]:
 
 def _in(address: str, net: ipaddress.IPv4Network) -> bool:
     return ipaddress.IPv4Address(address) in net
+
+
+def usable(address: str | None) -> bool:
+    """An IPv4 address worth routing to: not loopback, link-local, multicast or unspecified."""
+    if not address:
+        return False
+    try:
+        ip = ipaddress.IPv4Address(address)
+    except ValueError:
+        return False
+    return not (ip.is_loopback or ip.is_link_local or ip.is_multicast or ip.is_unspecified)
+
+
+def route_targets(
+    host: int, per_host: Sequence[Sequence[IfAddr]], chosen: Sequence[str | None],
+    reached: Mapping[int, str] | None = None, limit: int = 8,
+) -> list[str]:
+    """Addresses of the other hosts to ask host `host`'s routing table about, best first.
+
+    First each other host's chosen address, then the address ssh reached it at, then its other
+    usable addresses; never one of `host`'s own (that would route over loopback).
+    """
+    own = {a.address for a in per_host[host]} if host < len(per_host) else set()
+    others = [j for j in range(len(chosen)) if j != host]
+    order: list[str | None] = [chosen[j] for j in others]
+    order += [(reached or {}).get(j) for j in others]
+    order += [a.address for j in others if j < len(per_host) for a in candidates(per_host[j])]
+    out: list[str] = []
+    for address in order:
+        if address and usable(address) and address not in own and address not in out:
+            out.append(address)
+    return out[:limit]

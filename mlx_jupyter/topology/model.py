@@ -38,7 +38,13 @@ class Port:
     receptacle: str = ""
     link_gbps: float | None = None
     max_gbps: float | None = None
-    peer: Peer | None = None
+    peer: Peer | None = None  # the (first) Mac at the far end
+    hub_peers: tuple[Peer, ...] = ()  # further Macs behind the same hub or dock
+
+    @property
+    def peers(self) -> tuple[Peer, ...]:
+        """Every Mac this port reaches: one on a direct cable, possibly several behind a hub."""
+        return ((self.peer,) if self.peer is not None else ()) + self.hub_peers
 
     @property
     def generation(self) -> int | None:
@@ -114,8 +120,8 @@ class Wiring:
     warnings: list[str] = field(default_factory=list)
 
 
-def find_cables(hosts: list[Host]) -> Wiring:
-    """Pair up ports by domain UUID; a cable counts when either end sees the other."""
+def _uuid_index(hosts: list[Host]) -> dict[str, tuple[int, Port]]:
+    """Port domain UUID -> (host index, port); a UUID on two hosts means one Mac listed twice."""
     index: dict[str, tuple[int, Port]] = {}
     for h, host in enumerate(hosts):
         for port in host.ports:
@@ -126,28 +132,47 @@ def find_cables(hosts: list[Host]) -> Wiring:
                     f"{port.uuid} (system_profiler SPThunderboltDataType). List each Mac once."
                 )
             index[port.uuid] = (h, port)
+    return index
+
+
+def find_cables(hosts: list[Host]) -> Wiring:
+    """Pair up ports by domain UUID; a cable counts when either end sees the other.
+
+    A direct cable uses each of its ports once; a port on a hub reaches every Mac behind
+    it. A hub cable's `a` end is the upstream one (the port whose report shows the hub).
+    """
+    index = _uuid_index(hosts)
     out = Wiring()
-    taken: dict[tuple[int, str], Cable] = {}
+    pairs: set[frozenset[str]] = set()  # port-UUID pairs already decided (cable or refusal)
+    direct: dict[tuple[int, str], Cable] = {}  # ends of direct cables
     for h, host in enumerate(hosts):
         for port in host.ports:
-            if port.peer is None or (h, port.iface) in taken:
-                continue
-            target = index.get(port.peer.uuid)
-            if target is None:
-                out.cables.append(Cable(End(h, port.iface), None, port.link_gbps, port.peer.via, port.peer))
-                continue
-            t, tport = target
-            if t == h:
-                out.warnings.append(f"{host.name} {port.iface} is cabled to its own port {tport.iface}; ignored")
-                continue
-            if (t, tport.iface) in taken:
-                out.warnings.append(
-                    f"{host.name} {port.iface} reports a cable to {hosts[t].name} {tport.iface}, "
-                    "which is already paired with another port; ignored"
-                )
-                continue
-            via = port.peer.via or (tport.peer.via if tport.peer and tport.peer.uuid == port.uuid else ())
-            cable = Cable(End(h, port.iface), End(t, tport.iface), link_speed(port.link_gbps, tport.link_gbps), via)
-            out.cables.append(cable)
-            taken[(h, port.iface)] = taken[(t, tport.iface)] = cable
+            for peer in port.peers:
+                target = index.get(peer.uuid)
+                if target is None:
+                    out.cables.append(Cable(End(h, port.iface), None, port.link_gbps, peer.via, peer))
+                    continue
+                t, tport = target
+                if t == h:
+                    out.warnings.append(f"{host.name} {port.iface} is cabled to its own port {tport.iface}; ignored")
+                    continue
+                key = frozenset((port.uuid, tport.uuid))
+                if key in pairs:
+                    continue  # already seen from the other end
+                pairs.add(key)
+                back = next((p.via for p in tport.peers if p.uuid == port.uuid), ())
+                via = peer.via or back
+                if not via and ((h, port.iface) in direct or (t, tport.iface) in direct):
+                    out.warnings.append(
+                        f"{host.name} {port.iface} reports a cable to {hosts[t].name} {tport.iface}, "
+                        "which is already paired with another port; ignored"
+                    )
+                    continue
+                a, b = End(h, port.iface), End(t, tport.iface)
+                if via and not peer.via:
+                    a, b = b, a
+                cable = Cable(a, b, link_speed(port.link_gbps, tport.link_gbps), via)
+                out.cables.append(cable)
+                if not via:
+                    direct[(h, port.iface)] = direct[(t, tport.iface)] = cable
     return out

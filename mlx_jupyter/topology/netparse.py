@@ -12,6 +12,8 @@ from .errors import DiscoveryError
 from .system_profiler import first_line, load_json
 
 _DEVICE = re.compile(r"^[A-Za-z0-9_.:-]+$")
+# macOS/BSD network interface names (en2, bridge0, utun3): the only form put into commands
+_INTERFACE = re.compile(r"[a-z]{1,12}[0-9]{1,4}")
 RDMA_HELP = (
     "To enable it, start each Mac in recovery mode, run `rdma_ctl enable` in Terminal, "
     "and restart (macOS 26.2 or later)"
@@ -21,6 +23,11 @@ RDMA_HELP = (
 def _status(result: CommandResult) -> str:
     err = first_line(result.stderr)
     return f"exit {result.rc}" + (f": {err}" if err else "")
+
+
+def is_interface(name: str) -> bool:
+    """Whether `name` looks like a network interface (lowercase letters, then digits)."""
+    return _INTERFACE.fullmatch(name) is not None
 
 
 def parse_networksetup(host: str, result: CommandResult) -> dict[str, str]:

@@ -12,6 +12,7 @@ from .errors import DiscoveryError
 
 COMMAND = show(SYSTEM_PROFILER)
 _SPEED = re.compile(r"(\d+(?:\.\d+)?)\s*Gb/s")
+_NUMBER = re.compile(r"[0-9]+")
 # The XDomain service a Mac advertises to its peer when RDMA is enabled.
 _RDMA_SERVICE_PROTOCOL = 64087
 
@@ -36,15 +37,24 @@ class Bus:
     receptacle: str | None
     link_gbps: float | None  # current link speed; None when idle or unknown
     max_gbps: float | None  # the "Up to N Gb/s" an idle port reports
-    peer: Peer | None
+    peers: tuple[Peer, ...]  # every Mac reachable through this bus (more than one only behind a hub)
     machine: str | None = None
+
+    @property
+    def peer(self) -> Peer | None:
+        return self.peers[0] if self.peers else None
+
+
+def printable(text: str) -> str:
+    """`text` with control characters (terminal escapes, NUL, ...) shown as `?`: remote text reaches terminals."""
+    return "".join(ch if ch.isprintable() else "?" for ch in text)
 
 
 def first_line(text: str, limit: int = 120) -> str:
-    """The first non-empty line of `text`, shortened, for quoting in messages."""
+    """The first non-empty line of `text`, shortened and made printable, for quoting in messages."""
     for line in text.splitlines():
         if line.strip():
-            line = line.strip()
+            line = printable(line.strip())
             return line if len(line) <= limit else line[: limit - 3] + "..."
     return ""
 
@@ -78,28 +88,33 @@ def load_json(host: str, command: str, result: CommandResult) -> Any:
         raise DiscoveryError(host, command, problem) from None
 
 
-def _peer_of(host: str, bus_name: str, items: Any) -> Peer | None:
-    """Depth-first search of `_items` for the first device with a domain UUID (a Mac)."""
-    # stack entries: (item, hubs on the way to it)
-    stack: list[tuple[Any, tuple[str, ...]]] = []
+def _peers_of(host: str, bus_name: str, items: Any) -> tuple[Peer, ...]:
+    """Every Mac (device with a domain UUID) at any depth of `_items`, depth-first in listed order.
+
+    A Mac directly on the port is the only one; behind a hub or dock there can be several.
+    A Mac's own `_items` are not searched: Thunderbolt does not chain through a Mac.
+    """
     if items is None:
-        return None
+        return ()
     if not isinstance(items, list):
         raise DiscoveryError(host, COMMAND, f"bus {bus_name}: _items is not a list")
-    stack.extend((it, ()) for it in reversed(items))
+    # stack entries: (item, hubs on the way to it)
+    stack: list[tuple[Any, tuple[str, ...]]] = [(it, ()) for it in reversed(items)]
+    found: list[Peer] = []
     while stack:
         item, via = stack.pop()
         if not isinstance(item, dict):
             raise DiscoveryError(host, COMMAND, f"bus {bus_name}: an _items entry is not an object")
         uuid = item.get("domain_uuid_key")
         if isinstance(uuid, str) and uuid:
-            return Peer(
-                uuid=uuid,
+            found.append(Peer(
+                uuid=printable(uuid),
                 name=_text(item.get("_name")),
                 model=_text(item.get("device_name_key")),
                 via=via,
                 rdma_service=_has_rdma_service(item.get("services_title")),
-            )
+            ))
+            continue
         children = item.get("_items")
         if children is None:
             continue
@@ -107,7 +122,7 @@ def _peer_of(host: str, bus_name: str, items: Any) -> Peer | None:
             raise DiscoveryError(host, COMMAND, f"bus {bus_name}: _items is not a list")
         hub = _text(item.get("_name")) or _text(item.get("device_name_key")) or "unnamed device"
         stack.extend((child, via + (hub,)) for child in reversed(children))
-    return None
+    return tuple(found)
 
 
 def _has_rdma_service(services: Any) -> bool:
@@ -121,7 +136,7 @@ def _has_rdma_service(services: Any) -> bool:
 
 
 def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
+    return printable(value) if isinstance(value, str) and value else None
 
 
 def _receptacle(tag: Any) -> str | None:
@@ -131,7 +146,7 @@ def _receptacle(tag: Any) -> str | None:
     if isinstance(rid, bool) or not isinstance(rid, (str, int)):
         return None
     rid = str(rid).strip()
-    return str(int(rid)) if rid.isdigit() else (rid or None)
+    return str(int(rid)) if rid.isascii() and rid.isdigit() else (rid or None)
 
 
 def parse_system_profiler(host: str, result: CommandResult) -> tuple[list[Bus], list[str]]:
@@ -162,12 +177,18 @@ def parse_system_profiler(host: str, result: CommandResult) -> tuple[list[Bus], 
         if not isinstance(uuid, str) or not uuid:
             continue  # not a host bus (MLX skips these too)
         name = _text(entry.get("_name")) or f"bus #{n}"
+        uuid = printable(uuid)
         if uuid in seen:
             raise DiscoveryError(host, COMMAND, f"domain UUID {uuid} appears on two buses")
         seen.add(uuid)
-        peer = _peer_of(host, name, entry.get("_items"))
+        peers = _peers_of(host, name, entry.get("_items"))
+        peer = peers[0] if peers else None
         tag = entry.get("receptacle_1_tag")
         receptacle = _receptacle(tag)
+        if receptacle is not None and not _NUMBER.fullmatch(receptacle):
+            raise DiscoveryError(
+                host, COMMAND, f"bus {name}: receptacle_1_tag.receptacle_id_key is {printable(receptacle)!r}, not a number",
+            )
         if receptacle is None:
             if peer is not None:
                 raise DiscoveryError(
@@ -178,5 +199,5 @@ def parse_system_profiler(host: str, result: CommandResult) -> tuple[list[Bus], 
             warnings.append(f"{host}: `{COMMAND}`: bus {name} has no receptacle_1_tag; skipped (nothing is plugged into it)")
             continue
         link, top = parse_speed(tag.get("current_speed_key") if isinstance(tag, dict) else None)
-        buses.append(Bus(name, uuid, receptacle, link, top, peer, _text(entry.get("device_name_key"))))
+        buses.append(Bus(name, uuid, receptacle, link, top, peers, _text(entry.get("device_name_key"))))
     return buses, warnings

@@ -32,5 +32,10 @@ class FakeRunner:
         return self.recording.answer(host, key)
 
     def setup_calls(self, host: str) -> list[str]:
-        """The setup commands `host` received, as command lines."""
-        return [" ".join(a) for h, a in self.calls if h == host and a[:1] == ("sudo",) and a[1:2] != ("-n",)]
+        """The setup commands `host` received (sudo probe left out), as command lines."""
+        return [" ".join(a) for h, a in self.calls if h == host and a[:1] == ("sudo",) and a != ("sudo", "-n", "true")]
+
+
+def as_run(lines: list[str]) -> list[str]:
+    """Printed setup lines (`sudo ifconfig ...`) as auto-setup sends them (`sudo -n ifconfig ...`)."""
+    return ["sudo -n " + line.removeprefix("sudo ") for line in lines]

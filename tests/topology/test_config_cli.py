@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from fake_runner import FakeRunner
+from fake_runner import FakeRunner, as_run
 from tb_fixtures import FIXTURES, SCENARIOS, expected
 from mlx_jupyter import config
 from mlx_jupyter.topology import CommandResult, Topology
@@ -85,7 +85,7 @@ def test_auto_setup_runs_where_sudo_works_and_prints_the_rest():
     assert code == 0, err
     correct = expected("four-macs-ring-only")["correct"]["setup_commands"]
     for host in ("mini-a", "mini-b", "mini-d"):
-        assert runner.setup_calls(host) == correct[host]
+        assert runner.setup_calls(host) == as_run(correct[host])
         assert f"Setup for {host}" not in out
     assert runner.setup_calls("mini-c") == []
     assert "Setup for mini-c (no passwordless sudo" in out
@@ -94,9 +94,10 @@ def test_auto_setup_runs_where_sudo_works_and_prints_the_rest():
 
 def test_auto_setup_failure_is_reported_per_host(tmp_path):
     runner = FakeRunner(FIXTURES / "two-macs-one-cable", answers={
-        ("mini-2", ("sudo", "ifconfig", "en2", "inet", "192.168.0.2", "netmask", "255.255.255.252")):
+        ("mini-2", ("sudo", "-n", "ifconfig", "en2", "inet", "192.168.0.2", "netmask", "255.255.255.252")):
             CommandResult(1, "", "ifconfig: ioctl (SIOCAIFADDR): Invalid argument\n"),
-        ("mini-1", ("sudo", "ifconfig", "bridge0", "down")): CommandResult(1, "", "ifconfig: interface bridge0 does not exist\n"),
+        ("mini-1", ("sudo", "-n", "ifconfig", "bridge0", "down")):
+            CommandResult(1, "", "ifconfig: interface bridge0 does not exist\n"),
     })
     code, hostfile, err, _ = hostfile_of(tmp_path, "two-macs-one-cable", "--auto-setup", runner=runner)
     assert code == 1
