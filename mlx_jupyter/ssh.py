@@ -1,8 +1,10 @@
 """SSH for launching: parallel asyncssh connections (one per host) and shell quoting.
 
 Connections honour the user's OpenSSH config (HostName, Port, User,
-IdentityFile, ProxyJump) and known_hosts; host keys are verified unless
-``accept_unknown_hosts`` is set, which still refuses a *changed* key.
+IdentityFile, ProxyJump). Host keys are verified against the known_hosts
+files OpenSSH would read for that host (see :func:`resolve`), every ProxyJump
+hop included; ``accept_unknown_hosts`` accepts only hosts with no recorded
+key: a *changed* key is always refused.
 Keepalives make a dead host show up as a lost connection within
 ``keepalive_interval * (keepalive_count_max + 1)`` seconds.
 """
@@ -15,7 +17,7 @@ import re
 import shlex
 import sys
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -79,7 +81,7 @@ class SSHOptions:
     """How to connect. Defaults follow OpenSSH: ~/.ssh/config, ~/.ssh/known_hosts, agent, keys."""
 
     config: list[str] | None = None            # ssh_config files; None: ~/.ssh/config if present
-    known_hosts: str | None = None             # None: ~/.ssh/known_hosts (or the config's UserKnownHostsFile)
+    known_hosts: str | None = None             # replaces the user files (config's UserKnownHostsFile, ~/.ssh/known_hosts)
     accept_unknown_hosts: bool = False          # accept (and warn about) hosts with no known key
     username: str | None = None
     port: int | None = None
@@ -102,7 +104,8 @@ def add_arguments(parser: Any, title: str = "ssh", connect_timeout: float = 10.0
     g.add_argument("--accept-unknown-hosts", action="store_true",
                    help="accept hosts missing from known_hosts (a changed key is still refused)")
     g.add_argument("--ssh-config", action="append", metavar="F", help="ssh_config file(s) instead of ~/.ssh/config")
-    g.add_argument("--known-hosts", metavar="F", help="known_hosts file instead of ~/.ssh/known_hosts")
+    g.add_argument("--known-hosts", metavar="F",
+                   help="known_hosts file instead of the config's UserKnownHostsFile (default ~/.ssh/known_hosts)")
     g.add_argument("-i", "--identity", action="append", metavar="F", help="private key file(s)")
     g.add_argument("--connect-timeout", type=float, default=connect_timeout, metavar="S",
                    help=f"ssh connect timeout (default {connect_timeout:g})")
@@ -126,8 +129,6 @@ def split_destination(dest: str) -> tuple[str | None, str]:
 
 
 def _connect_kwargs(dest: str, opts: SSHOptions) -> dict[str, Any]:
-    import asyncssh
-
     user, host = split_destination(dest)
     kw: dict[str, Any] = {
         "host": host,
@@ -144,18 +145,118 @@ def _connect_kwargs(dest: str, opts: SSHOptions) -> dict[str, Any]:
         kw["client_keys"] = list(opts.client_keys)
     if not opts.agent:
         kw["agent_path"] = None
-    if opts.known_hosts is not None:
-        kw["known_hosts"] = opts.known_hosts
-    kw["client_factory"] = _client_class(opts)
     kw.update(opts.extra)
     return kw
 
 
-def _known_hosts_files(opts: SSHOptions) -> list[str]:
-    if opts.known_hosts:
-        return [opts.known_hosts]
-    default = Path("~/.ssh/known_hosts").expanduser()
-    return [str(default)] if default.is_file() else []
+# --------------------------------------------------------------- host keys --
+
+#: OpenSSH's defaults when the config names no known_hosts files.
+USER_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
+GLOBAL_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
+_MAX_JUMPS = 8
+
+
+@dataclass
+class Target:
+    """A destination after ssh_config resolution: where it is and which known_hosts files vouch for it."""
+
+    host: str                     # HostName
+    port: int
+    jump: str | None              # ProxyJump chain ("a,user@b:2222"), if any
+    known_hosts_files: list[str]  # the existing files consulted, in order
+    searched: list[str]           # every file looked for (for error messages)
+
+
+def _local_user() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return ""
+
+
+def _expand_path(path: str, host: str, orig: str, port: int, user: str) -> str:
+    """``~`` and OpenSSH's %-tokens (%d %h %n %p %r %u %%) in a known_hosts path."""
+    tokens = {"d": str(Path.home()), "h": host, "n": orig, "p": str(port), "r": user, "u": _local_user(), "%": "%"}
+    return os.path.expanduser(re.sub(r"%(.)", lambda m: tokens.get(m.group(1), m.group(0)), path))
+
+
+def resolve(dest: str, opts: SSHOptions) -> Target:
+    """Resolve ``dest`` through the ssh config and list the known_hosts files OpenSSH would read.
+
+    User files: ``opts.known_hosts`` (``--known-hosts``), else the host's
+    UserKnownHostsFile, else ~/.ssh/known_hosts{,2}; then its GlobalKnownHostsFile,
+    else /etc/ssh/ssh_known_hosts{,2}. ``none`` names no file; missing files are skipped.
+    """
+    import asyncssh
+
+    kw = _connect_kwargs(dest, opts)
+    config = {k: kw[k] for k in ("host", "config", "username", "port") if k in kw}
+    try:  # config only: no keys loaded, nothing dialled
+        o = asyncssh.SSHClientConnectionOptions(**config, client_keys=None, agent_path=None)
+    except (OSError, ValueError, asyncssh.Error) as exc:
+        raise SSHError(dest, f"cannot use the ssh config {config['config'] or '(none)'}: {exc}") from None
+    users = [opts.known_hosts] if opts.known_hosts else o.config.get("UserKnownHostsFile", None)
+    globals_ = o.config.get("GlobalKnownHostsFile", None)
+    paths = [*(USER_KNOWN_HOSTS if users is None else users), *(GLOBAL_KNOWN_HOSTS if globals_ is None else globals_)]
+    searched = list(dict.fromkeys(_expand_path(p, o.host, o.orig_host, o.port, o.username or "") for p in paths))
+    jump = o.tunnel if isinstance(o.tunnel, str) and o.tunnel.lower() != "none" else None
+    return Target(o.host, o.port, jump, [p for p in searched if os.path.isfile(p)], searched)
+
+
+class HostKeys:
+    """The known_hosts entries that vouch for one destination, and why a key was refused."""
+
+    def __init__(self, dest: str, target: Target, accept_unknown: bool):
+        import asyncssh
+
+        self.dest, self.target, self.accept_unknown = dest, target, accept_unknown
+        self.changed_in: list[str] = []   # files that record a different key for the host
+        self.name = target.host           # the name the key was looked up by (HostKeyAlias, else HostName)
+        self._files: list[tuple[str, Any]] = []
+        for path in target.known_hosts_files:
+            try:
+                self._files.append((path, asyncssh.read_known_hosts(path)))
+            except (OSError, ValueError) as exc:
+                raise SSHError(dest, f"cannot read known_hosts file {path}: {exc} (fix or remove that entry)") from None
+
+    def trusted(self, host: str, addr: str, port: int | None) -> tuple[list, list, list]:
+        """asyncssh's known_hosts callback: (host keys, CA keys, revoked keys) from every file."""
+        found: tuple[list, list, list] = ([], [], [])
+        for _, known in self._files:
+            for acc, part in zip(found, known.match(host, addr, port)[:3]):
+                acc.extend(part)
+        return found
+
+    def allow_unlisted(self, host: str, addr: str, port: int, key: Any) -> bool:
+        """A key none of the files trusts: refuse it if the host has a recorded key, else maybe accept."""
+        port_ = port if port != 22 else None
+        self.name = host if port_ is None else f"[{host}]:{port}"
+        for path, known in self._files:
+            keys, cas = known.match(host, addr, port_)[:2]
+            if keys or cas:
+                self.changed_in.append(path)
+        if self.changed_in or not self.accept_unknown:
+            return False
+        print(f"mlx-jupyter: warning: accepting the unknown host key of {host} ({addr}): {key.get_fingerprint()} "
+              f"(not recorded in {', '.join(self.target.searched) or 'any known_hosts file'})", file=sys.stderr)
+        return True
+
+    def refusal(self, reason: str) -> SSHError:
+        """The error for a refused host key, naming the host, the files and the fix."""
+        t, name = self.target, self.name
+        if self.changed_in:
+            files = ", ".join(self.changed_in)
+            return SSHError(self.dest, f"the host key of {name} has CHANGED: it differs from the one recorded in "
+                                       f"{files} (was the host reinstalled? otherwise someone may be intercepting "
+                                       f"the connection). Refused even with --accept-unknown-hosts; if the change "
+                                       f"is expected, run `ssh-keygen -R {quote(name)} -f {quote(self.changed_in[0])}` "
+                                       f"and connect once with `ssh {quote(self.dest)}` to record the new key")
+        where = ", ".join(t.known_hosts_files) or f"no known_hosts file (looked for {', '.join(t.searched) or 'none'})"
+        return SSHError(self.dest, f"host key not verifiable against {where} ({reason}); connect once with "
+                                   f"`ssh {quote(self.dest)}` to record it, or pass --accept-unknown-hosts")
 
 
 # connection -> why it closed (set by the client's connection_lost)
@@ -167,12 +268,9 @@ def lost_reason(conn: Any) -> str | None:
     return _lost.get(conn)
 
 
-def _client_class(opts: SSHOptions) -> Any:
-    """The asyncssh client: records why a connection was lost; optionally accepts unknown hosts."""
+def _client_class(keys: HostKeys) -> Any:
+    """The asyncssh client: records why a connection was lost; host keys judged by ``keys``."""
     import asyncssh
-
-    files = _known_hosts_files(opts)
-    accept = opts.accept_unknown_hosts
 
     class Client(asyncssh.SSHClient):
         def connection_made(self, conn: Any) -> None:
@@ -183,37 +281,23 @@ def _client_class(opts: SSHOptions) -> Any:
                 _lost[self._conn] = getattr(exc, "reason", "") or str(exc) or type(exc).__name__
 
         def validate_host_public_key(self, host: str, addr: str, port: int, key: Any) -> bool:
-            # Reached only when the key is not among the trusted ones: accept it
-            # if the host is unknown, refuse it if the host has another key.
-            if not accept:
-                return False
-            for path in files:
-                try:
-                    known = asyncssh.match_known_hosts(path, host, addr, port if port != 22 else None)
-                except (OSError, ValueError):
-                    continue
-                if known[0] or known[1]:
-                    return False
-            print(
-                f"mlx-jupyter: warning: accepting unknown host key for {host} ({addr}): "
-                f"{key.get_fingerprint()}",
-                file=sys.stderr,
-            )
-            return True
+            # reached only for a key that no known_hosts entry trusts
+            return keys.allow_unlisted(host, addr, port, key)
 
     return Client
 
 
 # ------------------------------------------------------------- connections --
 
-def describe_error(dest: str, exc: BaseException, opts: SSHOptions) -> SSHError:
+def describe_error(dest: str, exc: BaseException, opts: SSHOptions, keys: HostKeys | None = None) -> SSHError:
     """Turn an asyncssh/OS error into an :class:`SSHError` that says what to do."""
     import asyncssh
 
     if isinstance(exc, asyncssh.HostKeyNotVerifiable):
-        where = opts.known_hosts or "~/.ssh/known_hosts"
-        return SSHError(dest, f"host key not verifiable against {where} ({exc.reason}); connect once with "
-                              f"`ssh {dest}` to record it, or pass --accept-unknown-hosts")
+        if keys is not None:
+            return keys.refusal(exc.reason)
+        return SSHError(dest, f"host key not verifiable ({exc.reason}); connect once with `ssh {dest}` to record "
+                              "it, or pass --accept-unknown-hosts")
     if isinstance(exc, asyncssh.PermissionDenied):
         return SSHError(dest, "authentication failed (no accepted key); check User/IdentityFile in "
                               "~/.ssh/config or your ssh agent")
@@ -230,15 +314,60 @@ def describe_error(dest: str, exc: BaseException, opts: SSHOptions) -> SSHError:
     return SSHError(dest, f"{type(exc).__name__}: {exc}")
 
 
-async def connect(dest: str, opts: SSHOptions | None = None) -> Any:
-    """Open one authenticated connection to ``dest`` (``[user@]host`` or a config alias)."""
+def _split_hop(hop: str) -> tuple[str, int | None]:
+    """A ProxyJump entry ``[user@]host[:port]`` -> (destination, port)."""
+    user, sep, hostport = hop.rpartition("@")
+    host, port = hostport, None
+    if hostport.startswith("["):
+        host, _, rest = hostport[1:].partition("]")
+        port = int(rest[1:]) if rest.startswith(":") and rest[1:].isdigit() else None
+    elif hostport.count(":") == 1:
+        name, _, p = hostport.partition(":")
+        if p.isdigit():
+            host, port = name, int(p)
+    return (f"{user}@{host}" if sep else host), port
+
+
+async def connect(dest: str, opts: SSHOptions | None = None, *, _tunnel: Any = None, _depth: int = 0) -> Any:
+    """Open one authenticated connection to ``dest`` (``[user@]host`` or a config alias).
+
+    ProxyJump hops are connected here too (not by asyncssh), so every hop's
+    host key is checked against the files OpenSSH would use for that hop.
+    """
     import asyncssh
 
     opts = opts or SSHOptions()
+    target = resolve(dest, opts)
+    keys = HostKeys(dest, target, opts.accept_unknown_hosts)
+    tunnel = _tunnel
+    if tunnel is None and target.jump:
+        if _depth >= _MAX_JUMPS:
+            raise SSHError(dest, f"more than {_MAX_JUMPS} ProxyJump hops (a loop in the ssh config?)")
+        for hop in target.jump.split(","):
+            hop_dest, hop_port = _split_hop(hop.strip())
+            try:
+                # like `ssh -p P -J hop`: the port option is the destination's, not the hop's
+                nxt = await connect(hop_dest, replace(opts, port=hop_port), _tunnel=tunnel, _depth=_depth + 1)
+            except SSHError as exc:
+                if tunnel is not None:
+                    tunnel.close()
+                raise SSHError(dest, f"via ProxyJump {hop}: {exc}") from None
+            if tunnel is not None:
+                nxt.set_tunnel(tunnel)   # closed along with the hop after it
+            tunnel = nxt
+    kw = _connect_kwargs(dest, opts)
+    kw.update(known_hosts=keys.trusted, client_factory=_client_class(keys))
+    if tunnel is not None:
+        kw["tunnel"] = tunnel
     try:
-        return await asyncssh.connect(**_connect_kwargs(dest, opts))
+        conn = await asyncssh.connect(**kw)
     except (asyncssh.Error, OSError, asyncio.TimeoutError) as exc:
-        raise describe_error(dest, exc, opts) from None
+        if tunnel is not None and _tunnel is None:
+            tunnel.close()
+        raise describe_error(dest, exc, opts, keys) from None
+    if tunnel is not None and _tunnel is None:
+        conn.set_tunnel(tunnel)
+    return conn
 
 
 async def connect_all(dests: Sequence[str], opts: SSHOptions | None = None) -> dict[str, Any]:

@@ -203,22 +203,81 @@ def test_ssh_config_alias_user_identity_and_proxyjump(testbed, tmp_path):
     assert stdout_of(out) == {0: ["h1"], 1: ["h2"]}
 
 
-def test_host_keys_are_verified(testbed, tmp_path):
+def _other_key_file(bed, path: Path) -> Path:
+    """A known_hosts file recording h2's key for h1's address: h1's key looks *changed*."""
+    other_key = Path(bed.root / "h2" / "ssh_host_ed25519_key.pub").read_text().split()
+    path.write_text(f"{bed.ips[0]} {other_key[0]} {other_key[1]}\n")
+    return path
+
+
+def _key_config(bed, path: Path, user_known_hosts: str) -> Path:
+    """An ssh config whose UserKnownHostsFile is ``user_known_hosts`` (no global files)."""
+    path.write_text(f"Host *\n    User root\n    IdentityFile {bed.key}\n"
+                    f"    UserKnownHostsFile {user_known_hosts}\n    GlobalKnownHostsFile /dev/null\n")
+    return path
+
+
+@pytest.mark.parametrize("via", ["option", "config"])
+def test_host_keys_are_verified(testbed, tmp_path, capfd, via):
+    """Unknown keys refused unless accepted (with a warning); a changed key refused always, naming file and fix."""
+    hosts = hosts_of(testbed, 1)
+    ip = testbed.ips[0]
+
+    def opts(known: Path, **kw):
+        if via == "option":
+            return testbed.ssh_options(known_hosts=str(known), **kw)
+        cfg = _key_config(testbed, tmp_path / f"config-{known.name}", str(known))
+        return testbed.ssh_options(config=[str(cfg)], known_hosts=None, **kw)
+
     empty = tmp_path / "known_hosts"
     empty.write_text("")
-    hosts = hosts_of(testbed, 1)
-    with pytest.raises(LaunchError, match=f"ssh to {testbed.ips[0]}: host key not verifiable.*--accept-unknown-hosts"):
-        Launcher(["true"], hosts=hosts, ssh_options=testbed.ssh_options(known_hosts=str(empty))).start()
-    launcher = Launcher(["true"], hosts=hosts,
-                        ssh_options=testbed.ssh_options(known_hosts=str(empty), accept_unknown_hosts=True)).start()
+    with pytest.raises(LaunchError, match=f"ssh to {ip}: host key not verifiable against {empty}.*--accept-unknown-hosts"):
+        Launcher(["true"], hosts=hosts, ssh_options=opts(empty)).start()
+    capfd.readouterr()
+    launcher = Launcher(["true"], hosts=hosts, ssh_options=opts(empty, accept_unknown_hosts=True)).start()
+    assert launcher.wait(30) == 0
+    assert f"warning: accepting the unknown host key of {ip}" in capfd.readouterr().err
+    # the right key, found only through the config / the option: accepted without a warning
+    launcher = Launcher(["true"], hosts=hosts, ssh_options=opts(testbed.known_hosts)).start()
     assert launcher.wait(30) == 0
     # a *changed* key is refused even when unknown hosts are accepted
-    wrong = tmp_path / "wrong_known_hosts"
-    other_key = Path(testbed.root / "h2" / "ssh_host_ed25519_key.pub").read_text().split()
-    wrong.write_text(f"{testbed.ips[0]} {other_key[0]} {other_key[1]}\n")
-    with pytest.raises(LaunchError, match="host key not verifiable"):
-        Launcher(["true"], hosts=hosts,
-                 ssh_options=testbed.ssh_options(known_hosts=str(wrong), accept_unknown_hosts=True)).start()
+    wrong = _other_key_file(testbed, tmp_path / "wrong_known_hosts")
+    for accept in (False, True):
+        with pytest.raises(LaunchError) as err:
+            Launcher(["true"], hosts=hosts, ssh_options=opts(wrong, accept_unknown_hosts=accept)).start()
+        msg = str(err.value)
+        assert f"ssh to {ip}: the host key of {ip} has CHANGED" in msg and str(wrong) in msg, msg
+        assert f"ssh-keygen -R {ip} -f {wrong}" in msg and "Traceback" not in msg
+    assert "accepting" not in capfd.readouterr().err
+
+
+def test_known_hosts_none_in_config_verifies_nothing_away(testbed, tmp_path):
+    """``UserKnownHostsFile none`` leaves no file to trust: refused (asyncssh alone would skip the check)."""
+    cfg = _key_config(testbed, tmp_path / "config", "none")
+    with pytest.raises(LaunchError, match="host key not verifiable against no known_hosts file"):
+        Launcher(["true"], hosts=hosts_of(testbed, 1),
+                 ssh_options=testbed.ssh_options(config=[str(cfg)], known_hosts=None)).start()
+
+
+def test_proxyjump_hop_key_is_verified_too(testbed, tmp_path):
+    """A ProxyJump hop whose recorded key changed is refused, whatever the destination's key."""
+    wrong = _other_key_file(testbed, tmp_path / "wrong_known_hosts")
+    cfg = tmp_path / "config"
+    cfg.write_text(textwrap.dedent(f"""
+        Host jump
+            HostName {testbed.ips[0]}
+            UserKnownHostsFile {wrong}
+        Host {testbed.ips[1]}
+            ProxyJump jump
+            UserKnownHostsFile {testbed.known_hosts}
+        Host *
+            User root
+            IdentityFile {testbed.key}
+            GlobalKnownHostsFile /dev/null
+    """))
+    opts = testbed.ssh_options(config=[str(cfg)], known_hosts=None, accept_unknown_hosts=True)
+    with pytest.raises(LaunchError, match=f"ssh to {testbed.ips[1]}: via ProxyJump jump: .*has CHANGED"):
+        Launcher(["true"], hosts=[Host(testbed.ips[1], [testbed.ips[1]])], ssh_options=opts).start()
 
 
 def test_unreachable_host_fails_fast_with_its_name(testbed):
@@ -344,4 +403,4 @@ def test_more_ranks_per_host_than_sshd_sessions(testbed):
                         ssh_options=testbed.ssh_options(max_sessions=4), on_output=on_output).start()
     assert launcher.wait(60) == 0, out
     assert sorted(int(lines[0]) for lines in stdout_of(out).values()) == list(range(12))
-    assert {conn for r, conn in launcher.job._rank_conn.items()}.__len__() == 4  # 3 ranks + 1 signal session each
+    assert {conn for r, conn in launcher.job._rank_conn.items()}.__len__() == 4  # 3 ranks + the watchdog session each
