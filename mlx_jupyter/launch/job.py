@@ -24,7 +24,7 @@ from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.launch.local import LocalProcess
 from mlx_jupyter.launch.output import LineSplitter
 from mlx_jupyter.launch.rankinfo import EXITED, KILLED, LOST, RUNNING, RankInfo
-from mlx_jupyter.launch.remote import RemoteProcess, signal_groups
+from mlx_jupyter.launch.remote import RemoteProcess, Watchdog
 from mlx_jupyter.launch.script import rank_script
 
 OutputCallback = Callable[[int, str, str], None]
@@ -83,6 +83,7 @@ class Job:
         self._procs: dict[int, Any] = {}       # rank -> LocalProcess | RemoteProcess
         self._conns: dict[str, list[Any]] = {}   # host -> connections (more than one past MaxSessions)
         self._rank_conn: dict[int, Any] = {}
+        self._watchdogs: dict[Any, Watchdog] = {}   # connection -> its watchdog session
         self._tmpdir: Optional[str] = None
         self._done: Optional[asyncio.Event] = None
         self._watchers: list[asyncio.Task] = []
@@ -156,18 +157,19 @@ class Job:
             proc: Any = await LocalProcess.spawn(argv, env, cwd, c.stdin, out, err, label)
         else:
             cwd = c.cwd if c.cwd is not None else os.getcwd()
+            conn = self._rank_conn[rank]
             try:
-                script = rank_script(argv, plan.env, plan.files, cwd, c.cwd is not None, label)
+                script = rank_script(argv, plan.env, plan.files, cwd, c.cwd is not None, label,
+                                     self._watchdogs[conn].path)
             except ValueError as exc:
                 raise LaunchError(f"{label}: {exc}") from None
-            proc = await RemoteProcess.spawn(self._rank_conn[rank], script, c.stdin, out, err, label,
-                                             c.start_timeout)
+            proc = await RemoteProcess.spawn(conn, script, c.stdin, out, err, label, c.start_timeout)
         info = self.ranks[rank]
         info.pid, info.state = proc.pid, RUNNING
         return proc
 
     async def _connect(self) -> None:
-        """One connection per remote host, in parallel; more only where ranks exceed sshd's MaxSessions."""
+        """One connection per remote host, in parallel (more only where ranks exceed sshd's MaxSessions), each with its watchdog."""
         opts = self.config.ssh_options or ssh.SSHOptions()
         by_host: dict[str, list[int]] = {}
         for r, h in enumerate(self.hosts):
@@ -176,7 +178,7 @@ class Job:
         if not by_host:
             return
         self.log(f"connecting to {', '.join(by_host)}")
-        per_conn = max(opts.max_sessions - 1, 1)   # keep one session free for signals
+        per_conn = max(opts.max_sessions - 1, 1)   # one session is the watchdog
         try:
             first = await ssh.connect_all(list(by_host), opts)
             self._conns = {h: [c] for h, c in first.items()}
@@ -188,6 +190,15 @@ class Job:
         for h, ranks in by_host.items():
             for k, r in enumerate(ranks):
                 self._rank_conn[r] = self._conns[h][k // per_conn]
+        conns = [(h, conn) for h, cs in self._conns.items() for conn in cs]
+        dogs = await asyncio.gather(*(Watchdog.start(conn, f"ssh to {h}", self.config.start_timeout)
+                                      for h, conn in conns), return_exceptions=True)
+        for (_, conn), dog in zip(conns, dogs):
+            if isinstance(dog, Watchdog):
+                self._watchdogs[conn] = dog
+        for dog in dogs:
+            if isinstance(dog, BaseException):
+                raise dog
 
     def _write_local_file(self, name: str, content: str) -> str:
         if self._tmpdir is None:
@@ -264,7 +275,7 @@ class Job:
         await self._signal([r for r in targets if r in self._procs and self.ranks[r].state == RUNNING], sig)
 
     async def _signal(self, ranks: Sequence[int], sig: int) -> None:
-        """Local ranks directly; remote ones with one command per connection."""
+        """Local ranks directly; remote ones with one line to each connection's watchdog."""
         groups: dict[Any, list[int]] = {}
         local = []
         for r in ranks:
@@ -273,7 +284,9 @@ class Job:
                 groups.setdefault(proc.conn, []).append(proc.pid)
             else:
                 local.append(proc.signal(sig))
-        await asyncio.gather(*local, *(signal_groups(conn, pids, sig) for conn, pids in groups.items()))
+        for conn, pids in groups.items():
+            self._watchdogs[conn].signal(pids, sig)
+        await asyncio.gather(*local)
 
     def write_stdin(self, data: bytes) -> None:
         """Broadcast ``data`` to every rank's stdin."""
@@ -348,6 +361,9 @@ class Job:
 
     async def _cleanup(self) -> None:
         if self._done_set():
+            # let each watchdog remove its dir before the connection goes (bounded: a lost host can't answer)
+            dogs, self._watchdogs = list(self._watchdogs.values()), {}
+            await asyncio.gather(*(dog.close() for dog in dogs))
             for conns in self._conns.values():
                 for conn in conns:
                     conn.close()

@@ -1,4 +1,4 @@
-"""A rank on another host: the wrapper script over an ssh session, signals over a side channel."""
+"""A rank on another host: the wrapper script over an ssh session; signals through the connection's watchdog."""
 
 from __future__ import annotations
 
@@ -9,12 +9,10 @@ from typing import Any, Optional
 from mlx_jupyter import ssh
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.launch.output import LineSplitter, pump
-from mlx_jupyter.launch.script import MARKER
+from mlx_jupyter.launch.script import MARKER, watchdog_script
 
 #: Return code reported for a rank whose host stopped answering.
 LOST_CODE = 255
-#: Bound on delivering a signal (a session open plus ``kill``).
-SIGNAL_TIMEOUT = 5.0
 
 
 class RemoteProcess:
@@ -40,36 +38,11 @@ class RemoteProcess:
         timeout: float,
     ) -> "RemoteProcess":
         """Run ``script`` in a new session on ``conn``; return once it reports its pid."""
-        try:
-            proc = await asyncio.wait_for(conn.create_process(ssh.sh_command(script), encoding=None), timeout)
-        except asyncio.TimeoutError:
-            raise LaunchError(f"{label}: the ssh session did not open within {timeout:g} s") from None
-        except Exception as exc:  # noqa: BLE001 - asyncssh raises several unrelated types here
-            raise LaunchError(f"{label}: cannot open an ssh session ({type(exc).__name__}: {exc})") from None
+        proc = await _open(conn, script, label, timeout)
         if not stdin:
             proc.stdin.write_eof()
-        marker = MARKER.encode() + b" "
-        try:
-            while True:   # a login shell may print before our marker: pass that on
-                line = await asyncio.wait_for(proc.stdout.readline(), timeout)
-                if not line or line.startswith(marker):
-                    break
-                out.feed(line)
-        except asyncio.TimeoutError:
-            proc.close()
-            raise LaunchError(f"{label}: the rank did not start within {timeout:g} s") from None
-        except Exception as exc:  # noqa: BLE001
-            raise LaunchError(f"{label}: the ssh session broke while starting ({exc})") from None
-        if not line:
-            errors = b""
-            try:
-                errors = await asyncio.wait_for(proc.stderr.read(), 2.0)
-                await asyncio.wait_for(proc.wait_closed(), 2.0)
-            except Exception:  # noqa: BLE001 - best effort to explain the failure
-                pass
-            text = errors.decode(errors="replace").strip() or "no message"
-            raise LaunchError(f"{label}: could not start (exit {proc.returncode}): {text}")
-        pid = int(line[len(marker):].strip())
+        line = await _read_marker(proc, out.feed, label, timeout)
+        pid = int(line.strip())
         pumps = [asyncio.ensure_future(pump(proc.stdout, out)), asyncio.ensure_future(pump(proc.stderr, err))]
         return cls(conn, proc, pid, pumps, label)
 
@@ -93,10 +66,6 @@ class RemoteProcess:
         """The ssh connection this rank runs on."""
         return self._conn
 
-    async def signal(self, sig: int) -> None:
-        """Send ``sig`` to the rank's process group over a separate ssh channel."""
-        await signal_groups(self._conn, [self.pid], sig)
-
     def write(self, data: bytes) -> None:
         """Forward stdin bytes."""
         try:
@@ -112,11 +81,71 @@ class RemoteProcess:
             pass
 
 
-async def signal_groups(conn: Any, pgids: list[int], sig: int, timeout: float = SIGNAL_TIMEOUT) -> None:
-    """Signal several process groups on one host with a single ssh command (one extra session)."""
-    name = _signal.Signals(sig).name.removeprefix("SIG")
-    targets = " ".join(f"-{int(p)}" for p in pgids)
+async def _open(conn: Any, script: str, label: str, timeout: float) -> Any:
+    """A new ssh session running ``script`` under /bin/sh, bytes in and out."""
     try:
-        await ssh.run(conn, f"kill -s {name} -- {targets} 2>/dev/null", timeout)
-    except Exception:  # noqa: BLE001 - the host may be gone; the rank's wait() reports it
-        pass
+        return await asyncio.wait_for(conn.create_process(ssh.sh_command(script), encoding=None), timeout)
+    except asyncio.TimeoutError:
+        raise LaunchError(f"{label}: the ssh session did not open within {timeout:g} s") from None
+    except Exception as exc:  # noqa: BLE001 - asyncssh raises several unrelated types here
+        raise LaunchError(f"{label}: cannot open an ssh session ({type(exc).__name__}: {exc})") from None
+
+
+async def _read_marker(proc: Any, early: Any, label: str, timeout: float) -> bytes:
+    """The text after the marker on the first marker line; earlier lines (a login banner) go to ``early``."""
+    marker = MARKER.encode() + b" "
+    try:
+        while True:
+            line = await asyncio.wait_for(proc.stdout.readline(), timeout)
+            if not line or line.startswith(marker):
+                break
+            early(line)
+    except asyncio.TimeoutError:
+        proc.close()
+        raise LaunchError(f"{label}: did not start within {timeout:g} s") from None
+    except Exception as exc:  # noqa: BLE001 - asyncssh raises several unrelated types here
+        raise LaunchError(f"{label}: the ssh session broke while starting ({exc})") from None
+    if not line:
+        errors = b""
+        try:
+            errors = await asyncio.wait_for(proc.stderr.read(), 2.0)
+            await asyncio.wait_for(proc.wait_closed(), 2.0)
+        except Exception:  # noqa: BLE001 - best effort to explain the failure
+            pass
+        text = errors.decode(errors="replace").strip() or "no message"
+        raise LaunchError(f"{label}: could not start (exit {proc.returncode}): {text}")
+    return line[len(marker):]
+
+
+class Watchdog:
+    """The per-connection watchdog session (``script.WATCHDOG``): kills this launch's ranks if we vanish.
+
+    It also delivers signals: one line per request, no ssh session each.
+    """
+
+    def __init__(self, proc: Any, path: str):
+        self._proc = proc
+        self.path = path   # its registry dir on the host
+
+    @classmethod
+    async def start(cls, conn: Any, label: str, timeout: float) -> "Watchdog":
+        """Open the watchdog session on ``conn``; return once it has made its registry dir."""
+        proc = await _open(conn, watchdog_script(), f"{label} (watchdog)", timeout)
+        path = await _read_marker(proc, lambda line: None, f"{label} (watchdog)", timeout)
+        return cls(proc, path.decode(errors="replace").strip())
+
+    def signal(self, pgids: list[int], sig: int) -> None:
+        """Send ``sig`` to these process groups (fire and forget: a dead host is reported by its ranks)."""
+        name = _signal.Signals(sig).name.removeprefix("SIG")
+        try:
+            self._proc.stdin.write(f"{name} {' '.join(f'-{int(p)}' for p in pgids)}\n".encode())
+        except Exception:  # noqa: BLE001 - channel closed: the host is gone
+            pass
+
+    async def close(self, timeout: float = 2.0) -> None:
+        """End the watchdog (it kills what is still registered and removes its dir); bounded wait."""
+        try:
+            self._proc.stdin.write_eof()
+            await asyncio.wait_for(self._proc.wait_closed(), timeout)
+        except Exception:  # noqa: BLE001 - host gone or slow: its sshd ends the session anyway
+            pass

@@ -1,9 +1,12 @@
-"""The POSIX shell script that starts one rank on a remote host (pure: text out).
+"""The POSIX shell scripts run on a remote host (pure: text out).
 
-It writes the rank's file payloads to a private temp dir, exports the env,
-changes directory, starts the command in its own session (so the launcher can
-signal the whole process group by its id), reports that id on stdout as a
+``rank_script`` starts one rank: it writes the rank's file payloads to a
+private temp dir, exports the env, changes directory, starts the command in
+its own session (so the whole process group can be signalled by its id),
+registers that id with the connection's watchdog, reports it on stdout as a
 marker line, waits, kills any leftovers of the group and removes the temp dir.
+
+``WATCHDOG`` runs once per ssh connection; see its comment.
 """
 
 from __future__ import annotations
@@ -27,12 +30,44 @@ else
 fi
 pid=$!
 exec 3<&-
+if [ -n "$GUARD" ] && ! printf '%s\n' "$d" 2>/dev/null >"$GUARD/$pid"; then
+  kill -KILL -- "-$pid" 2>/dev/null   # the watchdog is gone, so is the launcher: don't run unguarded
+  die "the launcher's watchdog on this host is gone"
+fi
 while :; do
   wait "$pid"; rc=$?
   kill -0 "$pid" 2>/dev/null || break
 done
 kill -KILL -- "-$pid" 2>/dev/null
+[ -n "$GUARD" ] && rm -f "$GUARD/$pid"
 exit "$rc"
+"""
+
+# The watchdog: one per ssh connection, so that no rank outlives its launcher.
+# It creates a registry dir (each rank wrapper writes a file named after its
+# process group id, holding its temp dir), prints it, then blocks in `read` on
+# the session's stdin: no CPU, no timer. Each line the launcher writes there is
+# "SIGNAME -PGID..." and is delivered with kill(1) (no ssh session per signal).
+# stdin reaches EOF when the launcher closes it (normal end) or when sshd drops
+# the session because the connection died: the launcher was killed (its kernel
+# closes the socket at once) or the network went away (sshd learns of it once
+# packets flow again, from the launcher's retransmitted FIN/RST, or from its
+# own ClientAliveInterval if set). Then every registered group is SIGKILLed and
+# the temp dirs removed. sshd sends no SIGHUP to a session without a tty, but a
+# HUP is ignored anyway so that the cleanup always runs. Plain POSIX sh.
+WATCHDOG = r"""umask 077
+trap '' HUP PIPE
+G=$(mktemp -d "${TMPDIR:-/tmp}/mlx-jupyter.XXXXXX") || { echo "cannot create a temp dir in ${TMPDIR:-/tmp}" >&2; exit 125; }
+printf '%s %s\n' "$MARKER" "$G"
+while read -r sig groups; do
+  kill -s "$sig" -- $groups 2>/dev/null
+done
+for f in "$G"/*; do
+  [ -f "$f" ] || continue
+  kill -KILL -- "-${f##*/}" 2>/dev/null
+  IFS= read -r dir <"$f" && case $dir in "${TMPDIR:-/tmp}"/mlx-jupyter.*) rm -rf "$dir" ;; esac
+done
+rm -rf "$G"
 """
 
 
@@ -43,8 +78,12 @@ def rank_script(
     cwd: str | None,
     cwd_required: bool,
     label: str,
+    guard: str | None = None,
 ) -> str:
-    """Script for one rank; ``label`` (e.g. "rank 2 on h3") prefixes its error messages."""
+    """Script for one rank; ``label`` (e.g. "rank 2 on h3") prefixes its error messages.
+
+    ``guard`` is the watchdog's registry dir on that host (None: unwatched).
+    """
     if not argv:
         raise ValueError("empty command")
     fail = f"{{ printf 'mlx-jupyter: %s: %s\\n' {quote(label)} \"$1\" >&2; exit {SETUP_FAILED}; }}"
@@ -52,6 +91,7 @@ def rank_script(
         "umask 077",
         f"die() {fail}",
         f"MARKER={quote(MARKER)}",
+        f"GUARD={quote(guard or '')}",
         'd=$(mktemp -d "${TMPDIR:-/tmp}/mlx-jupyter.XXXXXX") || die "cannot create a temp dir in ${TMPDIR:-/tmp}"',
         "pid=",
         "trap 'rm -rf \"$d\"' EXIT",
@@ -72,3 +112,8 @@ def rank_script(
     lines.append(f"set -- {join(argv)}")
     lines.append("exec 3<&0")
     return "\n".join(lines) + _SPAWN
+
+
+def watchdog_script() -> str:
+    """The per-connection watchdog (see ``WATCHDOG``)."""
+    return f"MARKER={quote(MARKER)}\n" + WATCHDOG
