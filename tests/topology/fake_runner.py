@@ -11,9 +11,10 @@ from mlx_jupyter.topology import CommandResult, Recording
 class FakeRunner:
     """Serves a fixture folder; records calls and how many hosts were busy at once."""
 
-    def __init__(self, folder, answers: dict | None = None) -> None:
+    def __init__(self, folder, answers: dict | None = None, reached: dict[str, str] | None = None) -> None:
         self.recording = Recording(folder) if folder is not None else None
         self.answers = answers or {}  # (host, argv tuple) -> CommandResult, checked first
+        self.reached = reached or {}  # host -> the address "ssh" reached it at
         self.calls: list[tuple[str, tuple[str, ...]]] = []
         self.busy: dict[str, int] = {}
         self.peak_hosts = 0
@@ -30,6 +31,9 @@ class FakeRunner:
         if self.recording is None:
             return CommandResult(127, "", f"command not found: {key[0]}\n")
         return self.recording.answer(host, key)
+
+    def peer_address(self, host: str) -> str | None:
+        return self.reached.get(host)
 
     def setup_calls(self, host: str) -> list[str]:
         """The setup commands `host` received (sudo probe left out), as command lines."""

@@ -168,58 +168,6 @@ def test_same_mac_twice_is_refused(tmp_path):
 # -- ethernet ---------------------------------------------------------------------------------------
 
 
-def test_ethernet_on_macs_uses_en0_then_en1(tmp_path):
-    code, hostfile, err, _ = hostfile_of(tmp_path, "three-macs-triangle", "--over", "ethernet")
-    assert code == 0, err
-    assert [h["ips"] for h in hostfile["hosts"]] == [["10.0.0.41"], ["10.0.0.42"], ["10.0.0.43"]]
-    assert hostfile["backend"] == ""
-
-
-def _ip_addr(*addrs: tuple[str, str, int]) -> CommandResult:
-    links = [{"ifname": "lo", "flags": ["LOOPBACK", "UP"], "addr_info": [
-        {"family": "inet", "local": "127.0.0.1", "prefixlen": 8, "scope": "host"}]}]
-    for ifname, ip, plen in addrs:
-        links.append({"ifname": ifname, "flags": ["BROADCAST", "UP", "LOWER_UP"], "addr_info": [
-            {"family": "inet", "local": ip, "prefixlen": plen, "scope": "global"},
-            {"family": "inet6", "local": "fe80::1", "prefixlen": 64}]})
-    return CommandResult(0, json.dumps(links))
-
-
-def linux_runner(addrs: dict[str, CommandResult], routes: dict | None = None) -> FakeRunner:
-    answers = {}
-    for host, result in addrs.items():
-        answers[(host, ("echo", "success"))] = CommandResult(0, "success\n")
-        answers[(host, ("uname", "-s"))] = CommandResult(0, "Linux\n")
-        answers[(host, ("ip", "-j", "-4", "addr", "show"))] = result
-    for (host, target), src in (routes or {}).items():
-        answers[(host, ("ip", "-j", "-4", "route", "get", target))] = CommandResult(
-            0, json.dumps([{"dst": target, "dev": "eth1", "prefsrc": src}]))
-    return FakeRunner(None, answers)
-
-
-def test_ethernet_on_linux_picks_the_shared_subnet(tmp_path):
-    runner = linux_runner({
-        "n1": _ip_addr(("docker0", "172.17.0.1", 16), ("eth0", "192.0.2.11", 24)),
-        "n2": _ip_addr(("docker0", "172.17.0.1", 16), ("eth0", "192.0.2.12", 24)),
-    })
-    code, hostfile, err, _ = hostfile_of(tmp_path, "x", "--over", "ethernet", "--backend", "ring",
-                                         runner=runner, hosts=["n1", "n2"])
-    assert code == 0, err
-    assert hostfile == {"backend": "ring", "envs": [], "hosts": [
-        {"ssh": "n1", "ips": ["192.0.2.11"], "rdma": []}, {"ssh": "n2", "ips": ["192.0.2.12"], "rdma": []}]}
-
-
-def test_ethernet_on_linux_asks_the_routing_table_across_subnets(tmp_path):
-    runner = linux_runner(
-        {"n1": _ip_addr(("eth0", "192.0.2.11", 24)), "n2": _ip_addr(("eth0", "192.0.2.12", 24)),
-         "n3": _ip_addr(("eth0", "198.51.100.7", 24), ("eth1", "203.0.113.7", 24))},
-        routes={("n3", "192.0.2.11"): "203.0.113.7"},
-    )
-    code, hostfile, err, _ = hostfile_of(tmp_path, "x", "--over", "ethernet", runner=runner, hosts=["n1", "n2", "n3"])
-    assert code == 0, err
-    assert [h["ips"] for h in hostfile["hosts"]] == [["192.0.2.11"], ["192.0.2.12"], ["203.0.113.7"]]
-
-
 def test_ethernet_refuses_jaccl():
     code, _, err, _ = run("two-macs-one-cable", "--over", "ethernet", "--backend", "jaccl")
     assert code == 2 and "thunderbolt" in err
