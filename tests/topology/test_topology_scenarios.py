@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 import pytest
 
 from tb_fixtures import FIXTURES, SCENARIOS, expected
 from mlx_jupyter.topology import PlanError, Topology
+from mlx_jupyter.topology.model import speed_text
 
 
 @pytest.fixture(scope="module", params=SCENARIOS)
@@ -103,3 +105,68 @@ def assert_mentions(message: str, error: dict) -> None:
         hosts = re.findall(r"\[ERROR\] (\S+) does not seem to have RDMA enabled", error["stderr"])
         assert hosts and all(h in message for h in hosts), message
         assert "RDMA" in message
+
+
+def cable_json(topo: Topology, c) -> dict:
+    """One of our cables in expected.json's `cables` form."""
+    return {
+        "a": topo.names[c.a.host], "a_iface": c.a.iface,
+        "b": None if c.b is None else topo.names[c.b.host], "b_iface": None if c.b is None else c.b.iface,
+        "speed": speed_text(c.gbps), "via": None if c.kind == "direct" else c.kind,
+    }
+
+
+def test_cables_are_the_ground_truth(case):
+    """Every recorded cable once, with its ends, interfaces, speed and kind; a hub cable's `a` is upstream."""
+    name, topo, _ = case
+
+    def normal(c: dict) -> tuple:
+        ends = ((c["a"], c["a_iface"]), (c["b"], c["b_iface"]))
+        if c["via"] is None:  # a direct cable has no direction
+            ends = tuple(sorted(ends))
+        return ends, c["speed"], c["via"]
+
+    ours = Counter(normal(cable_json(topo, c)) for c in topo.cables)
+    assert ours == Counter(normal(c) for c in expected(name)["cables"])
+
+
+def _missing(name: str) -> list[tuple[int, int]]:
+    m = expected(name)["correct"]["connectivity"]
+    return [(i, j) for i in range(len(m)) for j in range(i + 1, len(m)) if not m[i][j]]
+
+
+@pytest.mark.parametrize("name", [n for n in SCENARIOS if _missing(n)])
+def test_mesh_error_names_every_missing_pair(name):
+    topo = Topology.from_recordings(FIXTURES / name)
+    with pytest.raises(PlanError) as info:
+        topo.hostfile("jaccl")
+    message = str(info.value)
+    for i, j in _missing(name):
+        assert f"{topo.names[i]} is not connected to {topo.names[j]}" in message, message
+    assert "--dot" in message
+
+
+@pytest.mark.parametrize("name, words", [
+    ("eight-macs-ring", ["rack-1 is not connected to rack-3", "rack-4 is not connected to rack-5"]),
+    ("four-macs-ring-only", ["mini-a is not connected to mini-d", "mini-b is not connected to mini-c"]),
+])
+def test_missing_pairs_named_in_the_recorded_meshes(name, words):
+    topo = Topology.from_recordings(FIXTURES / name)
+    with pytest.raises(PlanError) as info:
+        topo.hostfile("jaccl")
+    assert all(w in str(info.value) for w in words)
+    assert str(info.value).count(" is not connected to ") == len(topo.missing_pairs())
+
+
+def test_tb4_reason_names_the_slow_host_speed_and_tb5():
+    chosen = Topology.from_recordings(FIXTURES / "tb4-and-tb5-mixed").choose_backend()
+    assert chosen.backend == "ring"
+    for word in ("mini-c", "40 Gb/s", "Thunderbolt 5", "Thunderbolt 4"):
+        assert word in chosen.reason, chosen.reason
+
+
+def test_hub_reason_names_the_hub_as_well_as_rdma():
+    chosen = Topology.from_recordings(FIXTURES / "peer-behind-hub").choose_backend()
+    assert chosen.backend == "ring"
+    for word in ("hub", "Thunderbolt 5 Hub", "hub-studio en2", "RDMA is not enabled", "rdma_ctl enable"):
+        assert word in chosen.reason, chosen.reason
