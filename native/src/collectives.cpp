@@ -15,7 +15,7 @@ namespace mlxj {
 
 namespace {
 
-size_t small_limit(int n) {
+size_t small_limit(int /*n*/) {
   static const long env = [] {
     const char* s = std::getenv("MLX_JUPYTER_SMALL_LIMIT");
     return s ? std::atol(s) : -1L;

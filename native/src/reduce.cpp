@@ -1,7 +1,6 @@
 #include "mlxj/reduce.h"
 
 #include <cmath>
-#include <complex>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -73,19 +72,32 @@ struct Arith { using type = T; };
 template <typename T>
 struct Arith<T, true> { using type = std::make_unsigned_t<T>; };
 
+// Elements are loaded and stored through memcpy: data folded straight out of a
+// shared-memory ring, or a user's buffer, need not be aligned for T, and a typed
+// access there is undefined (vectorised code may even assume the alignment).
+// Compilers turn these into plain unaligned loads and stores, at the same speed.
+template <typename T>
+inline T ld(const uint8_t* p, size_t i) {
+  T v;
+  std::memcpy(&v, p + i * sizeof(T), sizeof(T));
+  return v;
+}
+template <typename T>
+inline void st(uint8_t* p, size_t i, T v) { std::memcpy(p + i * sizeof(T), &v, sizeof(T)); }
+
 // Every kernel computes d[i] = x[i] op y[i]; d may alias x or y (same index only).
 template <typename T>
-void reduce_native(T* d, const T* x, const T* y, size_t n, ReduceOp op) {
+void reduce_native(uint8_t* d, const uint8_t* x, const uint8_t* y, size_t n, ReduceOp op) {
   using U = typename Arith<T>::type;
   switch (op) {
     case ReduceOp::Sum:  // unsigned arithmetic: wraps like numpy, no UB on overflow
-      for (size_t i = 0; i < n; ++i) d[i] = T(U(x[i]) + U(y[i]));
+      for (size_t i = 0; i < n; ++i) st<T>(d, i, T(U(ld<T>(x, i)) + U(ld<T>(y, i))));
       break;
     case ReduceOp::Max:
-      for (size_t i = 0; i < n; ++i) d[i] = max_nan(x[i], y[i]);
+      for (size_t i = 0; i < n; ++i) st<T>(d, i, max_nan(ld<T>(x, i), ld<T>(y, i)));
       break;
     case ReduceOp::Min:
-      for (size_t i = 0; i < n; ++i) d[i] = min_nan(x[i], y[i]);
+      for (size_t i = 0; i < n; ++i) st<T>(d, i, min_nan(ld<T>(x, i), ld<T>(y, i)));
       break;
   }
 }
@@ -98,29 +110,29 @@ void reduce_bool(uint8_t* d, const uint8_t* x, const uint8_t* y, size_t n, Reduc
 }
 
 template <float (*ToF)(uint16_t), uint16_t (*FromF)(float)>
-void reduce_16(uint16_t* d, const uint16_t* x, const uint16_t* y, size_t n, ReduceOp op) {
+void reduce_16(uint8_t* d, const uint8_t* x, const uint8_t* y, size_t n, ReduceOp op) {
   for (size_t i = 0; i < n; ++i) {
-    float a = ToF(x[i]), b = ToF(y[i]);
+    uint16_t xb = ld<uint16_t>(x, i), yb = ld<uint16_t>(y, i);
+    float a = ToF(xb), b = ToF(yb);
     if (op == ReduceOp::Sum) {
-      d[i] = FromF(a + b);
+      st<uint16_t>(d, i, FromF(a + b));
     } else {  // keep the winner's original bits (same choice as max_nan/min_nan)
       bool keep_a = a != a || (op == ReduceOp::Max ? a > b : a < b);
-      d[i] = keep_a ? x[i] : y[i];
+      st<uint16_t>(d, i, keep_a ? xb : yb);
     }
   }
 }
 
-void reduce_complex(std::complex<float>* d, const std::complex<float>* x, const std::complex<float>* y, size_t n,
-                    ReduceOp op) {
-  if (op == ReduceOp::Sum) {
-    for (size_t i = 0; i < n; ++i) d[i] = x[i] + y[i];
-    return;
-  }
+// Complex sums are float sums of (real, imag) pairs; max/min compare pairs lexicographically.
+void reduce_complex(uint8_t* d, const uint8_t* x, const uint8_t* y, size_t n, ReduceOp op) {
+  if (op == ReduceOp::Sum) return reduce_native<float>(d, x, y, 2 * n, op);
   for (size_t i = 0; i < n; ++i) {
-    const auto a = x[i], b = y[i];
-    bool a_less = a.real() < b.real() || (a.real() == b.real() && a.imag() < b.imag());
-    bool b_less = b.real() < a.real() || (a.real() == b.real() && b.imag() < a.imag());
-    d[i] = (op == ReduceOp::Max ? a_less : b_less) ? b : a;
+    float ar = ld<float>(x, 2 * i), ai = ld<float>(x, 2 * i + 1), br = ld<float>(y, 2 * i), bi = ld<float>(y, 2 * i + 1);
+    bool a_less = ar < br || (ar == br && ai < bi);
+    bool b_less = br < ar || (ar == br && bi < ai);
+    bool take_b = op == ReduceOp::Max ? a_less : b_less;
+    st<float>(d, 2 * i, take_b ? br : ar);
+    st<float>(d, 2 * i + 1, take_b ? bi : ai);
   }
 }
 
@@ -135,34 +147,25 @@ const char* reduce_name(ReduceOp op) {
   return "?";
 }
 
-template <typename T>
-void typed(void* d, const void* x, const void* y, size_t n, ReduceOp op) {
-  reduce_native(static_cast<T*>(d), static_cast<const T*>(x), static_cast<const T*>(y), n, op);
-}
-
-void reduce_to(void* d, const void* x, const void* y, size_t n, Dtype t, ReduceOp op) {
+void reduce_to(void* dst, const void* xv, const void* yv, size_t n, Dtype t, ReduceOp op) {
+  auto* d = static_cast<uint8_t*>(dst);
+  auto* x = static_cast<const uint8_t*>(xv);
+  auto* y = static_cast<const uint8_t*>(yv);
   switch (t) {
-    case Dtype::Bool:
-      return reduce_bool(static_cast<uint8_t*>(d), static_cast<const uint8_t*>(x), static_cast<const uint8_t*>(y), n, op);
-    case Dtype::Int8: return typed<int8_t>(d, x, y, n, op);
-    case Dtype::Int16: return typed<int16_t>(d, x, y, n, op);
-    case Dtype::Int32: return typed<int32_t>(d, x, y, n, op);
-    case Dtype::Int64: return typed<int64_t>(d, x, y, n, op);
-    case Dtype::UInt8: return typed<uint8_t>(d, x, y, n, op);
-    case Dtype::UInt16: return typed<uint16_t>(d, x, y, n, op);
-    case Dtype::UInt32: return typed<uint32_t>(d, x, y, n, op);
-    case Dtype::UInt64: return typed<uint64_t>(d, x, y, n, op);
-    case Dtype::Float16:
-      return reduce_16<half_to_float, float_to_half>(static_cast<uint16_t*>(d), static_cast<const uint16_t*>(x),
-                                                     static_cast<const uint16_t*>(y), n, op);
-    case Dtype::BFloat16:
-      return reduce_16<bf16_to_float, float_to_bf16>(static_cast<uint16_t*>(d), static_cast<const uint16_t*>(x),
-                                                     static_cast<const uint16_t*>(y), n, op);
-    case Dtype::Float32: return typed<float>(d, x, y, n, op);
-    case Dtype::Float64: return typed<double>(d, x, y, n, op);
-    case Dtype::Complex64:
-      return reduce_complex(static_cast<std::complex<float>*>(d), static_cast<const std::complex<float>*>(x),
-                            static_cast<const std::complex<float>*>(y), n, op);
+    case Dtype::Bool: return reduce_bool(d, x, y, n, op);
+    case Dtype::Int8: return reduce_native<int8_t>(d, x, y, n, op);
+    case Dtype::Int16: return reduce_native<int16_t>(d, x, y, n, op);
+    case Dtype::Int32: return reduce_native<int32_t>(d, x, y, n, op);
+    case Dtype::Int64: return reduce_native<int64_t>(d, x, y, n, op);
+    case Dtype::UInt8: return reduce_native<uint8_t>(d, x, y, n, op);
+    case Dtype::UInt16: return reduce_native<uint16_t>(d, x, y, n, op);
+    case Dtype::UInt32: return reduce_native<uint32_t>(d, x, y, n, op);
+    case Dtype::UInt64: return reduce_native<uint64_t>(d, x, y, n, op);
+    case Dtype::Float16: return reduce_16<half_to_float, float_to_half>(d, x, y, n, op);
+    case Dtype::BFloat16: return reduce_16<bf16_to_float, float_to_bf16>(d, x, y, n, op);
+    case Dtype::Float32: return reduce_native<float>(d, x, y, n, op);
+    case Dtype::Float64: return reduce_native<double>(d, x, y, n, op);
+    case Dtype::Complex64: return reduce_complex(d, x, y, n, op);
   }
 }
 

@@ -1,5 +1,6 @@
 #include "mlxj/socket.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
