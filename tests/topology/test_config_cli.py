@@ -106,31 +106,60 @@ def test_auto_setup_failure_is_reported_per_host(tmp_path):
     assert hostfile is not None
 
 
-MALFORMED_DISCOVERY = [
-    "empty-system-profiler", "not-json-ssh-error", "not-json-sudo-error", "truncated-json",
-    "missing-spthunderboltdatatype", "empty-bus-list", "networksetup-empty",
-    "networksetup-no-thunderbolt-ports", "ssh-unreachable",
+# Every malformed recording through the CLI: (extra flags, exit code, what stderr must carry).
+# "error" = exactly one `error:` line naming the host and the command; "warning" = a documented
+# warning and a hostfile; "reason" = the backend line says why RDMA was not used; "quiet" = harmless.
+MALFORMED_RUNS = [
+    ("empty-system-profiler", [], 1, "error"),
+    ("not-json-ssh-error", [], 1, "error"),
+    ("not-json-sudo-error", [], 1, "error"),
+    ("truncated-json", [], 1, "error"),
+    ("missing-spthunderboltdatatype", [], 1, "error"),
+    ("empty-bus-list", [], 1, "error"),
+    ("networksetup-empty", [], 1, "error"),
+    ("networksetup-no-thunderbolt-ports", [], 1, "error"),
+    ("ssh-unreachable", [], 1, "error"),
+    ("bus-without-receptacle-tag", [], 0, "warning"),
+    ("bus-without-device-name", [], 0, "quiet"),
+    ("ibv-devices-not-found", [], 0, "reason"),
+    ("ibv-devices-not-found", ["--backend", "jaccl"], 1, "error"),
+    ("no-ip-address", [], 0, "reason"),
+    ("no-ip-address", ["--backend", "jaccl"], 1, "error"),
+    ("no-ip-address", ["--backend", "jaccl-ring"], 1, "error"),
 ]
 
 
-@pytest.mark.parametrize("case", MALFORMED_DISCOVERY)
-def test_malformed_output_is_one_clear_error(case):
-    code, out, err, _ = run(f"malformed/{case}")
-    assert code == 1
-    assert "Traceback" not in err and err.count("error:") == 1
-    for word in expected(f"malformed/{case}")["must_mention"]:
-        assert word in err
+def test_every_malformed_case_is_run():
+    from tb_fixtures import MALFORMED
+
+    assert sorted({case for case, *_ in MALFORMED_RUNS}) == MALFORMED
+
+
+@pytest.mark.parametrize("case, extra, code, kind", MALFORMED_RUNS)
+def test_malformed_case_through_the_cli(tmp_path, case, extra, code, kind):
+    want = expected(f"malformed/{case}")
+    got, hostfile, err, runner = hostfile_of(tmp_path, f"malformed/{case}", *extra)
+    assert got == code, err
+    assert "Traceback" not in err and "Exception" not in err
+    assert err.count("error:") == (1 if kind == "error" else 0), err
+    if kind == "quiet":
+        assert "warning:" not in err and hostfile is not None
+        return
+    start = {"error": "error:", "warning": "warning:", "reason": "backend:"}[kind]
+    assert err.count(start) == 1, err
+    message = err[err.index(start):]  # an error may go on for a few lines (a list of hosts)
+    message = message if kind == "error" else message.splitlines()[0]
+    for word in want["must_mention"]:
+        assert word in message, (word, err)
+    assert (hostfile is None) == (kind == "error")
+    if hostfile is not None:  # whatever was written is usable: rank 0 has its address when jaccl needs it
+        assert hostfile["backend"] == "ring" or all(h["ips"] for h in hostfile["hosts"])
 
 
 def test_ignore_unreachable_leaves_the_host_out():
     code, _, err, _ = run("malformed/ssh-unreachable", "--ignore-unreachable")
     assert "leaving out unreachable hosts" in err and "mac-2" in err
     assert code == 1 and "at least two hosts" in err
-
-
-def test_missing_rdma_command_named_for_jaccl():
-    code, _, err, _ = run("malformed/ibv-devices-not-found", "--backend", "jaccl")
-    assert code == 1 and "mac-2" in err and "ibv_devices" in err
 
 
 def test_env_is_saved_and_bad_keys_skipped(tmp_path):
