@@ -134,6 +134,13 @@ void Group::failed(const std::string& what, const CommError& e) {
   if (e.kind() != ErrorKind::Aborted) abort(what + " failed on rank " + std::to_string(me_) + ": " + e.what());
 }
 
+void Group::release_links() {
+  std::lock_guard<std::mutex> lock(abort_mu_);
+  if (right_) right_->release();
+  if (left_) left_->release();
+  for (auto& [_, link] : p2p_) link->release();
+}
+
 std::vector<std::string> Group::link_kinds() const {
   std::lock_guard<std::mutex> lock(abort_mu_);
   std::vector<std::string> kinds;

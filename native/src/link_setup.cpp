@@ -1,5 +1,6 @@
 #include "mlxj/link_setup.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -61,16 +62,20 @@ std::unique_ptr<Link> establish_link(std::vector<Fd> conns, bool initiator, std:
     exchange(fd, &answer, sizeof answer, false, deadline, name);
     if (answer.magic != kLinkMagic) fail(ErrorKind::Protocol, name + " answered the link setup with garbage");
     if (answer.ok) {
-      seg = create_segment(kRingBytes);
+      try {
+        seg = create_segment(kRingBytes);
+      } catch (const CommError&) {
+        seg.reset();  // an empty locator: the peer answers no, and the link uses TCP
+      }
       SegmentInfo info{kLinkMagic, 0, {}, kRingBytes};
-      std::string loc = segment_locator(*seg);
+      std::string loc = seg ? segment_locator(*seg) : "";
       info.length = uint32_t(std::min(loc.size(), sizeof info.locator));
       std::memcpy(info.locator, loc.data(), info.length);
       exchange(fd, &info, sizeof info, true, deadline, name);
       Reply ack{};
       exchange(fd, &ack, sizeof ack, false, deadline, name);
-      use_shm = ack.magic == kLinkMagic && ack.ok;
-      segment_release_name(*seg);  // mapped by both (or given up): no name, no descriptor left
+      use_shm = seg && ack.magic == kLinkMagic && ack.ok;
+      if (seg) segment_release_name(*seg, use_shm);  // mapped by both (or given up): no name, no descriptor left
     }
   } else {
     Offer offer{};

@@ -1,9 +1,13 @@
 #include "mlxj/shm_transport.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <cstdlib>
 #include <fcntl.h>
+#include <mutex>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -21,6 +25,7 @@ namespace mlxj {
 namespace {
 
 constexpr uint64_t kMagic = 0x4d4c584a53484d31ull;  // "MLXJSHM1"
+constexpr int kSlots = 64;  // named objects: /mlxj.<uid>.<slot>, held only during a handover
 
 // Shared state of one direction; each counter on its own cache line.
 struct alignas(64) RingState {
@@ -33,11 +38,32 @@ struct alignas(64) RingState {
 struct Layout {
   uint64_t magic;
   uint64_t ring_bytes;
-  RingState dir[2];  // 0: creator -> opener, 1: opener -> creator
+  uint64_t nonce;       // also in the locator: the peer maps only the segment it was told about
+  int64_t creator_pid;  // a named object whose creator is gone is stale
+  RingState dir[2];     // 0: creator -> opener, 1: opener -> creator
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "cross-process atomics must be lock-free");
 
 size_t segment_size(size_t ring_bytes) { return sizeof(Layout) + 2 * ring_bytes; }
+
+std::string hex16(uint64_t v) {
+  std::string s(16, '0');
+  for (int i = 15; i >= 0; --i, v >>= 4) s[size_t(i)] = "0123456789abcdef"[v & 15];
+  return s;
+}
+
+std::string slot_name(int slot) { return "/mlxj." + std::to_string(::geteuid()) + "." + std::to_string(slot); }
+
+// Named POSIX objects: always on macOS (no memfd there); on Linux only when
+// MLX_JUPYTER_SHM=named, so that the tests cover the macOS mechanism too.
+bool use_named() {
+#if defined(__linux__)
+  const char* v = std::getenv("MLX_JUPYTER_SHM");
+  return v && std::strcmp(v, "named") == 0;
+#else
+  return true;
+#endif
+}
 
 }  // namespace
 
@@ -54,13 +80,12 @@ class SharedSegment {
     return static_cast<uint8_t*>(base_) + sizeof(Layout) + size_t(d) * layout()->ring_bytes;
   }
   const std::string& locator() const { return locator_; }
-  void release_name() {
-#if !defined(__linux__)
-    if (!name_.empty()) ::shm_unlink(name_.c_str());
-#endif
+  // The peer unlinks the name once it has opened it; we do when it did not.
+  void release_name(bool peer_unlinked = false) {
+    if (!name_.empty() && !peer_unlinked) ::shm_unlink(name_.c_str());
     name_.clear();
   }
-  Fd keep;  // Linux: the memfd, open until the peer has opened it through /proc
+  Fd keep;  // Linux memfd: open until the peer has opened it through /proc
 
  private:
   void* base_;
@@ -83,69 +108,120 @@ bool all_digits(const std::string& s) {
   return true;
 }
 
+// A named object left by a creator that died during the handover: ours (uid),
+// initialised, and its creator gone. Removes it and returns true.
+bool remove_if_stale(const std::string& name) {
+  Fd fd(::shm_open(name.c_str(), O_RDONLY, 0));
+  if (!fd.valid()) return errno == ENOENT;
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0 || st.st_uid != ::geteuid() || size_t(st.st_size) < sizeof(Layout)) return false;
+  void* p = ::mmap(nullptr, sizeof(Layout), PROT_READ, MAP_SHARED, fd.get(), 0);
+  if (p == MAP_FAILED) return false;
+  const auto* l = static_cast<const Layout*>(p);
+  bool stale = l->magic == kMagic && l->creator_pid > 0 && ::kill(pid_t(l->creator_pid), 0) != 0 && errno == ESRCH;
+  ::munmap(p, sizeof(Layout));
+  if (stale) ::shm_unlink(name.c_str());
+  return stale;
+}
+
+// A fresh named object of ours (O_EXCL, mode 0600); removes stale ones once per process.
+Fd create_named(std::string* name) {
+  static std::once_flag swept;
+  std::call_once(swept, [] {
+    for (int slot = 0; slot < kSlots; ++slot) remove_if_stale(slot_name(slot));
+  });
+  for (int slot = 0; slot < kSlots; ++slot) {
+    *name = slot_name(slot);
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      Fd fd(::shm_open(name->c_str(), O_CREAT | O_EXCL | O_RDWR, 0600));
+      if (fd.valid()) return fd;
+      if (errno != EEXIST) fail(ErrorKind::Config, "shm_open(" + *name + ") failed: " + errno_text(errno));
+      if (!remove_if_stale(*name)) break;  // in use by a live handover (or not ours): next slot
+    }
+  }
+  fail(ErrorKind::Config, "all " + std::to_string(kSlots) + " shared-memory names /mlxj." +
+                              std::to_string(::geteuid()) + ".* are in use");
+}
+
 }  // namespace
 
+// Linux: an anonymous memfd, opened by the peer through /proc/<pid>/fd/N while
+// we keep N open (until the peer's answer). Named objects (macOS): see create_named.
 std::shared_ptr<SharedSegment> create_segment(size_t ring_bytes) {
   size_t size = segment_size(ring_bytes);
+  uint64_t nonce;
+  random_bytes(&nonce, sizeof nonce);
+  std::string name, path;
+  Fd fd;
+  if (use_named()) {
+    fd = create_named(&name);
+    path = name;
+  } else {
 #if defined(__linux__)
-  Fd fd(::memfd_create("mlx_jupyter", MFD_CLOEXEC));
-  if (!fd.valid()) fail(ErrorKind::Config, "memfd_create failed: " + errno_text(errno));
-  std::string locator = "/proc/" + std::to_string(::getpid()) + "/fd/" + std::to_string(fd.get());
-  std::string name;
-#else
-  uint8_t rnd[8];
-  random_bytes(rnd, sizeof rnd);
-  std::string name = "/mlxj.";
-  for (uint8_t c : rnd) name += "0123456789abcdef"[c >> 4], name += "0123456789abcdef"[c & 15];
-  Fd fd(::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600));
-  if (!fd.valid()) fail(ErrorKind::Config, "shm_open failed: " + errno_text(errno));
-  std::string locator = name;
+    fd = Fd(::memfd_create("mlx_jupyter", MFD_CLOEXEC));
+    if (!fd.valid()) fail(ErrorKind::Config, "memfd_create failed: " + errno_text(errno));
+    path = "/proc/" + std::to_string(::getpid()) + "/fd/" + std::to_string(fd.get());
 #endif
-  if (::ftruncate(fd.get(), off_t(size)) != 0) {
-#if !defined(__linux__)
-    ::shm_unlink(name.c_str());
-#endif
-    fail(ErrorKind::Config, "cannot size shared memory: " + errno_text(errno));
   }
-  auto seg = std::make_shared<SharedSegment>(map(fd.get(), size), size, locator, name);
-  new (seg->layout()) Layout{kMagic, ring_bytes, {}};
-#if defined(__linux__)
-  seg->keep = std::move(fd);
-#endif
+  std::shared_ptr<SharedSegment> seg;
+  try {
+    if (::ftruncate(fd.get(), off_t(size)) != 0)
+      fail(ErrorKind::Config, "cannot size shared memory: " + errno_text(errno));
+    seg = std::make_shared<SharedSegment>(map(fd.get(), size), size, path + "#" + hex16(nonce), name);
+  } catch (...) {
+    if (!name.empty()) ::shm_unlink(name.c_str());
+    throw;
+  }
+  new (seg->layout()) Layout{kMagic, ring_bytes, nonce, int64_t(::getpid()), {}};
+  if (name.empty()) seg->keep = std::move(fd);
   return seg;
 }
 
 std::shared_ptr<SharedSegment> open_segment(const std::string& locator, size_t ring_bytes) {
   size_t size = segment_size(ring_bytes);
   // The locator comes from an authenticated peer, but accept only our own shapes of it.
+  auto hash = locator.rfind('#');
+  std::string path = locator.substr(0, hash), nonce_text = hash == std::string::npos ? "" : locator.substr(hash + 1);
+  if (nonce_text.size() != 16 || nonce_text.find_first_not_of("0123456789abcdef") != std::string::npos)
+    fail(ErrorKind::Protocol, "refusing shared memory at '" + locator + "': no segment nonce");
+  uint64_t nonce = std::stoull(nonce_text, nullptr, 16);
+  Fd fd;
+  std::string dot = "/mlxj." + std::to_string(::geteuid()) + ".";
+  if (path.rfind(dot, 0) == 0 && all_digits(path.substr(dot.size())) && path.size() < dot.size() + 4) {
+    fd = Fd(::shm_open(path.c_str(), O_RDWR, 0600));
+    if (!fd.valid()) fail(ErrorKind::Config, "cannot open the peer's shared memory: " + errno_text(errno));
+    // Unlinked at once: from here on no name is left behind, whoever dies next.
+    ::shm_unlink(path.c_str());
+  } else {
 #if defined(__linux__)
-  auto rest = locator.rfind("/proc/", 0) == 0 ? locator.substr(6) : std::string();
-  auto slash = rest.find("/fd/");
-  if (slash == std::string::npos || !all_digits(rest.substr(0, slash)) || !all_digits(rest.substr(slash + 4)))
-    fail(ErrorKind::Protocol, "refusing shared memory at '" + locator + "': not a peer's memfd");
-  Fd fd(::open(locator.c_str(), O_RDWR | O_CLOEXEC));
-  if (!fd.valid()) fail(ErrorKind::Config, "cannot open the peer's shared memory: " + errno_text(errno));
-  if (::fcntl(fd.get(), F_GET_SEALS) < 0)  // only memfds answer: never map an ordinary file
-    fail(ErrorKind::Protocol, "refusing shared memory at '" + locator + "': not a memfd");
+    auto rest = path.rfind("/proc/", 0) == 0 ? path.substr(6) : std::string();
+    auto slash = rest.find("/fd/");
+    if (slash == std::string::npos || !all_digits(rest.substr(0, slash)) || !all_digits(rest.substr(slash + 4)))
+      fail(ErrorKind::Protocol, "refusing shared memory at '" + locator + "': not a peer's memfd");
+    fd = Fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+    if (!fd.valid()) fail(ErrorKind::Config, "cannot open the peer's shared memory: " + errno_text(errno));
+    if (::fcntl(fd.get(), F_GET_SEALS) < 0)  // only memfds answer: never map an ordinary file
+      fail(ErrorKind::Protocol, "refusing shared memory at '" + locator + "': not a memfd");
 #else
-  if (locator.rfind("/mlxj.", 0) != 0 || locator.size() != 22)
     fail(ErrorKind::Protocol, "refusing shared memory '" + locator + "': not one of ours");
-  Fd fd(::shm_open(locator.c_str(), O_RDWR, 0600));
-  if (!fd.valid()) fail(ErrorKind::Config, "cannot open the peer's shared memory: " + errno_text(errno));
 #endif
+  }
+  // macOS rounds a shm object's size up to whole pages: at least, not exactly, our size.
   struct stat st;
-  if (::fstat(fd.get(), &st) != 0 || size_t(st.st_size) != size)
+  if (::fstat(fd.get(), &st) != 0 || size_t(st.st_size) < size)
     fail(ErrorKind::Protocol, "the peer's shared memory has an unexpected size");
+  if (st.st_uid != ::geteuid()) fail(ErrorKind::Protocol, "the peer's shared memory belongs to another user");
   auto seg = std::make_shared<SharedSegment>(map(fd.get(), size), size, locator, "");
-  if (seg->layout()->magic != kMagic || seg->layout()->ring_bytes != ring_bytes)
-    fail(ErrorKind::Protocol, "the peer's shared memory is not an mlx_jupyter segment");
+  const Layout* l = seg->layout();
+  if (l->magic != kMagic || l->ring_bytes != ring_bytes || l->nonce != nonce)
+    fail(ErrorKind::Protocol, "the peer's shared memory is not the mlx_jupyter segment it announced");
   return seg;
 }
 
 std::string segment_locator(const SharedSegment& s) { return s.locator(); }
 
-void segment_release_name(SharedSegment& s) {
-  s.release_name();
+void segment_release_name(SharedSegment& s, bool peer_opened) {
+  s.release_name(peer_opened);
   s.keep.reset();
 }
 
@@ -169,9 +245,11 @@ class ShmLink final : public Link {
   const std::string& name() const override { return name_; }
 
   void begin_send(const MsgHeader& h, const void* data, size_t size) override {
+    if (!seg_) fail(ErrorKind::Aborted, "the shared memory to " + name_ + " was released (its group was aborted)");
     send_ = {true, h, 0, const_cast<uint8_t*>(static_cast<const uint8_t*>(data)), size};
   }
   void begin_recv(const MsgHeader& expect, void* data, size_t size, const Fold* fold) override {
+    if (!seg_) fail(ErrorKind::Aborted, "the shared memory to " + name_ + " was released (its group was aborted)");
     recv_ = {true, expect, 0, static_cast<uint8_t*>(data), size};
     fold_ = fold ? *fold : Fold{};
   }
@@ -210,6 +288,10 @@ class ShmLink final : public Link {
   }
 
   void shutdown() override { ::shutdown(bell_.get(), SHUT_RDWR); }
+  void release() override {
+    send_.active = recv_.active = false;
+    seg_.reset();  // unmapped: nothing of the segment is left in this process
+  }
 
  private:
   struct Transfer {

@@ -96,18 +96,22 @@ class Group : public std::enable_shared_from_this<Group> {
   void guarded(const CallOptions& opts, const std::string& what, Body&& body) {
     std::lock_guard<std::mutex> lock(op_mu_);
     Wait wait = make_wait(opts, what);
-    wait.check_abort();
     try {
+      wait.check_abort();
       body(static_cast<const Wait&>(wait));
     } catch (const Interrupted&) {
       abort("interrupted (Ctrl-C) during " + what);
+      release_links();
       throw;
     } catch (const CommError& e) {
       failed(what, e);
+      release_links();
       throw;
     }
   }
   void failed(const std::string& what, const CommError& e);
+  // After a failure (the group is aborted for good; we hold the op lock): frees the links' shared memory.
+  void release_links();
 
   struct RingDir {
     Link* to;

@@ -65,6 +65,9 @@ class Link {
   virtual void wait_set(std::vector<pollfd>& out) const = 0;
   // Thread-safe: pending and later I/O fail; the peer sees the connection end.
   virtual void shutdown() = 0;
+  // Frees what the link holds besides its sockets (shared memory). Only once no
+  // op runs on it or ever will (its group is aborted); later ops on it fail.
+  virtual void release() {}
   // "tcp" or "shm".
   virtual const char* kind() const = 0;
   // Whether a short bounded spin beats sleeping right away.
