@@ -116,17 +116,67 @@ def empty(shape: tuple[int, ...], dtype: str) -> View:
 
 
 def writable(out: Any) -> View:
-    """The caller's `out=` buffer as a view the core writes into (never a copy)."""
+    """The caller's `out=` buffer as a view the core writes into in place (never a copy)."""
     kind = _kind(out)
     if kind == "mlx":
         raise TypeError("out= cannot be an MLX array (MLX arrays are immutable): pass a numpy array, "
                         "a torch tensor or an mlx_jupyter.Buffer")
-    v = view(out)
-    if isinstance(v.core, np.ndarray) and not v.core.flags.writeable:
-        raise ValueError("out= must be writable")
-    if kind == "numpy" and isinstance(out, np.ndarray) and v.core is not out:
-        raise ValueError("out= must be a C-contiguous array")
-    return v
+    if isinstance(out, _core.Buffer):
+        return View(out, tuple(out.shape), out.dtype, "numpy")
+    if kind == "torch":
+        return _torch_out(out)
+    arr = out.view(np.ndarray) if isinstance(out, np.ndarray) else _host_memory(out)
+    if isinstance(arr, _core.Buffer):
+        return View(arr, tuple(arr.shape), arr.dtype, "numpy")
+    if not arr.flags.c_contiguous:
+        raise ValueError(f"out= must be a C-contiguous array (this one has strides {arr.strides}): the result would "
+                         "land in a copy; pass a contiguous array (np.empty(shape, dtype)) or use the return value")
+    if not arr.flags.writeable:
+        raise ValueError("out= must be writable (this array is read-only): pass an array the result can go into")
+    return View(arr, arr.shape, dtype_name(arr.dtype), "numpy")
+
+
+def _torch_out(t: Any) -> View:
+    """A CPU, contiguous torch tensor as out=: its own memory; anything else is refused."""
+    if t.device.type != "cpu":
+        raise ValueError(f"out= is a torch tensor on {t.device}: the result is written in place into host memory, "
+                         "so pass a CPU tensor (and move the result with .to(device) afterwards)")
+    if not t.is_contiguous():
+        raise ValueError(f"out= is a non-contiguous torch tensor (shape {tuple(t.shape)}, strides {t.stride()}): "
+                         "the result would land in a copy; pass a contiguous tensor (torch.empty(shape)) "
+                         "or use the return value")
+    d = t.detach()
+    name = dtype_name(d.dtype)
+    if name == "bfloat16":
+        import torch
+
+        bits = d.view(torch.int16).numpy().view(np.uint16)
+        return View(_bits(bits), tuple(d.shape), name, "torch", bits)
+    return View(d.numpy(), tuple(d.shape), name, "torch")
+
+
+def _host_memory(out: Any) -> Any:
+    """A view of `out`'s own memory (buffer protocol or DLPack), never a copy."""
+    if hasattr(out, "__dlpack__") and not hasattr(out, "__array_interface__"):
+        try:
+            return np.from_dlpack(out)
+        except (BufferError, TypeError, RuntimeError, ValueError) as exc:
+            try:
+                buf = _core.Buffer.wrap(out)  # e.g. bfloat16 DLPack producers
+            except (BufferError, TypeError, RuntimeError, ValueError):
+                raise ValueError(f"out= ({type(out).__name__}) cannot be written in place ({exc}): pass host memory, "
+                                 "e.g. a numpy array, a CPU torch tensor or an mlx_jupyter.Buffer") from None
+            if buf.copied:
+                raise ValueError(f"out= ({type(out).__name__}) is misaligned for its dtype: the result would land in "
+                                 "a copy; pass an aligned array") from None
+            return buf
+    try:
+        memoryview(out)
+    except TypeError:
+        if not hasattr(out, "__array_interface__"):
+            raise TypeError(f"out= must be memory the result can be written into (a numpy array, a torch tensor, "
+                            f"an mlx_jupyter.Buffer or a buffer-protocol/DLPack object), not {type(out).__name__}") from None
+    return np.asarray(out)
 
 
 def to_kind(v: View, kind: str) -> Any:

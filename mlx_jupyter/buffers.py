@@ -3,7 +3,8 @@
 `Buffer.wrap(obj)` views any buffer-protocol or DLPack object without copying
 and keeps it alive; `Buffer.from_pointer(address, shape, dtype, deleter)` uses
 raw memory in place and calls `deleter(address)` exactly once when the last
-view dies (at once, if the memory was misaligned and had to be copied). A
+view dies (at once, if the memory was misaligned and had to be copied, or
+before `from_pointer` raises for a bad address, shape or dtype). A
 Buffer exports the buffer protocol and `__dlpack__`, so numpy, MLX and torch
 can view it, and it can be passed as `out=` to every collective.
 """

@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <memory>
+#include <utility>
 
 #include "mlxj/buffer.h"
 #include "mlxj/errors.h"
@@ -402,26 +403,46 @@ NB_MODULE(_core, m) {
           "obj"_a, nb::rv_policy::take_ownership, "View `obj`'s memory (buffer protocol or DLPack) without copying; keeps `obj` alive.")
       .def_static(
           "from_pointer",
-          [](uintptr_t address, std::vector<int64_t> shape, const std::string& dtype, nb::object deleter) {
+          [](nb::object address, nb::object shape, nb::object dtype, nb::object deleter) {
+            // A deleter that cannot be called is refused before anything else; from then on
+            // the buffer owns the memory: every error below calls deleter(address) first.
+            if (!deleter.is_none() && !PyCallable_Check(deleter.ptr()))
+              throw nb::type_error("deleter must be callable (it is called with the address) or None");
             UserBuffer::Deleter del;
             if (!deleter.is_none()) {
-              auto cb = std::make_shared<nb::object>(deleter);
-              del = [cb](void* p) {
+              auto cb = std::make_shared<std::pair<nb::object, nb::object>>(deleter, address);
+              del = [cb](void*) {
                 nb::gil_scoped_acquire gil;
                 try {
-                  (*cb)(uintptr_t(p));
+                  cb->first(cb->second);
                 } catch (nb::python_error& e) {
                   e.discard_as_unraisable("mlx_jupyter.Buffer deleter");
                 }
               };
             }
+            uintptr_t addr = 0;
+            std::vector<int64_t> dims;
+            Dtype t = Dtype::UInt8;
+            try {
+              if (!nb::try_cast(address, addr) || !PyLong_Check(address.ptr()))
+                throw std::invalid_argument("address must be a non-negative int, got " +
+                                            std::string(nb::str(nb::repr(address)).c_str()));
+              if (!nb::try_cast(shape, dims))
+                throw std::invalid_argument("shape must be a sequence of ints, got " +
+                                            std::string(nb::str(nb::repr(shape)).c_str()));
+              if (!nb::isinstance<nb::str>(dtype)) throw std::invalid_argument("dtype must be a name such as 'float32'");
+              t = dtype_from_name(nb::cast<std::string>(dtype));
+            } catch (...) {
+              if (del) del(nullptr);
+              throw;
+            }
             auto pb = std::make_unique<PyBuffer>();
-            pb->buf = std::make_unique<UserBuffer>(reinterpret_cast<void*>(address), std::move(shape),
-                                                   dtype_from_name(dtype), std::move(del));
+            pb->buf = std::make_unique<UserBuffer>(reinterpret_cast<void*>(addr), std::move(dims), t, std::move(del));
             return pb.release();
           },
           "address"_a, "shape"_a, "dtype"_a, "deleter"_a = nb::none(), nb::rv_policy::take_ownership,
-          "Use memory at `address` in place; `deleter(address)` runs exactly once when the buffer dies.")
+          "Use memory at `address` in place; `deleter(address)` runs exactly once: when the buffer dies, at once if "
+          "the memory had to be copied, or before any error is raised.")
       .def_prop_ro("address", [](const PyBuffer& b) { return uintptr_t(b.buf->data()); })
       .def_prop_ro("shape", [](const PyBuffer& b) { return b.buf->shape(); })
       .def_prop_ro("dtype", [](const PyBuffer& b) { return std::string(dtype_name(b.buf->dtype())); })

@@ -1,42 +1,60 @@
 #include "mlxj/buffer.h"
 
 #include <cstring>
+#include <limits>
 #include <new>
 #include <stdexcept>
 #include <string>
 
 namespace mlxj {
 
-UserBuffer::UserBuffer(void* ptr, std::vector<int64_t> shape, Dtype dtype, Deleter deleter)
-    : data_(ptr), shape_(std::move(shape)), dtype_(dtype), deleter_(std::move(deleter)) {
-  size_t n = 1;
-  for (int64_t d : shape_) {
-    if (d < 0) {
-      if (deleter_) deleter_(ptr);
-      throw std::invalid_argument("negative dimension in shape");
-    }
+namespace {
+
+size_t checked_nbytes(const std::vector<int64_t>& shape, Dtype dtype) {
+  size_t n = dtype_size(dtype);
+  for (int64_t d : shape) {
+    if (d < 0) throw std::invalid_argument("negative dimension " + std::to_string(d) + " in the shape");
+    if (d && n > std::numeric_limits<size_t>::max() / size_t(d))
+      throw std::invalid_argument("the shape's size overflows the address space");
     n *= size_t(d);
   }
-  nbytes_ = n * dtype_size(dtype);
-  if (nbytes_ && !ptr) throw std::invalid_argument("null pointer for a non-empty buffer");
-  // Misaligned memory cannot be viewed as this dtype: copy it and release the original now.
-  if (ptr && reinterpret_cast<uintptr_t>(ptr) % dtype_size(dtype) != 0) {
-    try {
-      owned_.reset(new uint8_t[nbytes_ ? nbytes_ : 1]);
-    } catch (const std::bad_alloc&) {
-      if (deleter_) deleter_(ptr);
-      deleter_ = nullptr;
-      throw std::runtime_error("Unable to allocate " + std::to_string(nbytes_) + " bytes");
+  return n;
+}
+
+}  // namespace
+
+// Ownership is taken at once: if the memory cannot be used (bad shape, null
+// pointer, no memory for a copy) the deleter runs before the exception leaves.
+UserBuffer::UserBuffer(void* ptr, std::vector<int64_t> shape, Dtype dtype, Deleter deleter)
+    : data_(ptr), shape_(std::move(shape)), dtype_(dtype), nbytes_(0), deleter_(std::move(deleter)) {
+  try {
+    nbytes_ = checked_nbytes(shape_, dtype);
+    if (nbytes_ && !ptr) throw std::invalid_argument("null pointer for a non-empty buffer");
+    // Misaligned memory cannot be viewed as this dtype: copy it and release the original now.
+    if (ptr && reinterpret_cast<uintptr_t>(ptr) % dtype_size(dtype) != 0) {
+      try {
+        owned_.reset(new uint8_t[nbytes_ ? nbytes_ : 1]);
+      } catch (const std::bad_alloc&) {
+        throw std::runtime_error("Unable to allocate " + std::to_string(nbytes_) + " bytes");
+      }
+      std::memcpy(owned_.get(), ptr, nbytes_);
+      data_ = owned_.get();
+      release(ptr);
     }
-    std::memcpy(owned_.get(), ptr, nbytes_);
-    data_ = owned_.get();
-    if (deleter_) deleter_(ptr);
-    deleter_ = nullptr;
+  } catch (...) {
+    release(ptr);
+    throw;
   }
 }
 
+void UserBuffer::release(void* ptr) {
+  Deleter d = std::move(deleter_);
+  deleter_ = nullptr;
+  if (d) d(ptr);
+}
+
 UserBuffer::~UserBuffer() {
-  if (deleter_) deleter_(data_);
+  if (deleter_) release(data_);
 }
 
 }  // namespace mlxj

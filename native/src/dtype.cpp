@@ -27,7 +27,9 @@ const char* dtype_name(Dtype t) { return kInfo[static_cast<int>(t)].name; }
 Dtype dtype_from_name(const std::string& name) {
   for (const auto& i : kInfo)
     if (name == i.name) return i.type;
-  throw std::invalid_argument("unsupported dtype '" + name + "'");
+  std::string all;
+  for (const auto& i : kInfo) all += std::string(all.empty() ? "" : ", ") + i.name;
+  throw std::invalid_argument("unsupported dtype '" + name + "': supported are " + all);
 }
 
 }  // namespace mlxj

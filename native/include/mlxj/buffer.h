@@ -1,6 +1,7 @@
 // Zero-copy user buffers (SPEC §5): memory from a pointer, a shape, a dtype and
 // a deleter. Used in place when suitably aligned; otherwise copied, and the
-// deleter runs right after the copy. Either way the deleter runs exactly once.
+// deleter runs right after the copy. Either way the deleter runs exactly once:
+// also when the constructor throws (bad shape, null pointer), before it does.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -28,6 +29,8 @@ class UserBuffer {
   bool copied() const { return owned_ != nullptr; }
 
  private:
+  void release(void* ptr);  // runs the deleter if it has not run yet
+
   void* data_;
   std::vector<int64_t> shape_;
   Dtype dtype_;
