@@ -1,6 +1,6 @@
 import { Widget } from '@lumino/widgets';
 
-import { ICluster, connectCode, listClusters, startCluster, stopCluster } from './api';
+import { ICluster, IRank, connectCode, listClusters, startCluster, stopCluster } from './api';
 
 /** How often the panel refreshes while it is visible (and never while hidden). */
 const REFRESH_MS = 2000;
@@ -22,6 +22,21 @@ function el<K extends keyof HTMLElementTagNameMap>(
 
 function mib(bytes: number | null | undefined): string {
   return bytes === null || bytes === undefined ? '' : `${(bytes / 2 ** 20).toFixed(0)} MiB`;
+}
+
+/** "2 of 2 ranks ok": the health summary written out, not only as a colour. */
+function healthSummary(ranks: IRank[]): string {
+  const ok = ranks.filter(r => r.health === 'ok' || r.health === 'running').length;
+  const remote = ranks.filter(r => r.health === 'remote').length;
+  const bad = ranks.length - ok - remote;
+  const parts = [`${ok} of ${ranks.length} ranks ok`];
+  if (remote) {
+    parts.push(`${remote} remote`);
+  }
+  if (bad) {
+    parts.push(`${bad} not ok`);
+  }
+  return parts.join(', ');
 }
 
 /** The left sidebar panel "MLX Cluster". */
@@ -49,13 +64,14 @@ export class ClusterPanel extends Widget {
     }
     const start = el('button', { type: 'submit', class: 'jp-mod-styled jp-mod-accept mlxj-start' }, 'Start');
     const row = (label: string, input: HTMLElement) => {
-      const l = el('label', {}, label);
+      const l = el('label');
+      l.appendChild(el('span', { class: 'mlxj-label' }, label));
       l.appendChild(input);
       return l;
     };
-    form.appendChild(row('ranks per host ', this.nInput));
-    form.appendChild(row('hosts ', this.hostsInput));
-    form.appendChild(row('backend ', this.backendSelect));
+    form.appendChild(row('ranks per host', this.nInput));
+    form.appendChild(row('hosts', this.hostsInput));
+    form.appendChild(row('backend', this.backendSelect));
     form.appendChild(start);
     form.addEventListener('submit', event => {
       event.preventDefault();
@@ -69,6 +85,7 @@ export class ClusterPanel extends Widget {
     this.say(`starting ${n} ranks…`);
     try {
       const reply = await startCluster(n, this.hostsInput.value.trim(), this.backendSelect.value);
+      this.pending.add(reply.id);
       this.say(`${reply.id} starting`);
     } catch (error) {
       this.say(`start failed: ${(error as Error).message}`, true);
@@ -90,7 +107,26 @@ export class ClusterPanel extends Widget {
     }
   }
 
+  /** Replace a "starting" message once the cluster it names is running, failed or gone. */
+  private follow(clusters: ICluster[]): void {
+    for (const id of [...this.pending]) {
+      const c = clusters.find(x => x.id === id);
+      if (c && c.state === 'starting') {
+        continue;
+      }
+      this.pending.delete(id);
+      if (!c) {
+        this.say(`${id} is gone`, true);
+      } else if (c.state === 'failed') {
+        this.say(`${id} failed to start`, true);
+      } else {
+        this.say(`${id} ${c.state}: ${c.ranks?.length ? healthSummary(c.ranks) : `${c.size} ranks`}`);
+      }
+    }
+  }
+
   private render(clusters: ICluster[]): void {
+    this.follow(clusters);
     this.list.replaceChildren();
     if (!clusters.length) {
       this.list.appendChild(el('div', { class: 'mlxj-empty' }, 'No cluster running.'));
@@ -107,20 +143,8 @@ export class ClusterPanel extends Widget {
         card.appendChild(el('pre', { class: 'mlxj-error' }, c.error));
       }
       if (c.ranks && c.ranks.length) {
-        const table = el('table', { class: 'mlxj-ranks' });
-        const hr = el('tr');
-        for (const h of ['rank', 'host', 'pid', 'state', 'memory']) {
-          hr.appendChild(el('th', {}, h));
-        }
-        table.appendChild(hr);
-        for (const r of c.ranks) {
-          const tr = el('tr', { class: `mlxj-health-${r.health || 'unknown'}` });
-          for (const v of [String(r.rank), r.host, String(r.pid ?? ''), r.state || r.health || '', mib(r.memory)]) {
-            tr.appendChild(el('td', {}, v));
-          }
-          table.appendChild(tr);
-        }
-        card.appendChild(table);
+        card.appendChild(el('div', { class: 'mlxj-card-health' }, healthSummary(c.ranks)));
+        card.appendChild(this.rankTable(c.ranks));
       } else if (c.state === 'starting') {
         card.appendChild(el('div', { class: 'mlxj-card-sub' }, `${c.connected ?? 0} ranks connected…`));
       }
@@ -136,6 +160,35 @@ export class ClusterPanel extends Widget {
       card.appendChild(actions);
       this.list.appendChild(card);
     }
+  }
+
+  /** One row per rank. The host column only when the ranks are on several hosts (else it is in the card),
+   * and no column that is empty for every rank (a kernel's cluster has no live state or memory). */
+  private rankTable(ranks: IRank[]): HTMLTableElement {
+    const several = new Set(ranks.map(r => r.host)).size > 1;
+    const all: [string, (r: IRank) => string][] = [
+      ['rank', r => String(r.rank)],
+      ['host', r => (several ? r.host : '')],
+      ['pid', r => String(r.pid ?? '')],
+      ['health', r => r.health || 'unknown'],
+      ['state', r => (r.state && r.state !== r.health ? r.state : '')],
+      ['memory', r => mib(r.memory)]
+    ];
+    const cols = all.filter(([, value]) => ranks.some(r => value(r) !== ''));
+    const table = el('table', { class: 'mlxj-ranks' });
+    const hr = el('tr');
+    for (const [name] of cols) {
+      hr.appendChild(el('th', { class: `mlxj-col-${name}` }, name));
+    }
+    table.appendChild(hr);
+    for (const r of ranks) {
+      const tr = el('tr', { class: `mlxj-health-${r.health || 'unknown'}`, 'data-pid': String(r.pid ?? '') });
+      for (const [name, value] of cols) {
+        tr.appendChild(el('td', { class: `mlxj-col-${name}` }, value(r)));
+      }
+      table.appendChild(tr);
+    }
+    return table;
   }
 
   private async stop(id: string): Promise<void> {
@@ -183,4 +236,5 @@ export class ClusterPanel extends Widget {
   private hostsInput!: HTMLInputElement;
   private backendSelect!: HTMLSelectElement;
   private timer = 0;
+  private pending = new Set<string>();
 }

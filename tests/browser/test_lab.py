@@ -2,7 +2,8 @@
 
 One JupyterLab server and one browser run the whole scenario (js/lab.mjs) once; each test below
 checks one step of it. Screenshots land in test-artifacts/browser/. Skips, with the reason, when
-chromium, node, playwright-core or jupyterlab is missing.
+chromium, node, playwright-core or jupyterlab is missing, except under CI (CI=true), where a
+missing piece is a failure: .ci/run installs all of them.
 """
 
 from __future__ import annotations
@@ -59,16 +60,32 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def notebook(path: Path) -> None:
+def notebook(path: Path, sources: list[str]) -> None:
     import nbformat
     from nbformat.v4 import new_code_cell, new_notebook
 
-    cells = [new_code_cell(f"from mlx_jupyter.widgets import TopologyWidget\n"
-                           f"TopologyWidget.from_recordings({str(RECORDINGS / name)!r}, hostfile_path={str(path.parent / 'hostfile.json')!r})")
-             for name in ("four-m3-ultra-mesh", "four-macs-broken-mesh")]
-    nb = new_notebook(cells=cells)
+    nb = new_notebook(cells=[new_code_cell(s) for s in sources])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, path)
+
+
+def topology_sources(hostfile: Path) -> list[str]:
+    return [f"from mlx_jupyter.widgets import TopologyWidget\n"
+            f"TopologyWidget.from_recordings({str(RECORDINGS / name)!r}, hostfile_path={str(hostfile)!r})"
+            for name in ("four-m3-ultra-mesh", "four-macs-broken-mesh")]
+
+
+def status_sources(release: Path) -> list[str]:
+    """The quickstart's status table; cell 2 keeps both ranks busy until `release` exists (60 s at most)."""
+    return [
+        "%load_ext mlx_jupyter\n%mlx_cluster start -n 2",
+        "from mlx_jupyter.widgets import ClusterStatusWidget\nstatus = ClusterStatusWidget()\nstatus",
+        "%%mlx_distributed\nimport os, time\n"
+        f"deadline = time.monotonic() + 60\n"
+        f"while not os.path.exists({str(release)!r}) and time.monotonic() < deadline:\n"
+        "    time.sleep(0.05)\n",
+        "status.close()\n%mlx_cluster stop",
+    ]
 
 
 def wait_http(url: str, proc: subprocess.Popen, timeout: float) -> None:
@@ -96,6 +113,9 @@ def descendants(pid: int) -> list:
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory):
     why = missing()
+    if why and os.environ.get("CI") == "true":
+        pytest.fail(f"browser tests cannot run under CI: {why}; .ci/run installs chromium and runs npm ci "
+                    "in tests/browser/js", pytrace=False)
     if why:
         pytest.skip(why)
     import psutil
@@ -116,7 +136,9 @@ def scenario(tmp_path_factory):
         "LabApp": {"expose_app_in_browser": True, "news_url": None,
                    "check_for_updates_class": "jupyterlab.NeverCheckForUpdate"},
     }))
-    notebook(root / "topology.ipynb")
+    notebook(root / "topology.ipynb", topology_sources(root / "hostfile.json"))
+    release = tmp / "release.flag"
+    notebook(root / "status.ipynb", status_sources(release))
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     for old in ARTIFACTS.glob("*.png"):
         old.unlink()
@@ -133,7 +155,8 @@ def scenario(tmp_path_factory):
     started: set[int] = set()
     try:
         wait_http(f"{base}api/status?token={token}", lab, 60)
-        proc = subprocess.run(["node", str(JS / "lab.mjs"), base, token, str(ARTIFACTS), str(results_file)],
+        proc = subprocess.run(["node", str(JS / "lab.mjs"), base, token, str(ARTIFACTS), str(results_file),
+                               str(release)],
                               cwd=JS, timeout=SCENARIO_TIMEOUT, capture_output=True, text=True)
         started = {p.pid for p in descendants(lab.pid)}
         results = json.loads(results_file.read_text()) if results_file.exists() else {}
@@ -189,3 +212,22 @@ def test_panel_start_insert_stop(scenario):
     check(scenario, "panel_insert_code")
     check(scenario, "panel_stop")
     assert (ARTIFACTS / "panel-running.png").exists()
+
+
+def test_panel_connect_code_runs_on_every_rank(scenario):
+    check(scenario, "panel_connect_cell_runs")
+
+
+def test_status_widget_in_the_browser(scenario):
+    check(scenario, "status_widget_renders")
+    check(scenario, "status_widget_busy_clock")
+    check(scenario, "status_cluster_stop")
+    assert (ARTIFACTS / "status-widget.png").stat().st_size > 10_000
+
+
+def test_panel_lists_a_kernels_cluster(scenario):
+    check(scenario, "panel_lists_kernel_cluster")
+
+
+def test_no_console_errors(scenario):
+    check(scenario, "console_errors")
