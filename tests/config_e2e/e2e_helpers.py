@@ -15,13 +15,17 @@ FIXTURES = ROOT / "tests" / "fixtures" / "thunderbolt"
 PY = sys.executable
 
 
-def mlx_jupyter(args: Sequence[str], timeout: float = 60, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run ``python -m mlx_jupyter ARGS`` from this checkout with no stdin."""
+def mlx_jupyter(args: Sequence[str], timeout: float = 60, env: dict | None = None,
+                no_fd0: bool = False) -> subprocess.CompletedProcess:
+    """Run ``python -m mlx_jupyter ARGS`` from this checkout with stdin /dev/null (``no_fd0``: fd 0 closed)."""
     full_env = dict(os.environ)
     full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), full_env.get("PYTHONPATH", "")]))
     full_env.update(env or {})
-    return subprocess.run([PY, "-m", "mlx_jupyter", *args], stdin=subprocess.DEVNULL, capture_output=True,
-                          text=True, timeout=timeout, env=full_env, cwd=ROOT)
+    argv = [PY, "-m", "mlx_jupyter", *args]
+    if no_fd0:
+        argv = ["sh", "-c", 'exec "$@" 0<&-', "sh", *argv]
+    return subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
+                          env=full_env, cwd=ROOT)
 
 
 def wait_until(pred, timeout: float) -> bool:

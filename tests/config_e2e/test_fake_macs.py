@@ -43,12 +43,12 @@ def accepted(bed, i: int) -> int:
     return (bed.root / f"h{i}" / "sshd.log").read_text(errors="replace").count("Accepted publickey")
 
 
-def config(cluster, tmp_path: Path, *args: str):
+def config(cluster, tmp_path: Path, *args: str, no_fd0: bool = False):
     """Run the CLI on the cluster's hosts with its ssh config; returns (result, hostfile or None)."""
     cfg = cluster.ssh_config(tmp_path / "ssh_config")
     out = tmp_path / "hostfile.json"
     res = mlx_jupyter(["config", "--hosts", ",".join(cluster.names), "--over", "thunderbolt", "--ssh-config",
-                       str(cfg), "--output-hostfile", str(out), *args])
+                       str(cfg), "--output-hostfile", str(out), *args], no_fd0=no_fd0)
     return res, (json.loads(out.read_text()) if out.exists() else None)
 
 
@@ -78,6 +78,22 @@ def test_auto_setup_sends_each_host_exactly_its_commands(testbed, fake_cluster, 
     # one ssh connection per host for all of its commands
     assert wait_until(lambda: all(accepted(testbed, i) >= n + 1 for i, n in before.items()), 5)
     assert {i: accepted(testbed, i) - n for i, n in before.items()} == {i: 1 for i in before}
+
+
+def test_auto_setup_over_ssh_with_fd0_closed(fake_cluster, tmp_path):
+    """No stdin at all (fd 0 closed, not /dev/null): discovery and setup still run, nothing prompts."""
+    case = "four-macs-ring-only"  # mini-c has no passwordless sudo: its commands are printed
+    cluster = fake_cluster(case)
+    res, hostfile = config(cluster, tmp_path, "--auto-setup", no_fd0=True)
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stderr
+    want = expected(case)["correct"]
+    assert hostfile == want["auto"]["hostfile"]
+    for name, mac in cluster.macs.items():
+        sudo = name != "mini-c"
+        assert mac.configured() == ([line.removeprefix("sudo ") for line in want["setup_commands"][name]]
+                                    if sudo else []), name
+    assert "Setup for mini-c (no passwordless sudo" in res.stdout
 
 
 def test_without_auto_setup_nothing_is_run(fake_cluster, tmp_path):

@@ -216,3 +216,81 @@ def test_ssh_flags_become_ssh_options():
     default = config.ssh_options(config.parser().parse_args(["--hosts", "a,b"]))
     assert (default.config, default.known_hosts, default.client_keys, default.connect_timeout) == (
         None, None, None, config.CONNECT_TIMEOUT)
+
+
+# -- progress, --verbose, --no-auto-setup, no stdin at all ----------------------------------------
+
+
+class TTY(io.StringIO):
+    """A stderr that says it is a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def run_to(err: io.StringIO, case: str, *args: str, hosts: list[str] | None = None) -> tuple[int, str]:
+    names = hosts or expected(case)["hosts"]
+    out = io.StringIO()
+    code = config.main(["--hosts", ",".join(names), *args], runner=FakeRunner(FIXTURES / case), out=out, err=err)
+    return code, out.getvalue()
+
+
+def test_progress_counts_hosts_on_a_terminal():
+    err = TTY()
+    code, _ = run_to(err, "four-m3-ultra-mesh")
+    assert code == 0
+    text = err.getvalue()
+    counts = [line for line in text.split("\r") if line.startswith("discovering:")]
+    assert [c.split("\n")[0] for c in counts] == [f"discovering: {k}/4 hosts" for k in range(1, 5)]
+    assert "discovering: 4/4 hosts\nbackend: jaccl" in text  # the line is ended before anything else
+
+
+def test_no_progress_when_not_a_terminal():
+    err = io.StringIO()
+    assert run_to(err, "four-m3-ultra-mesh")[0] == 0
+    assert "discovering" not in err.getvalue() and "\r" not in err.getvalue()
+    assert "[config]" not in err.getvalue()
+
+
+@pytest.mark.parametrize("stream", [io.StringIO, TTY])
+def test_verbose_logs_each_host_with_its_outcome(stream):
+    err = stream()
+    code, _ = run_to(err, "malformed/ssh-unreachable", "--verbose", "--ignore-unreachable")
+    assert code == 1  # one host left: not a cluster
+    lines = [line for line in err.getvalue().splitlines() if line.startswith("[config]")]
+    assert sorted(line.split(" after ")[0] for line in lines) == ["[config] mac-1: done", "[config] mac-2: FAILED"]
+    assert all(line.endswith(" s") for line in lines)
+    assert "\r" not in err.getvalue()  # --verbose replaces the self-rewriting line
+
+
+@pytest.mark.parametrize("flags", [["--no-auto-setup"], ["--auto-setup", "--no-auto-setup"], []])
+def test_no_auto_setup_prints_and_runs_nothing(flags):
+    runner = FakeRunner(FIXTURES / "two-macs-one-cable")
+    code, out, err, runner = run("two-macs-one-cable", *flags, runner=runner)
+    assert code == 0, err
+    assert all(runner.setup_calls(h) == [] for h in ("mini-1", "mini-2"))
+    setup = expected("two-macs-one-cable")["correct"]["setup_commands"]
+    for host, lines in setup.items():
+        assert f"Setup for {host} (run these, or pass --auto-setup)\n" in out
+        assert "\n".join(lines) in out
+    assert "setting up" not in err
+
+
+def test_runs_with_file_descriptor_0_closed(tmp_path):
+    """Not /dev/null: no fd 0 at all (sys.stdin is None), as under some schedulers and notebooks."""
+    import subprocess
+
+    case = FIXTURES / "four-macs-ring-only"
+    out = tmp_path / "hostfile.json"
+    driver = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from fake_runner import FakeRunner; "
+        "from mlx_jupyter import config; assert sys.stdin is None; "
+        "sys.exit(config.main(['--hosts', 'mini-a,mini-b,mini-c,mini-d', '--auto-setup', '--output-hostfile', "
+        "sys.argv[3]], runner=FakeRunner(sys.argv[2])))"
+    )
+    here = str(FIXTURES.parent.parent / "topology")
+    res = subprocess.run(["sh", "-c", 'exec "$@" 0<&-', "sh", sys.executable, "-c", driver, here, str(case), str(out)],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stderr and "setting up mini-a, mini-b, mini-d over ssh" in res.stderr
+    assert json.loads(out.read_text()) == expected("four-macs-ring-only")["correct"]["auto"]["hostfile"]
