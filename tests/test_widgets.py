@@ -376,3 +376,98 @@ def test_manager_start_list_stop(tmp_path, monkeypatch):
 
     asyncio.run(go())
     assert 'ipp.Client(cluster_id="mlx-1")' in connect_code("mlx-1")
+
+
+# -- with real local clusters ---------------------------------------------------------------------
+
+
+def _descendants() -> set[int]:
+    import psutil
+
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def _assert_nothing_left(before: set[int], pids: set[int]) -> None:
+    import psutil
+
+    procs = []
+    for pid in (_descendants() - before) | pids:
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            pass
+    _gone, alive = psutil.wait_procs(procs, timeout=10)
+    assert not alive, f"processes left behind: {[p.pid for p in alive]}"
+
+
+@pytest.mark.timeout(180)
+def test_connect_code_connects_a_kernel_to_a_server_cluster(tmp_path, monkeypatch):
+    """The panel's "insert code to connect", run in a real kernel against a cluster the server manager started."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    from mlx_jupyter.server.manager import ClusterManager, connect_code
+
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    before = _descendants()
+    manager = ClusterManager(start_timeout=90)
+
+    async def start():
+        entry = manager.create(n=2, backend="ring")
+        await manager.start(entry)
+        return entry, await manager.listing()
+
+    entry, listing = asyncio.run(start())
+    pids = set()
+    try:
+        assert entry.state == "running", entry.error
+        [item] = listing
+        pids = {r["pid"] for r in item["ranks"]}
+        assert [r["health"] for r in item["ranks"]] == ["ok", "ok"] and len(pids) == 2
+        cells = [connect_code(item["id"]),
+                 "view.execute('import os; pid = os.getpid(); rank = int(os.environ[\"MLX_RANK\"])')\n"
+                 "print(sorted(zip(view.pull('rank'), view.pull('pid'))))\nrc.close()"]
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+        NotebookClient(nb, timeout=60, kernel_name="python3",
+                       resources={"metadata": {"path": str(tmp_path)}}).execute()
+        assert nb.cells[0].outputs[-1]["data"]["text/plain"] == "['0', '1']"
+        ran = nb.cells[1].outputs[0]["text"].strip()
+        assert ran == str(sorted(zip([0, 1], sorted(pids)))), ran  # every rank ran the cell, in its own process
+    finally:
+        assert asyncio.run(manager.stop(entry.cluster.cluster_id))
+        manager.shutdown()
+    _assert_nothing_left(before, pids)
+
+
+@pytest.mark.timeout(180)
+def test_start_cluster_default_path_on_a_local_hostfile(tmp_path, monkeypatch):
+    """start_cluster() with the real default factory: a 2-rank 127.0.0.1 hostfile, all_sum, stop, nothing left."""
+    from mlx_jupyter import magics
+    from mlx_jupyter.widgets import topology as topology_mod
+
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    assert TopologyWidget().cluster_factory is topology_mod._default_cluster
+    w = TopologyWidget.from_recordings(FIXTURES / "four-m3-ultra-mesh", hostfile_path=str(tmp_path / "local.json"))
+    # what the widget would save for two local ring ranks (recordings only give Mac addresses)
+    local = {"backend": "ring", "hosts": [{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}] * 2}
+    w.model = {**w.model, "backend": {**w.model["backend"], "name": "ring", "hostfile": local, "error": None}}
+    before = _descendants()
+    previous = magics.set_current(None)
+    cluster = None
+    pids: set[int] = set()
+    try:
+        cluster = w.start_cluster(timeout=90)
+        assert json.loads((tmp_path / "local.json").read_text()) == local
+        assert cluster.size == 2 and cluster.backend == "ring" and magics.current() is cluster
+        assert w.status["level"] == "success" and "2 ranks ready (ring)" in w.status["message"]
+        pids = {r["pid"] for r in cluster.status()}
+        assert len(pids) == 2 and pids <= _descendants()
+        cluster.setup(timeout=60)
+        cluster.run("x = mx.distributed.all_sum(mx.ones(2) * (world.rank() + 1), group=world).tolist()").wait(60)
+        assert cluster.pull("x") == [[3.0, 3.0], [3.0, 3.0]]
+    finally:
+        if cluster is not None:
+            cluster.stop()
+        magics.set_current(previous)
+    assert not cluster.running
+    _assert_nothing_left(before, pids)
