@@ -21,7 +21,7 @@ def seen_from(topo: Topology, cable: Cable) -> list[int]:
     out = []
     for near, far in ends:
         port = topo.hosts[near.host].port(near.iface)
-        if port.peer is not None and port.peer.uuid == topo.hosts[far.host].port(far.iface).uuid:
+        if any(p.uuid == topo.hosts[far.host].port(far.iface).uuid for p in port.peers):
             out.append(near.host)
     return out
 
