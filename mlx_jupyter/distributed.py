@@ -177,11 +177,16 @@ def init(strict: bool = False, backend: str = "any", *, timeout: float | None = 
                     raise
                 errors.append(f"{name}: {exc}")
         if strict:
-            raise SetupError("Couldn't initialize any backend:\n  " + "\n  ".join(errors or ["none configured"]))
+            raise SetupError("Couldn't initialize any backend:\n  " + "\n  ".join(errors or [_NOTHING_CONFIGURED]))
         if errors:
             warnings.warn("mlx_jupyter: falling back to a single-rank group: " + "; ".join(errors), stacklevel=2)
         _world = _singleton()
         return _world
+
+
+_NOTHING_CONFIGURED = ("nothing is configured: the ring needs MLX_RANK and MLX_HOSTFILE (start the ranks with "
+                       "`mlx-jupyter launch` or mlx.launch), mpi a start by mpirun, nccl and jaccl their launch "
+                       "environment (MLX_WORLD_SIZE/NCCL_HOST_IP, MLX_JACCL_COORDINATOR)")
 
 
 def _candidates(backend: str) -> list[str]:
@@ -303,10 +308,15 @@ def sum_scatter(x: Any, *, group: Group | None = None, timeout: float | None = N
     if hasattr(g, "mlx_reduce"):
         return g.mlx_reduce("sum_scatter", x)
     v = arrays.view(x)
-    shape = _leading(v.shape)
-    if shape[0] % g.size():
-        raise ValueError(f"sum_scatter: axis 0 has length {shape[0]}, not divisible by the group size {g.size()}")
-    o = _prepare_out(out, (shape[0] // g.size(),) + shape[1:], v.dtype, "sum_scatter")
+    n = g.size()
+    # As MLX: axis 0 must exist (unless there is nothing to scatter) and divide evenly.
+    if not v.shape and n > 1:
+        raise ValueError(f"sum_scatter: a 0-d input has no axis 0 to scatter over {n} ranks: "
+                         "give it at least one dimension, or use all_sum")
+    if v.shape and v.shape[0] % n:
+        raise ValueError(f"sum_scatter: axis 0 has length {v.shape[0]}, not divisible by the group size {n}: "
+                         f"pad it to a multiple of {n}, or use all_sum")
+    o = _prepare_out(out, (v.shape[0] // n,) + v.shape[1:] if v.shape else (), v.dtype, "sum_scatter")
     g._core.reduce_scatter(v.core, o.core, "sum", _timeout(timeout, g))
     return _result(o, v.kind, out)
 
