@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .model import natural_key
+from .model import Cable, natural_key
 
 if TYPE_CHECKING:
     from .core import Topology
@@ -24,6 +24,13 @@ def quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
+def foreign_label(cable: Cable) -> str:
+    """`MacBook Pro (Mac17,7)`: what the near end reports about a machine outside the host list."""
+    peer = cable.foreign
+    who = (peer.name or "unlisted machine") if peer else "unlisted machine"
+    return who + (f" ({peer.model})" if peer and peer.model else "")
+
+
 def to_dot(topo: Topology, show_foreign: bool = True) -> str:
     """Undirected graph, rectangle nodes labelled with ssh names, edges labelled `ifaceA/ifaceB`."""
     lines = ["graph G {", "  node [shape=rectangle];"]
@@ -36,13 +43,12 @@ def to_dot(topo: Topology, show_foreign: bool = True) -> str:
         edges.append(((lo.host, natural_key(lo.iface)), f"  {node_id(lo.host)} -- {node_id(hi.host)} [label={quote(label)}]"))
     lines += [text for _, text in sorted(edges, key=lambda e: e[0])]
     if show_foreign:
-        for k, c in enumerate(topo.foreign_cables, 1):
-            peer = c.foreign
-            who = (peer.name or "unlisted machine") if peer else "unlisted machine"
-            if peer and peer.model:
-                who += f" ({peer.model})"
-            fid = f"foreign{k}"
-            lines.append(f"  {fid} [label={quote(who + chr(10) + 'not in host list')}, style=dashed];")
-            lines.append(f"  {node_id(c.a.host)} -- {fid} [label={quote(c.a.iface)}, style=dashed]")
+        nodes: dict[str, str] = {}  # one node per foreign machine (port UUID), however many hosts reach it
+        for c in topo.foreign_cables:
+            key = c.foreign.uuid if c.foreign else f"cable{len(nodes)}"
+            if key not in nodes:
+                nodes[key] = fid = f"foreign{len(nodes) + 1}"
+                lines.append(f"  {fid} [label={quote(foreign_label(c) + chr(10) + 'not in host list')}, style=dashed];")
+            lines.append(f"  {node_id(c.a.host)} -- {nodes[key]} [label={quote(c.a.iface)}, style=dashed]")
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -12,6 +12,7 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from .model import Cable, speed_text
+from .render_dot import foreign_label
 
 if TYPE_CHECKING:
     from .core import Topology
@@ -204,25 +205,36 @@ def to_svg(topo: Topology, show_missing: bool | None = None) -> str:
     return "\n".join([head, title, *body, '<g class="legend">', *legend, "</g>", "</svg>"]) + "\n"
 
 
+def foreign_groups(topo: Topology) -> list[list[Cable]]:
+    """Cables to machines outside the host list, one group per machine (port UUID), in first-seen order."""
+    groups: dict[str, list[Cable]] = {}
+    for k, cable in enumerate(topo.foreign_cables):
+        groups.setdefault(cable.foreign.uuid if cable.foreign else f"cable{k}", []).append(cable)
+    return list(groups.values())
+
+
 def _foreign(topo: Topology, pos: list[Point], body: list[str]) -> list[Point]:
-    """Draw machines outside the host list, pushed outwards from their host; return their centres."""
+    """Draw machines outside the host list, pushed outwards from the hosts cabled to them; return their centres."""
     centres = []
     count: dict[int, int] = {}
-    for cable in topo.foreign_cables:
-        h = cable.a.host
-        k = count.get(h, 0)
-        count[h] = k + 1
-        out = pos[h].unit() if len(pos) > 1 else Point(0, 1)
+    for cables in foreign_groups(topo):
+        hosts = list(dict.fromkeys(c.a.host for c in cables))
+        anchor = Point(sum(pos[h].x for h in hosts) / len(hosts), sum(pos[h].y for h in hosts) / len(hosts))
+        k = count.get(hosts[0], 0)
+        count[hosts[0]] = k + 1
+        out = anchor.unit() if len(pos) > 1 and math.hypot(anchor.x, anchor.y) >= 1 else Point(0, 1)
         side = Point(-out.y, out.x).scale(k * (FOREIGN_H + 12))
-        c = pos[h] + out.scale(BOX_W + 40) + side
+        c = anchor + out.scale(BOX_W + 40) + side
         centres.append(c)
-        peer = cable.foreign
-        name = (peer.name if peer and peer.name else "unlisted machine") + (f" ({peer.model})" if peer and peer.model else "")
-        pa = border_point(pos[h], c, BOX_W, BOX_H)
-        pb = border_point(c, pos[h], FOREIGN_W, FOREIGN_H)
-        tip = f"{topo.names[h]} {cable.a.iface} is cabled to {name}, which is not in the host list"
-        body += [f"<g><title>{escape(tip)}</title>", _line(pa, pb, FOREIGN, 2, "6 4"),
-                 _text(pa + (pb - pa).unit().scale(22), cable.a.iface, 10, "#6b7280", halo=True),
+        name = foreign_label(cables[0])
+        for cable in cables:
+            h = cable.a.host
+            pa = border_point(pos[h], c, BOX_W, BOX_H)
+            pb = border_point(c, pos[h], FOREIGN_W, FOREIGN_H)
+            tip = f"{topo.names[h]} {cable.a.iface} is cabled to {name}, which is not in the host list"
+            body += [f"<g><title>{escape(tip)}</title>", _line(pa, pb, FOREIGN, 2, "6 4"),
+                     _text(pa + (pb - pa).unit().scale(22), cable.a.iface, 10, "#6b7280", halo=True), "</g>"]
+        body += [f"<g><title>{escape(name + ', not in the host list')}</title>",
                  _box(c, FOREIGN_W, FOREIGN_H, FOREIGN, "#f9fafb", "6 4"),
                  _text(c + Point(0, -7), name, 11, "#4b5563"),
                  _text(c + Point(0, 10), "not in host list", 9, "#9ca3af"), "</g>"]

@@ -69,3 +69,33 @@ def test_host_names_are_escaped():
 def test_dot_node_ids_are_unique():
     ids = [node_id(i) for i in range(800)]
     assert len(set(ids)) == len(ids) and ids[:3] == ["a", "b", "c"] and ids[26] == "aa"
+
+
+def two_hosts_on_a_foreign_mac(second_uuid: str = "F-1") -> Topology:
+    """a and b both on the hub of an unlisted MacBook (each sees the MacBook's port UUID F-1)."""
+    from mlx_jupyter.topology import Host, Peer, Port
+
+    book = Peer("F-1", "MacBook Pro", "Mac17,7")
+    other = Peer(second_uuid, "MacBook Pro", "Mac17,7")
+    a = Host("a", (Port("en2", "UA", link_gbps=80.0, peer=book), Port("en3", "UA3", link_gbps=80.0, peer=Peer("UB3"))))
+    b = Host("b", (Port("en2", "UB", link_gbps=80.0, peer=other), Port("en3", "UB3", link_gbps=80.0, peer=Peer("UA3"))))
+    return Topology([a, b])
+
+
+def test_a_foreign_mac_reached_from_two_hosts_is_one_node():
+    topo = two_hosts_on_a_foreign_mac()
+    assert len(topo.foreign_cables) == 2
+    dot = topo.to_dot()
+    assert dot.count("[label=\"MacBook Pro (Mac17,7)\\nnot in host list\", style=dashed]") == 1
+    assert "  a -- foreign1 [label=\"en2\", style=dashed]" in dot and "  b -- foreign1 [label=\"en2\", style=dashed]" in dot
+    root = ET.fromstring(topo.to_svg())
+    boxes = [r for r in root.iter(f"{NS}rect") if r.get("stroke") == FOREIGN]
+    assert len(boxes) == 1 and len(_lines(root, FOREIGN)) == 2
+
+
+def test_two_foreign_macs_are_two_nodes():
+    topo = two_hosts_on_a_foreign_mac("F-2")
+    dot = topo.to_dot()
+    assert "a -- foreign1" in dot and "b -- foreign2" in dot
+    root = ET.fromstring(topo.to_svg())
+    assert len([r for r in root.iter(f"{NS}rect") if r.get("stroke") == FOREIGN]) == 2
