@@ -31,14 +31,14 @@ fi
 pid=$!
 exec 3<&-
 if [ -n "$GUARD" ] && ! printf '%s\n' "$d" 2>/dev/null >"$GUARD/$pid"; then
-  kill -KILL -- "-$pid" 2>/dev/null   # the watchdog is gone, so is the launcher: don't run unguarded
+  kill -s KILL -- "-$pid" 2>/dev/null   # the watchdog is gone, so is the launcher: don't run unguarded
   die "the launcher's watchdog on this host is gone"
 fi
 while :; do
   wait "$pid"; rc=$?
   kill -0 "$pid" 2>/dev/null || break
 done
-kill -KILL -- "-$pid" 2>/dev/null
+kill -s KILL -- "-$pid" 2>/dev/null
 [ -n "$GUARD" ] && rm -f "$GUARD/$pid"
 exit "$rc"
 """
@@ -64,7 +64,7 @@ while read -r sig groups; do
 done
 for f in "$G"/*; do
   [ -f "$f" ] || continue
-  kill -KILL -- "-${f##*/}" 2>/dev/null
+  kill -s KILL -- "-${f##*/}" 2>/dev/null
   IFS= read -r dir <"$f" && case $dir in "${TMPDIR:-/tmp}"/mlx-jupyter.*) rm -rf "$dir" ;; esac
 done
 rm -rf "$G"
@@ -96,8 +96,8 @@ def rank_script(
         "pid=",
         "trap 'rm -rf \"$d\"' EXIT",
         # Where sshd delivers signals (non-root logins), pass them to the group.
-        "trap '[ -n \"$pid\" ] && kill -TERM -- \"-$pid\" 2>/dev/null' HUP TERM",
-        "trap '[ -n \"$pid\" ] && kill -INT -- \"-$pid\" 2>/dev/null' INT",
+        "trap '[ -n \"$pid\" ] && kill -s TERM -- \"-$pid\" 2>/dev/null' HUP TERM",
+        "trap '[ -n \"$pid\" ] && kill -s INT -- \"-$pid\" 2>/dev/null' INT",
     ]
     for i, (name, content) in enumerate(files.items()):
         path = f'"$d"/{quote(f"{i}-{name}")}'

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import re
-import selectors
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
+
+import psutil
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -88,32 +88,26 @@ class LiveCLI:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User+system CPU time of a process (this process's own threads included)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User+system CPU time of a process (all its threads)."""
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
 
 
 def pid_alive(pid: int) -> bool:
     """Whether a pid exists and is not a zombie."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    return state != "Z"
 
 
 def wait_pids_gone(pids: Sequence[int], timeout: float) -> list[int]:
-    """Wait (pidfd, bounded) for the pids to end; return those still alive."""
-    deadline = time.monotonic() + timeout
+    """Wait (bounded) for the pids to end; return those still alive."""
+    procs = []
     for pid in pids:
         try:
-            fd = os.pidfd_open(pid)
-        except OSError:
-            continue
-        try:
-            with selectors.DefaultSelector() as sel:
-                sel.register(fd, selectors.EVENT_READ)
-                sel.select(max(deadline - time.monotonic(), 0))
-        finally:
-            os.close(fd)
-    return [p for p in pids if pid_alive(p)]
+            procs.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=max(timeout, 0))
+    return [p.pid for p in alive if pid_alive(p.pid)]

@@ -19,6 +19,11 @@ from mlx_jupyter.launch import LaunchError, Launcher
 
 pytestmark = pytest.mark.timeout(120)
 
+#: Seconds after a cut host is plugged back in within which its orphaned ranks must be gone:
+#: its sshd learns of the dead connection from the launcher's retransmitted FIN, whose backoff
+#: interval is at most about the length of the cut (~6 s here); measured 0.2 s.
+HEAL_BOUND = 15.0
+
 
 def hosts_of(bed, n: int | None = None) -> list[Host]:
     return [Host(ip, [ip]) for ip in bed.ips[: n or bed.n]]
@@ -48,12 +53,29 @@ def wait_until(pred, timeout: float) -> bool:
     return True
 
 
+def bed_pids(bed) -> set[tuple[int, int]]:
+    """(host, pid) of every process on the hosts but their sshd listeners."""
+    keep = {p.pid for p in bed._sshd.values()}
+    return {(i, pid) for i in range(1, bed.n + 1) for pid in bed.ns_pids(i) if pid not in keep}
+
+
 @pytest.fixture(autouse=True)
 def no_leftovers(testbed):
-    """Every test leaves no rank process and no temp dir behind on any host."""
-    before = remote_tmp()
+    """Every test leaves no process (rank, wrapper, watchdog, sshd session) and no temp dir behind on any host."""
+    before, procs = remote_tmp(), bed_pids(testbed)
     yield
     assert wait_until(lambda: remote_tmp() <= before, 5), f"temp dirs left: {remote_tmp() - before}"
+    assert wait_until(lambda: bed_pids(testbed) <= procs, 5), f"processes left: {_describe(bed_pids(testbed) - procs)}"
+
+
+def _describe(procs) -> list[str]:
+    out = []
+    for i, pid in sorted(procs):
+        try:
+            out.append(f"h{i}:{pid}:" + Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:120])
+        except OSError:
+            pass
+    return out
 
 
 def test_env_and_files_reach_every_host(testbed):
@@ -138,11 +160,72 @@ def test_host_cut_mid_run_is_reported_and_the_rest_cleaned(healthy):
     finally:
         launcher.stop()
         bed.heal(3)
-        # the cut host's rank could not be reached: end it here (the rank only,
-        # so that its wrapper still removes its temp dir)
-        for pid in bed.procs_matching(marker, exe=PY).get(3, []):
-            os.kill(pid, signal.SIGKILL)
-        assert wait_until(lambda: not bed.procs_matching(marker), 5)
+    # the cut host's rank could not be told: once packets flow again, its sshd sees the dead
+    # connection and the watchdog kills the rank and removes its temp dir
+    healed = time.monotonic()
+    assert wait_until(lambda: not bed.procs_matching(marker), HEAL_BOUND), bed.procs_matching(marker)
+    # (no_leftovers then checks that its wrapper, watchdog and temp dirs are gone too)
+
+
+def _ready_lines(n: int):
+    """A semaphore released per "ready" line, and the on_output callback that releases it."""
+    ready = threading.Semaphore(0)
+    return ready, (lambda r, s, line: line.startswith("ready") and ready.release())
+
+
+CHILD = "import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)  # {m}'])"
+
+
+def test_cli_sigkill_leaves_nothing_on_the_hosts(testbed):
+    """The launcher SIGKILLed mid-run: the watchdogs kill every rank (and its children) and remove the temp dirs."""
+    marker = "mlxj-" + secrets.token_hex(4)
+    code = f"{CHILD.format(m=marker)}; import time; print('ready', flush=True); time.sleep(60)  # {marker}"
+    before = remote_tmp()
+    run = LiveCLI([*testbed.cli_ssh_args(), "--hosts", ",".join(testbed.ips), PY, "-c", code])
+    run.wait_for("ready", 4)
+    assert wait_until(lambda: all(len(p) == 2 for p in testbed.procs_matching(marker, exe=PY).values())
+                      and len(testbed.procs_matching(marker, exe=PY)) == 4, 10), testbed.procs_matching(marker)
+    assert len(remote_tmp() - before) == 8   # a rank dir per rank, a watchdog dir per host
+    run.proc.kill()
+    killed = time.monotonic()
+    run.finish(10)
+    assert wait_until(lambda: not testbed.procs_matching(marker), 5.0), testbed.procs_matching(marker)
+    assert wait_until(lambda: remote_tmp() <= before, 5.0 - (time.monotonic() - killed)), remote_tmp() - before
+
+
+def test_failure_kills_whole_remote_process_groups_even_if_sigterm_is_ignored(testbed):
+    """A rank fails: the others (ignoring SIGTERM, with a child each) are all gone within 2 s, KILL included."""
+    marker = "mlxj-" + secrets.token_hex(4)
+    code = (f"{CHILD.format(m=marker)}; import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            f"print('ready', flush=True); sys.stdin.readline(); r = int(os.environ['MLX_RANK']); "
+            f"sys.exit(1) if r == 3 else time.sleep(60)  # {marker}")
+    ready, on_output = _ready_lines(4)
+    failed_at = {}
+    launcher = Launcher([PY, "-c", code], hosts=hosts_of(testbed), ssh_options=testbed.ssh_options(), stdin=True,
+                        on_output=on_output, on_exit=lambda r, c: failed_at.setdefault(r, time.monotonic())).start()
+    for _ in range(4):
+        assert ready.acquire(timeout=30)
+    assert wait_until(lambda: sum(len(p) for p in testbed.procs_matching(marker, exe=PY).values()) == 8, 10)
+    launcher.write_stdin(b"go\n")
+    assert launcher.wait(30) == 1
+    assert wait_until(lambda: not testbed.procs_matching(marker), 2.0 - (time.monotonic() - failed_at[3])), \
+        testbed.procs_matching(marker)
+    assert [i.state for i in launcher.ranks] == ["killed", "killed", "killed", "exited"]
+    assert all(launcher.ranks[r].returncode == 128 + signal.SIGKILL for r in range(3)), launcher.ranks
+
+
+def test_cli_second_ctrl_c_terminates_remote_ranks(testbed):
+    marker = "mlxj-" + secrets.token_hex(4)
+    code = f"import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)  # {marker}"
+    run = LiveCLI([*testbed.cli_ssh_args(), "--hosts", ",".join(testbed.ips[:2]), PY, "-c", code])
+    run.wait_for("ready", 2)
+    run.proc.send_signal(signal.SIGINT)
+    run.wait_for("forwarding Ctrl-C")
+    run.proc.send_signal(signal.SIGINT)
+    second = time.monotonic()
+    assert run.finish(10) == 128 + signal.SIGTERM, run.text
+    assert "terminated: rank 0 on" in run.text and "rank 1 on" in run.text
+    assert wait_until(lambda: not testbed.procs_matching(marker), 2.0 - (time.monotonic() - second))
 
 
 def test_hostile_env_args_and_cwd_arrive_literally(testbed, tmp_path):
