@@ -52,10 +52,60 @@ FAST_CONTROLLER_ARGS = [
 ]
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+#: the ranks' matplotlib backend unless ``env`` sets MPLBACKEND (what an ipyparallel engine picks by itself)
+RANK_MPLBACKEND = "module://matplotlib_inline.backend_inline"
 
 
 class ClusterError(RuntimeError):
     """The cluster could not do what was asked; the message says which rank and why."""
+
+
+#: how to get an ipyparallel whose internals this package uses (named in every compat error)
+IPP_FIX = "install ipyparallel 9.x: pip install 'ipyparallel>=9,<10'"
+
+#: ipyparallel 9's private names we rely on, by class: the client's sends and streams
+#: (aborts and status go to a rank's control channel by hand), the launcher's hooks
+_IPP_CLASS_NEEDS = {
+    "Client": (ipp.Client, ("_build_targets", "_send", "send_execute_request", "_closed", "outstanding")),
+    "EngineLauncher": (EngineLauncher, ("notify_start", "notify_stop", "get_env", "loop", "engine_cmd",
+                                        "engine_args", "environment", "state")),
+}
+_IPP_CLIENT_ATTRS = ("_control_stream", "_mux_stream", "_query_stream", "_io_loop", "session")
+
+
+def ipyparallel_problems(client: Any = None) -> list[str]:
+    """The ipyparallel internals this package needs that are missing here (``[]``: none).
+
+    With ``client``, its instance attributes (streams, I/O loop) are checked too.
+    """
+    missing = [f"{where}.{name}" for where, (cls, names) in _IPP_CLASS_NEEDS.items()
+               for name in names if not hasattr(cls, name)]
+    send = getattr(ipp.Client, "send_execute_request", None)
+    if send is not None:
+        import inspect
+
+        if "message_future_hook" not in inspect.signature(send).parameters:
+            missing.append("Client.send_execute_request(message_future_hook=)")
+    try:
+        from ipyparallel.controller.hub import Hub
+
+        if not hasattr(Hub, "unregister_engine"):  # the handler of our unregistration_request
+            missing.append("Hub.unregister_engine")
+    except ImportError:
+        missing.append("ipyparallel.controller.hub.Hub")
+    if client is not None:
+        missing += [f"Client().{name}" for name in _IPP_CLIENT_ATTRS if not hasattr(client, name)]
+    return missing
+
+
+def check_ipyparallel(client: Any = None) -> None:
+    """Raise :class:`ClusterError` naming what is missing if this ipyparallel cannot be used."""
+    missing = ipyparallel_problems(client)
+    if missing:
+        raise ClusterError(
+            f"ipyparallel {getattr(ipp, '__version__', '?')} lacks what mlx_jupyter uses: "
+            f"{', '.join(missing)}; {IPP_FIX}"
+        )
 
 
 def _is_local(host: str) -> bool:
@@ -66,7 +116,8 @@ class MLXEngineSetLauncher(EngineLauncher):
     """ipyparallel engine set: one engine per MLX rank, started by our :class:`Launcher`.
 
     The number of engines is ``len(hosts) * repeat_hosts`` (like ``mlx.launch``),
-    or the hostfile's length.
+    ipyparallel's ``n`` spread over ``hosts`` when ``repeat_hosts`` is 0, or the
+    hostfile's length times ``repeat_hosts`` (see :meth:`layout`).
     """
 
     entrypoint_name = "mlx"
@@ -91,13 +142,21 @@ class MLXEngineSetLauncher(EngineLauncher):
     def _default_engine_cmd(self) -> list[str]:
         return [self.python, "-m", "mlx_jupyter.engine"]
 
-    @property
-    def engine_count(self) -> int:
+    def layout(self, n: Optional[int] = None) -> tuple[int, int]:
+        """(ranks per host, ranks) for ``n`` engines asked for: ``repeat_hosts`` wins, a
+        hostfile repeats its hosts, else ``n`` is spread over ``hosts`` (at least one each)."""
         if self.hostfile:
             from mlx_jupyter.hostfile import read_hostfile
 
-            return len(read_hostfile(self.hostfile).hosts) * max(self.repeat_hosts, 1)
-        return len(self.hosts) * max(self.repeat_hosts, 1)
+            repeat = max(self.repeat_hosts, 1)
+            return repeat, len(read_hostfile(self.hostfile).hosts) * repeat
+        repeat = self.repeat_hosts or max(1, (n or 1) // max(len(self.hosts), 1))
+        return repeat, len(self.hosts) * repeat
+
+    @property
+    def engine_count(self) -> int:
+        """What ipyparallel's ``Cluster(n=...)`` starts (it asks this before ``start``)."""
+        return self.layout(getattr(self.parent, "n", None))[1]
 
     def find_args(self) -> list[str]:
         return list(self.engine_cmd) + list(self.engine_args)
@@ -107,8 +166,7 @@ class MLXEngineSetLauncher(EngineLauncher):
 
         self.loop  # noqa: B018  (bind the ipyparallel loop on this thread, as ipyparallel's launchers do)
         hosts: Any = self.hostfile or ",".join(self.hosts)
-        repeat = self.repeat_hosts or max(1, (n or 1) // max(len(self.hosts), 1))
-        count = self.engine_count if self.repeat_hosts or self.hostfile else len(self.hosts) * repeat
+        repeat, count = self.layout(n)
         self.n = count
         port = self.starting_port
         if not port:
@@ -118,6 +176,8 @@ class MLXEngineSetLauncher(EngineLauncher):
                 port = 32323
         env = dict(self.get_env())
         env.update({"MLX_JUPYTER_BACKEND": self.backend, "MLX_JUPYTER_SIZE": str(count)})
+        # every rank the same plots, local or remote: not whatever backend the notebook's kernel had
+        env.setdefault("MPLBACKEND", RANK_MPLBACKEND)
         self.rank_output = {r: [] for r in range(count)}
         self.launcher = Launcher(
             command=self.find_args(),
@@ -201,6 +261,8 @@ class Cluster:
         log_level: int = logging.WARNING,
         ssh_options: Optional[Any] = None,
     ):
+        if hosts and hostfile:
+            raise ValueError("give hosts or hostfile, not both (the hostfile lists the hosts)")
         if isinstance(hosts, str):
             hosts = [h.strip() for h in hosts.split(",")]
         self.hosts = list(hosts or ["127.0.0.1"])
@@ -238,6 +300,14 @@ class Cluster:
         self._controller_pids: list[int] = []
         self.rank_exit_callbacks: list[Callable[[int, Optional[int]], None]] = []
 
+    def expected_size(self) -> int:
+        """How many ranks :meth:`start` will start (the hostfile is read for its length)."""
+        if self.hostfile:
+            from mlx_jupyter.hostfile import read_hostfile
+
+            return len(read_hostfile(self.hostfile).hosts) * self.n
+        return len(self.hosts) * self.n
+
     # ------------------------------------------------------------ lifecycle
 
     def _config(self) -> Any:
@@ -265,6 +335,7 @@ class Cluster:
         """Start controller and ranks; return once every rank's engine is connected with id = rank."""
         if self.ipp is not None:
             raise ClusterError("this cluster is already running; stop() or restart() it")
+        check_ipyparallel()
         t0 = time.perf_counter()
         timeout = self.timeout if timeout is None else timeout
         self._stopping = False
@@ -352,31 +423,44 @@ class Cluster:
         self._probe_channels(deadline)
 
     def _probe_channels(self, deadline: float, patience: float = 0.2) -> None:
-        """Until every rank has answered on its request channel (the one cells use).
+        """Until every rank has answered on its request channel (the one cells use),
+        saying that its rank agent is installed.
 
         The controller routes to an engine by identity and silently drops what
         reaches it before that engine's own connection is up; ipyparallel lists an
         engine once its heartbeat arrives, which need not come after. A probe that
         gets no answer within ``patience`` s is sent again, so the first cell never
         goes to a rank that cannot hear it. (Control needs no probe: status and
-        abort are used with timeouts and deadlines.)
+        abort are used with timeouts and deadlines.) The agent is installed before
+        the engine handles its first request, so the answer is final.
         """
+        from mlx_jupyter import rankside
+
         client = self.client
         assert client is not None
         pending = set(range(self.size))
+        answers: dict[int, dict] = {}
         while pending:
-            sent = {rank: client.direct_view(targets=rank).apply_async(int) for rank in pending}
+            sent = {rank: client.direct_view(targets=rank).apply_async(rankside.agent_state) for rank in pending}
             until = min(deadline, time.monotonic() + patience)
             for rank, fut in sent.items():
                 try:
-                    fut.result(max(0.0, until - time.monotonic()))
+                    answers[rank] = fut.result(max(0.0, until - time.monotonic()))
                     pending.discard(rank)
-                except Exception:
+                except TimeoutError:
                     pass
+                except Exception as exc:  # the rank could not run the probe at all
+                    answers[rank] = {"installed": False, "error": f"the probe failed: {exc}"}
+                    pending.discard(rank)
             if self.dead:
                 raise ClusterError(self._dead_message("did not start", tail=True))
             if pending and time.monotonic() > deadline:
                 raise ClusterError(f"{rank_label(sorted(pending))} registered but never answered a request")
+        bad = {r: a for r, a in sorted(answers.items()) if not a.get("installed")}
+        if bad:
+            lines = [f"rank {r}: the rank agent (abort, status) is not installed: {a.get('error')} "
+                     f"(ipyparallel {a.get('ipyparallel', '?')} there)" for r, a in bad.items()]
+            raise ClusterError("\n".join(lines) + f"\n{IPP_FIX} on the ranks' Python")
 
     def _dead_message(self, what: str, tail: bool = False) -> str:
         lines = [f"rank {r} {what}: {describe_exit(rc)}" for r, rc in sorted(self.dead.items())]
@@ -458,7 +542,8 @@ class Cluster:
     def _connect_client(self) -> None:
         """The ipyparallel client, with its streams watched for messages left unread."""
         self.client = c = self.ipp.connect_client_sync()
-        # Private names of ipyparallel's Client: a version without one of them loses only that watch.
+        if isinstance(c, ipp.Client):  # its streams exist only once it is connected
+            check_ipyparallel(c)
         watch_queues([getattr(c, name, None) for name in _CLIENT_STREAMS], self._kicked)
 
     def _kicked(self, stream: Any) -> None:
@@ -558,16 +643,39 @@ class Cluster:
     # ------------------------------------------------------------ running code
 
     def wait(self, ar: Any, timeout: Optional[float], ranks: Sequence[int], what: str = "the request") -> Any:
-        """Wait for an AsyncResult; fail at once if one of ``ranks`` dies, or after ``timeout``."""
+        """Wait for an AsyncResult; fail at once if one of ``ranks`` dies, or after ``timeout``.
+
+        A KeyboardInterrupt (the stop button) stops the request on the ranks too
+        (:meth:`_stop_request`) before it is raised again.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
-        while not ar.ready():
-            dead = [r for r in ranks if r in self.dead]
-            if dead:
-                raise ClusterError(self._dead_message(f"died during {what}"))
-            if deadline is not None and time.monotonic() > deadline:
-                raise ClusterError(f"{what} did not finish within {timeout:g} s")
-            ar.wait(0.05)
+        try:
+            while not ar.ready():
+                dead = [r for r in ranks if r in self.dead]
+                if dead:
+                    raise ClusterError(self._dead_message(f"died during {what}"))
+                if deadline is not None and time.monotonic() > deadline:
+                    raise ClusterError(f"{what} did not finish within {timeout:g} s")
+                ar.wait(0.05)
+        except KeyboardInterrupt:
+            left = self._stop_request(ar, ranks, f"{what} interrupted by the user")
+            note = f"; {rank_label(left)} did not stop yet (busy)" if left else ""
+            raise KeyboardInterrupt(f"{what} interrupted; stopped on the ranks{note}") from None
         return ar.get()
+
+    def _stop_request(self, ar: Any, ranks: Sequence[int], reason: str, grace: float = 2.0) -> list[int]:
+        """Abort ``ar``'s request on every rank (queued ones never run); the ranks still busy after ``grace`` s."""
+        msg_ids = dict(zip(ranks, getattr(ar, "msg_ids", [])))
+        self.send_abort(reason, ranks, msg_ids)
+        self.needs_reform = True
+        end = time.monotonic() + grace
+        while not ar.ready() and time.monotonic() < end:
+            ar.wait(0.05)
+        client = self.client
+        left = [r for r, m in msg_ids.items() if client is not None and m in client.outstanding]
+        for rank in left:
+            self.busy[rank] = _Outstanding(client, msg_ids[rank])
+        return left
 
     def setup(self, world: bool = True, group: bool = True, timeout: float = 60.0) -> dict[int, dict]:
         """Define ``mx``, ``world`` and ``group`` on every rank (all at once: the ring forms)."""
@@ -710,6 +818,16 @@ class Cluster:
         self.check_ranks(ranks)
         ar = self.client.direct_view(targets=ranks).gather(name, block=False)
         return self.wait(ar, timeout, ranks, "gather")
+
+
+class _Outstanding:
+    """A request the client still waits for, as :meth:`Cluster.check_ranks` asks (``done()``)."""
+
+    def __init__(self, client: Any, msg_id: str):
+        self.client, self.msg_id = client, msg_id
+
+    def done(self) -> bool:
+        return self.msg_id not in self.client.outstanding
 
 
 def _reap(pids: Iterable[int], timeout: float) -> None:

@@ -18,12 +18,24 @@ from mlx_jupyter import rankside
 
 
 class MLXEngine(IPEngine):
-    """IPEngine with the rank agent installed after registration."""
+    """IPEngine with the rank agent installed after registration.
+
+    An agent that could not be installed is reported by :func:`rankside.agent_state`,
+    which the cluster's start-up probe asks (start then fails naming the cause);
+    an ipyparallel without ``complete_registration`` never calls it, which the probe
+    reports too.
+    """
 
     async def complete_registration(self, msg, connect, maybe_tunnel):  # type: ignore[override]
         await super().complete_registration(msg, connect, maybe_tunnel)
-        if self.kernel is not None:
+        if self.kernel is None:
+            rankside.AGENT_ERROR = "the engine has no kernel after registration"
+            return
+        try:
             rankside.install(self.kernel, self.id if self.id is not None else rankside.env_rank())
+        except Exception as exc:
+            rankside.AGENT_ERROR = f"{type(exc).__name__}: {exc}"
+            self.log.error("the MLX rank agent could not be installed: %s", rankside.AGENT_ERROR)
 
 
 def main(argv: Optional[list[str]] = None) -> None:

@@ -96,7 +96,7 @@ class MLXMagics(Magics):
     @argument("action", choices=["start", "stop", "restart", "status"], help="what to do")
     @argument("-n", "--repeat-hosts", type=int, default=None, help="ranks per host (default 2 for one local host)")
     @argument("--hosts", default=None, help="comma-separated hosts (default 127.0.0.1)")
-    @argument("--hostfile", default=None, help="JSON hostfile (overrides --hosts)")
+    @argument("--hostfile", default=None, help="JSON hostfile (instead of --hosts)")
     @argument("--backend", default="ring", help="ring, jaccl, jaccl-ring, nccl or mpi")
     @argument("--python", default=None, help="interpreter on the ranks")
     @argument("--env", action="append", default=[], metavar="K=V", help="environment for every rank (repeatable)")
@@ -118,6 +118,8 @@ class MLXMagics(Magics):
         if args.action == "start":
             if _cluster is not None and _cluster.running:
                 raise UsageError("a cluster is already running: %mlx_cluster restart, or %mlx_cluster stop first")
+            if args.hosts and args.hostfile:
+                raise UsageError("--hosts and --hostfile together: give one (the hostfile lists the hosts)")
             env = {}
             for item in args.env:
                 key, sep, value = item.partition("=")
@@ -131,7 +133,10 @@ class MLXMagics(Magics):
             cluster = Cluster(n=n, hosts=args.hosts, hostfile=args.hostfile, backend=args.backend,
                               python=args.python, env=env, cwd=args.cwd, timeout=args.timeout,
                               ssh_options=None if ssh_options == SSHOptions() else ssh_options)
-            total = n * (len(cluster.hosts) if not args.hostfile else 1)
+            try:
+                total = cluster.expected_size()
+            except Exception as exc:  # an unreadable hostfile: say so now, before starting anything
+                raise UsageError(f"--hostfile {args.hostfile}: {exc}") from None
             progress = _Progress(total, "starting")
             try:
                 cluster.start(progress=progress)

@@ -18,6 +18,9 @@ engine's control thread handles even while a cell blocks the main thread:
   first line (:class:`CellAborted`).
 - ``mlx_status_request``: pid, memory, whether a cell runs, group/world state.
 
+Requests that run functions (``apply_request``: setup, push, pull) are tracked
+like cells, so an abort naming one (the notebook's KeyboardInterrupt) stops it too.
+
 After a cell of this rank raises by itself, the agent aborts our core's group
 at once, so peers blocked in our collectives are released without waiting for
 the notebook.
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import inspect
 import json
 import os
 import signal
@@ -42,6 +46,12 @@ from mlx_jupyter.zmqwatch import watch_queues
 
 #: the agent of this process, once installed
 AGENT: Optional["RankAgent"] = None
+#: why the agent could not be installed (set by :mod:`mlx_jupyter.engine`)
+AGENT_ERROR = ""
+#: the kernel's internals (ipyparallel 9 / ipykernel) the agent hooks into
+KERNEL_NEEDS = ("shell", "session", "control_handlers", "shell_handlers", "aborted", "_send_abort_reply")
+#: the matplotlib backend every rank gets unless the user sets MPLBACKEND (see the launcher)
+RANK_MPLBACKEND = "module://matplotlib_inline.backend_inline"
 
 
 class CellAborted(InputRejected):
@@ -212,6 +222,8 @@ class RankAgent:
         self.backend = os.environ.get("MLX_JUPYTER_BACKEND", "")
         self._lock = threading.Lock()
         self.executing = False
+        self.kind = "cell"  # of the current (or last) request: "cell" or "apply"
+        self.returned = False  # the current apply request's handler has returned
         self.cell = 0
         self.abort_reason: Optional[str] = None
         self.world_sockets: dict[int, int] = {}
@@ -232,6 +244,10 @@ class RankAgent:
         self.shell.events.register("post_run_cell", self._post_run_cell)
         self.kernel.control_handlers["mlx_abort_request"] = self._on_abort
         self.kernel.control_handlers["mlx_status_request"] = self._on_status
+        handlers = self.kernel.shell_handlers
+        if "apply_request" in handlers:
+            handlers["apply_request"] = self._tracked_apply(handlers["apply_request"])
+        _register_figure_png(self.shell)
         stream = getattr(self.kernel, "shell_stream", None)
         if stream is not None:
             watch_queues([stream], self._kicked)
@@ -249,15 +265,16 @@ class RankAgent:
             parent = {}
         return str((parent or {}).get("header", {}).get("msg_id", ""))
 
-    def _pre_run_cell(self, info: Any = None) -> None:
-        msg_id = self._parent_msg_id()
+    def _begin(self, msg_id: str, kind: str = "cell") -> Optional[str]:
+        """A request starts on the main thread; the abort reason if it was aborted before it started."""
         with self._lock:
             self.executing = True
+            self.kind = kind
             self.cell += 1
             self.msg_id = msg_id
             reason = self._not_started.pop(msg_id, None) if msg_id else None
             self.abort_reason = reason
-            if reason is not None:
+            if reason is not None and kind == "cell":
                 self._rejector = _RejectCell(self, self.cell, reason)
                 self.shell.ast_transformers.insert(0, self._rejector)
         if reason is not None:
@@ -265,6 +282,60 @@ class RankAgent:
             if aborted is not None:
                 aborted.discard(msg_id)
         self._guard_sigint()
+        return reason
+
+    def _end(self) -> Optional[str]:
+        """The request ended; the reason it was aborted, if it was."""
+        with self._lock:
+            self.executing = False
+            if self.msg_id:
+                self._ended_ids.append(self.msg_id)
+            return self.abort_reason
+
+    def _pre_run_cell(self, info: Any = None) -> None:
+        self._begin(self._parent_msg_id())
+
+    def _tracked_apply(self, handler: Any) -> Any:
+        """``apply_request`` wrapped in :meth:`_begin`/:meth:`_end`, so that an abort naming it stops it.
+
+        One aborted before it began is answered "aborted" (also when our SIGINT
+        lands before the handler is called); ipyparallel's handler turns an
+        interrupt inside it into an error reply.
+        """
+        agent = self
+
+        def apply_request(stream: Any, ident: Any, parent: dict) -> Any:
+            msg_id = str(parent.get("header", {}).get("msg_id", ""))
+            started = awaited = False
+            try:
+                agent.returned = False
+                if agent._begin(msg_id, "apply") is not None:
+                    return agent.kernel._send_abort_reply(stream, parent, ident)
+                started = True
+                result = handler(stream, ident, parent)
+                if inspect.isawaitable(result):
+                    awaited = True
+                    return agent._finish_later(result)
+                agent.returned = True  # a late SIGINT from here on is dropped (_on_sigint)
+                return result
+            except KeyboardInterrupt:
+                if not started:  # stopped before it ran: it still gets its reply
+                    return agent.kernel._send_abort_reply(stream, parent, ident)
+                return None
+            finally:
+                if not awaited:
+                    agent._end()
+
+        apply_request.__wrapped__ = handler  # type: ignore[attr-defined]
+        return apply_request
+
+    async def _finish_later(self, result: Any) -> Any:
+        try:
+            value = await result
+            self.returned = True
+            return value
+        finally:
+            self._end()
 
     def _drop_rejector(self, rejector: Optional[_RejectCell] = None) -> None:
         with self._lock:
@@ -305,8 +376,10 @@ class RankAgent:
         if target is not None:
             if not self.executing or target != self.cell:
                 return  # meant for a cell that has ended
-            if frame is not None and frame.f_code is RankAgent._post_run_cell.__code__:
+            if frame is not None and frame.f_code in _ENDING_CODES:
                 return  # its code is done; it is ending
+            if self.kind == "apply" and self.returned:
+                return  # the request's handler has returned (its reply is sent)
         nxt = self._sigint_next
         if callable(nxt) and nxt is not self._on_sigint:
             nxt(signum, frame)
@@ -315,11 +388,7 @@ class RankAgent:
 
     def _post_run_cell(self, result: Any = None) -> None:
         self._drop_rejector()  # a cell that failed to compile never reached it
-        with self._lock:
-            self.executing = False
-            aborted = self.abort_reason
-            if self.msg_id:
-                self._ended_ids.append(self.msg_id)
+        aborted = self._end()
         err = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
         if err is not None and aborted is None:
             self.last_error = f"{type(err).__name__}: {err}"
@@ -394,7 +463,7 @@ class RankAgent:
                 # wake a blocking call there (sleep, select) until it returns by itself
                 signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
         self.abort_group(reason)
-        if running and self.world_sockets:
+        if running and self.world_sockets and self.kind == "cell":
             threading.Thread(target=self._release_native, args=(cell, reason), daemon=True).start()
         return running
 
@@ -453,12 +522,56 @@ class RankAgent:
         self._reply(stream, idents, parent, "mlx_status_reply", self.status())
 
 
+#: frames in which a SIGINT the agent sent comes too late: the request's own code is done
+_ENDING_CODES = frozenset({RankAgent._post_run_cell.__code__, RankAgent._end.__code__})
+
+
+def _figure_png(fig: Any) -> Any:
+    from IPython.core.pylabtools import print_figure
+
+    return print_figure(fig, "png")
+
+
+def _register_figure_png(shell: Any) -> None:
+    """``display(fig)`` shows a matplotlib figure as PNG whatever the backend (Agg too).
+
+    The inline backend registers this itself, but only once it is loaded: a rank
+    that chose another backend (``matplotlib.use("Agg")``) would show only text.
+    By name, so matplotlib is not imported before a cell needs it.
+    """
+    try:
+        shell.display_formatter.formatters["image/png"].for_type_by_name("matplotlib.figure", "Figure", _figure_png)
+    except Exception:  # no display formatter: nothing to show figures with anyway
+        pass
+
+
 def install(kernel: Any, rank: int) -> RankAgent:
-    """Create and install this process's agent (called by :mod:`mlx_jupyter.engine`)."""
+    """Create and install this process's agent (called by :mod:`mlx_jupyter.engine`).
+
+    Raises RuntimeError naming the kernel internals that are missing.
+    """
     global AGENT
+    missing = [name for name in KERNEL_NEEDS if not hasattr(kernel, name)]
+    if missing:
+        import ipyparallel
+
+        raise RuntimeError(
+            f"the engine's kernel has no {', '.join(missing)} (ipyparallel {ipyparallel.__version__}); "
+            "mlx_jupyter needs ipyparallel 9.x"
+        )
     AGENT = RankAgent(kernel, rank)
     AGENT.install()
     return AGENT
+
+
+def agent_state() -> dict:
+    """Whether this rank's agent is installed, and if not why (the cluster's start-up probe)."""
+    import ipyparallel
+
+    if AGENT is not None:
+        return {"installed": True, "ipyparallel": ipyparallel.__version__}
+    return {"installed": False, "ipyparallel": ipyparallel.__version__,
+            "error": AGENT_ERROR or "the engine never installed it (IPEngine.complete_registration was not called)"}
 
 
 # ---------------------------------------------------------------- applied from the notebook

@@ -129,8 +129,10 @@ def test_interrupt_before_a_rank_started_the_cell_keeps_it_from_running(cluster,
         "import os, time\nt_end = time.monotonic() + 20\n"
         f"while not os.path.exists({str(gate)!r}) and time.monotonic() < t_end:\n    time.sleep(0.01)",
         block=False)
-    r = cluster.run("import numpy as np, mlx_jupyter.distributed as d\nprint('armed', flush=True)\n"
-                    "ran_here = True\nd.all_sum(np.ones(3))")
+    # ran_here before the print: a rank's flush waits for its output thread, so the
+    # interrupt, sent once 'armed' arrives, can land inside print() itself
+    r = cluster.run("import numpy as np, mlx_jupyter.distributed as d\nran_here = True\n"
+                    "print('armed', flush=True)\nd.all_sum(np.ones(3))")
     ev = r.next_event(10)
     assert ev is not None and ev.kind == "stream" and ev.rank == 0
     r.interrupt()

@@ -16,9 +16,17 @@ class FakeCluster:
     def __init__(self, **kw):
         FakeCluster.made.append(kw)
         self.hosts = (kw.get("hosts") or "127.0.0.1").split(",")
+        self.kw = kw
+
+    def expected_size(self):
+        return REAL_CLUSTER(**self.kw).expected_size()
 
     def start(self, progress=None):
+        progress(0, self.expected_size())
         raise cluster_mod.ClusterError("stand-in: not started")
+
+
+REAL_CLUSTER = cluster_mod.Cluster
 
 
 @pytest.fixture
@@ -54,3 +62,29 @@ def test_bad_env_flag_is_named(monkeypatch, start):
     m = magics.MLXMagics(shell=None)
     with pytest.raises(UsageError, match="--env takes K=V, got 'oops'"):
         m.mlx_cluster("start --env oops")
+
+
+def test_hosts_and_hostfile_together_are_an_error(start, tmp_path):
+    m = magics.MLXMagics(shell=None)
+    with pytest.raises(UsageError, match="--hosts and --hostfile together"):
+        m.mlx_cluster(f"start --hosts a,b --hostfile {tmp_path / 'h.json'}")
+    assert FakeCluster.made == []
+
+
+def test_progress_total_counts_the_hostfile(start, tmp_path, monkeypatch, capsys):
+    hf = tmp_path / "hosts.json"
+    hf.write_text('[{"ssh": "a", "ips": ["10.0.0.1"]}, {"ssh": "b", "ips": ["10.0.0.2"]}, '
+                  '{"ssh": "c", "ips": ["10.0.0.3"]}]')
+    shown = []
+    monkeypatch.setattr(magics._Progress, "__call__", lambda self, have, total: shown.append(total))
+    monkeypatch.setattr(magics._Progress, "__init__", lambda self, total, title: shown.append(total) or None)
+    monkeypatch.setattr(magics._Progress, "done", lambda self, text, ok=True: None)
+    start(f"start --hostfile {hf}")
+    start(f"start -n 2 --hostfile {hf}")
+    assert shown == [3, 3, 6, 6]
+
+
+def test_unreadable_hostfile_is_named_before_starting(start, tmp_path):
+    m = magics.MLXMagics(shell=None)
+    with pytest.raises(UsageError, match="--hostfile .*missing.json"):
+        m.mlx_cluster(f"start --hostfile {tmp_path / 'missing.json'}")

@@ -1,0 +1,229 @@
+"""The plain-Python ways in: the ``mlx`` entry point, ``ipp.Cluster(engines="mlx")``,
+``with mlx_jupyter.Cluster(...)``; the ipyparallel compatibility check; the stop
+button during setup and push."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import signal
+import threading
+import time
+
+import ipyparallel as ipp
+import psutil
+import pytest
+
+import mlx_jupyter
+from mlx_jupyter import cluster as cluster_mod
+from mlx_jupyter import rankside
+from mlx_jupyter.cluster import Cluster, ClusterError
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def _descendants() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def _left_behind(before: set[int]) -> list[int]:
+    alive = []
+    for pid in _descendants() - before:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.Error:
+            pass
+    return alive
+
+
+def test_entry_point_names_the_mlx_engine_launcher():
+    [ep] = [e for e in importlib.metadata.entry_points(group="ipyparallel.engine_launchers") if e.name == "mlx"]
+    assert ep.load() is cluster_mod.MLXEngineSetLauncher
+
+
+def test_ipyparallel_cluster_with_mlx_engines():
+    """Plain ipyparallel: engine ids are the MLX ranks, and each engine has its rank's environment."""
+    before = _descendants()
+    c = ipp.Cluster(engines="mlx", n=2, log_level=40)
+    try:
+        rc = c.start_and_connect_sync()
+        rc.wait_for_engines(2, timeout=30)
+        assert sorted(rc.ids) == [0, 1]
+        view = rc.direct_view(targets=[0, 1])
+        view.execute("import os\nr = (int(os.environ['MLX_RANK']), os.environ['MLX_JUPYTER_SIZE'])", block=True)
+        assert view.pull("r", block=True) == [(0, "2"), (1, "2")]
+        rc.close()
+    finally:
+        c.stop_cluster_sync()
+    deadline = time.monotonic() + 5
+    while _left_behind(before) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _left_behind(before), _left_behind(before)
+
+
+def test_context_manager_view_in_rank_order_and_nothing_left_after():
+    before = _descendants()
+    with mlx_jupyter.Cluster(n=2) as c:
+        view = c.view
+        assert list(view.targets) == [0, 1]
+        view.execute("import os\nr = int(os.environ['MLX_RANK'])")
+        assert view.pull("r") == [0, 1]
+        assert c.ready_time is not None
+    assert not c.running
+    assert not _left_behind(before), _left_behind(before)
+
+
+def test_missing_ipyparallel_internals_fail_start_before_anything_runs(monkeypatch):
+    monkeypatch.delattr(ipp.Client, "_build_targets")
+    before = _descendants()
+    with pytest.raises(ClusterError) as err:
+        Cluster(n=2).start(timeout=10)
+    msg = str(err.value)
+    assert "Client._build_targets" in msg and "install ipyparallel 9.x" in msg, msg
+    assert not _left_behind(before)
+
+
+def test_missing_client_streams_are_named(monkeypatch):
+    class Bare:
+        pass
+
+    problems = cluster_mod.ipyparallel_problems(Bare())
+    assert "Client()._control_stream" in problems and "Client()._mux_stream" in problems
+
+
+def test_a_rank_without_its_agent_fails_start_naming_it(tmp_path):
+    """The engine could not hook into its kernel (another ipyparallel's internals): start says so."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import mlx_jupyter.rankside as r\n"
+        "def install(kernel, rank):\n"
+        "    raise RuntimeError(\"the engine's kernel has no control_handlers (simulated)\")\n"
+        "r.install = install\n")
+    before = _descendants()
+    with pytest.raises(ClusterError) as err:
+        Cluster(n=2, env={"PYTHONPATH": str(tmp_path)}).start(timeout=30)
+    msg = str(err.value)
+    assert "rank 0: the rank agent (abort, status) is not installed" in msg, msg
+    assert "no control_handlers (simulated)" in msg and "install ipyparallel 9.x" in msg, msg
+    assert not _left_behind(before)
+
+
+def test_agent_state_without_an_agent_says_why(monkeypatch):
+    monkeypatch.setattr(rankside, "AGENT", None)
+    monkeypatch.setattr(rankside, "AGENT_ERROR", "")
+    state = rankside.agent_state()
+    assert not state["installed"] and "complete_registration was not called" in state["error"]
+
+
+def test_hosts_and_hostfile_together_are_refused():
+    with pytest.raises(ValueError, match="hosts or hostfile, not both"):
+        Cluster(hosts="a,b", hostfile="/tmp/hosts.json")
+
+
+def test_expected_size_counts_the_hostfile(tmp_path):
+    hf = tmp_path / "hosts.json"
+    hf.write_text('[{"ssh": "a", "ips": ["10.0.0.1"]}, {"ssh": "b", "ips": ["10.0.0.2"]}, '
+                  '{"ssh": "c", "ips": ["10.0.0.3"]}]')
+    assert Cluster(n=1, hostfile=str(hf)).expected_size() == 3
+    assert Cluster(n=2, hostfile=str(hf)).expected_size() == 6
+    assert Cluster(n=2, hosts="a,b").expected_size() == 4
+
+
+# ---------------------------------------------------------------- the stop button outside cells
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    before = _descendants()
+    c = Cluster(n=2).start(timeout=30)
+    yield c
+    c.stop()
+    assert not _left_behind(before), _left_behind(before)
+
+
+def _hold_rank(c: Cluster, rank: int, gate) -> object:
+    """Keep ``rank`` busy with an earlier request until ``gate`` exists (20 s at most)."""
+    return c.client[rank].execute(
+        "import os, time\nt_end = time.monotonic() + 20\n"
+        f"while not os.path.exists({str(gate)!r}) and time.monotonic() < t_end:\n    time.sleep(0.01)",
+        silent=False, block=False)  # not silent: the rank's agent sees it as a running cell
+
+
+def _interrupt_when(pred, timeout: float = 20) -> threading.Thread:
+    """SIGINT to this (main) thread once ``pred()`` holds: the stop button of a plain-Python session."""
+    main = threading.main_thread().ident
+
+    def fire():
+        deadline = time.monotonic() + timeout
+        while not pred() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        signal.pthread_kill(main, signal.SIGINT)
+
+    t = threading.Thread(target=fire, daemon=True)
+    t.start()
+    return t
+
+
+def _main_thread_waiting() -> bool:
+    """The main thread is inside Cluster.wait (where the stop button is handled)."""
+    import sys
+
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    while frame is not None:
+        if frame.f_code is Cluster.wait.__code__:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _busy(c: Cluster, rank: int) -> bool:
+    return any(row["rank"] == rank and row.get("busy") for row in c.status(0.5))
+
+
+def test_interrupted_setup_stops_on_every_rank(cluster, tmp_path):
+    """Rank 1 is held, so rank 0's setup blocks forming `group`: the stop button ends
+    rank 0's setup and rank 1's queued one never runs; the next setup works."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("needs the main thread (signals)")
+    gate = tmp_path / "gate"
+    held = _hold_rank(cluster, 1, gate)
+    firing = _interrupt_when(lambda: _main_thread_waiting() and _busy(cluster, 0))
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt, match="setup of mx/world/group interrupted; stopped on the ranks"):
+        cluster.setup(timeout=30)
+    firing.join(5)
+    assert time.monotonic() - t0 < 20
+    assert not _busy(cluster, 0), "rank 0 still runs the interrupted setup"
+    gate.touch()
+    held.get(10)
+    # rank 1's queued setup is answered "aborted" at once (run, it would block 30 s forming `group`)
+    assert _wait_for(lambda: not cluster.client.outstanding, 5), cluster.client.outstanding
+    assert cluster.needs_reform and not cluster.ready_ns
+    info = cluster.setup(timeout=30)
+    assert [i["group"] for i in info.values()] == [[0, 2], [1, 2]], info
+
+
+def test_interrupted_push_is_not_applied_later(cluster, tmp_path):
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("needs the main thread (signals)")
+    gate = tmp_path / "gate"
+    held = _hold_rank(cluster, 1, gate)
+    assert _wait_for(lambda: _busy(cluster, 1))
+    _interrupt_when(_main_thread_waiting)
+    with pytest.raises(KeyboardInterrupt, match="push interrupted"):
+        cluster.push({"late": 1}, timeout=30)
+    gate.touch()
+    held.get(10)
+    assert _wait_for(lambda: not cluster.client.outstanding, 5), cluster.client.outstanding
+    cluster.check_ranks([0, 1])  # neither rank is left busy
+    cluster.client[:].execute("seen = 'late' in globals()", block=True)
+    assert cluster.pull("seen", targets=[1]) == [False]
+
+
+def _wait_for(pred, timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
