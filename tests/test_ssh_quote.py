@@ -85,3 +85,101 @@ def test_rank_script_reports_a_bad_cwd_and_cleans_up(tmp_path):
 def test_rank_script_forwards_stdin_and_exit_code():
     res = sh(rank_script(["sh", "-c", "read x; echo got:$x; exit 7"], {}, {}, None, False, "r"), stdin="hi\n")
     assert res.returncode == 7 and res.stdout.split("\n")[1] == "got:hi"
+
+
+# ---------------------------------------------------------------- watchdog --
+
+def _popen_sh(script: str) -> subprocess.Popen:
+    return subprocess.Popen(["/bin/sh", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+
+
+def test_watchdog_signals_then_kills_registered_groups_at_eof():
+    """Lines are delivered as signals; at EOF every registered rank group is killed and the dirs removed."""
+    import os
+    import signal
+    from pathlib import Path
+
+    from mlx_jupyter.launch.script import watchdog_script
+
+    dog = _popen_sh(watchdog_script())
+    first = dog.stdout.readline().decode()
+    assert first.startswith(MARKER + " ")
+    guard = Path(first.split(" ", 1)[1].strip())
+    rank = _popen_sh(rank_script(["sh", "-c", "trap 'echo usr1' USR1; sleep 60 & wait; sleep 60 & wait"], {},
+                                 {"F": "x"}, None, False, "rank 0", str(guard)))
+    pgid = int(rank.stdout.readline().split()[1])
+    registered = guard / str(pgid)
+    for _ in range(100):
+        if registered.exists():
+            break
+        __import__("time").sleep(0.05)
+    rank_dir = Path(registered.read_text().strip())
+    assert rank_dir.is_dir() and os.getpgid(pgid) == pgid
+    dog.stdin.write(f"USR1 -{pgid}\n".encode())
+    dog.stdin.flush()
+    assert rank.stdout.readline() == b"usr1\n"
+    dog.stdin.close()            # the launcher is gone
+    assert dog.wait(10) == 0
+    assert rank.wait(10) == 128 + signal.SIGKILL
+    assert not guard.exists() and not rank_dir.exists()
+    for p in (dog, rank):
+        p.stdout.close()
+        p.stderr.close()
+
+
+def test_rank_refuses_to_run_without_its_watchdog(tmp_path):
+    res = sh(rank_script(["sleep", "60"], {}, {}, None, False, "rank 1 on h2", str(tmp_path / "gone")))
+    assert res.returncode == 125 and "rank 1 on h2: the launcher's watchdog on this host is gone" in res.stderr
+
+
+# -------------------------------------------------------- ssh config, hops --
+
+def test_split_hop():
+    from mlx_jupyter.ssh import _split_hop
+
+    assert _split_hop("jump") == ("jump", None)
+    assert _split_hop("bob@jump:2222") == ("bob@jump", 2222)
+    assert _split_hop("[fe80::1]:22") == ("fe80::1", 22)
+    assert _split_hop("fe80::1") == ("fe80::1", None)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.one_of(st.none(), st.from_regex(r"[a-z][a-z0-9_.-]{0,8}", fullmatch=True)),
+       st.from_regex(r"[a-z0-9][a-z0-9.-]{0,15}", fullmatch=True), st.one_of(st.none(), st.integers(1, 65535)))
+def test_split_hop_roundtrips(user, host, port):
+    from mlx_jupyter.ssh import _split_hop
+
+    hop = (f"{user}@" if user else "") + host + (f":{port}" if port else "")
+    assert _split_hop(hop) == ((f"{user}@{host}" if user else host), port)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(max_size=30))
+def test_split_hop_never_raises(hop):
+    from mlx_jupyter.ssh import _split_hop
+
+    dest, port = _split_hop(hop)
+    assert isinstance(dest, str) and (port is None or isinstance(port, int))
+
+
+def test_resolve_lists_the_known_hosts_files_openssh_would_read(tmp_path, monkeypatch):
+    from mlx_jupyter.ssh import SSHOptions, resolve
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("a", "b", "g", "p-node-x-2200"):
+        (tmp_path / name).write_text("")
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "known_hosts").write_text("")
+    cfg = tmp_path / "config"
+    cfg.write_text("Host two\n  HostName 10.9.9.9\n  UserKnownHostsFile ~/a %d/b ~/missing\n  GlobalKnownHostsFile ~/g\n"
+                   "Host tok\n  HostName node-x\n  Port 2200\n  UserKnownHostsFile ~/p-%h-%p\n"
+                   "Host off\n  UserKnownHostsFile none\n  GlobalKnownHostsFile none\n")
+    opts = SSHOptions(config=[str(cfg)])
+    t = resolve("two", opts)
+    assert (t.host, t.port, t.known_hosts_files) == ("10.9.9.9", 22, [str(tmp_path / n) for n in ("a", "b", "g")])
+    assert resolve("tok", opts).known_hosts_files[0] == str(tmp_path / "p-node-x-2200")
+    assert resolve("off", opts).known_hosts_files == []
+    assert resolve("other", opts).known_hosts_files[0] == str(tmp_path / ".ssh" / "known_hosts")
+    assert resolve("two", SSHOptions(config=[str(cfg)], known_hosts=str(tmp_path / "b"))).known_hosts_files == \
+        [str(tmp_path / "b"), str(tmp_path / "g")]

@@ -31,7 +31,7 @@ fi
 pid=$!
 exec 3<&-
 if [ -n "$GUARD" ] && ! printf '%s\n' "$d" 2>/dev/null >"$GUARD/$pid"; then
-  kill -s KILL -- "-$pid" 2>/dev/null   # the watchdog is gone, so is the launcher: don't run unguarded
+  kill -s KILL -- "-$pid" "$pid" 2>/dev/null   # the watchdog is gone, so is the launcher: don't run unguarded
   die "the launcher's watchdog on this host is gone"
 fi
 while :; do
@@ -64,7 +64,7 @@ while read -r sig groups; do
 done
 for f in "$G"/*; do
   [ -f "$f" ] || continue
-  kill -s KILL -- "-${f##*/}" 2>/dev/null
+  kill -s KILL -- "-${f##*/}" "${f##*/}" 2>/dev/null   # the pid too: it may not have called setsid yet
   IFS= read -r dir <"$f" && case $dir in "${TMPDIR:-/tmp}"/mlx-jupyter.*) rm -rf "$dir" ;; esac
 done
 rm -rf "$G"
