@@ -394,25 +394,45 @@ def test_jaccl_and_nccl_contract_on_hosts(testbed, backend):
             assert env["devices"] == [h.rdma for h in hosts]
 
 
-def test_cli_on_hosts_unittest_file_and_idle_cpu(testbed, tmp_path):
+UNITTEST_FILE = textwrap.dedent("""
+    import unittest
+    import mlx.core as mx
+
+    class TestRing(unittest.TestCase):
+        @classmethod
+        def setUpClass(cls):
+            cls.group = mx.distributed.init(backend="ring", strict=True)
+
+        def test_size(self):
+            self.assertEqual(self.group.size(), 4)
+
+        def test_all_sum(self):
+            x = mx.distributed.all_sum(mx.ones(8) * self.group.rank())
+            self.assertTrue(mx.all(x == sum(range(self.group.size()))).item())
+
+        def test_all_gather(self):
+            x = mx.distributed.all_gather(mx.array([self.group.rank()]))
+            self.assertEqual(x.tolist(), list(range(self.group.size())))
+
+    if __name__ == "__main__":
+        unittest.main()
+""")
+
+
+@pytest.mark.parametrize("n_hosts,per_host", [(4, 1), (2, 2)])
+def test_cli_on_hosts_mlx_style_unittest_file(testbed, tmp_path, n_hosts, per_host):
+    """MLX's distributed test style: a unittest file on 4 ranks across hosts; OK on every rank, exit 0."""
     test_file = tmp_path / "test_ring.py"
-    test_file.write_text(textwrap.dedent("""
-        import unittest
-        import mlx.core as mx
-
-        class TestRing(unittest.TestCase):
-            def test_all_sum(self):
-                g = mx.distributed.init(backend="ring", strict=True)
-                self.assertEqual(mx.distributed.all_sum(mx.array(1)).item(), g.size())
-
-        if __name__ == "__main__":
-            unittest.main()
-    """))
-    args = [*testbed.cli_ssh_args(), "--hosts", ",".join(testbed.ips)]
+    test_file.write_text(UNITTEST_FILE)
+    args = [*testbed.cli_ssh_args(), "--hosts", ",".join(testbed.ips[:n_hosts]), "-n", str(per_host)]
     res = cli([*args, str(test_file)], timeout=120)
     assert res.returncode == 0, res.stderr
-    assert all(f"[rank {r}] OK" in res.stderr for r in range(4)), res.stderr
+    for r in range(4):
+        assert f"[rank {r}] Ran 3 tests" in res.stderr and f"[rank {r}] OK" in res.stderr, res.stderr
 
+
+def test_cli_on_hosts_is_idle_while_ranks_sleep(testbed):
+    args = [*testbed.cli_ssh_args(), "--hosts", ",".join(testbed.ips)]
     code = "import time; print('ready', flush=True); time.sleep(3); print('done', flush=True)"
     run = LiveCLI([*args, PY, "-c", code])
     run.wait_for("ready", 4)
