@@ -11,6 +11,11 @@ as command lines from start to exit:
 2. the whole job on all 8 (``--auto-setup --output-hostfile``), and checks
    that both tools wrote the hostfile the recording says is correct.
 
+For the sweep it prints both times, MLX's over ours, each tool's growth over its
+own time at the smallest host count, and the least-squares seconds per extra
+host: ours should stay near one host's time (flat), MLX's grows by about one
+``system_profiler`` per host.
+
 MLX's configurator reaches the hosts with ``ssh``; a wrapper first on PATH
 runs OpenSSH with ``-F`` and the bed's config (OpenSSH ignores ``$HOME``, so
 this is what keeps it away from the real ~/.ssh). Ours gets ``--ssh-config``.
@@ -72,10 +77,21 @@ class Tools:
         return statistics.median(times), res
 
 
+def slope(points: list[tuple[int, float]]) -> float:
+    """Least-squares seconds per extra host (0 with fewer than two host counts)."""
+    if len({n for n, _ in points}) < 2:
+        return 0.0
+    mx = statistics.fmean(n for n, _ in points)
+    my = statistics.fmean(t for _, t in points)
+    return sum((n - mx) * (t - my) for n, t in points) / sum((n - mx) ** 2 for n, _ in points)
+
+
 def bench_discovery(bed: TestBed, tmp: Path, counts: list[int], delay: float, repeat: int) -> None:
+    """The sweep: discovery time per host count, each tool's growth over its own 1-host (smallest) time."""
     names = [n.strip() for n in (CASE / "hosts.txt").read_text().split() if n.strip()]
     print(f"discovery (--dot), system_profiler takes {delay:g} s; median of {repeat}:")
-    print(f"{'hosts':>5}  {'ours':>7}  {'mlx':>7}  {'mlx/ours':>8}")
+    print(f"{'hosts':>5}  {'ours':>7}  {'mlx':>7}  {'mlx/ours':>8}  {'ours growth':>11}  {'mlx growth':>10}")
+    rows: list[tuple[int, float, float]] = []
     for n in counts:
         cluster = FakeCluster(bed, CASE, hosts=names[:n], profiler_delay=delay)
         try:
@@ -85,7 +101,14 @@ def bench_discovery(bed: TestBed, tmp: Path, counts: list[int], delay: float, re
             mlx, _ = tools.run("mlx", args, repeat)
         finally:
             cluster.remove()
-        print(f"{n:>5}  {ours:>6.2f}s  {mlx:>6.2f}s  {mlx / ours:>7.1f}x", flush=True)
+        rows.append((n, ours, mlx))
+        base_ours, base_mlx = rows[0][1], rows[0][2]
+        print(f"{n:>5}  {ours:>6.2f}s  {mlx:>6.2f}s  {mlx / ours:>7.1f}x  {ours / base_ours:>10.2f}x  "
+              f"{mlx / base_mlx:>9.2f}x", flush=True)
+    per_ours = slope([(n, t) for n, t, _ in rows])
+    per_mlx = slope([(n, t) for n, _, t in rows])
+    print(f"  per extra host: ours {per_ours:+.2f} s, mlx {per_mlx:+.2f} s "
+          f"(one host's system_profiler alone takes {delay:g} s)")
 
 
 def bench_full(bed: TestBed, tmp: Path, delay: float, repeat: int) -> None:
