@@ -170,3 +170,17 @@ def test_recordings_are_stable():
     b = Topology.from_recordings(FIXTURES / "eight-macs-ring")
     assert a.cables == b.cables and a.hosts == b.hosts
     assert ipaddress.IPv4Address(a.ip_plan()["0,1"][0][1])
+
+
+@given(st.lists(uuids, min_size=1, max_size=4, unique=True), st.integers(1, 3))
+def test_every_mac_behind_a_hub_is_a_peer(macs, depth):
+    """Macs on a hub (nested `depth` devices deep, the last holding all of them) come back in listed order."""
+    item: dict = {"_name": "dock", "_items": [{"_name": "Mac", "domain_uuid_key": m,
+                                                "_items": [{"domain_uuid_key": "NOT-SEARCHED"}]} for m in macs]}
+    for k in range(depth - 1):
+        item = {"_name": f"hub{k}", "_items": [{"_name": "keyboard"}, item]}
+    bus = {"_name": "thunderboltusb4_bus_0", "domain_uuid_key": "U", "_items": [item],
+           "receptacle_1_tag": {"receptacle_id_key": "1", "current_speed_key": "80 Gb/s"}}
+    [parsed], _ = parse_system_profiler("h", result(json.dumps({"SPThunderboltDataType": [bus]})))
+    assert [p.uuid for p in parsed.peers] == macs
+    assert all(len(p.via) == depth for p in parsed.peers)
