@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import struct
+import sys
 import threading
 import time
 
@@ -31,8 +32,9 @@ try:
     report(error=None)
 except BaseException as exc:
     import traceback
+    at = time.monotonic()  # the moment the exception arrived (one system-wide clock: compared with the test's)
     inside = any(f.name == "_reduce" for f in traceback.extract_tb(exc.__traceback__))
-    report(error=type(exc).__name__, message=str(exc), elapsed=time.monotonic() - t0, inside_op=inside)
+    report(error=type(exc).__name__, message=str(exc), elapsed=at - t0, at=at, inside_op=inside)
 """
 
 
@@ -67,8 +69,9 @@ def _results(ranks: Ranks, survivors: list[int]) -> dict[int, dict]:
 
 
 @pytest.mark.parametrize("transport", ["auto", "tcp"])
-@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("n", [2, 3, 4])
 def test_killed_peer_fails_every_rank_within_a_second(n: int, transport: str) -> None:
+    # With 4 ranks, rank 1 is no neighbour of the victim: it hears of the death through the others.
     victim = n - 1
     survivors = list(range(n - 1))
     code = WAIT_IN_OP.replace("VICTIM", str(victim)).replace("TIMEOUT", "None")
@@ -77,13 +80,13 @@ def test_killed_peer_fails_every_rank_within_a_second(n: int, transport: str) ->
         _wait_entering(ranks, survivors)
         for r in survivors:
             _wait_blocked(ranks.procs[r].pid)
-        t0 = time.monotonic()
+        killed_at = time.monotonic()
         ranks.procs[victim].kill()
         res = _results(ranks, survivors)
-        assert time.monotonic() - t0 < 2
     for r, info in res.items():
         assert info["error"] == "PeerError" and info["inside_op"], info
         assert "rank" in info["message"], info
+        assert info["at"] - killed_at < 1.0, (r, info["at"] - killed_at, info)
 
 
 @pytest.mark.parametrize("transport", ["auto", "tcp"])
@@ -132,26 +135,26 @@ def test_ctrl_c_in_a_blocked_op_raises_keyboard_interrupt(transport: str) -> Non
         ranks.start()
         _wait_entering(ranks, [0])
         _wait_blocked(ranks.procs[0].pid)
-        t0 = time.monotonic()
+        sent_at = time.monotonic()
         ranks.procs[0].send_signal(signal.SIGINT)
         info = _results(ranks, [0])[0]
-        elapsed = time.monotonic() - t0
         ranks.procs[1].stdin.write("go\n")
         ranks.procs[1].stdin.flush()
     assert info["error"] == "KeyboardInterrupt" and info["inside_op"], info
-    assert elapsed < 3, elapsed
+    assert info["at"] - sent_at < 1.0, info["at"] - sent_at
 
 
 @pytest.mark.parametrize("transport", ["auto", "tcp"])
 def test_blocked_rank_uses_no_cpu(transport: str) -> None:
+    # The whole process's CPU time (all threads) over the 2 s the op waits.
     code = """
-import resource
 g = dist.init(strict=True, backend="ring", timeout=30)
 if RANK == 1:
     sys.stdin.readline(); report(ok=True); sys.exit(0)
+x = np.ones(4)
 t0 = time.monotonic(); c0 = time.process_time()
 try:
-    dist.all_sum(np.ones(4), timeout=1.5)
+    dist.all_sum(x, timeout=2.0)
 except dist.CommTimeoutError:
     pass
 report(cpu=time.process_time() - c0, wall=time.monotonic() - t0)
@@ -161,8 +164,8 @@ report(cpu=time.process_time() - c0, wall=time.monotonic() - t0)
         info = _results(ranks, [0])[0]
         ranks.procs[1].stdin.write("go\n")
         ranks.procs[1].stdin.flush()
-    assert info["wall"] >= 1.4
-    assert info["cpu"] < 0.1 * info["wall"], info
+    assert info["wall"] >= 1.9
+    assert info["cpu"] <= 0.03 * info["wall"], info  # at most 3% of a core (measured: ~0.3%)
 
 
 def test_strangers_are_refused_and_the_job_goes_on() -> None:
@@ -243,27 +246,99 @@ def test_init_names_valid_backends() -> None:
         assert b["available"] or b["fix"], b
 
 
-def test_no_shared_memory_left_after_sigkill() -> None:
-    before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-    code = """
+SHM_LOOP = """
 g = dist.init(strict=True, backend="ring", timeout=30)
-assert all(k.endswith(":shm") for k in g._core.link_kinds())
+assert all(k.endswith(":shm") for k in g._core.link_kinds()), g._core.link_kinds()
 print("ENTERING", flush=True)
-while True:
-    dist.all_sum(np.ones(1 << 22, np.float32))
+try:
+    while True:
+        dist.all_sum(np.ones(1 << 20, np.float32))
+except dist.DistributedError as exc:
+    print("FAILED " + type(exc).__name__, flush=True)
+    sys.stdin.readline()  # alive while the test looks at what this process still holds
 """
-    with Ranks(2, code) as ranks:
+
+
+def _segments_of(pid: int) -> tuple[list[str], list[str]]:
+    """The mappings and open descriptors of our segments in process `pid` (Linux /proc)."""
+    ours = ("memfd:mlx_jupyter", "/mlxj.")
+    with open(f"/proc/{pid}/maps") as fh:
+        maps = [ln.split(None, 5)[-1].strip() for ln in fh if any(o in ln for o in ours)]
+    fds = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if any(o in target for o in ours):
+            fds.append(target)
+    return maps, fds
+
+
+def _our_shm_names() -> set[str]:
+    return {f for f in os.listdir("/dev/shm") if f.startswith("mlxj.")} if os.path.isdir("/dev/shm") else set()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inspects /proc/<pid>/maps and /dev/shm")
+@pytest.mark.parametrize("mechanism", ["memfd", "named"])
+def test_no_shared_memory_left_after_sigkill(mechanism: str) -> None:
+    # "named" is the macOS mechanism (POSIX shm objects), run on Linux.
+    env = {"MLX_JUPYTER_SHM": "named"} if mechanism == "named" else {}
+    mark = "/memfd:mlx_jupyter" if mechanism == "memfd" else f"/dev/shm/mlxj.{os.geteuid()}."
+    before = _our_shm_names()
+    with Ranks(3, SHM_LOOP, env=env) as ranks:
         ranks.start()
-        _wait_entering(ranks, [0, 1])
-        pids = [p.pid for p in ranks.procs]
-        for p in ranks.procs:
-            p.kill()
-        for p in ranks.procs:
-            p.wait(timeout=10)
-    after = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-    assert after - before == set()
-    for pid in pids:
-        assert not os.path.exists(f"/proc/{pid}")
+        _wait_entering(ranks, [0, 1, 2])
+        for r, p in enumerate(ranks.procs):
+            maps, fds = _segments_of(p.pid)
+            # each rank maps the segments of its two links (so the probe sees them), and
+            # creators closed their descriptors once the peer had mapped the segment
+            assert len(maps) == 2 and all(m.startswith(mark) for m in maps), (r, maps)
+            assert fds == [], (r, fds)
+        assert _our_shm_names() == before  # a name exists only during a handover
+        ranks.procs[2].kill()
+        for r in (0, 1):
+            line = ranks.procs[r].stdout.readline()
+            assert line.startswith("FAILED PeerError"), (r, line)
+            # the survivors' failed group has unmapped its segments
+            assert _segments_of(ranks.procs[r].pid) == ([], []), (r, _segments_of(ranks.procs[r].pid))
+        ranks.procs[2].wait(timeout=10)
+    assert _our_shm_names() == before
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs /dev/shm to plant named objects")
+def test_stale_named_segments_are_removed_by_the_next_run() -> None:
+    """A creator killed before its peer opened the name leaves it behind: the next run removes
+    it (its creator is gone), and leaves alone names of live processes and foreign objects."""
+    import subprocess
+
+    magic = 0x4D4C584A53484D31
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+
+    def layout(pid: int, m: int = magic) -> bytes:  # magic, ring bytes, nonce, creator pid; 576 bytes in all
+        return struct.pack("<QQQq", m, 4 << 20, 1, pid) + bytes(576 - 32)
+
+    planted = {"stale": (61, layout(gone.pid)), "live": (62, layout(os.getpid())), "foreign": (63, layout(gone.pid, 7))}
+    paths = {k: f"/dev/shm/mlxj.{os.geteuid()}.{slot}" for k, (slot, _) in planted.items()}
+    for k, (_, data) in planted.items():
+        with open(paths[k], "wb") as fh:
+            fh.write(data)
+        os.chmod(paths[k], 0o600)
+    try:
+        code = """
+g = dist.init(strict=True, backend="ring", timeout=30)
+assert dist.all_sum(np.ones(3), timeout=30).tolist() == [2.0] * 3
+report(links=g._core.link_kinds())
+"""
+        res = run_ranks(2, code, env={"MLX_JUPYTER_SHM": "named"})
+        assert all(k.endswith(":shm") for r in res for k in r["links"]), res
+        assert not os.path.exists(paths["stale"])
+        assert os.path.exists(paths["live"]) and os.path.exists(paths["foreign"])
+    finally:
+        for p in paths.values():
+            if os.path.exists(p):
+                os.unlink(p)
 
 
 def test_reforming_while_a_peer_holds_the_old_group() -> None:
