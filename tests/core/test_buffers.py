@@ -88,6 +88,66 @@ def test_numpy_out_takes_the_hot_path_only_when_it_can() -> None:
         dist.all_sum(x, out=np.zeros(4, np.int32))
 
 
+@pytest.mark.parametrize("address, shape, dtype, error", [
+    ("ok", [4], "float8", "unsupported dtype 'float8': supported are bool"),
+    ("ok", [4], 4, "dtype must be a name"),
+    (0, [4], "int32", "null pointer for a non-empty buffer"),
+    ("ok", [2, -1], "int32", "negative dimension -1"),
+    ("ok", "abc", "int32", "shape must be a sequence of ints"),
+    ("ok", [2**40, 2**40], "int32", "overflows"),
+    (-8, [4], "int32", "address must be a non-negative int"),
+    (1.5, [4], "int32", "address must be a non-negative int"),
+])
+def test_from_pointer_runs_the_deleter_once_on_every_error(address, shape, dtype, error) -> None:
+    raw = (ctypes.c_int32 * 4)()
+    addr = ctypes.addressof(raw) if address == "ok" else address
+    calls: list = []
+    with pytest.raises(ValueError, match=error):
+        Buffer.from_pointer(addr, shape, dtype, calls.append)
+    gc.collect()
+    assert calls == [addr]  # ownership was taken: released once, before the error
+
+
+def test_from_pointer_refuses_a_deleter_it_cannot_call() -> None:
+    raw = (ctypes.c_int32 * 4)()
+    with pytest.raises(TypeError, match="deleter must be callable"):
+        Buffer.from_pointer(ctypes.addressof(raw), [4], "int32", "free")
+    empty: list[int] = []
+    buf = Buffer.from_pointer(0, [0], "int32", empty.append)  # nothing to point at: fine
+    del buf
+    gc.collect()
+    assert empty == [0]
+
+
+def test_out_is_never_silently_a_copy() -> None:
+    torch = pytest.importorskip("torch")
+    from mlx_jupyter import distributed as dist
+
+    x = np.ones(4, np.float32)
+    with pytest.raises(ValueError, match="non-contiguous torch tensor .*torch.empty"):
+        dist.all_sum(x, out=torch.zeros(8)[::2])
+    with pytest.raises(ValueError, match="non-contiguous torch tensor"):
+        dist.all_sum(np.ones((2, 2), np.float32), out=torch.zeros(2, 2).t())
+    with pytest.raises(ValueError, match="torch tensor on meta.*CPU tensor"):
+        dist.all_sum(x, out=torch.zeros(4, device="meta"))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        dist.all_sum(x, out=memoryview(bytearray(32)).cast("f")[::2])
+    with pytest.raises(ValueError, match="writable"):
+        dist.all_sum(np.ones(4, np.uint8), out=memoryview(b"abcd"))
+    with pytest.raises(TypeError, match="not list"):
+        dist.all_sum(x, out=[0.0] * 4)
+    # what can be written in place is: contiguous CPU tensors (bfloat16 too), numpy subclasses, writable buffers
+    t = torch.zeros(4)
+    assert dist.all_sum(x, out=t) is t and t.tolist() == [1.0] * 4
+    tb = torch.zeros(4, dtype=torch.bfloat16)
+    assert dist.all_sum(torch.ones(4, dtype=torch.bfloat16), out=tb) is tb and tb.float().tolist() == [1.0] * 4
+    m = np.zeros(4, np.float32).view(np.recarray)
+    assert dist.all_sum(x, out=m) is m and m.tolist() == [1.0] * 4
+    raw = bytearray(16)
+    dist.all_sum(x, out=memoryview(raw).cast("f"))
+    assert np.frombuffer(raw, np.float32).tolist() == [1.0] * 4
+
+
 def test_deleter_exceptions_are_reported_not_raised(monkeypatch) -> None:
     raw = (ctypes.c_int32 * 4)()
     seen: list[BaseException] = []
