@@ -85,15 +85,17 @@ export class ClusterPanel extends Widget {
     this.say(`starting ${n} ranks…`);
     try {
       const reply = await startCluster(n, this.hostsInput.value.trim(), this.backendSelect.value);
-      this.pending.add(reply.id);
       this.say(`${reply.id} starting`);
+      this.followed = reply.id;
     } catch (error) {
       this.say(`start failed: ${(error as Error).message}`, true);
     }
     await this.refresh();
   }
 
+  /** Show a message; it stops following a cluster's state. */
   private say(text: string, error = false): void {
+    this.followed = '';
     this.message.textContent = text;
     this.message.classList.toggle('mlxj-error', error);
   }
@@ -107,21 +109,22 @@ export class ClusterPanel extends Widget {
     }
   }
 
-  /** Replace a "starting" message once the cluster it names is running, failed or gone. */
+  /** While the message is about the cluster started last, keep it in step with that cluster's card. */
   private follow(clusters: ICluster[]): void {
-    for (const id of [...this.pending]) {
-      const c = clusters.find(x => x.id === id);
-      if (c && c.state === 'starting') {
-        continue;
-      }
-      this.pending.delete(id);
-      if (!c) {
-        this.say(`${id} is gone`, true);
-      } else if (c.state === 'failed') {
-        this.say(`${id} failed to start`, true);
-      } else {
-        this.say(`${id} ${c.state}: ${c.ranks?.length ? healthSummary(c.ranks) : `${c.size} ranks`}`);
-      }
+    const id = this.followed;
+    if (!id) {
+      return;
+    }
+    const c = clusters.find(x => x.id === id);
+    if (!c) {
+      this.followed = '';
+      this.say(`${id} is gone`, true);
+    } else if (c.state === 'failed') {
+      this.followed = '';
+      this.say(`${id} failed to start`, true);
+    } else if (c.state !== 'starting') {
+      const detail = c.ranks?.length ? healthSummary(c.ranks) : `${c.size} ranks`;
+      this.message.textContent = `${id} ${c.state}: ${detail}`;
     }
   }
 
@@ -236,5 +239,5 @@ export class ClusterPanel extends Widget {
   private hostsInput!: HTMLInputElement;
   private backendSelect!: HTMLSelectElement;
   private timer = 0;
-  private pending = new Set<string>();
+  private followed = '';
 }
