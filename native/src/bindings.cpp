@@ -14,6 +14,7 @@
 #include "mlxj/errors.h"
 #include "mlxj/group.h"
 #include "mlxj/probe.h"
+#include "mlxj/shm_transport.h"
 #include "mlxj/socket.h"
 
 namespace nb = nanobind;
@@ -470,6 +471,11 @@ NB_MODULE(_core, m) {
     }
     return out;
   });
+  m.def(
+      "_open_segment",
+      [](const std::string& locator, size_t ring_bytes) { return open_segment(locator, ring_bytes) != nullptr; },
+      "For tests: opens (and at once releases) a peer's shared memory as link setup does, from the locator "
+      "it sent; raises MismatchError or SetupError when the locator is refused.");
   m.def("random_token", [] {
     uint8_t b[16];
     random_bytes(b, sizeof b);
