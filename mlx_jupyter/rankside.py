@@ -380,11 +380,25 @@ class RankAgent:
                 return  # its code is done; it is ending
             if self.kind == "apply" and self.returned:
                 return  # the request's handler has returned (its reply is sent)
+            if self._showing_traceback(frame):
+                return  # the cell already failed by itself (a peer's abort): it is ending
         nxt = self._sigint_next
         if callable(nxt) and nxt is not self._on_sigint:
             nxt(signum, frame)
         else:
             raise KeyboardInterrupt
+
+    def _showing_traceback(self, frame: Any, depth: int = 40) -> bool:
+        """Whether ``frame`` is inside the shell's ``showtraceback``: the cell's code is done.
+
+        An interrupt landing there is printed by IPython as a stray "KeyboardInterrupt".
+        """
+        code = getattr(getattr(type(self.shell), "showtraceback", None), "__code__", None)
+        while frame is not None and depth > 0 and code is not None:
+            if frame.f_code is code:
+                return True
+            frame, depth = frame.f_back, depth - 1
+        return False
 
     def _post_run_cell(self, result: Any = None) -> None:
         self._drop_rejector()  # a cell that failed to compile never reached it

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 import os
+
+import psutil
 from jupyter_client.manager import KernelManager
 
 
@@ -19,8 +21,10 @@ class CellResult:
     stdout: str = ""
     stderr: str = ""
     displays: list = field(default_factory=list)
+    widget_states: list = field(default_factory=list)  # every comm_open / comm_msg state, with its comm_id
     error: Optional[dict] = None
     elapsed: float = 0.0
+    ended_at: float = 0.0  # time.monotonic() when the kernel said idle (the cell's end, as a frontend sees it)
 
     @property
     def traceback(self) -> str:
@@ -75,7 +79,12 @@ class Kernel:
                 res.displays.append(content)
             elif kind == "error":
                 res.error = content
+            elif kind in ("comm_open", "comm_msg"):
+                state = (content.get("data") or {}).get("state")
+                if state:
+                    res.widget_states.append({**state, "comm_id": content.get("comm_id")})
             elif kind == "status" and content["execution_state"] == "idle":
+                res.ended_at = time.monotonic()
                 break
         reply = self.kc.get_shell_msg(timeout=max(1.0, deadline - time.monotonic()))
         while reply["parent_header"].get("msg_id") != msg_id:
@@ -90,8 +99,51 @@ class Kernel:
     def interrupt(self) -> None:
         self.km.interrupt_kernel()
 
-    def close(self) -> None:
+    def tree(self) -> set[int]:
+        """The kernel's descendants now (controller, engines, ranks)."""
         try:
+            return {p.pid for p in psutil.Process(self.pid).children(recursive=True)}
+        except psutil.Error:
+            return set()
+
+    def close(self) -> None:
+        """Shut the kernel down; whatever of its process tree is left (a failed test) is killed."""
+        left: set[int] = set()
+        try:
+            left = self.tree()
             self.kc.stop_channels()
         finally:
-            self.km.shutdown_kernel(now=False)
+            try:
+                self.km.shutdown_kernel(now=False)
+            finally:
+                kill_leftovers(left)
+
+
+def alive(pids) -> list[int]:
+    """Those of ``pids`` still running (zombies waiting for their parent count as gone)."""
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.Error:
+            pass
+    return out
+
+
+def kill_leftovers(pids, grace: float = 3.0) -> list[int]:
+    """Wait up to ``grace`` s for ``pids`` to end, then SIGKILL the rest; returns those that had to be killed."""
+    procs = []
+    for pid in alive(pids):
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.Error:
+            pass
+    _, left = psutil.wait_procs(procs, timeout=grace)
+    for proc in left:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(left, timeout=grace)
+    return [p.pid for p in left]
