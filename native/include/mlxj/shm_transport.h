@@ -17,8 +17,8 @@
 // ours carrying the random nonce the locator names.
 //
 // macOS names: /mlxj.<uid>.<slot>, taken with O_EXCL. The peer unlinks the name
-// as soon as it has opened it, and the creator once the peer has answered (or on
-// any failure). A creator killed between creating and the peer's open leaves
+// as soon as it has opened it; the creator does if the peer did not open it (or
+// on any failure). A creator killed between creating and the peer's open leaves
 // the name behind; the segment records the creator's pid, and every process
 // removes such stale names (creator gone) before it creates its first segment.
 // If another process wins a race for a slot, the nonce no longer matches and
