@@ -249,10 +249,7 @@ class CellRun:
                     outcome = self.outcomes[rank]
                     if outcome.status == "running":
                         outcome.status = NO_REPLY
-                        outcome.note = (
-                            f"did not stop within {self.release_deadline:g} s (busy in native code?); "
-                            "it keeps running: interrupt again, or %mlx_cluster restart"
-                        )
+                        outcome.note = self._no_reply_note()
                         if rank in self._futures:
                             self.cluster.busy[rank] = self._futures[rank]
                     self._replied.add(rank)
@@ -260,6 +257,16 @@ class CellRun:
                     late.append(rank)
         for rank in late:
             self._maybe_end(rank)
+
+    def _no_reply_note(self) -> str:
+        backend = getattr(self.cluster, "backend", "ring")
+        if backend == "ring":
+            return (f"did not stop within {self.release_deadline:g} s (busy in native code?); "
+                    "it keeps running: interrupt again, or %mlx_cluster restart")
+        # measured with MPI: a blocked collective ignores interrupts and has no sockets we may close
+        return (f"did not stop within {self.release_deadline:g} s: busy in native code, e.g. a blocked "
+                f"{backend} collective, which cannot be cancelled; %mlx_cluster restart gives fresh ranks "
+                "(the ranks' variables are lost)")
 
     def next_deadline(self) -> Optional[float]:
         with self._lock:
@@ -282,9 +289,9 @@ class CellRun:
         except queue.Empty:
             return None
 
-    def world_closed(self, timeout: float = 1.0) -> list[int]:
-        """Ranks whose MLX world sockets have been closed (asks the live ranks)."""
-        return [row["rank"] for row in self.cluster.status(timeout) if row.get("world_closed")]
+    def world_closed(self, timeout: float = 1.0) -> dict[int, str]:
+        """Rank -> why its MLX world sockets were closed, for the ranks where they were (asks the live ranks)."""
+        return {row["rank"]: row["world_closed"] for row in self.cluster.status(timeout) if row.get("world_closed")}
 
     def display(self, mode: str = "grouped", timeout: Optional[float] = None) -> "CellRun":
         """Show this run's output (blocks until it ends); see :func:`mlx_jupyter.render.show_run`."""

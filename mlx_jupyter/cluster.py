@@ -478,6 +478,9 @@ class Cluster:
             lines = out.get(r, [])[-n:]
             if lines:
                 parts.append(f"last output of rank {r}:\n  " + "\n  ".join(lines))
+        job = out.get(-1, [])[-n:]  # the launcher's own (mpirun's) output, not one rank's
+        if job:
+            parts.append("last output of the launcher:\n  " + "\n  ".join(job))
         return "\n".join(parts)
 
     def _on_rank_exit(self, rank: int, returncode: Optional[int]) -> None:

@@ -143,12 +143,13 @@ def world_socket_fds(before: dict[int, int]) -> dict[int, int]:
     """Sockets opened since ``before`` that belong to MLX's ring (its hostfile's ports).
 
     Other threads (the engine's ZMQ) open sockets at the same time; only those on
-    a ring port are MLX's. Without a readable hostfile, every new socket counts.
+    a ring port are MLX's. Without a readable hostfile (MPI, NCCL) none is: shutting
+    sockets we cannot attribute broke more than it released (MPI: its job aborted).
     """
-    new = {fd: ino for fd, ino in _socket_fds().items() if before.get(fd) != ino}
     ports = _hostfile_ports()
     if not ports:
-        return new
+        return {}
+    new = {fd: ino for fd, ino in _socket_fds().items() if before.get(fd) != ino}
     by_inode = _tcp_ports_by_inode()
     return {fd: ino for fd, ino in new.items() if ino in by_inode and (set(by_inode[ino]) & ports)}
 

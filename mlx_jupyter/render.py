@@ -9,6 +9,7 @@ failing rank's own traceback.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections import deque
@@ -19,6 +20,10 @@ from mlx_jupyter.output import (
 )
 
 Publish = Callable[[dict, dict], None]
+
+#: what MLX's ring prints (once per retry) when its sockets are gone, e.g. after a release
+RING_NOISE = re.compile(r"^\[ring\] (Socket \d+ was closed by the peer|(Sending to|Receiving from) socket \d+ "
+                        r"failed with errno \d+|Too many send/recv errors\. Failing pending tasks\.\.\.)$")
 
 
 class DistributedCellError(Exception):
@@ -81,6 +86,20 @@ class Renderer:
         self.publish = publish or _publish
         self.streams = {"stdout": LineGrouper(ranks, hold), "stderr": LineGrouper(ranks, hold)}
         self.displays = _Displays(ranks, hold)
+        self.noise: dict[str, int] = {}  # rank label -> MLX ring error lines not shown
+
+    def _lines(self, name: str, lines: list) -> str:
+        """``[label] line`` for each line; MLX's repeated ring errors shown once per label."""
+        out = []
+        for ranks, line in lines:
+            label = self._label(ranks)
+            if name == "stderr" and RING_NOISE.match(line.strip()):
+                seen = self.noise.get(label)
+                self.noise[label] = 0 if seen is None else seen + 1
+                if seen is not None:
+                    continue
+            out.append(f"[{label}] {line}\n")
+        return "".join(out)
 
     def _label(self, ranks: list[int]) -> str:
         return rank_label(ranks)
@@ -91,8 +110,9 @@ class Renderer:
             write(text)
         elif self.mode == "rank":
             self.streams[name].feed(rank, text)
-            for ranks, line in self.streams[name].flush(force=True):  # complete lines, no alignment
-                write(f"[{self._label(ranks)}] {line}\n")
+            text = self._lines(name, self.streams[name].flush(force=True))  # complete lines, no alignment
+            if text:
+                write(text)
         else:
             self.streams[name].feed(rank, text)
 
@@ -116,12 +136,18 @@ class Renderer:
             return
         for name, g in self.streams.items():
             write = self.out if name == "stdout" else self.err
-            lines = g.flush(force=force)
-            if lines:
-                write("".join(f"[{self._label(ranks)}] {line}\n" for ranks, line in lines))
+            text = self._lines(name, g.flush(force=force))
+            if text:
+                write(text)
         for ranks, content in self.displays.flush(force=force):
             self.out(f"[{self._label(ranks)}]\n")
             self.publish(content["data"], content["metadata"])
+        if force:
+            hidden = {label: n for label, n in self.noise.items() if n}
+            if hidden:
+                self.err("".join(f"[{label}] ({n} more MLX ring socket errors like the above)\n"
+                                 for label, n in hidden.items()))
+            self.noise = {label: 0 for label in self.noise}
 
 
 def show_run(run: Any, mode: str = "grouped", timeout: Optional[float] = None,
@@ -169,13 +195,25 @@ def failure(run: Any) -> DistributedCellError:
     outcomes = [run.outcomes[r] for r in run.ranks]
     hints = []
     lost = any("connection to a peer was lost" in o.evalue for o in outcomes)
-    closed = run.world_closed() if (run.aborted_ranks or lost) else []
-    if closed:
+    closed = run.world_closed() if (run.aborted_ranks or lost) else {}
+    now = sorted(r for r, why in closed.items() if run.cause and why == run.cause)
+    earlier = sorted(set(closed) - set(now))
+    if now:
         hints.append(
-            f"MLX's `world` group was closed on {rank_label(closed)} to release them (MLX collectives "
-            "cannot be cancelled): `%mlx_cluster restart` to use `world` again."
+            f"MLX's `world` was shut down on {rank_label(now)} to release {'it' if len(now) == 1 else 'them'} "
+            "from a blocked MLX operation (MLX cannot cancel its collectives). From now on MLX operations "
+            "on `world` fail on every rank; our `group` keeps working. `%mlx_cluster restart` gives fresh "
+            "ranks and a new `world` (the ranks' variables are lost: %mlx_pull what you need first)."
+        )
+    elif earlier:
+        hints.append(
+            f"MLX's `world` has been shut down since an earlier cell ({rank_label(earlier)}: "
+            f"{closed[earlier[0]]}), so MLX operations on it fail: `%mlx_cluster restart` gives fresh "
+            "ranks and a new `world` (the ranks' variables are lost)."
         )
     if run.aborted_ranks or any(o.status == ERROR for o in outcomes):
         hints.append("`group` (mlx_jupyter.distributed) is re-formed on every rank before the next cell.")
     cause = f"{run.cause}" if run.cause else summary(outcomes)
+    if earlier and not now and lost:
+        cause = f"MLX's `world` is shut down (see below): {cause}"
     return DistributedCellError(cause, render_outcomes(outcomes, hints=hints), outcomes)

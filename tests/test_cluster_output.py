@@ -61,3 +61,29 @@ def test_render_outcomes_names_every_rank():
     text = "\n".join(render_outcomes(outs))
     assert "ranks 1-2: ZeroDivisionError" in text and text.count("Traceback") == 1
     assert "rank 0: stopped" in text and "rank 3: process died" in text
+
+
+def test_mlx_ring_errors_are_shown_once_per_rank_then_counted():
+    from mlx_jupyter.render import Renderer
+
+    out, err = [], []
+    r = Renderer([0, 1], out=out.append, err=err.append, publish=lambda d, m: None)
+    r.stream(0, "stderr", "[ring] Socket 5 was closed by the peer\n" * 10)
+    r.stream(0, "stderr", "[ring] Too many send/recv errors. Failing pending tasks...\nreal problem\n")
+    r.end(0)
+    r.end(1)
+    r.flush(force=True)
+    text = "".join(err)
+    assert text.count("Socket 5 was closed") == 1 and "[rank 0] real problem" in text, text
+    assert "[rank 0] (10 more MLX ring socket errors like the above)" in text, text
+
+
+def test_a_rank_that_cannot_be_released_under_mpi_is_told_to_restart():
+    from types import SimpleNamespace
+
+    from mlx_jupyter.cellrun import CellRun
+
+    mpi = CellRun(SimpleNamespace(backend="mpi"), "x", [0])._no_reply_note()
+    assert "blocked mpi collective, which cannot be cancelled" in mpi and "%mlx_cluster restart" in mpi
+    ring = CellRun(SimpleNamespace(backend="ring"), "x", [0])._no_reply_note()
+    assert "interrupt again" in ring

@@ -210,3 +210,16 @@ def test_an_early_world_that_failed_is_reported_once_then_formed_again(monkeypat
     with pytest.raises(RuntimeError, match="bind"):
         rankside._form_world("ring", 1)
     assert rankside.EARLY_WORLD is None
+
+
+def test_without_a_hostfile_no_socket_is_taken_for_mlx(monkeypatch):
+    """MPI, NCCL: their sockets cannot be told from the engine's; none is ever shut (MPI's job aborted)."""
+    import socket
+
+    monkeypatch.delenv("MLX_HOSTFILE", raising=False)
+    before = rankside._socket_fds()
+    s = socket.create_server(("127.0.0.1", 0))
+    try:
+        assert rankside.world_socket_fds(before) == {}
+    finally:
+        s.close()
