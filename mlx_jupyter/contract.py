@@ -33,11 +33,12 @@ class RankPlan:
 
 @dataclass
 class MPIPlan:
-    """An ``mpirun`` launch: its ``host slots=k`` hostfile and the env passed with ``-x``."""
+    """An ``mpirun`` launch: its ``host slots=k`` hostfile, the env passed with ``-x``, each rank's host."""
 
     hostfile: str
     env: dict[str, str]
     size: int
+    rank_hosts: list[str] = field(default_factory=list)   # Open MPI's default placement: fill each host's slots
 
 
 def _local_index(hosts: Sequence[Host], rank: int) -> int:
@@ -148,18 +149,25 @@ def plan_mpi(
     libname: str | None = None,
     libdir: str | None = None,
     darwin: bool = False,
+    inherited: Mapping[str, str] | None = None,
 ) -> MPIPlan:
-    """The ``mpirun`` hostfile (``host slots=k``, in first-seen order) and exported env."""
+    """The ``mpirun`` hostfile (``[user@]host slots=k``, in first-seen order) and exported env.
+
+    ``libdir`` is prepended to the library search path: to ``env``'s value if
+    it sets one, else to ``inherited``'s (the launcher's environment).
+    """
     if not hosts:
         raise ContractError("no hosts to launch on")
-    slots = Counter("localhost" if h.is_local else h.ssh.rpartition("@")[2] for h in hosts)
+    slots = Counter("localhost" if h.is_local else h.ssh for h in hosts)
     text = "".join(f"{h} slots={k}\n" for h, k in slots.items())
     out: dict[str, str] = {}
     if libname:
         out["MLX_MPI_LIBNAME"] = libname
-    if libdir:
-        out["DYLD_LIBRARY_PATH" if darwin else "LD_LIBRARY_PATH"] = libdir
     out.update(env or {})
+    if libdir:
+        var = "DYLD_LIBRARY_PATH" if darwin else "LD_LIBRARY_PATH"
+        rest = out.get(var, (inherited or {}).get(var, ""))
+        out[var] = ":".join([libdir, *(p for p in rest.split(":") if p and p != libdir)])
     if token is not None:
         out[TOKEN_VAR] = token
-    return MPIPlan(text, out, len(hosts))
+    return MPIPlan(text, out, len(hosts), [h for h, k in slots.items() for _ in range(k)])

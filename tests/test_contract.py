@@ -92,10 +92,20 @@ def test_unknown_backend():
 
 
 def test_mpi_plan():
-    hosts = parse_host_list("127.0.0.1", 2) + parse_host_list("root@h2,h3")
+    hosts = parse_host_list("127.0.0.1", 2) + parse_host_list("root@h2,h3,root@h2")
     plan = plan_mpi(hosts, env={"A": "1"}, token="t", libname="libmpi.so.40", libdir="/usr/lib")
-    assert plan.hostfile == "localhost slots=2\nh2 slots=1\nh3 slots=1\n"
-    assert plan.size == 4
+    assert plan.hostfile == "localhost slots=2\nroot@h2 slots=2\nh3 slots=1\n"   # user@ kept for mpirun's ssh
+    assert plan.size == 5
+    assert plan.rank_hosts == ["localhost", "localhost", "root@h2", "root@h2", "h3"]
     assert plan.env == {"MLX_MPI_LIBNAME": "libmpi.so.40", "LD_LIBRARY_PATH": "/usr/lib", "A": "1",
                         "MLX_JUPYTER_TOKEN": "t"}
     assert "DYLD_LIBRARY_PATH" in plan_mpi(hosts, libdir="/opt/lib", darwin=True).env
+
+
+def test_mpi_plan_prepends_the_library_path():
+    hosts = parse_host_list("h1")
+    assert plan_mpi(hosts, libdir="/mpi", inherited={"LD_LIBRARY_PATH": "/a:/b"}).env["LD_LIBRARY_PATH"] == "/mpi:/a:/b"
+    env = plan_mpi(hosts, env={"LD_LIBRARY_PATH": "/mine"}, libdir="/mpi", inherited={"LD_LIBRARY_PATH": "/a"}).env
+    assert env["LD_LIBRARY_PATH"] == "/mpi:/mine"   # the user's value wins over the inherited one, after libdir
+    assert plan_mpi(hosts, libdir="/mpi", inherited={"LD_LIBRARY_PATH": "/mpi:/x"}).env["LD_LIBRARY_PATH"] == "/mpi:/x"
+    assert plan_mpi(hosts, libdir="/mpi").env["LD_LIBRARY_PATH"] == "/mpi"

@@ -183,3 +183,54 @@ def test_resolve_lists_the_known_hosts_files_openssh_would_read(tmp_path, monkey
     assert resolve("other", opts).known_hosts_files[0] == str(tmp_path / ".ssh" / "known_hosts")
     assert resolve("two", SSHOptions(config=[str(cfg)], known_hosts=str(tmp_path / "b"))).known_hosts_files == \
         [str(tmp_path / "b"), str(tmp_path / "g")]
+
+
+# ------------------------------------------------------------ mpi output --
+
+def _tagged(lines, version=(4, 1)):
+    from mlx_jupyter.launch.mpi import TaggedOutput
+
+    out = []
+    t = TaggedOutput(lambda r, s, line: out.append((r, s, line)), version)
+    for stream, line in lines:
+        t.line(stream, line)
+    t.flush()
+    return out, t
+
+
+def test_mpi_tagged_output_is_split_per_rank():
+    # as measured from Open MPI 4.1.4 with unbuffered ranks: a rank's line spread over mpirun's lines
+    out, t = _tagged([("stdout", "[1,1]<stdout>:vm 1 [1,0]<stdout>:vm[1,0]<stdout>: 0 2 2 "),
+                      ("stdout", "[1,1]<stdout>:2 2 "),
+                      ("stderr", "[1,1]<stderr>:err"), ("stderr", "[1,3]<stddiag>:diag"),
+                      ("stdout", "plain [1,x] text"), ("stderr", "  Process name: [[20464,1],2]"),
+                      ("stderr", "  Exit code:    5"), ("stdout", "[1,2]<stdout>:(Pdb) [1,0]<stdout>:x")])
+    assert out == [(0, "stdout", "vm 0 2 2 "), (1, "stdout", "vm 1 2 2 "), (1, "stderr", "err"), (3, "stderr", "diag"),
+                   (-1, "stdout", "plain [1,x] text"), (-1, "stderr", "  Process name: [[20464,1],2]"),
+                   (-1, "stderr", "  Exit code:    5"), (0, "stdout", "x"), (2, "stdout", "(Pdb) ")]
+    assert (t.failure.rank, t.failure.what, t.failure.node) == (2, "exited with code 5", None)
+    _, t = _tagged([("stderr", "mpirun noticed that process rank 3 with PID 77 on node h4 exited on signal 9 (Killed).")])
+    assert (t.failure.rank, t.failure.what, t.failure.node) == (3, "was killed by signal 9 (Killed)", "h4")
+    assert _tagged([("stdout", "[1,0]<stdout>: x")])[0] == [(0, "stdout", " x")]          # 4.x: the space is the rank's
+    assert _tagged([("stdout", "[1,0]<stdout>: x")], (5, 0))[0] == [(0, "stdout", "x")]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 9999), st.sampled_from(["stdout", "stderr", "stddiag"]),
+                          st.text(alphabet=st.characters(blacklist_characters="\n[", blacklist_categories=("Cs",)),
+                                  max_size=12)), min_size=1, max_size=5))
+def test_mpi_tagged_output_keeps_every_rank_text(pieces):
+    line = "".join(f"[1,{r}]<{k}>:{text}" for r, k, text in pieces)
+    out, _ = _tagged([("stdout", line)])
+    joined: dict = {}
+    for r, k, text in pieces:
+        key = (r, "stdout" if k == "stdout" else "stderr")
+        joined[key] = joined.get(key, "") + text
+    assert sorted(out) == sorted((r, s, text) for (r, s), text in joined.items())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=80))
+def test_mpi_tagged_output_never_raises(text):
+    out, _ = _tagged([("stderr", text)])
+    assert all(isinstance(r, int) for r, _, _ in out)

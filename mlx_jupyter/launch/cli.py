@@ -145,8 +145,8 @@ class _Output:
 
     def __call__(self, rank: int, stream: str, line: str) -> None:
         target = sys.stdout if stream == "stdout" else sys.stderr
-        try:
-            target.write(f"[rank {rank}] {line}\n" if self.prefix else line + "\n")
+        try:   # rank -1: mpirun's own messages, never prefixed
+            target.write(f"[rank {rank}] {line}\n" if self.prefix and rank >= 0 else line + "\n")
             target.flush()
         except (BrokenPipeError, ValueError):
             pass
@@ -180,7 +180,7 @@ async def _pump_stdin(job: Job) -> None:
 async def run(config: LaunchConfig, output: str | None) -> int:
     """Launch, forward stdin and signals, wait; return the exit status."""
     job = Job(config)
-    config.on_output = _Output(output == "prefix" or (output is None and len(job.ranks) > 1 and config.backend != "mpi"))
+    config.on_output = _Output(output == "prefix" or (output is None and job.size > 1))
     loop = asyncio.get_running_loop()
     interrupts = 0
 

@@ -89,6 +89,8 @@ class Job:
         self._watchers: list[asyncio.Task] = []
         self._stopping = False
         self._reaped = 0
+        self._mpi_plan: Optional[contract.MPIPlan] = None
+        self._mpi_output: Optional[mpi.TaggedOutput] = None
 
     def log(self, msg: str) -> None:
         """A step, on stderr with ``verbose``."""
@@ -217,26 +219,39 @@ class Job:
         # no PYTHONUNBUFFERED here: ranks share mpirun's output, and unbuffered
         # writes of line fragments would interleave between ranks
         try:
-            mpirun, cmd, plan = mpi.mpirun_command(self.hosts, argv, env, self.token, c.cwd, c.mpi_args,
-                                                   self._write_local_file)
+            cmd, plan, version = mpi.mpirun_command(self.hosts, argv, env, self.token, c.cwd, c.mpi_args,
+                                                    self._write_local_file)
         except ValueError as exc:
             raise LaunchError(str(exc)) from None
         self.log(f"running {ssh.join(cmd)}")
-        # mpirun starts every rank itself: the launcher sees one process (shown as rank 0).
+        # mpirun starts every rank itself: the launcher sees one process (shown as rank 0);
+        # Open MPI tags each output line with its rank, which goes to on_output.
         self.ranks = [RankInfo(0, "mpirun")]
-        out = LineSplitter(lambda line: self._emit(0, "stdout", line))
-        err = LineSplitter(lambda line: self._emit(0, "stderr", line))
+        self._mpi_plan = plan
+        if version is not None:
+            self._mpi_output = mpi.TaggedOutput(self._emit, version)
+            tagged = self._mpi_output
+            out = LineSplitter(lambda line: tagged.line("stdout", line))
+            err = LineSplitter(lambda line: tagged.line("stderr", line))
+        else:
+            out = LineSplitter(lambda line: self._emit(0, "stdout", line))
+            err = LineSplitter(lambda line: self._emit(0, "stderr", line))
         proc = await LocalProcess.spawn(cmd, {**os.environ, **plan.env}, c.cwd, c.stdin, out, err, "mpirun")
         self.ranks[0].pid, self.ranks[0].state = proc.pid, RUNNING
         self._procs = {0: proc}
         self._watchers.append(asyncio.ensure_future(self._watch(0, proc)))
+
+    @property
+    def size(self) -> int:
+        """Number of ranks (with mpi, those mpirun starts)."""
+        return len(self.hosts)
 
     # ---------------------------------------------------------------- watch --
     def _emit(self, rank: int, stream: str, line: str) -> None:
         cb = self.config.on_output
         if cb is None:
             target = sys.stdout if stream == "stdout" else sys.stderr
-            prefix = f"[rank {rank}] " if len(self.ranks) > 1 else ""
+            prefix = f"[rank {rank}] " if self.size > 1 and rank >= 0 else ""
             print(prefix + line, file=target, flush=True)
             return
         try:
@@ -246,6 +261,8 @@ class Job:
 
     async def _watch(self, rank: int, proc: Any) -> None:
         code = await proc.wait()
+        if self._mpi_output is not None:
+            self._mpi_output.flush()
         info = self.ranks[rank]
         info.returncode = code
         lost = getattr(proc, "lost_reason", None)
@@ -376,6 +393,8 @@ class Job:
     def summary(self) -> str:
         """One line naming each failed, lost or killed rank with its host and code."""
         parts = []
+        if self._mpi_plan is not None and self.failures:
+            return self._mpi_summary()
         for r in self.failures:
             i = self.ranks[r]
             if i.state == LOST:
@@ -387,6 +406,21 @@ class Job:
         if killed:
             parts.append("terminated: " + ", ".join(f"rank {i.rank} on {i.host}" for i in killed))
         return "; ".join(parts)
+
+
+    def _mpi_summary(self) -> str:
+        """mpirun's exit code, and the first failing rank and its host as mpirun reported them."""
+        code = f"mpirun exited with code {_describe(self.ranks[0].returncode)}"
+        failure = self._mpi_output.failure if self._mpi_output else None
+        if failure is None:
+            return code
+        assert self._mpi_plan is not None
+        host = failure.node
+        custom = any(k in a for a in self.config.mpi_args for k in ("map-by", "rank-by", "npernode", "rankfile"))
+        if host is None and not custom and failure.rank < len(self._mpi_plan.rank_hosts):
+            host = self._mpi_plan.rank_hosts[failure.rank]   # Open MPI's default placement
+        where = f" on {host}" if host else ""
+        return f"rank {failure.rank}{where} {failure.what} (the first to fail, says mpirun); {code}"
 
 
 def _describe(code: Optional[int]) -> str:

@@ -48,8 +48,10 @@ class Launcher:
     or ``"h1,h2"``; ``127.0.0.1``/``localhost`` ranks run without ssh.
     ``rank_env(rank)`` adds env per rank; ``on_output(rank, "stdout"|"stderr",
     line)`` gets each output line (default: print with a ``[rank r]`` prefix);
-    ``on_exit(rank, returncode)`` is called as each rank ends. ``stdin=True``
-    lets :meth:`write_stdin` feed the ranks; otherwise they read EOF.
+    ``on_exit(rank, returncode)`` is called as each rank ends. With
+    ``backend="mpi"`` mpirun is the one process (``ranks`` has one entry), its
+    ranks' lines arrive with their rank (Open MPI) and mpirun's own with -1.
+    ``stdin=True`` lets :meth:`write_stdin` feed the ranks; otherwise they read EOF.
     For ring launches our core also binds each port + 1000
     (``MLX_JUPYTER_PORT_OFFSET``): keep that range free too.
     """

@@ -1,11 +1,21 @@
-"""The mpi backend: a thin wrapper over ``mpirun`` (it starts the ranks, we start it)."""
+"""The mpi backend: a thin wrapper over ``mpirun`` (it starts the ranks, we start it).
+
+With Open MPI, ``--tag-output`` marks each line with its rank (parsed back
+into per-rank lines by :class:`TaggedOutput`), ``--stdin all`` broadcasts
+stdin when no rank runs on this machine (see :func:`mpirun_command`), and
+mpirun's own report of the first failing rank is picked up for the summary.
+"""
 
 from __future__ import annotations
 
+import os
 import platform
+import re
 import shlex
 import shutil
+import socket
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
@@ -43,6 +53,101 @@ def find_libmpi(timeout: float = 10.0) -> tuple[Optional[str], Optional[str]]:
     return None, None
 
 
+def open_mpi_version(mpirun: str, timeout: float = 10.0) -> Optional[tuple[int, int]]:
+    """(major, minor) if ``mpirun`` is Open MPI's, else None."""
+    try:
+        out = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=timeout).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"\(Open MPI\)\s+(\d+)\.(\d+)", out) or re.search(r"Open MPI\D*(\d+)\.(\d+)", out)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+#: ``[jobid,rank]<stdout>:`` as Open MPI 4's --tag-output writes it; 5 (PRRTE) may add a space.
+_TAG = re.compile(r"\[(\d+),(\d+)\]<(stdout|stderr|stddiag)>:")
+_TAG5 = re.compile(r"\[(\d+),(\d+)\]<(stdout|stderr|stddiag)>: ?")
+_FIRST_FAILED = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]")
+_EXIT_CODE = re.compile(r"Exit code:\s*(-?\d+)")
+_SIGNALLED = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)(?: \(([^)]*)\))?")
+
+
+def _key(tag: "re.Match[str]") -> tuple[int, str]:
+    """(rank, "stdout" | "stderr") of a tag (stddiag counts as stderr)."""
+    return int(tag.group(2)), "stdout" if tag.group(3) == "stdout" else "stderr"
+
+
+@dataclass
+class Failure:
+    """The failing rank as mpirun reports it."""
+
+    rank: int
+    what: str                  # "exited with code 3" / "was killed by signal 9 (Killed)"
+    node: Optional[str] = None
+
+
+class TaggedOutput:
+    """mpirun's output, tagged lines in, ``emit(rank, stream, text)`` out; rank -1 for mpirun's own lines.
+
+    Open MPI tags each chunk a rank writes, and a line written in pieces (an
+    unbuffered ``print``) can be spread over several of mpirun's lines, between
+    other ranks' chunks: only a chunk that ends mpirun's line ended with a
+    newline, so the others are kept per rank until that rank's line is complete.
+    """
+
+    def __init__(self, emit: Callable[[int, str, str], None], version: tuple[int, int] = (4, 0)):
+        self._emit = emit
+        self._tag = _TAG5 if version >= (5, 0) else _TAG
+        self.failure: Optional[Failure] = None
+        self._pending_rank: Optional[int] = None
+        self._partial: dict[tuple[int, str], str] = {}   # (rank, stream) -> the start of its current line
+
+    def line(self, stream: str, text: str) -> None:
+        """One line of mpirun's stdout or stderr (without its newline)."""
+        tags = list(self._tag.finditer(text))
+        if not tags:
+            self._scan(text)
+            self._emit(-1, stream, text)
+            return
+        if tags[0].start() > 0:   # text before the first tag: the end of an untagged partial line
+            self._emit(-1, stream, text[: tags[0].start()])
+        for i, m in enumerate(tags):
+            key = _key(m)
+            if i + 1 < len(tags):
+                self._partial[key] = self._partial.get(key, "") + text[m.end():tags[i + 1].start()]
+            else:   # the chunk the newline ended
+                self._emit(key[0], key[1], self._partial.pop(key, "") + text[m.end():])
+
+    def flush(self) -> None:
+        """Emit the ranks' unfinished lines (at the end of the run)."""
+        partial, self._partial = self._partial, {}
+        for (rank, kind), text in partial.items():
+            self._emit(rank, kind, text)
+
+    def _scan(self, text: str) -> None:
+        if (m := _FIRST_FAILED.search(text)) is not None:
+            self._pending_rank = int(m.group(1))
+        elif (m := _EXIT_CODE.search(text)) is not None and self._pending_rank is not None and self.failure is None:
+            self.failure = Failure(self._pending_rank, f"exited with code {m.group(1)}")
+        elif (m := _SIGNALLED.search(text)) is not None and self.failure is None:
+            name = f" ({m.group(4)})" if m.group(4) else ""
+            self.failure = Failure(int(m.group(1)), f"was killed by signal {m.group(3)}{name}", m.group(2))
+
+
+def _may_be_this_machine(host: Host) -> bool:
+    """Whether mpirun might take ``host`` for its own (then it starts those ranks itself)."""
+    if host.is_local:
+        return True
+    name = host.ssh.rpartition("@")[2].strip("[]").lower()
+    me = socket.gethostname().lower()
+    if name in (me, me.split(".")[0], "localhost") or name.startswith("127.") or name == "::1":
+        return True
+    try:
+        mine = {a[4][0] for a in socket.getaddrinfo(me, None)}
+    except OSError:
+        mine = set()
+    return name in mine
+
+
 def mpirun_command(
     hosts: Sequence[Host],
     argv: Sequence[str],
@@ -51,14 +156,26 @@ def mpirun_command(
     cwd: Optional[str],
     mpi_args: Sequence[str],
     write_file: Callable[[str, str], str],
-) -> tuple[str, list[str], contract.MPIPlan]:
-    """(mpirun path, full argv, plan); the ``host slots=k`` file is written with ``write_file``."""
+) -> tuple[list[str], contract.MPIPlan, Optional[tuple[int, int]]]:
+    """(full argv, plan, Open MPI's version: output rank-tagged; None: another MPI, untagged).
+
+    The hostfile is written with ``write_file``.
+    """
     mpirun = find_mpirun()
     libname, libdir = find_libmpi()
     plan = contract.plan_mpi(hosts, env=env, token=token, libname=libname, libdir=libdir,
-                             darwin=platform.system() == "Darwin")
+                             darwin=platform.system() == "Darwin", inherited=os.environ)
     hostfile = write_file("mpi-hostfile", plan.hostfile)
     cmd = [mpirun, "--hostfile", hostfile, "-np", str(plan.size)]
+    version = open_mpi_version(mpirun)
+    if version is not None:   # other MPIs' mpirun take other flags: leave them as they are
+        cmd.append("--tag-output")
+        # Open MPI 4.1.4 (Debian 12) hangs with --stdin all as soon as a rank runs on
+        # mpirun's own host (measured: even `echo hi | mpirun --stdin all -np 1 cat`);
+        # there we keep its default, stdin to rank 0 only.
+        user_stdin = any(a.split()[:1] in (["--stdin"], ["-stdin"]) for a in mpi_args)
+        if not user_stdin and not any(_may_be_this_machine(h) for h in hosts):
+            cmd += ["--stdin", "all"]
     if cwd:
         cmd += ["--wdir", cwd]
     for key, value in plan.env.items():
@@ -68,4 +185,4 @@ def mpirun_command(
             cmd += shlex.split(arg)
         except ValueError as exc:
             raise LaunchError(f"--mpi-arg {arg!r}: {exc}") from None
-    return mpirun, [*cmd, "--", *argv], plan
+    return [*cmd, "--", *argv], plan, version

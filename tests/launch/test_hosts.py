@@ -463,8 +463,9 @@ def test_mixed_local_and_remote_ranks(testbed):
     assert stdout_of(out)[1] == ["h1"]
 
 
-MPI_CODE = ("import socket, mlx.core as mx; g = mx.distributed.init(backend='mpi', strict=True); "
-            "print(socket.gethostname(), g.rank(), g.size(), mx.distributed.all_sum(mx.array(1)).item(), flush=True)")
+MPI_CODE = ("import socket, sys, mlx.core as mx; g = mx.distributed.init(backend='mpi', strict=True); "
+            "print(socket.gethostname(), g.rank(), g.size(), mx.distributed.all_sum(mx.array(1)).item(), "
+            "sys.stdin.readline().strip(), flush=True)")
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}  # the tests run as root
 
 
@@ -477,25 +478,42 @@ def mpirun():
     return path
 
 
-def test_mpi_backend_on_four_hosts(testbed, mpirun, tmp_path):
-    cfg = tmp_path / "ssh_config"  # what mpirun's own ssh uses to start its daemons on the hosts
-    cfg.write_text(f"Host *\n  User root\n  IdentityFile {testbed.key}\n  UserKnownHostsFile {testbed.known_hosts}\n"
+def _mpi_args(bed, tmp_path) -> list[str]:
+    """mpirun's own ssh (to start its daemons) on the bed: a config whose User is wrong, so the
+    hostfile's ``root@`` must reach mpirun for the launch to work."""
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(f"Host *\n  User nosuchuser\n  IdentityFile {bed.key}\n  UserKnownHostsFile {bed.known_hosts}\n"
                    "  StrictHostKeyChecking yes\n  BatchMode yes\n")
-    subnet = f"{testbed.net}.0/24"
-    res = cli(["--backend", "mpi", "--hosts", ",".join(testbed.ips), "--env", "A=1",
-               "--mpi-arg", f"--mca plm_rsh_args '-F {cfg}'",
-               "--mpi-arg", f"--mca btl_tcp_if_include {subnet} --mca oob_tcp_if_include {subnet}",
-               PY, "-c", MPI_CODE], env=MPI_ENV, timeout=90)
+    subnet = f"{bed.net}.0/24"
+    return ["--backend", "mpi", "--hosts", ",".join(f"root@{ip}" for ip in bed.ips),
+            "--mpi-arg", f"--mca plm_rsh_args '-F {cfg}'",
+            "--mpi-arg", f"--mca btl_tcp_if_include {subnet} --mca oob_tcp_if_include {subnet}"]
+
+
+def test_mpi_backend_on_four_hosts(testbed, mpirun, tmp_path):
+    """MLX's MPI backend initialises on 4 hosts; lines prefixed per rank, stdin broadcast, user@ kept."""
+    res = cli([*_mpi_args(testbed, tmp_path), "--env", "A=1", PY, "-c", MPI_CODE], stdin="hello\n",
+              env=MPI_ENV, timeout=90)
     assert res.returncode == 0, res.stderr
-    assert sorted(res.stdout.split("\n")[:-1]) == [f"h{r + 1} {r} 4 4" for r in range(4)]
+    assert sorted(res.stdout.splitlines()) == [f"[rank {r}] h{r + 1} {r} 4 4 hello" for r in range(4)]
+
+
+def test_mpi_backend_names_the_failing_rank_and_its_host(testbed, mpirun, tmp_path):
+    code = "import os, sys; r = int(os.environ['OMPI_COMM_WORLD_RANK']); print('err', r, file=sys.stderr); sys.exit(5 if r == 2 else 0)"
+    res = cli([*_mpi_args(testbed, tmp_path), PY, "-c", code], env=MPI_ENV, timeout=90)
+    assert res.returncode == 5, res.stderr
+    assert f"rank 2 on root@{testbed.ips[2]} exited with code 5 (the first to fail, says mpirun)" in res.stderr, res.stderr
+    assert "[rank 2] err 2" in res.stderr and "err" not in res.stdout   # the others may be gone before they print
 
 
 def test_mpi_backend_local_and_failure_code(mpirun):
-    res = cli(["--backend", "mpi", "-n", "2", PY, "-c", MPI_CODE], env=MPI_ENV, timeout=60)
+    res = cli(["--backend", "mpi", "-n", "2", PY, "-c", MPI_CODE], env=MPI_ENV, timeout=60, stdin="")
     assert res.returncode == 0, res.stderr
-    assert len(res.stdout.split("\n")) == 3
-    res = cli(["--backend", "mpi", "-n", "2", PY, "-c", "import sys; sys.exit(3)"], env=MPI_ENV, timeout=60)
-    assert res.returncode == 3 and "exited with code 3" in res.stderr
+    assert sorted(line.split()[:2] for line in res.stdout.splitlines()) == [["[rank", "0]"], ["[rank", "1]"]]
+    res = cli(["--backend", "mpi", "-n", "2", PY, "-c", "import os, sys; sys.exit(3 * int(os.environ['OMPI_COMM_WORLD_RANK']))"],
+              env=MPI_ENV, timeout=60)
+    assert res.returncode == 3 and "rank 1 on localhost exited with code 3" in res.stderr, res.stderr
+    assert "mpirun exited with code 3" in res.stderr
 
 
 def test_more_ranks_per_host_than_sshd_sessions(testbed):
