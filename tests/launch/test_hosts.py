@@ -118,6 +118,15 @@ def test_our_core_all_sum_on_four_hosts(testbed, env_pythonpath):
     assert {r: lines[r][-1] for r in lines} == {r: f"{r} 4 [6, 10, 14, 18]" for r in range(4)}
 
 
+def test_cli_one_rank_over_ssh_with_our_core(testbed):
+    pytest.importorskip("mlx_jupyter._core", reason="native core not built")
+    code = ("import numpy as np, socket; from mlx_jupyter import distributed as d; g = d.init(backend='ring', strict=True); "
+            "print(socket.gethostname(), g.rank(), g.size(), list(map(int, d.all_sum(np.arange(3) + 1))))")
+    res = cli([*testbed.cli_ssh_args(), "--hosts", testbed.ips[1], "--env", f"PYTHONPATH={ROOT}", PY, "-c", code])
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "h2 0 1 [1, 2, 3]\n"
+
+
 def test_rank_failure_clears_every_host_within_2s(testbed):
     marker = "mlxj-" + secrets.token_hex(4)
     code = f"import os, sys, time; r = int(os.environ['MLX_RANK']); print('ready', flush=True); sys.stdin.readline(); sys.exit(1) if r == 1 else time.sleep(60)  # {marker}"

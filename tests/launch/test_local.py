@@ -297,3 +297,95 @@ def test_cli_stderr_stays_on_stderr():
     res = cli(["-n", "2", PY, "-c", "import sys; print('to-err', file=sys.stderr); print('to-out')"])
     assert sorted(res.stdout.splitlines()) == ["[rank 0] to-out", "[rank 1] to-out"]
     assert "[rank 0] to-err" in res.stderr and "to-err" not in res.stdout
+
+
+# ------------------------------------------------------- CLI flag coverage --
+
+ENV_JSON = "import os, json; print(json.dumps({{k: os.environ.get(k) for k in {keys!r}}}))"
+
+
+def _json_lines(res) -> list[dict]:
+    assert res.returncode == 0, res.stderr
+    return [json.loads(line) for line in res.stdout.splitlines()]
+
+
+def test_cli_python_runs_py_scripts(tmp_path):
+    record = tmp_path / "ran"
+    wrapper = tmp_path / "my python"
+    wrapper.write_text(f"#!/bin/sh\necho \"$@\" >> '{record}'\nexec '{PY}' \"$@\"\n")
+    wrapper.chmod(0o755)
+    script = tmp_path / "hello.py"
+    script.write_text("import sys; print('hello from', sys.argv[1:])\n")
+    res = cli(["-n", "2", "--output", "raw", "--python", str(wrapper), str(script), "a b"])
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == ["hello from ['a b']"] * 2
+    assert record.read_text().splitlines() == [f"{script} a b"] * 2   # the wrapper ran, once per rank
+    res = cli(["--python", str(wrapper), "echo", "not a script"])       # other commands run as given
+    assert res.stdout == "not a script\n" and record.read_text().count("\n") == 2
+
+
+def test_cli_no_verify_script(tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    tool = bindir / "only-on-the-ranks-xyz"
+    tool.write_text("#!/bin/sh\necho tool ran\n")
+    tool.chmod(0o755)
+    res = cli(["only-on-the-ranks-xyz"])
+    assert res.returncode == 2 and "not found on PATH; pass --no-verify-script" in res.stderr
+    path = f"{bindir}{os.pathsep}{os.environ['PATH']}"
+    res = cli(["--no-verify-script", "--env", f"PATH={path}", "only-on-the-ranks-xyz"])
+    assert res.returncode == 0 and res.stdout == "tool ran\n", res.stderr
+
+
+def test_cli_cwd(tmp_path):
+    (tmp_path / "here.py").write_text("import os; print(os.getcwd())\n")
+    res = cli(["-n", "2", "--output", "raw", "--cwd", str(tmp_path), "here.py"])   # found in --cwd, run there
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == [str(tmp_path)] * 2
+    res = cli(["--cwd", str(tmp_path / "missing"), "true"])
+    assert res.returncode == 1 and "working directory" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_cli_connections_per_ip_sets_the_hostfile_addresses(port_block):
+    base = port_block(4)
+    code = "import os; print(open(os.environ['MLX_HOSTFILE']).read())"
+    res = cli(["-n", "2", "--output", "raw", "-p", str(base), "--connections-per-ip", "2", PY, "-c", code])
+    plans = _json_lines(res)
+    expected = [[f"127.0.0.1:{base}", f"127.0.0.1:{base + 1}"], [f"127.0.0.1:{base + 2}", f"127.0.0.1:{base + 3}"]]
+    assert plans == [expected, expected]
+
+
+def test_cli_nccl_port():
+    res = cli(["-n", "2", "--output", "raw", "--backend", "nccl", "--nccl-port", "23456", PY, "-c",
+               ENV_JSON.format(keys=["NCCL_PORT", "NCCL_HOST_IP", "MLX_WORLD_SIZE"])])
+    assert _json_lines(res) == [{"NCCL_PORT": "23456", "NCCL_HOST_IP": "127.0.0.1", "MLX_WORLD_SIZE": "2"}] * 2
+
+
+def test_cli_verbose_logs_steps_and_asks_mlx_for_more(port_block):
+    res = cli(["-n", "2", "--output", "raw", "--verbose", "-p", str(port_block(2)), PY, "-c",
+               ENV_JSON.format(keys=["MLX_RING_VERBOSE"])])
+    assert _json_lines(res) == [{"MLX_RING_VERBOSE": "1"}] * 2
+    assert "mlx-jupyter launch: starting 2 rank(s)" in res.stderr
+    res = cli(["-n", "2", "--output", "raw", "-p", str(port_block(2)), PY, "-c", ENV_JSON.format(keys=["MLX_RING_VERBOSE"])])
+    assert _json_lines(res) == [{"MLX_RING_VERBOSE": None}] * 2 and "mlx-jupyter launch:" not in res.stderr
+
+
+def test_cli_plain_list_hostfile(tmp_path, port_block):
+    hf = tmp_path / "hosts.json"
+    hf.write_text(json.dumps([{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}, {"ssh": "localhost", "ips": ["127.0.0.1"]}]))
+    base = port_block(2)
+    code = ("import os, json, mlx.core as mx; g = mx.distributed.init(backend='ring', strict=True); "
+            "print(json.dumps([g.rank(), g.size(), json.load(open(os.environ['MLX_HOSTFILE']))]))")
+    res = cli(["--hostfile", str(hf), "-p", str(base), "--output", "raw", PY, "-c", code], timeout=90)
+    rows = sorted(_json_lines(res))
+    plan = [[f"127.0.0.1:{base}"], [f"127.0.0.1:{base + 1}"]]
+    assert rows == [[0, 2, plan], [1, 2, plan]]
+
+
+def test_cli_one_rank_with_our_core():
+    pytest.importorskip("mlx_jupyter._core", reason="native core not built")
+    code = ("import numpy as np; from mlx_jupyter import distributed as d; g = d.init(backend='ring', strict=True); "
+            "print(g.rank(), g.size(), list(map(int, d.all_sum(np.arange(3) + 1))))")
+    res = cli([PY, "-c", code], timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "0 1 [1, 2, 3]\n"   # one rank: no [rank 0] prefix
