@@ -3,13 +3,16 @@
 
 One run, 2 local ranks: ``python benchmarks/cells.py [--cells N]``. Prints medians and ratios.
 
-jupyter-distributed (PyPI, benchmark only: ``pip install jupyter-distributed``; skipped when
-missing) is driven as JupyterLab's "Processes" field does, without the server: its proxy kernel
+jupyter-distributed (PyPI, benchmark only: ``pip install jupyter-distributed==0.1.1``; when
+missing, the run says so loudly and the "faster than both" target stays unchecked) is driven as JupyterLab's "Processes" field does, without the server: its proxy kernel
 (``python -m jupyter_distributed.kernel``, world size from ``JUPYTER_DISTRIBUTED_WORLD_SIZE``)
 from a temporary kernel spec. It starts its ranks at the first cell, so its ready time is the
 kernel's start plus that first cell. Ours reports its first cell (which binds `world` and
-`group` on every rank) on a line of its own. It sets no MLX environment: the all_sum cell's setup wires
-``MLX_RANK``/``MLX_HOSTFILE`` from its ``RANK`` by hand, as its users must.
+`group` on every rank) on a line of its own. Neither of the others sets an MLX environment: their
+all_sum cells are preceded by a setup cell that wires ``MLX_RANK``/``MLX_HOSTFILE`` by hand, as
+their users must (ipyparallel: ranks scattered over the engines; jupyter-distributed: from its
+``RANK``). At the end the issue's targets are checked: ready within 1.5 s for 2 local ranks, and
+a trivial cell faster than both.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 import psutil
 
@@ -56,7 +60,23 @@ def ours(n: int) -> dict:
         k.close()
 
 
+#: what an ipyparallel user writes to give its engines MLX ranks (engine ids follow registration order)
+IPP_SETUP = """\
+%%px
+import json, os, mlx.core as mx
+os.environ["MLX_RANK"] = str(rank)
+_path = os.path.join({tmp!r}, "ipp-hostfile-%d.json" % rank)
+with open(_path, "w") as f:
+    json.dump([["127.0.0.1:%d" % ({port} + r)] for r in range({size})], f)
+os.environ["MLX_HOSTFILE"] = _path
+world = mx.distributed.init(backend="ring", strict=True)
+assert mx.distributed.all_sum(mx.array([1.0])).item() == world.size() == {size}
+"""
+
+
 def ipp_px(n: int) -> dict:
+    from mlx_jupyter.ports import free_port_block
+
     k = Kernel()
     try:
         k.run("import ipyparallel as ipp", 30)
@@ -64,6 +84,12 @@ def ipp_px(n: int) -> dict:
         assert k.run("rc = ipp.Cluster(n=2, log_level=40).start_and_connect_sync(activate=True)", 90).status == "ok"
         ready = time.monotonic() - t0
         out = {"ready": ready, "trivial": timed(k, "%%px\nx = 1", n)}
+        with tempfile.TemporaryDirectory(prefix="bench-ipp-") as tmp:
+            res = k.run("rc[:].scatter('rank', list(range(len(rc.ids))), flatten=True, block=True)", 30)
+            assert res.status == "ok", res
+            res = k.run(IPP_SETUP.format(tmp=tmp, port=free_port_block(2), size=2), 60)
+            assert res.status == "ok", res
+            out["all_sum (MLX)"] = timed(k, "%%px\nmx.eval(mx.distributed.all_sum(mx.ones(1024)))", n)
         k.run("rc.cluster.stop_cluster_sync()", 30)
         return out
     finally:
@@ -86,7 +112,10 @@ def jupyter_distributed(n: int) -> dict:
     try:
         import jupyter_distributed as jd
     except ImportError:
-        print("jupyter-distributed not installed: skipped (pip install jupyter-distributed)", file=sys.stderr)
+        print("\n" + "!" * 72 + "\n!! jupyter-distributed is NOT installed: its column is empty and the\n"
+              "!! 'faster than both' target cannot be checked.\n"
+              "!! Install it: .venv/bin/pip install jupyter-distributed==0.1.1\n" + "!" * 72 + "\n",
+              file=sys.stderr, flush=True)
         return {}
     from mlx_jupyter.ports import free_port_block
 
@@ -122,6 +151,28 @@ def jupyter_distributed(n: int) -> dict:
                     psutil.Process(p).kill()
 
 
+def targets(a: dict, b: dict, c: dict) -> list[tuple[str, Optional[bool], str]]:
+    """The issue's targets: (what, met (None: could not be checked), the figures)."""
+    ready = a.get("ready")
+    out: list[tuple[str, Optional[bool], str]] = [
+        ("ready within 1.5 s (2 local ranks)", None if ready is None else ready <= 1.5,
+         "n/a" if ready is None else f"{ready:.2f} s")]
+    mine, theirs = a.get("trivial"), {"ipyparallel": b.get("trivial"), "jupyter-distributed": c.get("trivial")}
+    missing = [name for name, v in theirs.items() if v is None]
+    figures = ", ".join(f"{name} {v * 1000:.1f} ms" for name, v in theirs.items() if v is not None)
+    figures = f"ours {mine * 1000:.1f} ms" + (f" vs {figures}" if figures else "") if mine else "n/a"
+    if mine is None:
+        met = None
+    elif any(v is not None and mine >= v for v in theirs.values()):
+        met = False
+    else:
+        met = None if missing else True  # faster than those that ran; the missing one unknown
+    if missing:
+        figures += f"; not run: {', '.join(missing)}"
+    out.append(("trivial cell faster than both", met, figures))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cells", type=int, default=20)
@@ -134,6 +185,12 @@ def main() -> None:
         mine, ipp_v, jd_v = a.get(key), b.get(key), c.get(key)
         print(f"{key:18} {fmt(mine):>12} {fmt(ipp_v):>12} {ratio(mine, ipp_v)} {fmt(jd_v):>13} {ratio(mine, jd_v)}")
     print("ratio: their time / ours (above 1: we are faster)")
+    if not c:
+        print("jupyter-distributed: NOT RUN (not installed; see above)")
+    print("\ntargets:")
+    for what, met, figures in targets(a, b, c):
+        verdict = {True: "MET", False: "MISSED", None: "NOT CHECKED"}[met]
+        print(f"  {verdict:12} {what}: {figures}")
 
 
 if __name__ == "__main__":
