@@ -23,6 +23,7 @@ import os, socket, numpy as np, mlx_jupyter.distributed as d
 where = (int(os.environ["MLX_RANK"]), socket.gethostname(), world.rank(), world.size())
 mlx_sum = mx.distributed.all_sum(mx.array([world.rank() + 1.0])).item()
 core_sum = float(d.all_sum(np.array([group.rank() + 1.0]))[0])
+mpl = os.environ.get("MPLBACKEND")
 """
 
 
@@ -71,6 +72,8 @@ def test_cluster_on_four_ssh_hosts(testbed):
         total = n * (n + 1) / 2
         assert c.pull("mlx_sum") == [total] * n
         assert c.pull("core_sum") == [total] * n
+        # remote ranks get the same plots as local ones, not whatever the notebook's kernel had
+        assert c.pull("mpl") == ["module://matplotlib_inline.backend_inline"] * n
     finally:
         c.stop()
     assert _wait_until(lambda: bed.procs_matching("mlx_jupyter.engine") == {}, 5), \
