@@ -106,14 +106,16 @@ def test_watchdog_signals_then_kills_registered_groups_at_eof():
     first = dog.stdout.readline().decode()
     assert first.startswith(MARKER + " ")
     guard = Path(first.split(" ", 1)[1].strip())
-    rank = _popen_sh(rank_script(["sh", "-c", "trap 'echo usr1' USR1; sleep 60 & wait; sleep 60 & wait"], {},
+    rank = _popen_sh(rank_script(["sh", "-c", "trap 'echo usr1' USR1; echo ready; sleep 60 & wait; sleep 60 & wait"], {},
                                  {"F": "x"}, None, False, "rank 0", str(guard)))
     pgid = int(rank.stdout.readline().split()[1])
+    assert rank.stdout.readline() == b"ready\n"   # its trap is set
     registered = guard / str(pgid)
-    for _ in range(100):
+    pause = __import__("threading").Event()
+    for _ in range(100):   # bounded readiness probe: the wrapper registers just after the fork
         if registered.exists():
             break
-        __import__("time").sleep(0.05)
+        pause.wait(0.05)
     rank_dir = Path(registered.read_text().strip())
     assert rank_dir.is_dir() and os.getpgid(pgid) == pgid
     dog.stdin.write(f"USR1 -{pgid}\n".encode())
