@@ -50,8 +50,6 @@ AGENT: Optional["RankAgent"] = None
 AGENT_ERROR = ""
 #: the kernel's internals (ipyparallel 9 / ipykernel) the agent hooks into
 KERNEL_NEEDS = ("shell", "session", "control_handlers", "shell_handlers", "aborted", "_send_abort_reply")
-#: the matplotlib backend every rank gets unless the user sets MPLBACKEND (see the launcher)
-RANK_MPLBACKEND = "module://matplotlib_inline.backend_inline"
 
 
 class CellAborted(InputRejected):
