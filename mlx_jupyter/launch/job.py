@@ -21,6 +21,7 @@ from mlx_jupyter import contract, ssh
 from mlx_jupyter.hostfile import BACKENDS, Host, resolve_hosts
 from mlx_jupyter.launch import mpi
 from mlx_jupyter.launch.errors import LaunchError
+from mlx_jupyter.launch.guard import LocalWatchdog
 from mlx_jupyter.launch.local import LocalProcess
 from mlx_jupyter.launch.output import LineSplitter
 from mlx_jupyter.launch.rankinfo import EXITED, KILLED, LOST, RUNNING, RankInfo
@@ -85,6 +86,7 @@ class Job:
         self._rank_conn: dict[int, Any] = {}
         self._watchdogs: dict[Any, Watchdog] = {}   # connection -> its watchdog session
         self._tmpdir: Optional[str] = None
+        self._guard: Optional[LocalWatchdog] = None   # the local ranks' watchdog; owns _tmpdir
         self._done: Optional[asyncio.Event] = None
         self._watchers: list[asyncio.Task] = []
         self._stopping = False
@@ -126,6 +128,8 @@ class Job:
         c = self.config
         plans = self._plans()
         argv = rank_argv(c.command, c.python)
+        if any(h.is_local for h in self.hosts):
+            await self._start_guard()
         await self._connect()
         for p in plans:
             extra = dict(c.rank_env(p.rank)) if c.rank_env else {}
@@ -156,7 +160,7 @@ class Job:
             cwd = c.cwd if c.cwd is not None else None
             if c.cwd is not None and not os.path.isdir(c.cwd):
                 raise LaunchError(f"{label}: working directory {c.cwd!r} does not exist (--cwd)")
-            proc: Any = await LocalProcess.spawn(argv, env, cwd, c.stdin, out, err, label)
+            proc: Any = await LocalProcess.spawn(argv, env, cwd, c.stdin, out, err, label, self._guard)
         else:
             cwd = c.cwd if c.cwd is not None else os.getcwd()
             conn = self._rank_conn[rank]
@@ -202,6 +206,15 @@ class Job:
             if isinstance(dog, BaseException):
                 raise dog
 
+    async def _start_guard(self) -> None:
+        """The local ranks' watchdog, and with it this launch's local temp dir."""
+        if self._guard is None:
+            try:
+                self._guard = await LocalWatchdog.start()
+            except OSError as exc:
+                raise LaunchError(f"cannot start the local ranks' watchdog (/bin/sh): {exc}") from None
+            self._tmpdir = self._guard.path
+
     def _write_local_file(self, name: str, content: str) -> str:
         if self._tmpdir is None:
             self._tmpdir = tempfile.mkdtemp(prefix="mlx-jupyter-")
@@ -213,6 +226,7 @@ class Job:
     async def _start_mpi(self) -> None:
         c = self.config
         argv = rank_argv(c.command, c.python)
+        await self._start_guard()
         env = {**dict(c.env)}
         if c.rank_env:
             env.update(c.rank_env(0))
@@ -236,7 +250,8 @@ class Job:
         else:
             out = LineSplitter(lambda line: self._emit(0, "stdout", line))
             err = LineSplitter(lambda line: self._emit(0, "stderr", line))
-        proc = await LocalProcess.spawn(cmd, {**os.environ, **plan.env}, c.cwd, c.stdin, out, err, "mpirun")
+        proc = await LocalProcess.spawn(cmd, {**os.environ, **plan.env}, c.cwd, c.stdin, out, err, "mpirun",
+                                        self._guard, guard_session=True)
         self.ranks[0].pid, self.ranks[0].state = proc.pid, RUNNING
         self._procs = {0: proc}
         self._watchers.append(asyncio.ensure_future(self._watch(0, proc)))
@@ -385,6 +400,10 @@ class Job:
                 for conn in conns:
                     conn.close()
             self._conns = {}
+        if self._guard is not None:
+            # after a stop every local rank has been signalled: the guard kills any group left
+            guard, self._guard = self._guard, None
+            await guard.close()
         if self._tmpdir is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             self._tmpdir = None

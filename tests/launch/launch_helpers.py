@@ -42,10 +42,11 @@ def cli(args: Sequence[str], timeout: float = 60, stdin: Optional[str] = None, *
 
 
 class LiveCLI:
-    """A running ``mlx-jupyter launch``; lines of its stdout/stderr are collected as they come."""
+    """A running ``mlx-jupyter launch ARGS`` (or any ``argv``); lines of its stdout/stderr are collected as they come."""
 
-    def __init__(self, args: Sequence[str], env: Optional[dict] = None):
-        self.proc = subprocess.Popen([PY, "-m", "mlx_jupyter", "launch", *args], stdin=subprocess.DEVNULL,
+    def __init__(self, args: Sequence[str], env: Optional[dict] = None, argv: Optional[Sequence[str]] = None):
+        cmd = list(argv) if argv is not None else [PY, "-m", "mlx_jupyter", "launch", *args]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env(env), cwd=ROOT)
         self.lines: list[str] = []
         self._cond = threading.Condition()

@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from launch_helpers import collector, PY, ROOT, LiveCLI, cli, cpu_seconds, wait_pids_gone
@@ -238,11 +239,13 @@ def test_cli_is_idle_while_ranks_sleep():
     code = "import time; print('ready', flush=True); time.sleep(3); print('done', flush=True)"
     run = LiveCLI(["-n", "2", PY, "-c", code])
     run.wait_for("ready", 2)
-    t0, c0 = time.monotonic(), cpu_seconds(run.proc.pid)
+    watcher = next(p for p in psutil.Process(run.proc.pid).children() if "mlx-jupyter-watchdog" in p.cmdline())
+    t0, c0, w0 = time.monotonic(), cpu_seconds(run.proc.pid), cpu_seconds(watcher.pid)
     run.wait_for("done", 1, timeout=20)
-    t1, c1 = time.monotonic(), cpu_seconds(run.proc.pid)
+    t1, c1, w1 = time.monotonic(), cpu_seconds(run.proc.pid), cpu_seconds(watcher.pid)
     assert run.finish(20) == 0
     assert (c1 - c0) / (t1 - t0) <= 0.01, f"launcher used {c1 - c0:.3f} s CPU in {t1 - t0:.2f} s"
+    assert w1 - w0 <= 0.01, f"the local watchdog used {w1 - w0:.3f} s CPU in {t1 - t0:.2f} s"
 
 
 def test_unittest_style_multi_rank_file(tmp_path, port_block):

@@ -1,0 +1,117 @@
+"""The local ranks' watchdog: no local rank outlives its launcher, even one killed by SIGKILL.
+
+A ``/bin/sh`` watcher, in its own session, blocks in ``read`` on a pipe whose
+only write end the launcher holds (close-on-exec, and closed in children of
+``os.fork``), so it costs no CPU and fires on every kind of launcher death.
+At EOF (the launcher closed it, or died) it SIGKILLs the process group and
+session of each rank registered in ``<dir>/pids/`` (every local rank leads its
+own session; the launcher adds a rank once spawned and removes it once reaped)
+and removes the launch's temp dir ``<dir>``.
+
+Linux's ``PR_SET_PDEATHSIG`` is not used: macOS has none, it needs a
+``preexec_fn`` (unsafe in threaded processes such as a Jupyter kernel), and it
+fires when the *thread* that spawned the rank exits, not the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+import threading
+from typing import Optional
+
+# $1: the launch's temp dir. At EOF on stdin, each process group registered
+# there is killed, and the rest of its session too: mpirun puts each of its
+# ranks in a group of its own, in its session (there is no killpg for a
+# session, hence pkill -s, on Linux and macOS alike). HUP and INT are ignored:
+# a closing terminal or a Ctrl-C must not take the guard away.
+WATCHER = r"""trap '' HUP INT PIPE
+while read -r _; do :; done
+for f in "$1"/pids/*; do
+  [ -f "$f" ] || continue
+  kill -s KILL -- "-${f##*/}" 2>/dev/null
+  command -v pkill >/dev/null 2>&1 && pkill -KILL -s "${f##*/}" 2>/dev/null
+done
+rm -rf "$1"
+"""
+
+_open_fds: set[int] = set()
+_fds_lock = threading.Lock()
+
+
+def _close_in_child() -> None:
+    # A forked, not exec'd, child (multiprocessing's fork start method) must not
+    # keep the write end open: the watcher would then wait for that child too.
+    for fd in list(_open_fds):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _open_fds.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_in_child)
+
+
+class LocalWatchdog:
+    """One launch's temp dir (``path``) and the watcher guarding its local ranks."""
+
+    def __init__(self, path: str, write_fd: int, proc: asyncio.subprocess.Process):
+        self.path = path
+        self.pid = proc.pid
+        self._fd: Optional[int] = write_fd
+        self._proc = proc
+
+    @classmethod
+    async def start(cls) -> "LocalWatchdog":
+        """Create the temp dir and start its watcher."""
+        path = tempfile.mkdtemp(prefix="mlx-jupyter-")   # mode 0700
+        os.mkdir(os.path.join(path, "pids"))
+        read_fd, write_fd = os.pipe()   # both non-inheritable
+        with _fds_lock:
+            _open_fds.add(write_fd)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                "/bin/sh", "-c", WATCHER, "mlx-jupyter-watchdog", path,
+                stdin=read_fd, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except BaseException:
+            _close(write_fd)
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+        finally:
+            os.close(read_fd)
+        return cls(path, write_fd, proc)
+
+    def register(self, pgid: int) -> None:
+        """Guard a rank's process group (call as soon as it is spawned)."""
+        with open(os.path.join(self.path, "pids", str(int(pgid))), "w"):
+            pass
+
+    def unregister(self, pgid: int) -> None:
+        """Forget a reaped rank (its group id may be reused)."""
+        try:
+            os.unlink(os.path.join(self.path, "pids", str(int(pgid))))
+        except OSError:
+            pass
+
+    async def close(self, timeout: float = 2.0) -> None:
+        """EOF to the watcher: it kills what is still registered and removes the dir; bounded wait."""
+        if self._fd is not None:
+            _close(self._fd)
+            self._fd = None
+        try:
+            await asyncio.wait_for(self._proc.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _close(fd: int) -> None:
+    with _fds_lock:
+        _open_fds.discard(fd)
+    os.close(fd)

@@ -1,0 +1,197 @@
+"""No local rank outlives its launcher: SIGKILL the CLI, a process using the Launcher API, a Jupyter kernel."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from launch_helpers import PY, LiveCLI, cli_env, pid_alive, wait_pids_gone
+from mlx_jupyter.launch import Launcher
+from mlx_jupyter.launch.guard import LocalWatchdog
+
+pytestmark = pytest.mark.timeout(120)
+
+#: A rank with a child in its process group; prints both pids and its hostfile path.
+RANK = ("import os, subprocess, time; c = subprocess.Popen(['sleep', '60']); "
+        "print('ready', os.getpid(), c.pid, os.environ.get('MLX_HOSTFILE', '-'), flush=True); time.sleep(60)")
+
+#: The Launcher API in a process of its own (optionally with a forked child that outlives it).
+API = """
+import os, sys, time
+from mlx_jupyter.launch import Launcher
+Launcher(sys.argv[2:], repeat_hosts=2, on_output=lambda r, s, line: print(line, flush=True)).start()
+if sys.argv[1] == "fork":
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    print("forked", pid, flush=True)
+print("started", flush=True)
+time.sleep(60)
+"""
+
+BOUND = 5.0   # seconds from the SIGKILL until ranks, watcher and temp dir are gone
+
+
+def watcher_of(pid: int) -> psutil.Process:
+    """The local watchdog process started by launcher ``pid``."""
+    return next(p for p in psutil.Process(pid).children() if "mlx-jupyter-watchdog" in p.cmdline())
+
+
+def ready_pids(run: LiveCLI, n: int) -> tuple[list[int], list[str]]:
+    """(rank and child pids, hostfile paths) once ``n`` ranks have printed ``ready``."""
+    lines = [line.split() for line in run.wait_for(r"ready \d+ \d+", n)]
+    return [int(w) for words in lines for w in words[-3:-1]], [words[-1] for words in lines]
+
+
+def kill_leftovers(procs: list[psutil.Process]) -> None:
+    """Clean up after a failure (psutil checks that a pid was not reused)."""
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+
+
+def sigkill_and_check(run: LiveCLI, pids: list[int]) -> None:
+    """SIGKILL the launcher; within BOUND every rank, its children and the watcher end and the temp dir goes."""
+    watcher = watcher_of(run.proc.pid)
+    tmpdir = Path(watcher.cmdline()[-1])
+    assert tmpdir.is_dir()
+    procs = [psutil.Process(p) for p in pids]
+    t0 = time.monotonic()
+    run.proc.kill()
+    run.finish(10)
+    try:
+        left = wait_pids_gone([*pids, watcher.pid], BOUND - (time.monotonic() - t0))
+        assert not left, f"still running {time.monotonic() - t0:.1f} s after the SIGKILL: {left}"
+        assert not tmpdir.exists(), f"{tmpdir} left behind"   # the watcher removes it before it exits
+    finally:
+        kill_leftovers(procs)
+
+
+def test_sigkilled_cli_leaves_no_rank_and_no_temp_dir():
+    run = LiveCLI(["-n", "2", PY, "-c", RANK])
+    pids, hostfiles = ready_pids(run, 2)
+    assert {str(Path(h).parent) for h in hostfiles} == {watcher_of(run.proc.pid).cmdline()[-1]}
+    sigkill_and_check(run, pids)
+
+
+@pytest.mark.parametrize("mode", ["plain", "fork"])
+def test_sigkilled_api_process_leaves_no_rank(mode):
+    """The Launcher spawns from its loop thread; a forked child (that keeps running) holds no write end."""
+    run = LiveCLI([], argv=[PY, "-c", API, mode, PY, "-c", RANK])
+    pids, _ = ready_pids(run, 2)
+    run.wait_for("^started$")
+    forked = [psutil.Process(int(x.split()[1])) for x in run.wait_for("^forked")] if mode == "fork" else []
+    try:
+        sigkill_and_check(run, pids)
+        assert all(pid_alive(p.pid) for p in forked)   # the guard fired although it lives
+    finally:
+        kill_leftovers(forked)
+
+
+def test_sigkilled_cli_leaves_no_mpi_rank(mpirun):
+    """mpirun gives each rank a process group of its own: the watcher kills mpirun's whole session."""
+    run = LiveCLI(["--backend", "mpi", "-n", "2", "--env", "OMPI_ALLOW_RUN_AS_ROOT=1",
+                   "--env", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", PY, "-c", RANK])
+    pids, _ = ready_pids(run, 2)
+    assert len({os.getpgid(p) for p in pids}) == 2
+    sigkill_and_check(run, pids)
+
+
+def test_watcher_ends_with_the_launch():
+    launcher = Launcher([PY, "-c", "import time; time.sleep(1)"], repeat_hosts=2, on_output=lambda *a: None).start()
+    watcher = watcher_of(os.getpid())
+    tmpdir = Path(watcher.cmdline()[-1])
+    assert launcher.wait(30) == 0
+    assert not wait_pids_gone([watcher.pid], 2.0) and not tmpdir.exists()
+
+
+def test_stop_ends_the_watcher():
+    launcher = Launcher([PY, "-c", "import time; time.sleep(60)"], repeat_hosts=2, on_output=lambda *a: None).start()
+    watcher = watcher_of(os.getpid())
+    launcher.stop()
+    assert not wait_pids_gone([watcher.pid, *(r.pid for r in launcher.ranks)], 2.0)
+
+
+def test_watcher_kills_registered_groups_with_a_hostile_temp_dir(tmp_path, monkeypatch):
+    """The temp dir's path reaches the watcher as an argument, never as shell text."""
+    hostile = tmp_path / "a b'$(touch pwned)`touch pwned2`;\"x\ny"
+    hostile.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(hostile))
+
+    async def scenario() -> tuple[int, str]:
+        guard = await LocalWatchdog.start()
+        assert guard.path.startswith(str(hostile))
+        proc = await asyncio.create_subprocess_exec("sleep", "60", start_new_session=True)
+        try:
+            guard.register(proc.pid)
+            await guard.close()
+            await asyncio.wait_for(proc.wait(), 5)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        return proc.returncode, guard.path
+
+    code, path = asyncio.run(scenario())
+    assert code == -signal.SIGKILL
+    assert not Path(path).exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [hostile.name]
+    assert list(hostile.iterdir()) == []
+
+
+def test_sigkilled_jupyter_kernel_leaves_no_rank(tmp_path):
+    """The Jupyter cluster starts its ranks with the Launcher inside the kernel."""
+    jupyter_client = pytest.importorskip("jupyter_client.manager")
+    km, kc = jupyter_client.start_new_kernel(kernel_name="python3", cwd=str(tmp_path), env=cli_env())
+    ranks: list[psutil.Process] = []
+    controller: list[psutil.Process] = []
+    try:
+        out: list[str] = []
+
+        def hook(msg):
+            if msg["msg_type"] in ("stream", "error"):
+                out.append(msg["content"].get("text") or msg["content"].get("evalue", ""))
+        kc.execute_interactive("import os; print('kernel', os.getpid())\n%load_ext mlx_jupyter\n"
+                               "%mlx_cluster start -n 2", timeout=90, output_hook=hook)
+        text = "".join(out)
+        assert "ranks ready" in text, text
+        kernel = int(text.split("kernel ", 1)[1].split()[0])
+        descendants = psutil.Process(kernel).children(recursive=True)
+        ranks = [p for p in descendants if "MLX_RANK" in _environ(p)]
+        controller = [p for p in descendants if p not in ranks]
+        assert len(ranks) == 2, [p.cmdline() for p in descendants]
+        t0 = time.monotonic()
+        os.kill(kernel, signal.SIGKILL)
+        left = wait_pids_gone([p.pid for p in ranks], BOUND)
+        assert not left, f"ranks still running {time.monotonic() - t0:.1f} s after the kernel's SIGKILL"
+    finally:
+        kill_leftovers(ranks)
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+        kill_leftovers(controller)   # ipyparallel's controller (and the watcher): not the launcher's ranks
+
+
+def _environ(p: psutil.Process) -> dict:
+    try:
+        return p.environ()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return {}
+
+
+@pytest.fixture
+def mpirun():
+    if shutil.which("mpirun") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("mpirun is missing under CI: .ci/run installs openmpi-bin")
+        pytest.skip("mpirun not installed (apt-get install openmpi-bin)")
