@@ -33,6 +33,34 @@ def find_mpirun() -> str:
     return path
 
 
+#: Open MPI's mpirun refuses to run as root unless both are exactly "1" (or --allow-run-as-root).
+ROOT_VARS = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
+
+
+def check_root(env: Mapping[str, str], mpi_args: Sequence[str], euid: Optional[int] = None) -> None:
+    """As root, fail before starting unless Open MPI has been told to allow it (in ``env`` or ``mpi_args``).
+
+    We don't allow it ourselves: running MPI jobs as root is Open MPI's warning
+    to give, and the user's choice to override.
+    """
+    if euid is None:
+        euid = os.geteuid() if hasattr(os, "geteuid") else -1
+    if euid != 0 or all(env.get(v) == "1" for v in ROOT_VARS):
+        return
+    words = [w for a in mpi_args for w in a.split()]
+    if "--allow-run-as-root" in words or "-allow-run-as-root" in words:
+        return
+    unset = [v for v in ROOT_VARS if env.get(v) != "1"]
+    raise LaunchError(
+        "--backend mpi as root: Open MPI's mpirun refuses to run as root unless "
+        f"{' and '.join(f'{v}=1' for v in ROOT_VARS)} are set (not set to 1: {', '.join(unset)}). "
+        "Run as an ordinary user, or if you mean it pass "
+        f"`{' '.join(f'--env {v}=1' for v in ROOT_VARS)}` "
+        "(to `mlx-jupyter launch` or `%mlx_cluster start`), or export both in the shell "
+        "that starts the launcher or Jupyter."
+    )
+
+
 def find_libmpi(timeout: float = 10.0) -> tuple[Optional[str], Optional[str]]:
     """(library file name, its directory) of the libmpi that ``ompi_info`` links, if found."""
     info = shutil.which("ompi_info")
@@ -162,12 +190,14 @@ def mpirun_command(
     The hostfile is written with ``write_file``.
     """
     mpirun = find_mpirun()
+    version = open_mpi_version(mpirun)
+    if version is not None:   # only Open MPI refuses root
+        check_root({**os.environ, **env}, mpi_args)
     libname, libdir = find_libmpi()
     plan = contract.plan_mpi(hosts, env=env, token=token, libname=libname, libdir=libdir,
                              darwin=platform.system() == "Darwin", inherited=os.environ)
     hostfile = write_file("mpi-hostfile", plan.hostfile)
     cmd = [mpirun, "--hostfile", hostfile, "-np", str(plan.size)]
-    version = open_mpi_version(mpirun)
     if version is not None:   # other MPIs' mpirun take other flags: leave them as they are
         cmd.append("--tag-output")
         # Open MPI 4.1.4 (Debian 12) hangs with --stdin all as soon as a rank runs on
