@@ -24,6 +24,8 @@ import secrets
 import sys
 import threading
 import time
+from concurrent.futures import FIRST_COMPLETED
+from concurrent.futures import wait as wait_any
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import ipyparallel as ipp
@@ -47,8 +49,8 @@ log = logging.getLogger(__name__)
 FAST_CONTROLLER_ARGS = [
     "--usethreads",
     "--nodb",
-    "--HeartMonitor.period=100",
-    "--HeartMonitor.max_heartmonitor_misses=50",
+    "--HeartMonitor.period=50",
+    "--HeartMonitor.max_heartmonitor_misses=100",
 ]
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -293,6 +295,7 @@ class Cluster:
         self.queue_kicks = 0  # messages our watch found left unread in the client's sockets
         self.setup_info: dict[int, dict] = {}
         self.ready_time: Optional[float] = None
+        self._world_ar: Any = None  # the ranks forming MLX's world after start (see _begin_world)
         self._runs: set = set()
         self._stopping = False
         self._changed = threading.Event()
@@ -328,6 +331,7 @@ class Cluster:
         if self.ssh_options is not None:
             es.ssh_options = self.ssh_options
         es.engine_args = ["--IPEngine.wait_for_url_file=30", "--IPEngine.timeout=30"]
+        cfg.LocalControllerLauncher.controller_cmd = [sys.executable, "-m", "mlx_jupyter.controller"]
         cfg.LocalControllerLauncher.stop_seconds_until_kill = 2
         return cfg
 
@@ -421,18 +425,21 @@ class Cluster:
             self._changed.wait(0.01)
             self._changed.clear()
         self._probe_channels(deadline)
+        self._begin_world()
 
-    def _probe_channels(self, deadline: float, patience: float = 0.2) -> None:
+    def _probe_channels(self, deadline: float, patience: float = 0.05, most: float = 0.2) -> None:
         """Until every rank has answered on its request channel (the one cells use),
         saying that its rank agent is installed.
 
         The controller routes to an engine by identity and silently drops what
         reaches it before that engine's own connection is up; ipyparallel lists an
         engine once its heartbeat arrives, which need not come after. A probe that
-        gets no answer within ``patience`` s is sent again, so the first cell never
-        goes to a rank that cannot hear it. (Control needs no probe: status and
-        abort are used with timeouts and deadlines.) The agent is installed before
-        the engine handles its first request, so the answer is final.
+        gets no answer within ``patience`` s is sent again, the patience doubling up
+        to ``most`` s (the connection is usually up a few ms later; a loaded machine
+        gets longer), so the first cell never goes to a rank that cannot hear it.
+        (Control needs no probe: status and abort are used with timeouts and
+        deadlines.) The agent is installed before the engine handles its first
+        request, so the answer is final.
         """
         from mlx_jupyter import rankside
 
@@ -440,18 +447,25 @@ class Cluster:
         assert client is not None
         pending = set(range(self.size))
         answers: dict[int, dict] = {}
+        sent: dict[int, list] = {rank: [] for rank in pending}
         while pending:
-            sent = {rank: client.direct_view(targets=rank).apply_async(rankside.agent_state) for rank in pending}
+            for rank in pending:
+                sent[rank].append(client.direct_view(targets=rank).apply_async(rankside.agent_state))
             until = min(deadline, time.monotonic() + patience)
-            for rank, fut in sent.items():
-                try:
-                    answers[rank] = fut.result(max(0.0, until - time.monotonic()))
-                    pending.discard(rank)
-                except TimeoutError:
-                    pass
-                except Exception as exc:  # the rank could not run the probe at all
-                    answers[rank] = {"installed": False, "error": f"the probe failed: {exc}"}
-                    pending.discard(rank)
+            patience = min(patience * 2, most)
+            while pending and not self.dead:
+                for rank in list(pending):
+                    done = [f for f in sent[rank] if f.done()]  # an earlier probe may be the one that got through
+                    if done:
+                        try:
+                            answers[rank] = done[0].result(0)
+                        except Exception as exc:  # the rank could not run the probe at all
+                            answers[rank] = {"installed": False, "error": f"the probe failed: {exc}"}
+                        pending.discard(rank)
+                left = until - time.monotonic()
+                if not pending or left <= 0:
+                    break
+                wait_any([f for r in pending for f in sent[r]], left, FIRST_COMPLETED)
             if self.dead:
                 raise ClusterError(self._dead_message("did not start", tail=True))
             if pending and time.monotonic() > deadline:
@@ -461,6 +475,22 @@ class Cluster:
             lines = [f"rank {r}: the rank agent (abort, status) is not installed: {a.get('error')} "
                      f"(ipyparallel {a.get('ipyparallel', '?')} there)" for r, a in bad.items()]
             raise ClusterError("\n".join(lines) + f"\n{IPP_FIX} on the ranks' Python")
+
+    def _begin_world(self) -> None:
+        """Ask every rank to begin forming MLX's world now, in the background (ring only).
+
+        Not waited for: its answer comes once the ring has formed (MLX's init holds
+        the ranks' GIL meanwhile); the first cell's setup takes it over.
+        """
+        from mlx_jupyter import rankside
+
+        self._world_ar = None
+        if self.backend != "ring" or self.size < 2 or self.client is None:
+            return
+        try:
+            self._world_ar = self.client.direct_view(targets=self.ranks).apply_async(rankside.start_world_early)
+        except Exception as exc:  # the first cell forms it instead
+            log.warning("could not ask the ranks to form MLX's world early: %s", exc)
 
     def _dead_message(self, what: str, tail: bool = False) -> str:
         lines = [f"rank {r} {what}: {describe_exit(rc)}" for r, rc in sorted(self.dead.items())]
@@ -542,8 +572,20 @@ class Cluster:
         self.dead.clear()
         self.busy.clear()
 
+    def _await_controller(self, timeout: float = 30.0) -> None:
+        """Until the controller's connection files are written (ipyparallel polls only every 0.1 s)."""
+        from mlx_jupyter.rankside import await_json_file
+
+        controller = self.ipp.controller
+        end = time.monotonic() + timeout
+        for path in getattr(controller, "connection_files", {}).values():
+            while not await_json_file(path, 0.05):
+                if controller.poll() is not None or time.monotonic() > end:
+                    return  # ipyparallel's own wait says what went wrong
+
     def _connect_client(self) -> None:
         """The ipyparallel client, with its streams watched for messages left unread."""
+        self._await_controller()
         self.client = c = self.ipp.connect_client_sync()
         if isinstance(c, ipp.Client):  # its streams exist only once it is connected
             check_ipyparallel(c)
@@ -758,8 +800,19 @@ class Cluster:
                 out[rank] = False
         return out
 
-    def status(self, timeout: float = 1.0) -> list[dict]:
-        """One row per rank: rank, host, pid, state, backend, memory (bytes), and what the rank says."""
+    def forming_world(self) -> list[int]:
+        """The ranks still forming MLX's world begun after start (they answer nothing meanwhile)."""
+        ar, client = self._world_ar, self.client
+        if ar is None or client is None:
+            return []
+        return [r for r, m in zip(self.ranks, getattr(ar, "msg_ids", [])) if m in client.outstanding]
+
+    def status(self, timeout: float = 1.0, forming_grace: float = 2.0) -> list[dict]:
+        """One row per rank: rank, host, pid, state, backend, memory (bytes), and what the rank says.
+
+        A rank still forming MLX's world (just after start) is given ``forming_grace`` s
+        more to answer.
+        """
         rows = []
         client = self.client
         infos = {i.rank: i for i in (self.engine_set.launcher.ranks if self.ipp and self._engine_set_id else [])}
@@ -770,6 +823,7 @@ class Cluster:
                     continue
                 ident = client._build_targets([rank])[0][0]
                 futures[rank] = client._send(client._control_stream, "mlx_status_request", content={}, ident=ident)
+        forming = set(self.forming_world())
         deadline = time.monotonic() + timeout
         for rank in self.ranks:
             info = infos.get(rank)
@@ -778,13 +832,14 @@ class Cluster:
                    "backend": self.backend, "memory": None}
             fut = futures.get(rank)
             if fut is not None:
+                until = deadline + (forming_grace if rank in forming else 0.0)
                 try:
-                    reply = fut.result(max(0.0, deadline - time.monotonic()))["content"]
+                    reply = fut.result(max(0.0, until - time.monotonic()))["content"]
                     row.update(memory=reply.get("rss"), busy=reply.get("executing"),
                                world_closed=reply.get("world_closed", ""), group=reply.get("group"))
                     row["state"] = "busy" if reply.get("executing") else "idle"
                 except Exception:
-                    row["state"] = "no reply"
+                    row["state"] = "forming MLX world" if rank in self.forming_world() else "no reply"
             elif rank in self.dead:
                 row["state"] = f"dead ({describe_exit(self.dead[rank])})"
             rows.append(row)

@@ -2,14 +2,16 @@
 
 The launcher sets the environment contract (``MLX_RANK`` ...); this module
 requests that rank as the engine id, turns off the per-engine nanny process
-(our launcher watches the processes), begins forming MLX's ring world in the
-background, and installs the rank agent (:mod:`mlx_jupyter.rankside`) once the
-engine's kernel exists.
+(our launcher watches the processes) and installs the rank agent
+(:mod:`mlx_jupyter.rankside`) once the engine's kernel exists. MLX's ring world is
+begun only once the rank is up (the cluster asks for it after its start-up probe):
+MLX's init holds the GIL and would stall the engine's registration.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Optional
 
 from ipyparallel.engine.app import IPEngine
@@ -26,6 +28,20 @@ class MLXEngine(IPEngine):
     reports too.
     """
 
+    def init_engine(self) -> None:
+        # ipyparallel polls for the controller's connection file every 0.1 s (and warns);
+        # engines start with the controller, so wait for it here, finely, first
+        if not self.connection_info_env:
+            self.find_connection_file()
+            rankside.await_json_file(self.url_file, self.wait_for_url_file)
+        super().init_engine()
+
+    async def register(self):  # type: ignore[override]
+        # the engine now waits for the controller's answer and its first heartbeat: the time to
+        # import what answering the first request needs (ipyparallel's canning map imports numpy)
+        threading.Thread(target=_preimport, name="mlx-preimport", daemon=True).start()
+        return await super().register()
+
     async def complete_registration(self, msg, connect, maybe_tunnel):  # type: ignore[override]
         await super().complete_registration(msg, connect, maybe_tunnel)
         if self.kernel is None:
@@ -38,10 +54,16 @@ class MLXEngine(IPEngine):
             self.log.error("the MLX rank agent could not be installed: %s", rankside.AGENT_ERROR)
 
 
+def _preimport() -> None:
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        pass
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     pinned = [f"--IPEngine.id={rankside.env_rank()}", "--IPEngine.enable_nanny=False"]
-    rankside.start_world_early()  # overlaps MLX's ring set-up with the engine's registration
     MLXEngine.launch_instance(argv=pinned + argv)
 
 

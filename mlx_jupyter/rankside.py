@@ -152,17 +152,85 @@ def world_socket_fds(before: dict[int, int]) -> dict[int, int]:
     return {fd: ino for fd, ino in new.items() if ino in by_inode and (set(by_inode[ino]) & ports)}
 
 
+LOOPBACK = ("127.", "localhost", "::1", "[::1]")
+
+
+def _listening_ports() -> Optional[set[int]]:
+    """TCP ports listening on this machine (Linux /proc; psutil elsewhere), None when unknown."""
+    if os.path.isdir("/proc/self/net"):
+        ports: set[int] = set()
+        for table in ("tcp", "tcp6"):
+            try:
+                with open(f"/proc/self/net/{table}") as fh:
+                    next(fh)
+                    for line in fh:
+                        f = line.split()
+                        if f[3] == "0A":  # TCP_LISTEN
+                            ports.add(int(f[1].rsplit(":", 1)[1], 16))
+            except (OSError, ValueError, IndexError, StopIteration):
+                continue
+        return ports
+    try:
+        import psutil
+
+        return {c.laddr.port for c in psutil.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
+    except Exception:  # macOS without root: not allowed to list other processes' sockets
+        return None
+
+
+def ring_ports_to_await(rank: int, hostfile: str) -> set[int]:
+    """The first ring port of every other rank, if this is the ring's last rank and all ranks are local.
+
+    MLX's last rank connects first; the others accept first. A connection refused
+    because its peer is not listening yet costs a one-second retry pause, with the
+    GIL held (the engine stands still). The last rank waiting for the others'
+    ports to listen skips that pause.
+    """
+    try:
+        with open(hostfile) as fh:
+            entries = json.load(fh)
+        addrs = [str(rank_addrs[0]) for rank_addrs in entries]
+    except Exception:
+        return set()
+    if len(addrs) < 2 or rank != len(addrs) - 1:
+        return set()
+    hosts_ports = [a.rsplit(":", 1) for a in addrs]
+    if not all(len(hp) == 2 and hp[0].startswith(LOOPBACK) and hp[1].isdigit() for hp in hosts_ports):
+        return set()
+    return {int(port) for _, port in hosts_ports[:-1]}
+
+
+def wait_listening(ports: set[int], timeout: float, poll: float = 0.005) -> bool:
+    """Until every port of ``ports`` listens here (True), ``timeout`` passes or it cannot be known (False)."""
+    end = time.monotonic() + timeout
+    while True:
+        listening = _listening_ports()
+        if listening is None:
+            return False
+        if ports <= listening:
+            return True
+        if time.monotonic() > end:
+            return False
+        time.sleep(poll)
+
+
 class EarlyWorld:
-    """MLX's world group, formed in a background thread as soon as the engine starts.
+    """MLX's world group, formed in a background thread before the first cell needs it.
 
     MLX's ring retries a refused connection only after a pause of about a second,
-    so the rank that starts first usually waits that long. Begun with the engine,
-    that wait overlaps the controller's registration instead of the first cell.
+    and its init holds the GIL: the whole engine stands still meanwhile. So it is
+    begun once the rank is up (:func:`start_world_early`, asked by the cluster
+    after every rank answered its start-up probe), off the cluster's ready time,
+    and the last rank first waits, without the GIL, for the others to listen
+    (:func:`ring_ports_to_await`): with local ranks usually no pause at all.
     """
 
-    def __init__(self, backend: str, strict: bool):
+    def __init__(self, backend: str, strict: bool, await_ports: Optional[set[int]] = None,
+                 await_timeout: float = 30.0):
         self.backend = backend
         self.strict = strict
+        self.await_ports = set(await_ports or ())
+        self.await_timeout = await_timeout
         self.done = threading.Event()
         self.group: Any = None
         self.error: Optional[BaseException] = None
@@ -174,6 +242,8 @@ class EarlyWorld:
         try:
             import mlx.core as mx
 
+            if self.await_ports:  # a peer that never listens (it died) is the cluster's to report
+                wait_listening(self.await_ports, self.await_timeout)
             self.group = mx.distributed.init(strict=self.strict, backend=self.backend)
         except BaseException as exc:  # reported by setup(), in the cell that needs it
             self.error = exc
@@ -186,16 +256,36 @@ class EarlyWorld:
 EARLY_WORLD: Optional[EarlyWorld] = None
 
 
-def start_world_early() -> None:
-    """Begin forming MLX's ring world now, if this engine is one of several ring ranks.
+def start_world_early() -> bool:
+    """Begin forming MLX's ring world in the background, if this engine is one of several
+    ring ranks; whether it is being (or was) formed. Called once per rank by the cluster.
 
     ``MLX_JUPYTER_EARLY_WORLD=0`` turns it off (the first cell then forms it).
     """
     global EARLY_WORLD
+    if EARLY_WORLD is not None:
+        return True
     size = int(os.environ.get("MLX_JUPYTER_SIZE", "1") or 1)
     if (os.environ.get("MLX_JUPYTER_BACKEND") == "ring" and size > 1
             and os.environ.get("MLX_JUPYTER_EARLY_WORLD", "1") != "0" and os.environ.get("MLX_HOSTFILE")):
-        EARLY_WORLD = EarlyWorld("ring", strict=True)
+        EARLY_WORLD = EarlyWorld("ring", strict=True,
+                                 await_ports=ring_ports_to_await(env_rank(), os.environ["MLX_HOSTFILE"]))
+        return True
+    return False
+
+
+def await_json_file(path: str, timeout: float, poll: float = 0.005) -> bool:
+    """Until ``path`` holds valid JSON (True) or ``timeout`` s passed (False)."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            with open(path) as fh:
+                json.load(fh)
+            return True
+        except (OSError, ValueError):
+            if time.monotonic() > end:
+                return False
+        time.sleep(poll)
 
 
 def _rss() -> int:
