@@ -52,11 +52,17 @@ def _fmt_bytes(n: Optional[int]) -> str:
 
 
 class _Progress:
-    """Ranks connected out of N: a widget in a notebook, a text line elsewhere."""
+    """Ranks connected out of N: a widget in a notebook, a text line elsewhere.
+
+    When done, the widget is replaced by the final line (one line, also in a saved
+    notebook's outputs); the text line is overwritten by it.
+    """
 
     def __init__(self, total_hint: int, title: str):
         self.bar = None
+        self.handle: Any = None
         self.title = title
+        self.have, self.total = 0, total_hint
         try:
             from IPython import get_ipython
             import ipywidgets
@@ -67,23 +73,37 @@ class _Progress:
 
                 self.bar = ipywidgets.IntProgress(value=0, min=0, max=max(total_hint, 1), description=title)
                 self.label = ipywidgets.Label(f"0/{total_hint} ranks connected")
-                display(ipywidgets.HBox([self.bar, self.label]))
+                self.box = ipywidgets.HBox([self.bar, self.label])
+                self.handle = display(self.box, display_id=True)
         except Exception:
             self.bar = None
 
     def __call__(self, have: int, total: int) -> None:
+        self.have, self.total = have, total
         if self.bar is not None:
             self.bar.max = total
             self.bar.value = have
             self.label.value = f"{have}/{total} ranks connected"
         else:
-            print(f"\r{self.title}: {have}/{total} ranks connected", end="\n" if have == total else "", flush=True)
+            print(f"\r{self.title}: {have}/{total} ranks connected", end="", flush=True)
 
-    def done(self, text: str, ok: bool = True) -> None:
-        if self.bar is not None:
-            self.bar.bar_style = "success" if ok else "danger"
-            self.label.value = text
-        print(text)
+    def done(self, text: str) -> None:
+        """Replace the progress by ``text``."""
+        if self.bar is None:
+            shown = len(f"{self.title}: {self.have}/{self.total} ranks connected") if self.have else 0
+            print(f"\r{text.ljust(shown)}" if shown else text, flush=True)
+            return
+        try:
+            if self.handle is not None:
+                self.handle.update({"text/plain": text}, raw=True)
+            for w in (self.box, self.bar, self.label):
+                w.close()
+        except Exception:  # a front end without display updates: say it the plain way
+            print(text)
+
+    def failed(self) -> None:
+        """Replace the progress by where it stopped (the error, raised next, says why)."""
+        self.done(f"{self.title}: {self.have}/{self.total} ranks connected, then it failed (below)")
 
 
 @magics_class
@@ -141,7 +161,7 @@ class MLXMagics(Magics):
             try:
                 cluster.start(progress=progress)
             except (ClusterError, Exception) as exc:
-                progress.done(f"failed: {exc}", ok=False)
+                progress.failed()
                 raise UsageError(f"the cluster did not start: {exc}") from None
             _cluster = cluster
             progress.done(f"{cluster.size} ranks ready in {cluster.ready_time:.2f} s "
@@ -162,7 +182,7 @@ class MLXMagics(Magics):
             try:
                 _cluster.restart(progress=progress, timeout=args.timeout)
             except ClusterError as exc:
-                progress.done(f"failed: {exc}", ok=False)
+                progress.failed()
                 raise UsageError(f"restart failed: {exc}") from None
             progress.done(f"{_cluster.size} ranks restarted in {time.perf_counter() - t0:.2f} s (same ranks, same ids)")
         else:

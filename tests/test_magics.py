@@ -71,6 +71,9 @@ def test_cluster_basics_notebook():
         assert not kill_leftovers(seen), "processes left behind by the notebook"
     finally:
         kill_leftovers(seen, grace=0)
+    [started] = nb.cells[0].outputs  # the progress widget, replaced by one final line
+    assert started["output_type"] == "display_data", started
+    assert started["data"]["text/plain"].startswith("2 ranks ready in"), started
     text = "".join(o.get("text", "") for o in nb.cells[1].outputs)
     assert "[rank 0] hello from 0 of 2" in text and "[ranks 0-1] same on every rank" in text
     err = _error_text(nb.cells[4])
@@ -245,7 +248,12 @@ def test_start_progress_status_and_cell_options():
         bar = states("IntProgressModel")
         assert bar[0]["max"] == 2 and bar[0]["value"] == 0, bar
         assert [st["value"] for st in bar if "value" in st][-1] == 2, bar
-        assert "2 ranks ready in" in res.stdout
+        # one line at the end: the progress display itself is replaced by the final line
+        [shown] = [d for d in res.displays if "application/vnd.jupyter.widget-view+json" in d.get("data", {})]
+        final = [d for d in res.displays if "ranks ready in" in d.get("data", {}).get("text/plain", "")]
+        assert len(final) == 1 and final[0]["data"]["text/plain"].startswith("2 ranks ready in"), res.displays
+        assert final[0]["transient"]["display_id"] == shown["transient"]["display_id"], res.displays
+        assert "ranks ready" not in res.stdout and "ranks connected" not in res.stdout, res.stdout
 
         status = k.run("%mlx_cluster status", 10)
         [table] = [d["data"] for d in status.displays if "text/html" in d.get("data", {})]
