@@ -41,9 +41,15 @@ time.sleep(60)
 BOUND = 5.0   # seconds from the SIGKILL until ranks, watcher and temp dir are gone
 
 
+def watchers_of(pid: int) -> set[psutil.Process]:
+    """The local watchdog processes started by launcher ``pid``."""
+    return {p for p in psutil.Process(pid).children() if "mlx-jupyter-watchdog" in p.cmdline()}
+
+
 def watcher_of(pid: int) -> psutil.Process:
-    """The local watchdog process started by launcher ``pid``."""
-    return next(p for p in psutil.Process(pid).children() if "mlx-jupyter-watchdog" in p.cmdline())
+    """The one local watchdog of launcher ``pid``."""
+    (watcher,) = watchers_of(pid)
+    return watcher
 
 
 def ready_pids(run: LiveCLI, n: int) -> tuple[list[int], list[str]]:
@@ -109,16 +115,18 @@ def test_sigkilled_cli_leaves_no_mpi_rank(mpirun):
 
 
 def test_watcher_ends_with_the_launch():
+    before = watchers_of(os.getpid())
     launcher = Launcher([PY, "-c", "import time; time.sleep(1)"], repeat_hosts=2, on_output=lambda *a: None).start()
-    watcher = watcher_of(os.getpid())
+    (watcher,) = watchers_of(os.getpid()) - before
     tmpdir = Path(watcher.cmdline()[-1])
     assert launcher.wait(30) == 0
     assert not wait_pids_gone([watcher.pid], 2.0) and not tmpdir.exists()
 
 
 def test_stop_ends_the_watcher():
+    before = watchers_of(os.getpid())
     launcher = Launcher([PY, "-c", "import time; time.sleep(60)"], repeat_hosts=2, on_output=lambda *a: None).start()
-    watcher = watcher_of(os.getpid())
+    (watcher,) = watchers_of(os.getpid()) - before
     launcher.stop()
     assert not wait_pids_gone([watcher.pid, *(r.pid for r in launcher.ranks)], 2.0)
 
@@ -159,13 +167,13 @@ def test_sigkilled_jupyter_kernel_leaves_no_rank(tmp_path):
     try:
         out: list[str] = []
 
-        def hook(msg):
-            if msg["msg_type"] in ("stream", "error"):
-                out.append(msg["content"].get("text") or msg["content"].get("evalue", ""))
-        kc.execute_interactive("import os; print('kernel', os.getpid())\n%load_ext mlx_jupyter\n"
-                               "%mlx_cluster start -n 2", timeout=90, output_hook=hook)
-        text = "".join(out)
-        assert "ranks ready" in text, text
+        def hook(msg):   # whatever the start shows (text, a widget's text/plain, an error)
+            content = msg["content"]
+            out.append(content.get("text") or content.get("data", {}).get("text/plain") or content.get("evalue") or "")
+        reply = kc.execute_interactive("import os; print('kernel', os.getpid())\n%load_ext mlx_jupyter\n"
+                                       "%mlx_cluster start -n 2", timeout=90, output_hook=hook)
+        text = "\n".join(out)
+        assert reply["content"]["status"] == "ok", text
         kernel = int(text.split("kernel ", 1)[1].split()[0])
         descendants = psutil.Process(kernel).children(recursive=True)
         ranks = [p for p in descendants if "MLX_RANK" in _environ(p)]
