@@ -54,6 +54,8 @@ class Launcher:
     ``stdin=True`` lets :meth:`write_stdin` feed the ranks; otherwise they read EOF.
     For ring launches our core also binds each port + 1000
     (``MLX_JUPYTER_PORT_OFFSET``): keep that range free too.
+    No rank outlives this process: if it dies, even by SIGKILL, a watchdog
+    (one here, one per ssh connection) kills the ranks and removes their temp files.
     """
 
     def __init__(
