@@ -212,11 +212,33 @@ class MLXEngineSetLauncher(EngineLauncher):
                 cb(rank, returncode)
             except Exception:
                 self.log.exception("rank exit callback failed")
+        from mlx_jupyter.launch.rankinfo import LOST
+
         ranks = self.launcher.ranks if self.launcher else []
-        if ranks and all(r.done for r in ranks):
-            codes = {r.rank: r.returncode for r in ranks}
-            data = {"exit_code": next((c for c in codes.values() if c), 0), "ranks": codes}
+        # a rank being stopped counts as done (KILLED) before its process has ended
+        if ranks and all(r.done and (r.returncode is not None or r.state == LOST) for r in ranks):
+            data = self.stop_data_now()
             self.loop.add_callback(lambda: self.notify_stop(data))
+
+    def stop_data_now(self) -> dict:
+        """What ipyparallel is told once every rank has ended: ``exit_code`` is that of the
+        first rank that ended by itself with a nonzero code, 0 when every such rank was
+        stopped by us (stop, restart: listed in ``stopped``); every rank's code in ``ranks``.
+
+        ipyparallel logs a nonzero code as a warning, with the ranks' whole output.
+        """
+        from mlx_jupyter.launch.rankinfo import KILLED
+
+        ranks = self.launcher.ranks if self.launcher else []
+        own = [r for r in ranks if r.done and r.state != KILLED and r.returncode != 0]
+        data: dict[str, Any] = {
+            "exit_code": next((255 if r.returncode is None else r.returncode for r in own), 0),
+            "ranks": {r.rank: r.returncode for r in ranks},
+        }
+        stopped = [r.rank for r in ranks if r.state == KILLED]
+        if stopped:
+            data["stopped"] = stopped
+        return data
 
     def signal(self, sig: int) -> None:
         if self.launcher is not None:
@@ -226,7 +248,7 @@ class MLXEngineSetLauncher(EngineLauncher):
         if self.launcher is not None:
             await self.launcher.astop(timeout=2.0)
         if self.state != "after":
-            self.notify_stop({"exit_code": 0})
+            self.notify_stop(self.stop_data_now() if self.launcher is not None else {"exit_code": 0})
 
     def get_output(self, remove: bool = False) -> str:
         return "\n".join(f"[rank {r}] {line}" for r, lines in self.rank_output.items() for line in lines)

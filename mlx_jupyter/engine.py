@@ -10,6 +10,7 @@ MLX's init holds the GIL and would stall the engine's registration.
 
 from __future__ import annotations
 
+import signal
 import sys
 import threading
 from typing import Optional
@@ -27,6 +28,32 @@ class MLXEngine(IPEngine):
     an ipyparallel without ``complete_registration`` never calls it, which the probe
     reports too.
     """
+
+    _terminated = False
+
+    def init_signal(self) -> None:
+        super().init_signal()
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, sig: int, frame: object) -> None:
+        """SIGTERM (our launcher's stop or restart): end the event loop; the process exits 0.
+
+        ipyparallel's own handler logs a critical "received signal 15" and the stopped
+        loop ends in a RuntimeError traceback and exit code 1: noise for a stop asked for.
+        """
+        self._terminated = True
+        try:
+            self.restore_output()  # what is printed from here on is not a cell's output
+        except Exception:
+            pass
+        self.loop.add_callback_from_signal(self.loop.stop)
+
+    def start(self) -> None:
+        try:
+            super().start()
+        except RuntimeError:
+            if not self._terminated:  # "Event loop stopped before Future completed": our stop
+                raise
 
     def init_engine(self) -> None:
         # ipyparallel polls for the controller's connection file every 0.1 s (and warns);

@@ -129,6 +129,56 @@ def test_expected_size_counts_the_hostfile(tmp_path):
     assert Cluster(n=2, hosts="a,b").expected_size() == 4
 
 
+def test_engine_set_tells_ipyparallel_a_failure_only_for_ranks_that_ended_by_themselves():
+    """A stop or restart (the ranks KILLED by our launcher) is reported to ipyparallel as
+    exit_code 0, which it logs quietly; a rank that died by itself is still its exit_code
+    (ipyparallel then warns, with the ranks' output). Each rank's code is kept."""
+    from types import SimpleNamespace
+
+    from mlx_jupyter.launch.rankinfo import EXITED, KILLED, LOST, RUNNING, RankInfo
+
+    es = cluster_mod.MLXEngineSetLauncher()
+    es.launcher = SimpleNamespace(ranks=[RankInfo(0, "h", 10, KILLED, -15), RankInfo(1, "h", 11, KILLED, 0)])
+    assert es.stop_data_now() == {"exit_code": 0, "ranks": {0: -15, 1: 0}, "stopped": [0, 1]}
+    es.launcher.ranks[1] = RankInfo(1, "h", 11, EXITED, -11)  # a segfault before the stop
+    assert es.stop_data_now() == {"exit_code": -11, "ranks": {0: -15, 1: -11}, "stopped": [0]}
+    es.launcher.ranks[1] = RankInfo(1, "h", None, LOST, None)
+    assert es.stop_data_now()["exit_code"] == 255
+    es.launcher.ranks[1] = RankInfo(1, "h", 11, RUNNING, None)  # not ended: nobody's failure yet
+    assert es.stop_data_now()["exit_code"] == 0
+
+
+def test_engine_set_stops_once_every_rank_has_ended_not_when_marked_killed():
+    """Regression: a rank being stopped is KILLED (done) before its process ends; ipyparallel
+    was told the set had stopped while that rank's code was still unknown (None)."""
+    from types import SimpleNamespace
+
+    import traitlets
+
+    from mlx_jupyter.launch.rankinfo import KILLED, RankInfo
+
+    class Loop:
+        def __init__(self):
+            self.callbacks = []
+
+        def add_callback(self, f):
+            self.callbacks.append(f)
+
+    class EngineSet(cluster_mod.MLXEngineSetLauncher):
+        loop = traitlets.Any()
+
+    es = EngineSet()
+    es.loop = Loop()
+    es.launcher = SimpleNamespace(ranks=[RankInfo(0, "h", 10, KILLED, 0), RankInfo(1, "h", 11, KILLED, None)])
+    es._on_exit(0, 0)
+    assert es.loop.callbacks == []
+    es.launcher.ranks[1].returncode = 0
+    es._on_exit(1, 0)
+    [notify] = es.loop.callbacks
+    notify()
+    assert es.state == "after" and es.stop_data == {"exit_code": 0, "ranks": {0: 0, 1: 0}, "stopped": [0, 1]}
+
+
 # ---------------------------------------------------------------- the stop button outside cells
 
 

@@ -322,3 +322,70 @@ def test_many_cells_in_one_kernel_keep_answering():
         stop_leaves_nothing(k, kernel_pid)
     finally:
         k.close()  # kills whatever a failed run left behind
+
+
+def _run_seeing_everything(k: Kernel, code: str, timeout: float, seen: list) -> dict:
+    """Run ``code``; append every stream message of any cell (parent, name, text) to ``seen``
+    until this one is idle; its execute_reply content."""
+    import queue
+
+    msg_id = k.submit(code)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            msg = k.kc.get_iopub_msg(timeout=max(0.05, deadline - time.monotonic()))
+        except queue.Empty:
+            raise TimeoutError(f"{code!r} did not finish within {timeout} s; seen: {seen}") from None
+        parent = msg["parent_header"].get("msg_id")
+        if msg["msg_type"] == "stream":
+            seen.append((parent, msg["content"]["name"], msg["content"]["text"]))
+        elif msg["msg_type"] == "error":
+            seen.append((parent, "error", "\n".join(msg["content"]["traceback"])))
+        elif msg["msg_type"] == "status" and parent == msg_id and msg["content"]["execution_state"] == "idle":
+            break
+    reply = k.kc.get_shell_msg(timeout=10)
+    while reply["parent_header"].get("msg_id") != msg_id:
+        reply = k.kc.get_shell_msg(timeout=10)
+    return reply["content"]
+
+
+def test_stop_and_restart_on_purpose_are_quiet():
+    """Regression: after %mlx_cluster stop the cell that started the cluster got ipyparallel's
+    warning "engine set stopped ...: {'exit_code': 1, ...}" and, with a status widget open,
+    the ranks' whole logs ending in "received signal 15" and a RuntimeError traceback. A stop
+    or restart asked for is no failure: nothing on stderr in any cell, the ranks exit 0 on our
+    SIGTERM, ipyparallel is told exit_code 0 (each rank's code kept)."""
+    k = Kernel()
+    seen: list = []
+    try:
+        kernel_pid = k.pid
+        steps = [
+            "%load_ext mlx_jupyter\n%mlx_cluster start -n 2\n"
+            "from mlx_jupyter.widgets import ClusterStatusWidget\nw = ClusterStatusWidget()\nw",
+            "%%mlx_distributed\nx = world.rank()",
+            "import mlx_jupyter.magics as _m\n_before = _m.current().engine_set",
+            "%mlx_cluster restart",
+            "%%mlx_distributed\nx = world.rank()",
+            "print('restarted:', _before.stop_data)\n_es = _m.current().engine_set",
+        ]
+        for code in steps:
+            reply = _run_seeing_everything(k, code, 60, seen)
+            assert reply["status"] == "ok", (code, reply, seen)
+        started = _tree(kernel_pid)
+        last_words = ("print('stopped:', _es.stop_data)\nw.close()\nfor _r, _lines in _es.rank_output.items():\n"
+                      "    print(f'rank {_r} said:', [ln for ln in _lines if 'received signal' in ln or 'Error' in ln])")
+        for code in ("%mlx_cluster stop", last_words):
+            reply = _run_seeing_everything(k, code, 60, seen)
+            assert reply["status"] == "ok", (code, reply, seen)
+        assert not alive(_tree(kernel_pid) | started), "processes left behind"
+    finally:
+        k.close()
+    stderr = [(p, t) for p, name, t in seen if name != "stdout"]
+    assert not stderr, stderr
+    out = "".join(t for _, name, t in seen if name == "stdout")
+    for noise in ("WARNING", "engine set stopped", "Output for", "received signal", "Traceback"):
+        assert noise not in out, out
+    assert [ln for ln in out.splitlines() if ln.startswith("rank ")] == ["rank 0 said: []", "rank 1 said: []"], out
+    for what in ("restarted:", "stopped:"):
+        [line] = [ln for ln in out.splitlines() if ln.startswith(what)]
+        assert "'exit_code': 0, 'ranks': {0: 0, 1: 0}, 'stopped': [0, 1]" in line, line
