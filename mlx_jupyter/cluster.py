@@ -832,8 +832,9 @@ class Cluster:
     def status(self, timeout: float = 1.0, forming_grace: float = 2.0) -> list[dict]:
         """One row per rank: rank, host, pid, state, backend, memory (bytes), and what the rank says.
 
-        A rank still forming MLX's world (just after start) is given ``forming_grace`` s
-        more to answer.
+        ``cell_started`` is when the rank's current cell began (wall clock, ``time.time()``;
+        a remote rank's shifted to this machine's clock), None when idle. A rank still
+        forming MLX's world (just after start) is given ``forming_grace`` s more to answer.
         """
         rows = []
         client = self.client
@@ -851,14 +852,15 @@ class Cluster:
             info = infos.get(rank)
             row = {"rank": rank, "host": info.host if info else "?", "pid": info.pid if info else None,
                    "state": "dead" if rank in self.dead else (info.state if info else "?"),
-                   "backend": self.backend, "memory": None}
+                   "backend": self.backend, "memory": None, "cell_started": None}
             fut = futures.get(rank)
             if fut is not None:
                 until = deadline + (forming_grace if rank in forming else 0.0)
                 try:
                     reply = fut.result(max(0.0, until - time.monotonic()))["content"]
                     row.update(memory=reply.get("rss"), busy=reply.get("executing"),
-                               world_closed=reply.get("world_closed", ""), group=reply.get("group"))
+                               world_closed=reply.get("world_closed", ""), group=reply.get("group"),
+                               cell_started=_local_clock(reply, info is None or _is_local(info.host)))
                     row["state"] = "busy" if reply.get("executing") else "idle"
                 except Exception:
                     row["state"] = "forming MLX world" if rank in self.forming_world() else "no reply"
@@ -898,6 +900,18 @@ class Cluster:
         self.check_ranks(ranks)
         ar = self.client.direct_view(targets=ranks).gather(name, block=False)
         return self.wait(ar, timeout, ranks, "gather")
+
+
+def _local_clock(reply: Mapping[str, Any], same_clock: bool) -> Optional[float]:
+    """The reply's ``cell_started`` (None unless busy) in this machine's clock: a remote rank's
+    clock is shifted by its offset from ours, as seen in its reply's ``time`` (within the reply's latency)."""
+    started = reply.get("cell_started") if reply.get("executing") else None
+    if not isinstance(started, (int, float)):
+        return None
+    rank_now = reply.get("time")
+    if same_clock or not isinstance(rank_now, (int, float)):
+        return float(started)
+    return float(started) + (time.time() - rank_now)
 
 
 class _Outstanding:

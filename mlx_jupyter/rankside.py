@@ -16,7 +16,7 @@ engine's control thread handles even while a cell blocks the main thread:
   still queued, or between dispatch and ``pre_run_cell``) keeps that cell from
   running: the kernel answers "aborted", or the cell is rejected before its
   first line (:class:`CellAborted`).
-- ``mlx_status_request``: pid, memory, whether a cell runs, group/world state.
+- ``mlx_status_request``: pid, memory, whether a cell runs and since when, group/world state.
 
 Requests that run functions (``apply_request``: setup, push, pull) are tracked
 like cells, so an abort naming one (the notebook's KeyboardInterrupt) stops it too.
@@ -314,6 +314,7 @@ class RankAgent:
         self.kind = "cell"  # of the current (or last) request: "cell" or "apply"
         self.returned = False  # the current apply request's handler has returned
         self.cell = 0
+        self.cell_started: Optional[float] = None  # wall clock (time.time()) the current request began
         self.abort_reason: Optional[str] = None
         self.world_sockets: dict[int, int] = {}
         self.world_closed = ""
@@ -360,6 +361,7 @@ class RankAgent:
             self.executing = True
             self.kind = kind
             self.cell += 1
+            self.cell_started = time.time()
             self.msg_id = msg_id
             reason = self._not_started.pop(msg_id, None) if msg_id else None
             self.abort_reason = reason
@@ -613,6 +615,8 @@ class RankAgent:
             "rss": _rss(),
             "executing": self.executing,
             "cell": self.cell,
+            "cell_started": self.cell_started if self.executing else None,
+            "time": time.time(),
             "backend": self.backend,
             "world": "world" in self.shell.user_ns,
             "world_closed": self.world_closed,

@@ -165,6 +165,39 @@ def test_interrupt_before_a_rank_started_the_cell_keeps_it_from_running(cluster,
     assert cluster.pull("ran") == [True, False]
 
 
+def test_status_says_when_each_rank_began_its_cell_and_a_late_widget_counts_from_there(cluster, tmp_path):
+    """A rank's status reply carries its current cell's start (time.time()); Cluster.status
+    passes it on, so a ClusterStatusWidget opened in the middle of a cell counts the
+    cell's time from its start, not from the widget's first look."""
+    from mlx_jupyter.widgets import ClusterStatusWidget
+
+    if cluster.needs_reform:
+        cluster.reform()
+    gate = tmp_path / "gate"
+    sent = time.time()
+    r = cluster.run("import os, time\nprint('running', flush=True)\nt_end = time.monotonic() + 20\n"
+                    f"while not os.path.exists({str(gate)!r}) and time.monotonic() < t_end:\n    time.sleep(0.01)")
+    try:
+        seen = set()
+        while len(seen) < 2:  # both ranks inside the cell
+            ev = r.next_event(10)
+            assert ev is not None, seen
+            if ev.kind == "stream":
+                seen.add(ev.rank)
+        rows = cluster.status()
+        assert [row["state"] for row in rows] == ["busy", "busy"], rows
+        assert all(sent - 0.05 <= row["cell_started"] <= time.time() for row in rows), (sent, rows)
+        w = ClusterStatusWidget(cluster, autostart=False)  # opened mid-cell: the rank's own start time
+        try:
+            assert [row["busy_since"] for row in w.rows] == [row["cell_started"] for row in rows], (w.rows, rows)
+        finally:
+            w.close()
+    finally:
+        gate.touch()
+        assert r.wait(10)
+    assert [row["cell_started"] for row in cluster.status()] == [None, None]
+
+
 def test_back_to_back_runs_all_end(cluster):
     """Regression: every run's replies are read. CellRun used to send its execute
     requests raw on the client's mux socket, bypassing the ZMQStream that reads it;

@@ -223,3 +223,27 @@ def test_without_a_hostfile_no_socket_is_taken_for_mlx(monkeypatch):
         assert rankside.world_socket_fds(before) == {}
     finally:
         s.close()
+
+
+def test_status_carries_the_current_cells_start(agent, monkeypatch):
+    """`cell_started`: the wall clock when the current request began; None between requests."""
+    agent.shell.user_ns = {}
+    assert agent.status()["cell_started"] is None
+    monkeypatch.setattr(rankside.time, "time", lambda: 1234.5)
+    agent._pre_run_cell()
+    monkeypatch.undo()
+    st = agent.status()
+    assert st["executing"] and st["cell_started"] == 1234.5 and st["time"] >= 1234.5
+    agent._post_run_cell()
+    assert agent.status()["cell_started"] is None
+
+
+def test_a_remote_ranks_cell_start_is_moved_to_our_clock(monkeypatch):
+    from mlx_jupyter.cluster import _local_clock
+
+    monkeypatch.setattr("mlx_jupyter.cluster.time.time", lambda: 1000.0)
+    busy = {"executing": True, "cell_started": 1500.0, "time": 1510.0}  # its clock is 510 s ahead
+    assert _local_clock(busy, same_clock=True) == 1500.0
+    assert _local_clock(busy, same_clock=False) == 990.0
+    assert _local_clock({**busy, "executing": False}, same_clock=False) is None
+    assert _local_clock({"executing": True, "cell_started": 5.0}, same_clock=False) == 5.0  # an older rank

@@ -209,6 +209,19 @@ def test_rows_track_cell_start():
     assert rows[0]["busy_since"] is None
 
 
+def test_rows_take_the_ranks_own_cell_start():
+    """With the rank's `cell_started` the cell time is exact: for a widget first looking
+    mid-cell, and for a new cell that began between two refreshes."""
+    since = {}
+    rows = rows_from_status([{"rank": 0, "state": "busy", "cell_started": 42.5},
+                             {"rank": 1, "state": "busy", "cell_started": None}], since, 100.0)
+    assert [r["busy_since"] for r in rows] == [42.5, 100.0]
+    rows = rows_from_status([{"rank": 0, "state": "busy", "cell_started": 101.0}], since, 102.0)
+    assert rows[0]["busy_since"] == 101.0  # the next cell, not the previous one's continuation
+    rows = rows_from_status([{"rank": 0, "state": "idle", "cell_started": None}], since, 103.0)
+    assert rows[0]["busy_since"] is None and 0 not in since
+
+
 def test_status_sends_only_changes():
     c = FakeCluster()
     w = ClusterStatusWidget(c, autostart=False)

@@ -1,5 +1,8 @@
 """`ClusterStatusWidget`: a live table of a cluster's ranks (host, pid, state, current cell time, memory).
 
+The cell time counts from the rank's own record of when its cell began, so it is exact even
+for a widget opened in the middle of a cell.
+
 No polling storm: one daemon thread asks the ranks at most once per `interval` (>= 1 s), and
 wakes early only when a rank's process ends (the cluster's exit callback). Only changed rows
 reach the browser (traitlets drops equal values); the cell clock ticks in the browser.
@@ -24,12 +27,19 @@ def _mib(n: Optional[int]) -> Optional[float]:
 
 
 def rows_from_status(status: list[dict], busy_since: dict[int, float], now: float) -> list[dict]:
-    """Rows for the table; `busy_since` (rank -> start time) is updated as ranks start and end cells."""
+    """Rows for the table; `busy_since` (rank -> cell start, epoch s) is updated as ranks start and end cells.
+
+    A rank's own `cell_started` (what `Cluster.status` passes on) is exact; without it the
+    start is the first refresh (`now`) that saw the rank busy.
+    """
     rows = []
     for s in status:
         rank = int(s["rank"])
         busy = s.get("state") == "busy"
-        if busy:
+        started = s.get("cell_started")
+        if busy and isinstance(started, (int, float)) and not isinstance(started, bool):
+            busy_since[rank] = float(started)
+        elif busy:
             busy_since.setdefault(rank, now)
         else:
             busy_since.pop(rank, None)
