@@ -56,6 +56,14 @@ def test_cluster_is_published_for_the_lab_panel(cluster):
         [(row["rank"], row["pid"], "running") for row in cluster.status()]
 
 
+def test_start_uses_our_controller_and_begins_mlx_world_after_the_probe(cluster):
+    """The controller without ipyparallel's fixed pause; every rank asked to form MLX's world
+    once it had answered the probe (not at engine start: MLX's init holds the GIL)."""
+    assert "mlx_jupyter.controller" in cluster.ipp.controller.args
+    cluster.client[:].execute("import mlx_jupyter.rankside as _r\n_began = _r.EARLY_WORLD is not None", block=True)
+    assert cluster.pull("_began") == [True, True] and cluster.forming_world() == []
+
+
 def run(c: Cluster, code: str, timeout: float = 20):
     return show_run(c.run(code), timeout=timeout)
 

@@ -129,6 +129,45 @@ def test_expected_size_counts_the_hostfile(tmp_path):
     assert Cluster(n=2, hosts="a,b").expected_size() == 4
 
 
+def test_our_controller_skips_init_hubs_fixed_pause_and_only_that(monkeypatch):
+    """ipyparallel 9's init_hub sleeps 0.25 s before writing the connection files everyone
+    waits for (and sleeps nowhere else in that module); ours skips it, time stays time."""
+    import inspect
+
+    from ipyparallel.controller import app
+
+    from mlx_jupyter import controller
+
+    assert "time.sleep(0.25)" in inspect.getsource(app.IPController.init_hub)
+    seen = {}
+
+    def init_hub(self):
+        t0 = time.monotonic()
+        app.time.sleep(5)
+        seen["slept"], seen["clock"] = time.monotonic() - t0, app.time.monotonic()
+
+    monkeypatch.setattr(app.IPController, "init_hub", init_hub)
+    controller.MLXController.init_hub(object.__new__(controller.MLXController))
+    assert seen["slept"] < 1 and seen["clock"] > 0
+    assert app.time is time  # restored
+
+
+def test_our_controller_writes_connection_files_atomically(tmp_path):
+    import json
+    import stat
+    from types import SimpleNamespace
+
+    from mlx_jupyter import controller
+
+    me = SimpleNamespace(profile_dir=SimpleNamespace(security_dir=str(tmp_path)),
+                         log=SimpleNamespace(info=lambda *a: None))
+    controller.MLXController.save_connection_dict(me, "ipcontroller-x-client.json", {"key": "k", "ports": [1, 2]})
+    path = tmp_path / "ipcontroller-x-client.json"
+    assert json.loads(path.read_text()) == {"key": "k", "ports": [1, 2]}
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left
+
+
 def test_engine_set_tells_ipyparallel_a_failure_only_for_ranks_that_ended_by_themselves():
     """A stop or restart (the ranks KILLED by our launcher) is reported to ipyparallel as
     exit_code 0, which it logs quietly; a rank that died by itself is still its exit_code

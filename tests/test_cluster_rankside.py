@@ -247,3 +247,103 @@ def test_a_remote_ranks_cell_start_is_moved_to_our_clock(monkeypatch):
     assert _local_clock(busy, same_clock=False) == 990.0
     assert _local_clock({**busy, "executing": False}, same_clock=False) is None
     assert _local_clock({"executing": True, "cell_started": 5.0}, same_clock=False) == 5.0  # an older rank
+
+
+# ---------------------------------------------------------------- the early world's order
+
+
+def _hostfile(tmp_path, addrs) -> str:
+    import json
+
+    path = tmp_path / "hosts.json"
+    path.write_text(json.dumps([[a] if isinstance(a, str) else a for a in addrs]))
+    return str(path)
+
+
+def test_only_the_last_local_ring_rank_waits_for_the_others(tmp_path):
+    hf = _hostfile(tmp_path, ["127.0.0.1:5000", ["127.0.0.1:5010", "127.0.0.1:5011"], "127.0.0.1:5020"])
+    assert rankside.ring_ports_to_await(2, hf) == {5000, 5010}  # the first address each accepts on
+    assert rankside.ring_ports_to_await(0, hf) == set() and rankside.ring_ports_to_await(1, hf) == set()
+    remote = _hostfile(tmp_path, ["127.0.0.1:5000", "10.0.0.2:5000"])
+    assert rankside.ring_ports_to_await(1, remote) == set()  # cannot see another host's sockets
+    assert rankside.ring_ports_to_await(0, _hostfile(tmp_path, ["127.0.0.1:5000"])) == set()
+    assert rankside.ring_ports_to_await(1, str(tmp_path / "missing.json")) == set()
+
+
+def test_ring_ports_to_await_never_raises_on_any_hostfile(tmp_path):
+    import json
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    path = tmp_path / "h.json"
+    anything = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=12),
+                            lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=4), kids, max_size=3),
+                            max_leaves=12)
+
+    @settings(max_examples=200, deadline=None)
+    @given(anything, st.integers(-2, 5))
+    def check(doc, rank):
+        path.write_text(json.dumps(doc))
+        ports = rankside.ring_ports_to_await(rank, str(path))
+        assert isinstance(ports, set) and all(isinstance(p, int) for p in ports)
+
+    check()
+    path.write_bytes(b"\xff not json")
+    assert rankside.ring_ports_to_await(1, str(path)) == set()
+
+
+def test_wait_listening_sees_a_listening_port_and_times_out_on_a_closed_one():
+    import socket
+
+    server = socket.create_server(("127.0.0.1", 0))
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))  # bound, never listening
+    try:
+        if rankside._listening_ports() is None:
+            pytest.skip("this system does not let us list listening sockets")
+        assert rankside.wait_listening({server.getsockname()[1]}, timeout=5)
+        t0 = time.monotonic()
+        assert not rankside.wait_listening({probe.getsockname()[1]}, timeout=0.1)
+        assert time.monotonic() - t0 < 5
+    finally:
+        server.close()
+        probe.close()
+
+
+def test_the_early_world_waits_for_the_ports_before_mlx_init(monkeypatch):
+    """MLX's init holds the GIL: the wait for the peers comes before it, in Python."""
+    import mlx.core as mx
+
+    order = []
+    monkeypatch.setattr(rankside, "wait_listening", lambda ports, timeout: order.append(("wait", ports)) or True)
+    monkeypatch.setattr(mx.distributed, "init", lambda strict, backend: order.append(("init", backend)) or "world")
+    early = rankside.EarlyWorld("ring", strict=True, await_ports={5000})
+    assert early.done.wait(10)
+    assert order == [("wait", {5000}), ("init", "ring")] and early.group == "world" and early.error is None
+
+
+def test_start_world_early_once_and_only_for_ring_ranks(monkeypatch):
+    made = []
+    monkeypatch.setattr(rankside, "EARLY_WORLD", None)
+    monkeypatch.setattr(rankside, "EarlyWorld", lambda *a, **k: made.append((a, k)) or SimpleNamespace())
+    monkeypatch.setenv("MLX_JUPYTER_BACKEND", "jaccl")
+    monkeypatch.setenv("MLX_JUPYTER_SIZE", "2")
+    monkeypatch.setenv("MLX_HOSTFILE", "/nonexistent.json")
+    monkeypatch.setenv("MLX_RANK", "1")
+    assert rankside.start_world_early() is False and made == []
+    monkeypatch.setenv("MLX_JUPYTER_BACKEND", "ring")
+    monkeypatch.setenv("MLX_JUPYTER_EARLY_WORLD", "0")
+    assert rankside.start_world_early() is False and made == []
+    monkeypatch.delenv("MLX_JUPYTER_EARLY_WORLD")
+    assert rankside.start_world_early() is True and rankside.start_world_early() is True
+    assert len(made) == 1 and made[0][0] == ("ring",)
+
+
+def test_await_json_file_waits_for_valid_json(tmp_path):
+    path = tmp_path / "c.json"
+    assert not rankside.await_json_file(str(path), 0.05)
+    path.write_text('{"key": ')  # half written
+    assert not rankside.await_json_file(str(path), 0.05)
+    path.write_text('{"key": "k"}')
+    assert rankside.await_json_file(str(path), 0.05)
