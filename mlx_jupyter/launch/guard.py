@@ -24,18 +24,33 @@ from typing import Optional
 
 # $1: the launch's temp dir. At EOF on stdin, each process group registered
 # there is killed, and the rest of its session too: mpirun puts each of its
-# ranks in a group of its own, in its session (there is no killpg for a
-# session, hence pkill -s, on Linux and macOS alike). HUP and INT are ignored:
-# a closing terminal or a Ctrl-C must not take the guard away.
+# ranks in a group of its own, in its session. There is no killpg for a
+# session: pkill -s (macOS, Linux with procps), else Linux's /proc (each
+# stat line is "pid (comm) state ppid pgrp session ..."; comm may hold
+# anything, so fields are counted after its last ") "). HUP and INT are
+# ignored: a closing terminal or a Ctrl-C must not take the guard away.
 WATCHER = r"""trap '' HUP INT PIPE
+d=$1
 while read -r _; do :; done
-for f in "$1"/pids/*; do
+for f in "$d"/pids/*; do
   [ -f "$f" ] || continue
-  kill -s KILL -- "-${f##*/}" 2>/dev/null
-  command -v pkill >/dev/null 2>&1 && pkill -KILL -s "${f##*/}" 2>/dev/null
+  id=${f##*/}
+  kill -s KILL -- "-$id" 2>/dev/null
+  if command -v pkill >/dev/null 2>&1; then
+    pkill -KILL -s "$id" 2>/dev/null
+  elif [ -r /proc/self/stat ]; then
+    for s in /proc/[0-9]*/stat; do
+      IFS= read -r line 2>/dev/null <"$s" || continue
+      set -f; set -- ${line##*) }; set +f
+      [ "$4" = "$id" ] && p=${s#/proc/} && kill -s KILL "${p%/stat}" 2>/dev/null
+    done
+  fi
 done
-rm -rf "$1"
+rm -rf "$d"
 """
+
+#: Where the watcher finds rm and pkill, after the launcher's own PATH.
+STANDARD_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
 
 _open_fds: set[int] = set()
 _fds_lock = threading.Lock()
@@ -54,6 +69,11 @@ def _close_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_close_in_child)
+
+
+def watcher_path() -> str:
+    """The watcher's PATH: the launcher's, then the standard directories."""
+    return ":".join(p for p in [os.environ.get("PATH", ""), STANDARD_PATH] if p)
 
 
 class LocalWatchdog:
@@ -77,7 +97,7 @@ class LocalWatchdog:
             proc = await asyncio.create_subprocess_exec(
                 "/bin/sh", "-c", WATCHER, "mlx-jupyter-watchdog", path,
                 stdin=read_fd, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-                start_new_session=True,
+                start_new_session=True, env={"PATH": watcher_path()},
             )
         except BaseException:
             _close(write_fd)

@@ -112,3 +112,22 @@ def wait_pids_gone(pids: Sequence[int], timeout: float) -> list[int]:
             pass
     _, alive = psutil.wait_procs(procs, timeout=max(timeout, 0))
     return [p.pid for p in alive if pid_alive(p.pid)]
+
+
+def watchers_of(pid: int) -> set[psutil.Process]:
+    """The local watchdog processes started by launcher ``pid``."""
+    found = set()
+    for p in psutil.Process(pid).children():
+        try:
+            if "mlx-jupyter-watchdog" in p.cmdline():
+                found.add(p)
+        except psutil.Error:   # a child that just ended
+            pass
+    return found
+
+
+def watcher_of(pid: int) -> psutil.Process:
+    """The one local watchdog of launcher ``pid``."""
+    watchers = watchers_of(pid)
+    assert len(watchers) == 1, f"launcher {pid} has {len(watchers)} watchdogs"
+    return watchers.pop()

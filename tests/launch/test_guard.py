@@ -6,6 +6,7 @@ import asyncio
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -13,9 +14,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from launch_helpers import PY, LiveCLI, cli_env, pid_alive, wait_pids_gone
+from launch_helpers import PY, LiveCLI, cli_env, pid_alive, wait_pids_gone, watcher_of, watchers_of
 from mlx_jupyter.launch import Launcher
-from mlx_jupyter.launch.guard import LocalWatchdog
+from mlx_jupyter.launch.guard import WATCHER, LocalWatchdog
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -39,17 +40,6 @@ time.sleep(60)
 """
 
 BOUND = 5.0   # seconds from the SIGKILL until ranks, watcher and temp dir are gone
-
-
-def watchers_of(pid: int) -> set[psutil.Process]:
-    """The local watchdog processes started by launcher ``pid``."""
-    return {p for p in psutil.Process(pid).children() if "mlx-jupyter-watchdog" in p.cmdline()}
-
-
-def watcher_of(pid: int) -> psutil.Process:
-    """The one local watchdog of launcher ``pid``."""
-    (watcher,) = watchers_of(pid)
-    return watcher
 
 
 def ready_pids(run: LiveCLI, n: int) -> tuple[list[int], list[str]]:
@@ -203,3 +193,39 @@ def mpirun():
         if os.environ.get("CI") == "true":
             pytest.fail("mpirun is missing under CI: .ci/run installs openmpi-bin")
         pytest.skip("mpirun not installed (apt-get install openmpi-bin)")
+
+
+#: A session leader with a child in a process group of its own (as mpirun starts its ranks).
+SESSION = ("import subprocess, time; c = subprocess.Popen(['sleep', '60'], process_group=0); "
+           "print(c.pid, flush=True); time.sleep(60)")
+
+
+@pytest.mark.parametrize("kill_by", ["pkill", "proc"])
+def test_watcher_kills_the_rest_of_a_registered_session(tmp_path, kill_by):
+    """With pkill, or (Linux without procps) by reading /proc."""
+    if kill_by == "pkill" and shutil.which("pkill") is None:
+        pytest.skip("no pkill here")
+    if kill_by == "proc" and not os.path.exists("/proc/self/stat"):
+        pytest.skip("no /proc here")
+    bindir = tmp_path / "bin"   # the watcher's only PATH: rm, and pkill if wanted
+    bindir.mkdir()
+    for tool in ["rm", "pkill"] if kill_by == "pkill" else ["rm"]:
+        (bindir / tool).symlink_to(shutil.which(tool))
+    guarded = tmp_path / "guarded"
+    (guarded / "pids").mkdir(parents=True)
+    leader = subprocess.Popen([PY, "-c", SESSION], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    procs = [psutil.Process(leader.pid)]
+    try:
+        procs.append(psutil.Process(int(leader.stdout.readline())))
+        assert os.getpgid(procs[1].pid) != leader.pid and os.getsid(procs[1].pid) == leader.pid
+        (guarded / "pids" / str(leader.pid)).touch()
+        watcher = subprocess.Popen(["/bin/sh", "-c", WATCHER, "w", str(guarded)], stdin=subprocess.PIPE,
+                                   env={"PATH": str(bindir)}, stderr=subprocess.PIPE)
+        watcher.stdin.close()   # the launcher is gone
+        assert watcher.wait(10) == 0 and watcher.stderr.read() == b""
+        assert leader.wait(5) == -signal.SIGKILL
+        assert not wait_pids_gone([procs[1].pid], 5.0)
+        assert not guarded.exists()
+    finally:
+        kill_leftovers(procs)
+        leader.stdout.close()

@@ -10,10 +10,9 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
-from launch_helpers import collector, PY, ROOT, LiveCLI, cli, cpu_seconds, wait_pids_gone
+from launch_helpers import collector, PY, ROOT, LiveCLI, cli, cpu_seconds, wait_pids_gone, watcher_of
 from mlx_jupyter.launch import LaunchError, Launcher
 from mlx_jupyter.launch.cli import build_parser, split_argv
 
@@ -239,7 +238,7 @@ def test_cli_is_idle_while_ranks_sleep():
     code = "import time; print('ready', flush=True); time.sleep(3); print('done', flush=True)"
     run = LiveCLI(["-n", "2", PY, "-c", code])
     run.wait_for("ready", 2)
-    watcher = next(p for p in psutil.Process(run.proc.pid).children() if "mlx-jupyter-watchdog" in p.cmdline())
+    watcher = watcher_of(run.proc.pid)
     t0, c0, w0 = time.monotonic(), cpu_seconds(run.proc.pid), cpu_seconds(watcher.pid)
     run.wait_for("done", 1, timeout=20)
     t1, c1, w1 = time.monotonic(), cpu_seconds(run.proc.pid), cpu_seconds(watcher.pid)
