@@ -501,8 +501,9 @@ class Cluster:
     def _begin_world(self) -> None:
         """Ask every rank to begin forming MLX's world now, in the background (ring only).
 
-        Not waited for: its answer comes once the ring has formed (MLX's init holds
-        the ranks' GIL meanwhile); the first cell's setup takes it over.
+        Not waited for: each rank answers once its part of the ring has formed (MLX's
+        init holds the rank's GIL meanwhile: see :meth:`forming_world`); the first
+        cell's setup takes the world over.
         """
         from mlx_jupyter import rankside
 
@@ -833,20 +834,24 @@ class Cluster:
         """One row per rank: rank, host, pid, state, backend, memory (bytes), and what the rank says.
 
         ``cell_started`` is when the rank's current cell began (wall clock, ``time.time()``;
-        a remote rank's shifted to this machine's clock), None when idle. A rank still
-        forming MLX's world (just after start) is given ``forming_grace`` s more to answer.
+        a remote rank's shifted to this machine's clock), None when idle. Just after start,
+        while ranks still form MLX's world, it first waits up to ``forming_grace`` s for them.
         """
         rows = []
         client = self.client
         infos = {i.rank: i for i in (self.engine_set.launcher.ranks if self.ipp and self._engine_set_id else [])}
         futures = {}
+        if self.forming_world():  # just started: a moment more gives the ranks' real state
+            try:
+                self._world_ar.wait(forming_grace)
+            except Exception:
+                pass
         if client is not None:
             for rank in self.ranks:
                 if rank in self.dead or rank not in client.ids:
                     continue
                 ident = client._build_targets([rank])[0][0]
                 futures[rank] = client._send(client._control_stream, "mlx_status_request", content={}, ident=ident)
-        forming = set(self.forming_world())
         deadline = time.monotonic() + timeout
         for rank in self.ranks:
             info = infos.get(rank)
@@ -855,13 +860,14 @@ class Cluster:
                    "backend": self.backend, "memory": None, "cell_started": None}
             fut = futures.get(rank)
             if fut is not None:
-                until = deadline + (forming_grace if rank in forming else 0.0)
                 try:
-                    reply = fut.result(max(0.0, until - time.monotonic()))["content"]
+                    reply = fut.result(max(0.0, deadline - time.monotonic()))["content"]
                     row.update(memory=reply.get("rss"), busy=reply.get("executing"),
                                world_closed=reply.get("world_closed", ""), group=reply.get("group"),
                                cell_started=_local_clock(reply, info is None or _is_local(info.host)))
                     row["state"] = "busy" if reply.get("executing") else "idle"
+                    if rank in self.forming_world():
+                        row.update(state="forming MLX world", busy=False, cell_started=None)
                 except Exception:
                     row["state"] = "forming MLX world" if rank in self.forming_world() else "no reply"
             elif rank in self.dead:

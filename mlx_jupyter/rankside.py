@@ -256,22 +256,24 @@ class EarlyWorld:
 EARLY_WORLD: Optional[EarlyWorld] = None
 
 
-def start_world_early() -> bool:
+def start_world_early(wait: float = 30.0) -> bool:
     """Begin forming MLX's ring world in the background, if this engine is one of several
-    ring ranks; whether it is being (or was) formed. Called once per rank by the cluster.
+    ring ranks, and wait up to ``wait`` s for it; whether it is being (or was) formed.
 
+    Called once per rank by the cluster right after start: its answer says the world
+    has formed (meanwhile MLX's init holds the GIL and the rank answers nothing).
     ``MLX_JUPYTER_EARLY_WORLD=0`` turns it off (the first cell then forms it).
     """
     global EARLY_WORLD
-    if EARLY_WORLD is not None:
-        return True
-    size = int(os.environ.get("MLX_JUPYTER_SIZE", "1") or 1)
-    if (os.environ.get("MLX_JUPYTER_BACKEND") == "ring" and size > 1
-            and os.environ.get("MLX_JUPYTER_EARLY_WORLD", "1") != "0" and os.environ.get("MLX_HOSTFILE")):
+    if EARLY_WORLD is None:
+        size = int(os.environ.get("MLX_JUPYTER_SIZE", "1") or 1)
+        if not (os.environ.get("MLX_JUPYTER_BACKEND") == "ring" and size > 1
+                and os.environ.get("MLX_JUPYTER_EARLY_WORLD", "1") != "0" and os.environ.get("MLX_HOSTFILE")):
+            return False
         EARLY_WORLD = EarlyWorld("ring", strict=True,
                                  await_ports=ring_ports_to_await(env_rank(), os.environ["MLX_HOSTFILE"]))
-        return True
-    return False
+    EARLY_WORLD.done.wait(wait)
+    return True
 
 
 def await_json_file(path: str, timeout: float, poll: float = 0.005) -> bool:

@@ -64,6 +64,27 @@ def test_start_uses_our_controller_and_begins_mlx_world_after_the_probe(cluster)
     assert cluster.pull("_began") == [True, True] and cluster.forming_world() == []
 
 
+def test_status_waits_a_moment_for_ranks_forming_the_world_then_says_so(cluster, tmp_path):
+    """Right after start the ranks are busy forming MLX's world (see _begin_world): status
+    gives them ``forming_grace`` s, then names the state rather than "busy"/"no reply"."""
+    gate = tmp_path / "gate"
+    saved = cluster._world_ar
+    cluster._world_ar = cluster.client[:].execute(  # stands in for a slow ring formation
+        f"import os, time\nt_end = time.monotonic() + 20\n"
+        f"while not os.path.exists({str(gate)!r}) and time.monotonic() < t_end:\n    time.sleep(0.01)", block=False)
+    try:
+        t0 = time.monotonic()
+        rows = cluster.status(forming_grace=0.3)
+        assert 0.3 <= time.monotonic() - t0 < 5
+        assert [row["state"] for row in rows] == ["forming MLX world"] * 2, rows
+        gate.touch()
+        assert [row["state"] for row in cluster.status(forming_grace=10)] == ["idle", "idle"]
+    finally:
+        gate.touch()
+        cluster._world_ar.get(10)
+        cluster._world_ar = saved
+
+
 def run(c: Cluster, code: str, timeout: float = 20):
     return show_run(c.run(code), timeout=timeout)
 

@@ -326,7 +326,7 @@ def test_the_early_world_waits_for_the_ports_before_mlx_init(monkeypatch):
 def test_start_world_early_once_and_only_for_ring_ranks(monkeypatch):
     made = []
     monkeypatch.setattr(rankside, "EARLY_WORLD", None)
-    monkeypatch.setattr(rankside, "EarlyWorld", lambda *a, **k: made.append((a, k)) or SimpleNamespace())
+    monkeypatch.setattr(rankside, "EarlyWorld", lambda *a, **k: made.append((a, k)) or SimpleNamespace(done=threading.Event()))
     monkeypatch.setenv("MLX_JUPYTER_BACKEND", "jaccl")
     monkeypatch.setenv("MLX_JUPYTER_SIZE", "2")
     monkeypatch.setenv("MLX_HOSTFILE", "/nonexistent.json")
@@ -336,7 +336,11 @@ def test_start_world_early_once_and_only_for_ring_ranks(monkeypatch):
     monkeypatch.setenv("MLX_JUPYTER_EARLY_WORLD", "0")
     assert rankside.start_world_early() is False and made == []
     monkeypatch.delenv("MLX_JUPYTER_EARLY_WORLD")
-    assert rankside.start_world_early() is True and rankside.start_world_early() is True
+    t0 = time.monotonic()
+    assert rankside.start_world_early(wait=0.05) is True  # waits (bounded) for the world
+    assert time.monotonic() - t0 >= 0.05
+    rankside.EARLY_WORLD.done.set()
+    assert rankside.start_world_early() is True
     assert len(made) == 1 and made[0][0] == ("ring",)
 
 

@@ -78,7 +78,8 @@ def test_progress_total_counts_the_hostfile(start, tmp_path, monkeypatch, capsys
     shown = []
     monkeypatch.setattr(magics._Progress, "__call__", lambda self, have, total: shown.append(total))
     monkeypatch.setattr(magics._Progress, "__init__", lambda self, total, title: shown.append(total) or None)
-    monkeypatch.setattr(magics._Progress, "done", lambda self, text, ok=True: None)
+    monkeypatch.setattr(magics._Progress, "done", lambda self, text: None)
+    monkeypatch.setattr(magics._Progress, "failed", lambda self: None)
     start(f"start --hostfile {hf}")
     start(f"start -n 2 --hostfile {hf}")
     assert shown == [3, 3, 6, 6]
