@@ -4,15 +4,19 @@ ipyparallel 9's ``IPController.init_hub`` sleeps 0.25 s after opening its task
 database (a wait for a database server; ``--nodb`` has none) before it writes
 the connection files that the client and the engines wait for. This controller
 skips that sleep and writes the files atomically, so that they can be polled
-for often without ever being read half-written. Everything else is ipyparallel's.
+for often without ever being read half-written. It also stops when the process
+that started it (the kernel) is gone, killed or not: ipyparallel's controller
+outlived a SIGKILLed kernel. Everything else is ipyparallel's.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -59,7 +63,23 @@ class MLXController(IPController):
             raise
 
 
+def watch_parent(poll: float = 0.5) -> threading.Thread:
+    """SIGTERM this process once its parent has gone (it is then re-parented): the
+    controller's own handler stops its children and removes its connection files."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    t = threading.Thread(target=watch, name="mlx-parent-watch", daemon=True)
+    t.start()
+    return t
+
+
 def main() -> None:
+    watch_parent()
     MLXController.launch_instance()
 
 

@@ -168,6 +168,34 @@ def test_our_controller_writes_connection_files_atomically(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left
 
 
+def test_the_controller_does_not_outlive_a_killed_kernel():
+    """Regression: ipyparallel's controller (and its heart monitor) stayed, re-parented to
+    init, when the process that started the cluster was SIGKILLed. Ours watches its parent."""
+    import subprocess
+    import sys
+
+    code = ("import time\nfrom mlx_jupyter.cluster import Cluster\nCluster(n=2).start(timeout=30)\n"
+            "print('up', flush=True)\ntime.sleep(60)")
+    owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    tree: list = []
+    try:
+        assert owner.stdout.readline().strip() == "up"
+        tree = psutil.Process(owner.pid).children(recursive=True)
+        controllers = [p for p in tree if "mlx_jupyter.controller" in " ".join(p.cmdline())]
+        assert controllers, [p.cmdline() for p in tree]
+        owner.kill()
+        owner.wait(10)
+        _, alive = psutil.wait_procs(controllers, timeout=5)  # its watch looks every 0.5 s
+        assert not alive, [p.pid for p in alive]
+    finally:
+        owner.kill()
+        for p in tree:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+
+
 def test_engine_set_tells_ipyparallel_a_failure_only_for_ranks_that_ended_by_themselves():
     """A stop or restart (the ranks KILLED by our launcher) is reported to ipyparallel as
     exit_code 0, which it logs quietly; a rank that died by itself is still its exit_code
