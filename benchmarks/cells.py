@@ -8,7 +8,9 @@ missing, the run says so loudly and the "faster than both" target stays unchecke
 (``python -m jupyter_distributed.kernel``, world size from ``JUPYTER_DISTRIBUTED_WORLD_SIZE``)
 from a temporary kernel spec. It starts its ranks at the first cell, so its ready time is the
 kernel's start plus that first cell. Ours reports its first cell (which binds `world` and
-`group` on every rank) on a line of its own. Neither of the others sets an MLX environment: their
+`group` on every rank) on a line of its own: run right after start, it also waits for the
+rest of MLX's ring set-up, which the ranks begin when start returns (MLX's init holds their
+GIL, so it is kept out of the ready time; usually ~30 ms, ~1 s when MLX has to retry). Neither of the others sets an MLX environment: their
 all_sum cells are preceded by a setup cell that wires ``MLX_RANK``/``MLX_HOSTFILE`` by hand, as
 their users must (ipyparallel: ranks scattered over the engines; jupyter-distributed: from its
 ``RANK``). At the end the issue's targets are checked: ready within 1.5 s for 2 local ranks, and
