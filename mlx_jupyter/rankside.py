@@ -111,19 +111,27 @@ def _hostfile_ports() -> set[int]:
         return set()
 
 
+def _proc_tcp_rows() -> list[tuple[int, int, str, int]]:
+    """(local port, remote port, state, socket inode) of each row of Linux's /proc/self/net/tcp{,6}."""
+    rows = []
+    for table in ("tcp", "tcp6"):
+        try:
+            with open(f"/proc/self/net/{table}") as fh:
+                next(fh)
+                for line in fh:
+                    f = line.split()
+                    rows.append((int(f[1].rsplit(":", 1)[1], 16), int(f[2].rsplit(":", 1)[1], 16), f[3], int(f[9])))
+        except (OSError, ValueError, IndexError, StopIteration):
+            continue
+    return rows
+
+
 def _tcp_ports_by_inode() -> dict[int, tuple[int, int]]:
     """socket inode -> (local port, remote port) for this process's TCP sockets."""
     out: dict[int, tuple[int, int]] = {}
     if os.path.isdir("/proc/self/net"):
-        for table in ("tcp", "tcp6"):
-            try:
-                with open(f"/proc/self/net/{table}") as fh:
-                    next(fh)
-                    for line in fh:
-                        f = line.split()
-                        out[int(f[9])] = (int(f[1].rsplit(":", 1)[1], 16), int(f[2].rsplit(":", 1)[1], 16))
-            except (OSError, ValueError, IndexError, StopIteration):
-                continue
+        for local, remote, _state, inode in _proc_tcp_rows():
+            out[inode] = (local, remote)
         return out
     try:
         import psutil
@@ -158,18 +166,7 @@ LOOPBACK = ("127.", "localhost", "::1", "[::1]")
 def _listening_ports() -> Optional[set[int]]:
     """TCP ports listening on this machine (Linux /proc; psutil elsewhere), None when unknown."""
     if os.path.isdir("/proc/self/net"):
-        ports: set[int] = set()
-        for table in ("tcp", "tcp6"):
-            try:
-                with open(f"/proc/self/net/{table}") as fh:
-                    next(fh)
-                    for line in fh:
-                        f = line.split()
-                        if f[3] == "0A":  # TCP_LISTEN
-                            ports.add(int(f[1].rsplit(":", 1)[1], 16))
-            except (OSError, ValueError, IndexError, StopIteration):
-                continue
-        return ports
+        return {local for local, _remote, state, _inode in _proc_tcp_rows() if state == "0A"}  # TCP_LISTEN
     try:
         import psutil
 
