@@ -22,15 +22,18 @@ import tempfile
 import threading
 from typing import Optional
 
-# $1: the launch's temp dir. At EOF on stdin, each process group registered
+# $2: the launch's temp dir. At EOF on stdin, each process group registered
 # there is killed, and the rest of its session too: mpirun puts each of its
 # ranks in a group of its own, in its session. There is no killpg for a
 # session: pkill -s (macOS, Linux with procps), else Linux's /proc (each
 # stat line is "pid (comm) state ppid pgrp session ..."; comm may hold
 # anything, so fields are counted after its last ") "). HUP and INT are
 # ignored: a closing terminal or a Ctrl-C must not take the guard away.
+# $1: the temp base where a killed mpirun leaves its session dir, which Open MPI
+# names ompi.<node>.<uid>/pid.<mpirun's pid> (mpirun leads the registered session).
 WATCHER = r"""trap '' HUP INT PIPE
-d=$1
+t=$1
+d=$2
 while read -r _; do :; done
 for f in "$d"/pids/*; do
   [ -f "$f" ] || continue
@@ -45,7 +48,9 @@ for f in "$d"/pids/*; do
       [ "$4" = "$id" ] && p=${s#/proc/} && kill -s KILL "${p%/stat}" 2>/dev/null
     done
   fi
+  rm -rf "$t"/ompi.*/pid."$id" 2>/dev/null
 done
+rm -d "$t"/ompi.* 2>/dev/null   # only the empty ones, as Open MPI does at its own exit
 rm -rf "$d"
 """
 
@@ -95,7 +100,7 @@ class LocalWatchdog:
             _open_fds.add(write_fd)
         try:
             proc = await asyncio.create_subprocess_exec(
-                "/bin/sh", "-c", WATCHER, "mlx-jupyter-watchdog", path,
+                "/bin/sh", "-c", WATCHER, "mlx-jupyter-watchdog", tempfile.gettempdir(), path,
                 stdin=read_fd, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
                 start_new_session=True, env={"PATH": watcher_path()},
             )

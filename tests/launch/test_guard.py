@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import glob
 import os
 import shutil
 import signal
@@ -101,7 +102,11 @@ def test_sigkilled_cli_leaves_no_mpi_rank(mpirun):
                    "--env", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", PY, "-c", RANK])
     pids, _ = ready_pids(run, 2)
     assert len({os.getpgid(p) for p in pids}) == 2
+    mpirun_pid = os.getsid(pids[0])
+    assert glob.glob(f"{tempfile.gettempdir()}/ompi.*/pid.{mpirun_pid}"), "Open MPI's session dir not found"
     sigkill_and_check(run, pids)
+    # a SIGKILLed mpirun cannot remove its session dir: the watcher does
+    assert not glob.glob(f"{tempfile.gettempdir()}/ompi.*/pid.{mpirun_pid}")
 
 
 def test_watcher_ends_with_the_launch():
@@ -219,13 +224,17 @@ def test_watcher_kills_the_rest_of_a_registered_session(tmp_path, kill_by):
         procs.append(psutil.Process(int(leader.stdout.readline())))
         assert os.getpgid(procs[1].pid) != leader.pid and os.getsid(procs[1].pid) == leader.pid
         (guarded / "pids" / str(leader.pid)).touch()
-        watcher = subprocess.Popen(["/bin/sh", "-c", WATCHER, "w", str(guarded)], stdin=subprocess.PIPE,
+        session_dir = tmp_path / "base" / "ompi.node.0" / f"pid.{leader.pid}"   # as a killed mpirun leaves it
+        (session_dir / "pmix").mkdir(parents=True)
+        watcher = subprocess.Popen(["/bin/sh", "-c", WATCHER, "w", str(tmp_path / "base"), str(guarded)],
+                                   stdin=subprocess.PIPE,
                                    env={"PATH": str(bindir)}, stderr=subprocess.PIPE)
         watcher.stdin.close()   # the launcher is gone
         assert watcher.wait(10) == 0 and watcher.stderr.read() == b""
         assert leader.wait(5) == -signal.SIGKILL
         assert not wait_pids_gone([procs[1].pid], 5.0)
         assert not guarded.exists()
+        assert not session_dir.parent.exists()   # the session dir, then its emptied parent
     finally:
         kill_leftovers(procs)
         leader.stdout.close()
