@@ -22,6 +22,8 @@ import tempfile
 import threading
 from typing import Optional
 
+# $1: the temp base where a killed mpirun leaves its session dir, which Open MPI
+# names ompi.<node>.<uid>/pid.<mpirun's pid> (mpirun leads the registered session).
 # $2: the launch's temp dir. At EOF on stdin, each process group registered
 # there is killed, and the rest of its session too: mpirun puts each of its
 # ranks in a group of its own, in its session. There is no killpg for a
@@ -29,8 +31,6 @@ from typing import Optional
 # stat line is "pid (comm) state ppid pgrp session ..."; comm may hold
 # anything, so fields are counted after its last ") "). HUP and INT are
 # ignored: a closing terminal or a Ctrl-C must not take the guard away.
-# $1: the temp base where a killed mpirun leaves its session dir, which Open MPI
-# names ompi.<node>.<uid>/pid.<mpirun's pid> (mpirun leads the registered session).
 WATCHER = r"""trap '' HUP INT PIPE
 t=$1
 d=$2
