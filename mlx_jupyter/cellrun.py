@@ -1,8 +1,11 @@
 """One cell run on several ranks, supervised so that it always ends.
 
-A :class:`CellRun` sends the cell to each target rank (ipyparallel
-``execute_request`` through the controller), turns what comes back into
-events (output, results, ends), and keeps the no-hang promise:
+A :class:`CellRun` sends the cell to each target rank, straight over the
+cell channel (:mod:`mlx_jupyter.cellhub`) when every target rank is connected
+to it, else as an ipyparallel ``execute_request`` through the controller;
+turns what comes back into events (output, results, ends), and keeps the
+no-hang promise (aborts and interrupts go through the controller's control
+channel either way):
 
 - a rank's cell raises, or its process dies, while others still run: the
   others get ``mlx_abort_request`` naming that rank (see
@@ -11,8 +14,8 @@ events (output, results, ends), and keeps the no-hang promise:
 - a rank that has not ended ``release_deadline`` seconds after its abort is
   given up on (``no-reply``): the run ends anyway and says so.
 
-Callbacks arrive on the ipyparallel client's I/O thread; :meth:`next_event`
-is called from the notebook's thread.
+Callbacks arrive on the cell hub's thread or the ipyparallel client's I/O
+thread; :meth:`next_event` is called from the notebook's thread.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Optional
@@ -110,16 +114,28 @@ class CellRun:
         self._abort_replies: dict[int, Any] = {}
         self.msg_ids: dict[int, str] = {}
         self._futures: dict[int, Any] = {}
+        self.via = ""  # "channel" (straight to the ranks) or "controller" (ipyparallel's execute_request)
 
     # ------------------------------------------------------------ sending
 
     def start(self) -> "CellRun":
-        client = self.cluster.client
         self.started = time.monotonic()
+        self.cluster._runs.add(self)
+        live = [r for r in self.ranks if r not in self.cluster.dead]
         for rank in self.ranks:
             if rank in self.cluster.dead:
                 self.rank_died(rank, self.cluster.dead[rank])
-                continue
+        hub = self.cluster.cell_hub()
+        if hub is not None and hub.connected(live):
+            self.via = "channel"
+            for rank in live:
+                msg_id = uuid.uuid4().hex
+                self.msg_ids[rank] = msg_id
+                self._futures[rank] = hub.send_cell(rank, msg_id, self.code, self)
+            return self
+        self.via = "controller"
+        client = self.cluster.client
+        for rank in live:
             idents, _ = client._build_targets([rank])
             # through the client's ZMQStream, as ipyparallel's views do, never raw on
             # `_mux_socket`: a raw send on that DEALER (requests out, replies in) can
@@ -134,7 +150,6 @@ class CellRun:
                 message_future_hook=partial(self._hook, rank),
             )
             self.msg_ids[rank] = fut.msg_id
-        self.cluster._runs.add(self)
         return self
 
     def _hook(self, rank: int, fut: Any) -> None:
@@ -146,18 +161,28 @@ class CellRun:
     # ------------------------------------------------------------ callbacks (I/O thread)
 
     def _on_iopub(self, rank: int, msg: dict) -> None:
-        kind = msg["header"]["msg_type"]
-        content = msg["content"]
+        self.channel_output(rank, msg["header"]["msg_type"], msg["content"])
+
+    # ------------------------------------------------------------ callbacks (cell channel's thread)
+
+    def channel_output(self, rank: int, kind: str, content: dict) -> None:
         if kind == "stream":
-            self.events.put(Event("stream", rank, (content["name"], content["text"])))
+            self.events.put(Event("stream", rank, (content.get("name", "stdout"), content.get("text", ""))))
         elif kind == "display_data":
             self.events.put(Event("display", rank, content))
         elif kind == "execute_result":
             self.events.put(Event("result", rank, content))
 
+    def channel_reply(self, rank: int, content: dict) -> None:
+        """The rank's reply, after all its outputs (one socket, in order): the rank's end."""
+        self._record_reply(rank, content)
+        self._on_idle(rank)
+
     def _on_reply(self, rank: int, fut: Any) -> None:
+        self._record_reply(rank, _reply_content(fut))
+
+    def _record_reply(self, rank: int, content: dict) -> None:
         outcome = self.outcomes[rank]
-        content = _reply_content(fut)
         with self._lock:
             if outcome.status != "running":
                 return

@@ -33,6 +33,8 @@ from ipyparallel.cluster.launcher import EngineLauncher, NotRunning
 from traitlets import Any as TAny
 from traitlets import Dict, Integer, List, Unicode, default
 
+from mlx_jupyter.cellhub import CellHub
+from mlx_jupyter.cellwire import PORT_ENV
 from mlx_jupyter.output import describe_exit, rank_label
 from mlx_jupyter.ports import free_port_block
 from mlx_jupyter.zmqwatch import watch_queues
@@ -54,6 +56,8 @@ FAST_CONTROLLER_ARGS = [
 ]
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+#: "0" turns the direct cell channel off (cells then go through the controller)
+CHANNEL_ENV = "MLX_JUPYTER_CELL_CHANNEL"
 #: the ranks' matplotlib backend unless ``env`` sets MPLBACKEND (what an ipyparallel engine picks by itself)
 RANK_MPLBACKEND = "module://matplotlib_inline.backend_inline"
 
@@ -268,6 +272,8 @@ class Cluster:
     every interface and tells the engines this machine's name; pass
     ``controller_ip`` (an address of this machine the hosts can reach) when
     that name does not resolve to such an address on the hosts.
+    ``cell_channel``: send cells straight to the ranks, beside the controller
+    (:mod:`mlx_jupyter.cellhub`); default on unless ``MLX_JUPYTER_CELL_CHANNEL=0``.
     """
 
     def __init__(
@@ -284,6 +290,7 @@ class Cluster:
         timeout: float = 60.0,
         log_level: int = logging.WARNING,
         ssh_options: Optional[Any] = None,
+        cell_channel: Optional[bool] = None,
     ):
         if hosts and hostfile:
             raise ValueError("give hosts or hostfile, not both (the hostfile lists the hosts)")
@@ -324,6 +331,10 @@ class Cluster:
         self._engine_set_id: Optional[str] = None
         self._controller_pids: list[int] = []
         self.rank_exit_callbacks: list[Callable[[int, Optional[int]], None]] = []
+        if cell_channel is None:
+            cell_channel = os.environ.get(CHANNEL_ENV, "1") != "0"
+        self.cell_channel = cell_channel
+        self.hub: Optional[CellHub] = None
 
     def expected_size(self) -> int:
         """How many ranks :meth:`start` will start (the hostfile is read for its length)."""
@@ -346,7 +357,9 @@ class Cluster:
         es.repeat_hosts = self.n
         es.backend = self.backend
         es.python = self.python
-        es.environment = self.env
+        es.environment = dict(self.env)
+        if self.hub is not None:
+            es.environment[PORT_ENV] = str(self.hub.port)
         es.starting_port = self.starting_port
         if self.cwd:
             es.rank_cwd = self.cwd
@@ -365,6 +378,8 @@ class Cluster:
         t0 = time.perf_counter()
         timeout = self.timeout if timeout is None else timeout
         self._stopping = False
+        if self.cell_channel and self.hub is None:
+            self.hub = CellHub(self._hub_ip())
         self.ipp = ipp.Cluster(
             cluster_id=self.cluster_id,
             engine_launcher_class=MLXEngineSetLauncher,
@@ -391,6 +406,16 @@ class Cluster:
         self.ready_time = time.perf_counter() - t0
         self._publish()
         return self
+
+    def _hub_ip(self) -> str:
+        """Where the cell channel listens: beside the controller (all interfaces for remote ranks)."""
+        if self.local:
+            return "127.0.0.1"
+        return self.controller_ip if self.controller_ip not in (None, "", "*", "0.0.0.0") else "*"
+
+    def cell_hub(self) -> Optional[CellHub]:
+        """The direct cell channel, if this cluster has one (see :mod:`mlx_jupyter.cellhub`)."""
+        return self.hub if self.client is not None else None
 
     def _publish(self) -> None:
         """List this cluster for the lab panel (a file in Jupyter's runtime dir); never fails start."""
@@ -497,6 +522,18 @@ class Cluster:
             lines = [f"rank {r}: the rank agent (abort, status) is not installed: {a.get('error')} "
                      f"(ipyparallel {a.get('ipyparallel', '?')} there)" for r, a in bad.items()]
             raise ClusterError("\n".join(lines) + f"\n{IPP_FIX} on the ranks' Python")
+        self._await_cell_channel(answers, deadline)
+
+    def _await_cell_channel(self, answers: dict[int, dict], deadline: float, most: float = 2.0) -> None:
+        """Until every rank has said hello on the cell channel; cells to a rank that has not take
+        the controller's path (slower, same results), and the log says why."""
+        if self.hub is None:
+            return
+        missing = self.hub.wait_connected(self.ranks, max(0.0, min(deadline - time.monotonic(), most)))
+        if missing:
+            why = "; ".join(f"rank {r}: {answers.get(r, {}).get('channel_error') or 'no hello'}" for r in missing)
+            log.warning("%s not on the direct cell channel (%s): cells go through the controller",
+                        rank_label(missing), why)
 
     def _begin_world(self) -> None:
         """Ask every rank to begin forming MLX's world now, in the background (ring only).
@@ -542,6 +579,8 @@ class Cluster:
             return
         self.dead[rank] = returncode
         self._changed.set()
+        if self.hub is not None:
+            self.hub.forget([rank])
         self._unregister([rank])
         for run in list(self._runs):
             run.rank_died(rank, returncode)
@@ -582,6 +621,9 @@ class Cluster:
             except Exception:
                 pass
             self.client = None
+        if self.hub is not None:
+            self.hub.close()
+            self.hub = None
         if self.ipp is not None:
             try:
                 self.ipp.stop_cluster_sync()
@@ -612,6 +654,8 @@ class Cluster:
         self.client = c = self.ipp.connect_client_sync()
         if isinstance(c, ipp.Client):  # its streams exist only once it is connected
             check_ipyparallel(c)
+            if self.hub is not None:
+                self.hub.start(c.session)
         watch_queues([getattr(c, name, None) for name in _CLIENT_STREAMS], self._kicked)
 
     def _kicked(self, stream: Any) -> None:
@@ -626,6 +670,8 @@ class Cluster:
         for run in list(self._runs):
             run.interrupt("the cluster is restarting")
         pids = self._rank_pids(self.engine_set)
+        if self.hub is not None:
+            self.hub.forget()
         self.ipp.stop_engines_sync()
         _reap(pids, 5.0)
         self._unregister(range(self.size))

@@ -37,10 +37,11 @@ def _published(c: Cluster) -> list[dict]:
     return [item for item in registry.published() if item["id"] == c.cluster_id]
 
 
-@pytest.fixture(scope="module")
-def cluster(runtime_dir):
+@pytest.fixture(scope="module", params=["channel", "controller"])
+def cluster(runtime_dir, request):
+    """Every test here twice: cells straight to the ranks (the default), and through the controller."""
     before = _descendants()
-    c = Cluster(n=2).start(timeout=30)
+    c = Cluster(n=2, cell_channel=request.param == "channel").start(timeout=30)
     c.setup(timeout=30)
     yield c
     c.stop()
@@ -87,6 +88,31 @@ def test_status_waits_a_moment_for_ranks_forming_the_world_then_says_so(cluster,
 
 def run(c: Cluster, code: str, timeout: float = 20):
     return show_run(c.run(code), timeout=timeout)
+
+
+def test_cells_take_the_cell_channel_unless_it_is_off(cluster):
+    r = cluster.run("x = 1")
+    assert r.wait(10) and not r.failed
+    assert r.via == ("channel" if cluster.cell_channel else "controller")
+    if cluster.cell_channel:
+        assert cluster.hub.connected([0, 1]) and sorted(cluster.hub.pids.values()) == \
+            sorted(row["pid"] for row in cluster.status())
+
+
+def test_a_rank_missing_from_the_channel_gets_its_cells_through_the_controller(cluster):
+    if not cluster.cell_channel:  # off: there is no channel to miss a rank
+        assert cluster.hub is None and cluster.cell_hub() is None
+        return
+    saved = dict(cluster.hub.idents)
+    cluster.hub.idents.pop(1)
+    try:
+        r = cluster.run("import os\nwhere = os.getpid()")
+        assert r.wait(10) and not r.failed and r.via == "controller"
+    finally:
+        cluster.hub.idents.update(saved)
+    r = cluster.run("where2 = where")
+    assert r.wait(10) and not r.failed and r.via == "channel"
+    assert cluster.pull("where2") == [row["pid"] for row in cluster.status()]
 
 
 def test_engine_id_is_rank_and_mlx_env(cluster):
@@ -269,3 +295,5 @@ def test_rank_death_is_reported_then_restart_keeps_ids(cluster, tmp_path):
     cluster.setup()
     run(cluster, "y = mx.distributed.all_sum(mx.ones(1)).item()")
     assert cluster.pull("y") == [2.0, 2.0]
+    r = cluster.run("z = 1")  # the restarted ranks are back on the channel
+    assert r.wait(10) and r.via == ("channel" if cluster.cell_channel else "controller")

@@ -294,7 +294,7 @@ def _unstarted_cluster(monkeypatch, tmp_path):
     from mlx_jupyter import cluster as cluster_mod
 
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
-    c = cluster_mod.Cluster(n=2)
+    c = cluster_mod.Cluster(n=2, cell_channel=False)
 
     class Client:
         ids = [0, 1]
