@@ -122,6 +122,13 @@ def test_engine_id_is_rank_and_mlx_env(cluster):
     assert cluster.ready_time is not None and cluster.ready_time < 10
 
 
+def test_ranks_kernel_is_built_without_debugpy_which_cells_can_still_import(cluster):
+    run(cluster, "import sys\nhad_debugpy = sys.modules.get('debugpy', 0) is not 0\n"
+                 "import debugpy\ncan_listen = callable(debugpy.listen)")
+    assert cluster.pull("had_debugpy") == [False, False]
+    assert cluster.pull("can_listen") == [True, True]
+
+
 def test_mlx_all_sum_and_data(cluster, capsys):
     run(cluster, "x = mx.distributed.all_sum(mx.array([world.rank() + 1.0])).item()")
     assert cluster.pull("x") == [3.0, 3.0]
