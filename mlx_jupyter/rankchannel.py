@@ -44,6 +44,31 @@ def _parent_of(msg_or_type: Any, parent: Any) -> dict:
     return {}
 
 
+def flush_streams(streams: list[Any], timeout: float = 10.0) -> None:
+    """Flush the cell's stdout and stderr with one round trip to ipykernel's IOPub thread.
+
+    ``OutStream.flush`` makes a round trip each (two per cell). Their thread runs what is
+    scheduled in order, so one marker after both (and after a stream's ``_flush`` only
+    if it holds text) means every output of the cell has been sent, and so posted here,
+    before the reply. Streams that are not ipykernel's are flushed as usual.
+    """
+    streams = [s for s in streams if s is not None]
+    pub = getattr(streams[0], "pub_thread", None) if streams else None
+    thread = getattr(pub, "thread", None)
+    if (pub is None or thread is None or not thread.is_alive() or thread.ident == threading.get_ident()
+            or not all(getattr(s, "pub_thread", None) is pub and hasattr(s, "_flush") for s in streams)):
+        for s in streams:
+            s.flush()
+        return
+    for s in streams:
+        if getattr(s, "_flush_pending", True) or getattr(s, "_buffers", True):
+            pub.schedule(s._flush)
+    done = threading.Event()
+    pub.schedule(done.set)
+    if not done.wait(timeout):
+        print("mlx_jupyter: flushing the cell's output timed out", file=sys.__stderr__)
+
+
 class RankChannel:
     """Connects to the notebook's channel at ``url`` and runs the cells it sends."""
 
@@ -200,9 +225,7 @@ class RankChannel:
 
         for _ in range(3):  # a late interrupt landing here must not eat the reply
             try:
-                for stream in (sys.stdout, sys.stderr):
-                    if stream is not None:
-                        stream.flush()
+                flush_streams([sys.stdout, sys.stderr])
                 break
             except KeyboardInterrupt:
                 continue

@@ -99,6 +99,27 @@ def test_cells_take_the_cell_channel_unless_it_is_off(cluster):
             sorted(row["pid"] for row in cluster.status())
 
 
+def test_all_a_cells_output_arrives_before_its_end(cluster):
+    """Outputs go out from ipykernel's IOPub thread, the reply from the main thread: the
+    reply must wait for the last of them (stdout and stderr, the last one unterminated)."""
+    r = cluster.run("import sys\nfor i in range(300):\n    print(i)\n"
+                    "sys.stderr.write('err')\nprint('last', end='')")
+    assert r.wait(10) and not r.failed
+    seen: dict = {}
+    ended = set()
+    while not r.events.empty():
+        ev = r.events.get()
+        if ev.kind == "end":
+            ended.add(ev.rank)
+        elif ev.kind == "stream":
+            assert ev.rank not in ended, f"output of rank {ev.rank} after its end"
+            seen.setdefault((ev.rank, ev.payload[0]), []).append(ev.payload[1])
+    expected = "".join(f"{i}\n" for i in range(300)) + "last"
+    for rank in (0, 1):
+        assert "".join(seen[(rank, "stdout")]) == expected
+        assert "".join(seen[(rank, "stderr")]) == "err"
+
+
 def test_a_rank_missing_from_the_channel_gets_its_cells_through_the_controller(cluster):
     if not cluster.cell_channel:  # off: there is no channel to miss a rank
         assert cluster.hub is None and cluster.cell_hub() is None
