@@ -65,7 +65,8 @@ def test_cluster_on_four_ssh_hosts(testbed):
         assert sorted(on_hosts) == list(range(1, n + 1)), on_hosts  # one engine on each host
         info = c.setup(timeout=20)
         assert all(not i["group_error"] for i in info.values()), info
-        show_run(c.run(CELL), timeout=20)
+        ran = show_run(c.run(CELL), timeout=20)
+        assert ran.via == "channel", "the remote ranks are not on the direct cell channel"  # ssh'd ranks dial back
         for rank in range(n):  # addressed by engine id: the engine with id r is MLX rank r, on host r+1
             [where] = c.pull("where", targets=[rank])
             assert tuple(where) == (rank, f"h{rank + 1}", rank, n)
