@@ -45,6 +45,7 @@ class CellHub:
     def __init__(self, ip: str = "127.0.0.1"):
         self.socket = zmq.Context.instance().socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.RCVHWM, 0)  # the ranks' output bursts queue here, never dropped
         self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a send to a rank not connected fails, never vanishes
         self.port = self.socket.bind_to_random_port(f"tcp://{ip}")
         self.session: Any = None

@@ -86,6 +86,7 @@ class RankChannel:
         self.cells = 0
         self.socket = zmq.Context.instance().socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.SNDHWM, 0)  # a burst of outputs queues, never blocks or drops (as IOPub)
         self.socket.setsockopt(zmq.IDENTITY, f"rank{rank}-{os.getpid()}".encode())
         self.socket.connect(url)
         self._route_outputs()
