@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 import threading
 from typing import Any, Optional, Protocol
 
 import zmq
 
 from mlx_jupyter import cellwire
+from mlx_jupyter.socketthread import SocketThread
 
 log = logging.getLogger("mlx_jupyter.cellhub")
 
@@ -55,19 +55,13 @@ class CellHub:
         self._lock = threading.Lock()
         self._hello = threading.Condition(self._lock)
         self._out: collections.deque = collections.deque()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._closed = False
-        self.thread: Optional[threading.Thread] = None
+        self._io = SocketThread(self.socket, "mlx-cell-hub", self._receive, self._send_queued)
         self.dropped = 0  # messages that failed to decode (bad signature, ...)
 
     def start(self, session: Any) -> "CellHub":
         """Begin reading, verifying with ``session``'s key (what the ranks sent meanwhile waits in the socket)."""
         self.session = session
-        if self.thread is None:
-            self.thread = threading.Thread(target=self._loop, name="mlx-cell-hub", daemon=True)
-            self.thread.start()
+        self._io.start()
         return self
 
     # ------------------------------------------------------------ ranks
@@ -105,14 +99,8 @@ class CellHub:
             self._unreachable(msg_id, rank)
         else:
             self._out.append((ident, msg_id, rank, {"t": "cell", "id": msg_id, "code": code}))
-            self._wake()
+            self._io.wake()
         return pending
-
-    def _wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except (BlockingIOError, OSError):
-            pass
 
     def _unreachable(self, msg_id: str, rank: int) -> None:
         self._deliver_reply(msg_id, rank, {
@@ -121,28 +109,6 @@ class CellHub:
             "traceback": []})
 
     # ------------------------------------------------------------ the hub's thread
-
-    def _loop(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self.socket, zmq.POLLIN)
-        poller.register(self._wake_r, zmq.POLLIN)
-        while not self._closed:
-            try:
-                events = dict(poller.poll())
-            except zmq.ZMQError:
-                break
-            if self._wake_r in events:
-                try:
-                    while os.read(self._wake_r, 4096):
-                        pass
-                except (BlockingIOError, OSError):
-                    pass
-            self._send_queued()
-            if events.get(self.socket):
-                self._receive()
-        self.socket.close(linger=0)
-        os.close(self._wake_r)
-        os.close(self._wake_w)
 
     def _send_queued(self) -> None:
         while self._out:
@@ -196,11 +162,4 @@ class CellHub:
         p.sink.channel_reply(rank, content)
 
     def close(self) -> None:
-        self._closed = True
-        self._wake()
-        if self.thread is None:
-            self.socket.close(linger=0)
-            os.close(self._wake_r)
-            os.close(self._wake_w)
-        elif self.thread is not threading.current_thread():
-            self.thread.join(2.0)
+        self._io.close()

@@ -125,7 +125,7 @@ class CellRun:
         for rank in self.ranks:
             if rank in self.cluster.dead:
                 self.rank_died(rank, self.cluster.dead[rank])
-        hub = self.cluster.cell_hub()
+        hub = self.cluster.cell_hub(live)
         if hub is not None and hub.connected(live):
             self.via = "channel"
             for rank in live:

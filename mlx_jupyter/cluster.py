@@ -413,9 +413,25 @@ class Cluster:
             return "127.0.0.1"
         return self.controller_ip if self.controller_ip not in (None, "", "*", "0.0.0.0") else "*"
 
-    def cell_hub(self) -> Optional[CellHub]:
-        """The direct cell channel, if this cluster has one (see :mod:`mlx_jupyter.cellhub`)."""
-        return self.hub if self.client is not None else None
+    def cell_hub(self, ranks: Optional[Sequence[int]] = None) -> Optional[CellHub]:
+        """The direct cell channel for a cell on ``ranks``, if this cluster has one (see
+        :mod:`mlx_jupyter.cellhub`) and no request through the controller is still running
+        on those ranks: a cell sent beside it could overtake it."""
+        if self.hub is None or self.client is None:
+            return None
+        if ranks and self._controller_requests_on(ranks):
+            return None
+        return self.hub
+
+    def _controller_requests_on(self, ranks: Sequence[int]) -> bool:
+        """Whether a request sent through the controller (``%px``, a non-blocking apply) is
+        unanswered on one of ``ranks`` (unknowable: True)."""
+        client = self.client
+        outstanding = getattr(client, "_outstanding_dict", None)
+        engines = getattr(client, "_engines", None)
+        if outstanding is None or engines is None:
+            return True
+        return any(outstanding.get(engines.get(r)) for r in ranks)
 
     def _publish(self) -> None:
         """List this cluster for the lab panel (a file in Jupyter's runtime dir); never fails start."""

@@ -28,6 +28,7 @@ from typing import Any, Optional
 import zmq
 
 from mlx_jupyter import cellwire
+from mlx_jupyter.socketthread import SocketThread
 
 log = logging.getLogger("mlx_jupyter.rankchannel")
 
@@ -78,10 +79,6 @@ class RankChannel:
         self.rank = rank
         self.url = url
         self._out: collections.deque = collections.deque()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._closed = False
         self._seen: collections.deque = collections.deque(maxlen=256)  # ids run: a replayed cell is dropped
         self.cells = 0
         self.socket = zmq.Context.instance().socket(zmq.DEALER)
@@ -90,21 +87,16 @@ class RankChannel:
         self.socket.setsockopt(zmq.IDENTITY, f"rank{rank}-{os.getpid()}".encode())
         self.socket.connect(url)
         self._route_outputs()
+        self._io = SocketThread(self.socket, "mlx-cell-channel", self._receive, self._send_queued)
         self.post({"t": "hello", "rank": rank, "pid": os.getpid()})
-        self.thread = threading.Thread(target=self._loop, name="mlx-cell-channel", daemon=True)
-        self.thread.start()
+        self._io.start()
 
     # ------------------------------------------------------------ outbound (any thread)
 
     def post(self, obj: dict) -> None:
         """Send ``obj`` to the notebook (from any thread; in order per thread)."""
         self._out.append(obj)
-        try:
-            os.write(self._wake_w, b"x")
-        except BlockingIOError:  # the pipe is full: the thread is awake anyway
-            pass
-        except OSError:  # closed
-            pass
+        self._io.wake()
 
     def _route_outputs(self) -> None:
         """Outputs of the channel's cells go to the notebook, not to IOPub (wraps ``Session.send``).
@@ -132,26 +124,6 @@ class RankChannel:
         self.session.send = send
 
     # ------------------------------------------------------------ the socket's thread
-
-    def _loop(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self.socket, zmq.POLLIN)
-        poller.register(self._wake_r, zmq.POLLIN)
-        while not self._closed:
-            try:
-                events = dict(poller.poll())
-            except zmq.ZMQError:
-                break
-            if self._wake_r in events:
-                try:
-                    while os.read(self._wake_r, 4096):
-                        pass
-                except (BlockingIOError, OSError):
-                    pass
-            if events.get(self.socket):
-                self._receive()
-            self._send_queued()
-        self.socket.close(linger=0)
 
     def _send_queued(self) -> None:
         while self._out:
@@ -238,11 +210,7 @@ class RankChannel:
         self.post({"t": "reply", "id": msg_id, "content": content})
 
     def close(self) -> None:
-        self._closed = True
-        try:
-            os.write(self._wake_w, b"x")
-        except OSError:
-            pass
+        self._io.close()
 
 
 #: this rank's channel, once connected; why it could not be, if it could not

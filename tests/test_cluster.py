@@ -120,6 +120,24 @@ def test_all_a_cells_output_arrives_before_its_end(cluster):
         assert "".join(seen[(rank, "stderr")]) == "err"
 
 
+def test_a_cell_after_a_request_still_running_through_the_controller_follows_it(cluster, tmp_path):
+    """A cell sent beside the controller could overtake a ``%px`` still on its way or running:
+    while one is unanswered on a target rank the cell takes the controller's path too."""
+    gate = tmp_path / "gate"
+    held = cluster.client[1].execute(
+        "import os, time\norder = ['px']\nt_end = time.monotonic() + 20\n"
+        f"while not os.path.exists({str(gate)!r}) and time.monotonic() < t_end:\n    time.sleep(0.01)",
+        block=False)
+    r = cluster.run("order.append('cell')", targets=[1])
+    assert r.via == "controller"
+    gate.touch()
+    held.get(10)
+    assert r.wait(10) and not r.failed
+    assert cluster.pull("order", targets=[1]) == [["px", "cell"]]
+    r = cluster.run("x = 1")
+    assert r.wait(10) and r.via == ("channel" if cluster.cell_channel else "controller")
+
+
 def test_a_rank_missing_from_the_channel_gets_its_cells_through_the_controller(cluster):
     if not cluster.cell_channel:  # off: there is no channel to miss a rank
         assert cluster.hub is None and cluster.cell_hub() is None
@@ -228,20 +246,23 @@ def test_interrupt_before_a_rank_started_the_cell_keeps_it_from_running(cluster,
     if cluster.needs_reform:
         cluster.reform()
     gate = tmp_path / "gate"
-    held = cluster.client[1].execute(
-        "import os, time\nt_end = time.monotonic() + 20\n"
-        f"while not os.path.exists({str(gate)!r}) and time.monotonic() < t_end:\n    time.sleep(0.01)",
-        block=False)
+    hold = ("import os, time\nt_end = time.monotonic() + 20\n"
+            f"while not os.path.exists({str(gate)!r}) and time.monotonic() < t_end:\n    time.sleep(0.01)")
+    if cluster.cell_channel:  # held by a cell of its own: the next one waits on the rank itself
+        wait_held = cluster.run(hold, targets=[1]).wait
+    else:
+        wait_held = cluster.client[1].execute(hold, block=False).get
     # ran_here before the print: a rank's flush waits for its output thread, so the
     # interrupt, sent once 'armed' arrives, can land inside print() itself
     r = cluster.run("import numpy as np, mlx_jupyter.distributed as d\nran_here = True\n"
                     "print('armed', flush=True)\nd.all_sum(np.ones(3))")
     ev = r.next_event(10)
     assert ev is not None and ev.kind == "stream" and ev.rank == 0
+    assert r.via == ("channel" if cluster.cell_channel else "controller")
     r.interrupt()
     gate.touch()
     assert r.wait(5)
-    held.get(10)
+    wait_held(10)
     assert r.outcomes[0].status == "released"
     assert r.outcomes[1].status == "released" and r.outcomes[1].note.startswith("not run"), r.outcomes[1]
     cluster.client[:].execute("ran = 'ran_here' in globals()", block=True)
