@@ -30,7 +30,7 @@ API = """
 import os, sys, time
 from mlx_jupyter.launch import Launcher
 # one write per line: print() writes the text and its newline apart, so two ranks' lines could interleave
-Launcher(sys.argv[2:], repeat_hosts=2, on_output=lambda r, s, line: (sys.stdout.write(line + "\n"), sys.stdout.flush())).start()
+Launcher(sys.argv[2:], repeat_hosts=2, on_output=lambda r, s, line: (sys.stdout.write(line + "\\n"), sys.stdout.flush())).start()
 if sys.argv[1] == "fork":
     pid = os.fork()
     if pid == 0:
