@@ -17,7 +17,7 @@ from typing import Any, Optional, Protocol
 import zmq
 
 from mlx_jupyter import cellwire
-from mlx_jupyter.socketthread import SocketThread
+from mlx_jupyter.socketthread import SocketThread, received
 
 log = logging.getLogger("mlx_jupyter.cellhub")
 
@@ -119,11 +119,7 @@ class CellHub:
                 self._unreachable(msg_id, rank)
 
     def _receive(self) -> None:
-        while True:
-            try:
-                frames = self.socket.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
+        for frames in received(self.socket):
             try:
                 msg = cellwire.decode(self.session, frames[1:])
             except cellwire.WireError as exc:

@@ -28,7 +28,7 @@ from typing import Any, Optional
 import zmq
 
 from mlx_jupyter import cellwire
-from mlx_jupyter.socketthread import SocketThread
+from mlx_jupyter.socketthread import SocketThread, received
 
 log = logging.getLogger("mlx_jupyter.rankchannel")
 
@@ -138,11 +138,7 @@ class RankChannel:
                     self._out.appendleft({"t": "reply", "id": obj.get("id", ""), "content": bad})
 
     def _receive(self) -> None:
-        while True:
-            try:
-                frames = self.socket.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
+        for frames in received(self.socket):
             try:
                 msg = cellwire.decode(self.session, frames)
             except cellwire.WireError as exc:

@@ -9,9 +9,18 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import zmq
+
+
+def received(socket: zmq.Socket) -> Iterator[list[bytes]]:
+    """Every multipart message waiting in ``socket`` now, without blocking."""
+    while True:
+        try:
+            yield socket.recv_multipart(zmq.NOBLOCK)
+        except zmq.Again:
+            return
 
 
 class SocketThread:
