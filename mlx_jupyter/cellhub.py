@@ -103,7 +103,7 @@ class CellHub:
         return pending
 
     def _unreachable(self, msg_id: str, rank: int) -> None:
-        self._deliver_reply(msg_id, rank, {
+        self._deliver_reply(msg_id, {
             "status": "error", "ename": "ChannelError",
             "evalue": f"rank {rank} is not connected to the notebook's cell channel (did it restart?); run the cell again",
             "traceback": []})
@@ -144,18 +144,16 @@ class CellHub:
             if p is not None:
                 p.sink.channel_output(p.rank, str(msg.get("kind")), msg.get("content") or {})
         elif kind == "reply":
-            with self._lock:
-                p = self.pending.get(str(msg.get("id")))
-            if p is not None:
-                self._deliver_reply(str(msg.get("id")), p.rank, msg.get("content") or {})
+            self._deliver_reply(str(msg.get("id")), msg.get("content") or {})
 
-    def _deliver_reply(self, msg_id: str, rank: int, content: dict) -> None:
+    def _deliver_reply(self, msg_id: str, content: dict) -> None:
+        """The cell's reply to its sink, once (a cell no longer pending is ignored)."""
         with self._lock:
             p = self.pending.pop(msg_id, None)
         if p is None:
             return
         p._done.set()
-        p.sink.channel_reply(rank, content)
+        p.sink.channel_reply(p.rank, content)
 
     def close(self) -> None:
         self._io.close()

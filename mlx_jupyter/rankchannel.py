@@ -18,6 +18,7 @@ them (the main thread, ipykernel's IOPub thread) through a queue.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import sys
@@ -80,7 +81,6 @@ class RankChannel:
         self.url = url
         self._out: collections.deque = collections.deque()
         self._seen: collections.deque = collections.deque(maxlen=256)  # ids run: a replayed cell is dropped
-        self.cells = 0
         self.socket = zmq.Context.instance().socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.SNDHWM, 0)  # a burst of outputs queues, never blocks or drops (as IOPub)
@@ -163,13 +163,11 @@ class RankChannel:
                         "allow_stdin": False},
         }
         request["msg_id"], request["msg_type"] = msg_id, "execute_request"
-        lock = getattr(kernel, "_main_asyncio_lock", None)
+        # one request at a time, with %px cells and apply requests
+        lock = getattr(kernel, "_main_asyncio_lock", None) or contextlib.nullcontext()
         reply: Optional[dict] = None
         try:
-            if lock is not None:
-                async with lock:  # one request at a time, with %px cells and apply requests
-                    reply = await self._run(request, code)
-            else:
+            async with lock:
                 reply = await self._run(request, code)
         except BaseException as exc:  # never leave the notebook without a reply
             reply = {"status": "error", "ename": type(exc).__name__, "evalue": str(exc), "traceback": []}
@@ -181,7 +179,6 @@ class RankChannel:
         kernel.set_parent([], request, channel="shell")
         kernel.pre_handler_hook()  # SIGINT -> KeyboardInterrupt while the cell runs, as for execute_request
         try:
-            self.cells += 1
             return await kernel.do_execute(code, False, store_history=True, user_expressions={}, allow_stdin=False)
         except KeyboardInterrupt:
             return {"status": "error", "ename": "KeyboardInterrupt", "evalue": "", "traceback": []}
