@@ -260,6 +260,8 @@ def test_interrupt_before_a_rank_started_the_cell_keeps_it_from_running(cluster,
     assert ev is not None and ev.kind == "stream" and ev.rank == 0
     assert r.via == ("channel" if cluster.cell_channel else "controller")
     r.interrupt()
+    # the precondition, not a race with the gate: rank 1 got the stop while still held
+    assert r._abort_replies[1].result(5)["content"]["was_running"] is False
     gate.touch()
     assert r.wait(5)
     wait_held(10)
