@@ -72,7 +72,7 @@ def bench_line(out: str) -> dict:
 
 
 def run_ours(n: int, sizes: list[int], transport: str, scale: float) -> dict:
-    from mlx_jupyter.ports import free_port_block
+    from mlx_jupyter.net.ports import free_port_block
 
     with tempfile.TemporaryDirectory() as tmp:
         hf = os.path.join(tmp, "hosts.json")

@@ -9,10 +9,10 @@ import sys
 # and parses its own options, so that a command's arguments are never mistaken
 # for the launcher's (SPEC §7: options end where the command begins).
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("mlx_jupyter.demo", "run a local 2-rank all_sum with our core and with MLX"),
-    "doctor": ("mlx_jupyter.doctor", "show which distributed backends can run here, and how to fix the others"),
+    "demo": ("mlx_jupyter.commands.demo", "run a local 2-rank all_sum with our core and with MLX"),
+    "doctor": ("mlx_jupyter.commands.doctor", "show which distributed backends can run here, and how to fix the others"),
     "launch": ("mlx_jupyter.launch.cli", "run a command on every rank, locally or over ssh"),
-    "config": ("mlx_jupyter.config", "discover Thunderbolt cabling, plan addresses, set up nodes, write a hostfile"),
+    "config": ("mlx_jupyter.config.cli", "discover Thunderbolt cabling, plan addresses, set up nodes, write a hostfile"),
 }
 
 

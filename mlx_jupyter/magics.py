@@ -12,7 +12,7 @@ from typing import Any, Optional
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from mlx_jupyter.output import MODES, parse_targets, rank_label
+from mlx_jupyter.cluster.cells.text import MODES, parse_targets, rank_label
 
 #: the kernel's cluster (one per kernel)
 _cluster: Optional[Any] = None
@@ -147,7 +147,7 @@ class MLXMagics(Magics):
                     raise UsageError(f"--env takes K=V, got {item!r}")
                 env[key] = value
             n = args.repeat_hosts if args.repeat_hosts is not None else 2 if not (args.hosts or args.hostfile) else 1
-            from mlx_jupyter.ssh import SSHOptions, options_from_args
+            from mlx_jupyter.net.ssh import SSHOptions, options_from_args
 
             ssh_options = options_from_args(args)
             cluster = Cluster(n=n, hosts=args.hosts, hostfile=args.hostfile, backend=args.backend,
@@ -217,7 +217,7 @@ class MLXMagics(Magics):
     def mlx_distributed(self, line: str, cell: str) -> Any:
         """Run the cell on every rank (or --targets); no cell ever hangs."""
         from mlx_jupyter.cluster import ClusterError
-        from mlx_jupyter.render import show_run
+        from mlx_jupyter.cluster.cells.display import show_run
 
         args = parse_argstring(self.mlx_distributed, line)
         cluster = self._need_cluster()

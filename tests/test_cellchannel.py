@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jupyter_client.session import Session
 
-from mlx_jupyter import cellwire
-from mlx_jupyter.cellhub import CellHub
-from mlx_jupyter.rankchannel import RankChannel
+from mlx_jupyter.cluster.cells import wire as cellwire
+from mlx_jupyter.cluster.cells.hub import CellHub
+from mlx_jupyter.cluster.rank.channel import RankChannel
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -9,7 +9,7 @@ import psutil
 import pytest
 
 from mlx_jupyter.cluster import Cluster
-from mlx_jupyter.render import DistributedCellError, show_run
+from mlx_jupyter.cluster.cells.display import DistributedCellError, show_run
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -32,7 +32,7 @@ def runtime_dir(tmp_path_factory):
 
 
 def _published(c: Cluster) -> list[dict]:
-    from mlx_jupyter.server import registry
+    from mlx_jupyter.cluster import registry
 
     return [item for item in registry.published() if item["id"] == c.cluster_id]
 
@@ -60,8 +60,8 @@ def test_cluster_is_published_for_the_lab_panel(cluster):
 def test_start_uses_our_controller_and_begins_mlx_world_after_the_probe(cluster):
     """The controller without ipyparallel's fixed pause; every rank asked to form MLX's world
     once it had answered the probe (not at engine start: MLX's init holds the GIL)."""
-    assert "mlx_jupyter.controller" in cluster.ipp.controller.args
-    cluster.client[:].execute("import mlx_jupyter.rankside as _r\n_began = _r.EARLY_WORLD is not None", block=True)
+    assert "mlx_jupyter.cluster.controller" in cluster.ipp.controller.args
+    cluster.client[:].execute("import mlx_jupyter.cluster.rank.agent as _r\n_began = _r.EARLY_WORLD is not None", block=True)
     assert cluster.pull("_began") == [True, True] and cluster.forming_world() == []
 
 

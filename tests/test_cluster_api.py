@@ -15,8 +15,8 @@ import psutil
 import pytest
 
 import mlx_jupyter
-from mlx_jupyter import cluster as cluster_mod
-from mlx_jupyter import rankside
+from mlx_jupyter.cluster import handle as cluster_mod
+from mlx_jupyter.cluster.rank import agent as rankside
 from mlx_jupyter.cluster import Cluster, ClusterError
 
 pytestmark = pytest.mark.timeout(90)
@@ -95,7 +95,7 @@ def test_missing_client_streams_are_named(monkeypatch):
 def test_a_rank_without_its_agent_fails_start_naming_it(tmp_path):
     """The engine could not hook into its kernel (another ipyparallel's internals): start says so."""
     (tmp_path / "sitecustomize.py").write_text(
-        "import mlx_jupyter.rankside as r\n"
+        "import mlx_jupyter.cluster.rank.agent as r\n"
         "def install(kernel, rank):\n"
         "    raise RuntimeError(\"the engine's kernel has no control_handlers (simulated)\")\n"
         "r.install = install\n")
@@ -136,7 +136,7 @@ def test_our_controller_skips_init_hubs_fixed_pause_and_only_that(monkeypatch):
 
     from ipyparallel.controller import app
 
-    from mlx_jupyter import controller
+    from mlx_jupyter.cluster import controller
 
     assert "time.sleep(0.25)" in inspect.getsource(app.IPController.init_hub)
     seen = {}
@@ -157,7 +157,7 @@ def test_our_controller_writes_connection_files_atomically(tmp_path):
     import stat
     from types import SimpleNamespace
 
-    from mlx_jupyter import controller
+    from mlx_jupyter.cluster import controller
 
     me = SimpleNamespace(profile_dir=SimpleNamespace(security_dir=str(tmp_path)),
                          log=SimpleNamespace(info=lambda *a: None))
@@ -181,7 +181,7 @@ def test_the_controller_does_not_outlive_a_killed_kernel():
     try:
         assert owner.stdout.readline().strip() == "up"
         tree = psutil.Process(owner.pid).children(recursive=True)
-        controllers = [p for p in tree if "mlx_jupyter.controller" in " ".join(p.cmdline())]
+        controllers = [p for p in tree if "mlx_jupyter.cluster.controller" in " ".join(p.cmdline())]
         assert controllers, [p.cmdline() for p in tree]
         owner.kill()
         owner.wait(10)

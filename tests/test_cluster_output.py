@@ -2,7 +2,7 @@
 
 import pytest
 
-from mlx_jupyter.output import (
+from mlx_jupyter.cluster.cells.text import (
     DIED, ERROR, RELEASED, LineGrouper, RankOutcome, describe_exit, parse_targets, rank_label,
     rank_ranges, render_outcomes,
 )
@@ -64,7 +64,7 @@ def test_render_outcomes_names_every_rank():
 
 
 def test_mlx_ring_errors_are_shown_once_per_rank_then_counted():
-    from mlx_jupyter.render import Renderer
+    from mlx_jupyter.cluster.cells.display import Renderer
 
     out, err = [], []
     r = Renderer([0, 1], out=out.append, err=err.append, publish=lambda d, m: None)
@@ -81,7 +81,7 @@ def test_mlx_ring_errors_are_shown_once_per_rank_then_counted():
 def test_a_rank_that_cannot_be_released_under_mpi_is_told_to_restart():
     from types import SimpleNamespace
 
-    from mlx_jupyter.cellrun import CellRun
+    from mlx_jupyter.cluster.cells.run import CellRun
 
     mpi = CellRun(SimpleNamespace(backend="mpi"), "x", [0])._no_reply_note()
     assert "blocked mpi collective, which cannot be cancelled" in mpi and "%mlx_cluster restart" in mpi

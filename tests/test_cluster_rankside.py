@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mlx_jupyter import rankside
+from mlx_jupyter.cluster.rank import agent as rankside
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -239,7 +239,7 @@ def test_status_carries_the_current_cells_start(agent, monkeypatch):
 
 
 def test_a_remote_ranks_cell_start_is_moved_to_our_clock(monkeypatch):
-    from mlx_jupyter.cluster import _local_clock
+    from mlx_jupyter.cluster.handle import _local_clock
 
     monkeypatch.setattr("mlx_jupyter.cluster.time.time", lambda: 1000.0)
     busy = {"executing": True, "cell_started": 1500.0, "time": 1510.0}  # its clock is 510 s ahead

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from mlx_jupyter.cluster import Cluster
-from mlx_jupyter.render import show_run
+from mlx_jupyter.cluster.cells.display import show_run
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -55,13 +55,13 @@ def test_cluster_on_four_ssh_hosts(testbed):
     n = len(bed.ips)
     before = _descendants()
     tmp_before = set(Path("/tmp").glob("mlx-jupyter.*"))  # rank temp dirs (the hosts share this /tmp)
-    assert bed.procs_matching("mlx_jupyter.engine") == {}
+    assert bed.procs_matching("mlx_jupyter.cluster.rank.engine") == {}
     t0 = time.monotonic()
     c = Cluster(n=1, hosts=bed.ips, ssh_options=bed.ssh_options(), controller_ip=f"{bed.net}.1", timeout=30)
     try:
         c.start()
         assert c.client.ids == list(range(n))
-        on_hosts = bed.procs_matching("mlx_jupyter.engine")
+        on_hosts = bed.procs_matching("mlx_jupyter.cluster.rank.engine")
         assert sorted(on_hosts) == list(range(1, n + 1)), on_hosts  # one engine on each host
         info = c.setup(timeout=20)
         assert all(not i["group_error"] for i in info.values()), info
@@ -77,8 +77,8 @@ def test_cluster_on_four_ssh_hosts(testbed):
         assert c.pull("mpl") == ["module://matplotlib_inline.backend_inline"] * n
     finally:
         c.stop()
-    assert _wait_until(lambda: bed.procs_matching("mlx_jupyter.engine") == {}, 5), \
-        f"engines left on the hosts: {bed.procs_matching('mlx_jupyter.engine')}"
+    assert _wait_until(lambda: bed.procs_matching("mlx_jupyter.cluster.rank.engine") == {}, 5), \
+        f"engines left on the hosts: {bed.procs_matching('mlx_jupyter.cluster.rank.engine')}"
     assert _wait_until(lambda: not _non_sshd(bed), 5), f"processes left on the hosts: {_non_sshd(bed)}"
     assert _wait_until(lambda: set(Path("/tmp").glob("mlx-jupyter.*")) <= tmp_before, 5)
     left = [p for p in _descendants() - before if psutil.pid_exists(p)]

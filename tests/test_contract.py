@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mlx_jupyter.contract import ContractError, check_rdma, plan_mpi, plan_ranks
+from mlx_jupyter.launch.contract import ContractError, check_rdma, plan_mpi, plan_ranks
 from mlx_jupyter.hostfile import Host, parse_host_list
 
 

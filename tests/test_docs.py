@@ -49,7 +49,7 @@ def test_launch_a_script_on_two_local_ranks(tmp_path: Path) -> None:
         "import mlx.core as mx\n"
         "w = mx.distributed.init(strict=True, backend='ring')\n"
         "print('sum', mx.distributed.all_sum(mx.ones(2) * (w.rank() + 1), group=w).tolist())\n")
-    from mlx_jupyter.ports import free_port_block
+    from mlx_jupyter.net.ports import free_port_block
 
     port = str(free_port_block(2))
     p = subprocess.run(CLI + ["launch", "-n", "2", "-p", port, "--", sys.executable, "train.py"],
@@ -133,7 +133,7 @@ def test_without_launcher_recipe_two_local_ranks(tmp_path: Path) -> None:
     import json
     import secrets
 
-    from mlx_jupyter.ports import free_port_block
+    from mlx_jupyter.net.ports import free_port_block
 
     doc = (ROOT / "docs/without-launcher.md").read_text()
     assert "`MLX_HOSTFILE` = path of a JSON list" in doc and "+`MLX_JUPYTER_PORT_OFFSET` (default 1000)" in doc

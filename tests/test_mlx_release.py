@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from mlx_jupyter.cluster import Cluster
-from mlx_jupyter.render import DistributedCellError, show_run
+from mlx_jupyter.cluster.cells.display import DistributedCellError, show_run
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -7,7 +7,7 @@ import socket
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mlx_jupyter import ports
+from mlx_jupyter.net import ports
 
 
 @given(n=st.integers(1, 64), offset=st.integers(0, 5000),

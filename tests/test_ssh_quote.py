@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mlx_jupyter.launch.script import MARKER, rank_script
-from mlx_jupyter.ssh import QuotingError, export, join, quote, sh_command, split_destination
+from mlx_jupyter.net.ssh import QuotingError, export, join, quote, sh_command, split_destination
 
 HOSTILE = ["a'b", 'a"b', "$(touch /tmp/pwned)", "`id`", "a;b", "a\nb", "a b", "\\", "$HOME", "*", "-n", "", "'",
            "!x", "a\tb", "é ✓", "%s", "${IFS}"]
@@ -138,7 +138,7 @@ def test_rank_refuses_to_run_without_its_watchdog(tmp_path):
 # -------------------------------------------------------- ssh config, hops --
 
 def test_split_hop():
-    from mlx_jupyter.ssh import _split_hop
+    from mlx_jupyter.net.ssh import _split_hop
 
     assert _split_hop("jump") == ("jump", None)
     assert _split_hop("bob@jump:2222") == ("bob@jump", 2222)
@@ -150,7 +150,7 @@ def test_split_hop():
 @given(st.one_of(st.none(), st.from_regex(r"[a-z][a-z0-9_.-]{0,8}", fullmatch=True)),
        st.from_regex(r"[a-z0-9][a-z0-9.-]{0,15}", fullmatch=True), st.one_of(st.none(), st.integers(1, 65535)))
 def test_split_hop_roundtrips(user, host, port):
-    from mlx_jupyter.ssh import _split_hop
+    from mlx_jupyter.net.ssh import _split_hop
 
     hop = (f"{user}@" if user else "") + host + (f":{port}" if port else "")
     assert _split_hop(hop) == ((f"{user}@{host}" if user else host), port)
@@ -159,14 +159,14 @@ def test_split_hop_roundtrips(user, host, port):
 @settings(max_examples=100, deadline=None)
 @given(st.text(max_size=30))
 def test_split_hop_never_raises(hop):
-    from mlx_jupyter.ssh import _split_hop
+    from mlx_jupyter.net.ssh import _split_hop
 
     dest, port = _split_hop(hop)
     assert isinstance(dest, str) and (port is None or isinstance(port, int))
 
 
 def test_resolve_lists_the_known_hosts_files_openssh_would_read(tmp_path, monkeypatch):
-    from mlx_jupyter.ssh import SSHOptions, resolve
+    from mlx_jupyter.net.ssh import SSHOptions, resolve
 
     monkeypatch.setenv("HOME", str(tmp_path))
     for name in ("a", "b", "g", "p-node-x-2200"):

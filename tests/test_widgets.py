@@ -259,7 +259,7 @@ def test_status_thread_rate_and_wake():
 
 def test_registry_roundtrip(tmp_path, monkeypatch):
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
-    from mlx_jupyter.server import registry
+    from mlx_jupyter.cluster import registry
 
     c = FakeCluster()
     registry.publish(c)
@@ -278,7 +278,7 @@ def test_registry_roundtrip(tmp_path, monkeypatch):
 def test_status_widget_does_not_publish(tmp_path, monkeypatch):
     """The cluster publishes itself; a widget refreshing after a stop must not list it again."""
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
-    from mlx_jupyter.server import registry
+    from mlx_jupyter.cluster import registry
 
     w = ClusterStatusWidget(FakeCluster(), autostart=False)
     w.refresh()
@@ -291,7 +291,7 @@ class _Sets:
 
 def _unstarted_cluster(monkeypatch, tmp_path):
     """A real `Cluster` whose controller and ranks are faked: start/stop run their own code."""
-    from mlx_jupyter import cluster as cluster_mod
+    from mlx_jupyter.cluster import handle as cluster_mod
 
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
     c = cluster_mod.Cluster(n=2, cell_channel=False)
@@ -329,7 +329,7 @@ def _unstarted_cluster(monkeypatch, tmp_path):
 
 
 def test_cluster_publishes_itself(tmp_path, monkeypatch):
-    from mlx_jupyter.server import registry
+    from mlx_jupyter.cluster import registry
 
     c = _unstarted_cluster(monkeypatch, tmp_path)
     c.start(timeout=5)
@@ -340,7 +340,7 @@ def test_cluster_publishes_itself(tmp_path, monkeypatch):
 
 
 def test_registry_failure_never_breaks_start_or_stop(tmp_path, monkeypatch, caplog):
-    from mlx_jupyter.server import registry
+    from mlx_jupyter.cluster import registry
 
     c = _unstarted_cluster(monkeypatch, tmp_path)
 

@@ -189,7 +189,7 @@ class TestBed:
     # ----------------------------------------------------------------- use --
     def ssh_options(self, **overrides):
         """SSHOptions for this bed: its key and known_hosts only, no user config or agent."""
-        from mlx_jupyter.ssh import SSHOptions
+        from mlx_jupyter.net.ssh import SSHOptions
 
         kw = dict(config=[], known_hosts=str(self.known_hosts), client_keys=[str(self.key)], agent=False,
                   username="root", connect_timeout=5.0, keepalive_interval=1.0, keepalive_count_max=3)

@@ -15,7 +15,7 @@ import stat
 import sys
 from typing import Optional, Sequence
 
-from mlx_jupyter import ssh
+from mlx_jupyter.net import ssh
 from mlx_jupyter.hostfile import BACKENDS, HostfileError, parse_env, parse_host_list, read_hostfile, repeat_hosts
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.launch.job import Job, LaunchConfig

@@ -17,13 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
-from mlx_jupyter import contract, ssh
+from mlx_jupyter.launch import contract
+from mlx_jupyter.net import ssh
 from mlx_jupyter.hostfile import BACKENDS, Host, resolve_hosts
 from mlx_jupyter.launch import mpi
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.launch.guard import LocalWatchdog
 from mlx_jupyter.launch.local import LocalProcess
-from mlx_jupyter.launch.output import LineSplitter
+from mlx_jupyter.launch.streams import LineSplitter
 from mlx_jupyter.launch.rankinfo import EXITED, KILLED, LOST, RUNNING, RankInfo
 from mlx_jupyter.launch.remote import RemoteProcess, Watchdog
 from mlx_jupyter.launch.script import rank_script

@@ -18,7 +18,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Coroutine, Mapping, Optional, Sequence, TypeVar, Union
 
-from mlx_jupyter import ssh
+from mlx_jupyter.net import ssh
 from mlx_jupyter.hostfile import Host
 from mlx_jupyter.launch.job import ExitCallback, Job, LaunchConfig, OutputCallback
 from mlx_jupyter.launch.rankinfo import RankInfo

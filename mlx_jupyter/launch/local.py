@@ -9,7 +9,7 @@ from typing import Mapping, Optional, Sequence
 
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.launch.guard import LocalWatchdog
-from mlx_jupyter.launch.output import LineSplitter, pump
+from mlx_jupyter.launch.streams import LineSplitter, pump
 
 
 class LocalProcess:

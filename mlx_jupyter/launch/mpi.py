@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
-from mlx_jupyter import contract
+from mlx_jupyter.launch import contract
 from mlx_jupyter.hostfile import Host
 from mlx_jupyter.launch.errors import LaunchError
 

@@ -6,9 +6,9 @@ import asyncio
 import signal as _signal
 from typing import Any, Optional
 
-from mlx_jupyter import ssh
+from mlx_jupyter.net import ssh
 from mlx_jupyter.launch.errors import LaunchError
-from mlx_jupyter.launch.output import LineSplitter, pump
+from mlx_jupyter.launch.streams import LineSplitter, pump
 from mlx_jupyter.launch.script import MARKER, watchdog_script
 
 #: Return code reported for a rank whose host stopped answering.

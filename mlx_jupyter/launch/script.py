@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from mlx_jupyter.ssh import check_name, export, join, quote
+from mlx_jupyter.net.ssh import check_name, export, join, quote
 
 #: First stdout line of a rank: MARKER + " " + pid (= its process group id).
 MARKER = "\x1emlx-jupyter-pid"

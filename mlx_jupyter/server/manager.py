@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from . import registry
+from mlx_jupyter.cluster import registry
 
 log = logging.getLogger(__name__)
 Factory = Callable[..., Any]

@@ -18,7 +18,7 @@ import traitlets
 
 from mlx_jupyter.topology import DiscoveryError, PlanError, Topology, TopologyError
 
-from .runners import RecordingRunner, run_async
+from mlx_jupyter.config.runners import RecordingRunner, run_async
 from .topology_model import topology_model
 
 HERE = Path(__file__).parent

@@ -88,7 +88,7 @@ def test_ring_prefers_the_ordering_with_most_cables():
 
 
 class FakeSSH:
-    """Stands in for mlx_jupyter.ssh: counts connections, answers every command."""
+    """Stands in for mlx_jupyter.net.ssh: counts connections, answers every command."""
 
     class SSHError(RuntimeError):
         pass

@@ -4,14 +4,14 @@
 ``ipyparallel.engine_launchers``) starts one engine per rank through
 :class:`mlx_jupyter.launch.Launcher`, so each engine gets its rank's
 environment contract (``MLX_RANK``, ``MLX_HOSTFILE`` ...), and the engine
-requests engine id = rank (:mod:`mlx_jupyter.engine`). Usable from plain
+requests engine id = rank (:mod:`mlx_jupyter.cluster.rank.engine`). Usable from plain
 ipyparallel::
 
     ipp.Cluster(engines="mlx", n=2)
 
 :class:`Cluster` is the handle for notebooks and scripts: an ipyparallel
 controller set up for fast admission, the engines, a client, a view in rank
-order, data movement, supervised cell runs (:mod:`mlx_jupyter.cellrun`),
+order, data movement, supervised cell runs (:mod:`mlx_jupyter.cluster.cells.run`),
 restart with ids kept, and a stop that leaves no process behind.
 """
 
@@ -33,11 +33,11 @@ from ipyparallel.cluster.launcher import EngineLauncher, NotRunning
 from traitlets import Any as TAny
 from traitlets import Dict, Integer, List, Unicode, default
 
-from mlx_jupyter.cellhub import CellHub
-from mlx_jupyter.cellwire import PORT_ENV
-from mlx_jupyter.output import describe_exit, rank_label
-from mlx_jupyter.ports import free_port_block
-from mlx_jupyter.zmqwatch import watch_queues
+from mlx_jupyter.cluster.cells.hub import CellHub
+from mlx_jupyter.cluster.cells.wire import PORT_ENV
+from mlx_jupyter.cluster.cells.text import describe_exit, rank_label
+from mlx_jupyter.net.ports import free_port_block
+from mlx_jupyter.cluster.cells.zmqwatch import watch_queues
 
 # The ipyparallel Client's ZMQ streams that zmqwatch keeps flushed.
 _CLIENT_STREAMS = ("_mux_stream", "_control_stream", "_iopub_stream", "_notification_stream", "_query_stream")
@@ -140,13 +140,13 @@ class MLXEngineSetLauncher(EngineLauncher):
     rank_output = Dict(help="rank -> last lines of its process output (engine logs, native stderr)")
     output_lines = Integer(200, config=True, help="lines of output kept per rank")
     ssh_options = TAny(None, allow_none=True, config=True,
-                       help="mlx_jupyter.ssh.SSHOptions for remote hosts (None: OpenSSH defaults)")
+                       help="mlx_jupyter.net.ssh.SSHOptions for remote hosts (None: OpenSSH defaults)")
 
     launcher = TAny(None, allow_none=True)
 
     @default("engine_cmd")
     def _default_engine_cmd(self) -> list[str]:
-        return [self.python, "-m", "mlx_jupyter.engine"]
+        return [self.python, "-m", "mlx_jupyter.cluster.rank.engine"]
 
     def layout(self, n: Optional[int] = None) -> tuple[int, int]:
         """(ranks per host, ranks) for ``n`` engines asked for: ``repeat_hosts`` wins, a
@@ -267,13 +267,13 @@ class Cluster:
 
     ``n`` ranks per host (like ``mlx.launch -n``); ``hosts`` a list or
     ``"h1,h2"`` (default one local host), or ``hostfile``. ``env`` is added to
-    every rank's environment. ``ssh_options`` (:class:`mlx_jupyter.ssh.SSHOptions`)
+    every rank's environment. ``ssh_options`` (:class:`mlx_jupyter.net.ssh.SSHOptions`)
     say how to reach remote hosts. With remote hosts the controller listens on
     every interface and tells the engines this machine's name; pass
     ``controller_ip`` (an address of this machine the hosts can reach) when
     that name does not resolve to such an address on the hosts.
     ``cell_channel``: send cells straight to the ranks, beside the controller
-    (:mod:`mlx_jupyter.cellhub`); default on unless ``MLX_JUPYTER_CELL_CHANNEL=0``.
+    (:mod:`mlx_jupyter.cluster.cells.hub`); default on unless ``MLX_JUPYTER_CELL_CHANNEL=0``.
     """
 
     def __init__(
@@ -366,7 +366,7 @@ class Cluster:
         if self.ssh_options is not None:
             es.ssh_options = self.ssh_options
         es.engine_args = ["--IPEngine.wait_for_url_file=30", "--IPEngine.timeout=30"]
-        cfg.LocalControllerLauncher.controller_cmd = [sys.executable, "-m", "mlx_jupyter.controller"]
+        cfg.LocalControllerLauncher.controller_cmd = [sys.executable, "-m", "mlx_jupyter.cluster.controller"]
         cfg.LocalControllerLauncher.stop_seconds_until_kill = 2
         return cfg
 
@@ -415,7 +415,7 @@ class Cluster:
 
     def cell_hub(self, ranks: Optional[Sequence[int]] = None) -> Optional[CellHub]:
         """The direct cell channel for a cell on ``ranks``, if this cluster has one (see
-        :mod:`mlx_jupyter.cellhub`) and no request through the controller is still running
+        :mod:`mlx_jupyter.cluster.cells.hub`) and no request through the controller is still running
         on those ranks: a cell sent beside it could overtake it."""
         if self.hub is None or self.client is None:
             return None
@@ -436,7 +436,7 @@ class Cluster:
     def _publish(self) -> None:
         """List this cluster for the lab panel (a file in Jupyter's runtime dir); never fails start."""
         try:
-            from mlx_jupyter.server import registry
+            from mlx_jupyter.cluster import registry
 
             registry.publish(self)
         except Exception as exc:
@@ -444,7 +444,7 @@ class Cluster:
 
     def _unpublish(self) -> None:
         try:
-            from mlx_jupyter.server import registry
+            from mlx_jupyter.cluster import registry
 
             registry.unpublish(self.cluster_id)
         except Exception as exc:
@@ -504,7 +504,7 @@ class Cluster:
         deadlines.) The agent is installed before the engine handles its first
         request, so the answer is final.
         """
-        from mlx_jupyter import rankside
+        from mlx_jupyter.cluster.rank import agent as rankside
 
         client = self.client
         assert client is not None
@@ -558,7 +558,7 @@ class Cluster:
         init holds the rank's GIL meanwhile: see :meth:`forming_world`); the first
         cell's setup takes the world over.
         """
-        from mlx_jupyter import rankside
+        from mlx_jupyter.cluster.rank import agent as rankside
 
         self._world_ar = None
         if self.backend != "ring" or self.size < 2 or self.client is None:
@@ -655,7 +655,7 @@ class Cluster:
 
     def _await_controller(self, timeout: float = 30.0) -> None:
         """Until the controller's connection files are written (ipyparallel polls only every 0.1 s)."""
-        from mlx_jupyter.rankside import await_json_file
+        from mlx_jupyter.cluster.rank.agent import await_json_file
 
         controller = self.ipp.controller
         end = time.monotonic() + timeout
@@ -809,7 +809,7 @@ class Cluster:
 
     def setup(self, world: bool = True, group: bool = True, timeout: float = 60.0) -> dict[int, dict]:
         """Define ``mx``, ``world`` and ``group`` on every rank (all at once: the ring forms)."""
-        from mlx_jupyter import rankside
+        from mlx_jupyter.cluster.rank import agent as rankside
 
         self.check_ranks(self.ranks)
         view = self.client.direct_view(targets=self.ranks)
@@ -831,7 +831,7 @@ class Cluster:
         raise AssertionError("unreachable")
 
     def _reform(self, timeout: float) -> dict[int, dict]:
-        from mlx_jupyter import rankside
+        from mlx_jupyter.cluster.rank import agent as rankside
 
         self.check_ranks(self.ranks)
         view = self.client.direct_view(targets=self.ranks)
@@ -847,7 +847,7 @@ class Cluster:
 
     def run(self, code: str, targets: Optional[Sequence[int]] = None, release_deadline: float = 2.0) -> Any:
         """Start a supervised run of ``code`` on ``targets`` (default all); see :class:`CellRun`."""
-        from mlx_jupyter.cellrun import CellRun
+        from mlx_jupyter.cluster.cells.run import CellRun
 
         ranks = list(self.ranks if targets is None else targets)
         self.check_ranks(ranks)

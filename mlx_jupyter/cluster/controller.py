@@ -1,4 +1,4 @@
-"""`python -m mlx_jupyter.controller`: ipyparallel's controller, minus a fixed start-up pause.
+"""`python -m mlx_jupyter.cluster.controller`: ipyparallel's controller, minus a fixed start-up pause.
 
 ipyparallel 9's ``IPController.init_hub`` sleeps 0.25 s after opening its task
 database (a wait for a database server; ``--nodb`` has none) before it writes

@@ -1,9 +1,9 @@
-"""The notebook's end of the direct cell channel (see :mod:`mlx_jupyter.rankchannel`).
+"""The notebook's end of the direct cell channel (see :mod:`mlx_jupyter.cluster.rank.channel`).
 
 One ROUTER socket, bound beside the controller before the ranks start; each
 rank connects to it and says hello. :meth:`CellHub.send_cell` sends a cell to
 a rank; what comes back (outputs, then the reply) is handed to the cell's sink
-(a :class:`~mlx_jupyter.cellrun.CellRun`) on the hub's own thread, the only
+(a :class:`~mlx_jupyter.cluster.cells.run.CellRun`) on the hub's own thread, the only
 one that touches the socket.
 """
 
@@ -16,10 +16,10 @@ from typing import Any, Optional, Protocol
 
 import zmq
 
-from mlx_jupyter import cellwire
-from mlx_jupyter.socketthread import SocketThread, received
+from mlx_jupyter.cluster.cells import wire as cellwire
+from mlx_jupyter.cluster.cells.socketthread import SocketThread, received
 
-log = logging.getLogger("mlx_jupyter.cellhub")
+log = logging.getLogger("mlx_jupyter.cluster.cells.hub")
 
 
 class Sink(Protocol):

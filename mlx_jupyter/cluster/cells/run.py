@@ -1,7 +1,7 @@
 """One cell run on several ranks, supervised so that it always ends.
 
 A :class:`CellRun` sends the cell to each target rank, straight over the
-cell channel (:mod:`mlx_jupyter.cellhub`) when every target rank is connected
+cell channel (:mod:`mlx_jupyter.cluster.cells.hub`) when every target rank is connected
 to it, else as an ipyparallel ``execute_request`` through the controller;
 turns what comes back into events (output, results, ends), and keeps the
 no-hang promise (aborts and interrupts go through the controller's control
@@ -9,7 +9,7 @@ channel either way):
 
 - a rank's cell raises, or its process dies, while others still run: the
   others get ``mlx_abort_request`` naming that rank (see
-  :mod:`mlx_jupyter.rankside`) and are released;
+  :mod:`mlx_jupyter.cluster.rank.agent`) and are released;
 - :meth:`interrupt` (the stop button, or ``--timeout``) does the same for all;
 - a rank that has not ended ``release_deadline`` seconds after its abort is
   given up on (``no-reply``): the run ends anyway and says so.
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Optional
 
-from mlx_jupyter.output import DIED, ERROR, NO_REPLY, OK, RELEASED, RankOutcome, describe_exit
+from mlx_jupyter.cluster.cells.text import DIED, ERROR, NO_REPLY, OK, RELEASED, RankOutcome, describe_exit
 
 if TYPE_CHECKING:  # pragma: no cover
     from mlx_jupyter.cluster import Cluster
@@ -319,8 +319,8 @@ class CellRun:
         return {row["rank"]: row["world_closed"] for row in self.cluster.status(timeout) if row.get("world_closed")}
 
     def display(self, mode: str = "grouped", timeout: Optional[float] = None) -> "CellRun":
-        """Show this run's output (blocks until it ends); see :func:`mlx_jupyter.render.show_run`."""
-        from mlx_jupyter.render import show_run
+        """Show this run's output (blocks until it ends); see :func:`mlx_jupyter.cluster.cells.display.show_run`."""
+        from mlx_jupyter.cluster.cells.display import show_run
 
         return show_run(self, mode, timeout)
 
@@ -334,7 +334,7 @@ class CellRun:
         return True
 
     def __repr__(self) -> str:
-        from mlx_jupyter.output import rank_label
+        from mlx_jupyter.cluster.cells.text import rank_label
 
         if not self.done.is_set():
             state = "running"

@@ -1,10 +1,10 @@
-"""`python -m mlx_jupyter.engine`: an ipyparallel engine whose id is this process's MLX rank.
+"""`python -m mlx_jupyter.cluster.rank.engine`: an ipyparallel engine whose id is this process's MLX rank.
 
 The launcher sets the environment contract (``MLX_RANK`` ...); this module
 requests that rank as the engine id, turns off the per-engine nanny process
 (our launcher watches the processes) and installs the rank agent
-(:mod:`mlx_jupyter.rankside`) and connects the direct cell channel
-(:mod:`mlx_jupyter.rankchannel`) once the engine's kernel exists. MLX's ring world is
+(:mod:`mlx_jupyter.cluster.rank.agent`) and connects the direct cell channel
+(:mod:`mlx_jupyter.cluster.rank.channel`) once the engine's kernel exists. MLX's ring world is
 begun only once the rank is up (the cluster asks for it after its start-up probe):
 MLX's init holds the GIL and would stall the engine's registration.
 """
@@ -19,7 +19,8 @@ from typing import Iterator, Optional
 
 from ipyparallel.engine.app import IPEngine
 
-from mlx_jupyter import rankchannel, rankside
+from mlx_jupyter.cluster.rank import agent as rankside
+from mlx_jupyter.cluster.rank import channel as rankchannel
 
 
 class MLXEngine(IPEngine):

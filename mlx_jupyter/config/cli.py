@@ -2,7 +2,7 @@
 
 Thin I/O over the pure `mlx_jupyter.topology` package. Every remote command goes
 through a `Runner` (`async run(host, argv) -> CommandResult`); the default one
-is `SSHRunner`, over `mlx_jupyter.ssh` (one connection per host, reused for all
+is `SSHRunner`, over `mlx_jupyter.net.ssh` (one connection per host, reused for all
 of that host's commands). All hosts are discovered in parallel. Nothing here
 reads stdin.
 """
@@ -42,12 +42,12 @@ class Runner(Protocol):
 
 
 class SSHRunner:
-    """A `Runner` over `mlx_jupyter.ssh`: connects lazily, once per host, and reuses the connection."""
+    """A `Runner` over `mlx_jupyter.net.ssh`: connects lazily, once per host, and reuses the connection."""
 
     def __init__(self, connect_timeout: float = CONNECT_TIMEOUT, command_timeout: float = COMMAND_TIMEOUT,
                  options: Any = None) -> None:
-        """`options` (an `mlx_jupyter.ssh.SSHOptions`) replaces the defaults, connect timeout included."""
-        from mlx_jupyter import ssh
+        """`options` (an `mlx_jupyter.net.ssh.SSHOptions`) replaces the defaults, connect timeout included."""
+        from mlx_jupyter.net import ssh
 
         self._ssh = ssh
         self._opts = options or ssh.SSHOptions(connect_timeout=connect_timeout)
@@ -283,7 +283,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--env", action="append", default=[], metavar="K=V", help="saved into the hostfile (repeatable)")
     p.add_argument("--ignore-unreachable", action="store_true", help="leave out hosts ssh cannot reach")
     p.add_argument("--verbose", action="store_true", help="log each step to stderr")
-    from mlx_jupyter import ssh
+    from mlx_jupyter.net import ssh
 
     ssh.add_arguments(p, "ssh (as for mlx-jupyter launch)", CONNECT_TIMEOUT, keepalive=False)
     return p
@@ -291,7 +291,7 @@ def parser() -> argparse.ArgumentParser:
 
 def ssh_options(args: argparse.Namespace) -> Any:
     """The `SSHOptions` the ssh flags ask for."""
-    from mlx_jupyter.ssh import options_from_args
+    from mlx_jupyter.net.ssh import options_from_args
 
     return options_from_args(args)
 

@@ -1,7 +1,7 @@
 """What runs inside each rank's engine: `mx`/`world`/`group`, and the way out of a stuck cell.
 
 A :class:`RankAgent` is installed in every engine started by
-:mod:`mlx_jupyter.engine`. It answers two control-channel requests, which the
+:mod:`mlx_jupyter.cluster.rank.engine`. It answers two control-channel requests, which the
 engine's control thread handles even while a cell blocks the main thread:
 
 - ``mlx_abort_request {reason, msg_id}``: abort our core's group (pending and later ops
@@ -42,11 +42,11 @@ from typing import Any, Optional
 
 from IPython.core.error import InputRejected
 
-from mlx_jupyter.zmqwatch import watch_queues
+from mlx_jupyter.cluster.cells.zmqwatch import watch_queues
 
 #: the agent of this process, once installed
 AGENT: Optional["RankAgent"] = None
-#: why the agent could not be installed (set by :mod:`mlx_jupyter.engine`)
+#: why the agent could not be installed (set by :mod:`mlx_jupyter.cluster.rank.engine`)
 AGENT_ERROR = ""
 #: the kernel's internals (ipyparallel 9 / ipykernel) the agent hooks into
 KERNEL_NEEDS = ("shell", "session", "control_handlers", "shell_handlers", "aborted", "_send_abort_reply")
@@ -652,7 +652,7 @@ def _register_figure_png(shell: Any) -> None:
 
 
 def install(kernel: Any, rank: int) -> RankAgent:
-    """Create and install this process's agent (called by :mod:`mlx_jupyter.engine`).
+    """Create and install this process's agent (called by :mod:`mlx_jupyter.cluster.rank.engine`).
 
     Raises RuntimeError naming the kernel internals that are missing.
     """
@@ -674,7 +674,7 @@ def agent_state() -> dict:
     """Whether this rank's agent is installed, and if not why (the cluster's start-up probe)."""
     import ipyparallel
 
-    from mlx_jupyter import rankchannel
+    from mlx_jupyter.cluster.rank import channel as rankchannel
 
     if AGENT is not None:
         return {"installed": True, "ipyparallel": ipyparallel.__version__,

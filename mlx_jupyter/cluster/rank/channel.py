@@ -3,7 +3,7 @@
 A ``%%mlx_distributed`` cell through ipyparallel travels notebook -> controller
 -> engine, and its reply, status and every output back the same way, each
 message (de)serialised three times. Here the notebook sends the cell straight
-to the rank (:mod:`mlx_jupyter.cellhub`), the rank runs it as the kernel runs
+to the rank (:mod:`mlx_jupyter.cluster.cells.hub`), the rank runs it as the kernel runs
 an ``execute_request`` (same namespace, history, display hooks, and the rank
 agent's pre/post-run hooks that keep the no-hang promise), and its outputs and
 reply come straight back. The controller still does registration, heartbeats,
@@ -28,10 +28,10 @@ from typing import Any, Optional
 
 import zmq
 
-from mlx_jupyter import cellwire
-from mlx_jupyter.socketthread import SocketThread, received
+from mlx_jupyter.cluster.cells import wire as cellwire
+from mlx_jupyter.cluster.cells.socketthread import SocketThread, received
 
-log = logging.getLogger("mlx_jupyter.rankchannel")
+log = logging.getLogger("mlx_jupyter.cluster.rank.channel")
 
 #: IOPub message types a cell's outputs are made of (others, e.g. status or comms, are dropped)
 FORWARDED = frozenset({"stream", "display_data", "update_display_data", "execute_result", "clear_output"})

@@ -1,6 +1,6 @@
-"""Showing a :class:`~mlx_jupyter.cellrun.CellRun` in the notebook as it happens.
+"""Showing a :class:`~mlx_jupyter.cluster.cells.run.CellRun` in the notebook as it happens.
 
-Streams are grouped (or prefixed, or raw) with :mod:`mlx_jupyter.output`;
+Streams are grouped (or prefixed, or raw) with :mod:`mlx_jupyter.cluster.cells.text`;
 rich outputs are published once per group of ranks that produced the same
 bundle; the stop button and ``--timeout`` turn into :meth:`CellRun.interrupt`;
 a failed run ends in :class:`DistributedCellError`, whose traceback lists every
@@ -15,7 +15,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Optional
 
-from mlx_jupyter.output import (
+from mlx_jupyter.cluster.cells.text import (
     ERROR, LineGrouper, group_equal, rank_label, render_outcomes, summary,
 )
 

@@ -74,7 +74,7 @@ def _alive(pid: Optional[int]) -> bool:
 
 def rank_health(rank: dict) -> str:
     """"running" / "exited" for ranks on this machine (by pid), "remote" for the others."""
-    from mlx_jupyter.cluster import _is_local
+    from mlx_jupyter.cluster.handle import _is_local
 
     if not _is_local(str(rank.get("host", ""))):
         return "remote"

@@ -3,8 +3,8 @@
 A frame pair is ``[signature, payload]``: ``payload`` is the object packed by
 the cluster's ipyparallel session (JSON by default), ``signature`` its HMAC
 with that session's key, so only holders of the cluster's key can run code.
-Pure functions: :mod:`mlx_jupyter.cellhub` (notebook) and
-:mod:`mlx_jupyter.rankchannel` (rank) do the I/O.
+Pure functions: :mod:`mlx_jupyter.cluster.cells.hub` (notebook) and
+:mod:`mlx_jupyter.cluster.rank.channel` (rank) do the I/O.
 
 Messages (``t`` is the type):
 

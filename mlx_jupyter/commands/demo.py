@@ -6,7 +6,7 @@ import argparse
 import sys
 import tempfile
 
-from mlx_jupyter.ports import free_port_block
+from mlx_jupyter.net.ports import free_port_block
 
 RANK_CODE = """
 import numpy as np, mlx.core as mx

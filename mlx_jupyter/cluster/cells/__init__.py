@@ -1,0 +1,1 @@
+"""Running a notebook cell on the ranks: the direct channel, supervision, display."""

@@ -1,0 +1,1 @@
+"""What runs inside each rank's engine process."""

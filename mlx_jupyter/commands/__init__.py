@@ -1,0 +1,1 @@
+"""`mlx-jupyter` subcommands that are neither launch nor config."""

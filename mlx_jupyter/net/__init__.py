@@ -1,0 +1,1 @@
+"""Reaching hosts: ssh and free ports."""
