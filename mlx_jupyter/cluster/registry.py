@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from mlx_jupyter.net.hosts import is_local
+
 
 def folder() -> Path:
     """Where the cluster files live (honours JUPYTER_RUNTIME_DIR)."""
@@ -74,9 +76,7 @@ def _alive(pid: Optional[int]) -> bool:
 
 def rank_health(rank: dict) -> str:
     """"running" / "exited" for ranks on this machine (by pid), "remote" for the others."""
-    from mlx_jupyter.cluster.handle import _is_local
-
-    if not _is_local(str(rank.get("host", ""))):
+    if not is_local(str(rank.get("host", ""))):
         return "remote"
     return "running" if _alive(rank.get("pid")) else "exited"
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
+from .cabling import Cabling
 from .addressing import links_between
 from .commands import getifaddr, show
 from .errors import PlanError
@@ -13,8 +14,6 @@ from .model import Cable
 from .netparse import RDMA_HELP
 from .rings import Ring
 
-if TYPE_CHECKING:
-    from .core import Topology
 
 BACKENDS = ("ring", "jaccl", "jaccl-ring")
 DOT_HINT = "Run with --dot to see the cabling."
@@ -32,7 +31,7 @@ class Choice:
     warnings: list[str] = field(default_factory=list)
 
 
-def ring_problem(topo: Topology) -> str | None:
+def ring_problem(topo: Cabling) -> str | None:
     """Why no ring covers every host, or None when one does."""
     if len(topo.hosts) < 2:
         return "a ring needs at least two hosts"
@@ -47,7 +46,7 @@ def ring_problem(topo: Topology) -> str | None:
     return f"{text} {DOT_HINT}"
 
 
-def mesh_problem(topo: Topology) -> str | None:
+def mesh_problem(topo: Cabling) -> str | None:
     """Every missing pair of a full mesh, or None when every pair is cabled."""
     missing = topo.missing_pairs()
     if not missing:
@@ -56,7 +55,7 @@ def mesh_problem(topo: Topology) -> str | None:
     return f"Incomplete mesh, {pairs}. {DOT_HINT}"
 
 
-def rdma_problem(topo: Topology) -> str | None:
+def rdma_problem(topo: Cabling) -> str | None:
     """Hosts without usable RDMA, grouped by cause, each cause with its fix."""
     by_state: dict[str, list[str]] = {}
     details: list[str] = []
@@ -83,7 +82,7 @@ def rdma_problem(topo: Topology) -> str | None:
     return " ".join(parts)
 
 
-def describe(topo: Topology, cable: Cable) -> str:
+def describe(topo: Cabling, cable: Cable) -> str:
     """`studio-a en3 <-> mini-c en2`."""
     a = f"{topo.names[cable.a.host]} {cable.a.iface}"
     if cable.b is None:
@@ -91,7 +90,7 @@ def describe(topo: Topology, cable: Cable) -> str:
     return f"{a} <-> {topo.names[cable.b.host]} {cable.b.iface}"
 
 
-def why_not_rdma(topo: Topology, cable: Cable) -> str:
+def why_not_rdma(topo: Cabling, cable: Cable) -> str:
     """Why one cable cannot carry RDMA."""
     if cable.via:
         return f"{describe(topo, cable)} goes through a hub ({', '.join(cable.via)})"
@@ -101,7 +100,7 @@ def why_not_rdma(topo: Topology, cable: Cable) -> str:
     return f"{describe(topo, cable)} runs at {cable.gbps:g} Gb/s (Thunderbolt {gen})"
 
 
-def links_problem(topo: Topology, cables: list[Cable], backend: str) -> str | None:
+def links_problem(topo: Cabling, cables: list[Cable], backend: str) -> str | None:
     """Why some of the cables a backend would use cannot carry RDMA."""
     bad = [c for c in cables if not c.rdma_capable]
     if not bad:
@@ -114,7 +113,7 @@ def links_problem(topo: Topology, cables: list[Cable], backend: str) -> str | No
     )
 
 
-def coordinator_problem(topo: Topology, order: Sequence[int]) -> str | None:
+def coordinator_problem(topo: Cabling, order: Sequence[int]) -> str | None:
     """jaccl needs rank 0's ordinary-network address for its coordinator."""
     first = topo.hosts[order[0]]
     if first.ip:
@@ -126,7 +125,7 @@ def coordinator_problem(topo: Topology, order: Sequence[int]) -> str | None:
     )
 
 
-def mesh_cables(topo: Topology) -> list[Cable]:
+def mesh_cables(topo: Cabling) -> list[Cable]:
     """The cables a jaccl mesh uses: the first k of every pair, k = the fewest any pair has."""
     n = len(topo.hosts)
     links = topo.links()
@@ -134,7 +133,7 @@ def mesh_cables(topo: Topology) -> list[Cable]:
     return [lk.cable for i in range(n) for j in range(i + 1, n) for lk in links_between(links, i, j)[:count]]
 
 
-def ring_cables(topo: Topology, ring: Ring) -> list[Cable]:
+def ring_cables(topo: Cabling, ring: Ring) -> list[Cable]:
     """The cables a ring uses: the first `capacity` of every hop."""
     links = topo.links()
     return [lk.cable for a, b in ring.hops() for lk in links_between(links, a, b)[: ring.capacity]]
@@ -146,20 +145,20 @@ def _fail(*problems: str | None) -> None:
         raise PlanError(found[0])
 
 
-def plan_ring(topo: Topology, envs: Sequence[str], reason: str) -> Choice:
+def plan_ring(topo: Cabling, envs: Sequence[str], reason: str) -> Choice:
     _fail(ring_problem(topo))
     ring = topo.full_ring()
     assert ring is not None
     return Choice("ring", reason, ring_hostfile(topo.names, ring, topo.links(), envs), ring)
 
 
-def plan_jaccl(topo: Topology, envs: Sequence[str], reason: str) -> Choice:
+def plan_jaccl(topo: Cabling, envs: Sequence[str], reason: str) -> Choice:
     _fail(mesh_problem(topo), rdma_problem(topo), links_problem(topo, mesh_cables(topo), "jaccl"),
           coordinator_problem(topo, range(len(topo.hosts))))
     return Choice("jaccl", reason, jaccl_hostfile(topo.names, topo.ips, topo.links(), envs))
 
 
-def plan_jaccl_ring(topo: Topology, envs: Sequence[str], reason: str) -> Choice:
+def plan_jaccl_ring(topo: Cabling, envs: Sequence[str], reason: str) -> Choice:
     _fail(ring_problem(topo), rdma_problem(topo))
     ring = topo.full_ring()
     assert ring is not None
@@ -167,7 +166,7 @@ def plan_jaccl_ring(topo: Topology, envs: Sequence[str], reason: str) -> Choice:
     return Choice("jaccl-ring", reason, jaccl_ring_hostfile(topo.names, topo.ips, ring, topo.links(), envs), ring)
 
 
-def choose(topo: Topology, backend: str | None = None, envs: Sequence[str] = ()) -> Choice:
+def choose(topo: Cabling, backend: str | None = None, envs: Sequence[str] = ()) -> Choice:
     """Plan `backend`, or pick one: RDMA only with RDMA on every host and Thunderbolt 5 on every link used."""
     if len(topo.hosts) < 2:
         raise PlanError(f"a cluster needs at least two hosts; got {', '.join(topo.names) or 'none'}")

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
+from .cabling import Cabling
 from .model import Cable, natural_key
 
-if TYPE_CHECKING:
-    from .core import Topology
 
 
 def node_id(i: int) -> str:
@@ -31,7 +29,7 @@ def foreign_label(cable: Cable) -> str:
     return who + (f" ({peer.model})" if peer and peer.model else "")
 
 
-def to_dot(topo: Topology, show_foreign: bool = True) -> str:
+def to_dot(topo: Cabling, show_foreign: bool = True) -> str:
     """Undirected graph, rectangle nodes labelled with ssh names, edges labelled `ifaceA/ifaceB`."""
     lines = ["graph G {", "  node [shape=rectangle];"]
     lines += [f"  {node_id(i)} [label={quote(name)}];" for i, name in enumerate(topo.names)]

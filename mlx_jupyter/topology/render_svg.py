@@ -9,13 +9,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from html import escape
-from typing import TYPE_CHECKING
 
+from .cabling import Cabling
 from .model import Cable, speed_text
 from .render_dot import foreign_label
 
-if TYPE_CHECKING:
-    from .core import Topology
 
 BOX_W, BOX_H = 150, 50
 FOREIGN_W, FOREIGN_H = 150, 44
@@ -99,7 +97,7 @@ def _box(c: Point, w: float, h: float, stroke: str, fill: str, dash: str | None 
             f'fill="{fill}" stroke="{stroke}" stroke-width="1.5"{dash_attr}/>')
 
 
-def _cable(topo: Topology, cable: Cable, a: Point, b: Point, offset: float) -> list[str]:
+def _cable(topo: Cabling, cable: Cable, a: Point, b: Point, offset: float) -> list[str]:
     """One cable between two host centres, shifted sideways by `offset` when a pair has several."""
     assert cable.b is not None
     normal = Point(-(b - a).y, (b - a).x).unit().scale(offset)
@@ -124,7 +122,7 @@ def _cable(topo: Topology, cable: Cable, a: Point, b: Point, offset: float) -> l
     return out
 
 
-def _host(topo: Topology, i: int, c: Point) -> list[str]:
+def _host(topo: Cabling, i: int, c: Point) -> list[str]:
     host = topo.hosts[i]
     rdma = host.rdma.enabled if host.rdma else False
     sub = " · ".join(x for x in (host.machine, "RDMA" if rdma else "no RDMA") if x)
@@ -150,7 +148,7 @@ def _legend(top: float, left: float) -> tuple[list[str], float]:
     return out, x - left
 
 
-def layout(topo: Topology) -> list[Point]:
+def layout(topo: Cabling) -> list[Point]:
     """Host centres: around a circle, in ring order when a full ring exists (no crossings)."""
     n = len(topo.hosts)
     ring = topo.full_ring()
@@ -162,7 +160,7 @@ def layout(topo: Topology) -> list[Point]:
     return pos
 
 
-def to_svg(topo: Topology, show_missing: bool | None = None) -> str:
+def to_svg(topo: Cabling, show_missing: bool | None = None) -> str:
     """Render the topology as one `<svg>` string (no external resources).
 
     Missing mesh links are drawn when `show_missing`, by default only when there are few of them.
@@ -205,7 +203,7 @@ def to_svg(topo: Topology, show_missing: bool | None = None) -> str:
     return "\n".join([head, title, *body, '<g class="legend">', *legend, "</g>", "</svg>"]) + "\n"
 
 
-def foreign_groups(topo: Topology) -> list[list[Cable]]:
+def foreign_groups(topo: Cabling) -> list[list[Cable]]:
     """Cables to machines outside the host list, one group per machine (port UUID), in first-seen order."""
     groups: dict[str, list[Cable]] = {}
     for k, cable in enumerate(topo.foreign_cables):
@@ -213,7 +211,7 @@ def foreign_groups(topo: Topology) -> list[list[Cable]]:
     return list(groups.values())
 
 
-def _foreign(topo: Topology, pos: list[Point], body: list[str]) -> list[Point]:
+def _foreign(topo: Cabling, pos: list[Point], body: list[str]) -> list[Point]:
     """Draw machines outside the host list, pushed outwards from the hosts cabled to them; return their centres."""
     centres = []
     count: dict[int, int] = {}
@@ -241,7 +239,7 @@ def _foreign(topo: Topology, pos: list[Point], body: list[str]) -> list[Point]:
     return centres
 
 
-def _summary(topo: Topology) -> str:
+def _summary(topo: Cabling) -> str:
     n, cables = len(topo.hosts), len(topo.local_cables)
     missing = len(topo.missing_pairs())
     if n > 1 and not missing:

@@ -26,12 +26,25 @@ import time
 import uuid
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
 from mlx_jupyter.cluster.cells.text import DIED, ERROR, NO_REPLY, OK, RELEASED, RankOutcome, describe_exit
 
-if TYPE_CHECKING:  # pragma: no cover
-    from mlx_jupyter.cluster import Cluster
+
+class RunHost(Protocol):
+    """What a cell run needs of its cluster (:class:`mlx_jupyter.cluster.Cluster` is one)."""
+
+    backend: str
+    dead: Mapping[int, Optional[int]]  # rank -> return code, for ranks whose process ended
+    needs_reform: bool  # set when a run aborts ranks: `group` must be formed again
+
+    def cell_hub(self, ranks: Sequence[int]) -> Any: ...  # the direct channel, or None
+    def send_execute(self, rank: int, code: str, hook: Callable[[Any], None]) -> str: ...
+    def send_abort(self, reason: str, ranks: Sequence[int], msg_ids: Optional[dict[int, str]] = None) -> dict[int, Any]: ...
+    def status(self, timeout: float = 1.0) -> list[dict]: ...
+    def run_started(self, run: "CellRun") -> None: ...
+    def run_ended(self, run: "CellRun") -> None: ...
+    def mark_busy(self, rank: int, request: Any) -> None: ...
 
 #: errors a rank shows when it was stopped from outside: we interrupted it, a peer
 #: aborted our core's group, or MLX's sockets were closed under a blocked collective
@@ -96,7 +109,7 @@ class Event:
 class CellRun:
     """A supervised execution of ``code`` on ``ranks``. See the module docstring."""
 
-    def __init__(self, cluster: "Cluster", code: str, ranks: list[int], release_deadline: float = 2.0):
+    def __init__(self, cluster: RunHost, code: str, ranks: list[int], release_deadline: float = 2.0):
         self.cluster = cluster
         self.code = code
         self.ranks = list(ranks)
@@ -120,7 +133,7 @@ class CellRun:
 
     def start(self) -> "CellRun":
         self.started = time.monotonic()
-        self.cluster._runs.add(self)
+        self.cluster.run_started(self)
         live = [r for r in self.ranks if r not in self.cluster.dead]
         for rank in self.ranks:
             if rank in self.cluster.dead:
@@ -134,22 +147,8 @@ class CellRun:
                 self._futures[rank] = hub.send_cell(rank, msg_id, self.code, self)
             return self
         self.via = "controller"
-        client = self.cluster.client
         for rank in live:
-            idents, _ = client._build_targets([rank])
-            # through the client's ZMQStream, as ipyparallel's views do, never raw on
-            # `_mux_socket`: a raw send on that DEALER (requests out, replies in) can
-            # consume the edge-triggered ZMQ_FD's read edge without the stream seeing
-            # it, leaving replies unread in the socket for good: the cell never ends
-            fut = client.send_execute_request(
-                client._mux_stream,
-                self.code,
-                silent=False,
-                ident=idents[0],
-                metadata={"label": "mlx_distributed"},
-                message_future_hook=partial(self._hook, rank),
-            )
-            self.msg_ids[rank] = fut.msg_id
+            self.msg_ids[rank] = self.cluster.send_execute(rank, self.code, partial(self._hook, rank))
         return self
 
     def _hook(self, rank: int, fut: Any) -> None:
@@ -276,7 +275,7 @@ class CellRun:
                         outcome.status = NO_REPLY
                         outcome.note = self._no_reply_note()
                         if rank in self._futures:
-                            self.cluster.busy[rank] = self._futures[rank]
+                            self.cluster.mark_busy(rank, self._futures[rank])
                     self._replied.add(rank)
                     self._idle.add(rank)
                     late.append(rank)
@@ -303,7 +302,7 @@ class CellRun:
             if outcome.status == RELEASED and not outcome.note.startswith("not run"):
                 own = f"{outcome.ename}: {outcome.evalue}".rstrip(": ")
                 outcome.note = f"stopped ({own}) because {self.cause}" if self.cause else f"stopped ({own})"
-        self.cluster._runs.discard(self)
+        self.cluster.run_ended(self)
         self.done.set()
 
     # ------------------------------------------------------------ reading

@@ -31,7 +31,6 @@ from __future__ import annotations
 import ast
 import collections
 import inspect
-import json
 import os
 import signal
 import socket
@@ -43,14 +42,13 @@ from typing import Any, Optional
 from IPython.core.error import InputRejected
 
 from mlx_jupyter.cluster.cells.zmqwatch import watch_queues
+from mlx_jupyter.cluster.rank.kernel_compat import check_kernel, send_abort_reply
+from mlx_jupyter.cluster.rank.sockets import socket_fds
 
 #: the agent of this process, once installed
 AGENT: Optional["RankAgent"] = None
 #: why the agent could not be installed (set by :mod:`mlx_jupyter.cluster.rank.engine`)
 AGENT_ERROR = ""
-#: the kernel's internals (ipyparallel 9 / ipykernel) the agent hooks into
-KERNEL_NEEDS = ("shell", "session", "control_handlers", "shell_handlers", "aborted", "_send_abort_reply")
-
 
 class CellAborted(InputRejected):
     """A cell aborted before it started on this rank; it did not run."""
@@ -67,224 +65,6 @@ class _RejectCell(ast.NodeTransformer):
         if self.agent.cell == self.cell:
             raise CellAborted(f"not run: {self.reason}")
         return node
-
-
-def env_rank() -> int:
-    """This process's rank from the environment contract (MLX, JACCL, MPI, Slurm)."""
-    for var in ("MLX_RANK", "JACCL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"):
-        value = os.environ.get(var)
-        if value not in (None, ""):
-            return int(value)
-    return 0
-
-
-def _socket_fds() -> dict[int, int]:
-    """Open socket fds of this process -> inode (Linux /proc; psutil elsewhere)."""
-    out: dict[int, int] = {}
-    if os.path.isdir("/proc/self/fd"):
-        for name in os.listdir("/proc/self/fd"):
-            try:
-                target = os.readlink(f"/proc/self/fd/{name}")
-            except OSError:
-                continue
-            if target.startswith("socket:["):
-                out[int(name)] = int(target[8:-1])
-        return out
-    try:
-        import psutil
-
-        for conn in psutil.Process().net_connections(kind="inet"):
-            if conn.fd >= 0:
-                out[conn.fd] = os.fstat(conn.fd).st_ino
-    except Exception:
-        pass
-    return out
-
-
-def _hostfile_ports() -> set[int]:
-    """The ring ports of ``MLX_HOSTFILE`` (every rank's), or an empty set."""
-    try:
-        with open(os.environ["MLX_HOSTFILE"]) as fh:
-            entries = json.load(fh)
-        return {int(str(a).rsplit(":", 1)[1]) for rank in entries for a in rank}
-    except Exception:
-        return set()
-
-
-def _proc_tcp_rows() -> list[tuple[int, int, str, int]]:
-    """(local port, remote port, state, socket inode) of each row of Linux's /proc/self/net/tcp{,6}."""
-    rows = []
-    for table in ("tcp", "tcp6"):
-        try:
-            with open(f"/proc/self/net/{table}") as fh:
-                next(fh)
-                for line in fh:
-                    f = line.split()
-                    rows.append((int(f[1].rsplit(":", 1)[1], 16), int(f[2].rsplit(":", 1)[1], 16), f[3], int(f[9])))
-        except (OSError, ValueError, IndexError, StopIteration):
-            continue
-    return rows
-
-
-def _tcp_ports_by_inode() -> dict[int, tuple[int, int]]:
-    """socket inode -> (local port, remote port) for this process's TCP sockets."""
-    out: dict[int, tuple[int, int]] = {}
-    if os.path.isdir("/proc/self/net"):
-        for local, remote, _state, inode in _proc_tcp_rows():
-            out[inode] = (local, remote)
-        return out
-    try:
-        import psutil
-
-        for conn in psutil.Process().net_connections(kind="tcp"):
-            if conn.fd >= 0:
-                out[os.fstat(conn.fd).st_ino] = (conn.laddr.port if conn.laddr else 0,
-                                                 conn.raddr.port if conn.raddr else 0)
-    except Exception:
-        pass
-    return out
-
-
-def world_socket_fds(before: dict[int, int]) -> dict[int, int]:
-    """Sockets opened since ``before`` that belong to MLX's ring (its hostfile's ports).
-
-    Other threads (the engine's ZMQ) open sockets at the same time; only those on
-    a ring port are MLX's. Without a readable hostfile (MPI, NCCL) none is: shutting
-    sockets we cannot attribute broke more than it released (MPI: its job aborted).
-    """
-    ports = _hostfile_ports()
-    if not ports:
-        return {}
-    new = {fd: ino for fd, ino in _socket_fds().items() if before.get(fd) != ino}
-    by_inode = _tcp_ports_by_inode()
-    return {fd: ino for fd, ino in new.items() if ino in by_inode and (set(by_inode[ino]) & ports)}
-
-
-LOOPBACK = ("127.", "localhost", "::1", "[::1]")
-
-
-def _listening_ports() -> Optional[set[int]]:
-    """TCP ports listening on this machine (Linux /proc; psutil elsewhere), None when unknown."""
-    if os.path.isdir("/proc/self/net"):
-        return {local for local, _remote, state, _inode in _proc_tcp_rows() if state == "0A"}  # TCP_LISTEN
-    try:
-        import psutil
-
-        return {c.laddr.port for c in psutil.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
-    except Exception:  # macOS without root: not allowed to list other processes' sockets
-        return None
-
-
-def ring_ports_to_await(rank: int, hostfile: str) -> set[int]:
-    """The first ring port of every other rank, if this is the ring's last rank and all ranks are local.
-
-    MLX's last rank connects first; the others accept first. A connection refused
-    because its peer is not listening yet costs a one-second retry pause, with the
-    GIL held (the engine stands still). The last rank waiting for the others'
-    ports to listen skips that pause.
-    """
-    try:
-        with open(hostfile) as fh:
-            entries = json.load(fh)
-        addrs = [str(rank_addrs[0]) for rank_addrs in entries]
-    except Exception:
-        return set()
-    if len(addrs) < 2 or rank != len(addrs) - 1:
-        return set()
-    hosts_ports = [a.rsplit(":", 1) for a in addrs]
-    if not all(len(hp) == 2 and hp[0].startswith(LOOPBACK) and hp[1].isdigit() for hp in hosts_ports):
-        return set()
-    return {int(port) for _, port in hosts_ports[:-1]}
-
-
-def wait_listening(ports: set[int], timeout: float, poll: float = 0.005) -> bool:
-    """Until every port of ``ports`` listens here (True), ``timeout`` passes or it cannot be known (False)."""
-    end = time.monotonic() + timeout
-    while True:
-        listening = _listening_ports()
-        if listening is None:
-            return False
-        if ports <= listening:
-            return True
-        if time.monotonic() > end:
-            return False
-        time.sleep(poll)
-
-
-class EarlyWorld:
-    """MLX's world group, formed in a background thread before the first cell needs it.
-
-    MLX's ring retries a refused connection only after a pause of about a second,
-    and its init holds the GIL: the whole engine stands still meanwhile. So it is
-    begun once the rank is up (:func:`start_world_early`, asked by the cluster
-    after every rank answered its start-up probe), off the cluster's ready time,
-    and the last rank first waits, without the GIL, for the others to listen
-    (:func:`ring_ports_to_await`): with local ranks usually no pause at all.
-    """
-
-    def __init__(self, backend: str, strict: bool, await_ports: Optional[set[int]] = None,
-                 await_timeout: float = 30.0):
-        self.backend = backend
-        self.strict = strict
-        self.await_ports = set(await_ports or ())
-        self.await_timeout = await_timeout
-        self.done = threading.Event()
-        self.group: Any = None
-        self.error: Optional[BaseException] = None
-        self.sockets: dict[int, int] = {}
-        threading.Thread(target=self._form, name="mlx-world-init", daemon=True).start()
-
-    def _form(self) -> None:
-        before = _socket_fds()
-        try:
-            import mlx.core as mx
-
-            if self.await_ports:  # a peer that never listens (it died) is the cluster's to report
-                wait_listening(self.await_ports, self.await_timeout)
-            self.group = mx.distributed.init(strict=self.strict, backend=self.backend)
-        except BaseException as exc:  # reported by setup(), in the cell that needs it
-            self.error = exc
-        finally:
-            self.sockets = world_socket_fds(before)
-            self.done.set()
-
-
-#: MLX's world group being formed since the engine started (see :func:`start_world_early`)
-EARLY_WORLD: Optional[EarlyWorld] = None
-
-
-def start_world_early(wait: float = 30.0) -> bool:
-    """Begin forming MLX's ring world in the background, if this engine is one of several
-    ring ranks, and wait up to ``wait`` s for it; whether it is being (or was) formed.
-
-    Called once per rank by the cluster right after start: its answer says the world
-    has formed (meanwhile MLX's init holds the GIL and the rank answers nothing).
-    ``MLX_JUPYTER_EARLY_WORLD=0`` turns it off (the first cell then forms it).
-    """
-    global EARLY_WORLD
-    if EARLY_WORLD is None:
-        size = int(os.environ.get("MLX_JUPYTER_SIZE", "1") or 1)
-        if not (os.environ.get("MLX_JUPYTER_BACKEND") == "ring" and size > 1
-                and os.environ.get("MLX_JUPYTER_EARLY_WORLD", "1") != "0" and os.environ.get("MLX_HOSTFILE")):
-            return False
-        EARLY_WORLD = EarlyWorld("ring", strict=True,
-                                 await_ports=ring_ports_to_await(env_rank(), os.environ["MLX_HOSTFILE"]))
-    EARLY_WORLD.done.wait(wait)
-    return True
-
-
-def await_json_file(path: str, timeout: float, poll: float = 0.005) -> bool:
-    """Until ``path`` holds valid JSON (True) or ``timeout`` s passed (False)."""
-    end = time.monotonic() + timeout
-    while True:
-        try:
-            with open(path) as fh:
-                json.load(fh)
-            return True
-        except (OSError, ValueError):
-            if time.monotonic() > end:
-                return False
-        time.sleep(poll)
 
 
 def _rss() -> int:
@@ -400,7 +180,7 @@ class RankAgent:
             try:
                 agent.returned = False
                 if agent._begin(msg_id, "apply") is not None:
-                    return agent.kernel._send_abort_reply(stream, parent, ident)
+                    return send_abort_reply(agent.kernel, stream, parent, ident)
                 started = True
                 result = handler(stream, ident, parent)
                 if inspect.isawaitable(result):
@@ -410,7 +190,7 @@ class RankAgent:
                 return result
             except KeyboardInterrupt:
                 if not started:  # stopped before it ran: it still gets its reply
-                    return agent.kernel._send_abort_reply(stream, parent, ident)
+                    return send_abort_reply(agent.kernel, stream, parent, ident)
                 return None
             finally:
                 if not awaited:
@@ -516,7 +296,7 @@ class RankAgent:
     def close_world(self, reason: str) -> bool:
         """Shut down MLX's world sockets so that a blocked MLX collective raises."""
         closed = False
-        current = _socket_fds()
+        current = socket_fds()
         for fd, inode in self.world_sockets.items():
             if current.get(fd) != inode:
                 continue
@@ -657,14 +437,7 @@ def install(kernel: Any, rank: int) -> RankAgent:
     Raises RuntimeError naming the kernel internals that are missing.
     """
     global AGENT
-    missing = [name for name in KERNEL_NEEDS if not hasattr(kernel, name)]
-    if missing:
-        import ipyparallel
-
-        raise RuntimeError(
-            f"the engine's kernel has no {', '.join(missing)} (ipyparallel {ipyparallel.__version__}); "
-            "mlx_jupyter needs ipyparallel 9.x"
-        )
+    check_kernel(kernel)
     AGENT = RankAgent(kernel, rank)
     AGENT.install()
     return AGENT
@@ -681,77 +454,3 @@ def agent_state() -> dict:
                 "channel": rankchannel.CHANNEL is not None, "channel_error": rankchannel.ERROR}
     return {"installed": False, "ipyparallel": ipyparallel.__version__,
             "error": AGENT_ERROR or "the engine never installed it (IPEngine.complete_registration was not called)"}
-
-
-# ---------------------------------------------------------------- applied from the notebook
-
-
-def setup(backend: str, world: bool = True, group: bool = True, timeout: float = 30.0) -> dict:
-    """Define ``mx``, ``world`` (MLX's group) and ``group`` (ours) in this rank's namespace.
-
-    Runs on every rank at once (MLX's ring init waits for its neighbours).
-    """
-    agent = AGENT
-    ns = agent.shell.user_ns if agent else {}
-    import mlx.core as mx
-
-    ns["mx"] = mx
-    info: dict[str, Any] = {"rank": env_rank(), "world": None, "group": None, "group_error": ""}
-    if world and "world" not in ns:
-        w, sockets = _form_world(backend, timeout)
-        ns["world"] = w
-        if agent:
-            agent.world_sockets = sockets
-    if "world" in ns:
-        info["world"] = [ns["world"].rank(), ns["world"].size()]
-    if group:
-        info.update(reform(timeout=timeout, only_if_needed=True))
-    return info
-
-
-def _form_world(backend: str, timeout: float) -> tuple[Any, dict[int, int]]:
-    """MLX's world group and its sockets: the early one if it was started, else formed now."""
-    global EARLY_WORLD
-    early = EARLY_WORLD
-    if early is not None and early.backend == (backend or "any"):
-        if not early.done.wait(timeout):
-            raise TimeoutError(
-                f"MLX's world group did not form within {timeout:g} s: is every rank up? "
-                "(%mlx_cluster status; %mlx_cluster restart)"
-            )
-        if early.error is not None:
-            EARLY_WORLD = None  # the next cell tries again, in the foreground
-            raise early.error
-        return early.group, early.sockets
-    import mlx.core as mx
-
-    before = _socket_fds()
-    size_hint = int(os.environ.get("MLX_JUPYTER_SIZE", "1"))
-    w = mx.distributed.init(strict=size_hint > 1, backend=backend or "any")
-    return w, world_socket_fds(before)
-
-
-def reform(timeout: float = 30.0, only_if_needed: bool = False) -> dict:
-    """(Re)form our core's group: drop an aborted one, ``init()`` a fresh one, bind ``group``."""
-    agent = AGENT
-    ns = agent.shell.user_ns if agent else {}
-    try:
-        import mlx_jupyter.distributed as dist
-    except Exception as exc:  # the native core is not built here
-        return {"group": None, "group_error": f"mlx_jupyter.distributed unavailable: {exc}"}
-    if only_if_needed and ns.get("group") is not None:
-        g = ns["group"]
-        return {"group": [g.rank(), g.size()], "group_error": ""}
-    try:
-        if ns.get("group") is not None:
-            dist.shutdown()
-        g = dist.init(strict=int(os.environ.get("MLX_JUPYTER_SIZE", "1")) > 1, timeout=timeout)
-    except Exception as exc:
-        ns.pop("group", None)
-        return {"group": None, "group_error": f"{type(exc).__name__}: {exc}"}
-    ns["group"] = g
-    return {"group": [g.rank(), g.size()], "group_error": ""}
-
-
-def status() -> dict:
-    return AGENT.status() if AGENT else {"rank": env_rank(), "pid": os.getpid()}

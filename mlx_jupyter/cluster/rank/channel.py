@@ -18,7 +18,6 @@ them (the main thread, ipykernel's IOPub thread) through a queue.
 from __future__ import annotations
 
 import collections
-import contextlib
 import logging
 import os
 import sys
@@ -30,6 +29,7 @@ import zmq
 
 from mlx_jupyter.cluster.cells import wire as cellwire
 from mlx_jupyter.cluster.cells.socketthread import SocketThread, received
+from mlx_jupyter.cluster.rank.kernel_compat import main_lock
 
 log = logging.getLogger("mlx_jupyter.cluster.rank.channel")
 
@@ -164,7 +164,7 @@ class RankChannel:
         }
         request["msg_id"], request["msg_type"] = msg_id, "execute_request"
         # one request at a time, with %px cells and apply requests
-        lock = getattr(kernel, "_main_asyncio_lock", None) or contextlib.nullcontext()
+        lock = main_lock(kernel)
         reply: Optional[dict] = None
         try:
             async with lock:

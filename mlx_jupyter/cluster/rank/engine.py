@@ -19,8 +19,10 @@ from typing import Iterator, Optional
 
 from ipyparallel.engine.app import IPEngine
 
+from mlx_jupyter.cluster.connection_files import await_json_file
 from mlx_jupyter.cluster.rank import agent as rankside
 from mlx_jupyter.cluster.rank import channel as rankchannel
+from mlx_jupyter.cluster.rank.world import env_rank
 
 
 class MLXEngine(IPEngine):
@@ -63,7 +65,7 @@ class MLXEngine(IPEngine):
         # engines start with the controller, so wait for it here, finely, first
         if not self.connection_info_env:
             self.find_connection_file()
-            rankside.await_json_file(self.url_file, self.wait_for_url_file)
+            await_json_file(self.url_file, self.wait_for_url_file)
         super().init_engine()
 
     async def register(self):  # type: ignore[override]
@@ -78,7 +80,7 @@ class MLXEngine(IPEngine):
         if self.kernel is None:
             rankside.AGENT_ERROR = "the engine has no kernel after registration"
             return
-        rank = self.id if self.id is not None else rankside.env_rank()
+        rank = self.id if self.id is not None else env_rank()
         try:
             rankside.install(self.kernel, rank)
         except Exception as exc:
@@ -119,7 +121,7 @@ def _preimport() -> None:
 
 def main(argv: Optional[list[str]] = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    pinned = [f"--IPEngine.id={rankside.env_rank()}", "--IPEngine.enable_nanny=False"]
+    pinned = [f"--IPEngine.id={env_rank()}", "--IPEngine.enable_nanny=False"]
     MLXEngine.launch_instance(argv=pinned + argv)
 
 

@@ -14,7 +14,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from mlx_jupyter.cluster.connection_files import await_json_file
 from mlx_jupyter.cluster.rank import agent as rankside
+from mlx_jupyter.cluster.rank import sockets, world
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -178,7 +180,7 @@ def test_world_sockets_are_those_on_the_hostfiles_ports(tmp_path, monkeypatch):
     import json
     import socket
 
-    before = rankside._socket_fds()
+    before = sockets.socket_fds()
     ring = socket.create_server(("127.0.0.1", 0))
     other = socket.create_server(("127.0.0.1", 0))
     peer = socket.create_connection(ring.getsockname())
@@ -187,7 +189,7 @@ def test_world_sockets_are_those_on_the_hostfiles_ports(tmp_path, monkeypatch):
         hostfile = tmp_path / "hosts.json"
         hostfile.write_text(json.dumps([[f"127.0.0.1:{ring.getsockname()[1]}"], ["127.0.0.1:1"]]))
         monkeypatch.setenv("MLX_HOSTFILE", str(hostfile))
-        found = set(rankside.world_socket_fds(before))
+        found = set(sockets.world_socket_fds(before))
         assert {ring.fileno(), peer.fileno(), accepted.fileno()} <= found
         assert other.fileno() not in found
     finally:
@@ -197,19 +199,19 @@ def test_world_sockets_are_those_on_the_hostfiles_ports(tmp_path, monkeypatch):
 
 def test_setup_waits_for_the_early_world_with_a_timeout_naming_it(monkeypatch):
     never = SimpleNamespace(backend="ring", done=threading.Event(), error=None, group=None, sockets={})
-    monkeypatch.setattr(rankside, "EARLY_WORLD", never)
+    monkeypatch.setattr(world, "EARLY_WORLD", never)
     with pytest.raises(TimeoutError, match="MLX's world group did not form within 0.1 s"):
-        rankside._form_world("ring", 0.1)
+        world._form_world("ring", 0.1)
 
 
 def test_an_early_world_that_failed_is_reported_once_then_formed_again(monkeypatch):
     failed = SimpleNamespace(backend="ring", done=threading.Event(), error=RuntimeError("[ring] Couldn't bind socket"),
                              group=None, sockets={})
     failed.done.set()
-    monkeypatch.setattr(rankside, "EARLY_WORLD", failed)
+    monkeypatch.setattr(world, "EARLY_WORLD", failed)
     with pytest.raises(RuntimeError, match="bind"):
-        rankside._form_world("ring", 1)
-    assert rankside.EARLY_WORLD is None
+        world._form_world("ring", 1)
+    assert world.EARLY_WORLD is None
 
 
 def test_without_a_hostfile_no_socket_is_taken_for_mlx(monkeypatch):
@@ -217,10 +219,10 @@ def test_without_a_hostfile_no_socket_is_taken_for_mlx(monkeypatch):
     import socket
 
     monkeypatch.delenv("MLX_HOSTFILE", raising=False)
-    before = rankside._socket_fds()
+    before = sockets.socket_fds()
     s = socket.create_server(("127.0.0.1", 0))
     try:
-        assert rankside.world_socket_fds(before) == {}
+        assert sockets.world_socket_fds(before) == {}
     finally:
         s.close()
 
@@ -239,9 +241,9 @@ def test_status_carries_the_current_cells_start(agent, monkeypatch):
 
 
 def test_a_remote_ranks_cell_start_is_moved_to_our_clock(monkeypatch):
-    from mlx_jupyter.cluster.handle import _local_clock
+    from mlx_jupyter.cluster.control import _local_clock
 
-    monkeypatch.setattr("mlx_jupyter.cluster.time.time", lambda: 1000.0)
+    monkeypatch.setattr("mlx_jupyter.cluster.control.time.time", lambda: 1000.0)
     busy = {"executing": True, "cell_started": 1500.0, "time": 1510.0}  # its clock is 510 s ahead
     assert _local_clock(busy, same_clock=True) == 1500.0
     assert _local_clock(busy, same_clock=False) == 990.0
@@ -262,12 +264,12 @@ def _hostfile(tmp_path, addrs) -> str:
 
 def test_only_the_last_local_ring_rank_waits_for_the_others(tmp_path):
     hf = _hostfile(tmp_path, ["127.0.0.1:5000", ["127.0.0.1:5010", "127.0.0.1:5011"], "127.0.0.1:5020"])
-    assert rankside.ring_ports_to_await(2, hf) == {5000, 5010}  # the first address each accepts on
-    assert rankside.ring_ports_to_await(0, hf) == set() and rankside.ring_ports_to_await(1, hf) == set()
+    assert sockets.ring_ports_to_await(2, hf) == {5000, 5010}  # the first address each accepts on
+    assert sockets.ring_ports_to_await(0, hf) == set() and sockets.ring_ports_to_await(1, hf) == set()
     remote = _hostfile(tmp_path, ["127.0.0.1:5000", "10.0.0.2:5000"])
-    assert rankside.ring_ports_to_await(1, remote) == set()  # cannot see another host's sockets
-    assert rankside.ring_ports_to_await(0, _hostfile(tmp_path, ["127.0.0.1:5000"])) == set()
-    assert rankside.ring_ports_to_await(1, str(tmp_path / "missing.json")) == set()
+    assert sockets.ring_ports_to_await(1, remote) == set()  # cannot see another host's sockets
+    assert sockets.ring_ports_to_await(0, _hostfile(tmp_path, ["127.0.0.1:5000"])) == set()
+    assert sockets.ring_ports_to_await(1, str(tmp_path / "missing.json")) == set()
 
 
 def test_ring_ports_to_await_never_raises_on_any_hostfile(tmp_path):
@@ -285,12 +287,12 @@ def test_ring_ports_to_await_never_raises_on_any_hostfile(tmp_path):
     @given(anything, st.integers(-2, 5))
     def check(doc, rank):
         path.write_text(json.dumps(doc))
-        ports = rankside.ring_ports_to_await(rank, str(path))
+        ports = sockets.ring_ports_to_await(rank, str(path))
         assert isinstance(ports, set) and all(isinstance(p, int) for p in ports)
 
     check()
     path.write_bytes(b"\xff not json")
-    assert rankside.ring_ports_to_await(1, str(path)) == set()
+    assert sockets.ring_ports_to_await(1, str(path)) == set()
 
 
 def test_wait_listening_sees_a_listening_port_and_times_out_on_a_closed_one():
@@ -300,11 +302,11 @@ def test_wait_listening_sees_a_listening_port_and_times_out_on_a_closed_one():
     probe = socket.socket()
     probe.bind(("127.0.0.1", 0))  # bound, never listening
     try:
-        if rankside._listening_ports() is None:
+        if sockets._listening_ports() is None:
             pytest.skip("this system does not let us list listening sockets")
-        assert rankside.wait_listening({server.getsockname()[1]}, timeout=5)
+        assert sockets.wait_listening({server.getsockname()[1]}, timeout=5)
         t0 = time.monotonic()
-        assert not rankside.wait_listening({probe.getsockname()[1]}, timeout=0.1)
+        assert not sockets.wait_listening({probe.getsockname()[1]}, timeout=0.1)
         assert time.monotonic() - t0 < 5
     finally:
         server.close()
@@ -316,38 +318,38 @@ def test_the_early_world_waits_for_the_ports_before_mlx_init(monkeypatch):
     import mlx.core as mx
 
     order = []
-    monkeypatch.setattr(rankside, "wait_listening", lambda ports, timeout: order.append(("wait", ports)) or True)
+    monkeypatch.setattr(world, "wait_listening", lambda ports, timeout: order.append(("wait", ports)) or True)
     monkeypatch.setattr(mx.distributed, "init", lambda strict, backend: order.append(("init", backend)) or "world")
-    early = rankside.EarlyWorld("ring", strict=True, await_ports={5000})
+    early = world.EarlyWorld("ring", strict=True, await_ports={5000})
     assert early.done.wait(10)
     assert order == [("wait", {5000}), ("init", "ring")] and early.group == "world" and early.error is None
 
 
 def test_start_world_early_once_and_only_for_ring_ranks(monkeypatch):
     made = []
-    monkeypatch.setattr(rankside, "EARLY_WORLD", None)
-    monkeypatch.setattr(rankside, "EarlyWorld", lambda *a, **k: made.append((a, k)) or SimpleNamespace(done=threading.Event()))
+    monkeypatch.setattr(world, "EARLY_WORLD", None)
+    monkeypatch.setattr(world, "EarlyWorld", lambda *a, **k: made.append((a, k)) or SimpleNamespace(done=threading.Event()))
     monkeypatch.setenv("MLX_JUPYTER_BACKEND", "jaccl")
     monkeypatch.setenv("MLX_JUPYTER_SIZE", "2")
     monkeypatch.setenv("MLX_HOSTFILE", "/nonexistent.json")
     monkeypatch.setenv("MLX_RANK", "1")
-    assert rankside.start_world_early() is False and made == []
+    assert world.start_world_early() is False and made == []
     monkeypatch.setenv("MLX_JUPYTER_BACKEND", "ring")
     monkeypatch.setenv("MLX_JUPYTER_EARLY_WORLD", "0")
-    assert rankside.start_world_early() is False and made == []
+    assert world.start_world_early() is False and made == []
     monkeypatch.delenv("MLX_JUPYTER_EARLY_WORLD")
     t0 = time.monotonic()
-    assert rankside.start_world_early(wait=0.05) is True  # waits (bounded) for the world
+    assert world.start_world_early(wait=0.05) is True  # waits (bounded) for the world
     assert time.monotonic() - t0 >= 0.05
-    rankside.EARLY_WORLD.done.set()
-    assert rankside.start_world_early() is True
+    world.EARLY_WORLD.done.set()
+    assert world.start_world_early() is True
     assert len(made) == 1 and made[0][0] == ("ring",)
 
 
 def test_await_json_file_waits_for_valid_json(tmp_path):
     path = tmp_path / "c.json"
-    assert not rankside.await_json_file(str(path), 0.05)
+    assert not await_json_file(str(path), 0.05)
     path.write_text('{"key": ')  # half written
-    assert not rankside.await_json_file(str(path), 0.05)
+    assert not await_json_file(str(path), 0.05)
     path.write_text('{"key": "k"}')
-    assert rankside.await_json_file(str(path), 0.05)
+    assert await_json_file(str(path), 0.05)

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 import mlx_jupyter
-from mlx_jupyter.cluster import handle as cluster_mod
+from mlx_jupyter import cluster as cluster_mod
 from mlx_jupyter.cluster.rank import agent as rankside
 from mlx_jupyter.cluster import Cluster, ClusterError
 

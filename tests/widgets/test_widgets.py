@@ -19,7 +19,7 @@ from mlx_jupyter.widgets import ClusterStatusWidget, TopologyWidget
 from mlx_jupyter.widgets.status import rows_from_status
 from mlx_jupyter.widgets.topology_model import topology_model
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "thunderbolt"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "thunderbolt"
 
 
 # -- the topology model -------------------------------------------------------------------------

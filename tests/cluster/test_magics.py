@@ -16,7 +16,7 @@ from nbclient import NotebookClient
 from tests.cluster.kernel import Kernel, alive, kill_leftovers
 
 pytestmark = pytest.mark.timeout(150)
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parents[1]  # tests/
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 #: the no-hang promise: from the event (error, death, stop button) to the end of the cell
 PROMISE = 2.0

@@ -1,0 +1,114 @@
+"""Every use of ipyparallel's private API, in one place, checked before a cluster starts.
+
+ipyparallel 9 (pinned in pyproject.toml) is what these were written against and tested
+with; :func:`check_ipyparallel` names what a different version lacks and how to fix it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from functools import partial
+from typing import Any, Callable, Iterable, Sequence
+
+import ipyparallel as ipp
+from ipyparallel.cluster.launcher import EngineLauncher
+
+from mlx_jupyter.cluster.errors import ClusterError
+
+#: how to get an ipyparallel whose internals this package uses (named in every compat error)
+IPP_FIX = "install ipyparallel 9.x: pip install 'ipyparallel>=9,<10'"
+
+#: ipyparallel 9's private names we rely on, by class: the client's sends and streams
+#: (aborts and status go to a rank's control channel by hand), the launcher's hooks
+_IPP_CLASS_NEEDS = {
+    "Client": (ipp.Client, ("_build_targets", "_send", "send_execute_request", "_closed", "outstanding")),
+    "EngineLauncher": (EngineLauncher, ("notify_start", "notify_stop", "get_env", "loop", "engine_cmd",
+                                        "engine_args", "environment", "state")),
+}
+_IPP_CLIENT_ATTRS = ("_control_stream", "_mux_stream", "_query_stream", "_io_loop", "session")
+
+#: the client's ZMQ streams that zmqwatch keeps flushed
+CLIENT_STREAMS = ("_mux_stream", "_control_stream", "_iopub_stream", "_notification_stream", "_query_stream")
+
+
+def ipyparallel_problems(client: Any = None) -> list[str]:
+    """The ipyparallel internals this package needs that are missing here (``[]``: none).
+
+    With ``client``, its instance attributes (streams, I/O loop) are checked too.
+    """
+    missing = [f"{where}.{name}" for where, (cls, names) in _IPP_CLASS_NEEDS.items()
+               for name in names if not hasattr(cls, name)]
+    send = getattr(ipp.Client, "send_execute_request", None)
+    if send is not None and "message_future_hook" not in inspect.signature(send).parameters:
+        missing.append("Client.send_execute_request(message_future_hook=)")
+    try:
+        from ipyparallel.controller.hub import Hub
+
+        if not hasattr(Hub, "unregister_engine"):  # the handler of our unregistration_request
+            missing.append("Hub.unregister_engine")
+    except ImportError:
+        missing.append("ipyparallel.controller.hub.Hub")
+    if client is not None:
+        missing += [f"Client().{name}" for name in _IPP_CLIENT_ATTRS if not hasattr(client, name)]
+    return missing
+
+
+def check_ipyparallel(client: Any = None) -> None:
+    """Raise :class:`ClusterError` naming what is missing if this ipyparallel cannot be used."""
+    missing = ipyparallel_problems(client)
+    if missing:
+        raise ClusterError(
+            f"ipyparallel {getattr(ipp, '__version__', '?')} lacks what mlx_jupyter uses: "
+            f"{', '.join(missing)}; {IPP_FIX}"
+        )
+
+
+def client_streams(client: Any) -> list[Any]:
+    """The client's ZMQ streams (None for one it lacks)."""
+    return [getattr(client, name, None) for name in CLIENT_STREAMS]
+
+
+def is_closed(client: Any) -> bool:
+    return client is None or client._closed
+
+
+def send_control(client: Any, rank: int, msg_type: str, content: dict) -> Any:
+    """Send ``msg_type`` to ``rank``'s control channel; a future of the reply."""
+    ident = client._build_targets([rank])[0][0]
+    return client._send(client._control_stream, msg_type, content=content, ident=ident)
+
+
+def send_execute(client: Any, rank: int, code: str, hook: Callable[[Any], None]) -> str:
+    """Send ``code`` as an ``execute_request`` to ``rank``; ``hook(future)`` runs before any reply
+    can arrive. Returns the request's msg_id."""
+    idents, _ = client._build_targets([rank])
+    # through the client's ZMQStream, as ipyparallel's views do, never raw on
+    # `_mux_socket`: a raw send on that DEALER (requests out, replies in) can
+    # consume the edge-triggered ZMQ_FD's read edge without the stream seeing
+    # it, leaving replies unread in the socket for good: the cell never ends
+    fut = client.send_execute_request(
+        client._mux_stream, code, silent=False, ident=idents[0],
+        metadata={"label": "mlx_distributed"}, message_future_hook=hook,
+    )
+    return fut.msg_id
+
+
+def unregister(client: Any, ranks: Iterable[int]) -> None:
+    """Tell the hub these engines are gone, so that their ids are free at once."""
+    if is_closed(client):
+        return
+    for rank in ranks:
+        client._io_loop.add_callback(
+            partial(client.session.send, client._query_stream, "unregistration_request", content={"id": rank})
+        )
+
+
+def requests_outstanding(client: Any, ranks: Sequence[int]) -> bool:
+    """Whether a request sent through the controller is unanswered on one of ``ranks``
+    (unknowable: True)."""
+    outstanding = getattr(client, "_outstanding_dict", None)
+    engines = getattr(client, "_engines", None)
+    if outstanding is None or engines is None:
+        return True
+    return any(outstanding.get(engines.get(r)) for r in ranks)
+

@@ -1,0 +1,150 @@
+"""MLX's world group on a rank: formed early in the background, or by the first cell's setup;
+and our core's ``group`` beside it. The functions at the end are applied from the notebook.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Optional
+
+from mlx_jupyter.cluster.rank import agent as _agent
+from mlx_jupyter.cluster.rank.sockets import ring_ports_to_await, socket_fds, wait_listening, world_socket_fds
+
+
+def env_rank() -> int:
+    """This process's rank from the environment contract (MLX, JACCL, MPI, Slurm)."""
+    for var in ("MLX_RANK", "JACCL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        value = os.environ.get(var)
+        if value not in (None, ""):
+            return int(value)
+    return 0
+
+
+class EarlyWorld:
+    """MLX's world group, formed in a background thread before the first cell needs it.
+
+    MLX's ring retries a refused connection only after a pause of about a second,
+    and its init holds the GIL: the whole engine stands still meanwhile. So it is
+    begun once the rank is up (:func:`start_world_early`, asked by the cluster
+    after every rank answered its start-up probe), off the cluster's ready time,
+    and the last rank first waits, without the GIL, for the others to listen
+    (:func:`ring_ports_to_await`): with local ranks usually no pause at all.
+    """
+
+    def __init__(self, backend: str, strict: bool, await_ports: Optional[set[int]] = None,
+                 await_timeout: float = 30.0):
+        self.backend = backend
+        self.strict = strict
+        self.await_ports = set(await_ports or ())
+        self.await_timeout = await_timeout
+        self.done = threading.Event()
+        self.group: Any = None
+        self.error: Optional[BaseException] = None
+        self.sockets: dict[int, int] = {}
+        threading.Thread(target=self._form, name="mlx-world-init", daemon=True).start()
+
+    def _form(self) -> None:
+        before = socket_fds()
+        try:
+            import mlx.core as mx
+
+            if self.await_ports:  # a peer that never listens (it died) is the cluster's to report
+                wait_listening(self.await_ports, self.await_timeout)
+            self.group = mx.distributed.init(strict=self.strict, backend=self.backend)
+        except BaseException as exc:  # reported by setup(), in the cell that needs it
+            self.error = exc
+        finally:
+            self.sockets = world_socket_fds(before)
+            self.done.set()
+
+
+#: MLX's world group being formed since the engine started (see :func:`start_world_early`)
+EARLY_WORLD: Optional[EarlyWorld] = None
+
+
+def start_world_early(wait: float = 30.0) -> bool:
+    """Begin forming MLX's ring world in the background, if this engine is one of several
+    ring ranks, and wait up to ``wait`` s for it; whether it is being (or was) formed.
+
+    Called once per rank by the cluster right after start: its answer says the world
+    has formed (meanwhile MLX's init holds the GIL and the rank answers nothing).
+    ``MLX_JUPYTER_EARLY_WORLD=0`` turns it off (the first cell then forms it).
+    """
+    global EARLY_WORLD
+    if EARLY_WORLD is None:
+        size = int(os.environ.get("MLX_JUPYTER_SIZE", "1") or 1)
+        if not (os.environ.get("MLX_JUPYTER_BACKEND") == "ring" and size > 1
+                and os.environ.get("MLX_JUPYTER_EARLY_WORLD", "1") != "0" and os.environ.get("MLX_HOSTFILE")):
+            return False
+        EARLY_WORLD = EarlyWorld("ring", strict=True,
+                                 await_ports=ring_ports_to_await(env_rank(), os.environ["MLX_HOSTFILE"]))
+    EARLY_WORLD.done.wait(wait)
+    return True
+
+
+def setup(backend: str, world: bool = True, group: bool = True, timeout: float = 30.0) -> dict:
+    """Define ``mx``, ``world`` (MLX's group) and ``group`` (ours) in this rank's namespace.
+
+    Runs on every rank at once (MLX's ring init waits for its neighbours).
+    """
+    agent = _agent.AGENT
+    ns = agent.shell.user_ns if agent else {}
+    import mlx.core as mx
+
+    ns["mx"] = mx
+    info: dict[str, Any] = {"rank": env_rank(), "world": None, "group": None, "group_error": ""}
+    if world and "world" not in ns:
+        w, sockets = _form_world(backend, timeout)
+        ns["world"] = w
+        if agent:
+            agent.world_sockets = sockets
+    if "world" in ns:
+        info["world"] = [ns["world"].rank(), ns["world"].size()]
+    if group:
+        info.update(reform(timeout=timeout, only_if_needed=True))
+    return info
+
+
+def _form_world(backend: str, timeout: float) -> tuple[Any, dict[int, int]]:
+    """MLX's world group and its sockets: the early one if it was started, else formed now."""
+    global EARLY_WORLD
+    early = EARLY_WORLD
+    if early is not None and early.backend == (backend or "any"):
+        if not early.done.wait(timeout):
+            raise TimeoutError(
+                f"MLX's world group did not form within {timeout:g} s: is every rank up? "
+                "(%mlx_cluster status; %mlx_cluster restart)"
+            )
+        if early.error is not None:
+            EARLY_WORLD = None  # the next cell tries again, in the foreground
+            raise early.error
+        return early.group, early.sockets
+    import mlx.core as mx
+
+    before = socket_fds()
+    size_hint = int(os.environ.get("MLX_JUPYTER_SIZE", "1"))
+    w = mx.distributed.init(strict=size_hint > 1, backend=backend or "any")
+    return w, world_socket_fds(before)
+
+
+def reform(timeout: float = 30.0, only_if_needed: bool = False) -> dict:
+    """(Re)form our core's group: drop an aborted one, ``init()`` a fresh one, bind ``group``."""
+    agent = _agent.AGENT
+    ns = agent.shell.user_ns if agent else {}
+    try:
+        import mlx_jupyter.distributed as dist
+    except Exception as exc:  # the native core is not built here
+        return {"group": None, "group_error": f"mlx_jupyter.distributed unavailable: {exc}"}
+    if only_if_needed and ns.get("group") is not None:
+        g = ns["group"]
+        return {"group": [g.rank(), g.size()], "group_error": ""}
+    try:
+        if ns.get("group") is not None:
+            dist.shutdown()
+        g = dist.init(strict=int(os.environ.get("MLX_JUPYTER_SIZE", "1")) > 1, timeout=timeout)
+    except Exception as exc:
+        ns.pop("group", None)
+        return {"group": None, "group_error": f"{type(exc).__name__}: {exc}"}
+    ns["group"] = g
+    return {"group": [g.rank(), g.size()], "group_error": ""}
