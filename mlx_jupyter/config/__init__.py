@@ -1,6 +1,15 @@
-"""`mlx-jupyter config`: discover the cabling, plan addresses, set the hosts up, write a hostfile."""
+"""`mlx-jupyter config`: discover the cabling, plan addresses, set the hosts up, write a hostfile.
+
+:mod:`.discovery` gathers what the hosts answer, :mod:`.setup` applies the address plan,
+:mod:`.runners` reach the hosts (ssh, or a recording), :mod:`.cli` is the command line.
+"""
 
 from __future__ import annotations
 
-from mlx_jupyter.config.cli import *  # noqa: F401,F403
-from mlx_jupyter.config.cli import main  # noqa: F401
+from mlx_jupyter.config.cli import main, parser, ssh_options
+from mlx_jupyter.config.discovery import THUNDERBOLT_COMMANDS, Discovery, Progress, discover, ethernet_addresses
+from mlx_jupyter.config.runners import CONNECT_TIMEOUT, Runner, SSHRunner
+from mlx_jupyter.config.setup import apply_setup, setup_argv
+
+__all__ = ["CONNECT_TIMEOUT", "THUNDERBOLT_COMMANDS", "Discovery", "Progress", "Runner", "SSHRunner", "apply_setup",
+           "discover", "ethernet_addresses", "main", "parser", "setup_argv", "ssh_options"]
