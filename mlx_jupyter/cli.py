@@ -7,7 +7,8 @@ import sys
 
 # name -> (module, one-line help). Each module has `main(argv: list[str]) -> int`
 # and parses its own options, so that a command's arguments are never mistaken
-# for the launcher's (SPEC §7: options end where the command begins).
+# for the launcher's: options end where the command begins (mlx.launch's parser takes a
+# command's own --flags as its own).
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("mlx_jupyter.commands.demo", "run a local 2-rank all_sum with our core and with MLX"),
     "doctor": ("mlx_jupyter.commands.doctor", "show which distributed backends can run here, and how to fix the others"),

@@ -5,7 +5,6 @@ Thin: every magic parses its options and calls :class:`mlx_jupyter.cluster.Clust
 
 from __future__ import annotations
 
-import shlex
 import time
 from typing import Any, Optional
 

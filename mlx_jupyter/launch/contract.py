@@ -1,7 +1,8 @@
 """The environment contract per backend: hosts in, per-rank env vars and file payloads out.
 
 Pure. A launcher writes each ``files`` payload to a temp file on the rank's
-host and sets the named variable to its path (SPEC §2).
+host and sets the named variable to its path, as MLX's own launcher does
+(``MLX_HOSTFILE``, ``MLX_IBV_DEVICES``).
 """
 
 from __future__ import annotations

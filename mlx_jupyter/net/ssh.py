@@ -19,7 +19,7 @@ import sys
 import weakref
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 #: Environment variable names we export on a remote host.
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -395,8 +395,3 @@ async def run(conn: Any, command: str, timeout: float, host: str = "") -> Any:
         return await asyncio.wait_for(conn.run(command, check=False), timeout)
     except asyncio.TimeoutError:
         raise SSHError(host or "host", f"command did not finish within {timeout:g} s: {command}") from None
-
-
-def env_exports(env: Mapping[str, str]) -> list[str]:
-    """``export`` lines for an environment mapping (names validated, values quoted)."""
-    return [export(k, v) for k, v in env.items()]

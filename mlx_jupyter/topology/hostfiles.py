@@ -1,4 +1,4 @@
-"""Hostfiles (SPEC §3/§4 object form) for ring, jaccl, jaccl-ring and ethernet, as plain JSON-able dicts."""
+"""Hostfiles in the object form mlx.launch reads and mlx.distributed_config writes, for ring, jaccl, jaccl-ring and ethernet, as plain JSON-able dicts."""
 
 from __future__ import annotations
 

@@ -101,11 +101,6 @@ class Cable:
         assert self.b is not None
         return self.b if self.a.host == host else self.a
 
-    def end_at(self, host: int) -> End:
-        assert self.b is not None
-        return self.a if self.a.host == host else self.b
-
-
 def link_speed(*speeds: float | None) -> float | None:
     """Speed of a link from what its ends report: the slowest known one."""
     known = [s for s in speeds if s is not None]

@@ -292,11 +292,6 @@ class CellRun:
                 f"{backend} collective, which cannot be cancelled; %mlx_cluster restart gives fresh ranks "
                 "(the ranks' variables are lost)")
 
-    def next_deadline(self) -> Optional[float]:
-        with self._lock:
-            pending = [t for r, t in self._abort_sent.items() if r not in self._ended]
-        return min(pending) + self.release_deadline if pending else None
-
     def _finish(self) -> None:
         for rank, outcome in self.outcomes.items():
             if outcome.status == RELEASED and not outcome.note.startswith("not run"):

@@ -13,14 +13,12 @@ Modes (``--output``):
 
 from __future__ import annotations
 
-import re
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional, Sequence
 
 MODES = ("grouped", "rank", "raw")
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def rank_ranges(ranks: Iterable[int]) -> str:
@@ -63,10 +61,6 @@ def parse_targets(spec: str, size: int) -> list[int]:
     if bad:
         raise ValueError(f"no rank {rank_ranges(bad)} in a cluster of {size} ranks (0-{size - 1})")
     return sorted(ranks)
-
-
-def strip_ansi(text: str) -> str:
-    return _ANSI.sub("", text)
 
 
 @dataclass
@@ -125,11 +119,6 @@ class LineGrouper:
                 groups.setdefault(heads[r][1], []).append(r)
             for line, ranks in sorted(groups.items(), key=lambda kv: kv[1][0]):
                 out.append((ranks, line))
-
-
-def prefix_lines(label: str, text: str) -> str:
-    """``[label] `` before every line of ``text``."""
-    return "".join(f"[{label}] {line}\n" for line in text.split("\n"))
 
 
 def group_equal(items: dict[int, object]) -> list[tuple[list[int], object]]:
