@@ -43,7 +43,8 @@ from IPython.core.error import InputRejected
 
 from mlx_jupyter.cluster.cells.zmqwatch import watch_queues
 from mlx_jupyter.cluster.rank.kernel_compat import check_kernel, send_abort_reply
-from mlx_jupyter.cluster.rank.sockets import socket_fds
+from mlx_jupyter.cluster.rank.process import register_figure_png, rss
+from mlx_jupyter.cluster.rank.sockets import shutdown_sockets
 
 #: the agent of this process, once installed
 AGENT: Optional["RankAgent"] = None
@@ -65,18 +66,6 @@ class _RejectCell(ast.NodeTransformer):
         if self.agent.cell == self.cell:
             raise CellAborted(f"not run: {self.reason}")
         return node
-
-
-def _rss() -> int:
-    try:
-        import psutil
-
-        return psutil.Process().memory_info().rss
-    except Exception:
-        import resource
-
-        scale = 1 if sys.platform == "darwin" else 1024
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
 
 class RankAgent:
@@ -116,7 +105,7 @@ class RankAgent:
         handlers = self.kernel.shell_handlers
         if "apply_request" in handlers:
             handlers["apply_request"] = self._tracked_apply(handlers["apply_request"])
-        _register_figure_png(self.shell)
+        register_figure_png(self.shell)
         stream = getattr(self.kernel, "shell_stream", None)
         if stream is not None:
             watch_queues([stream], self._kicked)
@@ -295,22 +284,7 @@ class RankAgent:
 
     def close_world(self, reason: str) -> bool:
         """Shut down MLX's world sockets so that a blocked MLX collective raises."""
-        closed = False
-        current = socket_fds()
-        for fd, inode in self.world_sockets.items():
-            if current.get(fd) != inode:
-                continue
-            try:
-                sock = socket.socket(fileno=fd)
-            except OSError:
-                continue
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-                closed = True
-            except OSError:
-                pass
-            finally:
-                sock.detach()
+        closed = shutdown_sockets(self.world_sockets)
         if closed:
             self.world_closed = reason
         return closed
@@ -391,7 +365,7 @@ class RankAgent:
             "rank": self.rank,
             "pid": os.getpid(),
             "host": socket.gethostname(),
-            "rss": _rss(),
+            "rss": rss(),
             "executing": self.executing,
             "cell": self.cell,
             "cell_started": self.cell_started if self.executing else None,
@@ -410,25 +384,6 @@ class RankAgent:
 
 #: frames in which a SIGINT the agent sent comes too late: the request's own code is done
 _ENDING_CODES = frozenset({RankAgent._post_run_cell.__code__, RankAgent._end.__code__})
-
-
-def _figure_png(fig: Any) -> Any:
-    from IPython.core.pylabtools import print_figure
-
-    return print_figure(fig, "png")
-
-
-def _register_figure_png(shell: Any) -> None:
-    """``display(fig)`` shows a matplotlib figure as PNG whatever the backend (Agg too).
-
-    The inline backend registers this itself, but only once it is loaded: a rank
-    that chose another backend (``matplotlib.use("Agg")``) would show only text.
-    By name, so matplotlib is not imported before a cell needs it.
-    """
-    try:
-        shell.display_formatter.formatters["image/png"].for_type_by_name("matplotlib.figure", "Figure", _figure_png)
-    except Exception:  # no display formatter: nothing to show figures with anyway
-        pass
 
 
 def install(kernel: Any, rank: int) -> RankAgent:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 from typing import Optional
 
@@ -143,3 +144,24 @@ def wait_listening(ports: set[int], timeout: float, poll: float = 0.005) -> bool
         if time.monotonic() > end:
             return False
         time.sleep(poll)
+
+
+def shutdown_sockets(sockets: dict[int, int]) -> bool:
+    """Shut down each fd -> inode of ``sockets`` still open as that socket; whether one was."""
+    closed = False
+    current = socket_fds()
+    for fd, inode in sockets.items():
+        if current.get(fd) != inode:
+            continue
+        try:
+            sock = socket.socket(fileno=fd)
+        except OSError:
+            continue
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+            closed = True
+        except OSError:
+            pass
+        finally:
+            sock.detach()
+    return closed
