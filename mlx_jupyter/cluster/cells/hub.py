@@ -16,7 +16,7 @@ from typing import Any, Optional, Protocol
 
 import zmq
 
-from mlx_jupyter.cluster.cells import wire as cellwire
+from mlx_jupyter.cluster.cells import wire
 from mlx_jupyter.cluster.cells.socketthread import SocketThread, received
 
 log = logging.getLogger("mlx_jupyter.cluster.cells.hub")
@@ -114,15 +114,15 @@ class CellHub:
         while self._out:
             ident, msg_id, rank, obj = self._out.popleft()
             try:
-                self.socket.send_multipart([ident] + cellwire.encode(self.session, obj))
+                self.socket.send_multipart([ident] + wire.encode(self.session, obj))
             except zmq.ZMQError:  # EHOSTUNREACH: that rank's connection is gone
                 self._unreachable(msg_id, rank)
 
     def _receive(self) -> None:
         for frames in received(self.socket):
             try:
-                msg = cellwire.decode(self.session, frames[1:])
-            except cellwire.WireError as exc:
+                msg = wire.decode(self.session, frames[1:])
+            except wire.WireError as exc:
                 self.dropped += 1
                 log.warning("cell channel: dropped a message: %s", exc)
                 continue

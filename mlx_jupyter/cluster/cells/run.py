@@ -50,7 +50,7 @@ class RunHost(Protocol):
 #: aborted our core's group, or MLX's sockets were closed under a blocked collective
 RELEASE_ERRORS = {"AbortedError", "PeerError"}
 RELEASE_TEXT = ("connection to a peer was lost",)
-#: a rank's answer for a cell aborted before it started there (rankside.CellAborted)
+#: a rank's answer for a cell aborted before it started there (rank.agent.CellAborted)
 NOT_STARTED = "CellAborted"
 
 

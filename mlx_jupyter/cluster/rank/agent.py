@@ -402,10 +402,10 @@ def agent_state() -> dict:
     """Whether this rank's agent is installed, and if not why (the cluster's start-up probe)."""
     import ipyparallel
 
-    from mlx_jupyter.cluster.rank import channel as rankchannel
+    from mlx_jupyter.cluster.rank import channel
 
     if AGENT is not None:
         return {"installed": True, "ipyparallel": ipyparallel.__version__,
-                "channel": rankchannel.CHANNEL is not None, "channel_error": rankchannel.ERROR}
+                "channel": channel.CHANNEL is not None, "channel_error": channel.ERROR}
     return {"installed": False, "ipyparallel": ipyparallel.__version__,
             "error": AGENT_ERROR or "the engine never installed it (IPEngine.complete_registration was not called)"}

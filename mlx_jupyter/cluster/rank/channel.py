@@ -27,7 +27,7 @@ from typing import Any, Optional
 
 import zmq
 
-from mlx_jupyter.cluster.cells import wire as cellwire
+from mlx_jupyter.cluster.cells import wire
 from mlx_jupyter.cluster.cells.socketthread import SocketThread, received
 from mlx_jupyter.cluster.rank.kernel_compat import main_lock
 
@@ -110,7 +110,7 @@ class RankChannel:
         def send(stream: Any, msg_or_type: Any, content: Any = None, parent: Any = None, *args: Any,
                  **kwargs: Any) -> Any:
             header = _parent_of(msg_or_type, parent)
-            if header.get("session") != cellwire.CHANNEL_SESSION:
+            if header.get("session") != wire.CHANNEL_SESSION:
                 return original(stream, msg_or_type, content, parent, *args, **kwargs)
             if isinstance(msg_or_type, dict):
                 kind, content = msg_or_type.get("header", {}).get("msg_type", ""), msg_or_type.get("content")
@@ -129,7 +129,7 @@ class RankChannel:
         while self._out:
             obj = self._out.popleft()
             try:
-                self.socket.send_multipart(cellwire.encode(self.session, obj), copy=True)
+                self.socket.send_multipart(wire.encode(self.session, obj), copy=True)
             except Exception as exc:  # e.g. content that does not pack: say so instead of the output
                 log.error("cell channel: could not send %s: %s", obj.get("t"), exc)
                 if obj.get("t") == "reply":
@@ -140,8 +140,8 @@ class RankChannel:
     def _receive(self) -> None:
         for frames in received(self.socket):
             try:
-                msg = cellwire.decode(self.session, frames)
-            except cellwire.WireError as exc:
+                msg = wire.decode(self.session, frames)
+            except wire.WireError as exc:
                 log.warning("cell channel: dropped a message: %s", exc)
                 continue
             if msg["t"] == "cell" and msg.get("id") not in self._seen:
@@ -156,7 +156,7 @@ class RankChannel:
         msg_id = str(msg.get("id", ""))
         code = str(msg.get("code", ""))
         request = {
-            "header": {"msg_id": msg_id, "msg_type": "execute_request", "session": cellwire.CHANNEL_SESSION,
+            "header": {"msg_id": msg_id, "msg_type": "execute_request", "session": wire.CHANNEL_SESSION,
                        "username": "mlx_jupyter", "date": datetime.now(timezone.utc), "version": "5.3"},
             "parent_header": {}, "metadata": {}, "buffers": [],
             "content": {"code": code, "silent": False, "store_history": True, "user_expressions": {},
@@ -217,7 +217,7 @@ def start(kernel: Any, rank: int, interface: str) -> Optional[RankChannel]:
     ``interface`` is the controller's (``tcp://host``): the notebook's channel listens beside it.
     """
     global CHANNEL
-    port = os.environ.get(cellwire.PORT_ENV, "")
+    port = os.environ.get(wire.PORT_ENV, "")
     if not port.isdigit() or int(port) == 0:
         return None
     CHANNEL = RankChannel(kernel, rank, f"{interface}:{int(port)}")

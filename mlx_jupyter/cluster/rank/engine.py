@@ -20,15 +20,15 @@ from typing import Iterator, Optional
 from ipyparallel.engine.app import IPEngine
 
 from mlx_jupyter.cluster.connection_files import await_json_file
-from mlx_jupyter.cluster.rank import agent as rankside
-from mlx_jupyter.cluster.rank import channel as rankchannel
+from mlx_jupyter.cluster.rank import agent
+from mlx_jupyter.cluster.rank import channel
 from mlx_jupyter.cluster.rank.world import env_rank
 
 
 class MLXEngine(IPEngine):
     """IPEngine with the rank agent installed after registration.
 
-    An agent that could not be installed is reported by :func:`rankside.agent_state`,
+    An agent that could not be installed is reported by :func:`agent.agent_state`,
     which the cluster's start-up probe asks (start then fails naming the cause);
     an ipyparallel without ``complete_registration`` never calls it, which the probe
     reports too.
@@ -78,20 +78,20 @@ class MLXEngine(IPEngine):
         with without_debugpy():  # the kernel is built here
             await super().complete_registration(msg, connect, maybe_tunnel)
         if self.kernel is None:
-            rankside.AGENT_ERROR = "the engine has no kernel after registration"
+            agent.AGENT_ERROR = "the engine has no kernel after registration"
             return
         rank = self.id if self.id is not None else env_rank()
         try:
-            rankside.install(self.kernel, rank)
+            agent.install(self.kernel, rank)
         except Exception as exc:
-            rankside.AGENT_ERROR = f"{type(exc).__name__}: {exc}"
-            self.log.error("the MLX rank agent could not be installed: %s", rankside.AGENT_ERROR)
+            agent.AGENT_ERROR = f"{type(exc).__name__}: {exc}"
+            self.log.error("the MLX rank agent could not be installed: %s", agent.AGENT_ERROR)
             return
         try:  # cells straight from the notebook; without it they come through the controller
-            rankchannel.start(self.kernel, rank, self.connection_info["interface"])
+            channel.start(self.kernel, rank, self.connection_info["interface"])
         except Exception as exc:
-            rankchannel.ERROR = f"{type(exc).__name__}: {exc}"
-            self.log.warning("the direct cell channel could not be set up: %s", rankchannel.ERROR)
+            channel.ERROR = f"{type(exc).__name__}: {exc}"
+            self.log.warning("the direct cell channel could not be set up: %s", channel.ERROR)
 
 
 @contextlib.contextmanager
