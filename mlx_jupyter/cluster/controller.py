@@ -18,33 +18,18 @@ import stat
 import tempfile
 import threading
 import time
-from typing import Any
 
-from ipyparallel.controller import app as _app
 from ipyparallel.controller.app import IPController
 
-
-class _NoPause:
-    """``time`` as ``init_hub`` sees it: the same, except that ``sleep`` returns at once."""
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(time, name)
-
-    @staticmethod
-    def sleep(_seconds: float) -> None:
-        return None
+from mlx_jupyter.cluster.ipp_compat import exit_unless_usable, init_hub_without_pause
 
 
 class MLXController(IPController):
     """IPController without the pause in ``init_hub``; connection files written atomically."""
 
     def init_hub(self) -> None:
-        real = _app.time
-        _app.time = _NoPause()  # type: ignore[assignment]
-        try:
+        with init_hub_without_pause():
             super().init_hub()
-        finally:
-            _app.time = real
 
     def save_connection_dict(self, fname: str, cdict: dict) -> None:
         path = os.path.join(self.profile_dir.security_dir, fname)
@@ -79,6 +64,7 @@ def watch_parent(poll: float = 0.5) -> threading.Thread:
 
 
 def main() -> None:
+    exit_unless_usable("controller")
     watch_parent()
     MLXController.launch_instance()
 

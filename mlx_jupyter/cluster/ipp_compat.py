@@ -6,9 +6,11 @@ with; :func:`check_ipyparallel` names what a different version lacks and how to 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import time
 from functools import partial
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import ipyparallel as ipp
 from ipyparallel.cluster.launcher import EngineLauncher
@@ -51,6 +53,67 @@ def ipyparallel_problems(client: Any = None) -> list[str]:
     if client is not None:
         missing += [f"Client().{name}" for name in _IPP_CLIENT_ATTRS if not hasattr(client, name)]
     return missing
+
+
+#: what our controller and engine subclasses override or call (cluster/controller.py,
+#: cluster/rank/engine.py); checked by each of those processes as it starts
+_SUBCLASS_NEEDS = {
+    "controller": ("ipyparallel.controller.app", "IPController", ("init_hub", "save_connection_dict")),
+    "engine": ("ipyparallel.engine.app", "IPEngine", ("init_engine", "register", "complete_registration",
+                                                      "find_connection_file", "init_signal", "restore_output")),
+}
+
+
+def subclass_problems(which: str) -> list[str]:
+    """What ``which`` ("controller" or "engine") needs of the ipyparallel class it extends and lacks."""
+    module_name, cls_name, names = _SUBCLASS_NEEDS[which]
+    try:
+        module = __import__(module_name, fromlist=[cls_name])
+    except ImportError:
+        return [module_name]
+    cls = getattr(module, cls_name, None)
+    if cls is None:
+        return [f"{module_name}.{cls_name}"]
+    missing = [f"{cls_name}.{name}" for name in names if not hasattr(cls, name)]
+    if which == "controller" and getattr(module, "time", None) is not time:  # init_hub's pause is skipped there
+        missing.append(f"{module_name}.time")
+    return missing
+
+
+def exit_unless_usable(which: str) -> None:
+    """In our controller or engine process: exit 1 naming what is missing and the fix, before starting."""
+    missing = subclass_problems(which)
+    if missing:
+        import sys
+
+        print(f"mlx_jupyter {which}: ipyparallel {getattr(ipp, '__version__', '?')} lacks what it uses: "
+              f"{', '.join(missing)}; {IPP_FIX}", file=sys.stderr)
+        sys.exit(1)
+
+
+@contextlib.contextmanager
+def init_hub_without_pause() -> Iterator[None]:
+    """While ``IPController.init_hub`` runs: its fixed 0.25 s ``time.sleep`` returns at once
+    (ipyparallel 9 pauses there before writing the connection files everyone waits for)."""
+    from ipyparallel.controller import app
+
+    real = app.time
+    app.time = _NoPause()  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        app.time = real
+
+
+class _NoPause:
+    """``time`` as ``init_hub`` sees it: the same, except that ``sleep`` returns at once."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    @staticmethod
+    def sleep(_seconds: float) -> None:
+        return None
 
 
 def check_ipyparallel(client: Any = None) -> None:

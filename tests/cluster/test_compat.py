@@ -53,3 +53,19 @@ def test_a_missing_ipyparallel_internal_is_named_with_the_fix(monkeypatch):
         ipp_compat.check_ipyparallel()
     msg = str(err.value)
     assert "Client.send_execute_request" in msg and "pip install 'ipyparallel>=9,<10'" in msg, msg
+
+
+def test_our_controller_and_engine_find_what_they_extend():
+    assert ipp_compat.subclass_problems("controller") == []
+    assert ipp_compat.subclass_problems("engine") == []
+
+
+def test_an_engine_missing_a_hook_exits_naming_the_fix(monkeypatch, capsys):
+    from ipyparallel.engine.app import IPEngine
+
+    monkeypatch.delattr(IPEngine, "complete_registration")
+    with pytest.raises(SystemExit) as exited:
+        ipp_compat.exit_unless_usable("engine")
+    assert exited.value.code == 1
+    err = capsys.readouterr().err
+    assert "IPEngine.complete_registration" in err and "pip install 'ipyparallel>=9,<10'" in err, err

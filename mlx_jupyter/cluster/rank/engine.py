@@ -20,6 +20,7 @@ from typing import Iterator, Optional
 from ipyparallel.engine.app import IPEngine
 
 from mlx_jupyter.cluster.connection_files import await_json_file
+from mlx_jupyter.cluster.ipp_compat import exit_unless_usable
 from mlx_jupyter.cluster.rank import agent
 from mlx_jupyter.cluster.rank import channel
 from mlx_jupyter.cluster.rank.world import env_rank
@@ -120,6 +121,7 @@ def _preimport() -> None:
 
 
 def main(argv: Optional[list[str]] = None) -> None:
+    exit_unless_usable("engine")
     argv = list(sys.argv[1:] if argv is None else argv)
     pinned = [f"--IPEngine.id={env_rank()}", "--IPEngine.enable_nanny=False"]
     MLXEngine.launch_instance(argv=pinned + argv)
