@@ -112,7 +112,9 @@ class MLXMagics(Magics):
     # ------------------------------------------------------------ %mlx_cluster
 
     @magic_arguments()
-    @argument("action", choices=["start", "stop", "restart", "status"], help="what to do")
+    @argument("action", choices=["start", "stop", "restart", "status", "connect"], help="what to do")
+    @argument("cluster_id", nargs="?", default=None,
+              help="connect: the cluster to use (as the MLX Cluster panel lists it; default: the only one)")
     @argument("-n", "--repeat-hosts", type=int, default=None, help="ranks per host (default 2 for one local host)")
     @argument("--hosts", default=None, help="comma-separated hosts (default 127.0.0.1)")
     @argument("--hostfile", default=None, help="JSON hostfile (instead of --hosts)")
@@ -134,6 +136,19 @@ class MLXMagics(Magics):
         args = parse_argstring(self.mlx_cluster, line)
         from mlx_jupyter.cluster import Cluster, ClusterError
 
+        if args.cluster_id is not None and args.action != "connect":
+            raise UsageError(f"%mlx_cluster {args.action} takes no cluster id (only connect does)")
+        if args.action == "connect":
+            if _cluster is not None and _cluster.running:
+                raise UsageError("this kernel already uses a cluster: %mlx_cluster stop first")
+            try:
+                cluster = Cluster.connect(args.cluster_id, timeout=args.timeout)
+            except ClusterError as exc:
+                raise UsageError(str(exc)) from None
+            _cluster = cluster
+            print(f"connected to {cluster.cluster_id}: {cluster.size} ranks ({cluster.backend}; engine id = rank), "
+                  f"started by {cluster.owner_text()}")
+            return None
         if args.action == "start":
             if _cluster is not None and _cluster.running:
                 raise UsageError("a cluster is already running: %mlx_cluster restart, or %mlx_cluster stop first")
@@ -172,9 +187,11 @@ class MLXMagics(Magics):
                 return None
             raise UsageError("no cluster running: %mlx_cluster start")
         if args.action == "stop":
+            owner = _cluster.owner
             _cluster.stop()
             _cluster = None
-            print("cluster stopped")
+            print("cluster stopped" if owner is None else
+                  f"disconnected from {owner['id']}; it keeps running (stop it where it was started)")
         elif args.action == "restart":
             progress = _Progress(_cluster.size, "restarting")
             t0 = time.perf_counter()

@@ -51,8 +51,11 @@ export async function requestAPI<T>(endPoint = '', init: RequestInit = {}): Prom
 export const listClusters = async (): Promise<ICluster[]> =>
   (await requestAPI<{ clusters: ICluster[] }>('clusters')).clusters;
 
-export const startCluster = (n: number, hosts: string, backend: string): Promise<{ id: string }> =>
-  requestAPI('clusters', { method: 'POST', body: JSON.stringify({ n, hosts: hosts || null, backend }) });
+export const startCluster = (n: number, hosts: string, backend: string, hostfile = ''): Promise<{ id: string }> =>
+  requestAPI('clusters', {
+    method: 'POST',
+    body: JSON.stringify({ n, hosts: hostfile ? null : hosts || null, hostfile: hostfile || null, backend })
+  });
 
 export const stopCluster = (id: string): Promise<unknown> =>
   requestAPI(`clusters/${encodeURIComponent(id)}`, { method: 'DELETE' });

@@ -58,7 +58,14 @@ export class ClusterPanel extends Widget {
     const form = el('form', { class: 'mlxj-panel-form' });
     this.nInput = el('input', { type: 'number', min: '1', max: '64', value: '2', class: 'mlxj-n', title: 'ranks per host' });
     this.hostsInput = el('input', { type: 'text', placeholder: '127.0.0.1', class: 'mlxj-hosts-input', title: 'comma-separated hosts' });
-    this.backendSelect = el('select', { class: 'mlxj-backend' });
+    this.hostfileInput = el('input', {
+      type: 'text',
+      placeholder: 'optional, a path on the server',
+      class: 'mlxj-hostfile-input',
+      title: 'a hostfile written by mlx-jupyter config or the topology widget: its hosts, backend and envs (instead of hosts)'
+    });
+    this.backendSelect = el('select', { class: 'mlxj-backend', title: 'default: the hostfile\'s backend, else ring' });
+    this.backendSelect.appendChild(el('option', { value: '' }, 'default'));
     for (const b of ['ring', 'jaccl', 'jaccl-ring', 'nccl', 'mpi']) {
       this.backendSelect.appendChild(el('option', { value: b }, b));
     }
@@ -71,6 +78,7 @@ export class ClusterPanel extends Widget {
     };
     form.appendChild(row('ranks per host', this.nInput));
     form.appendChild(row('hosts', this.hostsInput));
+    form.appendChild(row('hostfile', this.hostfileInput));
     form.appendChild(row('backend', this.backendSelect));
     form.appendChild(start);
     form.addEventListener('submit', event => {
@@ -84,7 +92,8 @@ export class ClusterPanel extends Widget {
     const n = parseInt(this.nInput.value, 10) || 2;
     this.say(`starting ${n} ranks…`);
     try {
-      const reply = await startCluster(n, this.hostsInput.value.trim(), this.backendSelect.value);
+      const reply = await startCluster(n, this.hostsInput.value.trim(), this.backendSelect.value,
+        this.hostfileInput.value.trim());
       this.say(`${reply.id} starting`);
       this.followed = reply.id;
     } catch (error) {
@@ -152,7 +161,7 @@ export class ClusterPanel extends Widget {
         card.appendChild(el('div', { class: 'mlxj-card-sub' }, `${c.connected ?? 0} ranks connected…`));
       }
       const actions = el('div', { class: 'mlxj-card-actions' });
-      const insert = el('button', { class: 'jp-mod-styled mlxj-insert' }, 'Insert code to connect');
+      const insert = el('button', { class: 'jp-mod-styled mlxj-insert' }, 'Use in notebook');
       insert.addEventListener('click', () => void this.insert(c.id));
       actions.appendChild(insert);
       if (c.owner === 'server' && c.state !== 'stopping') {
@@ -209,7 +218,7 @@ export class ClusterPanel extends Widget {
     try {
       const code = await connectCode(id);
       if (this.insertCode(code)) {
-        this.say('inserted a cell that connects to ' + id);
+        this.say(`inserted a cell that connects to ${id}: run it, then %%mlx_distributed cells run there`);
       } else {
         await navigator.clipboard?.writeText(code);
         this.say('no notebook open: the code is on the clipboard');
@@ -237,6 +246,7 @@ export class ClusterPanel extends Widget {
   private list: HTMLElement;
   private nInput!: HTMLInputElement;
   private hostsInput!: HTMLInputElement;
+  private hostfileInput!: HTMLInputElement;
   private backendSelect!: HTMLSelectElement;
   private timer = 0;
   private followed = '';

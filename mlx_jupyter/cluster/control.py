@@ -53,7 +53,7 @@ class Control:
         """
         rows = []
         client = self.client
-        infos = {i.rank: i for i in (self.engine_set.launcher.ranks if self.ipp and self._engine_set_id else [])}
+        infos = {i.rank: i for i in self.rank_infos()}
         futures = {}
         if self.forming_world():  # just started: a moment more gives the ranks' real state
             try:

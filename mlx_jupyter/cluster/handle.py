@@ -125,6 +125,33 @@ class Cluster(Readiness, Supervision, Control, Data):
             cell_channel = os.environ.get(CHANNEL_ENV, "1") != "0"
         self.cell_channel = cell_channel
         self.hub: Optional[CellHub] = None
+        self.owner: Optional[dict[str, Any]] = None  # set by connect(): the process that owns the ranks
+        self._rank_watch: Any = None
+
+    @classmethod
+    def connect(cls, cluster_id: Optional[str] = None, timeout: float = 30.0) -> "Cluster":
+        """A handle on a running cluster another process started (the lab panel, another kernel).
+
+        Cells, push/pull, status and abort work as on a cluster of one's own (through the
+        controller); restart and stop of the processes stay with the owner, and :meth:`stop`
+        only disconnects. ``cluster_id`` may be omitted when exactly one cluster is running.
+        """
+        from mlx_jupyter.cluster import attach
+
+        check_ipyparallel()
+        entry = attach.find_published(cluster_id)
+        self = cls(n=1, hosts=entry.get("hosts") or None, backend=entry.get("backend", "ring"), cell_channel=False)
+        self.cluster_id, self.owner = entry["id"], entry
+        self.client = attach.connect_client(entry, timeout)
+        self.size = int(entry.get("size") or len(self.client.ids))
+        watch_queues(client_streams(self.client), self._kicked)
+        self._rank_watch = attach.RankWatch(attach.rank_infos(entry), self._on_rank_exit)
+        self._rank_watch.start()
+        return self
+
+    def owner_text(self) -> str:
+        owner = self.owner or {}
+        return f"{owner.get('owner', 'another process')} (pid {owner.get('owner_pid', '?')})"
 
     def expected_size(self) -> int:
         """How many ranks :meth:`start` will start (the hostfile is read for its length)."""
@@ -160,6 +187,8 @@ class Cluster(Readiness, Supervision, Control, Data):
 
     def start(self, progress: Optional[Progress] = None, timeout: Optional[float] = None) -> "Cluster":
         """Start controller and ranks; return once every rank's engine is connected with id = rank."""
+        if self.owner is not None:
+            raise ClusterError(f"{self.cluster_id} was started by {self.owner_text()}: it is already running")
         if self.ipp is not None:
             raise ClusterError("this cluster is already running; stop() or restart() it")
         check_ipyparallel()
@@ -251,11 +280,17 @@ class Cluster(Readiness, Supervision, Control, Data):
         unregister(self.client, ranks)
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop every rank, the controller and the client; leave no process behind."""
+        """Stop every rank, the controller and the client; leave no process behind.
+
+        A connected cluster (:meth:`connect`) is only disconnected: its owner keeps it running."""
         self._stopping = True
-        self._unpublish()
+        if self._rank_watch is not None:
+            self._rank_watch.stop()
+            self._rank_watch = None
+        if self.owner is None:
+            self._unpublish()
         for run in list(self._runs):
-            run.interrupt("the cluster is stopping")
+            run.interrupt("the cluster is stopping" if self.owner is None else "disconnected from the cluster")
         pids = set(self._controller_pids)
         if self.ipp is not None and self.ipp.controller is not None:
             pids.update(process_tree(self.ipp.controller.pid))
@@ -313,6 +348,9 @@ class Cluster(Readiness, Supervision, Control, Data):
 
     def restart(self, progress: Optional[Progress] = None, timeout: Optional[float] = None) -> "Cluster":
         """Fresh processes for every rank, same ranks, same engine ids; the controller stays."""
+        if self.owner is not None:
+            raise ClusterError(f"{self.cluster_id} belongs to {self.owner_text()}: restart it there "
+                               "(the MLX Cluster panel, or that kernel's %mlx_cluster restart)")
         if self.ipp is None or self.client is None:
             return self.start(progress, timeout)
         timeout = self.timeout if timeout is None else timeout
@@ -344,6 +382,14 @@ class Cluster(Readiness, Supervision, Control, Data):
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+    def rank_infos(self) -> list[Any]:
+        """Each rank's launch record (rank, host, pid, state): ours, or the owner's when connected."""
+        if self.owner is not None:
+            from mlx_jupyter.cluster.attach import rank_infos
+
+            return rank_infos(self.owner)
+        return list(self.engine_set.launcher.ranks) if self.ipp and self._engine_set_id else []
 
     def _rank_pids(self, es: MLXEngineSetLauncher) -> set[int]:
         return rank_pids(es)

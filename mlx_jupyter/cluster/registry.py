@@ -32,10 +32,19 @@ def describe(cluster: Any, owner: str = "kernel") -> dict[str, Any]:
     for info in infos:
         ranks.append({"rank": info.rank, "host": info.host, "pid": info.pid})
     return {
+        "client_file": _client_file(cluster),
         "id": cluster.cluster_id, "owner": owner, "owner_pid": os.getpid(), "backend": cluster.backend,
         "hosts": list(cluster.hosts), "hostfile": cluster.hostfile, "size": cluster.size,
         "local": bool(getattr(cluster, "local", True)), "ranks": ranks, "published": time.time(),
     }
+
+
+def _client_file(cluster: Any) -> Optional[str]:
+    """The controller's client connection file, which a notebook connecting to the cluster reads."""
+    try:
+        return str(cluster.ipp.controller.connection_files["client"])
+    except Exception:
+        return getattr(cluster, "client_file", None)
 
 
 def _path(cluster_id: str) -> Path:
@@ -62,7 +71,7 @@ def unpublish(cluster_id: str) -> None:
         pass
 
 
-def _alive(pid: Optional[int]) -> bool:
+def pid_alive(pid: Optional[int]) -> bool:
     if not pid:
         return False
     try:
@@ -78,7 +87,7 @@ def rank_health(rank: dict) -> str:
     """"running" / "exited" for ranks on this machine (by pid), "remote" for the others."""
     if not is_local(str(rank.get("host", ""))):
         return "remote"
-    return "running" if _alive(rank.get("pid")) else "exited"
+    return "running" if pid_alive(rank.get("pid")) else "exited"
 
 
 def published() -> list[dict[str, Any]]:
@@ -92,7 +101,7 @@ def published() -> list[dict[str, Any]]:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if not _alive(data.get("owner_pid")):
+        if not pid_alive(data.get("owner_pid")):
             path.unlink(missing_ok=True)
             continue
         for r in data.get("ranks", []):

@@ -1,7 +1,8 @@
 """REST API of the lab panel, under `<base_url>/mlx-jupyter/`.
 
 GET    clusters               every cluster: id, owner, backend, hosts, state, ranks with health
-POST   clusters               {"n", "hosts", "hostfile", "backend"}: start one here (202, then poll)
+POST   clusters               {"n", "hosts", "hostfile", "backend"}: start one here (202, then poll);
+                              backend null: the hostfile's, else ring
 GET    clusters/<id>          one cluster
 DELETE clusters/<id>          stop a cluster this server started (409 for a kernel's)
 GET    clusters/<id>/connect  {"code"}: the code that connects a notebook to it
@@ -45,8 +46,8 @@ class ClustersHandler(_Base):
         try:
             body = json.loads(self.request.body or b"{}")
             n = int(body.get("n", 2))
-            backend = str(body.get("backend", "ring"))
-            if not 1 <= n <= 64 or backend not in BACKENDS:
+            backend = body.get("backend") or None  # None: the hostfile's, else ring
+            if not 1 <= n <= 64 or (backend is not None and backend not in BACKENDS):
                 raise ValueError(f"n must be 1..64 and backend one of {', '.join(BACKENDS)}")
             hosts = body.get("hosts") or None
             hostfile = body.get("hostfile") or None

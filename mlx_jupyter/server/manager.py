@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -21,13 +22,10 @@ Factory = Callable[..., Any]
 
 
 def connect_code(cluster_id: str) -> str:
-    """Code that connects a notebook to a running cluster's controller (engine id = MLX rank)."""
+    """A cell that connects a notebook's kernel to a running cluster: ``%%mlx_distributed`` then runs there."""
     return (
-        "import ipyparallel as ipp\n"
-        f'rc = ipp.Client(cluster_id="{cluster_id}")  # engine id = MLX rank\n'
-        "view = rc[:]\n"
-        "view.block = True\n"
-        "view.apply(lambda: __import__('os').environ.get('MLX_RANK'))"
+        "%load_ext mlx_jupyter\n"
+        f"%mlx_cluster connect {cluster_id}"
     )
 
 
@@ -61,9 +59,13 @@ class ClusterManager:
         return await asyncio.get_running_loop().run_in_executor(self._worker, fn)
 
     def create(self, n: int = 2, hosts: Optional[str] = None, hostfile: Optional[str] = None,
-               backend: str = "ring") -> Entry:
-        """A new cluster handle, registered as starting; `start(entry)` starts it."""
-        cluster = self.factory(n=n, hosts=hosts, hostfile=hostfile, backend=backend, timeout=self.start_timeout)
+               backend: Optional[str] = None) -> Entry:
+        """A new cluster handle, registered as starting; `start(entry)` starts it. ``backend`` None:
+        the hostfile's, else ring."""
+        if hostfile is not None:
+            hostfile = _readable_hostfile(hostfile)
+        extra = {} if backend is None else {"backend": backend}
+        cluster = self.factory(n=n, hosts=hosts, hostfile=hostfile, timeout=self.start_timeout, **extra)
         entry = Entry(cluster)
         self.entries[cluster.cluster_id] = entry
         return entry
@@ -137,6 +139,18 @@ class ClusterManager:
             except Exception as exc:  # keep stopping the others
                 log.warning("stopping mlx cluster %s failed: %s", cid, exc)
         self._worker.shutdown(wait=False)
+
+
+def _readable_hostfile(path: str) -> str:
+    """The hostfile's absolute path, checked now so that the panel's error names it (ValueError)."""
+    from mlx_jupyter.hostfile import HostfileError, read_hostfile
+
+    full = os.path.abspath(os.path.expanduser(path))
+    try:
+        read_hostfile(full)
+    except (OSError, HostfileError) as exc:
+        raise ValueError(f"hostfile {path}: {exc}") from None
+    return full
 
 
 def _health(row: dict) -> str:

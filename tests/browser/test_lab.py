@@ -216,6 +216,7 @@ def test_panel_start_insert_stop(scenario):
 
 def test_panel_connect_code_runs_on_every_rank(scenario):
     check(scenario, "panel_connect_cell_runs")
+    check(scenario, "panel_cluster_runs_distributed_cell")
 
 
 def test_status_widget_in_the_browser(scenario):

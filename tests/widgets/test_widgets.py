@@ -388,7 +388,33 @@ def test_manager_start_list_stop(tmp_path, monkeypatch):
         m.shutdown()
 
     asyncio.run(go())
-    assert 'ipp.Client(cluster_id="mlx-1")' in connect_code("mlx-1")
+    assert connect_code("mlx-1") == "%load_ext mlx_jupyter\n%mlx_cluster connect mlx-1"
+
+
+def test_manager_takes_a_hostfile_and_checks_it_first(tmp_path, monkeypatch):
+    """The panel's hostfile field: the factory gets its absolute path and no backend (the file's is used);
+    an unreadable one is a ValueError naming it (the panel shows it), before anything starts."""
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    from mlx_jupyter.server.manager import ClusterManager
+
+    made = []
+
+    def factory(**kw):
+        made.append(kw)
+        return FakeCluster()
+
+    (tmp_path / "hosts.json").write_text('{"backend": "jaccl", "envs": ["MLX_METAL_FAST_SYNCH=1"], '
+                                         '"hosts": [{"ssh": "127.0.0.1", "ips": []}]}')
+    m = ClusterManager(factory=factory)
+    m.create(n=1, hostfile="hosts.json")
+    assert made[-1]["hostfile"] == str(tmp_path / "hosts.json") and "backend" not in made[-1]
+    m.create(n=1, hostfile="hosts.json", backend="ring")
+    assert made[-1]["backend"] == "ring"
+    with pytest.raises(ValueError, match="hostfile missing.json"):
+        m.create(n=1, hostfile="missing.json")
+    assert len(made) == 2
+    m.shutdown()
 
 
 # -- with real local clusters ---------------------------------------------------------------------
@@ -438,14 +464,17 @@ def test_connect_code_connects_a_kernel_to_a_server_cluster(tmp_path, monkeypatc
         pids = {r["pid"] for r in item["ranks"]}
         assert [r["health"] for r in item["ranks"]] == ["ok", "ok"] and len(pids) == 2
         cells = [connect_code(item["id"]),
-                 "view.execute('import os; pid = os.getpid(); rank = int(os.environ[\"MLX_RANK\"])')\n"
-                 "print(sorted(zip(view.pull('rank'), view.pull('pid'))))\nrc.close()"]
+                 "%%mlx_distributed\nimport os\n"
+                 "x = mx.distributed.all_sum(mx.array([world.rank() + 1.0]), group=world).item()\n"
+                 "print('pid', os.getpid(), 'sum', x)"]
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
         NotebookClient(nb, timeout=60, kernel_name="python3",
                        resources={"metadata": {"path": str(tmp_path)}}).execute()
-        assert nb.cells[0].outputs[-1]["data"]["text/plain"] == "['0', '1']"
-        ran = nb.cells[1].outputs[0]["text"].strip()
-        assert ran == str(sorted(zip([0, 1], sorted(pids)))), ran  # every rank ran the cell, in its own process
+        said = "".join(o.get("text", "") for o in nb.cells[0].outputs)
+        assert f"connected to {item['id']}: 2 ranks" in said, said
+        ran = "".join(o.get("text", "") for o in nb.cells[1].outputs)
+        for pid in pids:  # every rank ran the cell, in its own process, and MLX's all_sum agreed
+            assert f"pid {pid} sum 3.0" in ran, ran
     finally:
         assert asyncio.run(manager.stop(entry.cluster.cluster_id))
         manager.shutdown()

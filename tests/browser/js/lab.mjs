@@ -207,20 +207,44 @@ try {
     await page.locator('.jp-Notebook .jp-Cell').first().click();
     await panel.locator('button.mlxj-insert').click();
     await page.waitForFunction(() => [...document.querySelectorAll('.jp-Notebook .jp-Cell .cm-content')]
-      .some((c) => c.textContent.includes('ipp.Client(cluster_id=')), null, { timeout: 10000 });
+      .some((c) => c.textContent.includes('%mlx_cluster connect mlx-')), null, { timeout: 10000 });
     inserted = await page.evaluate(() => window.jupyterapp.shell.currentWidget.content.activeCellIndex);
   });
 
   await step('panel_connect_cell_runs', async () => {
-    // the inserted cell connects this notebook's kernel to the panel's cluster and runs on both ranks
+    // the inserted cell connects this notebook's kernel to the panel's cluster
     await runCell(inserted);
-    const out = page.locator('.jp-Notebook .jp-Cell').nth(inserted).locator('.jp-OutputArea-output');
     await page.waitForFunction((i) => {
       const cell = window.jupyterapp.shell.currentWidget.node.querySelectorAll('.jp-Cell')[i];
-      return cell && /\['0', '1'\]|Error/.test(cell.querySelector('.jp-OutputArea')?.textContent || '');
+      return cell && /connected to mlx-|Error/.test(cell.querySelector('.jp-OutputArea')?.textContent || '');
     }, inserted, { timeout: 60000 });
+    const out = page.locator('.jp-Notebook .jp-Cell').nth(inserted).locator('.jp-OutputArea-output');
     const text = (await out.allInnerTexts()).join('\n');
-    record('panel_connect_cell_runs', text.includes("['0', '1']"), text.slice(0, 500));
+    record('panel_connect_cell_runs', /connected to mlx-\w+: 2 ranks/.test(text), text.slice(0, 500));
+  });
+
+  await step('panel_cluster_runs_distributed_cell', async () => {
+    // a %%mlx_distributed cell below it runs MLX's all_sum on both of the panel's ranks
+    const code = '%%mlx_distributed\nx = mx.distributed.all_sum(mx.array([world.rank() + 1.0]), group=world)\n'
+      + 'print(f"rank {world.rank()}: all_sum = {x.item():g}")';
+    const index = await page.evaluate((src) => {
+      const nb = window.jupyterapp.shell.currentWidget.content;
+      return window.jupyterapp.commands.execute('notebook:insert-cell-below').then(() => {
+        nb.activeCell.model.sharedModel.setSource(src);
+        return nb.activeCellIndex;
+      });
+    }, code);
+    await runCell(index);
+    await page.waitForFunction((i) => {
+      const cell = window.jupyterapp.shell.currentWidget.node.querySelectorAll('.jp-Cell')[i];
+      const t = cell?.querySelector('.jp-OutputArea')?.textContent || '';
+      return /rank 1: all_sum/.test(t) && /rank 0: all_sum/.test(t) || /Error/.test(t);
+    }, index, { timeout: 60000 });
+    const out = page.locator('.jp-Notebook .jp-Cell').nth(index).locator('.jp-OutputArea-output');
+    const text = (await out.allInnerTexts()).join('\n');
+    await page.screenshot({ path: shot('panel-cluster-cell.png') });
+    record('panel_cluster_runs_distributed_cell',
+      text.includes('rank 0: all_sum = 3') && text.includes('rank 1: all_sum = 3'), text.slice(0, 500));
   });
 
   await step('panel_stop', async () => {

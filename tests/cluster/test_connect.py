@@ -1,0 +1,114 @@
+"""``Cluster.connect`` / ``%mlx_cluster connect``: a notebook using a cluster another process owns
+(the lab panel's server, another kernel): cells and data work, the processes stay the owner's."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from mlx_jupyter.cluster import Cluster, ClusterError
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def owner(tmp_path_factory):
+    """A running 2-rank cluster, published in a runtime dir of this module's own (the panel's listing)."""
+    runtime = tmp_path_factory.mktemp("jupyter-runtime")
+    old = os.environ.get("JUPYTER_RUNTIME_DIR")
+    os.environ["JUPYTER_RUNTIME_DIR"] = str(runtime)
+    c = Cluster(n=2, timeout=60).start()
+    yield c
+    c.stop()
+    if old is None:
+        os.environ.pop("JUPYTER_RUNTIME_DIR", None)
+    else:
+        os.environ["JUPYTER_RUNTIME_DIR"] = old
+
+
+def test_connected_handle_runs_cells_and_moves_data(owner):
+    c = Cluster.connect(owner.cluster_id, timeout=30)
+    try:
+        assert c.size == 2 and c.owner["id"] == owner.cluster_id and c.hub is None
+        c.setup()
+        r = c.run("x = mx.distributed.all_sum(mx.array([world.rank() + 1.0]), group=world).item()")
+        assert r.wait(30) and not r.failed
+        assert c.pull("x") == [3.0, 3.0]
+        c.push({"y": 5})
+        assert c.pull("y") == [5, 5]
+        rows = c.status()
+        assert [row["rank"] for row in rows] == [0, 1]
+        assert [row["pid"] for row in rows] == [i.pid for i in owner.engine_set.launcher.ranks]
+        assert all(row["state"] in ("idle", "busy") for row in rows)
+    finally:
+        c.stop()
+    # disconnecting leaves the owner's ranks running
+    assert owner.running and owner.pull("y") == [5, 5]
+
+
+def test_connect_without_id_takes_the_only_cluster(owner):
+    c = Cluster.connect(timeout=30)
+    try:
+        assert c.cluster_id == owner.cluster_id
+    finally:
+        c.stop()
+
+
+def test_unknown_id_names_the_running_ones(owner):
+    with pytest.raises(ClusterError, match=rf"no cluster 'mlx-nope'.*running: {owner.cluster_id}"):
+        Cluster.connect("mlx-nope", timeout=5)
+
+
+def test_restart_and_start_stay_with_the_owner(owner):
+    c = Cluster.connect(owner.cluster_id, timeout=30)
+    try:
+        with pytest.raises(ClusterError, match="restart it there"):
+            c.restart()
+        with pytest.raises(ClusterError, match="already running"):
+            c.start()
+    finally:
+        c.stop()
+
+
+def test_magic_connect_then_distributed_cell(owner, capsys):
+    from IPython.testing.globalipapp import get_ipython
+
+    from mlx_jupyter import magics
+
+    ip = get_ipython()
+    ip.run_line_magic("load_ext", "mlx_jupyter")
+    magics.set_current(None)
+    try:
+        ip.run_line_magic("mlx_cluster", f"connect {owner.cluster_id}")
+        assert f"connected to {owner.cluster_id}: 2 ranks" in capsys.readouterr().out
+        ip.run_cell_magic("mlx_distributed", "",
+                          "print('sum', mx.distributed.all_sum(mx.array([2.0]), group=world).item())")
+        out = capsys.readouterr().out
+        assert "sum 4.0" in out
+        ip.run_line_magic("mlx_cluster", "stop")
+        assert "keeps running" in capsys.readouterr().out
+        assert owner.running
+    finally:
+        magics.set_current(None)
+
+
+def test_a_dead_rank_of_the_owner_fails_the_connected_cell_at_once(tmp_path_factory, owner):
+    """The connected handle watches the owner's local ranks: a cell on a rank that dies ends, not waits."""
+    c = Cluster.connect(owner.cluster_id, timeout=30)
+    try:
+        r = c.run("import time\ntime.sleep(60)")
+        pid = owner.engine_set.launcher.ranks[1].pid
+        os.kill(pid, signal.SIGKILL)
+        assert r.wait(10), "the connected cell still waits for a rank that died"
+        assert r.failed
+        deadline = time.monotonic() + 5  # the watch looks every 0.2 s; the cell may have ended first
+        while 1 not in c.dead and time.monotonic() < deadline:
+            c._changed.wait(0.1)
+        with pytest.raises(ClusterError, match="rank 1 is dead"):
+            c.check_ranks([0, 1])
+    finally:
+        c.stop()
+        owner.restart()
