@@ -123,6 +123,8 @@ class MLXMagics(Magics):
     @argument("--env", action="append", default=[], metavar="K=V", help="environment for every rank (repeatable)")
     @argument("--cwd", default=None, help="working directory on every rank")
     @argument("--timeout", type=float, default=60.0, help="seconds to wait for the ranks")
+    @argument("--controller-ip", default=None, metavar="IP",
+              help="remote hosts: an address of this machine they can reach (default: its name)")
     @argument("--accept-unknown-hosts", action="store_true",
               help="ssh: accept hosts missing from known_hosts (a changed key is still refused)")
     @argument("--ssh-config", action="append", metavar="F", help="ssh: ssh_config file(s) instead of ~/.ssh/config")
@@ -166,6 +168,7 @@ class MLXMagics(Magics):
             ssh_options = options_from_args(args)
             cluster = Cluster(n=n, hosts=args.hosts, hostfile=args.hostfile, backend=args.backend,
                               python=args.python, env=env, cwd=args.cwd, timeout=args.timeout,
+                              controller_ip=args.controller_ip,
                               ssh_options=None if ssh_options == SSHOptions() else ssh_options)
             try:
                 total = cluster.expected_size()

@@ -52,7 +52,8 @@ def mimetypes(nb: nbformat.NotebookNode) -> set[str]:
 
 def test_every_notebook_is_tested():
     assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted(
-        ["01-quickstart.ipynb", "02-cabling-a-mac-cluster.ipynb", "03-data-parallel-training.ipynb"])
+        ["01-quickstart.ipynb", "02-cabling-a-mac-cluster.ipynb", "03-data-parallel-training.ipynb",
+         "04-remote-cluster-over-ssh.ipynb", "05-launch-from-a-notebook.ipynb"])
 
 
 @pytest.mark.timeout(240)
@@ -90,3 +91,27 @@ def test_data_parallel_training():
         line = next(x for x in out.splitlines() if x.startswith(f"rank {rank}: loss") or f"[rank {rank}] rank {rank}: loss" in x)
         first, last = (float(v) for v in line.split("loss ")[1].split(" -> "))
         assert last < first / 3, line
+
+
+@pytest.mark.timeout(240)
+def test_remote_cluster_over_ssh(testbed, tmp_path, monkeypatch):
+    """The ssh notebook against two namespace hosts, under the names its text uses."""
+    cfg = testbed.write_ssh_config(tmp_path / "ssh_config", {"mac-studio-1": 1, "mac-studio-2": 2})
+    monkeypatch.setenv("MLXJ_EXAMPLE_SSH_CONFIG", str(cfg))
+    monkeypatch.setenv("MLXJ_EXAMPLE_CONTROLLER_IP", f"{testbed.net}.1")
+    monkeypatch.delenv("MLXJ_EXAMPLE_HOSTS", raising=False)
+    out = text_of(run("04-remote-cluster-over-ssh.ipynb"))
+    assert "2 ranks ready" in out
+    assert "rank 0 on h1: all_sum = 3" in out and "rank 1 on h2: all_sum = 3" in out, out
+    assert "rank 0 still has x = 3" in out and "rank 1 still has x = 3" in out
+    assert "cluster stopped" in out
+    assert testbed.procs_matching("mlx_jupyter.cluster.rank.engine") == {}
+
+
+@pytest.mark.timeout(240)
+def test_launch_from_a_notebook():
+    out = text_of(run("05-launch-from-a-notebook.ipynb"))
+    assert "[rank 0] rank 0 of 2: all_sum = 3" in out and "[rank 1] rank 1 of 2: all_sum = 3" in out, out
+    assert "rank 1" in out and "exit code: 3" in out
+    assert "[rank 0] rank 0 sees EXAMPLE_SETTING = 42" in out and "[rank 1] rank 1 sees EXAMPLE_SETTING = 42" in out
+    assert not (NOTEBOOKS / "allsum_example.py").exists() and not (NOTEBOOKS / "hostfile_example.json").exists()
