@@ -40,7 +40,24 @@ def test_getting_started_notebook_snippet_runs_in_a_kernel(tmp_path: Path) -> No
 def test_terminal_checks_from_getting_started(command: list[str], tmp_path: Path) -> None:
     p = subprocess.run(CLI + command, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
-    assert ("ring" in p.stdout) if command == ["doctor"] else ("ranks agree" in p.stdout)
+    if command == ["doctor"]:
+        assert "ring" in p.stdout
+        return
+    for r in (0, 1):  # each rank's own sums, from both libraries, and the checked summary
+        assert f"rank {r} of 2: mlx_jupyter all_sum = [1.0, 3.0, 5.0, 7.0], MLX all_sum = [1.0, 3.0, 5.0, 7.0]" \
+            in p.stdout, p.stdout
+    assert "demo: 2 ranks agree: ours and MLX's all_sum both gave [1.0, 3.0, 5.0, 7.0] on every rank" in p.stdout
+
+
+def test_demo_fails_when_a_rank_disagrees(capsys) -> None:
+    """The demo's agreement is checked on the ranks: a wrong expectation on them fails it, naming the rank."""
+    from mlx_jupyter.commands import demo
+
+    wrong = demo.RANK_CODE.replace("expected = [", "expected = [0.5] + [")
+    assert wrong != demo.RANK_CODE
+    assert demo.main([], rank_code=wrong) != 0
+    out = capsys.readouterr()
+    assert "agree" not in out.out
 
 
 def test_launch_a_script_on_two_local_ranks(tmp_path: Path) -> None:
