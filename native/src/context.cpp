@@ -1,6 +1,7 @@
 #include "mlxj/context.h"
 
 #include <algorithm>
+#include <deque>
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -24,7 +25,23 @@ namespace mlxj {
 namespace {
 
 constexpr char kMagic[8] = {'M', 'L', 'X', 'J', 'H', 'S', '0', '1'};
-constexpr int kHandshakeMs = 5000;  // a silent stranger holds a handshake thread this long at most
+constexpr int kHandshakeMs = 5000;  // a silent stranger holds a handshake slot this long at most
+constexpr int kMaxPending = 64;     // handshakes in progress at once; a flood evicts the oldest
+constexpr int kFullBackoffMs = 50;  // pause accepting when out of descriptors (poll would spin)
+
+// accept() with the flags our sockets need, atomically where the OS allows.
+int accept_stream(int listener) {
+#if defined(__linux__)
+  return ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+#else
+  int c = ::accept(listener, nullptr, nullptr);
+  if (c >= 0) {
+    ::fcntl(c, F_SETFD, FD_CLOEXEC);
+    set_nonblocking(c);
+  }
+  return c;
+#endif
+}
 
 struct ConnHeader {
   uint64_t group;
@@ -60,55 +77,108 @@ struct Context::Shared {
     std::cerr << "[mlx_jupyter rank " << rank << "] " << msg << std::endl;
   }
 
-  // The acceptor's side of the challenge-response; on success the connection
-  // goes into the mailbox, otherwise it is refused and logged.
-  void handshake(Fd fd) {
-    std::string who = peer_name(fd.get()), why;
-    auto deadline = Clock::now() + std::chrono::milliseconds(kHandshakeMs);
-    uint8_t hello[8 + 32], reply[8 + 32 + 32], ni[32], na[32];
-    if (!io_exact(fd.get(), hello, sizeof hello, false, deadline, &why)) return refuse(who, why);
-    if (std::memcmp(hello, kMagic, 8) != 0) return refuse(who, "not an mlx_jupyter peer (bad greeting)");
-    std::memcpy(ni, hello + 8, 32);
-    random_bytes(na, 32);
-    Digest ma = mac(token, 'A', ni, na, nullptr);
-    std::memcpy(reply, kMagic, 8);
-    std::memcpy(reply + 8, na, 32);
-    std::memcpy(reply + 40, ma.data(), 32);
-    if (!io_exact(fd.get(), reply, sizeof reply, true, deadline, &why)) return refuse(who, why);
-    uint8_t answer[sizeof(ConnHeader) + 32];
-    if (!io_exact(fd.get(), answer, sizeof answer, false, deadline, &why)) return refuse(who, why);
-    ConnHeader h;
-    std::memcpy(&h, answer, sizeof h);
-    Digest got;
-    std::memcpy(got.data(), answer + sizeof h, 32);
+  // One incoming connection between accept() and the verdict. The acceptor
+  // drives all of them from one thread without blocking, so a stranger that
+  // stalls costs one slot and one descriptor, never a thread.
+  struct Pending {
+    Fd fd;
+    std::string who;
+    Clock::time_point deadline;
+    int stage = 0;  // 0 read greeting, 1 write proof, 2 read answer, 3 write verdict
+    size_t done = 0;
+    uint8_t buf[8 + 32 + 32];
+    uint8_t ni[32], na[32];
+    ConnHeader h{};
     uint8_t ok = 0;
-    if (!digest_equal(got, mac(token, 'I', ni, na, &h))) {
-      why = "authentication failed (its MLX_JUPYTER_TOKEN differs: not part of this job)";
-    } else if (h.world_size != uint32_t(world_size) || h.initiator >= uint32_t(world_size)) {
-      why = "it belongs to a job of " + std::to_string(h.world_size) + " ranks, this one has " + std::to_string(world_size);
-    } else {
-      ok = 1;
-    }
-    ConnKey key{h.group, h.initiator, h.kind, h.index};
+    std::string why;
     std::vector<std::function<void(const std::string&)>> hooks;
-    if (ok) {
-      std::lock_guard<std::mutex> lock(mu);
-      // A connection we already have again: that peer left our group and is forming a new
-      // one. Refuse it (the peer retries until we re-form too) and abort what we hold.
-      if (consumed.count(key)) {
-        ok = 0;
-        why = "rank " + std::to_string(h.initiator) + " is forming a new group while this rank still holds the old one";
-        hooks = superseded;
+  };
+
+  std::deque<Pending> pending;  // the acceptor thread's alone
+  Clock::time_point resume_accepting{};
+
+  static size_t stage_bytes(int stage) {
+    static const size_t n[] = {8 + 32, 8 + 32 + 32, sizeof(ConnHeader) + 32, 1};
+    return n[stage];
+  }
+  static bool stage_writes(int stage) { return stage == 1 || stage == 3; }
+
+  // Moves a handshake as far as its socket allows. Returns false when it is over
+  // (accepted into the mailbox, or refused and logged); the caller drops it.
+  bool advance(Pending& p) {
+    for (;;) {
+      size_t want = stage_bytes(p.stage);
+      while (p.done < want) {
+        ssize_t r = stage_writes(p.stage) ? ::send(p.fd.get(), p.buf + p.done, want - p.done, MSG_NOSIGNAL_PORTABLE)
+                                          : ::recv(p.fd.get(), p.buf + p.done, want - p.done, 0);
+        if (r > 0) {
+          p.done += size_t(r);
+          if (p.stage == 0 && p.done >= 8 && std::memcmp(p.buf, kMagic, 8) != 0)
+            return refuse(p.who, "not an mlx_jupyter peer (bad greeting)"), false;
+          continue;
+        }
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
+        std::string why = r == 0 ? "connection closed during the handshake" : errno_text(errno);
+        if (r == 0 && p.stage == 2 && p.done == 0)  // the dialer checks our proof before it sends its own
+          why = "authentication failed (it did not accept this rank's proof: its MLX_JUPYTER_TOKEN differs, "
+                "so it is not part of this job)";
+        return refuse(p.who, why), false;
+      }
+      p.done = 0;
+      switch (p.stage++) {
+        case 0: {
+          std::memcpy(p.ni, p.buf + 8, 32);
+          random_bytes(p.na, 32);
+          Digest ma = mac(token, 'A', p.ni, p.na, nullptr);
+          std::memcpy(p.buf, kMagic, 8);
+          std::memcpy(p.buf + 8, p.na, 32);
+          std::memcpy(p.buf + 40, ma.data(), 32);
+          break;
+        }
+        case 1:
+          break;
+        case 2:
+          decide(p);
+          p.buf[0] = p.ok;
+          break;
+        default:
+          for (auto& hook : p.hooks)
+            hook("rank " + std::to_string(p.h.initiator) + " left this group to form a new one");
+          if (!p.ok) return refuse(p.who, p.why), false;
+          if (verbose) log("accepted rank " + std::to_string(p.h.initiator) + " from " + p.who);
+          std::lock_guard<std::mutex> lock(mu);
+          mailbox[ConnKey{p.h.group, p.h.initiator, p.h.kind, p.h.index}] = std::move(p.fd);
+          cv.notify_all();
+          return false;
       }
     }
-    io_exact(fd.get(), &ok, 1, true, deadline, &why);
-    for (auto& hook : hooks)
-      hook("rank " + std::to_string(h.initiator) + " left this group to form a new one");
-    if (!ok) return refuse(who, why);
-    if (verbose) log("accepted rank " + std::to_string(h.initiator) + " from " + who);
+  }
+
+  // The verdict on the dialer's answer (in p.buf): its proof, its job's size, and
+  // whether it is re-forming a group we still hold.
+  void decide(Pending& p) {
+    std::memcpy(&p.h, p.buf, sizeof p.h);
+    Digest got;
+    std::memcpy(got.data(), p.buf + sizeof p.h, 32);
+    if (!digest_equal(got, mac(token, 'I', p.ni, p.na, &p.h))) {
+      p.why = "authentication failed (its MLX_JUPYTER_TOKEN differs: not part of this job)";
+      return;
+    }
+    if (p.h.world_size != uint32_t(world_size) || p.h.initiator >= uint32_t(world_size)) {
+      p.why = "it belongs to a job of " + std::to_string(p.h.world_size) + " ranks, this one has " +
+              std::to_string(world_size);
+      return;
+    }
+    ConnKey key{p.h.group, p.h.initiator, p.h.kind, p.h.index};
     std::lock_guard<std::mutex> lock(mu);
-    mailbox[key] = std::move(fd);
-    cv.notify_all();
+    // A connection we already have again: that peer left our group and is forming a new
+    // one. Refuse it (the peer retries until we re-form too) and abort what we hold.
+    if (consumed.count(key)) {
+      p.why = "rank " + std::to_string(p.h.initiator) + " is forming a new group while this rank still holds the old one";
+      p.hooks = superseded;
+      return;
+    }
+    p.ok = 1;
   }
 
   std::set<ConnKey> consumed;  // keys of the connections groups have taken
@@ -124,6 +194,14 @@ struct Context::Shared {
     log("refused a connection from " + who + ": " + why + " (repeats from this address are not logged)");
   }
   std::set<std::string> refused;
+
+  void log_once(const std::string& msg) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!refused.insert("\n" + msg).second) return;
+    }
+    log(msg);
+  }
 };
 
 Context::Context(int rank, std::vector<std::vector<Endpoint>> addresses, std::string token, bool verbose)
@@ -160,24 +238,100 @@ void Context::on_superseded(std::function<void(const std::string&)> hook) {
 }
 
 void Context::accept_loop() {
-  std::vector<pollfd> fds;
-  for (auto& l : listeners_) fds.push_back(pollfd{l.get(), POLLIN, 0});
-  fds.push_back(pollfd{stop_.fd(), POLLIN, 0});
+  // Nothing may escape this thread (std::terminate would kill the rank): a failed
+  // round is logged, and the loop goes on after a pause so it cannot spin.
+  auto& pending = shared_->pending;
+  auto& resume_accepting = shared_->resume_accepting;
   for (;;) {
-    if (::poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) return;
-    if (fds.back().revents) return;
-    for (size_t i = 0; i + 1 < fds.size(); ++i) {
-      if (!fds[i].revents) continue;
-      int c = ::accept(fds[i].fd, nullptr, nullptr);
-      if (c < 0) continue;
-      Fd conn(c);
-      ::fcntl(c, F_SETFD, FD_CLOEXEC);
-      set_nonblocking(c);
-      configure_stream(c);
-      // One short-lived thread per handshake: a silent stranger cannot delay peers.
-      std::thread([shared = shared_, conn = std::move(conn)]() mutable { shared->handshake(std::move(conn)); }).detach();
+    try {
+      if (!accept_round()) return;
+    } catch (const std::exception& e) {
+      log(std::string("the acceptor recovered from an error: ") + e.what());
+      pending.clear();
+      resume_accepting = Clock::now() + std::chrono::milliseconds(kFullBackoffMs);
+    } catch (...) {
+      pending.clear();
+      resume_accepting = Clock::now() + std::chrono::milliseconds(kFullBackoffMs);
     }
   }
+}
+
+bool Context::accept_round() {
+  auto& pending = shared_->pending;
+  auto& resume_accepting = shared_->resume_accepting;
+  auto now = Clock::now();
+  bool accepting = now >= resume_accepting;
+  std::vector<pollfd> fds;
+  for (auto& p : pending)
+    fds.push_back(pollfd{p.fd.get(), short(Shared::stage_writes(p.stage) ? POLLOUT : POLLIN), 0});
+  size_t first_listener = fds.size();
+  if (accepting)
+    for (auto& l : listeners_) fds.push_back(pollfd{l.get(), POLLIN, 0});
+  fds.push_back(pollfd{stop_.fd(), POLLIN, 0});
+  auto wake = accepting ? Clock::time_point::max() : resume_accepting;
+  for (auto& p : pending) wake = std::min(wake, p.deadline);
+  int timeout = -1;
+  if (wake != Clock::time_point::max())
+    timeout = int(std::max<long long>(
+        0, std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count() + 1));
+  if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR)
+    throw std::runtime_error("poll failed: " + errno_text(errno));
+  if (fds.back().revents) return false;
+  now = Clock::now();
+  std::deque<Shared::Pending> next;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    Shared::Pending& p = pending[i];
+    bool going = true;
+    if (fds[i].revents) {
+      try {
+        going = shared_->advance(p);
+      } catch (const std::exception& e) {
+        shared_->refuse(p.who, e.what());
+        going = false;
+      }
+    }
+    if (going && now >= p.deadline) {
+      shared_->refuse(p.who, "no complete handshake within " + std::to_string(kHandshakeMs / 1000) + " s");
+      going = false;
+    }
+    if (going) next.push_back(std::move(p));
+  }
+  pending.swap(next);
+  for (size_t i = first_listener; accepting && i + 1 < fds.size(); ++i) {
+    if (!fds[i].revents) continue;
+    for (int n = 0; n < kMaxPending; ++n) {  // a bounded batch: the other listeners get their turn
+      int c = accept_stream(fds[i].fd);
+      if (c < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          // Out of descriptors: the waiting connection stays in the kernel's queue and
+          // poll() would report it again at once. Give up the oldest handshake, or pause.
+          if (!pending.empty()) {
+            shared_->refuse(pending.front().who, "this rank ran out of file descriptors");
+            pending.pop_front();
+            continue;
+          }
+          shared_->log_once("out of file descriptors (" + errno_text(errno) +
+                            "): not accepting connections for a moment; raise `ulimit -n`");
+          resume_accepting = now + std::chrono::milliseconds(kFullBackoffMs);
+        }
+        break;
+      }
+      Shared::Pending p;
+      p.fd = Fd(c);
+      p.who = peer_name(c);
+      p.deadline = now + std::chrono::milliseconds(kHandshakeMs);
+      configure_stream(c);
+      // A flood must not lock peers out: the oldest handshake (most likely a silent
+      // stranger) gives way, while a real peer's finishes within a round trip.
+      if (pending.size() >= size_t(kMaxPending)) {
+        shared_->refuse(pending.front().who, "too many handshakes at once (a flood of connections?)");
+        pending.pop_front();
+      }
+      pending.push_back(std::move(p));
+    }
+  }
+  return true;
 }
 
 void wait_slice(const Wait& wait, int ms, const std::string& waiting_for) {
@@ -227,17 +381,10 @@ Fd Context::connect(int peer, size_t addr_index, const ConnKey& key, const Wait&
         why = "handshake failed: " + err;
       } else if (!greeted_by_peer(reply, ni)) {
         // Not fatal: the real peer may still take over this address; keep trying until the deadline.
+        // Our own proof is never sent to a listener that failed to prove itself: we hang up.
         bool ours = std::memcmp(reply, kMagic, 8) == 0;
         why = ours ? "the process listening there failed authentication (its MLX_JUPYTER_TOKEN differs: another job)"
                    : "the process listening there is not an mlx_jupyter rank (bad greeting): check the hostfile and port offset";
-        if (ours) {  // finish the exchange so that the other side logs why, too
-          ConnHeader h{key.group, key.initiator, key.kind, key.index, uint32_t(size())};
-          Digest mi = mac(shared_->token, 'I', ni, reply + 8, &h);
-          uint8_t answer[sizeof h + 32];
-          std::memcpy(answer, &h, sizeof h);
-          std::memcpy(answer + sizeof h, mi.data(), 32);
-          io_exact(fd.get(), answer, sizeof answer, true, deadline, &err);
-        }
         log_once(why);
       } else {
         ConnHeader h{key.group, key.initiator, key.kind, key.index, uint32_t(size())};

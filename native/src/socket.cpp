@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <stdexcept>
 #include <sys/types.h>
+#include <sys/random.h>  // getentropy on macOS (and Linux)
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <cstdlib>
@@ -212,16 +213,16 @@ std::string host_identity() {
   return id;
 }
 
+// getentropy needs no file descriptor (a rank out of descriptors can still
+// handshake) and serves at most 256 bytes per call.
 void random_bytes(void* out, size_t size) {
-  Fd fd(::open("/dev/urandom", O_RDONLY | O_CLOEXEC));
   auto* p = static_cast<uint8_t*>(out);
-  while (fd.valid() && size > 0) {
-    ssize_t n = ::read(fd.get(), p, size);
-    if (n <= 0) break;
+  while (size > 0) {
+    size_t n = std::min<size_t>(size, 256);
+    if (::getentropy(p, n) != 0) throw std::runtime_error("getentropy failed: " + errno_text(errno));
     p += n;
-    size -= size_t(n);
+    size -= n;
   }
-  if (size) throw std::runtime_error("cannot read /dev/urandom");
 }
 
 }  // namespace mlxj

@@ -69,6 +69,7 @@ class Context {
  private:
   struct Shared;
   void accept_loop();
+  bool accept_round();  // one poll() of listeners and handshakes; false once stopped
   // The acceptor's reply proves it is an mlx_jupyter rank holding our token.
   bool greeted_by_peer(const uint8_t* reply, const uint8_t* nonce) const;
 
