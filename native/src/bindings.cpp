@@ -14,7 +14,7 @@
 #include "mlxj/errors.h"
 #include "mlxj/group.h"
 #include "mlxj/probe.h"
-#include "mlxj/shm_transport.h"
+#include "mlxj/shm_segment.h"
 #include "mlxj/socket.h"
 
 namespace nb = nanobind;

@@ -6,7 +6,7 @@
 
 #include "mlxj/errors.h"
 #include "mlxj/sha256.h"
-#include "mlxj/shm_transport.h"
+#include "mlxj/shm_ring_link.h"
 #include "mlxj/tcp_transport.h"
 
 namespace mlxj {

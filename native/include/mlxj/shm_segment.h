@@ -1,4 +1,6 @@
-// A Link through shared memory, for two ranks on the same host.
+// The shared-memory segment two ranks on one host share: the operating-system
+// mechanics (create, open, size, seal, map, name, unlink). The ring protocol
+// that runs over it is in shm_ring_link.h.
 //
 // Why this mechanism: an anonymous shared segment (memfd on Linux) has no name
 // in any filesystem, so nothing is left behind after any exit, SIGKILL
@@ -16,6 +18,12 @@
 // only over a connection that proved it, and the peer maps only a segment of
 // ours carrying the random nonce the locator names.
 //
+// Nothing read from the segment is trusted: the ring size is the one this
+// process asked for (never re-read), and the ring link checks every counter it
+// loads. On Linux the memfd is sealed against shrinking and growing, so no one
+// can truncate it under a mapping (which would be SIGBUS); the opener refuses an
+// unsealed one. POSIX shm objects (macOS) cannot be sealed.
+//
 // macOS names: /mlxj.<uid>.<slot>, taken with O_EXCL. The peer unlinks the name
 // as soon as it has opened it; the creator does if the peer did not open it (or
 // on any failure). A creator killed between creating and the peer's open leaves
@@ -23,21 +31,55 @@
 // removes such stale names (creator gone) before it creates its first segment.
 // If another process wins a race for a slot, the nonce no longer matches and
 // that link falls back to TCP.
-//
-// Data flows through one single-producer/single-consumer ring per direction.
-// The TCP connection stays as the doorbell and the liveness signal: a sleeping
-// side waits in poll() on it (so abort, timeouts and Ctrl-C work unchanged) and
-// a peer's death shows up there as end-of-file at once.
 #pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
 #include "mlxj/socket.h"
-#include "mlxj/transport.h"
 
 namespace mlxj {
 
-class SharedSegment;
+// Shared state of one direction; each counter on its own cache line.
+struct alignas(64) RingState {
+  alignas(64) std::atomic<uint64_t> written{0};  // bytes the producer has published
+  alignas(64) std::atomic<uint64_t> read{0};     // bytes the consumer has released
+  alignas(64) std::atomic<uint32_t> consumer_waiting{0};
+  alignas(64) std::atomic<uint32_t> producer_waiting{0};
+};
+
+struct SegmentLayout {
+  uint64_t magic;
+  uint64_t ring_bytes;
+  uint64_t nonce;       // also in the locator: the peer maps only the segment it was told about
+  int64_t creator_pid;  // a named object whose creator is gone is stale
+  RingState dir[2];     // 0: creator -> opener, 1: opener -> creator
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "cross-process atomics must be lock-free");
+
+class SharedSegment {
+ public:
+  SharedSegment(void* base, size_t size, size_t ring_bytes, std::string locator, std::string name);
+  ~SharedSegment();
+  SharedSegment(const SharedSegment&) = delete;
+  SharedSegment& operator=(const SharedSegment&) = delete;
+
+  SegmentLayout* layout() const { return static_cast<SegmentLayout*>(base_); }
+  // The ring of direction d; its size is ring_bytes(), this process's own number.
+  uint8_t* ring(int d) const { return static_cast<uint8_t*>(base_) + sizeof(SegmentLayout) + size_t(d) * ring_bytes_; }
+  size_t ring_bytes() const { return ring_bytes_; }
+  const std::string& locator() const { return locator_; }
+  // The peer unlinks the name once it has opened it; we do when it did not.
+  void release_name(bool peer_unlinked = false);
+  Fd keep;  // Linux memfd: open until the peer has opened it through /proc
+
+ private:
+  void* base_;
+  size_t size_, ring_bytes_;
+  std::string locator_, name_;
+};
 
 // Creates a segment of `ring_bytes` per direction; `locator()` tells the peer how to open it.
 // MLX_JUPYTER_SHM=named uses the macOS mechanism on Linux too (for tests).
@@ -48,7 +90,5 @@ std::string segment_locator(const SharedSegment& s);
 // Called by the creator once the peer has answered: closes the memfd and
 // removes the name, unless the peer opened the segment (it has removed the name).
 void segment_release_name(SharedSegment& s, bool peer_opened);
-
-std::unique_ptr<Link> make_shm_link(Fd doorbell, std::shared_ptr<SharedSegment> seg, bool creator, std::string name);
 
 }  // namespace mlxj

@@ -1,0 +1,239 @@
+#include "mlxj/shm_ring_link.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <sys/socket.h>
+
+#include "mlxj/errors.h"
+#include "mlxj/reduce.h"
+
+#ifndef MSG_NOSIGNAL
+#define MSG_NOSIGNAL 0
+#endif
+
+namespace mlxj {
+
+namespace {
+
+class ShmLink final : public Link {
+ public:
+  ShmLink(Fd bell, std::shared_ptr<SharedSegment> seg, bool creator, std::string name)
+      : bell_(std::move(bell)), seg_(std::move(seg)), name_(std::move(name)) {
+    int out = creator ? 0 : 1;
+    cap_ = seg_->ring_bytes();  // ours: the segment's copy is the peer's to scribble on
+    tx_ = &seg_->layout()->dir[out];
+    rx_ = &seg_->layout()->dir[1 - out];
+    tx_ring_ = seg_->ring(out);
+    rx_ring_ = seg_->ring(1 - out);
+    tx_written_ = tx_read_ = rx_read_ = 0;  // a fresh segment; the peer's later stores are checked on load
+  }
+
+  const std::string& name() const override { return name_; }
+
+  void begin_send(const MsgHeader& h, const void* data, size_t size) override {
+    if (!seg_) fail(ErrorKind::Aborted, "the shared memory to " + name_ + " was released (its group was aborted)");
+    send_ = {true, h, 0, const_cast<uint8_t*>(static_cast<const uint8_t*>(data)), size};
+  }
+  void begin_recv(const MsgHeader& expect, void* data, size_t size, const Fold* fold) override {
+    if (!seg_) fail(ErrorKind::Aborted, "the shared memory to " + name_ + " was released (its group was aborted)");
+    recv_ = {true, expect, 0, static_cast<uint8_t*>(data), size};
+    fold_ = fold ? *fold : Fold{};
+  }
+  // Reducing straight out of the ring saves a copy and a second pass over the data.
+  bool folds() const override { return true; }
+  bool sending() const override { return send_.active; }
+  bool receiving() const override { return recv_.active; }
+  size_t received() const override {
+    if (!recv_.active) return recv_.size;
+    return recv_.done > sizeof(MsgHeader) ? recv_.done - sizeof(MsgHeader) : 0;
+  }
+  bool spins() const override { return true; }
+  const char* kind() const override { return "shm"; }
+
+  bool progress() override {
+    if (slept_) drain_bell();
+    bool moved = false;
+    if (send_.active) moved |= push();
+    if (recv_.active) moved |= pull();
+    return moved;
+  }
+
+  void wait_set(std::vector<pollfd>& out) const override {
+    bool ready = false;
+    if (send_.active) {  // ring full: ask for a bell, then look again (no lost wake-up)
+      tx_->producer_waiting.store(1, std::memory_order_seq_cst);
+      ready |= tx_->written.load(std::memory_order_relaxed) - tx_->read.load(std::memory_order_seq_cst) < cap_;
+    }
+    if (recv_.active) {
+      rx_->consumer_waiting.store(1, std::memory_order_seq_cst);
+      ready |= rx_->written.load(std::memory_order_seq_cst) != rx_->read.load(std::memory_order_relaxed);
+    }
+    slept_ = true;
+    // A writable socket makes poll() return at once when there is work after all.
+    out.push_back(pollfd{bell_.get(), short(POLLIN | (ready ? POLLOUT : 0)), 0});
+  }
+
+  void shutdown() override { ::shutdown(bell_.get(), SHUT_RDWR); }
+  void release() override {
+    send_.active = recv_.active = false;
+    seg_.reset();  // unmapped: nothing of the segment is left in this process
+  }
+
+ private:
+  struct Transfer {
+    bool active = false;
+    MsgHeader header;
+    size_t done = 0;  // bytes of header + payload moved
+    uint8_t* data = nullptr;
+    size_t size = 0;
+  };
+
+  // Copies message bytes [from, from+n) out of (header, payload) into dst.
+  void gather(const Transfer& t, size_t from, uint8_t* dst, size_t n) const {
+    const auto* h = reinterpret_cast<const uint8_t*>(&t.header);
+    while (n) {
+      size_t k;
+      if (from < sizeof(MsgHeader)) {
+        k = std::min(n, sizeof(MsgHeader) - from);
+        std::memcpy(dst, h + from, k);
+      } else {
+        k = n;
+        std::memcpy(dst, t.data + (from - sizeof(MsgHeader)), k);
+      }
+      dst += k; from += k; n -= k;
+    }
+  }
+
+  bool push() {
+    // Our cached view of `read` only errs on the safe side: reload it when it shows too little room.
+    uint64_t w = tx_written_;
+    size_t total = sizeof(MsgHeader) + send_.size, want = total - send_.done;
+    if (cap_ - (w - tx_read_) < want) {
+      uint64_t r = tx_->read.load(std::memory_order_acquire);
+      // The consumer can only have released what we wrote, and never less than before.
+      if (r > w || r < tx_read_) corrupt("its read counter " + std::to_string(r) + " is outside [" +
+                                         std::to_string(tx_read_) + ", " + std::to_string(w) + "]");
+      tx_read_ = r;
+    }
+    size_t n = std::min<size_t>(want, cap_ - (w - tx_read_));
+    if (n == 0) return false;
+    size_t at = size_t(w % cap_), first = std::min(n, cap_ - at);
+    gather(send_, send_.done, tx_ring_ + at, first);
+    if (n > first) gather(send_, send_.done + first, tx_ring_, n - first);
+    tx_written_ = w + n;
+    tx_->written.store(w + n, std::memory_order_seq_cst);
+    send_.done += n;
+    if (send_.done == total) send_.active = false;
+    // Look before clearing: an atomic exchange on every push would bounce the line between cores.
+    if (tx_->consumer_waiting.load(std::memory_order_seq_cst) && tx_->consumer_waiting.exchange(0)) ring_bell();
+    return true;
+  }
+
+  // Copies n bytes from ring position pos.
+  void copy_out(uint64_t pos, uint8_t* dst, size_t n) const {
+    size_t at = size_t(pos % cap_), first = std::min(n, cap_ - at);
+    std::memcpy(dst, rx_ring_ + at, first);
+    if (n > first) std::memcpy(dst + first, rx_ring_, n - first);
+  }
+
+  // out[at, at+bytes) = mine op src (or src op mine).
+  void fold_span(const uint8_t* src, size_t at, size_t bytes) const {
+    const uint8_t* mine = fold_.mine + at;
+    reduce_to(fold_.out + at, fold_.mine_first ? mine : src, fold_.mine_first ? src : mine,
+              bytes / dtype_size(fold_.t), fold_.t, fold_.op);
+  }
+
+  // Folds the whole elements of payload [at, at+n) found at ring position pos; returns the bytes used.
+  size_t fold_in(uint64_t pos, size_t at, size_t n) const {
+    size_t es = dtype_size(fold_.t);
+    n -= n % es;
+    size_t o = size_t(pos % cap_), first = std::min(n, cap_ - o), done = first - first % es;
+    fold_span(rx_ring_ + o, at, done);
+    if (done < first) {  // an element straddles the end of the ring
+      uint8_t tmp[16];
+      copy_out(pos + done, tmp, es);
+      fold_span(tmp, at + done, es);
+      done += es;
+    }
+    if (n > done) fold_span(rx_ring_ + (done - first), at + done, n - done);
+    return n;
+  }
+
+  bool pull() {
+    uint64_t r = rx_read_, w = rx_->written.load(std::memory_order_acquire);
+    if (w == r) return false;
+    // The producer can only have published what fits in the ring after what we released.
+    if (w < r || w - r > cap_)
+      corrupt("its written counter " + std::to_string(w) + " is outside [" + std::to_string(r) + ", " +
+              std::to_string(r + cap_) + "]");
+    if (recv_.done < sizeof(MsgHeader)) {
+      size_t k = std::min<size_t>(sizeof(MsgHeader) - recv_.done, w - r);
+      copy_out(r, reinterpret_cast<uint8_t*>(&got_) + recv_.done, k);
+      r += k;
+      recv_.done += k;
+      // Never touch the payload before checking the header: a mismatched size must not overrun the buffer.
+      if (recv_.done == sizeof(MsgHeader)) check_header(recv_.header, got_, name_);
+    }
+    if (recv_.done >= sizeof(MsgHeader)) {
+      size_t at = recv_.done - sizeof(MsgHeader), n = std::min<size_t>(recv_.size - at, w - r);
+      if (fold_.out) {
+        n = fold_in(r, at, n);
+      } else if (n) {
+        copy_out(r, recv_.data + at, n);
+      }
+      r += n;
+      recv_.done += n;
+    }
+    if (r == rx_read_) return false;  // only part of an element so far
+    rx_read_ = r;
+    rx_->read.store(r, std::memory_order_seq_cst);
+    if (recv_.done == sizeof(MsgHeader) + recv_.size) recv_.active = false;
+    if (rx_->producer_waiting.load(std::memory_order_seq_cst) && rx_->producer_waiting.exchange(0)) ring_bell();
+    return true;
+  }
+
+  [[noreturn]] void corrupt(const std::string& what) const {
+    fail(ErrorKind::Peer, "the shared memory with " + name_ + " is corrupt (" + what +
+                              "): the peer crashed mid-write or another process of this user wrote into it");
+  }
+
+  void ring_bell() {
+    char c = 1;
+    if (::send(bell_.get(), &c, 1, MSG_NOSIGNAL) < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+      peer_lost(errno, name_);
+  }
+
+  // One read, not a loop until empty: a peer that rings without end cannot hold
+  // us here, and bytes left over only make the next poll() return at once.
+  void drain_bell() {
+    slept_ = false;
+    char buf[256];
+    ssize_t r = ::recv(bell_.get(), buf, sizeof buf, 0);
+    if (r > 0) return;
+    if (r == 0) peer_closed(name_);
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
+    peer_lost(errno, name_);
+  }
+
+  Fd bell_;
+  std::shared_ptr<SharedSegment> seg_;
+  std::string name_;
+  size_t cap_;
+  RingState *tx_, *rx_;
+  uint8_t *tx_ring_, *rx_ring_;
+  Transfer send_, recv_;
+  Fold fold_;
+  MsgHeader got_;
+  uint64_t tx_written_, tx_read_, rx_read_;  // our copies: we write the first and last, the second may lag
+  mutable bool slept_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Link> make_shm_link(Fd doorbell, std::shared_ptr<SharedSegment> seg, bool creator, std::string name) {
+  return std::make_unique<ShmLink>(std::move(doorbell), std::move(seg), creator, std::move(name));
+}
+
+}  // namespace mlxj
