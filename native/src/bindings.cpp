@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <memory>
+#include <set>
 #include <utility>
 
 #include "mlxj/buffer.h"
@@ -118,7 +119,30 @@ ReduceOp parse_op(const std::string& s) {
 struct PyBuffer {
   std::unique_ptr<UserBuffer> buf;
   nb::object owner;
+  // The owner's buffer export, held for the Buffer's life: a bytearray cannot
+  // resize (BufferError) while it exists, so the memory cannot move under us.
+  std::unique_ptr<Py_buffer, void (*)(Py_buffer*)> view{nullptr, [](Py_buffer* v) {
+                                                          PyBuffer_Release(v);
+                                                          delete v;
+                                                        }};
+  PyBuffer();
+  ~PyBuffer();
 };
+
+// Buffers whose Python deleter has not run (touched only under the GIL): the
+// atexit hook runs them, so memory handed over by pointer is freed at exit too.
+std::set<PyBuffer*>& live_buffers() {
+  static std::set<PyBuffer*> live;
+  return live;
+}
+PyBuffer::PyBuffer() { live_buffers().insert(this); }
+PyBuffer::~PyBuffer() { live_buffers().erase(this); }
+
+void run_pending_deleters() {
+  std::vector<PyBuffer*> all(live_buffers().begin(), live_buffers().end());
+  for (PyBuffer* pb : all)
+    if (pb->buf) pb->buf->run_deleter();
+}
 
 const char* buffer_format(Dtype t) {
   switch (t) {
@@ -392,11 +416,18 @@ NB_MODULE(_core, m) {
       .def_static(
           "wrap",
           [](nb::object obj) {
+            auto pb = std::make_unique<PyBuffer>();
+            if (PyObject_CheckBuffer(obj.ptr())) {  // exported before the cast, so it cannot move after
+              auto v = std::make_unique<Py_buffer>();
+              if (PyObject_GetBuffer(obj.ptr(), v.get(), PyBUF_FULL_RO) == 0)
+                pb->view.reset(v.release());
+              else
+                PyErr_Clear();  // the cast below says what is wrong with it
+            }
             AnyArray a = nb::cast<AnyArray>(obj);
             require_contiguous(a, "the wrapped object");
             std::vector<int64_t> shape;
             for (size_t i = 0; i < a.ndim(); ++i) shape.push_back(int64_t(a.shape(i)));
-            auto pb = std::make_unique<PyBuffer>();
             pb->buf = std::make_unique<UserBuffer>(a.data(), shape, dtype_of(a), nullptr);
             pb->owner = obj;
             return pb.release();
@@ -443,7 +474,8 @@ NB_MODULE(_core, m) {
           },
           "address"_a, "shape"_a, "dtype"_a, "deleter"_a = nb::none(), nb::rv_policy::take_ownership,
           "Use memory at `address` in place; `deleter(address)` runs exactly once: when the buffer dies, at once if "
-          "the memory had to be copied, or before any error is raised.")
+          "the memory had to be copied, before any error is raised, or at interpreter exit (atexit) if the buffer "
+          "is still alive then.")
       .def_prop_ro("address", [](const PyBuffer& b) { return uintptr_t(b.buf->data()); })
       .def_prop_ro("shape", [](const PyBuffer& b) { return b.buf->shape(); })
       .def_prop_ro("dtype", [](const PyBuffer& b) { return std::string(dtype_name(b.buf->dtype())); })
@@ -458,6 +490,8 @@ NB_MODULE(_core, m) {
         for (auto d : b.buf->shape()) s += std::to_string(d) + ",";
         return s + "), dtype=" + dtype_name(b.buf->dtype()) + ")";
       });
+
+  nb::module_::import_("atexit").attr("register")(nb::cpp_function(run_pending_deleters));
 
   m.def("backends", [] {
     nb::list out;

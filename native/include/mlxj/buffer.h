@@ -27,6 +27,10 @@ class UserBuffer {
   size_t nbytes() const { return nbytes_; }
   size_t size() const { return nbytes_ / dtype_size(dtype_); }
   bool copied() const { return owned_ != nullptr; }
+  // Runs the deleter now if it has not run (interpreter exit): the memory must not be used after.
+  void run_deleter() {
+    if (deleter_) release(data_);
+  }
 
  private:
   void release(void* ptr);  // runs the deleter if it has not run yet
