@@ -23,6 +23,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from mlx_jupyter import _core, arrays
+from mlx_jupyter.auth_warning import warn_if_unauthenticated
 from mlx_jupyter.rank_env import RankEnvError, read_ring_env
 
 DistributedError = _core.DistributedError
@@ -150,6 +151,7 @@ def _form_ring(timeout: float | None) -> Group:
         core = _core.Group.world(env.rank, env.addresses, token, verbose, t)
     except SetupError as exc:
         raise SetupError(f"{exc} [rank {env.rank}, {env.source}]") from None
+    warn_if_unauthenticated(token, env.addresses)
     return Group(core, "ring")
 
 
