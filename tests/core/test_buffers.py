@@ -202,3 +202,33 @@ def test_any_buffer_protocol_or_dlpack_object_is_accepted() -> None:
         dist.all_sum(np.array(["a"]))
     with pytest.raises(ValueError, match="out= has dtype"):
         dist.all_sum(np.arange(3), out=np.zeros(3, np.float32))
+
+
+def test_wrapped_bytearray_cannot_resize_under_the_buffer() -> None:
+    ba = bytearray(b"\x01" * 64)
+    buf = Buffer.wrap(ba)
+    with pytest.raises(BufferError):
+        ba.extend(b"\x02" * 100_000)  # would move the memory the Buffer points at
+    assert np.asarray(buf).tobytes() == b"\x01" * 64
+    del buf
+    gc.collect()
+    ba.extend(b"\x02" * 100_000)  # the export ends with the Buffer
+
+
+def test_deleter_of_a_buffer_alive_at_exit_runs() -> None:
+    import subprocess
+    import sys
+
+    code = """
+import ctypes
+from mlx_jupyter import Buffer
+raw = (ctypes.c_float * 16)()
+addr = ctypes.addressof(raw)
+# a cycle through the deleter's globals: only an exit hook can free it
+buf = Buffer.from_pointer(addr, [16], "float32", lambda a: print("DELETED", a == addr, flush=True))
+print("ALIVE", flush=True)
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["ALIVE", "DELETED", "True"], (p.stdout, p.stderr)
+    assert "leaked" not in p.stderr, p.stderr
