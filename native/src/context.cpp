@@ -164,9 +164,13 @@ struct Context::Shared {
       p.why = "authentication failed (its MLX_JUPYTER_TOKEN differs: not part of this job)";
       return;
     }
-    if (p.h.world_size != uint32_t(world_size) || p.h.initiator >= uint32_t(world_size)) {
+    if (p.h.world_size != uint32_t(world_size)) {
       p.why = "it belongs to a job of " + std::to_string(p.h.world_size) + " ranks, this one has " +
               std::to_string(world_size);
+      return;
+    }
+    if (p.h.initiator >= uint32_t(world_size)) {
+      p.why = "it claims to be rank " + std::to_string(p.h.initiator) + " of a job of " + std::to_string(world_size);
       return;
     }
     ConnKey key{p.h.group, p.h.initiator, p.h.kind, p.h.index};
