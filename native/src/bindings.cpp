@@ -140,8 +140,8 @@ PyBuffer::~PyBuffer() { live_buffers().erase(this); }
 
 void run_pending_deleters() {
   std::vector<PyBuffer*> all(live_buffers().begin(), live_buffers().end());
-  for (PyBuffer* pb : all)
-    if (pb->buf) pb->buf->run_deleter();
+  for (PyBuffer* pb : all)  // a deleter may free other buffers: look each one up again
+    if (live_buffers().count(pb) && pb->buf) pb->buf->run_deleter();
 }
 
 const char* buffer_format(Dtype t) {

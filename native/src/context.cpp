@@ -248,7 +248,10 @@ void Context::accept_loop() {
   auto& resume_accepting = shared_->resume_accepting;
   for (;;) {
     try {
-      if (!accept_round()) return;
+      if (!accept_round()) {
+        pending.clear();  // closed with the listeners: a stopped context holds no stranger
+        return;
+      }
     } catch (const std::exception& e) {
       log(std::string("the acceptor recovered from an error: ") + e.what());
       pending.clear();
