@@ -3,6 +3,7 @@ with the announced nonce, are ever mapped; anything else is refused with a clear
 
 from __future__ import annotations
 
+import fcntl
 import os
 import struct
 import sys
@@ -63,12 +64,16 @@ def test_memfd_segments_need_a_memfd_the_size_the_magic_and_the_nonce() -> None:
         plain.flush()
         with pytest.raises(_core.MismatchError, match="not a memfd"):  # an ordinary file is never mapped
             _core._open_segment(f"/proc/{os.getpid()}/fd/{plain.fileno()}{TAIL}", RING)
-    cases = [(_segment(), None), (_segment(magic=7), "not the mlx_jupyter segment"),
-             (_segment(nonce=NONCE + 1), "not the mlx_jupyter segment"), (_segment(size=LAYOUT), "unexpected size")]
-    for data, error in cases:
-        fd = os.memfd_create("test")
+    cases = [(_segment(), None, True), (_segment(magic=7), "not the mlx_jupyter segment", True),
+             (_segment(nonce=NONCE + 1), "not the mlx_jupyter segment", True),
+             (_segment(size=LAYOUT), "unexpected size", True),
+             (_segment(), "not sealed against resizing", False)]  # a shrink would be SIGBUS in the mapping
+    for data, error, sealed in cases:
+        fd = os.memfd_create("test", os.MFD_ALLOW_SEALING)
         try:
             os.write(fd, data)
+            if sealed:
+                fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
             locator = f"/proc/{os.getpid()}/fd/{fd}{TAIL}"
             if error is None:
                 assert _core._open_segment(locator, RING) is True
