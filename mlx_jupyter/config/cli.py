@@ -15,8 +15,9 @@ import json
 import sys
 from typing import Any, Sequence, TextIO
 
+from mlx_jupyter.config import measure
 from mlx_jupyter.config.discovery import THUNDERBOLT_COMMANDS, Progress, discover, ethernet_addresses
-from mlx_jupyter.config.runners import CONNECT_TIMEOUT, Runner, SSHRunner
+from mlx_jupyter.config.runners import COMMAND_TIMEOUT, CONNECT_TIMEOUT, Runner, SSHRunner
 from mlx_jupyter.config.setup import apply_setup
 from mlx_jupyter.topology import DiscoveryError, PlanError, Topology, TopologyError
 from mlx_jupyter.topology.commands import IP_ADDR, UNAME, getifaddr
@@ -46,6 +47,7 @@ def parser() -> argparse.ArgumentParser:
     from mlx_jupyter.net import ssh
 
     ssh.add_arguments(p, "ssh (as for mlx-jupyter launch)", CONNECT_TIMEOUT, keepalive=False)
+    measure.add_arguments(p)
     return p
 
 
@@ -98,6 +100,11 @@ async def configure(args: argparse.Namespace, runner: Runner, out: TextIO, err: 
     names = host_names(args)
     envs = env_items(args.env, err)
     commands = THUNDERBOLT_COMMANDS if args.over == "thunderbolt" else (UNAME, getifaddr("en0"), getifaddr("en1"), IP_ADDR)
+    try:
+        check = measure.options_from_args(args)  # None without --measure; refused before any ssh
+    except ValueError as exc:
+        err.write(f"error: {exc}\n")
+        return 2
     disc = await discover(runner, names, commands, Progress(err, len(names), args.verbose))
     if disc.unreachable:
         listing = "\n".join(f"  - {h}: {msg}" for h, msg in disc.unreachable.items())
@@ -134,6 +141,9 @@ async def configure(args: argparse.Namespace, runner: Runner, out: TextIO, err: 
     err.write(f"backend: {choice.backend} — {choice.reason}\n")
     status = await setup_hosts(topo, runner, args.auto_setup, out, err)
     save_hostfile(choice.hostfile, args.output_hostfile, out, err)
+    if check is not None:
+        report = await measure.measure_topology(topo, runner, check, out, err, args.verbose)
+        status = status or (0 if report.ok else 1)
     return status
 
 
@@ -168,7 +178,9 @@ async def _main(args: argparse.Namespace, runner: Runner | None, out: TextIO, er
     from mlx_jupyter.hostfile import HostfileError
 
     own = runner is None
-    active: Runner = SSHRunner(options=ssh_options(args)) if runner is None else runner
+    # a cable check's commands last as long as its per-cable timeout
+    timeout = max(COMMAND_TIMEOUT, args.measure_timeout + 10)
+    active: Runner = SSHRunner(options=ssh_options(args), command_timeout=timeout) if runner is None else runner
     try:
         return await configure(args, active, out, err)
     except (DiscoveryError, PlanError, TopologyError, HostfileError) as exc:

@@ -4,6 +4,8 @@
 const NS = "http://www.w3.org/2000/svg";
 const BOX_W = 150, BOX_H = 50, FOREIGN_W = 150, FOREIGN_H = 44, MARGIN = 30;
 const MISSING = "#dc2626", FOREIGN = "#9ca3af", ONE_SIDED = "#ea580c";
+// cable check results (the "Check cables" button) colour the cables they measured
+const CHECKED = { ok: "#16a34a", flagged: "#dc2626", failed: "#6b7280" };
 const LEGEND = [
   ["#2563eb", null, "Thunderbolt 5 (80 Gb/s+)"],
   ["#f59e0b", null, "Thunderbolt 4 (40 Gb/s)"],
@@ -11,6 +13,11 @@ const LEGEND = [
   [ONE_SIDED, "2 4", "seen from one end only"],
   [MISSING, "6 4", "missing for a full mesh"],
   [FOREIGN, "6 4", "not in the host list"],
+];
+const CHECK_LEGEND = [
+  [CHECKED.ok, null, "checked: fast enough"],
+  [CHECKED.flagged, null, "checked: slow or asymmetric"],
+  [CHECKED.failed, "1 4", "check failed"],
 ];
 
 function svg(tag, attrs = {}, parent = null) {
@@ -52,7 +59,10 @@ function drawGraph(m, selected, onSelect) {
   for (const c of m.cables || []) if (c.b === null && c.x !== undefined) { xs.push(c.x); ys.push(c.y); }
   if (!xs.length) { xs.push(0); ys.push(0); }
   const left = Math.min(...xs) - BOX_W / 2 - MARGIN, right = Math.max(...xs) + BOX_W / 2 + MARGIN;
-  const top = Math.min(...ys) - BOX_H / 2 - MARGIN, bottom = Math.max(...ys) + BOX_H / 2 + MARGIN + 44;
+  const checked = (m.cables || []).some((c) => c.check);
+  const legend = checked ? LEGEND.concat(CHECK_LEGEND) : LEGEND;
+  const rows = Math.ceil(legend.length / 3);
+  const top = Math.min(...ys) - BOX_H / 2 - MARGIN, bottom = Math.max(...ys) + BOX_H / 2 + MARGIN + 12 + rows * 16;
   const width = Math.max(right - left, 600), height = bottom - top;
   const root = svg("svg", { viewBox: `${left} ${top} ${width} ${height}`, width, height, class: "mlxj-graph", role: "img" });
   title(root, m.summary || "topology");
@@ -91,9 +101,19 @@ function drawGraph(m, selected, onSelect) {
       if (c.via.length) tip += `, through ${c.via.join(", ")}`;
       if (c.one_sided) tip += `, seen only from ${c.seen_from.join(", ") || "neither end"}`;
       if (c.addresses) tip += `\n${c.addresses[0]} ↔ ${c.addresses[1]}`;
+      const ck = c.check;
+      if (ck) {
+        g.setAttribute("class", `${g.getAttribute("class")} mlxj-checked mlxj-check-${ck.state}`);
+        if (ck.error) tip += `\ncheck failed: ${ck.error}`;
+        else tip += `\n${a.name} → ${b.name} ${ck.a_to_b_gbps.toFixed(2)} Gb/s, ${b.name} → ${a.name} ` +
+                    `${ck.b_to_a_gbps.toFixed(2)} Gb/s` + (ck.rtt_ms !== null ? `, round trip ${ck.rtt_ms.toFixed(3)} ms` : "");
+        for (const f of ck.flags || []) tip += `\n⚠ ${f}`;
+      }
       title(g, tip);
-      svg("line", { x1, y1, x2, y2, stroke: c.one_sided ? ONE_SIDED : c.colour, "stroke-width": 3,
-                    "stroke-linecap": "round", "stroke-dasharray": c.one_sided ? "2 4" : null }, g);
+      const stroke = ck ? CHECKED[ck.state] : c.one_sided ? ONE_SIDED : c.colour;
+      const dash = ck ? (ck.state === "failed" ? "1 4" : null) : c.one_sided ? "2 4" : null;
+      svg("line", { x1, y1, x2, y2, stroke, "stroke-width": ck && ck.state === "flagged" ? 5 : 3,
+                    "stroke-linecap": "round", "stroke-dasharray": dash }, g);
       const ux = (x2 - x1) / (Math.hypot(x2 - x1, y2 - y1) || 1), uy = (y2 - y1) / (Math.hypot(x2 - x1, y2 - y1) || 1);
       label(g, x1 + ux * 22, y1 + uy * 22, c.a_iface, "mlxj-iface");
       label(g, x2 - ux * 22, y2 - uy * 22, c.b_iface, "mlxj-iface");
@@ -104,9 +124,10 @@ function drawGraph(m, selected, onSelect) {
         label(g, mx, my + 17, `hub: ${c.via[0]}`, "mlxj-note");
       } else if (c.one_sided) {
         label(g, mx, my, "one-sided", "mlxj-note mlxj-warn-text");
-      } else if (!c.rdma_capable) {
+      } else if (!c.rdma_capable && !ck) {
         label(g, mx, my, c.speed, "mlxj-speed").setAttribute("fill", c.colour);
       }
+      if (ck) label(g, mx, my + (c.via.length ? 30 : c.one_sided ? 14 : 0), ck.label, "mlxj-speed mlxj-check-label").setAttribute("fill", CHECKED[ck.state]);
     });
   }
 
@@ -139,8 +160,8 @@ function drawGraph(m, selected, onSelect) {
 
   // legend: two rows of three under the drawing
   const lg = svg("g", { class: "mlxj-legend" }, root);
-  LEGEND.forEach(([colour, dash, text], k) => {
-    const lx = left + 12 + (k % 3) * 190, ly = bottom - 34 + Math.floor(k / 3) * 16;
+  legend.forEach(([colour, dash, text], k) => {
+    const lx = left + 12 + (k % 3) * 190, ly = bottom - 2 - rows * 16 + Math.floor(k / 3) * 16;
     svg("line", { x1: lx, y1: ly, x2: lx + 20, y2: ly, stroke: colour, "stroke-width": 3, "stroke-dasharray": dash }, lg);
     label(lg, lx + 25, ly, text, "mlxj-note", "start");
   });
@@ -239,6 +260,8 @@ function drawActions(model, bar) {
   }
   sel.addEventListener("change", () => { model.set("backend", sel.value); model.save_changes(); });
   button("Apply setup", "apply", "set the addresses over ssh where sudo allows; commands to copy elsewhere");
+  button("Check cables", "check", "after setup: send over every cable both ways (about a second each, cables without " +
+         "a shared host at once) and mark those under half their nominal speed, or much faster one way than the other");
   const path = html("input", { class: "mlxj-path", title: "hostfile path (on the kernel's machine)" }, bar);
   path.value = model.get("hostfile_path") || "hostfile.json";
   path.addEventListener("change", () => { model.set("hostfile_path", path.value); model.save_changes(); });

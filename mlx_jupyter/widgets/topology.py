@@ -1,8 +1,8 @@
 """`TopologyWidget`: the cabling of a Mac cluster, drawn, diagnosed and acted on from a notebook.
 
 The front end (`topology.js`, `topology.css` beside this file) draws the JSON model of
-`topology_model.py`; actions (discover, apply setup, save hostfile, start a cluster) run
-here, in the kernel, through the same `config` functions as `mlx-jupyter config`.
+`topology_model.py`; actions (discover, apply setup, check cables, save hostfile, start a
+cluster) run here, in the kernel, through the same `config` functions as `mlx-jupyter config`.
 """
 
 from __future__ import annotations
@@ -43,11 +43,24 @@ class _Progress:
                             done=self.done, total=self.total, busy=self.done < self.total)
 
 
+class _CheckProgress:
+    """`config.measure.Progress`: each measured cable moves the widget's progress bar."""
+
+    def __init__(self, widget: "TopologyWidget") -> None:
+        self.widget = widget
+
+    def cable_done(self, result: Any, done: int, total: int) -> None:
+        state = "failed" if result.error else "flagged" if result.flags else "ok"
+        self.widget._report("check", f"{result.target.name}: {state}", busy=done < total, done=done, total=total)
+
+
 class TopologyWidget(anywidget.AnyWidget):
     """Hosts and cables as a graph, the backend choice with its reason, the address plan, and actions.
 
     Build it from a `Topology` (e.g. `Topology.from_recordings(folder)`), from recordings with
     `TopologyWidget.from_recordings(folder)`, or empty with `hosts=[...]` and press Discover.
+    Check cables (after Apply setup) measures Gb/s each way and the round trip over every cable
+    and marks the slow or lopsided ones (`check_cables`, `mlx-jupyter config --measure`).
     """
 
     _esm = HERE / "topology.js"
@@ -68,6 +81,8 @@ class TopologyWidget(anywidget.AnyWidget):
         self.cluster_factory = cluster_factory or _default_cluster
         self.cluster: Any = None
         self._topology: Optional[Topology] = None
+        self._checks: dict[int, dict] = {}  # cable id -> the last cable check's annotation
+        self.check_options: Any = None  # a `config.measure.CheckOptions`; None: the defaults
         self._lock = threading.Lock()
         self.hostfile_path = hostfile_path
         self.backend = backend or ""
@@ -92,6 +107,7 @@ class TopologyWidget(anywidget.AnyWidget):
     @topology.setter
     def topology(self, topo: Topology) -> None:
         self._topology = topo
+        self._checks = {}
         self._refresh()
 
     @traitlets.observe("backend")
@@ -100,7 +116,7 @@ class TopologyWidget(anywidget.AnyWidget):
 
     def _refresh(self) -> None:
         if self._topology is not None:
-            self.model = topology_model(self._topology, self.backend or None)
+            self.model = topology_model(self._topology, self.backend or None, checks=self._checks)
 
     @property
     def choice(self) -> dict:
@@ -187,6 +203,39 @@ class TopologyWidget(anywidget.AnyWidget):
         self._report("setup", "; ".join(parts), "error" if failed else "success")
         return result
 
+    def check_cables(self, options: Any = None) -> Any:
+        """Measure every cable of the plan (Gb/s each way, round trip), draw the results on the cables.
+
+        Run after Apply setup: the transfers use the plan's addresses. Returns the
+        `topology.cablecheck.Report`; `options` is a `config.measure.CheckOptions`.
+        """
+        from mlx_jupyter.config import measure
+        from mlx_jupyter.topology.cablecheck import targets
+
+        topo = self._need_topology()
+        cables = targets(topo)
+        if not cables:
+            self._report("check", "no cable between listed hosts to check", "error")
+            raise ValueError("no cable between listed hosts to check")
+        opts = options or self.check_options or measure.CheckOptions()
+        self._report("check", f"checking {len(cables)} cables", busy=True, total=len(cables))
+        runner, own = self._runner()
+
+        async def go() -> Any:
+            try:
+                return await measure.check(runner, cables, opts, _CheckProgress(self))
+            finally:
+                if own:
+                    await runner.close()
+
+        report = run_async(go, timeout=opts.budget + 60)
+        self._checks = report.annotations()
+        self._refresh()
+        bad = [r.line() for r in report.results if not r.ok]
+        self._report("check", report.summary() + ("" if not bad else ": " + "; ".join(bad)),
+                     "success" if report.ok else "error")
+        return report
+
     def save_hostfile(self, path: Optional[str | Path] = None) -> Path:
         """Write the hostfile of the chosen backend (JSON, as `mlx-jupyter config --output-hostfile`)."""
         choice = self.choice
@@ -229,8 +278,8 @@ class TopologyWidget(anywidget.AnyWidget):
 
     def _on_front_end(self, _widget: Any, content: dict, _buffers: Any) -> None:
         """Buttons send {"action": ...}; each runs in a thread so the kernel stays responsive."""
-        actions = {"discover": self.discover, "apply": self.apply_setup, "save": self.save_hostfile,
-                   "start": self.start_cluster}
+        actions = {"discover": self.discover, "apply": self.apply_setup, "check": self.check_cables,
+                   "save": self.save_hostfile, "start": self.start_cluster}
         action = actions.get(content.get("action"))
         if action is None:
             return

@@ -6,7 +6,7 @@ SVG layout (`render_svg.layout`), so the widget and `Topology.to_svg()` place ho
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from mlx_jupyter.topology import PlanError, Topology
 from mlx_jupyter.topology.model import Cable, speed_text
@@ -92,11 +92,14 @@ def summary(topo: Topology) -> str:
     return f"{n} host{'s' if n != 1 else ''} · {cables} cable{'s' if cables != 1 else ''} · {shape}"
 
 
-def topology_model(topo: Topology, backend: str | None = None, envs: Sequence[str] = ()) -> dict[str, Any]:
-    """Everything the widget shows, as JSON-able data."""
+def topology_model(topo: Topology, backend: str | None = None, envs: Sequence[str] = (),
+                   checks: Mapping[int, dict] | None = None) -> dict[str, Any]:
+    """Everything the widget shows, as JSON-able data; `checks` (cable id -> annotation) from a cable check."""
     pos = layout(topo) if topo.hosts else []
     addresses = {id(lk.cable): (lk.a_ip, lk.b_ip) for lk in topo.links()}
     cables = [_cable(topo, k, c, addresses) for k, c in enumerate(topo.cables)]
+    for c in cables:
+        c["check"] = (checks or {}).get(c["id"])
     _foreign_positions(topo, pos, cables)
     warnings = list(topo.warnings)
     for c in cables:
