@@ -70,7 +70,7 @@ class TextProgress:
 
 def agent_argv(python: str, role: str, **opts: Any) -> list[str]:
     """`python3 -c <agent> serve|send --key value ...` (the runner quotes every word)."""
-    argv = [python, "-c", AGENT_SOURCE, role]
+    argv = [python, "-c", AGENT_SOURCE, role, "--exit-on-eof"]
     for key, value in opts.items():
         argv += [f"--{key.replace('_', '-')}", str(value)]
     return argv

@@ -10,7 +10,8 @@ runs it too. `serve` listens on one end's cable address, `send` connects from th
     serve -> send: frames the same way; send -> serve: "K"
 
 `send` prints one JSON line (bytes and ns each way as timed by the receiving end, round
-trips in microseconds); `serve` prints one too. Both give up after --timeout seconds.
+trips in microseconds); `serve` prints one too. Both give up after --timeout seconds, and
+with --exit-on-eof as soon as their stdin closes (the checker closed the ssh session).
 Exit codes: 0 done, 1 failed, 3 (serve) the port is taken.
 """
 
@@ -18,8 +19,10 @@ import argparse
 import errno
 import json
 import socket
+import os
 import struct
 import sys
+import threading
 import time
 
 MAGIC = b"MJCC1"
@@ -201,6 +204,20 @@ def send(args):
                       "down_ns": down_ns, "rtt_us": [round(x, 1) for x in rtt]}), flush=True)
 
 
+def exit_on_eof():
+    """Exit as soon as stdin closes: the checker gave up on this cable (its ssh session is gone)."""
+    def watch():
+        try:
+            while os.read(0, 4096):
+                pass
+        except OSError:
+            pass
+        print("cablecheck: stdin closed (the checker stopped this cable)", file=sys.stderr, flush=True)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def parser():
     p = argparse.ArgumentParser(prog="measure_agent", description=(__doc__ or "cable check agent").splitlines()[0])
     sub = p.add_subparsers(dest="role", required=True)
@@ -215,11 +232,14 @@ def parser():
         s.add_argument("--seconds", type=float, default=1.0, help="how long each direction sends")
         s.add_argument("--max-bytes", type=int, default=1 << 30, help="and at most this much")
         s.add_argument("--timeout", type=float, default=20.0, help="give up after this long in all")
+        s.add_argument("--exit-on-eof", action="store_true", help="exit when stdin closes (run over ssh)")
     return p
 
 
 def main(argv=None):
     args = parser().parse_args(argv)
+    if args.exit_on_eof:
+        exit_on_eof()
     try:
         (serve if args.role == "serve" else send)(args)
     except Failed as exc:

@@ -390,8 +390,45 @@ async def connect_all(dests: Sequence[str], opts: SSHOptions | None = None) -> d
 
 
 async def run(conn: Any, command: str, timeout: float, host: str = "") -> Any:
-    """Run a short command on an open connection, bounded by ``timeout``."""
+    """Run a short command on an open connection, bounded by ``timeout``.
+
+    On a timeout or cancellation the command's stdin reaches EOF (it may exit on that) before its
+    session is closed; a command started while the call was cancelled is ended the same way.
+    """
+    opening = asyncio.ensure_future(conn.create_process(command))
     try:
-        return await asyncio.wait_for(conn.run(command, check=False), timeout)
+        process = await asyncio.shield(opening)
+    except asyncio.CancelledError:
+        opening.add_done_callback(_end_when_open)
+        raise
+    try:
+        return await asyncio.wait_for(process.wait(check=False), timeout)
     except asyncio.TimeoutError:
         raise SSHError(host or "host", f"command did not finish within {timeout:g} s: {command}") from None
+    finally:
+        ending = asyncio.ensure_future(_end_session(process))
+        _ending.add(ending)
+        ending.add_done_callback(_ending.discard)
+        await asyncio.shield(ending)
+
+
+_ending: "set[asyncio.Future]" = set()  # sessions being ended (a task needs a reference to finish)
+END_GRACE = 1.0  # seconds a command gets to exit on EOF before its session is closed
+
+
+def _end_when_open(opening: "asyncio.Future") -> None:
+    if not opening.cancelled() and opening.exception() is None:
+        ending = asyncio.ensure_future(_end_session(opening.result()))
+        _ending.add(ending)
+        ending.add_done_callback(_ending.discard)
+
+
+async def _end_session(process: Any) -> None:
+    """EOF, a moment to exit, then close: sshd leaves a running command's stdin open when the session closes."""
+    if process.exit_status is None and process.exit_signal is None:
+        try:
+            process.stdin.write_eof()
+            await asyncio.wait_for(process.wait_closed(), END_GRACE)
+        except Exception:  # noqa: BLE001 - already closed, or it ignores EOF: closed below all the same
+            pass
+    process.close()

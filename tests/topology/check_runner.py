@@ -45,7 +45,8 @@ class CheckRunner:
                 return CommandResult(127, "", f"command not found: {argv[0]}\n")
             return await self.inner.run(host, argv)
         role = argv[3]
-        opts = dict(zip((a[2:] for a in argv[4::2]), argv[5::2]))
+        assert argv[4] == "--exit-on-eof"
+        opts = dict(zip((a[2:] for a in argv[5::2]), argv[6::2]))
         self.agent_calls.append((host, role, opts))
         link = self._link(opts, role)
         self.running[host] = self.running.get(host, 0) + 1

@@ -15,8 +15,9 @@ import pytest
 from check_runner import CheckRunner, Link
 from fake_runner import FakeRunner
 from tb_fixtures import FIXTURES
-from mlx_jupyter import cablecheck_io, config
-from mlx_jupyter.cablecheck_io import CheckOptions, check
+from mlx_jupyter import config
+from mlx_jupyter.config import measure
+from mlx_jupyter.config.measure import CheckOptions, check
 from mlx_jupyter.topology import CommandResult, Topology
 from mlx_jupyter.topology.cablecheck import Target, targets
 
@@ -32,7 +33,8 @@ class LocalRunner:
     """Runs the argv on this machine (every "host" is here)."""
 
     async def run(self, host, argv):
-        proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                                                    stderr=asyncio.subprocess.PIPE)
         try:
             out, err = await asyncio.wait_for(proc.communicate(), 30)
         except BaseException:  # cancelled (the other end failed): do not leave it running
@@ -54,7 +56,7 @@ def test_agent_cannot_listen_on_an_address_this_host_lacks():
     # only the receiver runs: binding 192.0.2.1 (TEST-NET-1, not on this machine) fails, nothing is dialled
     import subprocess
 
-    argv = cablecheck_io.agent_argv(sys.executable, "serve", bind="192.0.2.1", port=47001, token="t", timeout=5)
+    argv = measure.agent_argv(sys.executable, "serve", bind="192.0.2.1", port=47001, token="t", timeout=5)
     res = subprocess.run(argv, capture_output=True, text=True, timeout=30)
     assert res.returncode == 1 and res.stdout == ""
     assert res.stderr.startswith("cablecheck serve: cannot listen on 192.0.2.1 port 47001: ")
@@ -79,7 +81,7 @@ def test_agents_bind_the_plan_addresses():
     assert (serve_host, serve["bind"]) == (t.b, t.b_ip)
     assert (send_host, send["bind"], send["to"]) == (t.a, t.a_ip, t.b_ip)
     assert serve["port"] == send["port"] and serve["token"] == send["token"] and send["seconds"] == "0.5"
-    argv = cablecheck_io.agent_argv("/opt/py3", "serve", bind=t.b_ip)
+    argv = measure.agent_argv("/opt/py3", "serve", bind=t.b_ip)
     assert argv[:2] == ["/opt/py3", "-c"] and "def serve(" in argv[2]
 
 
