@@ -66,10 +66,11 @@ def recv_exact(sock, view, deadline):
         got += n
 
 
-def send_frames(sock, seconds, max_bytes, deadline):
-    """Send frames until `seconds` pass or `max_bytes` are sent, then the end frame."""
+def send_frames(sock, seconds, max_bytes, deadline, max_mbit=0.0):
+    """Send frames until `seconds` pass or `max_bytes` are sent, then the end frame; at most `max_mbit` if set."""
     payload = memoryview(bytes(CHUNK))
-    stop = time.monotonic() + seconds
+    start = time.monotonic()
+    stop = start + seconds
     sent = 0
     while sent < max_bytes and time.monotonic() < stop:
         n = min(CHUNK, max_bytes - sent)
@@ -77,6 +78,9 @@ def send_frames(sock, seconds, max_bytes, deadline):
         sock.sendall(FRAME.pack(n))
         sock.sendall(payload[:n])
         sent += n
+        if max_mbit > 0:  # pacing: wait until this much data is due
+            due = start + sent * 8 / (max_mbit * 1e6)
+            time.sleep(max(0.0, min(due, stop) - time.monotonic()))
     deadline.arm(sock)
     sock.sendall(FRAME.pack(0))
 
@@ -193,7 +197,7 @@ def send(args):
             recv_exact(conn, memoryview(one), deadline)
             rtt.append((time.perf_counter_ns() - t0) / 1000)
         conn.sendall(b"U")
-        send_frames(conn, args.seconds, args.max_bytes, deadline)
+        send_frames(conn, args.seconds, args.max_bytes, deadline, args.max_mbit)
         res = bytearray(RESULT.size)
         recv_exact(conn, memoryview(res), deadline)
         up_bytes, up_ns = RESULT.unpack(res)
@@ -227,6 +231,8 @@ def parser():
         if role == "send":
             s.add_argument("--to", required=True, help="the other end's cable address")
             s.add_argument("--pings", type=int, default=20)
+            s.add_argument("--max-mbit", type=float, default=0.0,
+                           help="cap this end's sending rate (Mbit/s; tests of a slow link where tc is missing)")
         s.add_argument("--port", type=int, required=True)
         s.add_argument("--token", required=True)
         s.add_argument("--seconds", type=float, default=1.0, help="how long each direction sends")

@@ -1,5 +1,7 @@
 """Cable check end to end on the namespace bed: real sshd hosts, veth "cables", one shaped slow with tc tbf.
 
+(Also with that cable's sender pacing itself (the agent's --max-mbit), the way to slow it where tbf is missing.)
+
 Each cable is a veth pair between two bed hosts with a /30 inside the bed's own subnet
 (10.201.K.200 and up: the root namespace's guard route makes the subnet unreachable there).
 The agents run over ssh with the hosts' python3, exactly as `mlx-jupyter config --measure` runs them.
@@ -75,9 +77,23 @@ def python3() -> str:
     return "python3" if shutil.which("python3") else sys.executable
 
 
-def run(testbed, targets, **kw):
+class PacedRunner(SSHRunner):
+    """SSHRunner whose sender on one cable caps its rate at SLOW_RATE (the agent's --max-mbit)."""
+
+    def __init__(self, paced: Target | None, **kw) -> None:
+        super().__init__(**kw)
+        self.paced = paced
+
+    async def run(self, host, argv):
+        argv = list(argv)
+        if self.paced is not None and argv[3:4] == ["send"] and argv[argv.index("--bind") + 1] == self.paced.a_ip:
+            argv += ["--max-mbit", SLOW_RATE.removesuffix("mbit")]
+        return await super().run(host, argv)
+
+
+def run(testbed, targets, paced: Target | None = None, **kw):
     async def go():
-        runner = SSHRunner(options=testbed.ssh_options(), command_timeout=60)
+        runner = PacedRunner(paced, options=testbed.ssh_options(), command_timeout=60)
         try:
             return await check(runner, targets, CheckOptions(python=python3(), **kw))
         finally:
@@ -87,15 +103,20 @@ def run(testbed, targets, **kw):
 
 
 @pytest.mark.timeout(120)
-def test_the_shaped_link_is_flagged_and_the_others_are_not(testbed, cables):
-    why = tbf_available(testbed)
-    if why:
-        pytest.skip(why)
-    shaped_dev = cables[0].label.split()[1]  # h1's end of h1-h2
-    _ip(["tc", "-n", testbed.ns(1), "qdisc", "add", "dev", shaped_dev, "root", "tbf", "rate", SLOW_RATE,
-         "burst", "64kb", "latency", "100ms"])
+@pytest.mark.parametrize("shaping", ["tbf", "paced"])
+def test_the_shaped_link_is_flagged_and_the_others_are_not(testbed, cables, shaping):
+    slow = None
+    if shaping == "tbf" and tbf_available(testbed) is not None:
+        pytest.skip(tbf_available(testbed))
+    if shaping == "tbf":
+        shaped_dev = cables[0].label.split()[1]  # h1's end of h1-h2
+        _ip(["tc", "-n", testbed.ns(1), "qdisc", "add", "dev", shaped_dev, "root", "tbf", "rate", SLOW_RATE,
+             "burst", "64kb", "latency", "100ms"])
+    else:  # the fallback where the kernel has no tbf: h1's sender on that cable paces itself
+        slow = cables[0]
     start = time.monotonic()
-    rep = run(testbed, cables, seconds=0.5, cable_timeout=30, budget=90, thresholds=Thresholds(0.5, 4.0))
+    rep = run(testbed, cables, seconds=0.5, cable_timeout=30, budget=90, thresholds=Thresholds(0.5, 4.0),
+              paced=slow)
     assert time.monotonic() - start < 90
     shaped, normal, other = rep.results
     assert all(r.error is None for r in rep.results), rep.text()

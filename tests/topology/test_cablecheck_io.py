@@ -115,7 +115,7 @@ def test_failures_name_the_host_and_cable(link, expect):
 
 
 def test_hung_cable_and_budget_are_bounded(monkeypatch):
-    monkeypatch.setattr(cablecheck_io, "GRACE", 0.2)
+    monkeypatch.setattr(measure, "GRACE", 0.2)
     ts = targets(Topology.from_recordings(TRI))  # three rounds of one cable
     hang = {(t.a_ip, t.b_ip): Link(hang=True) for t in ts}
     start = time.monotonic()
