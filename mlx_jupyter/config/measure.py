@@ -82,7 +82,8 @@ def _why(host: str, role: str, address: str, res: CommandResult, python: str) ->
     if res.rc == 255:
         return f"{host}: cannot reach it over ssh: {text or 'exit 255'}"
     if res.rc == 127:
-        return f"{host}: {python!r} not found ({text}); pass the remote Python with --measure-python"
+        return (f"{host}: {python!r} not found ({text}); name the remote Python with --measure-python "
+                "(CheckOptions(python=...) in the widget)")
     return f"{host} ({role} on {address}): {text or f'exit {res.rc}'}"
 
 

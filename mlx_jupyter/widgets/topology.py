@@ -232,7 +232,8 @@ class TopologyWidget(anywidget.AnyWidget):
         self._checks = report.annotations()
         self._refresh()
         bad = [r.line() for r in report.results if not r.ok]
-        self._report("check", report.summary() + ("" if not bad else ": " + "; ".join(bad)),
+        more = f" (and {len(bad) - 1} more: hover a cable for its details)" if len(bad) > 1 else ""
+        self._report("check", report.summary() + (f": {bad[0]}{more}" if bad else ""),
                      "success" if report.ok else "error")
         return report
 

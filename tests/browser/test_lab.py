@@ -203,6 +203,10 @@ def test_topology_widget_save_button(scenario):
     check(scenario, "save_button")
 
 
+def test_topology_widget_check_cables_button(scenario):
+    check(scenario, "check_cables_button")
+
+
 def test_panel_renders(scenario):
     check(scenario, "panel_renders")
 

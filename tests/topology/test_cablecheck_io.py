@@ -101,7 +101,8 @@ def test_a_taken_port_is_redrawn():
     (Link(send=CommandResult(255, "", "ssh to tri-1: connection refused (is sshd running there?)\n")),
      "tri-1: cannot reach it over ssh: ssh to tri-1: connection refused"),
     (Link(serve=CommandResult(127, "", "sh: 1: python3: not found\n")),
-     "tri-2: 'python3' not found (sh: 1: python3: not found); pass the remote Python with --measure-python"),
+     "tri-2: 'python3' not found (sh: 1: python3: not found); name the remote Python with --measure-python "
+     "(CheckOptions(python=...) in the widget)"),
     (Link(send=CommandResult(1, "", "cablecheck send: could not connect from A to B port 1 within 3 s\n")),
      "tri-1 (send on A): cablecheck send: could not connect"),
     (Link(send=CommandResult(0, "Traceback\n", "")), "tri-1 (send on A): the sender's last line is not JSON"),

@@ -174,6 +174,25 @@ try {
     return await broken.locator('.mlxj-status-text').innerText();
   });
 
+  await step('check_cables_button', async () => {
+    // recordings have no Python to run the agent on: every cable's check fails, and says why
+    const broken = widgets.nth(1);
+    await broken.locator('.mlxj-btn-check').click();
+    await page.waitForFunction(() => document.querySelectorAll('.mlxj-topology')[1]
+      .querySelectorAll('g.mlxj-cable.mlxj-checked').length === 5, null, { timeout: 30000 });
+    await broken.locator('.mlxj-status-error').waitFor({ timeout: 10000 });
+    const failed = await broken.locator('g.mlxj-check-failed').count();
+    const labels = await broken.locator('text.mlxj-check-label').allTextContents();
+    const tip = await broken.locator('g.mlxj-check-failed title').first().textContent();
+    const status = await broken.locator('.mlxj-status-text').innerText();
+    const legend = await broken.locator('.mlxj-legend').textContent();
+    await broken.screenshot({ path: shot('topology-check-cables.png') });
+    const ok = failed === 5 && labels.length === 5 && labels.every((l) => l === 'check failed')
+      && tip.includes('check failed: ') && tip.includes('python3') && status.startsWith('5 cables checked')
+      && legend.includes('check failed');
+    record('check_cables_button', ok, `failed=${failed} labels=${labels} status=${status} tip=${tip}`);
+  });
+
   await step('panel_renders', async () => {
     await page.locator('.jp-SideBar .lm-TabBar-tab[data-id="mlx-jupyter-cluster-panel"]').click();
     await page.locator('#mlx-jupyter-cluster-panel .mlxj-empty').waitFor({ timeout: 20000 });
