@@ -4,7 +4,7 @@ ipyparallel 9's ``IPController.init_hub`` sleeps 0.25 s after opening its task
 database (a wait for a database server; ``--nodb`` has none) before it writes
 the connection files that the client and the engines wait for. This controller
 skips that sleep and writes the files atomically, so that they can be polled
-for often without ever being read half-written. It also stops when the process
+for often without ever being read half-written, and it does not import numpy. It also stops when the process
 that started it (the kernel) is gone, killed or not: ipyparallel's controller
 outlived a SIGKILLed kernel. Everything else is ipyparallel's.
 """
@@ -15,9 +15,16 @@ import json
 import os
 import signal
 import stat
+import sys
 import tempfile
 import threading
 import time
+
+if __name__ == "__main__":
+    # ipyparallel's task scheduler imports numpy only for its "weighted" scheme, which this
+    # controller never uses; that import is half of this process's start, and the ranks wait
+    # for this process's connection files (the cluster's ready time). Only in our own process.
+    sys.modules.setdefault("numpy", None)  # type: ignore[arg-type]
 
 from ipyparallel.controller.app import IPController
 

@@ -152,6 +152,20 @@ def test_our_controller_skips_init_hubs_fixed_pause_and_only_that(monkeypatch):
     assert app.time is time  # restored
 
 
+@pytest.mark.skipif(not hasattr(psutil.Process, "memory_maps"), reason="psutil lists mapped files only on some systems")
+def test_our_controller_does_not_load_numpy_and_ranks_still_do():
+    """The controller (on the ready path) skips numpy, which only ipyparallel's unused
+    "weighted" scheduler wants; the ranks keep it, and a cell using it runs."""
+    with mlx_jupyter.Cluster(n=2) as c:
+        controllers = [psutil.Process(p) for p in c._controller_pids
+                       if "mlx_jupyter.cluster.controller" in " ".join(psutil.Process(p).cmdline())]
+        assert controllers
+        for proc in controllers:
+            assert not [m.path for m in proc.memory_maps() if "_multiarray_umath" in m.path]
+        c.view.execute("import numpy as np\ns = int(np.arange(4).sum())", block=True)
+        assert c.view.pull("s", block=True) == [6, 6]
+
+
 def test_our_controller_writes_connection_files_atomically(tmp_path):
     import json
     import stat
