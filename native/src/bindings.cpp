@@ -6,9 +6,14 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
 #include <cstring>
 #include <memory>
 #include <set>
+#include <mutex>
 #include <utility>
 
 #include "mlxj/buffer.h"
@@ -97,13 +102,59 @@ void require_contiguous(const A& a, const char* what) {
 template <typename A>
 size_t nbytes_of(const A& a) { return a.size() * dtype_size(dtype_of(a)); }
 
+// Ctrl-C without taking the GIL: a SIGINT handler chained in front of Python's
+// counts signals, and a blocked op takes the GIL (PyErr_CheckSignals) only when the
+// count moved, on its first check, and once a second for other signals' Python handlers.
+std::atomic<unsigned> g_sigints{0};
+std::mutex g_sig_mu;
+struct sigaction g_sig_next{};  // the handler ours runs after (Python's), stable while ours is installed
+
+extern "C" void count_sigint(int sig, siginfo_t* info, void* uc) {
+  g_sigints.fetch_add(1, std::memory_order_relaxed);
+  if (g_sig_next.sa_flags & SA_SIGINFO) {
+    if (g_sig_next.sa_sigaction) g_sig_next.sa_sigaction(sig, info, uc);
+  } else if (g_sig_next.sa_handler != SIG_DFL && g_sig_next.sa_handler != SIG_IGN) {
+    g_sig_next.sa_handler(sig);
+  }
+}
+
+// (Re)chains ours in front of the current SIGINT handler: Python code may have replaced it.
+void chain_sigint() {
+  std::lock_guard<std::mutex> lock(g_sig_mu);
+  struct sigaction cur{};
+  if (::sigaction(SIGINT, nullptr, &cur) != 0) return;
+  bool ours = (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == count_sigint;
+  if (ours || (!(cur.sa_flags & SA_SIGINFO) && (cur.sa_handler == SIG_DFL || cur.sa_handler == SIG_IGN))) return;
+  g_sig_next = cur;
+  struct sigaction mine{};
+  mine.sa_sigaction = count_sigint;
+  mine.sa_flags = SA_SIGINFO | (cur.sa_flags & SA_ONSTACK);  // no SA_RESTART: poll() wakes with EINTR
+  mine.sa_mask = cur.sa_mask;
+  ::sigaction(SIGINT, &mine, nullptr);
+}
+
+thread_local unsigned t_sigints_seen = 0;
+thread_local std::chrono::steady_clock::time_point t_next_full_check{};
+
+bool signal_pending() {
+  unsigned count = g_sigints.load(std::memory_order_relaxed);
+  auto now = std::chrono::steady_clock::now();
+  if (count == t_sigints_seen && now < t_next_full_check) return false;
+  t_sigints_seen = count;
+  t_next_full_check = now + std::chrono::seconds(1);
+  chain_sigint();
+  nb::gil_scoped_acquire gil;
+  return PyErr_CheckSignals() != 0;  // sets KeyboardInterrupt; the translator leaves it in place
+}
+
 CallOptions call(double timeout) {
+  // -1 waits; inf or huge means no deadline (the core clamps); NaN and other negatives are mistakes.
+  if (std::isnan(timeout) || (timeout < 0 && timeout != -1))
+    throw std::invalid_argument("timeout must be >= 0 seconds (or -1 to wait), got " + std::to_string(timeout));
   CallOptions o;
   o.timeout = timeout;
-  o.interrupted = [] {
-    nb::gil_scoped_acquire gil;
-    return PyErr_CheckSignals() != 0;  // sets KeyboardInterrupt; the translator leaves it in place
-  };
+  t_next_full_check = {};  // the op's first check takes the GIL once
+  o.interrupted = signal_pending;
   return o;
 }
 

@@ -223,6 +223,7 @@ Context::Context(int rank, std::vector<std::vector<Endpoint>> addresses, std::st
 Context::~Context() { close(); }
 
 void Context::close() {
+  std::lock_guard<std::mutex> lock(close_mu_);  // two threads may close at once
   stop_.wake();
   if (acceptor_.joinable()) acceptor_.join();
   listeners_.clear();
@@ -339,6 +340,12 @@ bool Context::accept_round() {
     }
   }
   return true;
+}
+
+void check_wait(const Wait& wait, const std::string& waiting_for) {
+  if (wait.check_abort) wait.check_abort();
+  if (wait.interrupted && wait.interrupted()) throw Interrupted();
+  if (Clock::now() >= wait.deadline) fail(ErrorKind::Timeout, wait.what + " timed out " + waiting_for);
 }
 
 void wait_slice(const Wait& wait, int ms, const std::string& waiting_for) {

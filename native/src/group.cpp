@@ -22,6 +22,7 @@ uint64_t mix(uint64_t x) {  // splitmix64: group ids of splits
 
 constexpr size_t kReduceGrain = 64 * 1024;  // reduce arriving data in pieces this big
 constexpr auto kSpin = std::chrono::microseconds(50);  // longest busy wait before sleeping in poll()
+constexpr double kNoDeadline = 1e9;  // seconds
 constexpr auto kBusyCheck = std::chrono::milliseconds(50);  // abort/Ctrl-C checks during long transfers
 
 }  // namespace
@@ -63,9 +64,18 @@ void Group::connect_ring(const Wait& wait) {
   // Each setup is a request and reply: even ranks answer their successor first,
   // odd ranks their predecessor, so no cycle of ranks waits on itself.
   bool right_first = me_ % 2 == 0;
-  if (right_first) right_ = establish_link(std::move(out), true, ctx_->describe(succ), wait.deadline);
-  left_ = establish_link(std::move(in), false, ctx_->describe(pred), wait.deadline);
-  if (!right_first) right_ = establish_link(std::move(out), true, ctx_->describe(succ), wait.deadline);
+  std::unique_ptr<Link> right, left;
+  if (right_first) right = establish_link(std::move(out), true, ctx_->describe(succ), wait);
+  left = establish_link(std::move(in), false, ctx_->describe(pred), wait);
+  if (!right_first) right = establish_link(std::move(out), true, ctx_->describe(succ), wait);
+  // abort() may run now in another thread (a peer-left hook, the user): hand the links over under its lock.
+  std::lock_guard<std::mutex> lock(abort_mu_);
+  right_ = std::move(right);
+  left_ = std::move(left);
+  if (aborted_) {
+    right_->shutdown();
+    left_->shutdown();
+  }
 }
 
 Link& Group::p2p_link(int peer, bool sending, const Wait& wait) {
@@ -87,7 +97,7 @@ Link& Group::p2p_link(int peer, bool sending, const Wait& wait) {
   ConnKey key{id_, uint32_t(w_lo), uint32_t(ConnKind::P2P), 0};
   std::vector<Fd> conns;
   conns.push_back(me_ == lo ? ctx_->connect(w_peer, 0, key, wait) : ctx_->accept(key, w_peer, wait));
-  auto fresh = establish_link(std::move(conns), me_ == lo, ctx_->describe(w_peer), wait.deadline);
+  auto fresh = establish_link(std::move(conns), me_ == lo, ctx_->describe(w_peer), wait);
   std::lock_guard<std::mutex> lock(abort_mu_);
   auto& link = p2p_[peer] = std::move(fresh);
   if (aborted_) link->shutdown();
@@ -118,7 +128,8 @@ void Group::close(const std::string& reason) {
 
 Wait Group::make_wait(const CallOptions& opts, const std::string& what) {
   Wait w;
-  if (opts.timeout >= 0)
+  // Infinite or huge (past ~30 years, where the clock arithmetic would overflow) means no deadline.
+  if (opts.timeout >= 0 && opts.timeout < kNoDeadline)
     w.deadline = Clock::now() + std::chrono::microseconds(int64_t(opts.timeout * 1e6));
   w.interrupted = opts.interrupted;
   w.abort = &abort_waker_;
@@ -228,6 +239,8 @@ void Group::run(Step& step, const Wait& wait) {
 void Group::check_stop(Link* const* links, size_t nlinks, bool moving, const Wait& wait, Clock::time_point now) {
   wait.check_abort();
   if (wait.interrupted && wait.interrupted()) throw Interrupted();
+  for (size_t i = 0; i < nlinks; ++i)
+    if (links[i]->receiving() || links[i]->sending()) links[i]->check_alive(now);
   if (now < wait.deadline) return;
   if (moving) fail(ErrorKind::Timeout, wait.what + " timed out while still transferring");
   std::string who;

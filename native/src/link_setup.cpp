@@ -39,17 +39,18 @@ Digest this_host() {
   return sha256(id.data(), id.size());
 }
 
-void exchange(int fd, void* buf, size_t n, bool write, Clock::time_point deadline, const std::string& peer) {
+void exchange(int fd, void* buf, size_t n, bool write, const Wait& wait, const std::string& peer) {
   std::string why;
-  if (!io_exact(fd, buf, n, write, deadline, &why))
+  // A peer may be late to its side of the setup (busy, or its recv comes later):
+  // wait for it as long as the op may wait, and honour abort and Ctrl-C meanwhile.
+  auto check = [&] { check_wait(wait, "waiting for " + peer + " to set up the link"); };
+  if (!io_exact(fd, buf, n, write, wait.deadline, &why, check))
     fail(ErrorKind::Peer, "setting up the link to " + peer + " failed: " + why);
 }
 
 }  // namespace
 
-std::unique_ptr<Link> establish_link(std::vector<Fd> conns, bool initiator, std::string name,
-                                     Clock::time_point deadline) {
-  deadline = std::min(deadline, Clock::now() + std::chrono::seconds(10));
+std::unique_ptr<Link> establish_link(std::vector<Fd> conns, bool initiator, std::string name, const Wait& wait) {
   int fd = conns[0].get();
   Digest mine = this_host();
   bool use_shm = false;
@@ -57,9 +58,9 @@ std::unique_ptr<Link> establish_link(std::vector<Fd> conns, bool initiator, std:
   if (initiator) {
     Offer offer{kLinkMagic, shm_allowed() ? 1u : 0u, {}};
     std::memcpy(offer.host, mine.data(), 32);
-    exchange(fd, &offer, sizeof offer, true, deadline, name);
+    exchange(fd, &offer, sizeof offer, true, wait, name);
     Reply answer{};
-    exchange(fd, &answer, sizeof answer, false, deadline, name);
+    exchange(fd, &answer, sizeof answer, false, wait, name);
     if (answer.magic != kLinkMagic) fail(ErrorKind::Protocol, name + " answered the link setup with garbage");
     if (answer.ok) {
       try {
@@ -71,23 +72,23 @@ std::unique_ptr<Link> establish_link(std::vector<Fd> conns, bool initiator, std:
       std::string loc = seg ? segment_locator(*seg) : "";
       info.length = uint32_t(std::min(loc.size(), sizeof info.locator));
       std::memcpy(info.locator, loc.data(), info.length);
-      exchange(fd, &info, sizeof info, true, deadline, name);
+      exchange(fd, &info, sizeof info, true, wait, name);
       Reply ack{};
-      exchange(fd, &ack, sizeof ack, false, deadline, name);
+      exchange(fd, &ack, sizeof ack, false, wait, name);
       use_shm = seg && ack.magic == kLinkMagic && ack.ok;
       if (seg) segment_release_name(*seg, use_shm);  // mapped by both (or given up): no name, no descriptor left
     }
   } else {
     Offer offer{};
-    exchange(fd, &offer, sizeof offer, false, deadline, name);
+    exchange(fd, &offer, sizeof offer, false, wait, name);
     if (offer.magic != kLinkMagic) fail(ErrorKind::Protocol, name + " sent garbage instead of a link setup");
     Digest theirs;
     std::memcpy(theirs.data(), offer.host, 32);
     Reply answer{kLinkMagic, (offer.want_shm && shm_allowed() && digest_equal(theirs, mine)) ? 1u : 0u};
-    exchange(fd, &answer, sizeof answer, true, deadline, name);
+    exchange(fd, &answer, sizeof answer, true, wait, name);
     if (answer.ok) {
       SegmentInfo info{};
-      exchange(fd, &info, sizeof info, false, deadline, name);
+      exchange(fd, &info, sizeof info, false, wait, name);
       Reply ack{kLinkMagic, 0};
       if (info.magic == kLinkMagic && info.length <= sizeof info.locator && info.ring_bytes == kRingBytes) {
         try {
@@ -97,7 +98,7 @@ std::unique_ptr<Link> establish_link(std::vector<Fd> conns, bool initiator, std:
           seg.reset();  // fall back to TCP
         }
       }
-      exchange(fd, &ack, sizeof ack, true, deadline, name);
+      exchange(fd, &ack, sizeof ack, true, wait, name);
       use_shm = ack.ok;
     }
   }

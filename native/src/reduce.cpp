@@ -130,7 +130,9 @@ void reduce_complex(uint8_t* d, const uint8_t* x, const uint8_t* y, size_t n, Re
     float ar = ld<float>(x, 2 * i), ai = ld<float>(x, 2 * i + 1), br = ld<float>(y, 2 * i), bi = ld<float>(y, 2 * i + 1);
     bool a_less = ar < br || (ar == br && ai < bi);
     bool b_less = br < ar || (ar == br && bi < ai);
-    bool take_b = op == ReduceOp::Max ? a_less : b_less;
+    bool a_nan = ar != ar || ai != ai, b_nan = br != br || bi != bi;
+    // NaN wins wherever it is (as for real max/min): the first operand's when both are NaN.
+    bool take_b = a_nan ? false : b_nan ? true : op == ReduceOp::Max ? a_less : b_less;
     st<float>(d, 2 * i, take_b ? br : ar);
     st<float>(d, 2 * i + 1, take_b ? bi : ai);
   }

@@ -71,16 +71,28 @@ void resolve(const Endpoint& ep, bool passive, AddrInfo& out) {
 
 void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
+std::chrono::milliseconds dead_peer_timeout() {
+  static const std::chrono::milliseconds value = [] {
+    const char* text = std::getenv("MLX_JUPYTER_DEAD_PEER_TIMEOUT");
+    char* end = nullptr;
+    double s = text && *text ? std::strtod(text, &end) : 0;
+    if (!text || !*text || *end || !(s > 0) || s > 86400) s = 10;  // Python validates and explains
+    return std::chrono::milliseconds(std::max<long long>(100, (long long)(s * 1000)));
+  }();
+  return value;
+}
+
 void configure_stream(int fd) {
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-  int idle = 1, interval = 1, count = 3;
+  // An idle connection (we wait to receive) probes after idle s and gives up after
+  // count unanswered probes: idle + count * interval = the dead-peer timeout.
+  // No TCP_USER_TIMEOUT: Linux applies it to a zero window too, so it would kill
+  // the link to a live peer that is merely late to read (see Liveness instead).
+  int interval = int(std::max<long long>(1, dead_peer_timeout().count() / 5000)), idle = interval, count = 4;
 #if defined(__linux__)
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-  // Unacknowledged data to a vanished host fails the socket after 3 s.
-  unsigned int user_timeout_ms = 3000;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
 #elif defined(__APPLE__)
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPALIVE, &idle, sizeof idle);
   ::setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &one, sizeof one);
@@ -92,16 +104,50 @@ void configure_stream(int fd) {
   (void)idle; (void)interval; (void)count;
 }
 
+bool Liveness::silent(int fd, Clock::time_point now) {
+#if defined(__linux__) && defined(TCP_INFO)
+  tcp_info ti{};
+  socklen_t len = sizeof ti;
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return false;
+  // Unacknowledged data, or an unanswered zero-window probe: we wait on the peer's kernel.
+  bool waiting = ti.tcpi_unacked > 0 || ti.tcpi_probes > 0;
+  if (!waiting) {
+    waiting_since_ = Clock::time_point{};
+    return false;
+  }
+  if (waiting_since_ == Clock::time_point{}) waiting_since_ = now;
+  // A probe is unanswered for one round trip even to a live peer: ask for 1 s of it.
+  auto grace = std::min<Clock::duration>(dead_peer_timeout(), std::chrono::seconds(1));
+  return ti.tcpi_last_ack_recv >= uint32_t(dead_peer_timeout().count()) && now - waiting_since_ >= grace;
+#else
+  (void)fd; (void)now;
+  return false;
+#endif
+}
+
+namespace {
+
+int new_socket(int family, int type, int protocol) {
+#ifdef SOCK_CLOEXEC
+  return ::socket(family, type | SOCK_CLOEXEC, protocol);
+#else
+  int fd = ::socket(family, type, protocol);
+  if (fd >= 0) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  return fd;
+#endif
+}
+
+}  // namespace
+
 Fd listen_on(const Endpoint& ep) {
   AddrInfo res;
   resolve(ep, true, res);
   std::string last = "no address";
   for (addrinfo* a = res.ai; a; a = a->ai_next) {
-    Fd fd(::socket(a->ai_family, a->ai_socktype, a->ai_protocol));
+    Fd fd(new_socket(a->ai_family, a->ai_socktype, a->ai_protocol));
     if (!fd.valid()) { last = errno_text(errno); continue; }
     int one = 1;
     ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    ::fcntl(fd.get(), F_SETFD, FD_CLOEXEC);
     if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd.get(), 128) != 0) {
       last = errno_text(errno);
       continue;
@@ -117,9 +163,8 @@ Fd try_connect(const Endpoint& ep, Clock::time_point deadline, std::string* why)
   AddrInfo res;
   resolve(ep, false, res);
   for (addrinfo* a = res.ai; a; a = a->ai_next) {
-    Fd fd(::socket(a->ai_family, a->ai_socktype, a->ai_protocol));
+    Fd fd(new_socket(a->ai_family, a->ai_socktype, a->ai_protocol));
     if (!fd.valid()) { *why = errno_text(errno); continue; }
-    ::fcntl(fd.get(), F_SETFD, FD_CLOEXEC);
     set_nonblocking(fd.get());
     if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) == 0) return fd;
     if (errno != EINPROGRESS) { *why = errno_text(errno); continue; }
@@ -149,13 +194,17 @@ std::string peer_name(int fd) {
 
 Waker::Waker() {
   int fds[2];
+#if defined(__linux__)
+  if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) throw std::runtime_error("pipe2() failed: " + errno_text(errno));
+#else
   if (::pipe(fds) != 0) throw std::runtime_error("pipe() failed: " + errno_text(errno));
+  for (int fd : fds) {  // macOS has no pipe2: a fork in between may inherit these
+    ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    set_nonblocking(fd);
+  }
+#endif
   read_ = Fd(fds[0]);
   write_ = Fd(fds[1]);
-  for (int fd : fds) {
-    set_nonblocking(fd);
-    ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-  }
 }
 
 void Waker::wake() const {
@@ -175,7 +224,8 @@ constexpr int kNoSignal = MSG_NOSIGNAL;
 constexpr int kNoSignal = 0;  // macOS: SO_NOSIGPIPE is set on the socket
 #endif
 
-bool io_exact(int fd, void* buf, size_t n, bool write, Clock::time_point deadline, std::string* why) {
+bool io_exact(int fd, void* buf, size_t n, bool write, Clock::time_point deadline, std::string* why,
+              const std::function<void()>& between) {
   auto* p = static_cast<uint8_t*>(buf);
   while (n > 0) {
     ssize_t r = write ? ::send(fd, p, n, kNoSignal) : ::recv(fd, p, n, 0);
@@ -186,6 +236,7 @@ bool io_exact(int fd, void* buf, size_t n, bool write, Clock::time_point deadlin
     }
     if (r == 0) { *why = "connection closed during the handshake"; return false; }
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) { *why = errno_text(errno); return false; }
+    if (between) between();
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) { *why = "no answer before the deadline"; return false; }
     pollfd pfd{fd, short(write ? POLLOUT : POLLIN), 0};

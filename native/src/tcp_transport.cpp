@@ -24,6 +24,7 @@ class TcpLink final : public Link {
   TcpLink(std::vector<Fd> conns, std::string name) : conns_(std::move(conns)), name_(std::move(name)) {
     send_.done.assign(conns_.size(), 0);
     recv_.done.assign(conns_.size(), 0);
+    alive_.resize(conns_.size());
   }
 
   const std::string& name() const override { return name_; }
@@ -65,6 +66,13 @@ class TcpLink final : public Link {
 
   void shutdown() override {
     for (auto& fd : conns_) ::shutdown(fd.get(), SHUT_RDWR);
+  }
+  void check_alive(Clock::time_point now) override {
+    for (size_t c = 0; c < conns_.size(); ++c)
+      if (alive_[c].silent(conns_[c].get(), now))
+        fail(ErrorKind::Peer, name_ + " stopped responding (its host is down or the network is cut): nothing was "
+                              "acknowledged for " + std::to_string(dead_peer_timeout().count() / 1000.0).substr(0, 5) +
+                              " s (MLX_JUPYTER_DEAD_PEER_TIMEOUT)");
   }
   const char* kind() const override { return "tcp"; }
   // On a fast network the reply often comes within microseconds: a short spin
@@ -158,6 +166,7 @@ class TcpLink final : public Link {
   }
 
   std::vector<Fd> conns_;
+  std::vector<Liveness> alive_;
   std::string name_;
   Transfer send_, recv_;
 };

@@ -78,9 +78,12 @@ class Context {
   std::shared_ptr<Shared> shared_;
   std::vector<Fd> listeners_;
   Waker stop_;
+  std::mutex close_mu_;
   std::thread acceptor_;
 };
 
+// Throws if the wait's group was aborted, Ctrl-C is pending or its deadline passed.
+void check_wait(const Wait& wait, const std::string& waiting_for);
 // Sleeps for up to `ms` on the wait's abort waker; checks abort, interrupt, deadline.
 void wait_slice(const Wait& wait, int ms, const std::string& waiting_for);
 

@@ -5,13 +5,14 @@
 #include <string>
 #include <vector>
 
+#include "mlxj/context.h"
 #include "mlxj/socket.h"
 #include "mlxj/transport.h"
 
 namespace mlxj {
 
 // `initiator`: we opened these connections (we propose; the peer decides).
-std::unique_ptr<Link> establish_link(std::vector<Fd> conns, bool initiator, std::string name,
-                                     Clock::time_point deadline);
+// Waits for the peer until the wait's deadline; throws on abort or Ctrl-C.
+std::unique_ptr<Link> establish_link(std::vector<Fd> conns, bool initiator, std::string name, const Wait& wait);
 
 }  // namespace mlxj

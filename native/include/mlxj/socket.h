@@ -3,6 +3,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -46,8 +47,25 @@ Fd listen_on(const Endpoint& ep);
 // caller can retry. Throws CommError(Config) for an unresolvable host.
 Fd try_connect(const Endpoint& ep, Clock::time_point deadline, std::string* why);
 
-// TCP_NODELAY, keepalive that notices a dead host in seconds, no SIGPIPE.
+// TCP_NODELAY, keepalive that notices a dead host within dead_peer_timeout(), no SIGPIPE.
 void configure_stream(int fd);
+// How long a peer's host may stay silent (no TCP acknowledgement, no keepalive
+// answer) before it counts as dead: MLX_JUPYTER_DEAD_PEER_TIMEOUT seconds, default 10.
+// A live peer's kernel acknowledges even when its process is busy elsewhere, so
+// this bounds the detection of vanished hosts only, never how late a peer may be.
+std::chrono::milliseconds dead_peer_timeout();
+
+// Notices, while data or a window probe waits for an acknowledgement, that the
+// peer's host stopped answering (Linux TCP_INFO; elsewhere keepalive alone).
+class Liveness {
+ public:
+  // True once the peer's kernel has acknowledged nothing for dead_peer_timeout()
+  // although we have been waiting on it. Call periodically while blocked.
+  bool silent(int fd, Clock::time_point now);
+
+ private:
+  Clock::time_point waiting_since_{};
+};
 void set_nonblocking(int fd);
 std::string peer_name(int fd);
 
@@ -64,8 +82,10 @@ class Waker {
 };
 
 // Reads or writes exactly n bytes of a non-blocking socket before the deadline;
-// false (with the reason) on EOF, error or timeout.
-bool io_exact(int fd, void* buf, size_t n, bool write, Clock::time_point deadline, std::string* why);
+// false (with the reason) on EOF, error or timeout. `between` runs before each
+// wait (it may throw, e.g. for an abort or Ctrl-C).
+bool io_exact(int fd, void* buf, size_t n, bool write, Clock::time_point deadline, std::string* why,
+              const std::function<void()>& between = {});
 
 // Identifies this machine (and user), so peers on the same host can share memory.
 // MLX_JUPYTER_HOST_ID overrides it (tests use that to fake several hosts on one).

@@ -2,6 +2,7 @@
 // without blocking; the group's progress engine drives many links at once.
 // TCP is the implementation today; shared memory plugs in behind the same API.
 #pragma once
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -70,6 +71,9 @@ class Link {
   virtual void release() {}
   // "tcp" or "shm".
   virtual const char* kind() const = 0;
+  // Called while an op waits on this link: throws CommError(Peer) once the peer's
+  // host has stopped answering for the dead-peer timeout (a vanished host sends no FIN).
+  virtual void check_alive(std::chrono::steady_clock::time_point) {}
   // Whether a short bounded spin beats sleeping right away.
   virtual bool spins() const { return false; }
   // Whether begin_recv's fold is applied by the link (as data arrives) rather than by the caller.
