@@ -43,26 +43,33 @@ __all__ = [
 ]
 
 
-def _env_timeout() -> float:
-    """MLX_JUPYTER_TIMEOUT in seconds, or -1 (wait) when unset."""
-    text = os.environ.get("MLX_JUPYTER_TIMEOUT")
+def _seconds(value: float, what: str) -> float:
+    """A timeout in seconds: -1 waits, inf (or huge) has no deadline; NaN and other negatives are errors."""
+    if math.isnan(value) or (value < 0 and value != -1):
+        raise ValueError(f"{what} must be >= 0 seconds (or -1 to wait), got {value}")
+    return float(value)
+
+
+def _env_seconds(name: str, default: float) -> float:
+    text = os.environ.get(name)
     if not text:
-        return -1.0
+        return default
     try:
         value = float(text)
     except ValueError:
-        raise ValueError(f"MLX_JUPYTER_TIMEOUT={text!r} is not a number of seconds") from None
-    if value < 0:
-        raise ValueError(f"MLX_JUPYTER_TIMEOUT={text!r} must be >= 0 seconds")
-    return value
+        raise ValueError(f"{name}={text!r} is not a number of seconds") from None
+    return _seconds(value, f"{name}={text!r}")
+
+
+def _env_timeout() -> float:
+    """MLX_JUPYTER_TIMEOUT in seconds, or -1 (wait) when unset."""
+    return _env_seconds("MLX_JUPYTER_TIMEOUT", -1.0)
 
 
 def _timeout(timeout: float | None, group: "Group | None" = None) -> float:
     """Seconds for the core (-1 = wait): the call's, else the group's default."""
     if timeout is not None:
-        if timeout < 0:
-            raise ValueError(f"timeout must be >= 0 seconds, got {timeout}")
-        return float(timeout)
+        return _seconds(timeout, "timeout")
     return group.default_timeout if group is not None else _env_timeout()
 
 
@@ -146,7 +153,10 @@ def _form_ring(timeout: float | None) -> Group:
     verbose = bool(os.environ.get("MLX_RING_VERBOSE") or os.environ.get("MLX_JUPYTER_VERBOSE"))
     t = _timeout(timeout)
     if t < 0:  # forming the ring must not wait forever for a peer that never starts
-        t = float(os.environ.get("MLX_JUPYTER_CONNECT_TIMEOUT", "120"))
+        t = _env_seconds("MLX_JUPYTER_CONNECT_TIMEOUT", 120.0)
+    dead = _env_seconds("MLX_JUPYTER_DEAD_PEER_TIMEOUT", 10.0)
+    if not 0 < dead <= 86400:
+        raise ValueError(f"MLX_JUPYTER_DEAD_PEER_TIMEOUT={dead!r} must be a number of seconds in (0, 86400]")
     try:
         core = _core.Group.world(env.rank, env.addresses, token, verbose, t)
     except SetupError as exc:
@@ -160,7 +170,8 @@ def init(strict: bool = False, backend: str = "any", *, timeout: float | None = 
 
     `backend="any"` uses the ring when MLX_RANK/MLX_HOSTFILE are set, else MLX's
     own mpi/nccl/jaccl groups when their launch environment is present. If none
-    can form: `strict=True` raises, otherwise a singleton group (rank 0 of 1)."""
+    can form: `strict=True` raises, and so does a launched rank (MLX_RANK or
+    MLX_HOSTFILE set); otherwise a singleton group (rank 0 of 1)."""
     global _world
     _check_name(backend)
     with _lock:
@@ -178,7 +189,10 @@ def init(strict: bool = False, backend: str = "any", *, timeout: float | None = 
                 if strict and backend != "any":
                     raise
                 errors.append(f"{name}: {exc}")
-        if strict:
+        # A configured ring (launched rank) that cannot form is an error: a silent
+        # one-rank group would compute wrong results on every rank.
+        launched = bool(os.environ.get("MLX_RANK") or os.environ.get("MLX_HOSTFILE"))
+        if strict or (errors and launched):
             raise SetupError("Couldn't initialize any backend:\n  " + "\n  ".join(errors or [_NOTHING_CONFIGURED]))
         if errors:
             warnings.warn("mlx_jupyter: falling back to a single-rank group: " + "; ".join(errors), stacklevel=2)

@@ -90,7 +90,8 @@ void configure_stream(int fd) {
   // count unanswered probes: idle + count * interval = the dead-peer timeout.
   // No TCP_USER_TIMEOUT: Linux applies it to a zero window too, so it would kill
   // the link to a live peer that is merely late to read (see Liveness instead).
-  int interval = int(std::max<long long>(1, dead_peer_timeout().count() / 5000)), idle = interval, count = 4;
+  int total = int(std::max<long long>(2, (dead_peer_timeout().count() + 500) / 1000));  // whole seconds
+  int interval = std::max(1, total / 5), count = std::max(1, total / interval - 1), idle = total - count * interval;
 #if defined(__linux__)
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
 #elif defined(__APPLE__)

@@ -33,9 +33,27 @@ try:
 except BaseException as exc:
     import traceback
     at = time.monotonic()  # the moment the exception arrived (one system-wide clock: compared with the test's)
-    inside = any(f.name == "_reduce" for f in traceback.extract_tb(exc.__traceback__))
+    inside = "_core." in (traceback.extract_tb(exc.__traceback__)[-1].line or "")  # raised by the core's op itself
     report(error=type(exc).__name__, message=str(exc), elapsed=at - t0, at=at, inside_op=inside)
 """
+
+# Readiness probe: prints INSIDE once the main thread is in the core's op call (it released the GIL).
+INSIDE_PROBE = """
+import linecache
+def _inside_probe():
+    main = threading.main_thread().ident
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        f = sys._current_frames().get(main)
+        if f is not None and f.f_code.co_name == "_reduce" and "_core." in linecache.getline(f.f_code.co_filename, f.f_lineno):
+            print("INSIDE", flush=True)
+            return
+        time.sleep(0.005)
+threading.Thread(target=_inside_probe, daemon=True).start()
+"""
+
+#: README: "Ctrl-C raises KeyboardInterrupt within 0.5 s" (the core looks every 50 ms)
+CTRL_C_BOUND = 0.5
 
 
 def _wait_blocked(pid: int, timeout: float = 10) -> None:
@@ -130,10 +148,11 @@ report(errors=errors, elapsed=time.monotonic() - t0)
 
 @pytest.mark.parametrize("transport", ["auto", "tcp"])
 def test_ctrl_c_in_a_blocked_op_raises_keyboard_interrupt(transport: str) -> None:
-    code = WAIT_IN_OP.replace("VICTIM", "1").replace("TIMEOUT", "None")
+    code = INSIDE_PROBE + WAIT_IN_OP.replace("VICTIM", "1").replace("TIMEOUT", "None")
     with Ranks(2, code, env={"MLX_JUPYTER_TRANSPORT": transport}) as ranks:
         ranks.start()
         _wait_entering(ranks, [0])
+        assert ranks.procs[0].stdout.readline().startswith("INSIDE")
         _wait_blocked(ranks.procs[0].pid)
         sent_at = time.monotonic()
         ranks.procs[0].send_signal(signal.SIGINT)
@@ -141,7 +160,7 @@ def test_ctrl_c_in_a_blocked_op_raises_keyboard_interrupt(transport: str) -> Non
         ranks.procs[1].stdin.write("go\n")
         ranks.procs[1].stdin.flush()
     assert info["error"] == "KeyboardInterrupt" and info["inside_op"], info
-    assert info["at"] - sent_at < 1.0, info["at"] - sent_at
+    assert info["at"] - sent_at < CTRL_C_BOUND, info["at"] - sent_at
 
 
 @pytest.mark.parametrize("transport", ["auto", "tcp"])
@@ -467,7 +486,7 @@ class _FakePeer:
 
 def test_ctrl_c_is_noticed_while_the_doorbell_keeps_ringing() -> None:
     """poll() keeps returning at once (doorbell bytes, no data): Ctrl-C still gets through."""
-    code = """
+    code = INSIDE_PROBE + """
 g = dist.init(strict=True, backend="ring", timeout=30)
 assert g._core.link_kinds() == ["right:shm", "left:tcp"], g._core.link_kinds()
 print("ENTERING", flush=True)
@@ -475,7 +494,9 @@ try:
     dist.all_sum(np.ones(4, np.float32))
     report(error=None)
 except BaseException as exc:
-    report(error=type(exc).__name__)
+    import traceback
+    at = time.monotonic()
+    report(error=type(exc).__name__, at=at, inside_op="_core." in (traceback.extract_tb(exc.__traceback__)[-1].line or ""))
 """
     with Ranks(2, code) as ranks:
         ranks.start(only=[])
@@ -494,14 +515,14 @@ except BaseException as exc:
         ringer = threading.Thread(target=ring, daemon=True)
         ringer.start()
         try:
-            time.sleep(0.3)  # rank 0 is in its op now, its poll() returning at once again and again
+            # rank 0 is in its op now (its poll() returning at once again and again)
+            assert ranks.procs[0].stdout.readline().startswith("INSIDE")
             t0 = time.monotonic()
             ranks.procs[0].send_signal(signal.SIGINT)
             info = _results(ranks, [0])[0]
-            elapsed = time.monotonic() - t0
         finally:
             ranks.kill()
             ringer.join(timeout=10)
             peer.close()
-    assert info["error"] == "KeyboardInterrupt", info
-    assert elapsed < 2, elapsed
+    assert info["error"] == "KeyboardInterrupt" and info["inside_op"], info
+    assert info["at"] - t0 < CTRL_C_BOUND, info["at"] - t0

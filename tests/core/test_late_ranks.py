@@ -1,0 +1,74 @@
+"""Late ranks are waited for (no timeout given): a rank busy elsewhere for 30-60 s is normal.
+
+The scenarios run concurrently in one test, so the file adds about a minute to CI."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+
+from ranks import Ranks
+
+pytestmark = pytest.mark.slow
+
+LATE_ALL_SUM = """
+g = dist.init(strict=True, backend="ring", timeout=60)
+x = np.full(16 << 20, RANK + 1, np.float32)  # 64 MiB: far more than the socket buffers and shm ring hold
+if RANK == 1:
+    time.sleep(30)  # the scenario: rank 1 writes a checkpoint while rank 0 is already in all_sum
+t0 = time.monotonic()
+y = dist.all_sum(x)
+report(elapsed=time.monotonic() - t0, exact=bool((y == 3).all()), links=g._core.link_kinds())
+"""
+
+# rank 0 sends to rank 2, no ring neighbour of it in 4 ranks: the direct link is set up by this call
+LATE_RECV = """
+g = dist.init(strict=True, backend="ring", timeout=60)
+t0 = time.monotonic()
+if RANK == 0:
+    dist.send(np.arange(2 << 20, dtype=np.int32), 2)
+elif RANK == 2:
+    time.sleep(30)
+    y = dist.recv((2 << 20,), np.int32, 0)
+    assert (y == np.arange(2 << 20, dtype=np.int32)).all()
+elapsed = time.monotonic() - t0
+g.barrier()
+report(elapsed=elapsed, links=g._core.link_kinds())
+"""
+
+LATE_INIT = """
+if RANK == 1:
+    time.sleep(60)  # MLX_JUPYTER_CONNECT_TIMEOUT is the default 120 s
+t0 = time.monotonic()
+g = dist.init()
+waited = time.monotonic() - t0
+report(size=g.size(), waited=waited, total=float(dist.all_sum(np.ones(4), timeout=30)[0]))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_late_ranks_are_waited_for() -> None:
+    cases = {
+        ("all_sum", "tcp"): Ranks(2, LATE_ALL_SUM, env={"MLX_JUPYTER_TRANSPORT": "tcp"}),
+        ("all_sum", "auto"): Ranks(2, LATE_ALL_SUM, env={"MLX_JUPYTER_TRANSPORT": "auto"}),
+        ("recv", "tcp"): Ranks(4, LATE_RECV, env={"MLX_JUPYTER_TRANSPORT": "tcp"}),
+        ("recv", "auto"): Ranks(4, LATE_RECV, env={"MLX_JUPYTER_TRANSPORT": "auto"}),
+        ("init", "tcp"): Ranks(2, LATE_INIT, env={"MLX_JUPYTER_TRANSPORT": "tcp"}),
+    }
+    with contextlib.ExitStack() as stack:
+        for ranks in cases.values():
+            stack.enter_context(ranks).start()
+        res = {key: ranks.results(timeout=240) for key, ranks in cases.items()}
+    for transport in ("tcp", "auto"):
+        kind = "tcp" if transport == "tcp" else "shm"
+        r0, r1 = res[("all_sum", transport)]
+        assert r0["exact"] and r1["exact"], (transport, r0, r1)
+        assert r0["elapsed"] >= 29, (transport, r0)  # rank 0 really waited for the late rank
+        assert r0["links"] == [f"right:{kind}", f"left:{kind}"], r0
+        ranks_res = res[("recv", transport)]
+        assert ranks_res[0]["elapsed"] >= 29, (transport, ranks_res[0])
+        assert f"rank 2:{kind}" in ranks_res[0]["links"], ranks_res[0]
+    i0, i1 = res[("init", "tcp")]
+    assert i0["size"] == i1["size"] == 2 and i0["total"] == i1["total"] == 2.0, (i0, i1)
+    assert i0["waited"] >= 59, i0

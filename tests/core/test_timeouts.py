@@ -1,0 +1,89 @@
+"""Timeouts are honest: inf waits, NaN/negatives are refused, a launched rank never falls back to one rank."""
+
+from __future__ import annotations
+
+import pytest
+
+from ranks import Ranks
+from ranks import run as run_ranks
+
+TIMEOUT_VALUES = """
+import math
+g = dist.init(strict=True, backend="ring", timeout=30)
+out = {}
+x = np.full(1 << 10, RANK + 1, np.float32)
+out["inf"] = float(dist.all_sum(x, timeout=float("inf"))[0])
+out["huge"] = float(dist.all_sum(x, timeout=1e300)[0])
+out["minus_one"] = float(dist.all_sum(x, timeout=-1)[0])
+out["env_default"] = g.default_timeout
+out["default_call"] = float(dist.all_sum(x)[0])
+bad = {}
+for v in (float("nan"), -0.5, -2.0, -float("inf")):
+    try:
+        dist.all_sum(x, timeout=v)
+        bad[repr(v)] = None
+    except ValueError as exc:
+        bad[repr(v)] = str(exc)
+out["bad"] = bad
+out["aborted_after_bad"] = g.aborted
+# complex max/min: a NaN in either operand wins, as for real numbers
+c = np.array([1 + 1j, complex("nan+0j") if RANK == 1 else 5 + 0j], np.complex64)
+out["cmax"] = [str(v) for v in dist.all_max(c)]
+out["cmin"] = [str(v) for v in dist.all_min(c)]
+report(**out)
+"""
+
+
+@pytest.mark.parametrize("env_timeout", ["inf", "1e12"])
+def test_infinite_and_huge_timeouts_wait_and_nan_or_negative_are_value_errors(env_timeout: str) -> None:
+    res = run_ranks(2, TIMEOUT_VALUES, per_rank_env={r: {"MLX_JUPYTER_TIMEOUT": env_timeout} for r in range(2)})
+    for info in res:
+        assert info["inf"] == info["huge"] == info["minus_one"] == info["default_call"] == 3.0, info
+        assert info["env_default"] == float(env_timeout), info
+        for v, msg in info["bad"].items():
+            assert msg and "timeout must be >= 0 seconds (or -1 to wait)" in msg, (v, msg)
+        assert not info["aborted_after_bad"], info
+        assert info["cmax"][1] == info["cmin"][1] == "(nan+0j)", info
+        assert info["cmax"][0] == info["cmin"][0] == "(1+1j)", info
+
+
+def test_environment_timeouts_are_checked() -> None:
+    code = """
+errors = {}
+for name, value in [("MLX_JUPYTER_TIMEOUT", "nan"), ("MLX_JUPYTER_TIMEOUT", "-3"),
+                    ("MLX_JUPYTER_CONNECT_TIMEOUT", "soon"), ("MLX_JUPYTER_DEAD_PEER_TIMEOUT", "0")]:
+    os.environ[name] = value
+    try:
+        dist.init(strict=True, backend="ring")
+        errors[name + "=" + value] = None
+    except ValueError as exc:
+        errors[name + "=" + value] = str(exc)
+    del os.environ[name]
+report(errors=errors)
+"""
+    with Ranks(1, code) as ranks:
+        info = ranks.start().results(60)[0]
+    for key, msg in info["errors"].items():
+        assert msg and key.split("=")[0] in msg, (key, msg)
+
+
+def test_a_launched_rank_never_falls_back_to_one_rank_silently() -> None:
+    # rank 1 never starts: with MLX_RANK/MLX_HOSTFILE set, init() raises even without strict
+    code = """
+import warnings
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    try:
+        g = dist.init(timeout=1.0)
+        report(size=g.size())
+    except dist.SetupError as exc:
+        report(error="SetupError", message=str(exc))
+    except dist.DistributedError as exc:
+        report(error=type(exc).__name__, message=str(exc))
+"""
+    with Ranks(2, code) as ranks:
+        ranks.start(only=[0])
+        ranks.procs = ranks.procs[:1]
+        info = ranks.results(60)[0]
+    assert info.get("error") == "SetupError", info
+    assert "ring:" in info["message"] and "rank 1" in info["message"], info
