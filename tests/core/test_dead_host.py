@@ -93,4 +93,5 @@ def test_vanished_host_is_detected_within_the_bound(testbed, tmp_path, case, bou
     assert info["error"] == "PeerError", info
     assert "stopped responding" in info["message"] and "rank 1" in info["message"], info
     took = info["at"] - cut_at
+    print(f"{case}: PeerError {took:.2f} s after the cut")
     assert 0 < took < allowed, (case, took, info)
