@@ -385,13 +385,15 @@ Fd Context::connect(int peer, size_t addr_index, const ConnKey& key, const Wait&
     if (fd.valid()) {
       configure_stream(fd.get());
       auto deadline = std::min(wait.deadline, Clock::now() + std::chrono::milliseconds(kHandshakeMs));
+      // Abort and Ctrl-C are honoured during the handshake too, not only between attempts.
+      auto stop = [&] { check_wait(wait, "during the handshake with " + describe(peer) + " at " + ep.str()); };
       uint8_t hello[8 + 32], reply[8 + 32 + 32], ni[32];
       random_bytes(ni, 32);
       std::memcpy(hello, kMagic, 8);
       std::memcpy(hello + 8, ni, 32);
       std::string err;
-      if (!io_exact(fd.get(), hello, sizeof hello, true, deadline, &err) ||
-          !io_exact(fd.get(), reply, sizeof reply, false, deadline, &err)) {
+      if (!io_exact(fd.get(), hello, sizeof hello, true, deadline, &err, stop) ||
+          !io_exact(fd.get(), reply, sizeof reply, false, deadline, &err, stop)) {
         why = "handshake failed: " + err;
       } else if (!greeted_by_peer(reply, ni)) {
         // Not fatal: the real peer may still take over this address; keep trying until the deadline.
@@ -407,8 +409,8 @@ Fd Context::connect(int peer, size_t addr_index, const ConnKey& key, const Wait&
         std::memcpy(answer, &h, sizeof h);
         std::memcpy(answer + sizeof h, mi.data(), 32);
         uint8_t ok = 0;
-        if (io_exact(fd.get(), answer, sizeof answer, true, deadline, &err) &&
-            io_exact(fd.get(), &ok, 1, false, deadline, &err) && ok == 1)
+        if (io_exact(fd.get(), answer, sizeof answer, true, deadline, &err, stop) &&
+            io_exact(fd.get(), &ok, 1, false, deadline, &err, stop) && ok == 1)
           return fd;
         why = ok == 0 && err.empty() ? "refused by the peer (token or world size differ; see its log)" : "handshake failed: " + err;
       }
