@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import signal
+import time
+
 import pytest
 
 from ranks import Ranks
 from ranks import run as run_ranks
+from test_faults import CTRL_C_BOUND, _wait_blocked
 
 TIMEOUT_VALUES = """
 import math
@@ -87,3 +92,35 @@ with warnings.catch_warnings(record=True) as seen:
         info = ranks.results(60)[0]
     assert info.get("error") == "SetupError", info
     assert "ring:" in info["message"] and "rank 1" in info["message"], info
+
+
+def test_ctrl_c_while_setting_up_a_link_raises_keyboard_interrupt() -> None:
+    """A send to a non-neighbour whose recv never comes: the link set-up itself is interrupted."""
+    code = """
+g = dist.init(strict=True, backend="ring", timeout=30)
+if RANK != 0:
+    sys.stdin.readline()
+    report(ok=True); sys.exit(0)
+print("ENTERING", flush=True)
+try:
+    dist.send(np.ones(4, np.float32), 2)
+    report(error=None)
+except BaseException as exc:
+    import traceback
+    at = time.monotonic()
+    report(error=type(exc).__name__, at=at, inside_op="_core." in (traceback.extract_tb(exc.__traceback__)[-1].line or ""),
+           aborted=g.aborted)
+"""
+    with Ranks(4, code, env={"MLX_JUPYTER_TRANSPORT": "tcp"}) as ranks:
+        ranks.start()
+        assert ranks.procs[0].stdout.readline().startswith("ENTERING")
+        _wait_blocked(ranks.procs[0].pid)
+        sent_at = time.monotonic()
+        ranks.procs[0].send_signal(signal.SIGINT)
+        out, err = ranks.procs[0].communicate(timeout=30)
+        for p in ranks.procs[1:]:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+    info = json.loads([ln for ln in out.splitlines() if ln.startswith("RESULT ")][-1][7:])
+    assert info["error"] == "KeyboardInterrupt" and info["inside_op"] and info["aborted"], info
+    assert info["at"] - sent_at < CTRL_C_BOUND, info["at"] - sent_at
