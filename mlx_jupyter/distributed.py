@@ -119,12 +119,14 @@ _world: Group | None = None
 
 
 def backends() -> list[dict[str, Any]]:
-    """For each backend: name, available, detail (what was found or what is missing), fix."""
-    return [dict(d) for d in _core.backends()]
+    """For each backend: name, available (machine and MLX build), machine, mlx (True/False/None), detail, fix."""
+    from mlx_jupyter.mlx_backends import combine
+
+    return [combine(dict(d)) for d in _core.backends()]
 
 
 def is_available(backend: str = "any") -> bool:
-    """Whether this machine can run `backend` at all (not whether a group can form now)."""
+    """Whether this machine and the installed MLX build can run `backend` (not whether a group can form now)."""
     if backend == "any":
         return True
     return any(b["name"] == backend and b["available"] for b in backends())

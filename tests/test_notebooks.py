@@ -53,7 +53,8 @@ def mimetypes(nb: nbformat.NotebookNode) -> set[str]:
 def test_every_notebook_is_tested():
     assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted(
         ["01-quickstart.ipynb", "02-cabling-a-mac-cluster.ipynb", "03-data-parallel-training.ipynb",
-         "04-remote-cluster-over-ssh.ipynb", "05-launch-from-a-notebook.ipynb"])
+         "04-remote-cluster-over-ssh.ipynb", "05-launch-from-a-notebook.ipynb",
+         "buffers_and_backends.ipynb"])
 
 
 @pytest.mark.timeout(240)
@@ -115,3 +116,15 @@ def test_launch_from_a_notebook():
     assert "rank 1" in out and "exit code: 3" in out
     assert "[rank 0] rank 0 sees EXAMPLE_SETTING = 42" in out and "[rank 1] rank 1 sees EXAMPLE_SETTING = 42" in out
     assert not (NOTEBOOKS / "allsum_example.py").exists() and not (NOTEBOOKS / "hostfile_example.json").exists()
+
+
+@pytest.mark.timeout(240)
+def test_buffers_and_backends():
+    pytest.importorskip("mlx_jupyter._mlx_bridge")
+    out = text_of(run("buffers_and_backends.ipynb"))
+    assert "same memory as the numpy array: True" in out, out
+    assert "mlx.core.array [2, 3] mlx.core.float32" in out, out
+    assert "sum of x + 1: 4096" in out and "deleter calls: 1 with the address: True" in out, out
+    assert "ValueError: unsupported dtype 'float128'" in out and "deleter calls: 1" in out, out
+    assert "ring        machine=True  mlx=True  available=True" in out, out
+    assert "mlx build" in out and "ring:" in out, out

@@ -9,12 +9,16 @@ import platform
 
 def table(rows: list[dict]) -> str:
     """The backend table as aligned text."""
-    lines = [f"{'backend':<11} {'status':<10} details"]
+    from mlx_jupyter.mlx_backends import label
+
+    lines = [f"{'backend':<11} {'status':<10} {'machine':<8} {'mlx build':<10} details"]
     for r in rows:
         status = "available" if r["available"] else "missing"
-        lines.append(f"{r['name']:<11} {status:<10} {r['detail']}")
+        machine = label(r.get("machine", r["available"]))
+        build = label(r.get("mlx"))
+        lines.append(f"{r['name']:<11} {status:<10} {machine:<8} {build:<10} {r['detail']}")
         if r["fix"]:
-            lines.append(f"{'':<22} fix: {r['fix']}")
+            lines.append(f"{'':<41} fix: {r['fix']}")
     return "\n".join(lines)
 
 
