@@ -123,7 +123,7 @@ def test_buffers_and_backends():
     pytest.importorskip("mlx_jupyter._mlx_bridge")
     out = text_of(run("buffers_and_backends.ipynb"))
     assert "same memory as the numpy array: True" in out, out
-    assert "mlx.core.array [2, 3] mlx.core.float32" in out, out
+    assert "mlx.core.array (2, 3) mlx.core.float32" in out, out
     assert "sum of x + 1: 4096" in out and "deleter calls: 1 with the address: True" in out, out
     assert "ValueError: unsupported dtype 'float128'" in out and "deleter calls: 1" in out, out
     assert "ring        machine=True  mlx=True  available=True" in out, out

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -81,10 +82,26 @@ mx::Shape shape_from(nb::handle shape) {
   return out;
 }
 
+// mlx.core.array, the nanobind type MLX registered (same nanobind ABI and domain "mlx",
+// so this module shares MLX's nanobind internals).
+nb::handle mlx_array_type() {
+  static nb::handle type = nb::object(nb::module_::import_("mlx.core").attr("array")).release();
+  return type;
+}
+
 // Wraps `data` with MLX's constructor; `once` runs when MLX is done with the memory.
+// The C++ array is moved into a fresh instance of MLX's own Python type, found by the
+// type object rather than by std::type_info, so no RTTI has to match across libraries.
 nb::object make_array(void* data, mx::Shape shape, mx::Dtype t, std::shared_ptr<OnceCall> once) {
   mx::array a(data, std::move(shape), t, [once](void*) { (*once)(); });
-  return nb::cast(std::move(a), nb::rv_policy::move);
+  nb::handle type = mlx_array_type();
+  if (!nb::type_check(type) || nb::type_size(type) != sizeof(mx::array))
+    throw std::runtime_error("mlx.core.array is not the nanobind type this module was built against: "
+                             "reinstall mlx-jupyter against the installed MLX");
+  nb::object obj = nb::inst_alloc(type);
+  new (nb::inst_ptr<mx::array>(obj)) mx::array(std::move(a));
+  nb::inst_mark_ready(obj);
+  return obj;
 }
 
 nb::object array_from_pointer(nb::object address, nb::object shape, nb::object dtype, nb::object deleter) {

@@ -50,7 +50,7 @@ def test_copy_path_owns_its_memory_after_the_deleter() -> None:
     data = np.arange(12, dtype=np.float32)
     calls, free = counter()
     a = mlx_jupyter.array_from_pointer(data.ctypes.data, [3, 4], "float32", free)
-    assert a.shape == [3, 4] and a.dtype == mx.float32
+    assert a.shape == (3, 4) and a.dtype == mx.float32
     if METAL:
         pytest.skip("Metal adopts the memory: no copy (tested in test_metal_no_copy)")
     data[:] = -1  # the caller may reuse its memory once the deleter ran
@@ -102,7 +102,7 @@ def test_buffer_to_mlx_keeps_buffer_alive_and_matches() -> None:
     calls, free = counter()
     buf = Buffer.from_pointer(data.ctypes.data, (2, 3), "float32", free)
     a = buf.to_mlx()
-    assert type(a) is mx.array and a.shape == [2, 3] and a.dtype == mx.float32
+    assert type(a) is mx.array and a.shape == (2, 3) and a.dtype == mx.float32
     assert np.array_equal(np.array(a), data)
     del buf
     gc.collect()
