@@ -18,7 +18,7 @@ def table(rows: list[dict]) -> str:
         build = label(r.get("mlx"))
         lines.append(f"{r['name']:<11} {status:<10} {machine:<8} {build:<10} {r['detail']}")
         if r["fix"]:
-            lines.append(f"{'':<41} fix: {r['fix']}")
+            lines.append(f"{'':<43} fix: {r['fix']}")
     return "\n".join(lines)
 
 
