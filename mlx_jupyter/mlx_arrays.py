@@ -19,13 +19,13 @@ FIX = ("Fix: install MLX into the environment that builds mlx-jupyter "
 
 def _bridge() -> Any:
     """The native bridge, or an ImportError that says why it is missing and how to fix it."""
+    import mlx.core as mx  # loads libmlx.so first, so the bridge links to the very library MLX uses
+
     try:
         bridge = importlib.import_module("mlx_jupyter._mlx_bridge")
     except ImportError as e:
         raise ImportError(f"mlx_jupyter._mlx_bridge is not available ({e}): this mlx-jupyter was built "
                           f"without MLX's headers and CMake files. {FIX}") from e
-    import mlx.core as mx
-
     if bridge.MLX_VERSION != mx.__version__:  # MLX's C++ ABI is not stable across releases
         raise ImportError(f"mlx_jupyter._mlx_bridge was built against MLX {bridge.MLX_VERSION}, but MLX "
                           f"{mx.__version__} is installed. {FIX}")
