@@ -13,7 +13,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence, Union
+from typing import Any, Iterable, Mapping, Sequence, Union
 
 RdmaEntry = Union[str, list[str], None]
 
@@ -91,15 +91,26 @@ def check_env_key(key: str) -> bool:
     return bool(_ENV_KEY.match(key)) and not key[0].isdigit()
 
 
-def parse_env(items: Iterable[str], where: str = "--env") -> tuple[dict[str, str], list[str]]:
-    """Split ``K=V`` strings into a dict; return it and warnings for the items skipped."""
+def parse_env(items: Iterable[str], where: str = "--env",
+              passthrough: Mapping[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
+    """Split ``K=V`` strings into a dict; return it and warnings for the items skipped.
+
+    A bare ``KEY`` takes its value from ``passthrough`` (the launcher's environment, as
+    ``ssh -o SendEnv``); without ``passthrough``, or when it lacks ``KEY``, it is skipped.
+    """
     env: dict[str, str] = {}
     warnings: list[str] = []
     for item in items:
         key, sep, value = str(item).partition("=")
-        if not sep or not check_env_key(key):
+        if not check_env_key(key):
             warnings.append(f"{where} {item!r}: expected KEY=VALUE with KEY made of [A-Za-z0-9_]; skipped")
             continue
+        if not sep:
+            if passthrough is None or key not in passthrough:
+                why = "is not set here" if passthrough is not None else "needs =VALUE here"
+                warnings.append(f"{where} {key}: {why} (a bare KEY passes this environment's value on); skipped")
+                continue
+            value = passthrough[key]
         if "\0" in value:
             warnings.append(f"{where} {key}: the value contains a NUL byte; skipped")
             continue
@@ -199,6 +210,43 @@ def read_hostfile(path: str | Path) -> Hostfile:
     return loads_hostfile(text, f"hostfile {str(path)!r}")
 
 
+def hostfile_path(hosts: Any) -> str | None:
+    """The path ``hosts`` names when it is a hostfile (a Path, or text with "/" or naming a file), else None."""
+    if isinstance(hosts, Path):
+        return str(hosts)
+    if isinstance(hosts, str) and ("/" in hosts or Path(hosts).is_file()):
+        return hosts
+    return None
+
+
+@dataclass
+class LaunchSettings:
+    """A launch's backend and env after a hostfile's and the explicit ones are merged."""
+
+    backend: str
+    env: dict[str, str]
+    notices: list[str] = field(default_factory=list)
+
+
+def merge_settings(hostfile: Hostfile | None, source: str, backend: str | None = None,
+                   env: Mapping[str, str] | None = None, default_backend: str = "ring") -> LaunchSettings:
+    """The one rule for every entry point: the hostfile's backend and envs, under the explicit ones.
+
+    Each explicit value that replaces a different one from the file gives a notice naming both.
+    """
+    explicit = dict(env or {})
+    if hostfile is None:
+        return LaunchSettings(backend or default_backend, explicit)
+    merged, notices = parse_env(hostfile.envs, f"{source} envs")
+    if backend and hostfile.backend and backend != hostfile.backend:
+        notices.append(f"{source} says backend {hostfile.backend!r}; using {backend!r} as given explicitly")
+    for key, value in explicit.items():
+        if key in merged and merged[key] != value:
+            notices.append(f"{source} sets {key}={merged[key]}; using {key}={value} as given explicitly")
+    merged.update(explicit)
+    return LaunchSettings(backend or hostfile.backend or default_backend, merged, notices)
+
+
 def dumps_hostfile(hostfile: Hostfile | Sequence[Host], form: str = "auto") -> str:
     """JSON text of a hostfile: ``form`` is ``list``, ``object`` or ``auto`` (object when needed)."""
     if not isinstance(hostfile, Hostfile):
@@ -230,8 +278,8 @@ def resolve_hosts(hosts: Union[str, Path, Sequence[Host], None], repeat: int = 1
     """Accept a host list, a hostfile path or ``"h1,h2"``; return hosts in rank order."""
     if hosts is None:
         return parse_host_list("127.0.0.1", repeat)
-    if isinstance(hosts, Path) or (isinstance(hosts, str) and ("/" in hosts or Path(hosts).is_file())):
-        return repeat_hosts(read_hostfile(hosts).hosts, repeat)
+    if (path := hostfile_path(hosts)) is not None:
+        return repeat_hosts(read_hostfile(path).hosts, repeat)
     if isinstance(hosts, str):
         return parse_host_list(hosts, repeat)
     hosts = list(hosts)

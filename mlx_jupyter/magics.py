@@ -5,6 +5,7 @@ Thin: every magic parses its options and calls :class:`mlx_jupyter.cluster.Clust
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Optional
 
@@ -118,7 +119,7 @@ class MLXMagics(Magics):
     @argument("-n", "--repeat-hosts", type=int, default=None, help="ranks per host (default 2 for one local host)")
     @argument("--hosts", default=None, help="comma-separated hosts (default 127.0.0.1)")
     @argument("--hostfile", default=None, help="JSON hostfile (instead of --hosts)")
-    @argument("--backend", default="ring", help="ring, jaccl, jaccl-ring, nccl or mpi")
+    @argument("--backend", default=None, help="ring, jaccl, jaccl-ring, nccl or mpi (default: the hostfile's, else ring)")
     @argument("--python", default=None, help="interpreter on the ranks")
     @argument("--env", action="append", default=[], metavar="K=V", help="environment for every rank (repeatable)")
     @argument("--cwd", default=None, help="working directory on every rank")
@@ -156,23 +157,22 @@ class MLXMagics(Magics):
                 raise UsageError("a cluster is already running: %mlx_cluster restart, or %mlx_cluster stop first")
             if args.hosts and args.hostfile:
                 raise UsageError("--hosts and --hostfile together: give one (the hostfile lists the hosts)")
-            env = {}
-            for item in args.env:
-                key, sep, value = item.partition("=")
-                if not sep or not key:
-                    raise UsageError(f"--env takes K=V, got {item!r}")
-                env[key] = value
+            from mlx_jupyter.hostfile import parse_env
+
+            env, problems = parse_env(args.env, "--env", passthrough=os.environ)
+            if problems:
+                raise UsageError("; ".join(problems))
             n = args.repeat_hosts if args.repeat_hosts is not None else 2 if not (args.hosts or args.hostfile) else 1
             from mlx_jupyter.net.ssh import SSHOptions, options_from_args
 
             ssh_options = options_from_args(args)
-            cluster = Cluster(n=n, hosts=args.hosts, hostfile=args.hostfile, backend=args.backend,
-                              python=args.python, env=env, cwd=args.cwd, timeout=args.timeout,
-                              controller_ip=args.controller_ip,
-                              ssh_options=None if ssh_options == SSHOptions() else ssh_options)
-            try:
+            try:  # an unreadable hostfile: say so now, before starting anything
+                cluster = Cluster(n=n, hosts=args.hosts, hostfile=args.hostfile, backend=args.backend,
+                                  python=args.python, env=env, cwd=args.cwd, timeout=args.timeout,
+                                  controller_ip=args.controller_ip,
+                                  ssh_options=None if ssh_options == SSHOptions() else ssh_options)
                 total = cluster.expected_size()
-            except Exception as exc:  # an unreadable hostfile: say so now, before starting anything
+            except (OSError, ValueError) as exc:
                 raise UsageError(f"--hostfile {args.hostfile}: {exc}") from None
             progress = _Progress(total, "starting")
             try:

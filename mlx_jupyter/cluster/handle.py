@@ -52,12 +52,21 @@ FAST_CONTROLLER_ARGS = [
 CHANNEL_ENV = "MLX_JUPYTER_CELL_CHANNEL"
 
 
+def _settings(hostfile: Optional[str], backend: Optional[str], env: Optional[Mapping[str, str]]) -> Any:
+    """Backend and env from the hostfile (read now, so that a bad one fails here) and the explicit ones."""
+    from mlx_jupyter.hostfile import merge_settings, read_hostfile
+
+    hf = read_hostfile(hostfile) if hostfile else None
+    return merge_settings(hf, f"hostfile {hostfile}", backend, env)
+
+
 class Cluster(Readiness, Supervision, Control, Data):
     """MLX ranks as ipyparallel engines, engine id = rank. A context manager.
 
     ``n`` ranks per host (like ``mlx.launch -n``); ``hosts`` a list or
     ``"h1,h2"`` (default one local host), or ``hostfile``. ``env`` is added to
-    every rank's environment. ``ssh_options`` (:class:`mlx_jupyter.net.ssh.SSHOptions`)
+    every rank's environment. A hostfile's ``backend`` and ``envs`` apply unless
+    ``backend``/``env`` say otherwise (a notice names each override); else ring. ``ssh_options`` (:class:`mlx_jupyter.net.ssh.SSHOptions`)
     say how to reach remote hosts. With remote hosts the controller listens on
     every interface and tells the engines this machine's name; pass
     ``controller_ip`` (an address of this machine the hosts can reach) when
@@ -71,7 +80,7 @@ class Cluster(Readiness, Supervision, Control, Data):
         n: int = 2,
         hosts: Optional[Sequence[str] | str] = None,
         hostfile: Optional[str] = None,
-        backend: str = "ring",
+        backend: Optional[str] = None,
         python: Optional[str] = None,
         env: Optional[Mapping[str, str]] = None,
         cwd: Optional[str] = None,
@@ -93,9 +102,11 @@ class Cluster(Readiness, Supervision, Control, Data):
         self.n = int(n)
         if self.n < 1:
             raise ValueError(f"n must be at least 1 rank per host, got {n}")
-        self.backend = backend
         self.python = python or sys.executable
-        self.env = dict(env or {})
+        settings = _settings(hostfile, backend, env)
+        self.backend, self.env, self.notices = settings.backend, settings.env, settings.notices
+        for notice in self.notices:
+            print(f"mlx-jupyter: {notice}", file=sys.stderr)
         self.cwd = cwd
         self.starting_port = starting_port
         self.local = hostfile is None and all(is_local(h) for h in self.hosts)

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from typing import Any, Sequence, TextIO
 
 from mlx_jupyter.config import measure
 from mlx_jupyter.config.discovery import THUNDERBOLT_COMMANDS, Progress, discover, ethernet_addresses
 from mlx_jupyter.config.runners import COMMAND_TIMEOUT, CONNECT_TIMEOUT, Runner, SSHRunner
-from mlx_jupyter.config.setup import apply_setup
+from mlx_jupyter.config.setup import apply_setup, hostfile_text, hosts_to_set_up
 from mlx_jupyter.topology import DiscoveryError, PlanError, Topology, TopologyError
 from mlx_jupyter.topology.commands import IP_ADDR, UNAME, getifaddr
 
@@ -40,6 +39,11 @@ def parser() -> argparse.ArgumentParser:
                    help="run the setup commands over ssh on hosts with passwordless sudo")
     p.add_argument("--no-auto-setup", dest="auto_setup", action="store_false", help="only print them (default)")
     p.add_argument("--output-hostfile", help="write the hostfile here instead of printing it")
+    p.add_argument("--hostfile-format", choices=["object", "list"], default="object",
+                   help="object: {backend, envs, hosts} (MLX 0.32, mlx-jupyter); list: the plain host list "
+                        "MLX 0.29-0.31 read (backend and envs left out)")
+    p.add_argument("--partial-setup", action="store_true",
+                   help="with --auto-setup: set up the hosts with passwordless sudo even if others lack it")
     p.add_argument("--dot", action="store_true", help="print the cabling as GraphViz DOT and stop")
     p.add_argument("--env", action="append", default=[], metavar="K=V", help="saved into the hostfile (repeatable)")
     p.add_argument("--ignore-unreachable", action="store_true", help="leave out hosts ssh cannot reach")
@@ -85,14 +89,16 @@ def _print_setup(out: TextIO, host: str, lines: list[str], why: str) -> None:
     out.write(f"{title}\n{'=' * len(title)}\n" + "\n".join(lines) + "\n\n")
 
 
-def save_hostfile(data: dict, path: str | None, out: TextIO, err: TextIO) -> None:
-    text = json.dumps(data, indent=4)
+def save_hostfile(data: dict, path: str | None, out: TextIO, err: TextIO, form: str = "object") -> None:
+    text, warnings = hostfile_text(data, form)
+    for w in warnings:
+        err.write(f"warning: {w}\n")
     if path:
         with open(path, "w") as fh:
-            fh.write(text + "\n")
+            fh.write(text)
         err.write(f"wrote {path} (backend {data['backend'] or 'unset'}, {len(data['hosts'])} hosts)\n")
     else:
-        out.write(f"Hostfile\n========\n{text}\n")
+        out.write(f"Hostfile\n========\n{text}")
 
 
 async def configure(args: argparse.Namespace, runner: Runner, out: TextIO, err: TextIO) -> int:
@@ -129,7 +135,7 @@ async def configure(args: argparse.Namespace, runner: Runner, out: TextIO, err: 
             return 1
         from mlx_jupyter.topology.hostfiles import ethernet_hostfile
 
-        save_hostfile(ethernet_hostfile(names, ips, args.backend or "", envs), args.output_hostfile, out, err)
+        save_hostfile(ethernet_hostfile(names, ips, args.backend or "", envs), args.output_hostfile, out, err, args.hostfile_format)
         return 0
     topo = Topology.from_outputs(names, disc.outputs, disc.sudo)
     for w in topo.warnings:
@@ -139,22 +145,22 @@ async def configure(args: argparse.Namespace, runner: Runner, out: TextIO, err: 
         return 0
     choice = topo.choose_backend(args.backend, envs)
     err.write(f"backend: {choice.backend} — {choice.reason}\n")
-    status = await setup_hosts(topo, runner, args.auto_setup, out, err)
-    save_hostfile(choice.hostfile, args.output_hostfile, out, err)
+    status = await setup_hosts(topo, runner, args.auto_setup, out, err, args.partial_setup)
+    save_hostfile(choice.hostfile, args.output_hostfile, out, err, args.hostfile_format)
     if check is not None:
         report = await measure.measure_topology(topo, runner, check, out, err, args.verbose)
         status = status or (0 if report.ok else 1)
     return status
 
 
-async def setup_hosts(topo: Topology, runner: Runner, auto: bool, out: TextIO, err: TextIO) -> int:
-    """Run the setup where allowed (auto-setup and passwordless sudo), print it for the other hosts."""
+async def setup_hosts(topo: Topology, runner: Runner, auto: bool, out: TextIO, err: TextIO,
+                      partial: bool = False) -> int:
+    """Run the setup where allowed (see `hosts_to_set_up`), print it for the other hosts."""
     commands = topo.setup_commands()
-    allowed = {h.name for h in topo.hosts if auto and h.sudo}
+    allowed, why = hosts_to_set_up({h.name: h.sudo for h in topo.hosts}, auto, partial)
     for host in topo.hosts:
-        if host.name not in allowed:
-            why = "no passwordless sudo: run these by hand" if auto else "run these, or pass --auto-setup"
-            _print_setup(out, host.name, commands[host.name], why)
+        if host.name in why:
+            _print_setup(out, host.name, commands[host.name], why[host.name])
     if not allowed:
         return 0
     err.write(f"setting up {', '.join(n for n in topo.names if n in allowed)} over ssh\n")

@@ -41,3 +41,37 @@ async def apply_setup(runner: Runner, commands: Mapping[str, Sequence[SetupComma
 
     results = await asyncio.gather(*(one(h, c) for h, c in planned.items()))
     return {h: f for h, f in zip(planned, results) if f}
+
+
+def hosts_to_set_up(sudo: Mapping[str, bool], auto: bool, partial: bool = False) -> tuple[list[str], dict[str, str]]:
+    """Which hosts to set up over ssh, and why each other one is left to the user.
+
+    All or none, as MLX's configurator: with auto-setup, one host without passwordless
+    sudo leaves every host's commands printed, unless ``partial`` sets up those that can.
+    """
+    if not auto:
+        return [], {h: "run these, or pass --auto-setup" for h in sudo}
+    lacking = [h for h, ok in sudo.items() if not ok]
+    if lacking and not partial:
+        because = f"{', '.join(lacking)} lack(s) passwordless sudo, so no host was set up; run these by hand, " \
+                  "or pass --partial-setup to set up the others"
+        return [], {h: ("no passwordless sudo: " if h in lacking else "") + because for h in sudo}
+    return [h for h in sudo if sudo[h]], {h: "no passwordless sudo: run these by hand" for h in lacking}
+
+
+def hostfile_text(data: Mapping[str, object], form: str = "object") -> tuple[str, list[str]]:
+    """The hostfile JSON a plan writes, checked by the launcher's reader; warnings for what ``list`` drops.
+
+    ``object`` (``{backend, envs, hosts}``) is read by MLX 0.32 and us; ``list`` is the plain list
+    MLX 0.29-0.31's ``mlx.launch`` reads, without backend and envs.
+    """
+    from mlx_jupyter.hostfile import dumps_hostfile, parse_hostfile
+
+    hf = parse_hostfile(dict(data), "the planned hostfile")
+    warnings = []
+    if form == "list" and (hf.backend or hf.envs):
+        dropped = [f"backend {hf.backend}"] if hf.backend else []
+        dropped += [f"env {e}" for e in hf.envs]
+        warnings.append(f"--hostfile-format list leaves out {', '.join(dropped)}: pass them to the launcher "
+                        "(--backend, --env)")
+    return dumps_hostfile(hf, form), warnings

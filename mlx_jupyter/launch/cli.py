@@ -16,8 +16,10 @@ import sys
 from typing import Optional, Sequence
 
 from mlx_jupyter.net import ssh
-from mlx_jupyter.hostfile import BACKENDS, HostfileError, parse_env, parse_host_list, read_hostfile, repeat_hosts
+from mlx_jupyter.hostfile import (BACKENDS, HostfileError, merge_settings, parse_env, parse_host_list, read_hostfile,
+                                  repeat_hosts)
 from mlx_jupyter.launch.errors import LaunchError
+from mlx_jupyter.launch.config import local_script
 from mlx_jupyter.launch.job import Job, LaunchConfig
 
 PROG = "mlx-jupyter launch"
@@ -52,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--repeat-hosts", type=_positive, default=1, metavar="N", help="ranks per host")
     p.add_argument("--hostfile", help="JSON hostfile (list or {backend, envs, hosts}); overrides --hosts")
     p.add_argument("--backend", choices=BACKENDS, help="default: the hostfile's, else nccl with CUDA, else ring")
-    p.add_argument("--env", action="append", default=[], metavar="K=V", help="set an env var on every rank")
+    p.add_argument("--env", action="append", default=[], metavar="K=V",
+                   help="set an env var on every rank; a bare KEY passes this environment's value on")
     p.add_argument("--mpi-arg", action="append", default=[], metavar="A", help="extra mpirun argument(s)")
     p.add_argument("--connections-per-ip", type=_positive, default=1, metavar="N", help="ring: connections per IP")
     p.add_argument("-p", "--starting-port", type=_port, default=32323, metavar="P",
@@ -96,6 +99,8 @@ def verify_command(command: list[str], cwd: Optional[str]) -> None:
     """Check locally that the script/command exists; raise :class:`UsageError` otherwise."""
     first = command[0]
     base = cwd if cwd and os.path.isdir(cwd) else os.getcwd()
+    if local_script(first, cwd) is not None:
+        return
     if first.endswith(".py") or "/" in first:
         if not os.path.exists(os.path.join(base, first)):
             raise UsageError(f"{first!r} not found in {base}; pass --no-verify-script if it exists only on the hosts")
@@ -114,23 +119,23 @@ def _default_backend() -> str:
 
 def make_config(args: argparse.Namespace, command: list[str]) -> LaunchConfig:
     """Turn parsed options into a :class:`LaunchConfig` (warnings printed, errors raised)."""
-    if args.hostfile:
-        hf = read_hostfile(args.hostfile)
-        hosts, backend, envs = repeat_hosts(hf.hosts, args.repeat_hosts), hf.backend, hf.envs
-    else:
-        hosts, backend, envs = parse_host_list(args.hosts, args.repeat_hosts), None, []
-    env, warnings = parse_env(envs, "hostfile envs")
-    more, more_warnings = parse_env(args.env, "--env")
-    env.update(more)
-    for w in warnings + more_warnings:
+    hf = read_hostfile(args.hostfile) if args.hostfile else None
+    hosts = repeat_hosts(hf.hosts, args.repeat_hosts) if hf else parse_host_list(args.hosts, args.repeat_hosts)
+    explicit, warnings = parse_env(args.env, "--env", passthrough=os.environ)
+    settings = merge_settings(hf, f"hostfile {args.hostfile}", args.backend, explicit,
+                              default_backend=args.backend or (hf and hf.backend) or _default_backend())
+    env = settings.env
+    for w in warnings:
         print(f"{PROG}: warning: {w}", file=sys.stderr)
+    for notice in settings.notices:
+        print(f"{PROG}: {notice}", file=sys.stderr)
     cols, lines = shutil.get_terminal_size((0, 0))
     if cols > 0 and sys.stdout.isatty():
         env.setdefault("COLUMNS", str(cols))
         env.setdefault("LINES", str(lines))
     opts = ssh.options_from_args(args)
     return LaunchConfig(
-        command=command, hosts=hosts, backend=args.backend or backend or _default_backend(), env=env,
+        command=command, hosts=hosts, backend=settings.backend, env=env,
         cwd=args.cwd, cwd_required=args.cwd is not None, python=args.python, starting_port=args.starting_port,
         connections_per_ip=args.connections_per_ip, nccl_port=args.nccl_port, ssh_options=opts, stdin=True,
         verbose=args.verbose, mpi_args=list(args.mpi_arg),

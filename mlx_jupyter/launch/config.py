@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ class LaunchConfig:
     command: list[str]
     hosts: Union[str, Path, Sequence[Host], None] = None
     repeat_hosts: int = 1
-    backend: str = "ring"
+    backend: Optional[str] = None     # None: a hostfile's, else ring
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: Optional[str] = None
     cwd_required: bool = False
@@ -42,9 +43,23 @@ class LaunchConfig:
     mpi_args: list[str] = field(default_factory=list)
 
 
-def rank_argv(command: Sequence[str], python: str) -> list[str]:
-    """The argv a rank runs: a ``.py`` script runs with ``python``."""
+def local_script(first: str, cwd: Optional[str] = None) -> Optional[str]:
+    """The absolute path of ``first`` when it names an existing file here (from ``cwd`` if that exists)."""
+    base = cwd if cwd and os.path.isdir(cwd) else os.getcwd()
+    path = os.path.join(base, os.path.expanduser(first))
+    return os.path.abspath(path) if os.path.isfile(path) else None
+
+
+def rank_argv(command: Sequence[str], python: str, cwd: Optional[str] = None) -> list[str]:
+    """The argv a rank runs, as MLX's launcher: a file here (any name) runs with ``python`` by its
+    absolute path; a ``.py`` missing here still runs with ``python``; anything else as is.
+
+    Unlike MLX, an executable file that is not a ``.py`` (``/usr/bin/python3``, ``./run.sh``) runs as itself.
+    """
     if not command:
         raise LaunchError("no command given: what should every rank run?")
     argv = [str(a) for a in command]
+    script = local_script(argv[0], cwd)
+    if script is not None and (argv[0].endswith(".py") or not os.access(script, os.X_OK)):
+        return [python, script, *argv[1:]]
     return [python, *argv] if argv[0].endswith(".py") else argv

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from mlx_jupyter.launch import contract
 from mlx_jupyter.net import ssh
-from mlx_jupyter.hostfile import BACKENDS, Host, resolve_hosts
+from mlx_jupyter.hostfile import BACKENDS, Host, HostfileError, hostfile_path, merge_settings, read_hostfile, resolve_hosts
 from mlx_jupyter.launch import mpi
 from mlx_jupyter.launch.config import ExitCallback, LaunchConfig, OutputCallback, rank_argv
 from mlx_jupyter.launch.connections import Connections
@@ -37,6 +37,7 @@ class Job(Connections, Watch, Stop):
     def __init__(self, config: LaunchConfig):
         self.config = config
         self.token = secrets.token_hex(16)
+        self._apply_hostfile()
         if config.backend not in BACKENDS:
             raise LaunchError(f"backend {config.backend!r} is not one of {', '.join(BACKENDS)}")
         try:
@@ -57,6 +58,19 @@ class Job(Connections, Watch, Stop):
         self._reaped = 0
         self._mpi_plan: Optional[contract.MPIPlan] = None
         self._mpi_output: Optional[mpi.TaggedOutput] = None
+
+    def _apply_hostfile(self) -> None:
+        """A hostfile path given as ``hosts`` brings its backend and envs (explicit ones win, with a notice)."""
+        c = self.config
+        path = hostfile_path(c.hosts)
+        try:
+            hf = read_hostfile(path) if path is not None else None
+        except HostfileError as exc:
+            raise LaunchError(str(exc)) from None
+        settings = merge_settings(hf, f"hostfile {path}", c.backend, c.env)
+        c.backend, c.env = settings.backend, settings.env
+        for notice in settings.notices:
+            print(f"mlx-jupyter launch: {notice}", file=sys.stderr)
 
     def log(self, msg: str) -> None:
         """A step, on stderr with ``verbose``."""
@@ -90,7 +104,7 @@ class Job(Connections, Watch, Stop):
     async def _start_ranks(self) -> None:
         c = self.config
         plans = self._plans()
-        argv = rank_argv(c.command, c.python)
+        argv = rank_argv(c.command, c.python, c.cwd)
         if any(h.is_local for h in self.hosts):
             await self._start_guard()
         await self._connect()
@@ -139,7 +153,7 @@ class Job(Connections, Watch, Stop):
 
     async def _start_mpi(self) -> None:
         c = self.config
-        argv = rank_argv(c.command, c.python)
+        argv = rank_argv(c.command, c.python, c.cwd)
         await self._start_guard()
         env = {**dict(c.env)}
         if c.rank_env:

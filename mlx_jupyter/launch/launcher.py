@@ -45,7 +45,9 @@ class Launcher:
     """Run ``command`` on every rank of ``hosts``; see the module doc for threading.
 
     ``hosts``: a list of :class:`~mlx_jupyter.hostfile.Host`, a hostfile path,
-    or ``"h1,h2"``; ``127.0.0.1``/``localhost`` ranks run without ssh.
+    or ``"h1,h2"``; ``127.0.0.1``/``localhost`` ranks run without ssh. A hostfile's
+    ``backend`` and ``envs`` apply unless ``backend``/``env`` say otherwise (a notice on
+    stderr names each override); with neither, the backend is ring.
     ``rank_env(rank)`` adds env per rank; ``on_output(rank, "stdout"|"stderr",
     line)`` gets each output line (default: print with a ``[rank r]`` prefix);
     ``on_exit(rank, returncode)`` is called as each rank ends. With
@@ -63,7 +65,7 @@ class Launcher:
         command: Sequence[str],
         hosts: Union[str, Path, Sequence[Host], None] = None,
         repeat_hosts: int = 1,
-        backend: str = "ring",
+        backend: Optional[str] = None,
         env: Optional[Mapping[str, str]] = None,
         cwd: Optional[str] = None,
         python: str = sys.executable,

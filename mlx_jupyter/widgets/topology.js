@@ -187,6 +187,7 @@ function drawSide(m, setup, selected, side) {
     html("span", { class: "mlxj-badge" }, choice, be.name);
     html("div", { class: "mlxj-reason" }, choice, be.reason);
     if (be.ring) html("div", { class: "mlxj-note-line" }, choice, `ring order: ${be.ring.join(" → ")}`);
+    if (be.note) html("div", { class: "mlxj-note-line mlxj-fast-synch" }, choice, be.note);
   } else {
     html("span", { class: "mlxj-badge mlxj-badge-error" }, choice, "no backend");
     html("div", { class: "mlxj-reason mlxj-error-text" }, choice, be.error || "");

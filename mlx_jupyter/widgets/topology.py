@@ -7,7 +7,6 @@ cluster) run here, in the kernel, through the same `config` functions as `mlx-ju
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from pathlib import Path
@@ -170,15 +169,17 @@ class TopologyWidget(anywidget.AnyWidget):
             self._report("discover", f"discovered {len(names)} hosts: {self.model['summary']}", "success")
         return self._topology  # type: ignore[return-value]
 
-    def apply_setup(self, auto: bool = True) -> dict[str, dict]:
-        """Apply the address plan over ssh on hosts with passwordless sudo; the others get commands to copy."""
+    def apply_setup(self, auto: bool = True, partial: bool = False) -> dict[str, dict]:
+        """Apply the address plan over ssh when every host has passwordless sudo (``partial``: on those
+        that have it); the others get commands to copy, as `mlx-jupyter config --auto-setup`."""
         from mlx_jupyter import config
 
         topo = self._need_topology()
         commands = topo.setup_commands()
-        allowed = [h.name for h in topo.hosts if auto and h.sudo]
+        allowed, why = config.hosts_to_set_up({h.name: h.sudo for h in topo.hosts}, auto, partial)
         result = {h.name: {"mode": "auto" if h.name in allowed else "manual", "ok": h.name in allowed,
-                           "errors": [], "commands": commands[h.name]} for h in topo.hosts}
+                           "errors": [], "commands": commands[h.name], "why": why.get(h.name, "")}
+                  for h in topo.hosts}
         if allowed:
             self._report("setup", f"setting up {', '.join(allowed)}", busy=True)
             runner, own = self._runner()
@@ -197,7 +198,7 @@ class TopologyWidget(anywidget.AnyWidget):
         manual = [h for h, r in result.items() if r["mode"] == "manual"]
         parts = [f"set up {len(allowed) - len(failed)} of {len(result)} hosts over ssh"]
         if manual:
-            parts.append(f"run the commands shown on {', '.join(manual)} (no passwordless sudo)")
+            parts.append(f"run the commands shown on {', '.join(manual)} ({why[manual[0]]})")
         if failed:
             parts.append(f"failed on {', '.join(failed)}")
         self._report("setup", "; ".join(parts), "error" if failed else "success")
@@ -237,18 +238,22 @@ class TopologyWidget(anywidget.AnyWidget):
                      "success" if report.ok else "error")
         return report
 
-    def save_hostfile(self, path: Optional[str | Path] = None) -> Path:
-        """Write the hostfile of the chosen backend (JSON, as `mlx-jupyter config --output-hostfile`)."""
+    def save_hostfile(self, path: Optional[str | Path] = None, form: str = "object") -> Path:
+        """Write the hostfile of the chosen backend, as `mlx-jupyter config --output-hostfile`
+        (``form="list"``: the plain list MLX 0.29-0.31 read, as ``--hostfile-format list``)."""
+        from mlx_jupyter.config.setup import hostfile_text
+
         choice = self.choice
         if not choice.get("hostfile"):
             msg = choice.get("error") or "no topology yet"
             self._report("save", f"no hostfile: {msg}", "error")
             raise PlanError(msg)
         target = Path(path or self.hostfile_path).expanduser()
-        target.write_text(json.dumps(choice["hostfile"], indent=4) + "\n")
+        text, warnings = hostfile_text(choice["hostfile"], form)
+        target.write_text(text)
         self.hostfile_path = str(path or self.hostfile_path)
-        self._report("save", f"wrote {target} (backend {choice['name']}, {len(choice['hostfile']['hosts'])} hosts)",
-                     "success")
+        self._report("save", f"wrote {target} (backend {choice['name']}, {len(choice['hostfile']['hosts'])} hosts)"
+                     + "".join(f"; {w}" for w in warnings), "success")
         return target
 
     def start_cluster(self, timeout: Optional[float] = None) -> Any:
