@@ -161,7 +161,7 @@ class MLXMagics(Magics):
 
             env, problems = parse_env(args.env, "--env", passthrough=os.environ)
             if problems:
-                raise UsageError("; ".join(problems))
+                raise UsageError("; ".join(p.removesuffix("; skipped") for p in problems))
             n = args.repeat_hosts if args.repeat_hosts is not None else 2 if not (args.hosts or args.hostfile) else 1
             from mlx_jupyter.net.ssh import SSHOptions, options_from_args
 

@@ -145,6 +145,8 @@ async def configure(args: argparse.Namespace, runner: Runner, out: TextIO, err: 
         return 0
     choice = topo.choose_backend(args.backend, envs)
     err.write(f"backend: {choice.backend} — {choice.reason}\n")
+    for w in choice.warnings:
+        err.write(f"warning: {w}\n")
     status = await setup_hosts(topo, runner, args.auto_setup, out, err, args.partial_setup)
     save_hostfile(choice.hostfile, args.output_hostfile, out, err, args.hostfile_format)
     if check is not None:

@@ -100,9 +100,14 @@ def why_not_rdma(topo: Cabling, cable: Cable) -> str:
     return f"{describe(topo, cable)} runs at {cable.gbps:g} Gb/s (Thunderbolt {gen})"
 
 
-def links_problem(topo: Cabling, cables: list[Cable], backend: str) -> str | None:
-    """Why some of the cables a backend would use cannot carry RDMA."""
-    bad = [c for c in cables if not c.rdma_capable]
+def unknown_speed(cable: Cable) -> bool:
+    """A direct cable whose link speed system_profiler did not report (``current_speed_key``)."""
+    return cable.kind == "direct" and cable.gbps is None
+
+
+def links_problem(topo: Cabling, cables: list[Cable], backend: str, requested: bool = False) -> str | None:
+    """Why some of the cables a backend would use cannot carry RDMA (``requested``: unknown speeds pass)."""
+    bad = [c for c in cables if not c.rdma_capable and not (requested and unknown_speed(c))]
     if not bad:
         return None
     return (
@@ -152,18 +157,29 @@ def plan_ring(topo: Cabling, envs: Sequence[str], reason: str) -> Choice:
     return Choice("ring", reason, ring_hostfile(topo.names, ring, topo.links(), envs), ring)
 
 
-def plan_jaccl(topo: Cabling, envs: Sequence[str], reason: str) -> Choice:
-    _fail(mesh_problem(topo), rdma_problem(topo), links_problem(topo, mesh_cables(topo), "jaccl"),
+def unknown_speed_warnings(topo: Cabling, cables: list[Cable], backend: str) -> list[str]:
+    """A requested RDMA backend goes ahead over links of unknown speed: name each one."""
+    return [f"{backend} was requested: {describe(topo, c)} has an unknown link speed (no current_speed_key); "
+            "RDMA needs Thunderbolt 5, so check that cable" for c in cables if unknown_speed(c)]
+
+
+def plan_jaccl(topo: Cabling, envs: Sequence[str], reason: str, requested: bool = False) -> Choice:
+    cables = mesh_cables(topo)
+    _fail(mesh_problem(topo), rdma_problem(topo), links_problem(topo, cables, "jaccl", requested),
           coordinator_problem(topo, range(len(topo.hosts))))
-    return Choice("jaccl", reason, jaccl_hostfile(topo.names, topo.ips, topo.links(), envs))
+    warnings = unknown_speed_warnings(topo, cables, "jaccl") if requested else []
+    return Choice("jaccl", reason, jaccl_hostfile(topo.names, topo.ips, topo.links(), envs), warnings=warnings)
 
 
-def plan_jaccl_ring(topo: Cabling, envs: Sequence[str], reason: str) -> Choice:
+def plan_jaccl_ring(topo: Cabling, envs: Sequence[str], reason: str, requested: bool = False) -> Choice:
     _fail(ring_problem(topo), rdma_problem(topo))
     ring = topo.full_ring()
     assert ring is not None
-    _fail(links_problem(topo, ring_cables(topo, ring), "jaccl-ring"), coordinator_problem(topo, ring.nodes))
-    return Choice("jaccl-ring", reason, jaccl_ring_hostfile(topo.names, topo.ips, ring, topo.links(), envs), ring)
+    cables = ring_cables(topo, ring)
+    _fail(links_problem(topo, cables, "jaccl-ring", requested), coordinator_problem(topo, ring.nodes))
+    warnings = unknown_speed_warnings(topo, cables, "jaccl-ring") if requested else []
+    return Choice("jaccl-ring", reason, jaccl_ring_hostfile(topo.names, topo.ips, ring, topo.links(), envs), ring,
+                  warnings)
 
 
 def choose(topo: Cabling, backend: str | None = None, envs: Sequence[str] = ()) -> Choice:
@@ -173,8 +189,10 @@ def choose(topo: Cabling, backend: str | None = None, envs: Sequence[str] = ()) 
     if backend is not None:
         if backend not in BACKENDS:
             raise PlanError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-        planner = {"ring": plan_ring, "jaccl": plan_jaccl, "jaccl-ring": plan_jaccl_ring}[backend]
-        return planner(topo, envs, f"{backend} was requested")
+        if backend == "ring":
+            return plan_ring(topo, envs, "ring was requested")
+        planner = plan_jaccl if backend == "jaccl" else plan_jaccl_ring
+        return planner(topo, envs, f"{backend} was requested", requested=True)
     ring_why, mesh_why = ring_problem(topo), mesh_problem(topo)
     if ring_why and mesh_why:
         raise PlanError(f"Neither a full mesh nor a ring through all hosts. {mesh_why} {ring_why}")

@@ -71,7 +71,7 @@ def backend_model(topo: Topology, backend: str | None, envs: Sequence[str] = ())
         return {"name": None, "reason": "", "error": str(exc), "ring": None, "hostfile": None}
     ring = [topo.names[i] for i in choice.ring.nodes] if choice.ring else None
     return {"name": choice.backend, "reason": choice.reason, "error": None, "ring": ring, "hostfile": choice.hostfile,
-            "note": fast_synch_note(choice.hostfile.get("envs", []))}
+            "warnings": list(choice.warnings), "note": fast_synch_note(choice.hostfile.get("envs", []))}
 
 
 #: Why MLX_METAL_FAST_SYNCH matters, shown with the backend choice.
