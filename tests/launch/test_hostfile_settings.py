@@ -200,3 +200,26 @@ def test_panel_manager_keeps_the_hostfiles_backend_and_envs(tmp_path):
         assert manager.create(n=1, hostfile=path, backend="ring").cluster.backend == "ring"
     finally:
         manager._worker.shutdown(wait=False)
+
+
+# -- scripts, as MLX's launcher (issue 14 §5) -------------------------------------------------------
+
+def test_any_local_file_runs_with_python_by_absolute_path(tmp_path, monkeypatch):
+    from mlx_jupyter.launch.config import rank_argv
+
+    (tmp_path / "train").write_text("print('hi')\n")
+    (tmp_path / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    (tmp_path / "run.sh").chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    assert rank_argv(["train", "--x"], "/py") == ["/py", str(tmp_path / "train"), "--x"]
+    assert rank_argv(["./run.sh"], "/py") == ["./run.sh"]                     # executable: runs as itself
+    assert rank_argv(["remote_only.py"], "/py") == ["/py", "remote_only.py"]  # not here: still python
+    assert rank_argv(["echo", "hi"], "/py") == ["echo", "hi"]
+    assert rank_argv([PY, "-c", "pass"], "/py") == [PY, "-c", "pass"]        # the interpreter itself
+
+
+def test_cli_runs_a_script_without_py_suffix(tmp_path):
+    (tmp_path / "job").write_text("import sys; print('ran', sys.executable == %r)\n" % PY)
+    res = cli(["--cwd", str(tmp_path), "--", "job"], timeout=60, cwd=str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "ran True"
