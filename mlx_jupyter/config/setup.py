@@ -65,13 +65,17 @@ def hostfile_text(data: Mapping[str, object], form: str = "object") -> tuple[str
     ``object`` (``{backend, envs, hosts}``) is read by MLX 0.32 and us; ``list`` is the plain list
     MLX 0.29-0.31's ``mlx.launch`` reads, without backend and envs.
     """
-    from mlx_jupyter.hostfile import dumps_hostfile, parse_hostfile
+    import json
 
-    hf = parse_hostfile(dict(data), "the planned hostfile")
+    from mlx_jupyter.hostfile import parse_hostfile
+
+    hf = parse_hostfile(dict(data), "the planned hostfile")  # what we write, the launcher reads
     warnings = []
     if form == "list" and (hf.backend or hf.envs):
         dropped = [f"backend {hf.backend}"] if hf.backend else []
         dropped += [f"env {e}" for e in hf.envs]
         warnings.append(f"--hostfile-format list leaves out {', '.join(dropped)}: pass them to the launcher "
                         "(--backend, --env)")
-    return dumps_hostfile(hf, form), warnings
+    if form not in ("object", "list"):
+        raise ValueError(f"hostfile form must be 'object' or 'list', not {form!r}")
+    return json.dumps(data if form == "object" else data["hosts"], indent=4) + "\n", warnings
