@@ -15,14 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence, Union
 
+from mlx_jupyter.net.hosts import format_addr, runs_here, split_addr
+from mlx_jupyter.net.ports import CORE_PORT_OFFSET
+
 RdmaEntry = Union[str, list[str], None]
 
 #: Backends a launcher knows how to start.
 BACKENDS = ("ring", "jaccl", "jaccl-ring", "nccl", "mpi")
-#: Host names that mean "this machine": their ranks run without ssh.
-LOCAL_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
-#: Our core binds each ring port + this offset (MLX_JUPYTER_PORT_OFFSET).
-CORE_PORT_OFFSET = 1000
 
 # An ssh destination: optional "user@", then a DNS name, an IPv4 or a bracketed
 # or bare IPv6 address. Anything else (spaces, quotes, ;, $, `, newlines, a
@@ -45,8 +44,8 @@ class Host:
 
     @property
     def is_local(self) -> bool:
-        """Whether ranks on this host run here without ssh."""
-        return self.ssh in LOCAL_NAMES
+        """Whether ranks on this host run here without ssh (:func:`mlx_jupyter.net.hosts.runs_here`)."""
+        return runs_here(self.ssh)
 
     def to_json(self) -> dict[str, Any]:
         """The hostfile entry for this host."""
@@ -290,9 +289,22 @@ def resolve_hosts(hosts: Union[str, Path, Sequence[Host], None], repeat: int = 1
     return repeat_hosts(hosts, repeat)
 
 
-def format_addr(ip: str, port: int) -> str:
-    """``ip:port`` (IPv6 in brackets)."""
-    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+def parse_ring_hostfile(data: Any) -> list[list[tuple[str, int]]]:
+    """A ring hostfile as MLX reads it from ``MLX_HOSTFILE`` (per rank, its ``ip:port`` list) -> (ip, port)s.
+
+    ValueError names the rank and entry when it is not that shape.
+    """
+    if not isinstance(data, list):
+        raise ValueError("a ring hostfile is a JSON list, per rank a list of \"ip:port\"")
+    out = []
+    for rank, row in enumerate(data):
+        if not isinstance(row, list) or not row:
+            raise ValueError(f"rank {rank}: expected a non-empty list of \"ip:port\", got {row!r}")
+        try:
+            out.append([split_addr(a) if isinstance(a, str) else split_addr(repr(a)) for a in row])
+        except ValueError as exc:
+            raise ValueError(f"rank {rank}: {exc}") from None
+    return out
 
 
 def ring_ports(hosts: Sequence[Host], starting_port: int = 32323, connections_per_ip: int = 1) -> list[list[str]]:

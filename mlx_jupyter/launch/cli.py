@@ -16,6 +16,7 @@ import sys
 from typing import Optional, Sequence
 
 from mlx_jupyter.net import ssh
+from mlx_jupyter.net.ports import CORE_PORT_OFFSET
 from mlx_jupyter.hostfile import (BACKENDS, HostfileError, merge_settings, parse_env, parse_host_list, read_hostfile,
                                   repeat_hosts)
 from mlx_jupyter.launch.errors import LaunchError
@@ -59,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mpi-arg", action="append", default=[], metavar="A", help="extra mpirun argument(s)")
     p.add_argument("--connections-per-ip", type=_positive, default=1, metavar="N", help="ring: connections per IP")
     p.add_argument("-p", "--starting-port", type=_port, default=32323, metavar="P",
-                   help="ring: first port (our core also uses port+1000); jaccl: coordinator port")
+                   help=f"ring: first port (our core also uses port+{CORE_PORT_OFFSET}); jaccl: coordinator port")
     p.add_argument("--nccl-port", type=_port, default=12345, metavar="P", help="nccl rendezvous port")
     p.add_argument("--cwd", help="working directory on every host (default: this one, if it exists there)")
     p.add_argument("--python", default=sys.executable, help="interpreter for a .py script (default: this one)")

@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from mlx_jupyter.net.hosts import format_addr
 from mlx_jupyter.hostfile import BACKENDS, Host, HostfileError, ring_ports
 
 #: Variable carrying the per-launch secret our core uses to authenticate peers.
@@ -123,7 +124,7 @@ def plan_ranks(
         ring = backend == "jaccl-ring"
         ip = _need_rank0_ip(hosts, backend)
         matrix = check_rdma(hosts, ring) if n > 1 else [[None]]
-        common["MLX_JACCL_COORDINATOR"] = f"[{ip}]:{starting_port}" if ":" in ip else f"{ip}:{starting_port}"
+        common["MLX_JACCL_COORDINATOR"] = format_addr(ip, starting_port)
         if ring:
             common["MLX_JACCL_RING"] = "1"
         files["MLX_IBV_DEVICES"] = json.dumps(matrix)

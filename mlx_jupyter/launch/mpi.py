@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from mlx_jupyter.launch import contract
+from mlx_jupyter.net.hosts import bare_host, is_local
 from mlx_jupyter.hostfile import Host
 from mlx_jupyter.launch.errors import LaunchError
 
@@ -163,11 +164,11 @@ class TaggedOutput:
 
 def _may_be_this_machine(host: Host) -> bool:
     """Whether mpirun might take ``host`` for its own (then it starts those ranks itself)."""
-    if host.is_local:
+    if is_local(host.ssh):
         return True
-    name = host.ssh.rpartition("@")[2].strip("[]").lower()
+    name = bare_host(host.ssh)
     me = socket.gethostname().lower()
-    if name in (me, me.split(".")[0], "localhost") or name.startswith("127.") or name == "::1":
+    if name in (me, me.split(".")[0]):   # mpirun also knows its own hostname, which is_local leaves to ssh
         return True
     try:
         mine = {a[4][0] for a in socket.getaddrinfo(me, None)}

@@ -49,7 +49,11 @@ def block_starts(n: int, offset: int, ephemeral: tuple[int, int]) -> list[range]
     return [r for r in (clear_below, clear_above) if len(r) > 0]
 
 
-def free_port_block(n: int, offset: int = 1000, host: str = "127.0.0.1", tries: int = 200) -> int:
+#: Our core binds each ring port + this offset (MLX_JUPYTER_PORT_OFFSET), beside MLX's own ring.
+CORE_PORT_OFFSET = 1000
+
+
+def free_port_block(n: int, offset: int = CORE_PORT_OFFSET, host: str = "127.0.0.1", tries: int = 200) -> int:
     """A port P such that P..P+n-1 and P+offset..P+offset+n-1 are all free on ``host`` now."""
     ranges = block_starts(n, offset, ephemeral_range()) or [range(LOWEST, 65536 - offset - n)]
     weights = [len(r) for r in ranges]

@@ -36,14 +36,21 @@ def socket_fds() -> dict[int, int]:
     return out
 
 
+def _read_ring(path: str) -> list[list[tuple[str, int]]]:
+    """The ring hostfile at ``path`` (one parser: :func:`mlx_jupyter.hostfile.parse_ring_hostfile`); [] if unreadable."""
+    from mlx_jupyter.hostfile import parse_ring_hostfile
+
+    try:
+        with open(path) as fh:
+            return parse_ring_hostfile(json.load(fh))
+    except (OSError, ValueError):
+        return []
+
+
 def _hostfile_ports() -> set[int]:
     """The ring ports of ``MLX_HOSTFILE`` (every rank's), or an empty set."""
-    try:
-        with open(os.environ["MLX_HOSTFILE"]) as fh:
-            entries = json.load(fh)
-        return {int(str(a).rsplit(":", 1)[1]) for rank in entries for a in rank}
-    except Exception:
-        return set()
+    path = os.environ.get("MLX_HOSTFILE")
+    return {port for rank in _read_ring(path) for _, port in rank} if path else set()
 
 
 def _proc_tcp_rows() -> list[tuple[int, int, str, int]]:
@@ -95,9 +102,6 @@ def world_socket_fds(before: dict[int, int]) -> dict[int, int]:
     return {fd: ino for fd, ino in new.items() if ino in by_inode and (set(by_inode[ino]) & ports)}
 
 
-LOOPBACK = ("127.", "localhost", "::1", "[::1]")
-
-
 def _listening_ports() -> Optional[set[int]]:
     """TCP ports listening on this machine (Linux /proc; psutil elsewhere), None when unknown."""
     if os.path.isdir("/proc/self/net"):
@@ -118,18 +122,12 @@ def ring_ports_to_await(rank: int, hostfile: str) -> set[int]:
     GIL held (the engine stands still). The last rank waiting for the others'
     ports to listen skips that pause.
     """
-    try:
-        with open(hostfile) as fh:
-            entries = json.load(fh)
-        addrs = [str(rank_addrs[0]) for rank_addrs in entries]
-    except Exception:
+    from mlx_jupyter.net.hosts import is_local
+
+    firsts = [row[0] for row in _read_ring(hostfile)]
+    if len(firsts) < 2 or rank != len(firsts) - 1 or not all(is_local(ip) for ip, _ in firsts):
         return set()
-    if len(addrs) < 2 or rank != len(addrs) - 1:
-        return set()
-    hosts_ports = [a.rsplit(":", 1) for a in addrs]
-    if not all(len(hp) == 2 and hp[0].startswith(LOOPBACK) and hp[1].isdigit() for hp in hosts_ports):
-        return set()
-    return {int(port) for _, port in hosts_ports[:-1]}
+    return {port for _, port in firsts[:-1]}
 
 
 def wait_listening(ports: set[int], timeout: float, poll: float = 0.005) -> bool:
