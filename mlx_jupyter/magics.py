@@ -12,7 +12,7 @@ from typing import Any, Optional
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from mlx_jupyter.cluster.cells.text import MODES, parse_targets, rank_label
+from mlx_jupyter.cluster.cells.text import MODES, format_bytes, parse_targets, rank_label
 
 #: the kernel's cluster (one per kernel)
 _cluster: Optional[Any] = None
@@ -39,16 +39,6 @@ class UsageError(Exception):
 
     def _render_traceback_(self) -> list[str]:
         return [f"\x1b[0;31mUsageError\x1b[0m: {self}"]
-
-
-def _fmt_bytes(n: Optional[int]) -> str:
-    if n is None:
-        return "?"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 class _Progress:
@@ -213,7 +203,7 @@ class MLXMagics(Magics):
 
         cols = ["rank", "host", "pid", "state", "backend", "memory"]
         table = [[str(r["rank"]), str(r["host"]), str(r["pid"]), str(r["state"]) +
-                  (" (world closed)" if r.get("world_closed") else ""), str(r["backend"]), _fmt_bytes(r["memory"])]
+                  (" (world closed)" if r.get("world_closed") else ""), str(r["backend"]), format_bytes(r["memory"])]
                  for r in rows]
         widths = [max(len(c), *(len(t[i]) for t in table)) for i, c in enumerate(cols)]
         text = "\n".join(["  ".join(c.ljust(w) for c, w in zip(cols, widths))] +

@@ -9,6 +9,7 @@ export interface IRank {
   state?: string;
   health?: string;
   memory?: number | null;
+  memory_text?: string;
 }
 
 /** One cluster: started by this server (owner "server") or by a kernel. */
@@ -56,6 +57,10 @@ export const startCluster = (n: number, hosts: string, backend: string, hostfile
     method: 'POST',
     body: JSON.stringify({ n, hosts: hostfile ? null : hosts || null, hostfile: hostfile || null, backend })
   });
+
+/** The backends the server can start a cluster with (one list, served by mlx_jupyter.hostfile.BACKENDS). */
+export const listBackends = async (): Promise<string[]> =>
+  (await requestAPI<{ backends: string[] }>('backends')).backends;
 
 export const stopCluster = (id: string): Promise<unknown> =>
   requestAPI(`clusters/${encodeURIComponent(id)}`, { method: 'DELETE' });

@@ -1,6 +1,6 @@
 import { Widget } from '@lumino/widgets';
 
-import { ICluster, IRank, connectCode, listClusters, startCluster, stopCluster } from './api';
+import { ICluster, IRank, connectCode, listBackends, listClusters, startCluster, stopCluster } from './api';
 
 /** How often the panel refreshes while it is visible (and never while hidden). */
 const REFRESH_MS = 2000;
@@ -20,8 +20,9 @@ function el<K extends keyof HTMLElementTagNameMap>(
   return node;
 }
 
-function mib(bytes: number | null | undefined): string {
-  return bytes === null || bytes === undefined ? '' : `${(bytes / 2 ** 20).toFixed(0)} MiB`;
+/** A rank's memory as the server formats it (mlx_jupyter.cluster.cells.text.format_bytes); '' when unknown. */
+function memory(r: IRank): string {
+  return r.memory === null || r.memory === undefined ? '' : r.memory_text || '';
 }
 
 /** "2 of 2 ranks ok": the health summary written out, not only as a colour. */
@@ -66,9 +67,14 @@ export class ClusterPanel extends Widget {
     });
     this.backendSelect = el('select', { class: 'mlxj-backend', title: 'default: the hostfile\'s backend, else ring' });
     this.backendSelect.appendChild(el('option', { value: '' }, 'default'));
-    for (const b of ['ring', 'jaccl', 'jaccl-ring', 'nccl', 'mpi']) {
-      this.backendSelect.appendChild(el('option', { value: b }, b));
-    }
+    void listBackends().then(
+      backends => {
+        for (const b of backends) {
+          this.backendSelect.appendChild(el('option', { value: b }, b));
+        }
+      },
+      () => undefined // the server is unreachable: the panel shows that with the cluster list
+    );
     const start = el('button', { type: 'submit', class: 'jp-mod-styled jp-mod-accept mlxj-start' }, 'Start');
     const row = (label: string, input: HTMLElement) => {
       const l = el('label');
@@ -184,7 +190,7 @@ export class ClusterPanel extends Widget {
       ['pid', r => String(r.pid ?? '')],
       ['health', r => r.health || 'unknown'],
       ['state', r => (r.state && r.state !== r.health ? r.state : '')],
-      ['memory', r => mib(r.memory)]
+      ['memory', r => memory(r)]
     ];
     const cols = all.filter(([, value]) => ranks.some(r => value(r) !== ''));
     const table = el('table', { class: 'mlxj-ranks' });

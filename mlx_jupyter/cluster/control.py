@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping, Optional, Sequence
 
-from mlx_jupyter.cluster.cells.text import describe_exit
+from mlx_jupyter.cluster.cells.text import describe_exit, format_bytes
 from mlx_jupyter.cluster.ipp_compat import is_closed, send_control
 from mlx_jupyter.net.hosts import is_local
 
@@ -70,12 +70,13 @@ class Control:
             info = infos.get(rank)
             row = {"rank": rank, "host": info.host if info else "?", "pid": info.pid if info else None,
                    "state": "dead" if rank in self.dead else (info.state if info else "?"),
-                   "backend": self.backend, "memory": None, "cell_started": None}
+                   "backend": self.backend, "memory": None, "memory_text": format_bytes(None), "cell_started": None}
             fut = futures.get(rank)
             if fut is not None:
                 try:
                     reply = fut.result(max(0.0, deadline - time.monotonic()))["content"]
-                    row.update(memory=reply.get("rss"), busy=reply.get("executing"),
+                    row.update(memory=reply.get("rss"), memory_text=format_bytes(reply.get("rss")),
+                               busy=reply.get("executing"),
                                world_closed=reply.get("world_closed", ""), group=reply.get("group"),
                                cell_started=_local_clock(reply, info is None or is_local(info.host)))
                     row["state"] = "busy" if reply.get("executing") else "idle"

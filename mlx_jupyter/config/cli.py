@@ -18,8 +18,9 @@ from mlx_jupyter.config import measure
 from mlx_jupyter.config.discovery import THUNDERBOLT_COMMANDS, Progress, discover, ethernet_addresses
 from mlx_jupyter.config.runners import COMMAND_TIMEOUT, CONNECT_TIMEOUT, Runner, SSHRunner
 from mlx_jupyter.config.setup import apply_setup, hostfile_text, hosts_to_set_up
+from mlx_jupyter.topology.choice import CONFIG_BACKENDS
 from mlx_jupyter.topology import DiscoveryError, PlanError, Topology, TopologyError
-from mlx_jupyter.topology.commands import IP_ADDR, UNAME, getifaddr
+from mlx_jupyter.topology.commands import ETHERNET_DISCOVERY
 
 # -- the command line ------------------------------------------------------------------------------
 
@@ -33,7 +34,7 @@ def parser() -> argparse.ArgumentParser:
     where.add_argument("--hosts", help="comma-separated ssh names, in rank order")
     where.add_argument("--hostfile", help="a JSON hostfile whose ssh names to use")
     p.add_argument("--over", choices=["thunderbolt", "ethernet"], default="thunderbolt")
-    p.add_argument("--backend", choices=["ring", "jaccl", "jaccl-ring"], default=None,
+    p.add_argument("--backend", choices=CONFIG_BACKENDS, default=None,
                    help="default: the best the cabling supports (RDMA only over Thunderbolt 5)")
     p.add_argument("--auto-setup", dest="auto_setup", action="store_true", default=False,
                    help="run the setup commands over ssh on hosts with passwordless sudo")
@@ -105,7 +106,7 @@ async def configure(args: argparse.Namespace, runner: Runner, out: TextIO, err: 
     """The whole command once arguments are parsed; returns the exit code."""
     names = host_names(args)
     envs = env_items(args.env, err)
-    commands = THUNDERBOLT_COMMANDS if args.over == "thunderbolt" else (UNAME, getifaddr("en0"), getifaddr("en1"), IP_ADDR)
+    commands = THUNDERBOLT_COMMANDS if args.over == "thunderbolt" else ETHERNET_DISCOVERY
     try:
         check = measure.options_from_args(args)  # None without --measure; refused before any ssh
     except ValueError as exc:

@@ -9,12 +9,13 @@ from typing import Sequence, TextIO
 
 from mlx_jupyter.config.runners import Runner
 from mlx_jupyter.topology import CommandResult, DiscoveryError
-from mlx_jupyter.topology.commands import IBV_DEVICES, IP_ADDR, NETWORKSETUP, PROBE, SUDO_PROBE, SYSTEM_PROFILER, UNAME, getifaddr, ip_route_get, show
+from mlx_jupyter.topology.commands import (IP_ADDR, PROBE, SUDO_PROBE,
+                                          THUNDERBOLT_DISCOVERY, UNAME, getifaddr, ip_route_get, show)
 from mlx_jupyter.topology.ethernet import candidates, pick_addresses, route_targets
 from mlx_jupyter.topology.netparse import IfAddr, parse_getifaddr, parse_ip_addr, parse_route_get
 from mlx_jupyter.topology.system_profiler import first_line
 
-THUNDERBOLT_COMMANDS = (SYSTEM_PROFILER, NETWORKSETUP, IBV_DEVICES, getifaddr("en0"), getifaddr("en1"))
+THUNDERBOLT_COMMANDS = THUNDERBOLT_DISCOVERY
 
 
 class Progress:

@@ -22,6 +22,7 @@ from mlx_jupyter.hostfile import (BACKENDS, HostfileError, merge_settings, parse
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.launch.config import local_script
 from mlx_jupyter.launch.job import Job, LaunchConfig
+from mlx_jupyter.launch.rankinfo import rank_prefix
 
 PROG = "mlx-jupyter launch"
 
@@ -146,13 +147,13 @@ def make_config(args: argparse.Namespace, command: list[str]) -> LaunchConfig:
 class _Output:
     """Writes rank lines to our stdout/stderr, prefixed or raw."""
 
-    def __init__(self, prefix: bool):
-        self.prefix = prefix
+    def __init__(self, prefix: bool, size: int):
+        self.prefix, self.size = prefix, size
 
     def __call__(self, rank: int, stream: str, line: str) -> None:
         target = sys.stdout if stream == "stdout" else sys.stderr
         try:   # rank -1: mpirun's own messages, never prefixed
-            target.write(f"[rank {rank}] {line}\n" if self.prefix and rank >= 0 else line + "\n")
+            target.write((rank_prefix(rank, self.size) if self.prefix else "") + line + "\n")
             target.flush()
         except (BrokenPipeError, ValueError):
             pass
@@ -186,7 +187,7 @@ async def _pump_stdin(job: Job) -> None:
 async def run(config: LaunchConfig, output: str | None) -> int:
     """Launch, forward stdin and signals, wait; return the exit status."""
     job = Job(config)
-    config.on_output = _Output(output == "prefix" or (output is None and job.size > 1))
+    config.on_output = _Output(output == "prefix" or (output is None and job.size > 1), job.size)
     loop = asyncio.get_running_loop()
     interrupts = 0
 

@@ -31,3 +31,32 @@ class RankInfo:
     def done(self) -> bool:
         """Whether the rank has ended (exited, killed or lost)."""
         return self.state in (EXITED, KILLED, LOST)
+
+
+def describe_exit(returncode: Optional[int]) -> str:
+    """``-11`` -> ``"killed by SIGSEGV"``; ``3`` -> ``"exit code 3"``: the one exit text (launcher, cells)."""
+    import signal as _signal
+
+    if returncode is None:
+        return "exit status unknown"
+    if returncode == -_signal.SIGKILL:  # what the kernel's out-of-memory killer sends
+        return "killed by SIGKILL: out of memory, or killed from outside"
+    if returncode < 0:
+        try:
+            return f"killed by {_signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    if returncode > 128:
+        try:
+            return f"killed by {_signal.Signals(returncode - 128).name} (exit code {returncode})"
+        except ValueError:
+            pass
+    return f"exit code {returncode}"
+
+
+def rank_prefix(rank: int, size: int) -> str:
+    """``[rank 3] ``, right-aligned to the widest rank of ``size`` (``[rank  3] `` with 12 ranks);
+    empty for launcher messages (rank -1). The one prefix of every launcher output path."""
+    if rank < 0:
+        return ""
+    return f"[rank {rank:>{len(str(max(size - 1, 0)))}}] "

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import signal as _signal
 import sys
 from typing import Any, Optional
 
-from mlx_jupyter.launch.rankinfo import EXITED, KILLED, LOST
+from mlx_jupyter.launch.rankinfo import EXITED, KILLED, LOST, describe_exit, rank_prefix
 
 
 class Watch:
@@ -17,7 +16,7 @@ class Watch:
         cb = self.config.on_output
         if cb is None:
             target = sys.stdout if stream == "stdout" else sys.stderr
-            prefix = f"[rank {rank}] " if self.size > 1 and rank >= 0 else ""
+            prefix = rank_prefix(rank, self.size) if self.size > 1 else ""
             print(prefix + line, file=target, flush=True)
             return
         try:
@@ -92,7 +91,7 @@ class Watch:
                 reason = getattr(self._procs.get(r), "lost_reason", "")
                 parts.append(f"rank {r} on {i.host} lost ({reason})")
             else:
-                parts.append(f"rank {r} on {i.host} exited with code {_describe(i.returncode)}")
+                parts.append(f"rank {r} on {i.host} {_exited(i.returncode)}")
         killed = [i for i in self.ranks if i.state == KILLED]
         if killed:
             parts.append("terminated: " + ", ".join(f"rank {i.rank} on {i.host}" for i in killed))
@@ -100,7 +99,7 @@ class Watch:
 
     def _mpi_summary(self) -> str:
         """mpirun's exit code, and the first failing rank and its host as mpirun reported them."""
-        code = f"mpirun exited with code {_describe(self.ranks[0].returncode)}"
+        code = f"mpirun {_exited(self.ranks[0].returncode)}"
         failure = self._mpi_output.failure if self._mpi_output else None
         if failure is None:
             return code
@@ -113,17 +112,7 @@ class Watch:
         return f"rank {failure.rank}{where} {failure.what} (the first to fail, says mpirun); {code}"
 
 
-def _describe(code: Optional[int]) -> str:
-    if code is None:
-        return "unknown"
-    if code < 0:
-        try:
-            return f"{code} ({_signal.Signals(-code).name})"
-        except ValueError:
-            return str(code)
-    if code > 128:
-        try:
-            return f"{code} ({_signal.Signals(code - 128).name})"
-        except ValueError:
-            pass
-    return str(code)
+def _exited(code: Optional[int]) -> str:
+    """``exited with code 3``, or :func:`describe_exit`'s text for a signal or an unknown status."""
+    text = describe_exit(code)
+    return f"exited with code {code}" if text.startswith("exit code") else text

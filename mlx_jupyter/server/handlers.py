@@ -6,6 +6,7 @@ POST   clusters               {"n", "hosts", "hostfile", "backend"}: start one h
 GET    clusters/<id>          one cluster
 DELETE clusters/<id>          stop a cluster this server started (409 for a kernel's)
 GET    clusters/<id>/connect  {"code"}: the code that connects a notebook to it
+GET    backends               {"backends"}: the backends a cluster can start with (the panel's choices)
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ import tornado
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 
-from .manager import ClusterManager, connect_code
+from mlx_jupyter.hostfile import BACKENDS
 
-BACKENDS = ("ring", "jaccl", "jaccl-ring", "nccl", "mpi")
+from .manager import ClusterManager, connect_code
 
 
 class _Base(APIHandler):
@@ -89,6 +90,12 @@ class ConnectHandler(_Base):
         self.reply({"id": cluster_id, "code": connect_code(cluster_id)})
 
 
+class BackendsHandler(_Base):
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        self.reply({"backends": list(BACKENDS)})
+
+
 def setup_handlers(web_app: Any, manager: ClusterManager) -> None:
     """Mount the API on the server's tornado application."""
     web_app.settings["mlx_jupyter_manager"] = manager
@@ -98,4 +105,5 @@ def setup_handlers(web_app: Any, manager: ClusterManager) -> None:
         (url_path_join(base, "clusters"), ClustersHandler),
         (url_path_join(base, "clusters", ident), ClusterHandler),
         (url_path_join(base, "clusters", ident, "connect"), ConnectHandler),
+        (url_path_join(base, "backends"), BackendsHandler),
     ])

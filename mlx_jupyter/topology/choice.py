@@ -15,7 +15,9 @@ from .netparse import RDMA_HELP
 from .rings import Ring
 
 
-BACKENDS = ("ring", "jaccl", "jaccl-ring")
+#: The backends the configurator can plan (a subset of mlx_jupyter.hostfile.BACKENDS, which a launch can start).
+CONFIG_BACKENDS = ("ring", "jaccl", "jaccl-ring")
+BACKENDS = CONFIG_BACKENDS  # the name this package has exported
 DOT_HINT = "Run with --dot to see the cabling."
 RING_ADVICE = " Use the ring backend (--backend ring)."
 
@@ -187,8 +189,8 @@ def choose(topo: Cabling, backend: str | None = None, envs: Sequence[str] = ()) 
     if len(topo.hosts) < 2:
         raise PlanError(f"a cluster needs at least two hosts; got {', '.join(topo.names) or 'none'}")
     if backend is not None:
-        if backend not in BACKENDS:
-            raise PlanError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        if backend not in CONFIG_BACKENDS:
+            raise PlanError(f"unknown backend {backend!r}; choose one of {', '.join(CONFIG_BACKENDS)}")
         if backend == "ring":
             return plan_ring(topo, envs, "ring was requested")
         planner = plan_jaccl if backend == "jaccl" else plan_jaccl_ring

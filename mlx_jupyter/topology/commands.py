@@ -18,6 +18,12 @@ def getifaddr(iface: str) -> tuple[str, ...]:
     return ("ipconfig", "getifaddr", iface)
 
 
+#: What discovery runs on each host for `--over thunderbolt`: the one list (config, widget, recordings).
+THUNDERBOLT_DISCOVERY = (SYSTEM_PROFILER, NETWORKSETUP, IBV_DEVICES, getifaddr("en0"), getifaddr("en1"))
+#: ... and for `--over ethernet` (macOS answers ipconfig, Linux `ip`).
+ETHERNET_DISCOVERY = (UNAME, getifaddr("en0"), getifaddr("en1"), IP_ADDR)
+
+
 def ip_route_get(address: str) -> tuple[str, ...]:
     """`ip -j -4 route get ADDRESS`: which source address Linux would use to reach ADDRESS."""
     return ("ip", "-j", "-4", "route", "get", address)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .commands import (
-    IBV_DEVICES, NETWORKSETUP, PROBE, SUDO_PROBE, SYSTEM_PROFILER, UNAME, CommandResult, getifaddr,
+    IBV_DEVICES, NETWORKSETUP, PROBE, SUDO_PROBE, SYSTEM_PROFILER, UNAME, THUNDERBOLT_DISCOVERY, CommandResult, getifaddr,
 )
 from .errors import DiscoveryError
 
@@ -21,7 +21,7 @@ FILES = {
     getifaddr("en0"): "en0.txt",
     getifaddr("en1"): "en1.txt",
 }
-DISCOVERY = (SYSTEM_PROFILER, NETWORKSETUP, IBV_DEVICES, getifaddr("en0"), getifaddr("en1"))
+DISCOVERY = THUNDERBOLT_DISCOVERY
 _SUDO_REFUSED = "sudo: a password is required\n"
 
 

@@ -48,7 +48,7 @@ export default {
           cell(tr, r.pid === null ? "?" : String(r.pid));
           cell(tr, r.state, "mlxj-state");
           clocks.push([cell(tr, seconds(r.busy_since), "mlxj-clock"), r.busy_since]);
-          cell(tr, r.memory_mib === null ? "?" : `${r.memory_mib.toFixed(1)} MiB`, "mlxj-num");
+          cell(tr, r.memory, "mlxj-num");   // formatted by mlx_jupyter.cluster.control.format_bytes
           table.appendChild(tr);
         }
         root.appendChild(table);

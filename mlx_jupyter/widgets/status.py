@@ -18,12 +18,10 @@ from typing import Any, Optional
 import anywidget
 import traitlets
 
+from mlx_jupyter.cluster.cells.text import format_bytes
+
 HERE = Path(__file__).parent
 MIN_INTERVAL = 1.0
-
-
-def _mib(n: Optional[int]) -> Optional[float]:
-    return None if n is None else round(n / 2**20, 1)
 
 
 def rows_from_status(status: list[dict], busy_since: dict[int, float], now: float) -> list[dict]:
@@ -47,7 +45,7 @@ def rows_from_status(status: list[dict], busy_since: dict[int, float], now: floa
         if s.get("world_closed"):
             state += " (world closed)"
         rows.append({"rank": rank, "host": str(s.get("host", "?")), "pid": s.get("pid"), "state": state,
-                     "busy_since": busy_since.get(rank), "memory_mib": _mib(s.get("memory")),
+                     "busy_since": busy_since.get(rank), "memory": format_bytes(s.get("memory")),
                      "backend": s.get("backend", "")})
     return rows
 

@@ -80,8 +80,21 @@ def test_printed_setup_never_waits_and_touches_nothing():
     assert "Hostfile" in out
 
 
-def test_auto_setup_runs_where_sudo_works_and_prints_the_rest():
+def test_auto_setup_is_all_or_none_as_mlx():
+    """mini-c lacks passwordless sudo: no host is set up, every host's commands are printed."""
     code, out, err, runner = run("four-macs-ring-only", "--auto-setup")
+    assert code == 0, err
+    correct = expected("four-macs-ring-only")["correct"]["setup_commands"]
+    for host in ("mini-a", "mini-b", "mini-c", "mini-d"):
+        assert runner.setup_calls(host) == []
+        assert "\n".join(correct[host]) in out
+    assert "Setup for mini-c (no passwordless sudo: mini-c lack(s) passwordless sudo" in out
+    assert "Setup for mini-a (mini-c lack(s) passwordless sudo, so no host was set up" in out
+    assert "--partial-setup" in out
+
+
+def test_partial_setup_runs_where_sudo_works_and_prints_the_rest():
+    code, out, err, runner = run("four-macs-ring-only", "--auto-setup", "--partial-setup")
     assert code == 0, err
     correct = expected("four-macs-ring-only")["correct"]["setup_commands"]
     for host in ("mini-a", "mini-b", "mini-d"):
@@ -285,8 +298,8 @@ def test_runs_with_file_descriptor_0_closed(tmp_path):
     driver = (
         "import sys; sys.path.insert(0, sys.argv[1]); from fake_runner import FakeRunner; "
         "from mlx_jupyter import config; assert sys.stdin is None; "
-        "sys.exit(config.main(['--hosts', 'mini-a,mini-b,mini-c,mini-d', '--auto-setup', '--output-hostfile', "
-        "sys.argv[3]], runner=FakeRunner(sys.argv[2])))"
+        "sys.exit(config.main(['--hosts', 'mini-a,mini-b,mini-c,mini-d', '--auto-setup', '--partial-setup', "
+        "'--output-hostfile', sys.argv[3]], runner=FakeRunner(sys.argv[2])))"
     )
     here = str(FIXTURES.parent.parent / "topology")
     res = subprocess.run(["sh", "-c", 'exec "$@" 0<&-', "sh", sys.executable, "-c", driver, here, str(case), str(out)],

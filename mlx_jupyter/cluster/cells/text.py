@@ -18,6 +18,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional, Sequence
 
+from mlx_jupyter.launch.rankinfo import describe_exit  # noqa: F401 - the one exit text, used from here too
+
 MODES = ("grouped", "rank", "raw")
 
 
@@ -155,27 +157,6 @@ class RankOutcome:
     note: str = ""
 
 
-def describe_exit(returncode: Optional[int]) -> str:
-    """``-11`` -> ``"killed by SIGSEGV"``; ``3`` -> ``"exit code 3"``."""
-    import signal as _signal
-
-    if returncode is None:
-        return "exit status unknown"
-    if returncode == -_signal.SIGKILL:  # what the kernel's out-of-memory killer sends
-        return "killed by SIGKILL: out of memory, or killed from outside"
-    if returncode < 0:
-        try:
-            return f"killed by {_signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"killed by signal {-returncode}"
-    if returncode > 128:
-        try:
-            return f"killed by {_signal.Signals(returncode - 128).name} (exit code {returncode})"
-        except ValueError:
-            pass
-    return f"exit code {returncode}"
-
-
 def render_outcomes(outcomes: Sequence[RankOutcome], cause: str = "", hints: Sequence[str] = ()) -> list[str]:
     """The lines of a failed cell's error: each failing rank's traceback (identical
     ones shown once), then one line per group of released, dead or silent ranks."""
@@ -214,3 +195,15 @@ def summary(outcomes: Sequence[RankOutcome]) -> str:
 
 
 Writer = Callable[[str], None]
+
+
+def format_bytes(n: Optional[int]) -> str:
+    """A rank's memory as every view shows it (the magic, the status widget, the lab panel): ``50.0 MiB``, ``?``."""
+    if n is None:
+        return "?"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return "?"
