@@ -41,7 +41,7 @@ class UsageError(Exception):
         return [f"\x1b[0;31mUsageError\x1b[0m: {self}"]
 
 
-class _Progress:
+class _RanksProgressBar:
     """Ranks connected out of N: a widget in a notebook, a text line elsewhere.
 
     When done, the widget is replaced by the final line (one line, also in a saved
@@ -164,7 +164,7 @@ class MLXMagics(Magics):
                 total = cluster.expected_size()
             except (OSError, ValueError) as exc:
                 raise UsageError(f"--hostfile {args.hostfile}: {exc}") from None
-            progress = _Progress(total, "starting")
+            progress = _RanksProgressBar(total, "starting")
             try:
                 cluster.start(progress=progress)
             except (ClusterError, Exception) as exc:
@@ -186,7 +186,7 @@ class MLXMagics(Magics):
             print("cluster stopped" if owner is None else
                   f"disconnected from {owner['id']}; it keeps running (stop it where it was started)")
         elif args.action == "restart":
-            progress = _Progress(_cluster.size, "restarting")
+            progress = _RanksProgressBar(_cluster.size, "restarting")
             t0 = time.perf_counter()
             try:
                 _cluster.restart(progress=progress, timeout=args.timeout)

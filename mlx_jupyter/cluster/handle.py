@@ -29,7 +29,7 @@ from mlx_jupyter.cluster.ipp_compat import (
     IPP_FIX, check_ipyparallel, client_streams, ipyparallel_problems, requests_outstanding, unregister,
 )
 from mlx_jupyter.cluster.processes import process_tree, rank_pids, reap
-from mlx_jupyter.cluster.readiness import Progress, Readiness
+from mlx_jupyter.cluster.readiness import ProgressCallback, Readiness
 from mlx_jupyter.cluster.supervision import Supervision
 from mlx_jupyter.net.hosts import LOCAL_HOSTS, is_local
 
@@ -196,7 +196,7 @@ class Cluster(Readiness, Supervision, Control, Data):
         cfg.LocalControllerLauncher.stop_seconds_until_kill = 2
         return cfg
 
-    def start(self, progress: Optional[Progress] = None, timeout: Optional[float] = None) -> "Cluster":
+    def start(self, progress: Optional[ProgressCallback] = None, timeout: Optional[float] = None) -> "Cluster":
         """Start controller and ranks; return once every rank's engine is connected with id = rank."""
         if self.owner is not None:
             raise ClusterError(f"{self.cluster_id} was started by {self.owner_text()}: it is already running")
@@ -357,7 +357,7 @@ class Cluster(Readiness, Supervision, Control, Data):
     def _kicked(self, stream: Any) -> None:
         self.queue_kicks += 1
 
-    def restart(self, progress: Optional[Progress] = None, timeout: Optional[float] = None) -> "Cluster":
+    def restart(self, progress: Optional[ProgressCallback] = None, timeout: Optional[float] = None) -> "Cluster":
         """Fresh processes for every rank, same ranks, same engine ids; the controller stays."""
         if self.owner is not None:
             raise ClusterError(f"{self.cluster_id} belongs to {self.owner_text()}: restart it there "

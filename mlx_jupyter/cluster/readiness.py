@@ -12,14 +12,14 @@ from mlx_jupyter.cluster.cells.text import rank_label
 from mlx_jupyter.cluster.errors import ClusterError
 from mlx_jupyter.cluster.ipp_compat import IPP_FIX
 
-Progress = Callable[[int, int], None]
+ProgressCallback = Callable[[int, int], None]
 log = logging.getLogger("mlx_jupyter.cluster")
 
 
 class Readiness:
     """Part of :class:`~mlx_jupyter.cluster.handle.Cluster`: waiting for the ranks after (re)start."""
 
-    def _wait_for_ranks(self, progress: Optional[Progress], timeout: float) -> None:
+    def _wait_for_ranks(self, progress: Optional[ProgressCallback], timeout: float) -> None:
         assert self.client is not None
         deadline = time.monotonic() + timeout
         wanted = set(range(self.size))

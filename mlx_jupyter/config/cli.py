@@ -15,7 +15,7 @@ import sys
 from typing import Any, Sequence, TextIO
 
 from mlx_jupyter.config import measure
-from mlx_jupyter.config.discovery import THUNDERBOLT_COMMANDS, Progress, discover, ethernet_addresses
+from mlx_jupyter.config.discovery import THUNDERBOLT_COMMANDS, DiscoveryProgress, discover, ethernet_addresses
 from mlx_jupyter.config.runners import COMMAND_TIMEOUT, CONNECT_TIMEOUT, Runner, SSHRunner
 from mlx_jupyter.config.setup import apply_setup, hostfile_text, hosts_to_set_up
 from mlx_jupyter.topology.choice import CONFIG_BACKENDS
@@ -112,7 +112,7 @@ async def configure(args: argparse.Namespace, runner: Runner, out: TextIO, err: 
     except ValueError as exc:
         err.write(f"error: {exc}\n")
         return 2
-    disc = await discover(runner, names, commands, Progress(err, len(names), args.verbose))
+    disc = await discover(runner, names, commands, DiscoveryProgress(err, len(names), args.verbose))
     if disc.unreachable:
         listing = "\n".join(f"  - {h}: {msg}" for h, msg in disc.unreachable.items())
         if not args.ignore_unreachable:

@@ -18,7 +18,7 @@ from mlx_jupyter.topology.system_profiler import first_line
 THUNDERBOLT_COMMANDS = THUNDERBOLT_DISCOVERY
 
 
-class Progress:
+class DiscoveryProgress:
     """One self-rewriting stderr line on a terminal; per-host lines with --verbose; else silent."""
 
     def __init__(self, stream: TextIO, total: int, verbose: bool = False) -> None:
@@ -64,7 +64,7 @@ async def _gather_host(runner: Runner, host: str, commands: Sequence[tuple[str, 
 
 
 async def discover(
-    runner: Runner, hosts: Sequence[str], commands: Sequence[tuple[str, ...]], progress: Progress | None = None
+    runner: Runner, hosts: Sequence[str], commands: Sequence[tuple[str, ...]], progress: DiscoveryProgress | None = None
 ) -> Discovery:
     """Run the commands on every host, all hosts in parallel."""
     disc = Discovery()

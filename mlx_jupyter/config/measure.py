@@ -49,12 +49,12 @@ class CheckOptions:
     thresholds: Thresholds = field(default_factory=Thresholds)
 
 
-class Progress(Protocol):
+class CableCheckProgress(Protocol):
     def cable_done(self, result: CableResult, done: int, total: int) -> None: ...
 
 
 class TextProgress:
-    """A self-rewriting stderr line on a terminal (as `config.Progress`); a line per cable with verbose."""
+    """A self-rewriting stderr line on a terminal (as `config.DiscoveryProgress`); a line per cable with verbose."""
 
     def __init__(self, stream: TextIO, verbose: bool = False) -> None:
         self.stream, self.verbose = stream, verbose
@@ -140,7 +140,7 @@ async def measure_cable(runner: Runner, t: Target, opts: CheckOptions, deadline:
 
 
 async def check(runner: Runner, cables: Sequence[Target], opts: CheckOptions | None = None,
-                progress: Progress | None = None) -> Report:
+                progress: CableCheckProgress | None = None) -> Report:
     """Measure every cable, one round of host-disjoint cables at a time, within `opts.budget` seconds."""
     opts = opts or CheckOptions()
     start = time.monotonic()

@@ -27,7 +27,7 @@ from mlx_jupyter.launch.rankinfo import rank_prefix
 PROG = "mlx-jupyter launch"
 
 
-class UsageError(Exception):
+class CommandLineError(Exception):
     """Bad command line: printed with the usage hint, exit status 2."""
 
 
@@ -98,16 +98,16 @@ def split_argv(argv: Sequence[str], parser: argparse.ArgumentParser) -> tuple[li
 
 
 def verify_command(command: list[str], cwd: Optional[str]) -> None:
-    """Check locally that the script/command exists; raise :class:`UsageError` otherwise."""
+    """Check locally that the script/command exists; raise :class:`CommandLineError` otherwise."""
     first = command[0]
     base = cwd if cwd and os.path.isdir(cwd) else os.getcwd()
     if local_script(first, cwd) is not None:
         return
     if first.endswith(".py") or "/" in first:
         if not os.path.exists(os.path.join(base, first)):
-            raise UsageError(f"{first!r} not found in {base}; pass --no-verify-script if it exists only on the hosts")
+            raise CommandLineError(f"{first!r} not found in {base}; pass --no-verify-script if it exists only on the hosts")
     elif shutil.which(first) is None:
-        raise UsageError(f"command {first!r} not found on PATH; pass --no-verify-script if it exists only on the hosts")
+        raise CommandLineError(f"command {first!r} not found on PATH; pass --no-verify-script if it exists only on the hosts")
 
 
 def _default_backend() -> str:
@@ -234,11 +234,11 @@ def main(argv: list[str]) -> int:
         return 0
     try:
         if not command:
-            raise UsageError("no command given; e.g. `mlx-jupyter launch -n 2 -- python script.py`")
+            raise CommandLineError("no command given; e.g. `mlx-jupyter launch -n 2 -- python script.py`")
         if not args.no_verify_script:
             verify_command(command, args.cwd)
         config = make_config(args, command)
-    except (UsageError, HostfileError) as exc:
+    except (CommandLineError, HostfileError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     try:

@@ -10,13 +10,13 @@ from .choice import BACKENDS, Choice
 from .commands import CommandResult
 from .core import Topology
 from .errors import DiscoveryError, PlanError, TopologyError
-from .model import Cable, End, Host, Port
+from .model import Cable, End, MacHost, Port
 from .netparse import IfAddr, RdmaStatus
 from .recordings import Recording
 from .rings import Ring
 from .system_profiler import Peer
 
 __all__ = [
-    "BACKENDS", "Cable", "Choice", "CommandResult", "DiscoveryError", "End", "Host", "IfAddr", "Peer",
+    "BACKENDS", "Cable", "Choice", "CommandResult", "DiscoveryError", "End", "IfAddr", "MacHost", "Peer",
     "PlanError", "Port", "RdmaStatus", "Recording", "Ring", "Topology", "TopologyError",
 ]

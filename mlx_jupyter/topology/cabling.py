@@ -6,14 +6,14 @@ from __future__ import annotations
 from typing import Optional, Protocol, Sequence
 
 from .addressing import Link
-from .model import Cable, Host
+from .model import Cable, MacHost
 from .rings import Ring
 
 
 class Cabling(Protocol):
     """Hosts in the user's order, the cables between them, and what follows from them."""
 
-    hosts: list[Host]
+    hosts: list[MacHost]
     cables: list[Cable]
 
     @property

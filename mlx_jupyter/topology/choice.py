@@ -9,7 +9,7 @@ from .cabling import Cabling
 from .addressing import links_between
 from .commands import getifaddr, show
 from .errors import PlanError
-from .hostfiles import Hostfile, jaccl_hostfile, jaccl_ring_hostfile, ring_hostfile
+from .hostfiles import HostfileDict, jaccl_hostfile, jaccl_ring_hostfile, ring_hostfile
 from .model import Cable
 from .netparse import RDMA_HELP
 from .rings import Ring
@@ -28,7 +28,7 @@ class Choice:
 
     backend: str
     reason: str
-    hostfile: Hostfile
+    hostfile: HostfileDict
     ring: Ring | None = None
     warnings: list[str] = field(default_factory=list)
 

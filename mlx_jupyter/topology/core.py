@@ -9,15 +9,15 @@ from typing import Mapping, Sequence
 from . import addressing, choice, rings
 from .addressing import Link
 from .discover import Outputs, host_from_outputs
-from .hostfiles import Hostfile, ethernet_hostfile
-from .model import Cable, Host, find_cables, speed_text
+from .hostfiles import HostfileDict, ethernet_hostfile
+from .model import Cable, MacHost, find_cables, speed_text
 
 
 class Topology:
     """Hosts (in the user's order), their Thunderbolt ports and the cables between them."""
 
-    def __init__(self, hosts: Sequence[Host], warnings: Sequence[str] = ()) -> None:
-        self.hosts: list[Host] = list(hosts)
+    def __init__(self, hosts: Sequence[MacHost], warnings: Sequence[str] = ()) -> None:
+        self.hosts: list[MacHost] = list(hosts)
         wiring = find_cables(self.hosts)
         self.cables: list[Cable] = wiring.cables
         self._warnings = list(warnings) + wiring.warnings
@@ -137,11 +137,11 @@ class Topology:
         """Plan `backend` (or pick the best one) and say why; raises PlanError when impossible."""
         return choice.choose(self, backend, envs)
 
-    def hostfile(self, backend: str, envs: Sequence[str] = ()) -> Hostfile:
+    def hostfile(self, backend: str, envs: Sequence[str] = ()) -> HostfileDict:
         """The hostfile for `backend` ("ring", "jaccl", "jaccl-ring"); raises PlanError when impossible."""
         return choice.choose(self, backend, envs).hostfile
 
-    def ethernet_hostfile(self, backend: str = "", envs: Sequence[str] = ()) -> Hostfile:
+    def ethernet_hostfile(self, backend: str = "", envs: Sequence[str] = ()) -> HostfileDict:
         """A hostfile over the ordinary network (each host's en0/en1 address)."""
         return ethernet_hostfile(self.names, self.ips, backend, envs)
 

@@ -6,7 +6,7 @@ from typing import Mapping
 
 from .commands import IBV_DEVICES, NETWORKSETUP, SYSTEM_PROFILER, CommandResult, getifaddr, show
 from .errors import DiscoveryError
-from .model import Host, Port, natural_key
+from .model import MacHost, Port, natural_key
 from .netparse import is_interface, parse_getifaddr, parse_ibv_devices, parse_networksetup
 from .system_profiler import Bus, parse_system_profiler
 
@@ -54,7 +54,7 @@ def ethernet_ip(host: str, outputs: Outputs) -> str | None:
     return None
 
 
-def host_from_outputs(host: str, outputs: Outputs, sudo: bool | None = None) -> tuple[Host, list[str]]:
+def host_from_outputs(host: str, outputs: Outputs, sudo: bool | None = None) -> tuple[MacHost, list[str]]:
     """Parse a Mac's recorded or live outputs into a Host, plus warnings."""
     missing = [show(c) for c in (SYSTEM_PROFILER, NETWORKSETUP) if c not in outputs]
     if missing:
@@ -65,4 +65,4 @@ def host_from_outputs(host: str, outputs: Outputs, sudo: bool | None = None) -> 
     ibv = outputs.get(IBV_DEVICES)
     rdma = parse_ibv_devices(host, ibv) if ibv is not None else None
     machine = next((b.machine for b in buses if b.machine), None)
-    return Host(host, tuple(ports), rdma, ethernet_ip(host, outputs), sudo, machine), warnings + more
+    return MacHost(host, tuple(ports), rdma, ethernet_ip(host, outputs), sudo, machine), warnings + more

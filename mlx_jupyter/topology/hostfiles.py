@@ -7,11 +7,13 @@ from typing import Sequence
 from .addressing import Link, links_between
 from .rings import Ring
 
-Hostfile = dict  # {"backend": str, "envs": [K=V...], "hosts": [{"ssh", "ips", "rdma"}]}
+#: The JSON object a plan writes (mlx_jupyter.hostfile.Hostfile is the parsed one):
+#: {"backend": str, "envs": [K=V...], "hosts": [{"ssh", "ips", "rdma"}]}
+HostfileDict = dict
 Device = str | list[str] | None
 
 
-def hostfile(backend: str, entries: list[dict], envs: Sequence[str] = ()) -> Hostfile:
+def hostfile(backend: str, entries: list[dict], envs: Sequence[str] = ()) -> HostfileDict:
     """The object form of a hostfile."""
     return {"backend": backend, "envs": list(envs), "hosts": entries}
 
@@ -20,7 +22,7 @@ def entry(ssh: str, ips: list[str], rdma: list[Device] | None = None) -> dict:
     return {"ssh": ssh, "ips": ips, "rdma": rdma if rdma is not None else []}
 
 
-def ring_hostfile(names: list[str], ring: Ring, links: list[Link], envs: Sequence[str] = ()) -> Hostfile:
+def ring_hostfile(names: list[str], ring: Ring, links: list[Link], envs: Sequence[str] = ()) -> HostfileDict:
     """Hosts in ring order; each lists its addresses on the cables to its ring predecessor."""
     entries = []
     for rank, node in enumerate(ring.nodes):
@@ -41,7 +43,7 @@ def _ips(ip: str | None) -> list[str]:
 
 def jaccl_hostfile(
     names: list[str], ips: list[str | None], links: list[Link], envs: Sequence[str] = ()
-) -> Hostfile:
+) -> HostfileDict:
     """Full mesh: `rdma[i][j]` names i's device(s) on its cable(s) to j; ips are the ethernet addresses."""
     n = len(names)
     count = min((len(links_between(links, i, j)) for i in range(n) for j in range(n) if i != j), default=0)
@@ -54,7 +56,7 @@ def jaccl_hostfile(
 
 def jaccl_ring_hostfile(
     names: list[str], ips: list[str | None], ring: Ring, links: list[Link], envs: Sequence[str] = ()
-) -> Hostfile:
+) -> HostfileDict:
     """RDMA along a ring: hosts in ring order, devices only towards ring neighbours (indexed by rank)."""
     n = len(ring.nodes)
     entries = []
@@ -67,6 +69,6 @@ def jaccl_ring_hostfile(
 
 def ethernet_hostfile(
     names: list[str], ips: list[str | None], backend: str = "", envs: Sequence[str] = ()
-) -> Hostfile:
+) -> HostfileDict:
     """One address per host on the ordinary network, hosts in the order given."""
     return hostfile(backend, [entry(name, _ips(ip)) for name, ip in zip(names, ips)], envs)

@@ -52,8 +52,8 @@ class Port:
 
 
 @dataclass(frozen=True)
-class Host:
-    """One machine of the cluster, as discovered."""
+class MacHost:
+    """One Mac of the cluster as discovery saw it (ports, RDMA, sudo); `mlx_jupyter.hostfile.Host` is a hostfile entry."""
 
     name: str
     ports: tuple[Port, ...] = ()
@@ -115,7 +115,7 @@ class Wiring:
     warnings: list[str] = field(default_factory=list)
 
 
-def _uuid_index(hosts: list[Host]) -> dict[str, tuple[int, Port]]:
+def _uuid_index(hosts: list[MacHost]) -> dict[str, tuple[int, Port]]:
     """Port domain UUID -> (host index, port); a UUID on two hosts means one Mac listed twice."""
     index: dict[str, tuple[int, Port]] = {}
     for h, host in enumerate(hosts):
@@ -130,7 +130,7 @@ def _uuid_index(hosts: list[Host]) -> dict[str, tuple[int, Port]]:
     return index
 
 
-def find_cables(hosts: list[Host]) -> Wiring:
+def find_cables(hosts: list[MacHost]) -> Wiring:
     """Pair up ports by domain UUID; a cable counts when either end sees the other.
 
     A direct cable uses each of its ports once; a port on a hub reaches every Mac behind

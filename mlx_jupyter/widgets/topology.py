@@ -30,8 +30,8 @@ def _default_cluster(hostfile: str, backend: str) -> Any:
     return Cluster(n=1, hostfile=hostfile, backend=backend)
 
 
-class _Progress:
-    """`config.Progress`'s interface, reporting into the widget's status."""
+class _WidgetDiscoveryProgress:
+    """`config.DiscoveryProgress`'s interface, reporting into the widget's status."""
 
     def __init__(self, widget: "TopologyWidget", total: int) -> None:
         self.widget, self.total, self.done = widget, total, 0
@@ -43,7 +43,7 @@ class _Progress:
 
 
 class _CheckProgress:
-    """`config.measure.Progress`: each measured cable moves the widget's progress bar."""
+    """`config.measure.CableCheckProgress`: each measured cable moves the widget's progress bar."""
 
     def __init__(self, widget: "TopologyWidget") -> None:
         self.widget = widget
@@ -148,7 +148,7 @@ class TopologyWidget(anywidget.AnyWidget):
 
         async def go() -> Any:
             try:
-                return await config.discover(runner, names, config.THUNDERBOLT_COMMANDS, _Progress(self, len(names)))
+                return await config.discover(runner, names, config.THUNDERBOLT_COMMANDS, _WidgetDiscoveryProgress(self, len(names)))
             finally:
                 if own:
                     await runner.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlx_jupyter.topology import Cable, End, Host, Peer, PlanError, Port, Topology
+from mlx_jupyter.topology import Cable, End, MacHost, Peer, PlanError, Port, Topology
 from mlx_jupyter.topology.addressing import address_plan, subnet_address
 
 
@@ -15,7 +15,7 @@ def cabled(n: int, cables: list[tuple[int, int]]) -> Topology:
         a, b = f"U{i}-{k}", f"U{j}-{k}"
         ports[i].append(Port(f"en{len(ports[i]) + 2}", a, link_gbps=80.0, peer=Peer(b)))
         ports[j].append(Port(f"en{len(ports[j]) + 2}", b, link_gbps=80.0, peer=Peer(a)))
-    return Topology([Host(f"h{i}", tuple(p)) for i, p in enumerate(ports)])
+    return Topology([MacHost(f"h{i}", tuple(p)) for i, p in enumerate(ports)])
 
 
 def test_ring_failure_lists_the_partial_rings():
@@ -31,7 +31,7 @@ def test_ring_failure_lists_the_partial_rings():
 
 
 def test_ring_failure_without_any_ring():
-    topo = Topology([Host("h0"), Host("h1"), Host("h2")])
+    topo = Topology([MacHost("h0"), MacHost("h1"), MacHost("h2")])
     with pytest.raises(PlanError, match="No rings found at all. Run with --dot"):
         topo.hostfile("ring")
 

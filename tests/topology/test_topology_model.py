@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 from hypothesis import given, settings, strategies as st
 
-from mlx_jupyter.topology import Host, Peer, Port, Topology
+from mlx_jupyter.topology import MacHost, Peer, Port, Topology
 from mlx_jupyter.topology.rings import find_rings
 
 
@@ -40,7 +40,7 @@ def cablings(draw):
                 peer = Peer(extra) if target == "foreign" else Peer(f"U{target[0]}-{target[1]}")
                 speed = None if target == "foreign" else extra
             plist.append(Port(f"en{p + 2}", f"U{h}-{p}", str(p + 1), speed, None, peer))
-        hosts.append(Host(f"host-{h}", tuple(plist)))
+        hosts.append(MacHost(f"host-{h}", tuple(plist)))
     return Topology(hosts)
 
 

@@ -59,9 +59,9 @@ def test_cables_are_coloured_by_speed():
 
 
 def test_host_names_are_escaped():
-    from mlx_jupyter.topology import Host
+    from mlx_jupyter.topology import MacHost
 
-    svg = Topology([Host("<a&b>"), Host('q"uote')]).to_svg()
+    svg = Topology([MacHost("<a&b>"), MacHost('q"uote')]).to_svg()
     ET.fromstring(svg)
     assert "&lt;a&amp;b&gt;" in svg
 
@@ -73,12 +73,12 @@ def test_dot_node_ids_are_unique():
 
 def two_hosts_on_a_foreign_mac(second_uuid: str = "F-1") -> Topology:
     """a and b both on the hub of an unlisted MacBook (each sees the MacBook's port UUID F-1)."""
-    from mlx_jupyter.topology import Host, Peer, Port
+    from mlx_jupyter.topology import MacHost, Peer, Port
 
     book = Peer("F-1", "MacBook Pro", "Mac17,7")
     other = Peer(second_uuid, "MacBook Pro", "Mac17,7")
-    a = Host("a", (Port("en2", "UA", link_gbps=80.0, peer=book), Port("en3", "UA3", link_gbps=80.0, peer=Peer("UB3"))))
-    b = Host("b", (Port("en2", "UB", link_gbps=80.0, peer=other), Port("en3", "UB3", link_gbps=80.0, peer=Peer("UA3"))))
+    a = MacHost("a", (Port("en2", "UA", link_gbps=80.0, peer=book), Port("en3", "UA3", link_gbps=80.0, peer=Peer("UB3"))))
+    b = MacHost("b", (Port("en2", "UB", link_gbps=80.0, peer=other), Port("en3", "UB3", link_gbps=80.0, peer=Peer("UA3"))))
     return Topology([a, b])
 
 

@@ -18,7 +18,7 @@ from hypothesis import given, settings, strategies as st
 from fake_runner import FakeRunner
 from tb_fixtures import FIXTURES
 from mlx_jupyter import config
-from mlx_jupyter.topology import CommandResult, DiscoveryError, End, Host, Peer, PlanError, Port, Topology
+from mlx_jupyter.topology import CommandResult, DiscoveryError, End, MacHost, Peer, PlanError, Port, Topology
 from mlx_jupyter.topology.addressing import SetupLine
 from mlx_jupyter.topology.commands import NETWORKSETUP, SYSTEM_PROFILER
 from mlx_jupyter.topology.recordings import DISCOVERY, Recording
@@ -143,8 +143,8 @@ def test_auto_setup_sends_argv_with_sudo_n():
 
 
 def test_a_hand_built_topology_with_a_bad_interface_plans_nothing():
-    a = Host("a", (Port("en2 ; reboot", "UA", link_gbps=80.0, peer=Peer("UB")),))
-    b = Host("b", (Port("en2", "UB", link_gbps=80.0, peer=None),))
+    a = MacHost("a", (Port("en2 ; reboot", "UA", link_gbps=80.0, peer=Peer("UB")),))
+    b = MacHost("b", (Port("en2", "UB", link_gbps=80.0, peer=None),))
     topo = Topology([a, b])
     assert topo.local_cables[0].a == End(0, "en2 ; reboot")
     with pytest.raises(PlanError, match="a: interface name 'en2 ; reboot'"):

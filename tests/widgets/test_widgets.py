@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("anywidget")
 
 from mlx_jupyter.topology import Topology
-from mlx_jupyter.topology.model import Host, Port
+from mlx_jupyter.topology.model import MacHost, Port
 from mlx_jupyter.topology.system_profiler import Peer
 from mlx_jupyter.widgets import ClusterStatusWidget, TopologyWidget
 from mlx_jupyter.widgets.status import rows_from_status
@@ -56,8 +56,8 @@ def test_foreign_and_hub_and_speeds():
 
 
 def test_one_sided_cable_is_marked():
-    a = Host("a", (Port("en2", "UA", link_gbps=80.0, peer=Peer("UB")),))
-    b = Host("b", (Port("en2", "UB", link_gbps=80.0, peer=None),))  # b does not see the cable
+    a = MacHost("a", (Port("en2", "UA", link_gbps=80.0, peer=Peer("UB")),))
+    b = MacHost("b", (Port("en2", "UB", link_gbps=80.0, peer=None),))  # b does not see the cable
     m = topology_model(Topology([a, b]))
     [c] = m["cables"]
     assert c["one_sided"] and c["seen_from"] == ["a"]
