@@ -290,18 +290,17 @@ def resolve_hosts(hosts: Union[str, Path, Sequence[Host], None], repeat: int = 1
 
 
 def parse_ring_hostfile(data: Any) -> list[list[tuple[str, int]]]:
-    """A ring hostfile as MLX reads it from ``MLX_HOSTFILE`` (per rank, its ``ip:port`` list) -> (ip, port)s.
-
-    ValueError names the rank and entry when it is not that shape.
-    """
-    if not isinstance(data, list):
-        raise ValueError("a ring hostfile is a JSON list, per rank a list of \"ip:port\"")
+    """A ring hostfile as MLX reads it from ``MLX_HOSTFILE`` (per rank, its ``ip:port`` list, or one
+    ``ip:port``) -> (host, port)s. ValueError names the rank when it is not that shape."""
+    if not isinstance(data, list) or not data:
+        raise ValueError("a ring hostfile is a non-empty JSON list, per rank a list of \"ip:port\"")
     out = []
     for rank, row in enumerate(data):
+        row = [row] if isinstance(row, str) else row
         if not isinstance(row, list) or not row:
             raise ValueError(f"rank {rank}: expected a non-empty list of \"ip:port\", got {row!r}")
         try:
-            out.append([split_addr(a) if isinstance(a, str) else split_addr(repr(a)) for a in row])
+            out.append([split_addr(a) for a in row])
         except ValueError as exc:
             raise ValueError(f"rank {rank}: {exc}") from None
     return out

@@ -40,12 +40,20 @@ def format_addr(ip: str, port: int) -> str:
 
 
 def split_addr(text: str) -> tuple[str, int]:
-    """``"[::1]:80"`` / ``"10.0.0.1:80"`` -> (ip, port); ValueError naming the text otherwise."""
-    host, sep, port = str(text).rpartition(":")
+    """``"[::1]:80"`` / ``"10.0.0.1:80"`` / ``"mac-1:80"`` -> (host, port); ValueError naming the text otherwise."""
+    if not isinstance(text, str):
+        raise ValueError(f"{text!r} is not an \"ip:port\" string")
+    host, sep, port = text.rpartition(":")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     elif ":" in host:
         raise ValueError(f"{text!r}: an IPv6 address needs brackets, as in [::1]:32323")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not host or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"{text!r} is not ip:port (port 1..65535)")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if not all(part and part.isascii() and part.replace("-", "").replace("_", "").isalnum()
+                   for part in host.split(".")):
+            raise ValueError(f"{text!r} has an invalid host {host!r}") from None
     return host, int(port)

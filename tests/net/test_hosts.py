@@ -70,6 +70,9 @@ def test_ring_hostfile_parser_names_the_rank():
         parse_ring_hostfile([["127.0.0.1:5000"], ["x"]])
     with pytest.raises(ValueError, match="JSON list"):
         parse_ring_hostfile({"hosts": []})
+    assert parse_ring_hostfile(["mac-1:5000", ["mac-2.local:5001"]]) == [[("mac-1", 5000)], [("mac-2.local", 5001)]]
+    with pytest.raises(ValueError, match="invalid host"):
+        parse_ring_hostfile([["bad host:5000"]])
 
 
 @given(st.recursive(st.none() | st.integers() | st.text(max_size=12), lambda c: st.lists(c, max_size=3), max_leaves=8))
