@@ -59,9 +59,15 @@ def test_no_ssh_flags_keep_openssh_defaults(start):
 
 
 def test_bad_env_flag_is_named(monkeypatch, start):
+    """A bare KEY passes this kernel's value on (as the launcher's --env KEY); an unset or invalid one is named."""
     m = magics.MLXMagics(shell=None)
-    with pytest.raises(UsageError, match="--env takes K=V, got 'oops'"):
-        m.mlx_cluster("start --env oops")
+    monkeypatch.delenv("OOPS_UNSET", raising=False)
+    with pytest.raises(UsageError, match="--env OOPS_UNSET: is not set here"):
+        m.mlx_cluster("start --env OOPS_UNSET")
+    with pytest.raises(UsageError, match="--env 'a-b=1': expected KEY=VALUE"):
+        m.mlx_cluster("start --env a-b=1")
+    monkeypatch.setenv("OOPS_SET", "v")
+    assert start("start --env OOPS_SET")["env"] == {"OOPS_SET": "v"}
 
 
 def test_hosts_and_hostfile_together_are_an_error(start, tmp_path):
