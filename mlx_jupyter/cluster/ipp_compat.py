@@ -60,7 +60,8 @@ def ipyparallel_problems(client: Any = None) -> list[str]:
 _SUBCLASS_NEEDS = {
     "controller": ("ipyparallel.controller.app", "IPController", ("init_hub", "save_connection_dict")),
     "engine": ("ipyparallel.engine.app", "IPEngine", ("init_engine", "register", "complete_registration",
-                                                      "find_connection_file", "init_signal", "restore_output")),
+                                                      "find_connection_file", "init_signal", "restore_output",
+                                                      "start_heartbeat", "bident", "session")),
 }
 
 

@@ -182,6 +182,33 @@ def test_our_controller_writes_connection_files_atomically(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left
 
 
+def test_rank_engine_starts_its_heart_from_the_registration_reply():
+    """A rank's engine starts its heart as soon as the hub's registration reply arrives (before
+    its kernel is built: the hub lists an engine only after its heart answers), with the hub's
+    ping/pong addresses and period; a failed reply leaves the failure to ipyparallel."""
+    from types import SimpleNamespace
+
+    from jupyter_client.session import Session
+
+    from mlx_jupyter.cluster.rank.engine import MLXEngine
+
+    session = Session(key=b"secret")
+    started: list = []
+    me = SimpleNamespace(session=session, bident=b"engine-0", start_heartbeat=lambda *a: started.append(a),
+                         connection_info={"interface": "tcp://127.0.0.1", "hb_ping": 5001, "hb_pong": 5002},
+                         log=SimpleNamespace(debug=lambda *a: None))
+
+    def reply(status: str) -> list:
+        return session.serialize(session.msg("registration_reply",
+                                             content={"status": status, "id": 0, "hb_period": 50}))
+
+    MLXEngine._beat_early(me, reply("error"), lambda url: url)
+    MLXEngine._beat_early(me, [b"garbage"], lambda url: url)  # unreadable: left to ipyparallel too
+    assert started == []
+    MLXEngine._beat_early(me, reply("ok"), lambda url: url + "?tunnelled")
+    assert started == [("tcp://127.0.0.1:5001?tunnelled", "tcp://127.0.0.1:5002?tunnelled", 50, b"engine-0")]
+
+
 def test_the_controller_does_not_outlive_a_killed_kernel():
     """Regression: ipyparallel's controller (and its heart monitor) stayed, re-parented to
     init, when the process that started the cluster was SIGKILLed. Ours watches its parent."""

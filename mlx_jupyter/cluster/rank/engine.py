@@ -2,7 +2,8 @@
 
 The launcher sets the environment contract (``MLX_RANK`` ...); this module
 requests that rank as the engine id, turns off the per-engine nanny process
-(our launcher watches the processes) and installs the rank agent
+(our launcher watches the processes), starts its heart as soon as the hub answers its
+registration (ipyparallel starts it only after building the kernel), and installs the rank agent
 (:mod:`mlx_jupyter.cluster.rank.agent`) and connects the direct cell channel
 (:mod:`mlx_jupyter.cluster.rank.channel`) once the engine's kernel exists. MLX's ring world is
 begun only once the rank is up (the cluster asks for it after its start-up probe):
@@ -15,7 +16,7 @@ import contextlib
 import signal
 import sys
 import threading
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 from ipyparallel.engine.app import IPEngine
 
@@ -36,6 +37,7 @@ class MLXEngine(IPEngine):
     """
 
     _terminated = False
+    _heart_started = False
 
     def init_signal(self) -> None:
         super().init_signal()
@@ -75,7 +77,30 @@ class MLXEngine(IPEngine):
         threading.Thread(target=_preimport, name="mlx-preimport", daemon=True).start()
         return await super().register()
 
+    def start_heartbeat(self, *args: Any, **kwargs: Any) -> None:
+        if self._heart_started:  # already beating: see _beat_early
+            return
+        self._heart_started = True
+        super().start_heartbeat(*args, **kwargs)
+
+    def _beat_early(self, msg: list, maybe_tunnel: Any) -> None:
+        """Start the heart before the kernel is built, not after: the hub lists an engine only
+        at its heartbeat after the engine's first pong (one to two ``HeartMonitor.period``), so
+        that wait now overlaps the build. Requests sent meanwhile queue in the engine's sockets
+        (connected right after this, before the build) until the kernel reads them."""
+        try:
+            _, parts = self.session.feed_identities(msg)
+            content = self.session.unpack(parts[4])  # [signature, header, parent, metadata, content]
+            if content.get("status") != "ok":
+                return  # ipyparallel's own handling reports the failure
+            url = f"{self.connection_info['interface']}:{{}}".format
+            self.start_heartbeat(maybe_tunnel(url(self.connection_info["hb_ping"])),
+                                 maybe_tunnel(url(self.connection_info["hb_pong"])), content["hb_period"], self.bident)
+        except Exception as exc:  # ipyparallel starts it after the build, as without this
+            self.log.debug("could not start the heart early: %s", exc)
+
     async def complete_registration(self, msg, connect, maybe_tunnel):  # type: ignore[override]
+        self._beat_early(msg, maybe_tunnel)
         with without_debugpy():  # the kernel is built here
             await super().complete_registration(msg, connect, maybe_tunnel)
         if self.kernel is None:
