@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "mlx_jupyter"
-#: import cycles being removed by work not merged yet (the native core's modules moving to core/);
-#: each entry is dropped when that lands
-KNOWN_CYCLES = [{"mlx_jupyter.distributed", "mlx_jupyter.mlx_group"}]
+#: import cycles being removed by work not merged yet; each entry is dropped when that lands
+KNOWN_CYCLES: list[set[str]] = []
 
 
 def module_names() -> dict[str, Path]:

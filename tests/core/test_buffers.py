@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from mlx_jupyter import Buffer
-from mlx_jupyter.rank_env import RankEnvError, parse_hostfile
+from mlx_jupyter.core.rank_env import RankEnvError, parse_hostfile
 
 
 def test_reference_wrap_4096_ints_without_copy() -> None:

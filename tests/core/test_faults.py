@@ -224,7 +224,7 @@ report(sum=dist.all_sum(np.arange(1000, dtype=np.int64) * (RANK + 1)).tolist()[:
 
 
 def test_malformed_hostfiles_give_clear_errors(tmp_path) -> None:
-    from mlx_jupyter.rank_env import RankEnvError, read_ring_env
+    from mlx_jupyter.core.rank_env import RankEnvError, read_ring_env
 
     good = tmp_path / "good.json"
     good.write_text('[["127.0.0.1:5000"], ["127.0.0.1:5001"]]')

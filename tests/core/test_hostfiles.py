@@ -114,7 +114,7 @@ def test_port_offset_and_our_own_hostfile_are_honoured(tmp_path) -> None:
 
 
 def test_bad_port_offset_is_a_clear_error(tmp_path) -> None:
-    from mlx_jupyter.rank_env import RankEnvError, read_ring_env
+    from mlx_jupyter.core.rank_env import RankEnvError, read_ring_env
 
     hostfile = tmp_path / "hosts.json"
     hostfile.write_text(json.dumps([["127.0.0.1:65000"], ["127.0.0.1:65001"]]))
