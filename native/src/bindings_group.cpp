@@ -1,0 +1,224 @@
+// mlx_jupyter._core.Group: the collectives, with the GIL released around every blocking call.
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <mutex>
+#include <utility>
+
+#include "bindings.h"
+#include "mlxj/errors.h"
+#include "mlxj/socket.h"
+
+namespace mlxj::py {
+
+namespace {
+
+// Ctrl-C without taking the GIL: a SIGINT handler chained in front of Python's
+// counts signals, and a blocked op takes the GIL (PyErr_CheckSignals) only when the
+// count moved, on its first check, and once a second for other signals' Python handlers.
+std::atomic<unsigned> g_sigints{0};
+std::mutex g_sig_mu;
+struct sigaction g_sig_next{};  // the handler ours runs after (Python's), stable while ours is installed
+
+extern "C" void count_sigint(int sig, siginfo_t* info, void* uc) {
+  g_sigints.fetch_add(1, std::memory_order_relaxed);
+  if (g_sig_next.sa_flags & SA_SIGINFO) {
+    if (g_sig_next.sa_sigaction) g_sig_next.sa_sigaction(sig, info, uc);
+  } else if (g_sig_next.sa_handler != SIG_DFL && g_sig_next.sa_handler != SIG_IGN) {
+    g_sig_next.sa_handler(sig);
+  }
+}
+
+// (Re)chains ours in front of the current SIGINT handler: Python code may have replaced it.
+void chain_sigint() {
+  std::lock_guard<std::mutex> lock(g_sig_mu);
+  struct sigaction cur{};
+  if (::sigaction(SIGINT, nullptr, &cur) != 0) return;
+  bool ours = (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == count_sigint;
+  if (ours || (!(cur.sa_flags & SA_SIGINFO) && (cur.sa_handler == SIG_DFL || cur.sa_handler == SIG_IGN))) return;
+  g_sig_next = cur;
+  struct sigaction mine{};
+  mine.sa_sigaction = count_sigint;
+  mine.sa_flags = SA_SIGINFO | (cur.sa_flags & SA_ONSTACK);  // no SA_RESTART: poll() wakes with EINTR
+  mine.sa_mask = cur.sa_mask;
+  ::sigaction(SIGINT, &mine, nullptr);
+}
+
+thread_local unsigned t_sigints_seen = 0;
+thread_local std::chrono::steady_clock::time_point t_next_full_check{};
+
+bool signal_pending() {
+  unsigned count = g_sigints.load(std::memory_order_relaxed);
+  auto now = std::chrono::steady_clock::now();
+  if (count == t_sigints_seen && now < t_next_full_check) return false;
+  t_sigints_seen = count;
+  t_next_full_check = now + std::chrono::seconds(1);
+  chain_sigint();
+  nb::gil_scoped_acquire gil;
+  return PyErr_CheckSignals() != 0;  // sets KeyboardInterrupt; the translator leaves it in place
+}
+
+}  // namespace
+
+CallOptions call(double timeout) {
+  // -1 waits; inf or huge means no deadline (the core clamps); NaN and other negatives are mistakes.
+  if (std::isnan(timeout) || (timeout < 0 && timeout != -1))
+    throw std::invalid_argument("timeout must be >= 0 seconds (or -1 to wait), got " + std::to_string(timeout));
+  CallOptions o;
+  o.timeout = timeout;
+  t_next_full_check = {};  // the op's first check takes the GIL once
+  o.interrupted = signal_pending;
+  return o;
+}
+
+namespace {
+
+ReduceOp parse_op(const std::string& s) {
+  if (s == "sum") return ReduceOp::Sum;
+  if (s == "max") return ReduceOp::Max;
+  if (s == "min") return ReduceOp::Min;
+  throw std::invalid_argument("unknown reduction '" + s + "' (sum, max, min)");
+}
+
+// A C-contiguous view through the buffer protocol, released on destruction;
+// `ok` is false (no Python error left set) when the object offers none.
+struct View {
+  Py_buffer buf{};
+  bool ok = false;
+  View(nb::handle obj, bool writable) {
+    ok = PyObject_GetBuffer(obj.ptr(), &buf, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) == 0;
+    if (!ok) PyErr_Clear();
+  }
+  ~View() {
+    if (ok) PyBuffer_Release(&buf);
+  }
+  View(const View&) = delete;
+  View& operator=(const View&) = delete;
+  bool dtype(Dtype* t) const { return dtype_from_format(buf.format, size_t(buf.itemsize), t); }
+};
+
+// Exactly numpy's ndarray (not subclasses): the only type the hot path takes.
+PyTypeObject* ndarray_type() {
+  static PyObject* type = nullptr;  // set once, under the GIL
+  if (!type) type = nb::object(nb::module_::import_("numpy").attr("ndarray")).release().ptr();
+  return reinterpret_cast<PyTypeObject*>(type);
+}
+
+// The hot path of all_sum/max/min(x, out=out): numpy arrays, contiguous, of one dtype and
+// size, checked here through the buffer protocol. Returns false (nothing done, no error) for
+// anything else, which then takes the general path.
+bool all_reduce_buffers(Group& g, nb::handle in, nb::handle out, int op, double timeout) {
+  PyTypeObject* nd = ndarray_type();
+  if (Py_TYPE(in.ptr()) != nd || Py_TYPE(out.ptr()) != nd || op < 0 || op > 2) return false;
+  View vi(in, false), vo(out, true);
+  Dtype ti, to;
+  if (!vi.ok || !vo.ok || !vi.dtype(&ti) || !vo.dtype(&to) || ti != to || vi.buf.len != vo.buf.len) return false;
+  CallOptions o = call(timeout);
+  nb::gil_scoped_release rel;
+  g.all_reduce(vi.buf.buf, vo.buf.buf, size_t(vi.buf.len) / dtype_size(ti), ti, ReduceOp(op), o);
+  return true;
+}
+
+}  // namespace
+
+void bind_group(nb::module_& m) {
+  using namespace nb::literals;
+  nb::class_<Group>(m, "Group", "A group of ranks of our core: the ring world, or a split of it.")
+      .def_static(
+          "world",
+          [](int rank, const std::vector<std::vector<std::string>>& addrs, const std::string& token, bool verbose,
+             double timeout) {
+            std::vector<std::vector<Endpoint>> eps;
+            for (const auto& row : addrs) {
+              eps.emplace_back();
+              for (const auto& a : row) eps.back().push_back(parse_endpoint(a));
+            }
+            if (rank < 0 || rank >= int(eps.size())) throw std::invalid_argument("rank out of range");
+            CallOptions o = call(timeout);
+            nb::gil_scoped_release rel;
+            return Group::world(rank, std::move(eps), token, verbose, o);
+          },
+          "rank"_a, "addresses"_a, "token"_a, "verbose"_a, "timeout"_a,
+          "Forms the world: `addresses` per rank (\"ip:port\" strings), within `timeout` seconds.")
+      .def("rank", &Group::rank)
+      .def("size", &Group::size)
+      .def("world_rank", &Group::world_rank)
+      .def_prop_ro("aborted", &Group::aborted)
+      .def_prop_ro("abort_reason", &Group::abort_reason)
+      .def("link_kinds", &Group::link_kinds, "Per link \"side:kind\" (kind shm or tcp).")
+      .def("abort", [](Group& g, const std::string& reason) {
+        nb::gil_scoped_release rel;
+        g.abort(reason);
+      }, "reason"_a)
+      .def("close", [](Group& g, const std::string& reason) {
+        nb::gil_scoped_release rel;
+        g.close(reason);
+      }, "reason"_a)
+      .def("split", [](Group& g, int color, int key, double timeout) {
+        CallOptions o = call(timeout);
+        nb::gil_scoped_release rel;
+        return g.split(color, key, o);
+      }, "color"_a, "key"_a, "timeout"_a)
+      .def("barrier", [](Group& g, double timeout) {
+        CallOptions o = call(timeout);
+        nb::gil_scoped_release rel;
+        g.barrier(o);
+      }, "timeout"_a)
+      .def("all_reduce", [](Group& g, InArray in, AnyArray out, const std::string& op, double timeout) {
+        Dtype t = dtype_of(in);
+        require_contiguous(in, "input");
+        require_contiguous(out, "out");
+        if (dtype_of(out) != t || out.size() != in.size())
+          throw std::invalid_argument("out must have the input's dtype and size");
+        CallOptions o = call(timeout);
+        ReduceOp rop = parse_op(op);
+        nb::gil_scoped_release rel;
+        g.all_reduce(in.data(), out.data(), in.size(), t, rop, o);
+      }, "input"_a, "out"_a, "op"_a, "timeout"_a)
+      .def("all_reduce_buffers", &all_reduce_buffers, "input"_a, "out"_a, "op"_a, "timeout"_a,
+           "all_reduce of numpy arrays in place (op 0 sum, 1 max, 2 min); False when the arrays are not "
+           "contiguous numpy arrays of one dtype and size (nothing done).")
+      .def("all_gather", [](Group& g, InArray in, AnyArray out, double timeout) {
+        Dtype t = dtype_of(in);
+        require_contiguous(in, "input");
+        require_contiguous(out, "out");
+        if (dtype_of(out) != t || out.size() != in.size() * size_t(g.size()))
+          throw std::invalid_argument("out must have the input's dtype and size() times its size");
+        CallOptions o = call(timeout);
+        nb::gil_scoped_release rel;
+        g.all_gather(in.data(), out.data(), in.size() * dtype_size(t), t, o);
+      }, "input"_a, "out"_a, "timeout"_a)
+      .def("reduce_scatter", [](Group& g, InArray in, AnyArray out, const std::string& op, double timeout) {
+        Dtype t = dtype_of(in);
+        require_contiguous(in, "input");
+        require_contiguous(out, "out");
+        if (dtype_of(out) != t || out.size() * size_t(g.size()) != in.size())
+          throw std::invalid_argument("out must have the input's dtype and 1/size() of its size");
+        CallOptions o = call(timeout);
+        ReduceOp rop = parse_op(op);
+        nb::gil_scoped_release rel;
+        g.reduce_scatter(in.data(), out.data(), out.size(), t, rop, o);
+      }, "input"_a, "out"_a, "op"_a, "timeout"_a)
+      .def("send", [](Group& g, InArray in, int dst, double timeout) {
+        Dtype t = dtype_of(in);
+        require_contiguous(in, "input");
+        CallOptions o = call(timeout);
+        nb::gil_scoped_release rel;
+        g.send(in.data(), in.size() * dtype_size(t), t, dst, o);
+      }, "input"_a, "dst"_a, "timeout"_a)
+      .def("recv", [](Group& g, AnyArray out, int src, double timeout) {
+        Dtype t = dtype_of(out);
+        require_contiguous(out, "out");
+        CallOptions o = call(timeout);
+        nb::gil_scoped_release rel;
+        g.recv(out.data(), out.size() * dtype_size(t), t, src, o);
+      }, "out"_a, "src"_a, "timeout"_a);
+}
+
+}  // namespace mlxj::py

@@ -1,0 +1,45 @@
+// The _core module: errors, groups, buffers, and the backend probes.
+#include <nanobind/stl/string.h>
+
+#include <cstdint>
+
+#include "bindings.h"
+#include "mlxj/probe.h"
+#include "mlxj/shm_segment.h"
+#include "mlxj/socket.h"
+
+using namespace mlxj;
+
+NB_MODULE(_core, m) {
+  namespace nb = nanobind;
+  m.doc() = "mlx_jupyter's native collective core (TCP ring, user buffers, backend probes)";
+  py::bind_errors(m);
+  py::bind_group(m);
+  py::bind_buffer(m);
+
+  m.def("backends", [] {
+    nb::list out;
+    for (const auto& s : probe_backends()) {
+      nb::dict d;
+      d["name"] = s.name;
+      d["available"] = s.available;
+      d["detail"] = s.detail;
+      d["fix"] = s.fix;
+      out.append(d);
+    }
+    return out;
+  }, "For each backend: a dict of name, available, detail (what was found or is missing) and fix.");
+  m.def(
+      "_open_segment",
+      [](const std::string& locator, size_t ring_bytes) { return open_segment(locator, ring_bytes) != nullptr; },
+      "For tests: opens (and at once releases) a peer's shared memory as link setup does, from the locator "
+      "it sent; raises MismatchError or SetupError when the locator is refused.");
+  m.def("random_token", [] {
+    uint8_t b[16];
+    random_bytes(b, sizeof b);
+    static const char* hex = "0123456789abcdef";
+    std::string s;
+    for (uint8_t c : b) { s += hex[c >> 4]; s += hex[c & 15]; }
+    return s;
+  }, "128 random bits as 32 hex digits (a job token).");
+}
