@@ -1,9 +1,16 @@
 """All-reduce benchmark: our core's all_sum against MLX's ring all_sum and Open MPI
-(through mpi4py), all in one run, on local ranks. Prints median latency, bus
-bandwidth and ratios: time ratios (lower is better for us) and bandwidth ratios
-(higher is better for us).
+(through mpi4py), all in one run, on local ranks.
+
+Each iteration is timed on every rank; the figure for an iteration is the slower
+rank's time (max over ranks), and a size's figure is the median of those. Every
+iteration's output is compared with the expected sum (outside the timed call); a
+wrong result fails the run. Calls go through the public API:
+`dist.all_sum(x, group=g, out=out)` on numpy float32, `mx.distributed.all_sum`,
+`comm.Allreduce(x, out)`. Prints latency, bus bandwidth, ratios, and the lines
+the README's table quotes; `--save FILE` also writes the output there.
 
     .venv/bin/python benchmarks/allreduce.py [--ranks 2,3,4] [--max-mib 64] [--transport auto|tcp] [--quick]
+        [--save benchmarks/results/allreduce.txt]
 
 Needs mpirun and mpi4py for the Open MPI column (skipped, with a note, otherwise).
 """
@@ -11,55 +18,89 @@ Needs mpirun and mpi4py for the Open MPI column (skipped, with a note, otherwise
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
+import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
+from contextlib import redirect_stdout
 
+# Run on every rank: `measure(call, check)` times `call` per iteration and checks each output.
 TIMING = r"""
-import json, os, statistics, time
+import json, os, time
 import numpy as np
 sizes = json.loads(os.environ["BENCH_SIZES"])
 scale = float(os.environ.get("BENCH_SCALE", "1"))
 
-def measure(fn, nbytes, barrier):
-    iters = max(3, int(scale * max(5, min(2000, int(4e8 // max(nbytes, 1))))))
-    for _ in range(max(3, iters // 5)):  # warm up: caches, pages, scheduler placement
-        fn()
+def iterations(nbytes):
+    return max(3, int(scale * max(5, min(2000, int(4e8 // max(nbytes, 1))))))
+
+def measure(call, check, nbytes, barrier, prepare=lambda: None):
+    n = iterations(nbytes)
+    for _ in range(max(3, n // 5)):  # warm up: caches, pages, scheduler placement
+        prepare(); check(call())
     barrier()
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter(); fn(); times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    times, clock = [], time.perf_counter
+    for _ in range(n):
+        prepare()  # e.g. poison out=, so that a stale result cannot pass the check
+        t0 = clock(); r = call(); times.append(clock() - t0)
+        check(r)  # every iteration's result, outside the timed call
+    return times
+
+def checker(want, what):
+    def check(got):
+        if not np.array_equal(np.asarray(got), want):
+            raise SystemExit(f"{what}: wrong all_sum result on rank {RANK}")
+    return check
+
+def save(tag, data):
+    with open(os.path.join(os.environ["BENCH_OUT"], f"{tag}-{RANK}.json"), "w") as fh:
+        json.dump(data, fh)
 """
 
-OURS_AND_MLX = TIMING + r"""
+OURS_AND_MLX = r"""
+import os
+RANK = int(os.environ["MLX_RANK"])
+""" + TIMING + r"""
 import mlx.core as mx
 from mlx_jupyter import distributed as dist
 g = dist.init(strict=True, backend="ring", timeout=60)
-rows = []
+n = g.size()
+want_v = float(sum(range(1, n + 1)))
+ours, mlx = {}, {}
 for nbytes in sizes:  # ours first, before MLX's ring (and its threads) exist in the process
-    x = np.ones(nbytes // 4, np.float32); out = np.empty_like(x)
-    rows.append({"bytes": nbytes, "ours": measure(lambda: dist.all_sum(x, out=out), nbytes, g.barrier)})
+    x = np.full(nbytes // 4, RANK + 1, np.float32); out = np.empty_like(x)
+    want = np.full_like(x, want_v)
+    ours[nbytes] = measure(lambda: dist.all_sum(x, group=g, out=out), checker(want, "ours"), nbytes, g.barrier,
+                           lambda: out.fill(-1))
 w = mx.distributed.init(strict=True, backend="ring")
-for row in rows:
-    xm = mx.ones(row["bytes"] // 4, dtype=mx.float32); mx.eval(xm)
-    row["mlx"] = measure(lambda: mx.eval(mx.distributed.all_sum(xm, group=w)), row["bytes"], g.barrier)
-if g.rank() == 0:
-    print("BENCH " + json.dumps({"rows": rows, "links": g._core.link_kinds()}), flush=True)
+for nbytes in sizes:
+    xm = mx.full((nbytes // 4,), RANK + 1, dtype=mx.float32); mx.eval(xm)
+    want = np.full(nbytes // 4, want_v, np.float32)
+    def call_mlx():
+        r = mx.distributed.all_sum(xm, group=w); mx.eval(r); return r
+    mlx[nbytes] = measure(call_mlx, checker(want, "MLX ring"), nbytes, g.barrier)
+save("ours", {"times": ours, "links": g.link_kinds()})
+save("mlx", {"times": mlx})
 """
 
-OPEN_MPI = TIMING + r"""
+OPEN_MPI = r"""
 from mpi4py import MPI
 c = MPI.COMM_WORLD
-rows = []
+RANK = c.rank
+""" + TIMING + r"""
+n = c.size
+times = {}
 for nbytes in sizes:
-    x = np.ones(nbytes // 4, np.float32); out = np.empty_like(x)
-    rows.append({"bytes": nbytes, "mpi": measure(lambda: c.Allreduce(x, out), nbytes, c.Barrier)})
-if c.rank == 0:
-    print("BENCH " + json.dumps({"rows": rows}), flush=True)
+    x = np.full(nbytes // 4, RANK + 1, np.float32); out = np.empty_like(x)
+    want = np.full_like(x, float(sum(range(1, n + 1))))
+    times[nbytes] = measure(lambda: (c.Allreduce(x, out), out)[1], checker(want, "Open MPI"), nbytes, c.Barrier,
+                            lambda: out.fill(-1))
+save("mpi", {"times": times})
 """
 
 
@@ -67,29 +108,44 @@ def human(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
 
 
-def bench_line(out: str) -> dict:
-    return json.loads(next(ln for ln in out.splitlines() if ln.startswith("BENCH "))[6:])
+def slower_rank_median(out_dir: str, tag: str, n: int) -> tuple[dict[int, float], dict]:
+    """Per size: the median over iterations of the max over ranks; and rank 0's extra fields."""
+    per_rank = []
+    for r in range(n):
+        with open(os.path.join(out_dir, f"{tag}-{r}.json")) as fh:
+            per_rank.append(json.load(fh))
+    result = {}
+    for size in per_rank[0]["times"]:
+        columns = [d["times"][size] for d in per_rank]
+        result[int(size)] = statistics.median(max(it) for it in zip(*columns))
+    return result, per_rank[0]
 
 
-def run_ours(n: int, sizes: list[int], transport: str, scale: float) -> dict:
+def run_ours(n: int, sizes: list[int], transport: str, scale: float, out_dir: str) -> tuple[dict, dict, list[str]]:
     from mlx_jupyter.net.ports import free_port_block
 
-    with tempfile.TemporaryDirectory() as tmp:
-        hf = os.path.join(tmp, "hosts.json")
-        with open(hf, "w") as fh:
-            base = free_port_block(n)
-            json.dump([[f"127.0.0.1:{base + r}"] for r in range(n)], fh)
-        env = {**os.environ, "MLX_HOSTFILE": hf, "BENCH_SIZES": json.dumps(sizes), "BENCH_SCALE": str(scale),
-               "MLX_JUPYTER_TOKEN": os.urandom(8).hex(), "MLX_JUPYTER_TRANSPORT": transport}
-        procs = [subprocess.Popen([sys.executable, "-c", OURS_AND_MLX], env={**env, "MLX_RANK": str(r)}, cwd=tmp,
-                                  stdout=subprocess.PIPE, text=True) for r in range(n)]
-        outs = [p.communicate(timeout=1800)[0] for p in procs]
-    if any(p.returncode for p in procs):
-        raise SystemExit(f"benchmark ranks failed (n={n})")
-    return bench_line(outs[0])
+    hf = os.path.join(out_dir, "hosts.json")
+    with open(hf, "w") as fh:
+        base = free_port_block(n)
+        json.dump([[f"127.0.0.1:{base + r}"] for r in range(n)], fh)
+    env = {**os.environ, "MLX_HOSTFILE": hf, "BENCH_SIZES": json.dumps(sizes), "BENCH_SCALE": str(scale),
+           "BENCH_OUT": out_dir, "MLX_JUPYTER_TOKEN": os.urandom(8).hex(), "MLX_JUPYTER_TRANSPORT": transport}
+    procs = [subprocess.Popen([sys.executable, "-c", OURS_AND_MLX], env={**env, "MLX_RANK": str(r)}, cwd=out_dir)
+             for r in range(n)]
+    try:
+        codes = [p.wait(timeout=1800) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    if any(codes):
+        raise SystemExit(f"benchmark ranks failed (n={n}, exit codes {codes})")
+    ours, extra = slower_rank_median(out_dir, "ours", n)
+    mlx, _ = slower_rank_median(out_dir, "mlx", n)
+    return ours, mlx, extra["links"]
 
 
-def run_mpi(n: int, sizes: list[int], scale: float) -> dict | None:
+def run_mpi(n: int, sizes: list[int], scale: float, out_dir: str) -> dict | None:
     mpirun = shutil.which("mpirun")
     try:
         import mpi4py  # noqa: F401
@@ -100,17 +156,53 @@ def run_mpi(n: int, sizes: list[int], scale: float) -> dict | None:
     cmd = [mpirun, "-n", str(n), "--oversubscribe"]
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
-    env = {**os.environ, "BENCH_SIZES": json.dumps(sizes), "BENCH_SCALE": str(scale)}
-    p = subprocess.run(cmd + [sys.executable, "-c", OPEN_MPI], env=env,
-                       capture_output=True, text=True, timeout=1800)
+    env = {**os.environ, "BENCH_SIZES": json.dumps(sizes), "BENCH_SCALE": str(scale), "BENCH_OUT": out_dir}
+    p = subprocess.run(cmd + [sys.executable, "-c", OPEN_MPI], env=env, capture_output=True, text=True, timeout=1800)
     if p.returncode:
-        print(f"(Open MPI run failed: {p.stderr.strip()[-300:]})")
-        return None
-    return bench_line(p.stdout)
+        raise SystemExit(f"Open MPI run failed (n={n}): {(p.stdout + p.stderr).strip()[-500:]}")
+    return slower_rank_median(out_dir, "mpi", n)[0]
 
 
 def ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:6.2f}" if a and b else f"{'-':>6}"
+
+
+def us(t: float | None) -> str:
+    return "-" if t is None else f"{t * 1e6:.1f} µs" if t < 1e-4 else f"{t * 1e6:.0f} µs"
+
+
+def gbs(nbytes: int, n: int, t: float | None) -> str:
+    return "-" if t is None else f"{nbytes * 2 * (n - 1) / n / t / 1e9:.2f} GB/s"
+
+
+def table(n: int, links: list[str], ours: dict, mlx: dict, mpi: dict | None) -> None:
+    print(f"\nall_sum float32, {n} local ranks, our links {sorted(set(k.split(':')[1] for k in links))}; "
+          "slower rank's time per iteration, median, in µs; bus bandwidth = bytes * 2(n-1)/n / time, in GB/s")
+    print(f"{'':>8} | {'latency':^29} | {'bus bandwidth':^20} | {'time ratio':^13} | {'bandwidth ratio':^13}")
+    print(f"{'size':>8} | {'ours':>9} {'MLX':>9} {'MPI':>9} | {'ours':>6} {'MLX':>6} {'MPI':>6} | "
+          f"{'/MLX':>6} {'/MPI':>6} | {'xMLX':>6} {'xMPI':>6}")
+    for b, t in ours.items():
+        bus = b * 2 * (n - 1) / n / 1e9
+        m = (mpi or {}).get(b)
+        mpi_t = f"{m * 1e6:9.1f}" if m else f"{'-':>9}"
+        mpi_bw = f"{bus / m:6.2f}" if m else f"{'-':>6}"
+        print(f"{human(b):>8} | {t * 1e6:9.1f} {mlx[b] * 1e6:9.1f} {mpi_t} | "
+              f"{bus / t:6.2f} {bus / mlx[b]:6.2f} {mpi_bw} | "
+              f"{ratio(t, mlx[b])} {ratio(t, m)} | {ratio(mlx[b], t)} {ratio(m, t)}")
+
+
+def readme_lines(runs: dict[int, tuple], transport: str) -> list[str]:
+    """The rows the README's "Measured here" table quotes, from this run."""
+    rows = []
+    small, large = min(next(iter(runs.values()))[0]), max(next(iter(runs.values()))[0])
+    for n, (ours, mlx, mpi, links) in runs.items():
+        mpi = mpi or {}
+        kind = "TCP (`--transport tcp`)" if transport == "tcp" else "shared memory"
+        rows.append(f"| all_sum float32, {n} ranks ({kind}), {human(small)} / {human(large)} | "
+                    f"{us(ours[small])} / {gbs(large, n, ours[large])} | "
+                    f"MLX ring {us(mlx[small])} / {gbs(large, n, mlx[large])}, "
+                    f"Open MPI {us(mpi.get(small))} / {gbs(large, n, mpi.get(large))} |")
+    return rows
 
 
 def main() -> int:
@@ -119,35 +211,47 @@ def main() -> int:
     ap.add_argument("--max-mib", type=int, default=64)
     ap.add_argument("--transport", default="auto", choices=["auto", "tcp"], help="our core's transport")
     ap.add_argument("--quick", action="store_true", help="a smoke run: a tenth of the iterations (noisy figures)")
+    ap.add_argument("--save", metavar="FILE", help="also write the output to FILE (e.g. benchmarks/results/allreduce.txt)")
     args = ap.parse_args()
     scale = 0.1 if args.quick else 1.0
     sizes, s = [], 4096
     while s <= args.max_mib << 20:
         sizes.append(s)
         s *= 4
-    missing_mpi = False
-    for n in [int(x) for x in args.ranks.split(",")]:
-        ours = run_ours(n, sizes, args.transport, scale)
-        mpi = run_mpi(n, sizes, scale)
-        missing_mpi |= mpi is None
-        mpi_rows = {r["bytes"]: r["mpi"] for r in mpi["rows"]} if mpi else {}
-        print(f"\nall_sum float32, {n} local ranks, our links {sorted(set(k.split(':')[1] for k in ours['links']))}; "
-              "median latency in µs; bus bandwidth = bytes * 2(n-1)/n / time, in GB/s")
-        print(f"{'':>8} | {'latency':^29} | {'bus bandwidth':^20} | {'time ratio':^13} | {'bandwidth ratio':^13}")
-        print(f"{'size':>8} | {'ours':>9} {'MLX':>9} {'MPI':>9} | {'ours':>6} {'MLX':>6} {'MPI':>6} | "
-              f"{'/MLX':>6} {'/MPI':>6} | {'xMLX':>6} {'xMPI':>6}")
-        for r in ours["rows"]:
-            b = r["bytes"]
-            bus = b * 2 * (n - 1) / n / 1e9
-            m = mpi_rows.get(b)
-            mpi_t = f"{m * 1e6:9.1f}" if m else f"{'-':>9}"
-            mpi_bw = f"{bus / m:6.2f}" if m else f"{'-':>6}"
-            print(f"{human(b):>8} | {r['ours'] * 1e6:9.1f} {r['mlx'] * 1e6:9.1f} {mpi_t} | "
-                  f"{bus / r['ours']:6.2f} {bus / r['mlx']:6.2f} {mpi_bw} | "
-                  f"{ratio(r['ours'], r['mlx'])} {ratio(r['ours'], m)} | {ratio(r['mlx'], r['ours'])} {ratio(m, r['ours'])}")
-    print("\ntime ratio: ours / theirs (below 1: we are faster); bandwidth ratio: ours / theirs (above 1: we move more)")
-    if missing_mpi:
-        print("(Open MPI column empty: install openmpi-bin and libopenmpi-dev, then `.venv/bin/pip install mpi4py`)")
+    buf = io.StringIO()
+
+    class Tee(io.TextIOBase):
+        def write(self, text: str) -> int:
+            sys.__stdout__.write(text)
+            sys.__stdout__.flush()
+            return buf.write(text)
+
+    with redirect_stdout(Tee()):
+        import mlx.core as mx
+
+        print(f"$ {' '.join([os.path.basename(sys.executable), 'benchmarks/allreduce.py'] + sys.argv[1:])}")
+        print(f"{platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+              f"MLX {mx.__version__}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        runs: dict[int, tuple] = {}
+        missing_mpi = False
+        for n in [int(x) for x in args.ranks.split(",")]:
+            with tempfile.TemporaryDirectory() as out_dir:
+                ours, mlx, links = run_ours(n, sizes, args.transport, scale, out_dir)
+                mpi = run_mpi(n, sizes, scale, out_dir)
+            missing_mpi |= mpi is None
+            runs[n] = (ours, mlx, mpi, links)
+            table(n, links, ours, mlx, mpi)
+        print("\ntime ratio: ours / theirs (below 1: we are faster); bandwidth ratio: ours / theirs (above 1: we move more)")
+        print("every iteration's result was checked on every rank (all equal to the expected sum)")
+        if missing_mpi:
+            print("(Open MPI column empty: install openmpi-bin and libopenmpi-dev, then `.venv/bin/pip install mpi4py`)")
+        print("\nREADME rows:")
+        for line in readme_lines(runs, args.transport):
+            print(line)
+    if args.save:
+        os.makedirs(os.path.dirname(os.path.abspath(args.save)), exist_ok=True)
+        with open(args.save, "w") as fh:
+            fh.write(buf.getvalue())
     return 0
 
 

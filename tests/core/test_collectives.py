@@ -218,3 +218,29 @@ def test_elements_split_by_the_end_of_a_ring(n: int) -> None:
     results = run(n, WRAPS, timeout=240)
     assert all(r["checked"] == 120 for r in results)
     assert all(k.endswith(":shm") for r in results for k in r["links"])
+
+
+LARGE = """
+g = dist.init(strict=True, backend="ring", timeout=60)
+n = g.size()
+count = (64 << 20) // 4  # 64 MiB of float32 / int32
+# Integer-valued floats below 2**24 sum exactly in any order: every element is checked.
+x = (np.arange(count, dtype=np.int64) % 4099 + RANK).astype(np.float32)
+want = (np.arange(count, dtype=np.int64) % 4099 * n + sum(range(n))).astype(np.float32)
+got = dist.all_sum(x, timeout=60)
+assert got.dtype == np.float32 and np.array_equal(got, want)
+out = np.full(count, -1, np.float32)  # the hot path: numpy in, numpy out=
+assert dist.all_sum(x, out=out) is out and np.array_equal(out, want)
+i = np.arange(count, dtype=np.int32) * (RANK + 1)
+assert np.array_equal(dist.all_max(i, timeout=60), np.arange(count, dtype=np.int32) * n)
+report(checked=3, links=g._core.link_kinds())
+"""
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_64_mib(transport: str) -> None:
+    results = run(2, LARGE, timeout=200, env={"MLX_JUPYTER_TRANSPORT": transport})
+    assert all(r["checked"] == 3 for r in results)
+    want = "tcp" if transport == "tcp" else "shm"
+    assert all(k.endswith(":" + want) for r in results for k in r["links"])
