@@ -240,7 +240,7 @@ def test_the_warning_is_due_only_without_a_token_off_loopback() -> None:
 WARN_RANK = """
 import warnings
 from mlx_jupyter.auth_warning import warn_if_unauthenticated
-from mlx_jupyter.rank_env import read_ring_env
+from mlx_jupyter.core.rank_env import read_ring_env
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     g = dist.init(strict=True, backend="ring", timeout=60)
