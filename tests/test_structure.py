@@ -87,3 +87,14 @@ def test_cycle_finder_finds_one() -> None:
 @pytest.mark.parametrize("name", [n for n in module_names() if not n.endswith("__main__")])
 def test_every_module_imports(name: str) -> None:
     importlib.import_module(name)
+
+
+def test_native_core_ships_type_stubs() -> None:
+    """The build generates _core.pyi (nanobind stubgen) and installs it, with py.typed, beside the module."""
+    core = importlib.import_module("mlx_jupyter._core")
+    here = Path(core.__file__).parent
+    stub = (here / "_core.pyi").read_text()
+    assert (here / "py.typed").exists()
+    for decl in ("class Group:", "def all_reduce_buffers(", "class Buffer:",
+                 "class CommTimeoutError(DistributedError, TimeoutError):"):
+        assert decl in stub, decl
