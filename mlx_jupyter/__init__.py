@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "Buffer": "mlx_jupyter.buffers",
-    "array_from_pointer": "mlx_jupyter.mlx_arrays",
+    "array_from_pointer": "mlx_jupyter.core.mlx_arrays",
     "Group": "mlx_jupyter.distributed",
     "init": "mlx_jupyter.distributed",
     "is_available": "mlx_jupyter.distributed",

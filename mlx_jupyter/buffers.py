@@ -10,7 +10,7 @@ can view it, and it can be passed as `out=` to every collective.
 """
 
 from mlx_jupyter._core import Buffer
-from mlx_jupyter.mlx_arrays import buffer_to_mlx
+from mlx_jupyter.core.mlx_arrays import buffer_to_mlx
 
 Buffer.to_mlx = buffer_to_mlx  # type: ignore[attr-defined]  # a real mlx.core.array (see mlx_arrays)
 

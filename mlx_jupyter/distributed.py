@@ -22,7 +22,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from mlx_jupyter import _core
-from mlx_jupyter.auth_warning import warn_if_unauthenticated
+from mlx_jupyter.hostfile import BACKENDS  # the one list of backends, re-exported here
+from mlx_jupyter.core.auth_warning import warn_if_unauthenticated
 from mlx_jupyter.core import arrays
 from mlx_jupyter.core.group import OPS, CoreGroup, Group, MlxGroup, env_seconds, seconds
 from mlx_jupyter.core.rank_env import RankEnvError, read_ring_env
@@ -34,7 +35,6 @@ AbortedError = _core.AbortedError
 MismatchError = _core.MismatchError
 SetupError = _core.SetupError
 
-BACKENDS = ("ring", "jaccl", "jaccl-ring", "nccl", "mpi")
 VALID = ("any",) + BACKENDS
 
 __all__ = [
@@ -50,7 +50,7 @@ _world: Group | None = None
 
 def backends() -> list[dict[str, Any]]:
     """For each backend: name, available (machine and MLX build), machine, mlx (True/False/None), detail, fix."""
-    from mlx_jupyter.mlx_backends import combine
+    from mlx_jupyter.core.mlx_backends import combine
 
     return [combine(dict(d)) for d in _core.backends()]
 

@@ -1,15 +1,18 @@
-"""What a rank reads from its environment (SPEC §2): its rank and the ring
+"""What a rank reads from its environment (MLX_RANK, MLX_HOSTFILE, as MLX's ring reads them): its rank and the ring
 hostfile, validated with errors that name the variable, the file and the fix."""
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 from dataclasses import dataclass
 from typing import Mapping
 
-DEFAULT_PORT_OFFSET = 1000
+from mlx_jupyter.hostfile import parse_ring_hostfile
+from mlx_jupyter.net.hosts import format_addr
+from mlx_jupyter.net.ports import CORE_PORT_OFFSET
+
+DEFAULT_PORT_OFFSET = CORE_PORT_OFFSET
 
 
 class RankEnvError(ValueError):
@@ -23,41 +26,18 @@ class RingEnv:
     source: str  # where the addresses came from, for messages
 
 
-def parse_address(text: object, where: str) -> tuple[str, int]:
-    """Splits "ip:port" (IPv6 as "[::1]:port"); raises RankEnvError naming `where`."""
-    if not isinstance(text, str) or ":" not in text:
-        raise RankEnvError(f"{where}: {text!r} is not an \"ip:port\" string")
-    host, _, port = text.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not host or any(c.isspace() for c in host):
-        raise RankEnvError(f"{where}: {text!r} has no valid host")
-    if not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise RankEnvError(f"{where}: {text!r} has a port outside 1..65535")
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        if not all(part and (part.isalnum() or "-" in part) for part in host.split(".")):
-            raise RankEnvError(f"{where}: {text!r} has an invalid host {host!r}") from None
-    return host, int(port)
-
-
 def parse_hostfile(text: str, path: str) -> list[list[tuple[str, int]]]:
-    """The MLX ring hostfile: a JSON list with one list of "ip:port" per rank."""
+    """The MLX ring hostfile: a JSON list with one list of "ip:port" per rank (read by
+    :func:`mlx_jupyter.hostfile.parse_ring_hostfile`); errors name the file."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise RankEnvError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
                            "expected a list with one list of \"ip:port\" strings per rank") from None
-    if not isinstance(data, list) or not data:
-        raise RankEnvError(f"{path}: expected a non-empty JSON list with one entry per rank, got {type(data).__name__}")
-    rows = []
-    for rank, row in enumerate(data):
-        if isinstance(row, str):
-            row = [row]
-        if not isinstance(row, list) or not row:
-            raise RankEnvError(f"{path}: entry {rank} (rank {rank}) must be a non-empty list of \"ip:port\" strings")
-        rows.append([parse_address(a, f"{path}: rank {rank}") for a in row])
-    return rows
+    try:
+        return parse_ring_hostfile(data)
+    except ValueError as exc:
+        raise RankEnvError(f"{path}: {exc}") from None
 
 
 def read_ring_env(env: Mapping[str, str] | None = None) -> RingEnv | None:
@@ -106,6 +86,6 @@ def read_ring_env(env: Mapping[str, str] | None = None) -> RingEnv | None:
             if not 1 <= p <= 65535:
                 raise RankEnvError(f"{path}: rank {r} port {port} + MLX_JUPYTER_PORT_OFFSET {offset} is outside "
                                    "1..65535; choose another offset or starting port")
-            shifted.append(f"[{host}]:{p}" if ":" in host else f"{host}:{p}")
+            shifted.append(format_addr(host, p))
         addresses.append(shifted)
     return RingEnv(rank, addresses, f"{var}={path}")

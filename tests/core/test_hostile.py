@@ -16,7 +16,7 @@ import time
 import psutil
 import pytest
 
-from mlx_jupyter.auth_warning import is_loopback, needs_warning
+from mlx_jupyter.core.auth_warning import is_loopback, needs_warning
 from ranks import PRELUDE, Ranks
 
 GREETING = b"MLXJHS01"
@@ -239,7 +239,7 @@ def test_the_warning_is_due_only_without_a_token_off_loopback() -> None:
 
 WARN_RANK = """
 import warnings
-from mlx_jupyter.auth_warning import warn_if_unauthenticated
+from mlx_jupyter.core.auth_warning import warn_if_unauthenticated
 from mlx_jupyter.core.rank_env import read_ring_env
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
