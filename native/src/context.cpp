@@ -13,6 +13,7 @@
 
 #include "mlxj/errors.h"
 #include "mlxj/sha256.h"
+#include "mlxj/wire.h"
 
 #ifdef MSG_NOSIGNAL
 #define MSG_NOSIGNAL_PORTABLE MSG_NOSIGNAL
@@ -24,7 +25,7 @@ namespace mlxj {
 
 namespace {
 
-constexpr char kMagic[8] = {'M', 'L', 'X', 'J', 'H', 'S', '0', '1'};
+constexpr const char* kMagic = kHandshakeMagic;
 constexpr int kHandshakeMs = 5000;  // a silent stranger holds a handshake slot this long at most
 constexpr int kMaxPending = 64;     // handshakes in progress at once; a flood evicts the oldest
 constexpr int kFullBackoffMs = 50;  // pause accepting when out of descriptors (poll would spin)
@@ -42,12 +43,6 @@ int accept_stream(int listener) {
   return c;
 #endif
 }
-
-struct ConnHeader {
-  uint64_t group;
-  uint32_t initiator, kind, index, world_size;
-};
-static_assert(sizeof(ConnHeader) == 24, "wire layout");
 
 Digest mac(const std::string& token, char role, const uint8_t* ni, const uint8_t* na, const ConnHeader* h) {
   uint8_t msg[1 + 32 + 32 + sizeof(ConnHeader)];
@@ -127,7 +122,7 @@ struct Context::Shared {
       p.done = 0;
       switch (p.stage++) {
         case 0: {
-          std::memcpy(p.ni, p.buf + 8, 32);
+          std::memcpy(p.ni, parse_hello(p.buf, kHelloBytes)->nonce, 32);  // the magic was checked as it came
           random_bytes(p.na, 32);
           Digest ma = mac(token, 'A', p.ni, p.na, nullptr);
           std::memcpy(p.buf, kMagic, 8);
@@ -157,22 +152,14 @@ struct Context::Shared {
   // The verdict on the dialer's answer (in p.buf): its proof, its job's size, and
   // whether it is re-forming a group we still hold.
   void decide(Pending& p) {
-    std::memcpy(&p.h, p.buf, sizeof p.h);
-    Digest got;
-    std::memcpy(got.data(), p.buf + sizeof p.h, 32);
-    if (!digest_equal(got, mac(token, 'I', p.ni, p.na, &p.h))) {
+    Answer answer = *parse_answer(p.buf, kAnswerBytes);  // any bytes of this size parse
+    p.h = answer.header;
+    if (!digest_equal(answer.mac, mac(token, 'I', p.ni, p.na, &p.h))) {
       p.why = "authentication failed (its MLX_JUPYTER_TOKEN differs: not part of this job)";
       return;
     }
-    if (p.h.world_size != uint32_t(world_size)) {
-      p.why = "it belongs to a job of " + std::to_string(p.h.world_size) + " ranks, this one has " +
-              std::to_string(world_size);
-      return;
-    }
-    if (p.h.initiator >= uint32_t(world_size)) {
-      p.why = "it claims to be rank " + std::to_string(p.h.initiator) + " of a job of " + std::to_string(world_size);
-      return;
-    }
+    p.why = answer_problem(p.h, world_size);
+    if (!p.why.empty()) return;
     ConnKey key{p.h.group, p.h.initiator, p.h.kind, p.h.index};
     std::lock_guard<std::mutex> lock(mu);
     // A connection we already have again: that peer left our group and is forming a new
@@ -365,10 +352,8 @@ void wait_slice(const Wait& wait, int ms, const std::string& waiting_for) {
 }
 
 bool Context::greeted_by_peer(const uint8_t* reply, const uint8_t* nonce) const {
-  if (std::memcmp(reply, kMagic, 8) != 0) return false;
-  Digest got;
-  std::memcpy(got.data(), reply + 40, 32);
-  return digest_equal(got, mac(shared_->token, 'A', nonce, reply + 8, nullptr));
+  auto g = parse_greeting(reply, kGreetingBytes);
+  return g && digest_equal(g->mac, mac(shared_->token, 'A', nonce, g->nonce, nullptr));
 }
 
 Fd Context::connect(int peer, size_t addr_index, const ConnKey& key, const Wait& wait) {

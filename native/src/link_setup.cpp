@@ -8,26 +8,15 @@
 #include "mlxj/sha256.h"
 #include "mlxj/shm_ring_link.h"
 #include "mlxj/tcp_transport.h"
+#include "mlxj/wire.h"
 
 namespace mlxj {
 
 namespace {
 
-constexpr uint32_t kLinkMagic = 0x4d4a4c4b;  // "MJLK"
 constexpr size_t kRingBytes = size_t(4) << 20;
-
-struct Offer {
-  uint32_t magic, want_shm;
-  uint8_t host[32];
-};
-struct Reply {
-  uint32_t magic, ok;
-};
-struct SegmentInfo {
-  uint32_t magic, length;
-  char locator[96];
-  uint64_t ring_bytes;
-};
+using Offer = LinkOffer;
+using Reply = LinkReply;
 
 bool shm_allowed() {
   const char* t = std::getenv("MLX_JUPYTER_TRANSPORT");
@@ -59,10 +48,11 @@ std::unique_ptr<Link> establish_link(std::vector<Fd> conns, bool initiator, std:
     Offer offer{kLinkMagic, shm_allowed() ? 1u : 0u, {}};
     std::memcpy(offer.host, mine.data(), 32);
     exchange(fd, &offer, sizeof offer, true, wait, name);
-    Reply answer{};
-    exchange(fd, &answer, sizeof answer, false, wait, name);
-    if (answer.magic != kLinkMagic) fail(ErrorKind::Protocol, name + " answered the link setup with garbage");
-    if (answer.ok) {
+    uint8_t answer[sizeof(Reply)];
+    exchange(fd, answer, sizeof answer, false, wait, name);
+    auto reply = parse_link_reply(answer, sizeof answer);
+    if (!reply) fail(ErrorKind::Protocol, name + " answered the link setup with garbage");
+    if (reply->ok) {
       try {
         seg = create_segment(kRingBytes);
       } catch (const CommError&) {
@@ -73,26 +63,28 @@ std::unique_ptr<Link> establish_link(std::vector<Fd> conns, bool initiator, std:
       info.length = uint32_t(std::min(loc.size(), sizeof info.locator));
       std::memcpy(info.locator, loc.data(), info.length);
       exchange(fd, &info, sizeof info, true, wait, name);
-      Reply ack{};
-      exchange(fd, &ack, sizeof ack, false, wait, name);
-      use_shm = seg && ack.magic == kLinkMagic && ack.ok;
+      uint8_t ack[sizeof(Reply)];
+      exchange(fd, ack, sizeof ack, false, wait, name);
+      auto acked = parse_link_reply(ack, sizeof ack);
+      use_shm = seg && acked && acked->ok;
       if (seg) segment_release_name(*seg, use_shm);  // mapped by both (or given up): no name, no descriptor left
     }
   } else {
-    Offer offer{};
-    exchange(fd, &offer, sizeof offer, false, wait, name);
-    if (offer.magic != kLinkMagic) fail(ErrorKind::Protocol, name + " sent garbage instead of a link setup");
+    uint8_t offered[sizeof(Offer)];
+    exchange(fd, offered, sizeof offered, false, wait, name);
+    auto offer = parse_link_offer(offered, sizeof offered);
+    if (!offer) fail(ErrorKind::Protocol, name + " sent garbage instead of a link setup");
     Digest theirs;
-    std::memcpy(theirs.data(), offer.host, 32);
-    Reply answer{kLinkMagic, (offer.want_shm && shm_allowed() && digest_equal(theirs, mine)) ? 1u : 0u};
+    std::memcpy(theirs.data(), offer->host, 32);
+    Reply answer{kLinkMagic, (offer->want_shm && shm_allowed() && digest_equal(theirs, mine)) ? 1u : 0u};
     exchange(fd, &answer, sizeof answer, true, wait, name);
     if (answer.ok) {
-      SegmentInfo info{};
-      exchange(fd, &info, sizeof info, false, wait, name);
+      uint8_t info[sizeof(SegmentInfo)];
+      exchange(fd, info, sizeof info, false, wait, name);
       Reply ack{kLinkMagic, 0};
-      if (info.magic == kLinkMagic && info.length <= sizeof info.locator && info.ring_bytes == kRingBytes) {
+      if (auto locator = parse_segment_info(info, sizeof info, kRingBytes)) {
         try {
-          seg = open_segment(std::string(info.locator, info.length), kRingBytes);
+          seg = open_segment(*locator, kRingBytes);
           ack.ok = 1;
         } catch (const CommError&) {
           seg.reset();  // fall back to TCP

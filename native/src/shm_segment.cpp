@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "mlxj/errors.h"
+#include "mlxj/wire.h"
 
 
 namespace mlxj {
@@ -63,13 +64,6 @@ void* map(int fd, size_t size) {
   void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) fail(ErrorKind::Config, "cannot map shared memory: " + errno_text(errno));
   return p;
-}
-
-bool all_digits(const std::string& s) {
-  if (s.empty()) return false;
-  for (char c : s)
-    if (c < '0' || c > '9') return false;
-  return true;
 }
 
 // A named object left by a creator that died during the handover: ours (uid),
@@ -149,24 +143,19 @@ std::shared_ptr<SharedSegment> create_segment(size_t ring_bytes) {
 std::shared_ptr<SharedSegment> open_segment(const std::string& locator, size_t ring_bytes) {
   size_t size = segment_size(ring_bytes);
   // The locator comes from an authenticated peer, but accept only our own shapes of it.
-  auto hash = locator.rfind('#');
-  std::string path = locator.substr(0, hash), nonce_text = hash == std::string::npos ? "" : locator.substr(hash + 1);
-  if (nonce_text.size() != 16 || nonce_text.find_first_not_of("0123456789abcdef") != std::string::npos)
-    fail(ErrorKind::Protocol, "refusing shared memory at '" + locator + "': no segment nonce");
-  uint64_t nonce = std::stoull(nonce_text, nullptr, 16);
+  std::string why;
+  auto parsed = parse_locator(locator, unsigned(::geteuid()), &why);
+  if (!parsed) fail(ErrorKind::Protocol, "refusing shared memory at '" + locator + "': " + why);
+  const std::string& path = parsed->path;
+  uint64_t nonce = parsed->nonce;
   Fd fd;
-  std::string dot = "/mlxj." + std::to_string(::geteuid()) + ".";
-  if (path.rfind(dot, 0) == 0 && all_digits(path.substr(dot.size())) && path.size() < dot.size() + 4) {
+  if (parsed->named) {
     fd = Fd(::shm_open(path.c_str(), O_RDWR, 0600));
     if (!fd.valid()) fail(ErrorKind::Config, "cannot open the peer's shared memory: " + errno_text(errno));
     // Unlinked at once: from here on no name is left behind, whoever dies next.
     ::shm_unlink(path.c_str());
   } else {
 #if defined(__linux__)
-    auto rest = path.rfind("/proc/", 0) == 0 ? path.substr(6) : std::string();
-    auto slash = rest.find("/fd/");
-    if (slash == std::string::npos || !all_digits(rest.substr(0, slash)) || !all_digits(rest.substr(slash + 4)))
-      fail(ErrorKind::Protocol, "refusing shared memory at '" + locator + "': not a peer's memfd");
     fd = Fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
     if (!fd.valid()) fail(ErrorKind::Config, "cannot open the peer's shared memory: " + errno_text(errno));
     // Only memfds answer: never map an ordinary file. Unsealed, it could shrink under our mapping.
