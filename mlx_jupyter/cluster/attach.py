@@ -65,6 +65,23 @@ def connect_client(entry: dict[str, Any], timeout: float) -> Any:
     return client
 
 
+def connect(cls: Any, cluster_id: Optional[str], timeout: float) -> Any:
+    """``cls.connect``: a handle of class ``cls`` (a Cluster) on the published cluster ``cluster_id``."""
+    from mlx_jupyter.cluster.cells.zmqwatch import watch_queues
+    from mlx_jupyter.cluster.ipp_compat import check_ipyparallel, client_streams
+
+    check_ipyparallel()
+    entry = find_published(cluster_id)
+    cluster = cls(n=1, hosts=entry.get("hosts") or None, backend=entry.get("backend") or "ring", cell_channel=False)
+    cluster.cluster_id, cluster.owner = entry["id"], entry
+    cluster.client = connect_client(entry, timeout)
+    cluster.size = int(entry.get("size") or len(cluster.client.ids))
+    watch_queues(client_streams(cluster.client), cluster._kicked)
+    cluster._rank_watch = RankWatch(rank_infos(entry), cluster._on_rank_exit)
+    cluster._rank_watch.start()
+    return cluster
+
+
 class RankWatch(threading.Thread):
     """Reports the death of a connected cluster's local ranks (by pid) to ``on_exit(rank, None)``."""
 

@@ -149,16 +149,7 @@ class Cluster(Readiness, Supervision, Control, Data):
         """
         from mlx_jupyter.cluster import attach
 
-        check_ipyparallel()
-        entry = attach.find_published(cluster_id)
-        self = cls(n=1, hosts=entry.get("hosts") or None, backend=entry.get("backend", "ring"), cell_channel=False)
-        self.cluster_id, self.owner = entry["id"], entry
-        self.client = attach.connect_client(entry, timeout)
-        self.size = int(entry.get("size") or len(self.client.ids))
-        watch_queues(client_streams(self.client), self._kicked)
-        self._rank_watch = attach.RankWatch(attach.rank_infos(entry), self._on_rank_exit)
-        self._rank_watch.start()
-        return self
+        return attach.connect(cls, cluster_id, timeout)
 
     def owner_text(self) -> str:
         owner = self.owner or {}
@@ -258,20 +249,14 @@ class Cluster(Readiness, Supervision, Control, Data):
 
     def _publish(self) -> None:
         """List this cluster for the lab panel (a file in Jupyter's runtime dir); never fails start."""
-        try:
-            from mlx_jupyter.cluster import registry
+        from mlx_jupyter.cluster import registry
 
-            registry.publish(self)
-        except Exception as exc:
-            log.warning("could not publish cluster %s for the lab panel: %s", self.cluster_id, exc)
+        registry.publish_quietly(self)
 
     def _unpublish(self) -> None:
-        try:
-            from mlx_jupyter.cluster import registry
+        from mlx_jupyter.cluster import registry
 
-            registry.unpublish(self.cluster_id)
-        except Exception as exc:
-            log.warning("could not unpublish cluster %s: %s", self.cluster_id, exc)
+        registry.unpublish_quietly(self.cluster_id)
 
     def _start_engines(self) -> None:
         assert self.ipp is not None

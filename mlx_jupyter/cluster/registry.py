@@ -7,12 +7,15 @@ drops those whose owner has died. One file per cluster: `<runtime>/mlx-jupyter/c
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from pathlib import Path
 from typing import Any, Optional
 
 from mlx_jupyter.net.hosts import is_local
+
+log = logging.getLogger("mlx_jupyter.cluster")
 
 
 def folder() -> Path:
@@ -62,6 +65,21 @@ def publish(cluster: Any, owner: str = "kernel") -> Path:
     tmp.write_text(json.dumps(data))
     os.replace(tmp, path)
     return path
+
+
+def publish_quietly(cluster: Any) -> None:
+    """:func:`publish`, logging a failure (a read-only runtime dir) instead of raising."""
+    try:
+        publish(cluster)
+    except Exception as exc:
+        log.warning("could not publish cluster %s for the lab panel: %s", cluster.cluster_id, exc)
+
+
+def unpublish_quietly(cluster_id: str) -> None:
+    try:
+        unpublish(cluster_id)
+    except Exception as exc:
+        log.warning("could not unpublish cluster %s: %s", cluster_id, exc)
 
 
 def unpublish(cluster_id: str) -> None:
