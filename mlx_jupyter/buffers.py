@@ -1,4 +1,4 @@
-"""Zero-copy user buffers (SPEC §5).
+"""Zero-copy user buffers: memory from a pointer, a shape and a dtype, freed by a deleter.
 
 `Buffer.wrap(obj)` views any buffer-protocol or DLPack object without copying
 and keeps it alive; `Buffer.from_pointer(address, shape, dtype, deleter)` uses

@@ -1,4 +1,4 @@
-"""Zero-copy user buffers (SPEC §5) and the hostfile parser's properties."""
+"""Zero-copy user buffers (memory from a pointer with a deleter) and the hostfile parser's properties."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-// Zero-copy user buffers (SPEC §5): memory from a pointer, a shape, a dtype and
+// Zero-copy user buffers: memory from a pointer, a shape, a dtype and
 // a deleter. Used in place when suitably aligned; otherwise copied, and the
 // deleter runs right after the copy. Either way the deleter runs exactly once:
 // also when the constructor throws (bad shape, null pointer), before it does.
