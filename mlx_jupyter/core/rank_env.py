@@ -3,12 +3,12 @@ hostfile, validated with errors that name the variable, the file and the fix."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 from dataclasses import dataclass
 from typing import Mapping
 
-from mlx_jupyter.hostfile import parse_ring_hostfile
 from mlx_jupyter.net.hosts import format_addr
 from mlx_jupyter.net.ports import CORE_PORT_OFFSET
 
@@ -26,18 +26,41 @@ class RingEnv:
     source: str  # where the addresses came from, for messages
 
 
+def parse_address(text: object, where: str) -> tuple[str, int]:
+    """Splits "ip:port" (IPv6 as "[::1]:port"); raises RankEnvError naming `where`."""
+    if not isinstance(text, str) or ":" not in text:
+        raise RankEnvError(f"{where}: {text!r} is not an \"ip:port\" string")
+    host, _, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not host or any(c.isspace() for c in host):
+        raise RankEnvError(f"{where}: {text!r} has no valid host")
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise RankEnvError(f"{where}: {text!r} has a port outside 1..65535")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if not all(part and (part.isalnum() or "-" in part) for part in host.split(".")):
+            raise RankEnvError(f"{where}: {text!r} has an invalid host {host!r}") from None
+    return host, int(port)
+
+
 def parse_hostfile(text: str, path: str) -> list[list[tuple[str, int]]]:
-    """The MLX ring hostfile: a JSON list with one list of "ip:port" per rank (read by
-    :func:`mlx_jupyter.hostfile.parse_ring_hostfile`); errors name the file."""
+    """The MLX ring hostfile: a JSON list with one list of "ip:port" per rank."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise RankEnvError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
                            "expected a list with one list of \"ip:port\" strings per rank") from None
-    try:
-        return parse_ring_hostfile(data)
-    except ValueError as exc:
-        raise RankEnvError(f"{path}: {exc}") from None
+    if not isinstance(data, list) or not data:
+        raise RankEnvError(f"{path}: expected a non-empty JSON list with one entry per rank, got {type(data).__name__}")
+    rows = []
+    for rank, row in enumerate(data):
+        if isinstance(row, str):
+            row = [row]
+        if not isinstance(row, list) or not row:
+            raise RankEnvError(f"{path}: entry {rank} (rank {rank}) must be a non-empty list of \"ip:port\" strings")
+        rows.append([parse_address(a, f"{path}: rank {rank}") for a in row])
+    return rows
 
 
 def read_ring_env(env: Mapping[str, str] | None = None) -> RingEnv | None:
