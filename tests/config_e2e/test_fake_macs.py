@@ -56,7 +56,7 @@ def config(cluster, tmp_path: Path, *args: str, no_fd0: bool = False):
 def test_auto_setup_sends_each_host_exactly_its_commands(testbed, fake_cluster, tmp_path, case):
     cluster = fake_cluster(case)
     before = {m.index: accepted(testbed, m.index) for m in cluster.macs.values()}
-    res, hostfile = config(cluster, tmp_path, "--auto-setup")
+    res, hostfile = config(cluster, tmp_path, "--auto-setup", "--partial-setup")
     want = expected(case)["correct"]
     assert res.returncode == 0, res.stderr
     assert "Traceback" not in res.stderr
@@ -84,7 +84,7 @@ def test_auto_setup_over_ssh_with_fd0_closed(fake_cluster, tmp_path):
     """No stdin at all (fd 0 closed, not /dev/null): discovery and setup still run, nothing prompts."""
     case = "four-macs-ring-only"  # mini-c has no passwordless sudo: its commands are printed
     cluster = fake_cluster(case)
-    res, hostfile = config(cluster, tmp_path, "--auto-setup", no_fd0=True)
+    res, hostfile = config(cluster, tmp_path, "--auto-setup", "--partial-setup", no_fd0=True)
     assert res.returncode == 0, res.stderr
     assert "Traceback" not in res.stderr
     want = expected(case)["correct"]

@@ -57,10 +57,18 @@ def test_agent_cannot_listen_on_an_address_this_host_lacks():
     import subprocess
 
     argv = measure.agent_argv(sys.executable, "serve", bind="192.0.2.1", port=47001, token="t", timeout=5)
-    res = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-    assert res.returncode == 1 and res.stdout == ""
-    assert res.stderr.startswith("cablecheck serve: cannot listen on 192.0.2.1 port 47001: ")
-    assert "apply the setup first" in res.stderr
+    # stdin held open, as ssh holds it: the agent ends when it closes, which is another message
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        code = proc.wait(timeout=30)
+        out, err = proc.stdout.read(), proc.stderr.read()
+    finally:
+        proc.stdin.close()
+        proc.kill()
+        proc.wait()
+    assert code == 1 and out == "", err
+    assert err.startswith("cablecheck serve: cannot listen on 192.0.2.1 port 47001: ")
+    assert "apply the setup first" in err
 
 
 def test_rounds_run_host_disjoint_cables_at_once():

@@ -216,7 +216,7 @@ try {
     const layout = await panelLayout();
     const health = await panel.locator('.mlxj-card-health').innerText();
     const ok = rows.length === 2 && panelPids.every((p) => p > 0 && alive(p)) && rows.every((r) => r.health === 'ok'
-      && /^\d+ MiB$/.test(r.memory)) && layout.length === 0 && health.includes('2 of 2 ranks ok');
+      && /^\d+(\.\d+)? [KMG]?i?B$/.test(r.memory)) && layout.length === 0 && health.includes('2 of 2 ranks ok');
     record('panel_start', ok, `rows=${JSON.stringify(rows)} health=${health} layout=${layout}`);
   });
 
