@@ -126,6 +126,7 @@ class Cluster(Readiness, Supervision, Control, Data):
         self.setup_info: dict[int, dict] = {}
         self.ready_time: Optional[float] = None
         self._world_ar: Any = None  # the ranks forming MLX's world after start (see _begin_world)
+        self._stray_probes: set[str] = set()  # start's probes the controller dropped (see _probe_channels)
         self._runs: set = set()
         self._stopping = False
         self._changed = threading.Event()
@@ -245,7 +246,7 @@ class Cluster(Readiness, Supervision, Control, Data):
     def _controller_requests_on(self, ranks: Sequence[int]) -> bool:
         """Whether a request sent through the controller (``%px``, a non-blocking apply) is
         unanswered on one of ``ranks`` (unknowable: True)."""
-        return requests_outstanding(self.client, ranks)
+        return requests_outstanding(self.client, ranks, ignore=self._stray_probes)
 
     def _publish(self) -> None:
         """List this cluster for the lab panel (a file in Jupyter's runtime dir); never fails start."""

@@ -10,7 +10,7 @@ import contextlib
 import inspect
 import time
 from functools import partial
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import AbstractSet, Any, Callable, Iterable, Iterator, Sequence
 
 import ipyparallel as ipp
 from ipyparallel.cluster.launcher import EngineLauncher
@@ -167,12 +167,12 @@ def unregister(client: Any, ranks: Iterable[int]) -> None:
         )
 
 
-def requests_outstanding(client: Any, ranks: Sequence[int]) -> bool:
-    """Whether a request sent through the controller is unanswered on one of ``ranks``
-    (unknowable: True)."""
+def requests_outstanding(client: Any, ranks: Sequence[int], ignore: AbstractSet[str] = frozenset()) -> bool:
+    """Whether a request sent through the controller is unanswered on one of ``ranks``,
+    not counting the msg_ids in ``ignore`` (unknowable: True)."""
     outstanding = getattr(client, "_outstanding_dict", None)
     engines = getattr(client, "_engines", None)
     if outstanding is None or engines is None:
         return True
-    return any(outstanding.get(engines.get(r)) for r in ranks)
+    return any(set(outstanding.get(engines.get(r)) or ()) - ignore for r in ranks)
 

@@ -89,6 +89,10 @@ class Readiness:
                 raise ClusterError(self._dead_message("did not start", tail=True))
             if pending and time.monotonic() > deadline:
                 raise ClusterError(f"{rank_label(sorted(pending))} registered but never answered a request")
+        # probes the controller dropped (sent before the engine's connection was up) never get an
+        # answer: they must not count as requests still running, or no cell would take the channel
+        self._stray_probes = {m for futures in sent.values() for f in futures if not f.done()
+                              for m in getattr(f, "msg_ids", ())}
         bad = {r: a for r, a in sorted(answers.items()) if not a.get("installed")}
         if bad:
             lines = [f"rank {r}: the rank agent (abort, status) is not installed: {a.get('error')} "

@@ -49,7 +49,7 @@ def _non_sshd(bed) -> dict[int, list[int]]:
     return {i: pids for i, pids in out.items() if pids}
 
 
-def test_cluster_on_four_ssh_hosts(testbed):
+def test_cluster_on_four_ssh_hosts(testbed, caplog):
     pytest.importorskip("mlx_jupyter._core", reason="native core not built")
     bed = testbed
     n = len(bed.ips)
@@ -65,6 +65,10 @@ def test_cluster_on_four_ssh_hosts(testbed):
         assert sorted(on_hosts) == list(range(1, n + 1)), on_hosts  # one engine on each host
         info = c.setup(timeout=20)
         assert all(not i["group_error"] for i in info.values()), info
+        # ssh'd ranks dial back to the notebook's cell channel; start waits for that only 2 s (then
+        # cells take the controller's path), which a loaded CI machine can exceed: wait here instead
+        missing = c.hub.wait_connected(c.ranks, 15)
+        assert not missing, f"ranks {missing} never dialled back to the cell channel: {caplog.text}"
         ran = show_run(c.run(CELL), timeout=20)
         assert ran.via == "channel", "the remote ranks are not on the direct cell channel"  # ssh'd ranks dial back
         for rank in range(n):  # addressed by engine id: the engine with id r is MLX rank r, on host r+1

@@ -1,0 +1,46 @@
+"""Start's probes: one the controller dropped (sent before the engine's connection was up) is
+re-sent, and the lost one never makes the cell channel look busy afterwards."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future
+from types import SimpleNamespace
+
+from mlx_jupyter.cluster import Cluster
+from mlx_jupyter.cluster.ipp_compat import requests_outstanding
+
+
+class DroppingClient:
+    """Stands in for ipyparallel's client: each rank's first probe is lost (never answered),
+    the second is answered; the lost one stays in the per-engine outstanding lists, as in ipyparallel."""
+
+    def __init__(self, size: int):
+        self._engines = {r: f"uuid-{r}" for r in range(size)}
+        self._outstanding_dict = {u: set() for u in self._engines.values()}
+        self.sent: dict[int, int] = {r: 0 for r in range(size)}
+
+    def direct_view(self, targets: int) -> SimpleNamespace:
+        def apply_async(fn):
+            self.sent[targets] += 1
+            fut: Future = Future()
+            fut.msg_ids = [f"probe-{targets}-{self.sent[targets]}"]
+            if self.sent[targets] == 1:
+                self._outstanding_dict[self._engines[targets]].add(fut.msg_ids[0])
+            else:
+                fut.set_result({"installed": True})
+            return fut
+
+        return SimpleNamespace(apply_async=apply_async)
+
+
+def test_a_dropped_probe_does_not_keep_cells_off_the_channel():
+    c = Cluster(n=2)
+    c.size, c.client = 2, DroppingClient(2)
+    c._probe_channels(time.monotonic() + 5)
+    assert c.client.sent == {0: 2, 1: 2}  # each rank's probe was sent again after the first got no answer
+    assert c._stray_probes == {"probe-0-1", "probe-1-1"}
+    assert requests_outstanding(c.client, [0, 1])  # ipyparallel still lists them ...
+    assert not c._controller_requests_on([0, 1])  # ... but they are not requests a cell could overtake
+    c.client._outstanding_dict["uuid-1"].add("a-px-request")
+    assert c._controller_requests_on([0, 1]) and not c._controller_requests_on([0])
