@@ -26,7 +26,8 @@ from mlx_jupyter.cluster.data import Data
 from mlx_jupyter.cluster.engineset import MLXEngineSetLauncher
 from mlx_jupyter.cluster.errors import ClusterError
 from mlx_jupyter.cluster.ipp_compat import (
-    IPP_FIX, check_ipyparallel, client_streams, ipyparallel_problems, requests_outstanding, unregister,
+    IPP_FIX, check_ipyparallel, client_streams, ipyparallel_problems, preload_serializer, requests_outstanding,
+    unregister,
 )
 from mlx_jupyter.cluster.processes import process_tree, rank_pids, reap
 from mlx_jupyter.cluster.readiness import ProgressCallback, Readiness
@@ -210,6 +211,7 @@ class Cluster(Readiness, Supervision, Control, Data):
             config=self._config(),
             shutdown_atexit=True,
         )
+        preload_serializer()
         try:
             self.ipp.start_controller_sync()
             self._controller_pids = process_tree(self.ipp.controller.pid)

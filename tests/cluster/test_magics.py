@@ -71,7 +71,7 @@ def test_cluster_basics_notebook():
         assert not kill_leftovers(seen), "processes left behind by the notebook"
     finally:
         kill_leftovers(seen, grace=0)
-    [started] = nb.cells[0].outputs  # the progress widget, replaced by one final line
+    [started] = nb.cells[0].outputs  # the progress display, replaced by one final line
     assert started["output_type"] == "display_data", started
     assert started["data"]["text/plain"].startswith("2 ranks ready in"), started
     text = "".join(o.get("text", "") for o in nb.cells[1].outputs)
@@ -229,7 +229,7 @@ def test_noblock_returns_the_run_and_display_shows_it_later():
 
 
 def test_start_progress_status_and_cell_options():
-    """The progress widget counts ranks connected out of N; the status table; --targets,
+    """The progress display counts ranks connected out of N; the status table; --targets,
     --output rank|raw, --block, --timeout; plots from the ranks whatever the kernel's
     MPLBACKEND (here Agg, which shows nothing by itself: the ranks use their own default)."""
     k = Kernel(env={"MPLBACKEND": "agg"})
@@ -238,21 +238,17 @@ def test_start_progress_status_and_cell_options():
         assert k.run("%load_ext mlx_jupyter", 30).status == "ok"
         res = k.run("%mlx_cluster start -n 2", 60)
         assert res.status == "ok", res
-        assert any("application/vnd.jupyter.widget-view+json" in d.get("data", {}) for d in res.displays), res
-        def states(model: str) -> list[dict]:  # a widget's opening state, then its updates
-            ids = {st["comm_id"] for st in res.widget_states if st.get("_model_name") == model}
-            return [st for st in res.widget_states if st["comm_id"] in ids]
-
-        labels = [st["value"] for st in states("LabelModel") if "value" in st]
-        assert labels[0] == "0/2 ranks connected" and "2/2 ranks connected" in labels, labels
-        bar = states("IntProgressModel")
-        assert bar[0]["max"] == 2 and bar[0]["value"] == 0, bar
-        assert [st["value"] for st in bar if "value" in st][-1] == 2, bar
-        # one line at the end: the progress display itself is replaced by the final line
-        [shown] = [d for d in res.displays if "application/vnd.jupyter.widget-view+json" in d.get("data", {})]
+        # one display, updated in place: N ranks connected out of 2, then the final line
+        shown = [d for d in res.displays if "ranks connected" in d.get("data", {}).get("text/plain", "")]
+        assert shown and shown[0]["data"]["text/plain"] == "starting: 0/2 ranks connected", res.displays
+        assert "<progress value='0' max='2'>" in shown[0]["data"]["text/html"], shown[0]
+        assert "starting: 2/2 ranks connected" in [d["data"]["text/plain"] for d in shown], shown
+        assert "<progress value='2' max='2'>" in shown[-1]["data"]["text/html"], shown[-1]
+        ids = {d["transient"]["display_id"] for d in shown}
         final = [d for d in res.displays if "ranks ready in" in d.get("data", {}).get("text/plain", "")]
         assert len(final) == 1 and final[0]["data"]["text/plain"].startswith("2 ranks ready in"), res.displays
-        assert final[0]["transient"]["display_id"] == shown["transient"]["display_id"], res.displays
+        assert ids == {final[0]["transient"]["display_id"]}, res.displays
+        assert "text/html" not in final[0]["data"], final  # the bar is gone: one line remains
         assert "ranks ready" not in res.stdout and "ranks connected" not in res.stdout, res.stdout
 
         status = k.run("%mlx_cluster status", 10)
