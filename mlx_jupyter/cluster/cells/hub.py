@@ -92,14 +92,25 @@ class CellHub:
     # ------------------------------------------------------------ cells (any thread)
 
     def send_cell(self, rank: int, msg_id: str, code: str, sink: Sink) -> Pending:
+        return self.send_cells({rank: msg_id}, code, sink)[rank]
+
+    def send_cells(self, msg_ids: dict[int, str], code: str, sink: Sink) -> dict[int, Pending]:
+        """Send ``code`` to each rank of ``msg_ids`` (rank -> its message id), waking the
+        socket's thread once for all of them."""
+        pending: dict[int, Pending] = {}
+        unreachable = []
         with self._lock:
-            ident = self.idents.get(rank)
-            pending = self.pending[msg_id] = Pending(rank, sink)
-        if ident is None:
-            self._unreachable(msg_id, rank)
-        else:
-            self._out.append((ident, msg_id, rank, {"t": "cell", "id": msg_id, "code": code}))
+            for rank, msg_id in msg_ids.items():
+                ident = self.idents.get(rank)
+                pending[rank] = self.pending[msg_id] = Pending(rank, sink)
+                if ident is None:
+                    unreachable.append((msg_id, rank))
+                else:
+                    self._out.append((ident, msg_id, rank, {"t": "cell", "id": msg_id, "code": code}))
+        if len(unreachable) < len(msg_ids):
             self._io.wake()
+        for msg_id, rank in unreachable:
+            self._unreachable(msg_id, rank)
         return pending
 
     def _unreachable(self, msg_id: str, rank: int) -> None:

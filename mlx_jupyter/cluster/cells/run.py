@@ -141,10 +141,9 @@ class CellRun:
         hub = self.cluster.cell_hub(live)
         if hub is not None and hub.connected(live):
             self.via = "channel"
-            for rank in live:
-                msg_id = uuid.uuid4().hex
-                self.msg_ids[rank] = msg_id
-                self._futures[rank] = hub.send_cell(rank, msg_id, self.code, self)
+            base = uuid.uuid4().hex  # one per cell: a rank's id is this and its rank
+            self.msg_ids.update({rank: f"{base}-{rank}" for rank in live})
+            self._futures.update(hub.send_cells({rank: self.msg_ids[rank] for rank in live}, self.code, self))
             return self
         self.via = "controller"
         for rank in live:
