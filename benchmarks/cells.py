@@ -35,14 +35,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.cluster.kernel import Kernel  # noqa: E402
 
 
-def timed(k: Kernel, code: str, n: int) -> float:
-    times = []
-    for _ in range(n):
-        res = k.run(code, 60)
-        assert res.status == "ok", res
-        times.append(res.elapsed)
-    return statistics.median(times)
-
 
 def ours(n: int) -> dict:
     k = Kernel()
@@ -53,9 +45,10 @@ def ours(n: int) -> dict:
         ready = time.monotonic() - t0
         first = k.run("%%mlx_distributed\nimport numpy as np, mlx_jupyter.distributed as d", 60).elapsed
         out = {"ready": ready, "first cell": first,
-               "trivial": timed(k, "%%mlx_distributed\nx = 1", n),
-               "all_sum (MLX)": timed(k, "%%mlx_distributed\nmx.eval(mx.distributed.all_sum(mx.ones(1024)))", n),
-               "all_sum (ours)": timed(k, "%%mlx_distributed\nd.all_sum(np.ones(1024))", n)}
+               "trivial": k.median_elapsed("%%mlx_distributed\nx = 1", n),
+               "all_sum (MLX)": k.median_elapsed(
+                   "%%mlx_distributed\nmx.eval(mx.distributed.all_sum(mx.ones(1024)))", n),
+               "all_sum (ours)": k.median_elapsed("%%mlx_distributed\nd.all_sum(np.ones(1024))", n)}
         k.run("%mlx_cluster stop", 30)
         return out
     finally:
@@ -85,13 +78,13 @@ def ipp_px(n: int) -> dict:
         t0 = time.monotonic()
         assert k.run("rc = ipp.Cluster(n=2, log_level=40).start_and_connect_sync(activate=True)", 90).status == "ok"
         ready = time.monotonic() - t0
-        out = {"ready": ready, "trivial": timed(k, "%%px\nx = 1", n)}
+        out = {"ready": ready, "trivial": k.median_elapsed("%%px\nx = 1", n)}
         with tempfile.TemporaryDirectory(prefix="bench-ipp-") as tmp:
             res = k.run("rc[:].scatter('rank', list(range(len(rc.ids))), flatten=True, block=True)", 30)
             assert res.status == "ok", res
             res = k.run(IPP_SETUP.format(tmp=tmp, port=free_port_block(2), size=2), 60)
             assert res.status == "ok", res
-            out["all_sum (MLX)"] = timed(k, "%%px\nmx.eval(mx.distributed.all_sum(mx.ones(1024)))", n)
+            out["all_sum (MLX)"] = k.median_elapsed("%%px\nmx.eval(mx.distributed.all_sum(mx.ones(1024)))", n)
         k.run("rc.cluster.stop_cluster_sync()", 30)
         return out
     finally:
@@ -139,10 +132,10 @@ def jupyter_distributed(n: int) -> dict:
             assert res.status == "ok", res
             ready = time.monotonic() - t0
             tree = {p.pid for p in psutil.Process(k.pid).children(recursive=True)}
-            out = {"ready": ready, "trivial": timed(k, "x = 1", n)}
+            out = {"ready": ready, "trivial": k.median_elapsed("x = 1", n)}
             res = k.run(JD_SETUP.format(tmp=tmp, port=free_port_block(2)), 60)
             assert res.status == "ok", res
-            out["all_sum (MLX)"] = timed(k, "mx.eval(mx.distributed.all_sum(mx.ones(1024)))", n)
+            out["all_sum (MLX)"] = k.median_elapsed("mx.eval(mx.distributed.all_sum(mx.ones(1024)))", n)
             return out
         finally:
             k.close()

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -25,14 +24,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.cluster.kernel import Kernel  # noqa: E402
 
-
-def timed(k: Kernel, code: str, n: int) -> float:
-    times = []
-    for _ in range(n):
-        res = k.run(code, 120)
-        assert res.status == "ok", res
-        times.append(res.elapsed)
-    return statistics.median(times)
 
 
 def ours(ranks: int, cells: int) -> dict:
@@ -45,7 +36,8 @@ def ours(ranks: int, cells: int) -> dict:
         ready = time.monotonic() - t0
         first = k.run("%%mlx_distributed\nx = 0", 180)
         assert first.status == "ok", first
-        out = {"ready": ready, "first cell": first.elapsed, "trivial": timed(k, "%%mlx_distributed\nx = 1", cells)}
+        out = {"ready": ready, "first cell": first.elapsed,
+               "trivial": k.median_elapsed("%%mlx_distributed\nx = 1", cells, 120)}
         k.run("%mlx_cluster stop", 60)
         return out
     finally:
@@ -60,7 +52,7 @@ def ipp_px(ranks: int, cells: int) -> dict:
         res = k.run(f"rc = ipp.Cluster(n={ranks}, log_level=40).start_and_connect_sync(activate=True)", 180)
         assert res.status == "ok", res
         ready = time.monotonic() - t0
-        out = {"ready": ready, "trivial": timed(k, "%%px\nx = 1", cells)}
+        out = {"ready": ready, "trivial": k.median_elapsed("%%px\nx = 1", cells, 120)}
         k.run("rc.cluster.stop_cluster_sync()", 60)
         return out
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import queue
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -95,6 +96,15 @@ class Kernel:
 
     def run(self, code: str, timeout: float = 30) -> CellResult:
         return self.collect(self.submit(code), timeout)
+
+    def median_elapsed(self, code: str, n: int, timeout: float = 60) -> float:
+        """Run ``code`` ``n`` times (each must succeed); the median round trip in seconds."""
+        times = []
+        for _ in range(n):
+            res = self.run(code, timeout)
+            assert res.status == "ok", res
+            times.append(res.elapsed)
+        return statistics.median(times)
 
     def interrupt(self) -> None:
         self.km.interrupt_kernel()
