@@ -9,6 +9,8 @@
 #include <cmath>
 #include <csignal>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "bindings.h"
@@ -62,6 +64,16 @@ bool signal_pending() {
   chain_sigint();
   nb::gil_scoped_acquire gil;
   return PyErr_CheckSignals() != 0;  // sets KeyboardInterrupt; the translator leaves it in place
+}
+
+// The input's dtype, once both arrays are contiguous and `out` has that dtype and the size the
+// op needs (`size_ok`); else an error saying what `out` must have.
+Dtype check_in_out(const InArray& in, const AnyArray& out, bool size_ok, const char* out_must_have) {
+  Dtype t = dtype_of(in);
+  require_contiguous(in, "input");
+  require_contiguous(out, "out");
+  if (dtype_of(out) != t || !size_ok) throw std::invalid_argument(std::string("out must have ") + out_must_have);
+  return t;
 }
 
 }  // namespace
@@ -171,11 +183,7 @@ void bind_group(nb::module_& m) {
         g.barrier(o);
       }, "timeout"_a)
       .def("all_reduce", [](Group& g, InArray in, AnyArray out, const std::string& op, double timeout) {
-        Dtype t = dtype_of(in);
-        require_contiguous(in, "input");
-        require_contiguous(out, "out");
-        if (dtype_of(out) != t || out.size() != in.size())
-          throw std::invalid_argument("out must have the input's dtype and size");
+        Dtype t = check_in_out(in, out, out.size() == in.size(), "the input's dtype and size");
         CallOptions o = call(timeout);
         ReduceOp rop = parse_op(op);
         nb::gil_scoped_release rel;
@@ -185,21 +193,15 @@ void bind_group(nb::module_& m) {
            "all_reduce of numpy arrays in place (op 0 sum, 1 max, 2 min); False when the arrays are not "
            "contiguous numpy arrays of one dtype and size (nothing done).")
       .def("all_gather", [](Group& g, InArray in, AnyArray out, double timeout) {
-        Dtype t = dtype_of(in);
-        require_contiguous(in, "input");
-        require_contiguous(out, "out");
-        if (dtype_of(out) != t || out.size() != in.size() * size_t(g.size()))
-          throw std::invalid_argument("out must have the input's dtype and size() times its size");
+        Dtype t = check_in_out(in, out, out.size() == in.size() * size_t(g.size()),
+                               "the input's dtype and size() times its size");
         CallOptions o = call(timeout);
         nb::gil_scoped_release rel;
         g.all_gather(in.data(), out.data(), in.size() * dtype_size(t), t, o);
       }, "input"_a, "out"_a, "timeout"_a)
       .def("reduce_scatter", [](Group& g, InArray in, AnyArray out, const std::string& op, double timeout) {
-        Dtype t = dtype_of(in);
-        require_contiguous(in, "input");
-        require_contiguous(out, "out");
-        if (dtype_of(out) != t || out.size() * size_t(g.size()) != in.size())
-          throw std::invalid_argument("out must have the input's dtype and 1/size() of its size");
+        Dtype t = check_in_out(in, out, out.size() * size_t(g.size()) == in.size(),
+                               "the input's dtype and 1/size() of its size");
         CallOptions o = call(timeout);
         ReduceOp rop = parse_op(op);
         nb::gil_scoped_release rel;
