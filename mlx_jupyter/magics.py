@@ -65,11 +65,13 @@ class _RanksProgressBar:
         except Exception:
             self.handle = None
 
+    def _line(self) -> str:
+        return f"{self.title}: {self.have}/{self.total} ranks connected"
+
     def _data(self) -> dict[str, str]:
-        text = f"{self.have}/{self.total} ranks connected"
-        return {"text/plain": f"{self.title}: {text}",
+        return {"text/plain": self._line(),
                 "text/html": f"<progress value='{self.have}' max='{max(self.total, 1)}'></progress> "
-                             f"{html.escape(self.title)}: {text}"}
+                             f"{html.escape(self._line())}"}
 
     def __call__(self, have: int, total: int) -> None:
         self.have, self.total = have, total
@@ -79,12 +81,12 @@ class _RanksProgressBar:
                 return
             except Exception:
                 self.handle = None
-        print(f"\r{self.title}: {have}/{total} ranks connected", end="", flush=True)
+        print(f"\r{self._line()}", end="", flush=True)
 
     def done(self, text: str) -> None:
         """Replace the progress by ``text``."""
         if self.handle is None:
-            shown = len(f"{self.title}: {self.have}/{self.total} ranks connected") if self.have else 0
+            shown = len(self._line()) if self.have else 0
             print(f"\r{text.ljust(shown)}" if shown else text, flush=True)
             return
         try:
@@ -94,7 +96,7 @@ class _RanksProgressBar:
 
     def failed(self) -> None:
         """Replace the progress by where it stopped (the error, raised next, says why)."""
-        self.done(f"{self.title}: {self.have}/{self.total} ranks connected, then it failed (below)")
+        self.done(f"{self._line()}, then it failed (below)")
 
 
 @magics_class
