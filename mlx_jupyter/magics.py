@@ -44,7 +44,7 @@ class UsageError(Exception):
 
 class _RanksProgressBar:
     """Ranks connected out of N: an updated display in a notebook (an HTML ``<progress>``, no
-    widget: ipywidgets' import would cost the start 0.13 s), a text line elsewhere.
+    widget: importing ipywidgets would be on the start's path), a text line elsewhere.
 
     When done, the display is replaced by the final line (one line, also in a saved
     notebook's outputs); the text line is overwritten by it.

@@ -180,7 +180,8 @@ def requests_outstanding(client: Any, ranks: Sequence[int], ignore: AbstractSet[
 
 def preload_serializer() -> None:
     """Import, in a background thread, what ipyparallel's serializer imports at a client's first
-    apply (numpy, ~0.14 s): started with the controller, it is done while we wait for it."""
+    apply (numpy; its cost: benchmarks/ready_trace.py): started with the controller, it is done
+    while we wait for it."""
     def load() -> None:
         try:
             import numpy  # noqa: F401
