@@ -3,6 +3,7 @@ end (over real ZMQ sockets on loopback, with a stand-in kernel)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -11,6 +12,7 @@ import zmq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jupyter_client.session import Session
+from tornado.platform.asyncio import AsyncIOLoop
 
 from mlx_jupyter.cluster.cells import wire as cellwire
 from mlx_jupyter.cluster.cells.hub import CellHub
@@ -158,23 +160,48 @@ def test_forgetting_a_rank_ends_its_pending_cells(hub):
 # ---------------------------------------------------------------- a rank's end
 
 
-class FakeLoop:
-    def __init__(self):
-        self.calls: list = []
-        self.called = threading.Event()
-
-    def add_callback(self, fn, *args):
-        self.calls.append(args)
-        self.called.set()
-
-
 class FakeKernel:
+    """A session whose sends are recorded, and a real loop (tornado's, on its own thread)."""
+
     def __init__(self):
         self.session = session()
         self.sent: list = []
         self.session.send = lambda stream, msg_or_type, content=None, parent=None, *a, **k: \
             self.sent.append((msg_or_type, content, parent))
-        self.io_loop = FakeLoop()
+        self._asyncio = asyncio.new_event_loop()
+        self.io_loop = AsyncIOLoop(asyncio_loop=self._asyncio)
+        self._thread = threading.Thread(target=self._asyncio.run_forever, daemon=True)
+        self._thread.start()
+
+    def on_loop(self, fn):
+        """``fn()`` run on the loop's thread; its result."""
+        return asyncio.run_coroutine_threadsafe(_call(fn), self._asyncio).result(5)
+
+    def close(self):
+        self._asyncio.call_soon_threadsafe(self._asyncio.stop)
+        self._thread.join(5)
+
+
+async def _call(fn):
+    return fn()
+
+
+class RecordingChannel(RankChannel):
+    """Records the cells it would run instead of running them."""
+
+    def __init__(self, *args):
+        self.ran: list = []
+        self.ran_event = threading.Event()
+        super().__init__(*args)
+
+    async def _execute(self, msg):
+        self.ran.append(msg)
+        self.ran_event.set()
+
+
+def open_channel(kernel: FakeKernel, rank: int, port: int) -> RecordingChannel:
+    """A rank's channel made on the loop's thread, which owns its cells socket (as in an engine)."""
+    return kernel.on_loop(lambda: RecordingChannel(kernel, rank, f"tcp://127.0.0.1:{port}"))
 
 
 @pytest.fixture
@@ -195,7 +222,7 @@ def _recv(sock: zmq.Socket) -> tuple[bytes, dict]:
 def test_rank_says_hello_runs_each_signed_cell_once_and_drops_the_rest(notebook_end):
     sock, port = notebook_end
     kernel = FakeKernel()
-    channel = RankChannel(kernel, 1, f"tcp://127.0.0.1:{port}")
+    channel = open_channel(kernel, 1, port)
     try:
         ident, hello = _recv(sock)
         assert hello["t"] == "hello" and hello["rank"] == 1 and ident.startswith(b"rank1-")
@@ -205,17 +232,19 @@ def test_rank_says_hello_runs_each_signed_cell_once_and_drops_the_rest(notebook_
         sock.send_multipart([ident] + good)  # replayed
         sock.send_multipart([ident] + cellwire.encode(session(), {"t": "cell", "id": "c2", "code": "z = 3"}))
         deadline = time.monotonic() + 5  # in order on one socket: once c2 is in, the others were seen
-        while len(kernel.io_loop.calls) < 2 and time.monotonic() < deadline:
-            kernel.io_loop.called.wait(0.05)
-        assert [args[0]["id"] for args in kernel.io_loop.calls] == ["c1", "c2"]
+        while len(channel.ran) < 2 and time.monotonic() < deadline:
+            channel.ran_event.wait(0.05)
+            channel.ran_event.clear()
+        assert [msg["id"] for msg in channel.ran] == ["c1", "c2"]
     finally:
-        channel.close()
+        kernel.on_loop(channel.close)
+        kernel.close()
 
 
 def test_rank_sends_its_channel_cells_outputs_to_the_notebook_and_the_rest_to_iopub(notebook_end):
     sock, port = notebook_end
     kernel = FakeKernel()
-    channel = RankChannel(kernel, 0, f"tcp://127.0.0.1:{port}")
+    channel = open_channel(kernel, 0, port)
     try:
         _recv(sock)  # hello
         ours = {"msg_id": "c9", "session": cellwire.CHANNEL_SESSION}
@@ -233,4 +262,5 @@ def test_rank_sends_its_channel_cells_outputs_to_the_notebook_and_the_rest_to_io
         assert out["kind"] == "display_data"
         assert [m for m, _c, _p in kernel.sent] == [other]
     finally:
-        channel.close()
+        kernel.on_loop(channel.close)
+        kernel.close()

@@ -1,8 +1,8 @@
 """A thread that owns one ZMQ socket (they are not thread-safe): others queue sends and wake it.
 
-Used by both ends of the direct cell channel (:mod:`mlx_jupyter.cluster.cells.hub`,
-:mod:`mlx_jupyter.cluster.rank.channel`). The wake-up is a pipe polled beside the
-socket, so the thread sleeps in one poll until either has something.
+Used by the notebook's end of the direct cell channel (:mod:`mlx_jupyter.cluster.cells.hub`).
+The wake-up is a pipe polled beside the socket, so the thread sleeps in one poll
+until either has something.
 """
 
 from __future__ import annotations

@@ -9,10 +9,12 @@ agent's pre/post-run hooks that keep the no-hang promise), and its outputs and
 reply come straight back. The controller still does registration, heartbeats,
 ``%px``, push/pull and the control channel (interrupts, aborts, status).
 
-Threads: one thread owns the DEALER socket (ZMQ sockets are not thread-safe);
-cells are handed to the engine's main loop, which runs them one at a time with
-the kernel's own shell requests; outputs are posted from whichever thread makes
-them (the main thread, ipykernel's IOPub thread) through a queue.
+Sockets and threads: cells arrive on one DEALER socket read by the engine's main
+loop, which runs them one at a time with the kernel's own shell requests, so a
+cell costs no thread hop on the way in. Outputs and the reply leave on a second
+DEALER socket that is never polled, sent from whichever thread makes them (the
+main thread, ipykernel's IOPub thread) under a lock: ZMQ allows a socket to move
+between threads behind a full memory barrier, and the lock is one.
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ from datetime import datetime, timezone
 from typing import Any, Optional
 
 import zmq
+from zmq.eventloop.zmqstream import ZMQStream
 
 from mlx_jupyter.cluster.cells import wire
-from mlx_jupyter.cluster.cells.socketthread import SocketThread, received
-from mlx_jupyter.cluster.rank.kernel_compat import main_lock
+from mlx_jupyter.cluster.rank.kernel_compat import flush_streams, main_lock
 
 log = logging.getLogger("mlx_jupyter.cluster.rank.channel")
 
@@ -46,57 +48,49 @@ def _parent_of(msg_or_type: Any, parent: Any) -> dict:
     return {}
 
 
-def flush_streams(streams: list[Any], timeout: float = 10.0) -> None:
-    """Flush the cell's stdout and stderr with one round trip to ipykernel's IOPub thread.
-
-    ``OutStream.flush`` makes a round trip each (two per cell). Their thread runs what is
-    scheduled in order, so one marker after both (and after a stream's ``_flush`` only
-    if it holds text) means every output of the cell has been sent, and so posted here,
-    before the reply. Streams that are not ipykernel's are flushed as usual.
-    """
-    streams = [s for s in streams if s is not None]
-    pub = getattr(streams[0], "pub_thread", None) if streams else None
-    thread = getattr(pub, "thread", None)
-    if (pub is None or thread is None or not thread.is_alive() or thread.ident == threading.get_ident()
-            or not all(getattr(s, "pub_thread", None) is pub and hasattr(s, "_flush") for s in streams)):
-        for s in streams:
-            s.flush()
-        return
-    for s in streams:
-        if getattr(s, "_flush_pending", True) or getattr(s, "_buffers", True):
-            pub.schedule(s._flush)
-    done = threading.Event()
-    pub.schedule(done.set)
-    if not done.wait(timeout):
-        print("mlx_jupyter: flushing the cell's output timed out", file=sys.__stderr__)
-
-
 class RankChannel:
     """Connects to the notebook's channel at ``url`` and runs the cells it sends."""
 
     def __init__(self, kernel: Any, rank: int, url: str):
+        """Called on the engine's main loop (it owns the cells socket from then on)."""
         self.kernel = kernel
         self.session = kernel.session
         self.rank = rank
         self.url = url
-        self._out: collections.deque = collections.deque()
         self._seen: collections.deque = collections.deque(maxlen=256)  # ids run: a replayed cell is dropped
-        self.socket = zmq.Context.instance().socket(zmq.DEALER)
-        self.socket.setsockopt(zmq.LINGER, 0)
-        self.socket.setsockopt(zmq.SNDHWM, 0)  # a burst of outputs queues, never blocks or drops (as IOPub)
-        self.socket.setsockopt(zmq.IDENTITY, f"rank{rank}-{os.getpid()}".encode())
-        self.socket.connect(url)
+        self._send_lock = threading.Lock()
+        self._closed = False
+        context = zmq.Context.instance()
+        self.cells = context.socket(zmq.DEALER)  # the hub routes cells to the identity that says hello
+        self.cells.setsockopt(zmq.LINGER, 0)
+        self.cells.setsockopt(zmq.IDENTITY, f"rank{rank}-{os.getpid()}".encode())
+        self.cells.connect(url)
+        self.out = context.socket(zmq.DEALER)
+        self.out.setsockopt(zmq.LINGER, 0)
+        self.out.setsockopt(zmq.SNDHWM, 0)  # a burst of outputs queues, never blocks or drops (as IOPub)
+        self.out.setsockopt(zmq.IDENTITY, f"rank{rank}-{os.getpid()}-out".encode())
+        self.out.connect(url)
         self._route_outputs()
-        self._io = SocketThread(self.socket, "mlx-cell-channel", self._receive, self._send_queued)
-        self.post({"t": "hello", "rank": rank, "pid": os.getpid()})
-        self._io.start()
+        self.cells.send_multipart(wire.encode(self.session, {"t": "hello", "rank": rank, "pid": os.getpid()}))
+        self._stream = ZMQStream(self.cells, kernel.io_loop)
+        self._stream.on_recv(self._on_cell)
 
     # ------------------------------------------------------------ outbound (any thread)
 
     def post(self, obj: dict) -> None:
         """Send ``obj`` to the notebook (from any thread; in order per thread)."""
-        self._out.append(obj)
-        self._io.wake()
+        try:
+            frames = wire.encode(self.session, obj)
+        except Exception as exc:  # e.g. content that does not pack: say so instead of the output
+            log.error("cell channel: could not send %s: %s", obj.get("t"), exc)
+            if obj.get("t") != "reply":
+                return
+            bad = {"status": "error", "ename": type(exc).__name__, "evalue": f"the reply did not pack: {exc}",
+                   "traceback": []}
+            frames = wire.encode(self.session, {"t": "reply", "id": obj.get("id", ""), "content": bad})
+        with self._send_lock:
+            if not self._closed:
+                self.out.send_multipart(frames, copy=True)
 
     def _route_outputs(self) -> None:
         """Outputs of the channel's cells go to the notebook, not to IOPub (wraps ``Session.send``).
@@ -123,30 +117,17 @@ class RankChannel:
         send.__wrapped__ = original  # type: ignore[attr-defined]
         self.session.send = send
 
-    # ------------------------------------------------------------ the socket's thread
+    # ------------------------------------------------------------ inbound (main loop)
 
-    def _send_queued(self) -> None:
-        while self._out:
-            obj = self._out.popleft()
-            try:
-                self.socket.send_multipart(wire.encode(self.session, obj), copy=True)
-            except Exception as exc:  # e.g. content that does not pack: say so instead of the output
-                log.error("cell channel: could not send %s: %s", obj.get("t"), exc)
-                if obj.get("t") == "reply":
-                    bad = {"status": "error", "ename": type(exc).__name__, "evalue": f"the reply did not pack: {exc}",
-                           "traceback": []}
-                    self._out.appendleft({"t": "reply", "id": obj.get("id", ""), "content": bad})
-
-    def _receive(self) -> None:
-        for frames in received(self.socket):
-            try:
-                msg = wire.decode(self.session, frames)
-            except wire.WireError as exc:
-                log.warning("cell channel: dropped a message: %s", exc)
-                continue
-            if msg["t"] == "cell" and msg.get("id") not in self._seen:
-                self._seen.append(msg.get("id"))
-                self.kernel.io_loop.add_callback(self._execute, msg)
+    def _on_cell(self, frames: list) -> None:
+        try:
+            msg = wire.decode(self.session, frames)
+        except wire.WireError as exc:
+            log.warning("cell channel: dropped a message: %s", exc)
+            return
+        if msg["t"] == "cell" and msg.get("id") not in self._seen:
+            self._seen.append(msg.get("id"))
+            self.kernel.io_loop.add_callback(self._execute, msg)
 
     # ------------------------------------------------------------ running a cell (main thread)
 
@@ -203,7 +184,11 @@ class RankChannel:
         self.post({"t": "reply", "id": msg_id, "content": content})
 
     def close(self) -> None:
-        self._io.close()
+        """Stop reading cells and close both sockets (from the main loop, or any thread once it has stopped)."""
+        self._stream.close(linger=0)
+        with self._send_lock:
+            self._closed = True
+            self.out.close(linger=0)
 
 
 #: this rank's channel, once connected; why it could not be, if it could not
