@@ -4,17 +4,19 @@ end (over real ZMQ sockets on loopback, with a stand-in kernel)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import threading
 import time
 
 import pytest
-import zmq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jupyter_client.session import Session
 from tornado.platform.asyncio import AsyncIOLoop
 
 from mlx_jupyter.cluster.cells import wire as cellwire
+from mlx_jupyter.cluster.cells import hub as hubmod
 from mlx_jupyter.cluster.cells.hub import CellHub
 from mlx_jupyter.cluster.rank.channel import RankChannel
 
@@ -72,6 +74,36 @@ def test_decode_of_any_frames_returns_a_message_or_raises_wire_error(frames, sig
     assert isinstance(msg, dict) and isinstance(msg["t"], str)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.binary(max_size=80), st.binary(max_size=300)), max_size=6),
+       st.lists(st.integers(min_value=1, max_value=50), min_size=1, max_size=20))
+def test_frames_come_back_whole_from_any_chunking(pairs, cuts):
+    stream = b"".join(cellwire.frame(list(p)) for p in pairs)
+    reader, got, i, k = cellwire.FrameReader(), [], 0, 0
+    while i < len(stream):
+        n = cuts[k % len(cuts)]
+        got += reader.feed(stream[i:i + n])
+        i, k = i + n, k + 1
+    assert got == [list(p) for p in pairs] and reader.buffered == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=200))
+def test_any_bytes_give_pairs_or_wire_error_and_never_more_than_the_limit(data):
+    reader = cellwire.FrameReader(max_payload=64)
+    try:
+        pairs = reader.feed(data)
+    except cellwire.WireError:
+        return
+    assert all(len(sig) <= cellwire.MAX_SIGNATURE and len(payload) <= 64 for sig, payload in pairs)
+
+
+def test_a_frame_longer_than_the_limit_is_refused_from_its_header():
+    header = cellwire.HEADER.pack(64, 1 << 31)
+    with pytest.raises(cellwire.WireError, match="exceed the limits"):
+        cellwire.FrameReader().feed(header)
+
+
 # ---------------------------------------------------------------- the hub
 
 
@@ -89,6 +121,48 @@ class Sink:
         self.replied.set()
 
 
+class Peer:
+    """One end of a channel connection, driven by the test: blocking, with a deadline on every read."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.reader = cellwire.FrameReader()
+        self.pairs: list = []
+
+    @classmethod
+    def dial(cls, port: int) -> "Peer":
+        return cls(socket.create_connection(("127.0.0.1", port), timeout=5))
+
+    def send(self, obj: dict, s: Session | None = None) -> None:
+        self.sock.sendall(cellwire.frame(cellwire.encode(s or session(), obj)))
+
+    def recv(self, timeout: float = 5.0) -> dict:
+        deadline = time.monotonic() + timeout
+        while not self.pairs:
+            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            data = self.sock.recv(65536)
+            assert data, "the connection was closed"
+            self.pairs += self.reader.feed(data)
+        return cellwire.decode(session(), self.pairs.pop(0))
+
+    def closed_by_peer(self, timeout: float = 5.0) -> bool:
+        """Whether the other end closed the connection within ``timeout`` s (what it sent is skipped)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                if not self.sock.recv(65536):
+                    return True
+            except socket.timeout:
+                return False
+            except ConnectionResetError:
+                return True
+        return False
+
+    def close(self):
+        self.sock.close()
+
+
 @pytest.fixture
 def hub():
     h = CellHub("127.0.0.1").start(session())
@@ -96,45 +170,62 @@ def hub():
     h.close()
 
 
-def _dealer(port: int, identity: bytes) -> zmq.Socket:
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.IDENTITY, identity)
-    sock.connect(f"tcp://127.0.0.1:{port}")
-    return sock
+def _hello(hub: CellHub, rank: int, pid: int = 1) -> Peer:
+    peer = Peer.dial(hub.port)
+    peer.send({"t": "hello", "rank": rank, "pid": pid})
+    assert hub.wait_connected([rank], 5) == []
+    return peer
 
 
 def test_hub_sends_a_cell_to_the_rank_that_said_hello_and_hands_back_its_output_then_reply(hub):
-    s = session()
-    rank = _dealer(hub.port, b"rank3-1")
+    rank = _hello(hub, 3)
     try:
-        rank.send_multipart(cellwire.encode(s, {"t": "hello", "rank": 3, "pid": 1}))
-        assert hub.wait_connected([3], 5) == []
         sink = Sink()
         pending = hub.send_cell(3, "m1", "print(1)", sink)
-        assert rank.poll(5000)
-        cell = cellwire.decode(s, rank.recv_multipart())
-        assert cell == {"t": "cell", "id": "m1", "code": "print(1)"} and not pending.done()
-        rank.send_multipart(cellwire.encode(s, {"t": "out", "id": "m1", "kind": "stream",
-                                                "content": {"name": "stdout", "text": "1\n"}}))
-        rank.send_multipart(cellwire.encode(s, {"t": "reply", "id": "m1", "content": {"status": "ok"}}))
+        assert rank.recv() == {"t": "cell", "id": "m1", "code": "print(1)"} and not pending.done()
+        rank.send({"t": "out", "id": "m1", "kind": "stream", "content": {"name": "stdout", "text": "1\n"}})
+        rank.send({"t": "reply", "id": "m1", "content": {"status": "ok"}})
         assert sink.replied.wait(5) and pending.done()
         assert sink.outputs == [(3, "stream", {"name": "stdout", "text": "1\n"})]
         assert sink.replies == [(3, {"status": "ok"})]
+        assert hub.pids[3] == 1
     finally:
         rank.close()
 
 
-def test_hub_drops_what_is_not_signed_with_the_clusters_key(hub):
-    rogue = _dealer(hub.port, b"rogue")
+def test_hub_closes_a_connection_that_sends_what_is_not_signed_with_the_clusters_key(hub):
+    rogue = Peer.dial(hub.port)
     try:
-        rogue.send_multipart(cellwire.encode(session(b"guess"), {"t": "hello", "rank": 0, "pid": 1}))
-        deadline = time.monotonic() + 5
-        while hub.dropped == 0 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        rogue.send({"t": "hello", "rank": 0, "pid": 1}, session(b"guess"))
+        assert rogue.closed_by_peer()
         assert hub.dropped == 1 and not hub.connected([0])
     finally:
         rogue.close()
+
+
+def test_hub_closes_a_stranger_that_announces_a_huge_message_before_its_hello(hub):
+    rogue = Peer.dial(hub.port)
+    try:
+        rogue.sock.sendall(cellwire.HEADER.pack(64, hubmod.MAX_HELLO + 1))
+        assert rogue.closed_by_peer()
+    finally:
+        rogue.close()
+
+
+def test_hub_closes_strangers_that_stay_silent(hub, monkeypatch):
+    monkeypatch.setattr(hubmod, "HELLO_TIMEOUT", 0.2)
+    monkeypatch.setattr(hubmod, "MAX_UNKNOWN", 3)
+    silent = [Peer.dial(hub.port) for _ in range(5)]
+    try:
+        rank = _hello(hub, 2)  # a rank gets through meanwhile
+        assert silent[0].closed_by_peer(), "the oldest silent connection was kept beyond the limit"
+        assert all(p.closed_by_peer() for p in silent[1:]), "a silent connection outlived HELLO_TIMEOUT"
+        hub.send_cell(2, "m5", "x = 1", Sink())
+        assert rank.recv()["id"] == "m5"
+        rank.close()
+    finally:
+        for p in silent:
+            p.close()
 
 
 def test_a_cell_for_a_rank_not_on_the_channel_ends_at_once_saying_so(hub):
@@ -145,16 +236,38 @@ def test_a_cell_for_a_rank_not_on_the_channel_ends_at_once_saying_so(hub):
 
 
 def test_forgetting_a_rank_ends_its_pending_cells(hub):
-    s = session()
-    rank = _dealer(hub.port, b"rank0-9")
+    rank = _hello(hub, 0, pid=9)
     try:
-        rank.send_multipart(cellwire.encode(s, {"t": "hello", "rank": 0, "pid": 9}))
-        assert hub.wait_connected([0], 5) == []
         pending = hub.send_cell(0, "m3", "import time; time.sleep(100)", Sink())
         hub.forget([0])
         assert pending.done() and not hub.connected([0])
     finally:
         rank.close()
+
+
+def test_a_cell_whose_rank_connection_breaks_ends_after_the_grace_saying_so(hub, monkeypatch):
+    monkeypatch.setattr(hubmod, "LOST_GRACE", 0.2)
+    rank = _hello(hub, 1)
+    sink = Sink()
+    hub.send_cell(1, "m6", "import time; time.sleep(100)", sink)
+    assert rank.recv()["id"] == "m6"
+    rank.close()
+    assert sink.replied.wait(5), "the cell never ended"
+    assert sink.replies[0][1]["ename"] == "ChannelError" and "connection to rank 1 was lost" in sink.replies[0][1]["evalue"]
+    assert not hub.connected([1])
+
+
+def test_a_rank_that_connects_again_gets_the_next_cells_on_its_new_connection(hub):
+    old = _hello(hub, 4, pid=1)
+    new = _hello(hub, 4, pid=2)
+    try:
+        hub.send_cell(4, "m7", "x = 1", Sink())
+        assert new.recv()["id"] == "m7" and hub.pids[4] == 2
+        old.close()  # the old one ending does not forget the rank
+        hub.send_cell(4, "m8", "x = 2", Sink())
+        assert new.recv()["id"] == "m8" and hub.connected([4])
+    finally:
+        new.close()
 
 
 # ---------------------------------------------------------------- a rank's end
@@ -200,37 +313,45 @@ class RecordingChannel(RankChannel):
 
 
 def open_channel(kernel: FakeKernel, rank: int, port: int) -> RecordingChannel:
-    """A rank's channel made on the loop's thread, which owns its cells socket (as in an engine)."""
+    """A rank's channel made on the loop's thread, as in an engine."""
     return kernel.on_loop(lambda: RecordingChannel(kernel, rank, f"tcp://127.0.0.1:{port}"))
+
+
+class NotebookEnd:
+    """A listener standing in for the hub: :meth:`accept` gives the rank's connection as a Peer."""
+
+    def __init__(self, port: int = 0):
+        self.listener = socket.create_server(("127.0.0.1", port))
+        self.port = self.listener.getsockname()[1]
+
+    def accept(self, timeout: float = 5.0) -> Peer:
+        self.listener.settimeout(timeout)
+        sock, _ = self.listener.accept()
+        return Peer(sock)
+
+    def close(self):
+        self.listener.close()
 
 
 @pytest.fixture
 def notebook_end():
-    sock = zmq.Context.instance().socket(zmq.ROUTER)
-    sock.setsockopt(zmq.LINGER, 0)
-    port = sock.bind_to_random_port("tcp://127.0.0.1")
-    yield sock, port
-    sock.close()
-
-
-def _recv(sock: zmq.Socket) -> tuple[bytes, dict]:
-    assert sock.poll(5000), "nothing came from the rank"
-    ident, *frames = sock.recv_multipart()
-    return ident, cellwire.decode(session(), frames)
+    end = NotebookEnd()
+    yield end
+    end.close()
 
 
 def test_rank_says_hello_runs_each_signed_cell_once_and_drops_the_rest(notebook_end):
-    sock, port = notebook_end
     kernel = FakeKernel()
-    channel = open_channel(kernel, 1, port)
+    channel = open_channel(kernel, 1, notebook_end.port)
     try:
-        ident, hello = _recv(sock)
-        assert hello["t"] == "hello" and hello["rank"] == 1 and ident.startswith(b"rank1-")
-        sock.send_multipart([ident] + cellwire.encode(session(b"guess"), {"t": "cell", "id": "x", "code": "1"}))
-        good = cellwire.encode(session(), {"t": "cell", "id": "c1", "code": "y = 2"})
-        sock.send_multipart([ident] + good)
-        sock.send_multipart([ident] + good)  # replayed
-        sock.send_multipart([ident] + cellwire.encode(session(), {"t": "cell", "id": "c2", "code": "z = 3"}))
+        peer = notebook_end.accept()
+        hello = peer.recv()
+        assert hello["t"] == "hello" and hello["rank"] == 1 and hello["pid"] == os.getpid()
+        peer.send({"t": "cell", "id": "x", "code": "1"}, session(b"guess"))
+        good = cellwire.frame(cellwire.encode(session(), {"t": "cell", "id": "c1", "code": "y = 2"}))
+        peer.sock.sendall(good[:5])  # a message split across reads
+        peer.sock.sendall(good[5:] + good)  # and replayed
+        peer.send({"t": "cell", "id": "c2", "code": "z = 3"})
         deadline = time.monotonic() + 5  # in order on one socket: once c2 is in, the others were seen
         while len(channel.ran) < 2 and time.monotonic() < deadline:
             channel.ran_event.wait(0.05)
@@ -242,11 +363,12 @@ def test_rank_says_hello_runs_each_signed_cell_once_and_drops_the_rest(notebook_
 
 
 def test_rank_sends_its_channel_cells_outputs_to_the_notebook_and_the_rest_to_iopub(notebook_end):
-    sock, port = notebook_end
     kernel = FakeKernel()
-    channel = open_channel(kernel, 0, port)
+    channel = open_channel(kernel, 0, notebook_end.port)
     try:
-        _recv(sock)  # hello
+        peer = notebook_end.accept()
+        peer.recv()  # hello
+        assert channel.connected.wait(5)
         ours = {"msg_id": "c9", "session": cellwire.CHANNEL_SESSION}
         msg = {"header": {"msg_type": "stream"}, "parent_header": ours, "content": {"name": "stdout", "text": "hi"}}
         kernel.session.send("iopub", msg)
@@ -256,11 +378,76 @@ def test_rank_sends_its_channel_cells_outputs_to_the_notebook_and_the_rest_to_io
         kernel.session.send("iopub", other)
         last = {"header": {"msg_type": "display_data"}, "parent_header": ours, "content": {"data": {}}}
         kernel.session.send("iopub", last)
-        _, out = _recv(sock)
+        out = peer.recv()
         assert out == {"t": "out", "id": "c9", "kind": "stream", "content": {"name": "stdout", "text": "hi"}}
-        _, out = _recv(sock)  # next: the display, not the status
+        out = peer.recv()  # next: the display, not the status
         assert out["kind"] == "display_data"
         assert [m for m, _c, _p in kernel.sent] == [other]
     finally:
         kernel.on_loop(channel.close)
         kernel.close()
+
+
+def test_rank_dials_until_the_notebook_listens(notebook_end):
+    free = socket.create_server(("127.0.0.1", 0))
+    port = free.getsockname()[1]
+    free.close()  # nothing listens there now
+    kernel = FakeKernel()
+    channel = open_channel(kernel, 2, port)
+    later = NotebookEnd(port)
+    try:
+        peer = later.accept()
+        assert peer.recv()["t"] == "hello"
+        assert channel.connected.wait(5)
+        peer.close()
+    finally:
+        kernel.on_loop(channel.close)
+        kernel.close()
+        later.close()
+
+
+def test_rank_whose_notebook_closes_the_connection_says_why_and_drops_later_output(notebook_end):
+    kernel = FakeKernel()
+    channel = open_channel(kernel, 0, notebook_end.port)
+    try:
+        peer = notebook_end.accept()
+        peer.recv()
+        assert channel.connected.wait(5)
+        peer.close()
+        deadline = time.monotonic() + 5
+        while channel.connected.is_set() and time.monotonic() < deadline:
+            channel.connected.wait(0.01)  # cleared by the loop when it reads the end
+            time.sleep(0.01)
+        assert not channel.connected.is_set() and "closed the connection" in channel.error
+        channel.post({"t": "reply", "id": "gone", "content": {"status": "ok"}})  # dropped, no exception
+    finally:
+        kernel.on_loop(channel.close)
+        kernel.close()
+
+
+def test_rank_that_cannot_reach_the_notebook_says_so():
+    free = socket.create_server(("127.0.0.1", 0))
+    port = free.getsockname()[1]
+    free.close()
+    kernel = FakeKernel()
+    channel = kernel.on_loop(lambda: RecordingChannel(kernel, 0, f"tcp://127.0.0.1:{port}", 0.3))
+    try:
+        deadline = time.monotonic() + 5
+        while not channel.error and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert f"could not connect to the notebook's cell channel at tcp://127.0.0.1:{port}" in channel.error
+        assert not channel.connected.is_set()
+    finally:
+        kernel.on_loop(channel.close)
+        kernel.close()
+
+
+def test_hub_on_every_interface_is_reached_on_loopback():
+    h = CellHub("*").start(session())
+    try:
+        peer = Peer.dial(h.port)
+        peer.send({"t": "hello", "rank": 0, "pid": 1})
+        assert h.wait_connected([0], 5) == []
+        peer.close()
+    finally:
+        h.close()

@@ -1,25 +1,41 @@
 """The notebook's end of the direct cell channel (see :mod:`mlx_jupyter.cluster.rank.channel`).
 
-One ROUTER socket, bound beside the controller before the ranks start; each
-rank connects to it and says hello. :meth:`CellHub.send_cell` sends a cell to
-a rank; what comes back (outputs, then the reply) is handed to the cell's sink
-(a :class:`~mlx_jupyter.cluster.cells.run.CellRun`) on the hub's own thread, the only
-one that touches the socket.
+A TCP listener, bound beside the controller before the ranks start; each rank
+connects to it and says hello. :meth:`CellHub.send_cells` writes a cell to
+its ranks' connections from the calling thread; what comes back (outputs,
+then the reply) is read by the hub's own thread and handed to the cell's sink
+(a :class:`~mlx_jupyter.cluster.cells.run.CellRun`).
+
+The port is open to anyone who can reach it, so a connection that sends
+anything not signed with the cluster's key is closed, one that has not said
+hello within :data:`HELLO_TIMEOUT` s is closed, and at most :data:`MAX_UNKNOWN`
+connections wait for their hello at once (the oldest goes first).
 """
 
 from __future__ import annotations
 
-import collections
 import logging
+import os
+import selectors
+import socket
 import threading
+import time
 from typing import Any, Optional, Protocol
 
-import zmq
-
 from mlx_jupyter.cluster.cells import wire
-from mlx_jupyter.cluster.cells.socketthread import SocketThread, received
+from mlx_jupyter.cluster.cells.transport import Writer, read_available, tune
 
 log = logging.getLogger("mlx_jupyter.cluster.cells.hub")
+
+#: seconds a new connection has to say hello (signed) before it is closed
+HELLO_TIMEOUT = 5.0
+#: connections without a hello kept at once
+MAX_UNKNOWN = 64
+#: the largest message a connection may send before its hello
+MAX_HELLO = 1 << 16
+#: seconds a cell whose rank's connection broke waits for that rank's fate (its death, reported by
+#: the cluster) before it ends with a ChannelError
+LOST_GRACE = 3.0
 
 
 class Sink(Protocol):
@@ -39,29 +55,52 @@ class Pending:
         return self._done.is_set()
 
 
+class Connection:
+    """One rank's connection (or a stranger's, until it says hello)."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.writer = Writer(sock)
+        self.reader = wire.FrameReader(MAX_HELLO)
+        self.opened = time.monotonic()
+        self.rank: Optional[int] = None
+
+
 class CellHub:
-    """Binds on ``ip`` (a random port: :attr:`port`); :meth:`start` once the cluster's session is known."""
+    """Listens on ``ip`` (a free port: :attr:`port`); :meth:`start` once the cluster's session is known."""
 
     def __init__(self, ip: str = "127.0.0.1"):
-        self.socket = zmq.Context.instance().socket(zmq.ROUTER)
-        self.socket.setsockopt(zmq.LINGER, 0)
-        self.socket.setsockopt(zmq.RCVHWM, 0)  # the ranks' output bursts queue here, never dropped
-        self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a send to a rank not connected fails, never vanishes
-        self.port = self.socket.bind_to_random_port(f"tcp://{ip}")
+        """``ip``: an address of this host, or ``*`` for all of them."""
+        if ip in ("*", ""):
+            dual = socket.has_dualstack_ipv6()
+            self.listener = socket.create_server(("", 0), family=socket.AF_INET6 if dual else socket.AF_INET,
+                                                 backlog=128, dualstack_ipv6=dual)
+        else:
+            family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+            self.listener = socket.create_server((ip.strip("[]"), 0), family=family, backlog=128)
+        self.listener.setblocking(False)
+        self.port = self.listener.getsockname()[1]
         self.session: Any = None
-        self.idents: dict[int, bytes] = {}  # rank -> its socket identity, from its hello
+        self.idents: dict[int, Connection] = {}  # rank -> its connection, from its hello
         self.pids: dict[int, int] = {}
         self.pending: dict[str, Pending] = {}
+        self.dropped = 0  # connections closed for sending what did not decode (bad signature, ...)
         self._lock = threading.Lock()
         self._hello = threading.Condition(self._lock)
-        self._out: collections.deque = collections.deque()
-        self._io = SocketThread(self.socket, "mlx-cell-hub", self._receive, self._send_queued)
-        self.dropped = 0  # messages that failed to decode (bad signature, ...)
+        self._conns: dict[socket.socket, Connection] = {}  # every open connection (hub thread only)
+        self._lost: dict[str, float] = {}  # msg_id -> when its rank's connection broke (hub thread only)
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        self._closed = False
+        self._thread: Optional[threading.Thread] = None
 
     def start(self, session: Any) -> "CellHub":
-        """Begin reading, verifying with ``session``'s key (what the ranks sent meanwhile waits in the socket)."""
+        """Begin accepting and reading, verifying with ``session``'s key (connections made
+        meanwhile wait in the listener's backlog)."""
         self.session = session
-        self._io.start()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="mlx-cell-hub", daemon=True)
+            self._thread.start()
         return self
 
     # ------------------------------------------------------------ ranks
@@ -84,10 +123,10 @@ class CellHub:
             for r in gone:
                 self.idents.pop(r, None)
                 self.pids.pop(r, None)
-            for msg_id, p in list(self.pending.items()):
-                if p.rank in gone:
-                    del self.pending[msg_id]
-                    p._done.set()
+            ended = [p for msg_id, p in list(self.pending.items()) if p.rank in gone]
+            self.pending = {k: p for k, p in self.pending.items() if p.rank not in gone}
+        for p in ended:
+            p._done.set()
 
     # ------------------------------------------------------------ cells (any thread)
 
@@ -95,22 +134,17 @@ class CellHub:
         return self.send_cells({rank: msg_id}, code, sink)[rank]
 
     def send_cells(self, msg_ids: dict[int, str], code: str, sink: Sink) -> dict[int, Pending]:
-        """Send ``code`` to each rank of ``msg_ids`` (rank -> its message id), waking the
-        socket's thread once for all of them."""
+        """Write ``code`` to each rank of ``msg_ids`` (rank -> its message id), from this thread."""
         pending: dict[int, Pending] = {}
-        unreachable = []
+        targets = []
         with self._lock:
             for rank, msg_id in msg_ids.items():
-                ident = self.idents.get(rank)
-                pending[rank] = self.pending[msg_id] = Pending(rank, sink)
-                if ident is None:
-                    unreachable.append((msg_id, rank))
-                else:
-                    self._out.append((ident, msg_id, rank, {"t": "cell", "id": msg_id, "code": code}))
-        if len(unreachable) < len(msg_ids):
-            self._io.wake()
-        for msg_id, rank in unreachable:
-            self._unreachable(msg_id, rank)
+                pending[rank] = self.pending[msg_id] = Pending(rank, sink)  # before a reply can come
+                targets.append((rank, msg_id, self.idents.get(rank)))
+        for rank, msg_id, conn in targets:
+            data = wire.frame(wire.encode(self.session, {"t": "cell", "id": msg_id, "code": code}))
+            if conn is None or not conn.writer.send(data):
+                self._unreachable(msg_id, rank)
         return pending
 
     def _unreachable(self, msg_id: str, rank: int) -> None:
@@ -121,33 +155,116 @@ class CellHub:
 
     # ------------------------------------------------------------ the hub's thread
 
-    def _send_queued(self) -> None:
-        while self._out:
-            ident, msg_id, rank, obj = self._out.popleft()
-            try:
-                self.socket.send_multipart([ident] + wire.encode(self.session, obj))
-            except zmq.ZMQError:  # EHOSTUNREACH: that rank's connection is gone
-                self._unreachable(msg_id, rank)
+    def _loop(self) -> None:
+        selector = selectors.DefaultSelector()
+        selector.register(self.listener, selectors.EVENT_READ)
+        selector.register(self._wake_r, selectors.EVENT_READ)
+        try:
+            while not self._closed:
+                for key, _ in selector.select(timeout=1.0 if self._unknown() or self._lost else None):
+                    if key.fileobj is self.listener:
+                        self._accept(selector)
+                    elif key.fileobj == self._wake_r:
+                        try:
+                            os.read(self._wake_r, 4096)
+                        except OSError:
+                            pass
+                    else:
+                        self._read(selector, self._conns[key.fileobj])  # type: ignore[index]
+                self._expire(selector)
+                self._end_lost()
+        except Exception:  # a bug; say so rather than die silently
+            log.exception("cell channel: the hub's thread failed")
+        finally:
+            for conn in list(self._conns.values()):
+                self._drop(selector, conn)
+            selector.close()
+            self.listener.close()
+            os.close(self._wake_r)
 
-    def _receive(self) -> None:
-        for frames in received(self.socket):
+    def _unknown(self) -> list[Connection]:
+        return [c for c in self._conns.values() if c.rank is None]
+
+    def _accept(self, selector: selectors.BaseSelector) -> None:
+        while True:
             try:
-                msg = wire.decode(self.session, frames[1:])
-            except wire.WireError as exc:
-                self.dropped += 1
-                log.warning("cell channel: dropped a message: %s", exc)
+                sock, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # e.g. out of file descriptors: the backlog waits
+                log.warning("cell channel: accept failed: %s", exc)
+                return
+            conn = Connection(tune(sock))
+            self._conns[sock] = conn
+            selector.register(sock, selectors.EVENT_READ)
+            unknown = self._unknown()
+            if len(unknown) > MAX_UNKNOWN:
+                self._drop(selector, min(unknown, key=lambda c: c.opened))
+
+    def _expire(self, selector: selectors.BaseSelector) -> None:
+        now = time.monotonic()
+        for conn in self._unknown():
+            if now - conn.opened > HELLO_TIMEOUT:
+                self._drop(selector, conn)
+
+    def _read(self, selector: selectors.BaseSelector, conn: Connection) -> None:
+        data = read_available(conn.sock)
+        if data is None:
+            self._drop(selector, conn)
+            return
+        try:
+            for frames in conn.reader.feed(data):
+                msg = wire.decode(self.session, frames)
+                try:
+                    self._handle(conn, msg)
+                except Exception:  # a bug; keep the thread alive
+                    log.exception("cell channel: handling %s failed", msg.get("t"))
+        except wire.WireError as exc:
+            self.dropped += 1
+            log.warning("cell channel: closed a connection that sent %s", exc)
+            self._drop(selector, conn)
+
+    def _drop(self, selector: selectors.BaseSelector, conn: Connection) -> None:
+        """Close ``conn``. If it was a rank's, new cells for that rank take the controller's path,
+        and its cells still running end after :data:`LOST_GRACE` s unless the cluster reports
+        the rank's death first."""
+        if self._conns.pop(conn.sock, None) is None:
+            return
+        selector.unregister(conn.sock)
+        conn.sock.close()
+        if conn.rank is None:
+            return
+        with self._lock:
+            if self.idents.get(conn.rank) is not conn:
+                return  # a connection the rank had replaced
+            del self.idents[conn.rank]
+            self.pids.pop(conn.rank, None)
+            now = time.monotonic()
+            self._lost.update({msg_id: now for msg_id, p in self.pending.items() if p.rank == conn.rank})
+
+    def _end_lost(self) -> None:
+        now = time.monotonic()
+        for msg_id, since in list(self._lost.items()):
+            if now - since < LOST_GRACE:
                 continue
-            try:
-                self._handle(frames[0], msg)
-            except Exception:  # a bug; keep the thread alive
-                log.exception("cell channel: handling %s failed", msg.get("t"))
+            del self._lost[msg_id]
+            with self._lock:
+                p = self.pending.get(msg_id)
+            if p is not None:
+                self._deliver_reply(msg_id, {
+                    "status": "error", "ename": "ChannelError",
+                    "evalue": f"the connection to rank {p.rank} was lost while the cell ran (it may still be "
+                              "running: %mlx_cluster status)", "traceback": []})
 
-    def _handle(self, ident: bytes, msg: dict) -> None:
+    def _handle(self, conn: Connection, msg: dict) -> None:
         kind = msg["t"]
         if kind == "hello":
+            rank = int(msg["rank"])
+            conn.rank = rank
+            conn.reader.max_payload = wire.MAX_PAYLOAD
             with self._hello:
-                self.idents[int(msg["rank"])] = bytes(ident)
-                self.pids[int(msg["rank"])] = int(msg.get("pid", 0))
+                self.idents[rank] = conn
+                self.pids[rank] = int(msg.get("pid", 0))
                 self._hello.notify_all()
         elif kind == "out":
             with self._lock:
@@ -166,5 +283,17 @@ class CellHub:
         p._done.set()
         p.sink.channel_reply(p.rank, content)
 
-    def close(self) -> None:
-        self._io.close()
+    def close(self, timeout: float = 2.0) -> None:
+        """Close every connection and the listener (the ranks' channels see the end)."""
+        self._closed = True
+        if self._thread is None:
+            self.listener.close()
+            os.close(self._wake_r)
+        else:
+            try:
+                os.write(self._wake_w, b"x")
+            except OSError:
+                pass
+            if self._thread is not threading.current_thread():
+                self._thread.join(timeout)
+        os.close(self._wake_w)

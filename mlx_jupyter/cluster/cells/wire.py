@@ -3,8 +3,9 @@
 A frame pair is ``[signature, payload]``: ``payload`` is the object packed by
 the cluster's ipyparallel session (JSON by default), ``signature`` its HMAC
 with that session's key, so only holders of the cluster's key can run code.
-Pure functions: :mod:`mlx_jupyter.cluster.cells.hub` (notebook) and
-:mod:`mlx_jupyter.cluster.rank.channel` (rank) do the I/O.
+On the TCP stream each pair is preceded by their two lengths (:func:`frame`,
+:class:`FrameReader`). Pure functions: :mod:`mlx_jupyter.cluster.cells.hub`
+(notebook) and :mod:`mlx_jupyter.cluster.rank.channel` (rank) do the I/O.
 
 Messages (``t`` is the type):
 
@@ -19,6 +20,7 @@ Messages (``t`` is the type):
 from __future__ import annotations
 
 import hmac
+import struct
 from typing import Any, Sequence
 
 #: the ``session`` of the requests the channel runs: their outputs are routed back through it
@@ -27,8 +29,52 @@ CHANNEL_SESSION = "mlx-jupyter-cell-channel"
 PORT_ENV = "MLX_JUPYTER_CELL_PORT"
 
 
+#: the lengths before each frame pair on the stream: signature, payload (big-endian)
+HEADER = struct.Struct("!II")
+#: the longest signature accepted (an HMAC's hex digest: 128 characters for SHA-512)
+MAX_SIGNATURE = 256
+#: the largest payload accepted (a cell's code, or one output such as an image)
+MAX_PAYLOAD = 1 << 30
+
+
 class WireError(ValueError):
     """A frame pair that is malformed or not signed with the cluster's key."""
+
+
+def frame(frames: Sequence[bytes]) -> bytes:
+    """The bytes that carry a frame pair on the stream."""
+    signature, payload = frames
+    return HEADER.pack(len(signature), len(payload)) + bytes(signature) + bytes(payload)
+
+
+class FrameReader:
+    """Turns the bytes of a stream, in chunks of any size, back into frame pairs."""
+
+    def __init__(self, max_payload: int = MAX_PAYLOAD):
+        self.max_payload = max_payload
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[list[bytes]]:
+        """The frame pairs completed by ``data``; raises :class:`WireError` on lengths no pair has."""
+        self._buf += data
+        pairs = []
+        while len(self._buf) >= HEADER.size:
+            sig_len, payload_len = HEADER.unpack_from(self._buf)
+            if sig_len > MAX_SIGNATURE or payload_len > self.max_payload:
+                raise WireError(f"frame lengths {sig_len}, {payload_len} exceed the limits "
+                                f"({MAX_SIGNATURE}, {self.max_payload})")
+            end = HEADER.size + sig_len + payload_len
+            if len(self._buf) < end:
+                break
+            pairs.append([bytes(self._buf[HEADER.size:HEADER.size + sig_len]),
+                          bytes(self._buf[HEADER.size + sig_len:end])])
+            del self._buf[:end]
+        return pairs
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of an incomplete pair held."""
+        return len(self._buf)
 
 
 def encode(session: Any, obj: dict) -> list[bytes]:

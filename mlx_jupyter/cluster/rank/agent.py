@@ -406,6 +406,7 @@ def agent_state() -> dict:
 
     if AGENT is not None:
         return {"installed": True, "ipyparallel": ipyparallel.__version__,
-                "channel": channel.CHANNEL is not None, "channel_error": channel.ERROR}
+                "channel": channel.CHANNEL is not None and channel.CHANNEL.connected.is_set(),
+                "channel_error": channel.ERROR or (channel.CHANNEL.error if channel.CHANNEL else "")}
     return {"installed": False, "ipyparallel": ipyparallel.__version__,
             "error": AGENT_ERROR or "the engine never installed it (IPEngine.complete_registration was not called)"}

@@ -9,12 +9,12 @@ agent's pre/post-run hooks that keep the no-hang promise), and its outputs and
 reply come straight back. The controller still does registration, heartbeats,
 ``%px``, push/pull and the control channel (interrupts, aborts, status).
 
-Sockets and threads: cells arrive on one DEALER socket read by the engine's main
-loop, which runs them one at a time with the kernel's own shell requests, so a
-cell costs no thread hop on the way in. Outputs and the reply leave on a second
-DEALER socket that is never polled, sent from whichever thread makes them (the
-main thread, ipykernel's IOPub thread) under a lock: ZMQ allows a socket to move
-between threads behind a full memory barrier, and the lock is one.
+Connection and threads: one TCP connection to the notebook's hub
+(:mod:`mlx_jupyter.cluster.cells.transport`), made by a short-lived thread so
+that the engine never waits on the network. Cells are read on the engine's main
+loop, which runs them one at a time with the kernel's own shell requests (no
+thread hands them over). Outputs and the reply are written by whichever thread
+makes them (the main thread, ipykernel's IOPub thread), whole, under one lock.
 """
 
 from __future__ import annotations
@@ -22,15 +22,15 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import socket
 import sys
 import threading
+import time
 from datetime import datetime, timezone
 from typing import Any, Optional
 
-import zmq
-from zmq.eventloop.zmqstream import ZMQStream
-
 from mlx_jupyter.cluster.cells import wire
+from mlx_jupyter.cluster.cells.transport import Writer, read_available, split_url, tune
 from mlx_jupyter.cluster.rank.kernel_compat import flush_streams, main_lock
 
 log = logging.getLogger("mlx_jupyter.cluster.rank.channel")
@@ -51,34 +51,64 @@ def _parent_of(msg_or_type: Any, parent: Any) -> dict:
 class RankChannel:
     """Connects to the notebook's channel at ``url`` and runs the cells it sends."""
 
-    def __init__(self, kernel: Any, rank: int, url: str):
-        """Called on the engine's main loop (it owns the cells socket from then on)."""
+    def __init__(self, kernel: Any, rank: int, url: str, connect_timeout: float = 30.0):
+        """Begins connecting (on a thread of its own); the hello follows once connected."""
         self.kernel = kernel
         self.session = kernel.session
         self.rank = rank
         self.url = url
+        self.host, self.port = split_url(url)
+        self.connect_timeout = connect_timeout
         self._seen: collections.deque = collections.deque(maxlen=256)  # ids run: a replayed cell is dropped
-        self._send_lock = threading.Lock()
+        self._reader = wire.FrameReader()
+        self.sock: Optional[socket.socket] = None
+        self.writer: Optional[Writer] = None
+        self.error = ""  # why the channel is not (or no longer) connected
+        self.connected = threading.Event()
         self._closed = False
-        context = zmq.Context.instance()
-        self.cells = context.socket(zmq.DEALER)  # the hub routes cells to the identity that says hello
-        self.cells.setsockopt(zmq.LINGER, 0)
-        self.cells.setsockopt(zmq.IDENTITY, f"rank{rank}-{os.getpid()}".encode())
-        self.cells.connect(url)
-        self.out = context.socket(zmq.DEALER)
-        self.out.setsockopt(zmq.LINGER, 0)
-        self.out.setsockopt(zmq.SNDHWM, 0)  # a burst of outputs queues, never blocks or drops (as IOPub)
-        self.out.setsockopt(zmq.IDENTITY, f"rank{rank}-{os.getpid()}-out".encode())
-        self.out.connect(url)
+        self._pid = os.getpid()
         self._route_outputs()
-        self.cells.send_multipart(wire.encode(self.session, {"t": "hello", "rank": rank, "pid": os.getpid()}))
-        self._stream = ZMQStream(self.cells, kernel.io_loop)
-        self._stream.on_recv(self._on_cell)
+        threading.Thread(target=self._connect, name="mlx-cell-connect", daemon=True).start()
+
+    def _connect(self) -> None:
+        """Dial the hub (retrying a refusal until ``connect_timeout``), then hand the socket to the loop."""
+        deadline = time.monotonic() + self.connect_timeout
+        pause = 0.01
+        while not self._closed:
+            try:
+                sock = socket.create_connection((self.host, self.port), timeout=max(0.1, deadline - time.monotonic()))
+                break
+            except OSError as exc:
+                if time.monotonic() + pause >= deadline:
+                    self.error = f"could not connect to the notebook's cell channel at {self.url}: {exc}"
+                    log.warning("cell channel: %s", self.error)
+                    return
+                time.sleep(pause)  # refused or unreachable: the hub may not listen yet
+                pause = min(pause * 2, 0.5)
+        else:
+            return
+        self.kernel.io_loop.add_callback(self._attach, tune(sock))
+
+    def _attach(self, sock: socket.socket) -> None:
+        """On the main loop: read cells from ``sock``, say hello."""
+        if self._closed:
+            sock.close()
+            return
+        self.sock, self.writer = sock, Writer(sock)
+        self.kernel.io_loop.add_handler(sock.fileno(), self._on_readable, self.kernel.io_loop.READ)
+        self.post({"t": "hello", "rank": self.rank, "pid": os.getpid()})
+        self.connected.set()
 
     # ------------------------------------------------------------ outbound (any thread)
 
     def post(self, obj: dict) -> None:
         """Send ``obj`` to the notebook (from any thread; in order per thread)."""
+        writer = self.writer
+        if os.getpid() != self._pid:
+            return  # a forked child (multiprocessing): its writes would interleave with ours
+        if writer is None:
+            log.error("cell channel: not connected, dropped %s", obj.get("t"))
+            return
         try:
             frames = wire.encode(self.session, obj)
         except Exception as exc:  # e.g. content that does not pack: say so instead of the output
@@ -88,9 +118,10 @@ class RankChannel:
             bad = {"status": "error", "ename": type(exc).__name__, "evalue": f"the reply did not pack: {exc}",
                    "traceback": []}
             frames = wire.encode(self.session, {"t": "reply", "id": obj.get("id", ""), "content": bad})
-        with self._send_lock:
-            if not self._closed:
-                self.out.send_multipart(frames, copy=True)
+        if not writer.send(wire.frame(frames)) and not self.error:
+            self.error = f"the connection to the notebook broke: {writer.broken}"
+            log.error("cell channel: %s (%s not sent; cells now come through the controller)",
+                      self.error, obj.get("t"))
 
     def _route_outputs(self) -> None:
         """Outputs of the channel's cells go to the notebook, not to IOPub (wraps ``Session.send``).
@@ -119,15 +150,46 @@ class RankChannel:
 
     # ------------------------------------------------------------ inbound (main loop)
 
-    def _on_cell(self, frames: list) -> None:
-        try:
-            msg = wire.decode(self.session, frames)
-        except wire.WireError as exc:
-            log.warning("cell channel: dropped a message: %s", exc)
+    def _on_readable(self, fd: int, events: int) -> None:
+        sock = self.sock
+        if sock is None:
             return
-        if msg["t"] == "cell" and msg.get("id") not in self._seen:
-            self._seen.append(msg.get("id"))
-            self.kernel.io_loop.add_callback(self._execute, msg)
+        data = read_available(sock)
+        if data is None:
+            self._lost("the notebook closed the connection")
+            return
+        try:
+            pairs = self._reader.feed(data)
+        except wire.WireError as exc:
+            self._lost(f"the notebook sent {exc}")
+            return
+        for frames in pairs:
+            try:
+                msg = wire.decode(self.session, frames)
+            except wire.WireError as exc:
+                log.warning("cell channel: dropped a message: %s", exc)
+                continue
+            if msg["t"] == "cell" and msg.get("id") not in self._seen:
+                self._seen.append(msg.get("id"))
+                self.kernel.io_loop.add_callback(self._execute, msg)
+
+    def _lost(self, why: str) -> None:
+        """The connection ended: stop reading it (cells then come through the controller)."""
+        self.error = why
+        self._detach()
+
+    def _detach(self) -> None:
+        self.connected.clear()
+        sock, self.sock = self.sock, None
+        if sock is None:
+            return
+        try:
+            self.kernel.io_loop.remove_handler(sock.fileno())
+        except Exception:
+            pass
+        if self.writer is not None:
+            self.writer.close()
+        sock.close()
 
     # ------------------------------------------------------------ running a cell (main thread)
 
@@ -184,11 +246,9 @@ class RankChannel:
         self.post({"t": "reply", "id": msg_id, "content": content})
 
     def close(self) -> None:
-        """Stop reading cells and close both sockets (from the main loop, or any thread once it has stopped)."""
-        self._stream.close(linger=0)
-        with self._send_lock:
-            self._closed = True
-            self.out.close(linger=0)
+        """Stop connecting or reading, and close the connection (on the main loop)."""
+        self._closed = True
+        self._detach()
 
 
 #: this rank's channel, once connected; why it could not be, if it could not
