@@ -22,6 +22,17 @@ uint64_t mix(uint64_t x) {  // splitmix64: group ids of splits
 
 constexpr size_t kReduceGrain = 64 * 1024;  // reduce arriving data in pieces this big
 constexpr auto kSpin = std::chrono::microseconds(50);  // longest busy wait before sleeping in poll()
+// The first part of the spin keeps the core: a peer running on another core answers within
+// about a microsecond, and sched_yield() (a system call) would add its own cost to that.
+constexpr auto kHotSpin = std::chrono::microseconds(2);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
 constexpr double kNoDeadline = 1e9;  // seconds
 constexpr auto kBusyCheck = std::chrono::milliseconds(50);  // abort/Ctrl-C checks during long transfers
 
@@ -219,6 +230,10 @@ void Group::run(Step& step, const Wait& wait) {
     }
     if (spinning) {  // a short bounded spin beats a sleep and a wake-up
       if (spin_start == Clock::time_point{}) spin_start = now;
+      if (now - spin_start < kHotSpin) {
+        cpu_relax();
+        continue;
+      }
       if (now - spin_start < kSpin) {
         std::this_thread::yield();  // when ranks outnumber cores, let the peer we wait for run
         continue;
