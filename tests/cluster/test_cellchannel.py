@@ -4,6 +4,7 @@ end (over real ZMQ sockets on loopback, with a stand-in kernel)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import threading
@@ -171,9 +172,11 @@ def hub():
 
 
 def _hello(hub: CellHub, rank: int, pid: int = 1) -> Peer:
+    """A rank's connection, once the hub has taken its hello (this one: a rank may say it again)."""
     peer = Peer.dial(hub.port)
     peer.send({"t": "hello", "rank": rank, "pid": pid})
-    assert hub.wait_connected([rank], 5) == []
+    with hub._hello:
+        assert hub._hello.wait_for(lambda: hub.pids.get(rank) == pid, 5), f"no hello from rank {rank} pid {pid}"
     return peer
 
 
@@ -312,9 +315,16 @@ class RecordingChannel(RankChannel):
         self.ran_event.set()
 
 
-def open_channel(kernel: FakeKernel, rank: int, port: int) -> RecordingChannel:
-    """A rank's channel made on the loop's thread, as in an engine."""
-    return kernel.on_loop(lambda: RecordingChannel(kernel, rank, f"tcp://127.0.0.1:{port}"))
+@contextlib.contextmanager
+def rank_channel(rank: int, port: int, *args):
+    """A rank's channel made on a loop's thread (as in an engine), and closed there at the end."""
+    kernel = FakeKernel()
+    channel = kernel.on_loop(lambda: RecordingChannel(kernel, rank, f"tcp://127.0.0.1:{port}", *args))
+    try:
+        yield kernel, channel
+    finally:
+        kernel.on_loop(channel.close)
+        kernel.close()
 
 
 class NotebookEnd:
@@ -341,9 +351,7 @@ def notebook_end():
 
 
 def test_rank_says_hello_runs_each_signed_cell_once_and_drops_the_rest(notebook_end):
-    kernel = FakeKernel()
-    channel = open_channel(kernel, 1, notebook_end.port)
-    try:
+    with rank_channel(1, notebook_end.port) as (kernel, channel):
         peer = notebook_end.accept()
         hello = peer.recv()
         assert hello["t"] == "hello" and hello["rank"] == 1 and hello["pid"] == os.getpid()
@@ -357,15 +365,10 @@ def test_rank_says_hello_runs_each_signed_cell_once_and_drops_the_rest(notebook_
             channel.ran_event.wait(0.05)
             channel.ran_event.clear()
         assert [msg["id"] for msg in channel.ran] == ["c1", "c2"]
-    finally:
-        kernel.on_loop(channel.close)
-        kernel.close()
 
 
 def test_rank_sends_its_channel_cells_outputs_to_the_notebook_and_the_rest_to_iopub(notebook_end):
-    kernel = FakeKernel()
-    channel = open_channel(kernel, 0, notebook_end.port)
-    try:
+    with rank_channel(0, notebook_end.port) as (kernel, channel):
         peer = notebook_end.accept()
         peer.recv()  # hello
         assert channel.connected.wait(5)
@@ -383,33 +386,25 @@ def test_rank_sends_its_channel_cells_outputs_to_the_notebook_and_the_rest_to_io
         out = peer.recv()  # next: the display, not the status
         assert out["kind"] == "display_data"
         assert [m for m, _c, _p in kernel.sent] == [other]
-    finally:
-        kernel.on_loop(channel.close)
-        kernel.close()
 
 
 def test_rank_dials_until_the_notebook_listens(notebook_end):
     free = socket.create_server(("127.0.0.1", 0))
     port = free.getsockname()[1]
     free.close()  # nothing listens there now
-    kernel = FakeKernel()
-    channel = open_channel(kernel, 2, port)
-    later = NotebookEnd(port)
-    try:
-        peer = later.accept()
-        assert peer.recv()["t"] == "hello"
-        assert channel.connected.wait(5)
-        peer.close()
-    finally:
-        kernel.on_loop(channel.close)
-        kernel.close()
-        later.close()
+    with rank_channel(2, port) as (kernel, channel):
+        later = NotebookEnd(port)
+        try:
+            peer = later.accept()
+            assert peer.recv()["t"] == "hello"
+            assert channel.connected.wait(5)
+            peer.close()
+        finally:
+            later.close()
 
 
 def test_rank_whose_notebook_closes_the_connection_says_why_and_drops_later_output(notebook_end):
-    kernel = FakeKernel()
-    channel = open_channel(kernel, 0, notebook_end.port)
-    try:
+    with rank_channel(0, notebook_end.port) as (kernel, channel):
         peer = notebook_end.accept()
         peer.recv()
         assert channel.connected.wait(5)
@@ -420,26 +415,18 @@ def test_rank_whose_notebook_closes_the_connection_says_why_and_drops_later_outp
             time.sleep(0.01)
         assert not channel.connected.is_set() and "closed the connection" in channel.error
         channel.post({"t": "reply", "id": "gone", "content": {"status": "ok"}})  # dropped, no exception
-    finally:
-        kernel.on_loop(channel.close)
-        kernel.close()
 
 
 def test_rank_that_cannot_reach_the_notebook_says_so():
     free = socket.create_server(("127.0.0.1", 0))
     port = free.getsockname()[1]
     free.close()
-    kernel = FakeKernel()
-    channel = kernel.on_loop(lambda: RecordingChannel(kernel, 0, f"tcp://127.0.0.1:{port}", 0.3))
-    try:
+    with rank_channel(0, port, 0.3) as (kernel, channel):
         deadline = time.monotonic() + 5
         while not channel.error and time.monotonic() < deadline:
             time.sleep(0.02)
         assert f"could not connect to the notebook's cell channel at tcp://127.0.0.1:{port}" in channel.error
         assert not channel.connected.is_set()
-    finally:
-        kernel.on_loop(channel.close)
-        kernel.close()
 
 
 def test_hub_on_every_interface_is_reached_on_loopback():
