@@ -123,7 +123,7 @@ class CellHub:
             for r in gone:
                 self.idents.pop(r, None)
                 self.pids.pop(r, None)
-            ended = [p for msg_id, p in list(self.pending.items()) if p.rank in gone]
+            ended = [p for p in self.pending.values() if p.rank in gone]
             self.pending = {k: p for k, p in self.pending.items() if p.rank not in gone}
         for p in ended:
             p._done.set()

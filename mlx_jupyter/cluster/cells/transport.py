@@ -27,15 +27,6 @@ def tune(sock: socket.socket) -> socket.socket:
     return sock
 
 
-def split_url(url: str) -> tuple[str, int]:
-    """``tcp://host:port`` (or ``host:port``; an IPv6 host in brackets) as (host, port)."""
-    rest = url.split("://", 1)[-1]
-    host, _, port = rest.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"not a tcp://host:port address: {url!r}")
-    return host.strip("[]"), int(port)
-
-
 def send_all(sock: socket.socket, data: bytes, timeout: float = SEND_TIMEOUT) -> None:
     """Write all of ``data`` to the non-blocking ``sock``, waiting at most ``timeout`` s for room.
 

@@ -30,8 +30,9 @@ from datetime import datetime, timezone
 from typing import Any, Optional
 
 from mlx_jupyter.cluster.cells import wire
-from mlx_jupyter.cluster.cells.transport import Writer, read_available, split_url, tune
+from mlx_jupyter.cluster.cells.transport import Writer, read_available, tune
 from mlx_jupyter.cluster.rank.kernel_compat import flush_streams, main_lock
+from mlx_jupyter.net.hosts import split_addr
 
 log = logging.getLogger("mlx_jupyter.cluster.rank.channel")
 
@@ -57,7 +58,7 @@ class RankChannel:
         self.session = kernel.session
         self.rank = rank
         self.url = url
-        self.host, self.port = split_url(url)
+        self.host, self.port = split_addr(url.split("://", 1)[-1])  # tcp://host:port
         self.connect_timeout = connect_timeout
         self._seen: collections.deque = collections.deque(maxlen=256)  # ids run: a replayed cell is dropped
         self._reader = wire.FrameReader()

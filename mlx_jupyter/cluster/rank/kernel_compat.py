@@ -101,7 +101,7 @@ def flush_streams(streams: list[Any], timeout: float = 10.0) -> None:
         for s in streams:
             s.flush()
         return
-    counted = all([_track_flushes(s) for s in streams])
+    counted = all([_track_flushes(s) for s in streams])  # a list: every stream gets counted, not only the first
     busy = [s for s in streams if _has_output(s)]
     if counted and not busy:
         return
