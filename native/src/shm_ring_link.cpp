@@ -57,10 +57,14 @@ class ShmLink final : public Link {
     bool moved = false;
     if (send_.active) moved |= push();
     if (recv_.active) moved |= pull();
+    // A peer may write its last message and leave before we look: what it left in the
+    // ring is still ours to read, so its leaving counts only once nothing more moves.
+    if (peer_gone_ && !moved && (send_.active || recv_.active)) peer_closed(name_);
     return moved;
   }
 
   void wait_set(std::vector<pollfd>& out) const override {
+    if (!send_.active && !recv_.active) return;  // a peer that left must not wake us for nothing
     bool ready = false;
     if (send_.active) {  // ring full: ask for a bell, then look again (no lost wake-up)
       tx_->producer_waiting.store(1, std::memory_order_seq_cst);
@@ -199,10 +203,14 @@ class ShmLink final : public Link {
                               "): the peer crashed mid-write or another process of this user wrote into it");
   }
 
+  // A peer that has left (done with us, or dead) is noted, not an error yet: see progress().
+  static bool left(int err) { return err == EPIPE || err == ECONNRESET; }
+
   void ring_bell() {
     char c = 1;
-    if (::send(bell_.get(), &c, 1, MSG_NOSIGNAL) < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-      peer_lost(errno, name_);
+    if (::send(bell_.get(), &c, 1, MSG_NOSIGNAL) >= 0 || errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
+    if (!left(errno)) peer_lost(errno, name_);
+    peer_gone_ = true;
   }
 
   // One read, not a loop until empty: a peer that rings without end cannot hold
@@ -212,9 +220,10 @@ class ShmLink final : public Link {
     char buf[256];
     ssize_t r = ::recv(bell_.get(), buf, sizeof buf, 0);
     if (r > 0) return;
-    if (r == 0) peer_closed(name_);
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
-    peer_lost(errno, name_);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    // A peer leaving with bell bytes of ours unread resets the connection instead of closing it.
+    if (r < 0 && !left(errno)) peer_lost(errno, name_);
+    peer_gone_ = true;
   }
 
   Fd bell_;
@@ -228,6 +237,7 @@ class ShmLink final : public Link {
   MsgHeader got_;
   uint64_t tx_written_, tx_read_, rx_read_;  // our copies: we write the first and last, the second may lag
   mutable bool slept_ = false;
+  bool peer_gone_ = false;  // its end of the bell was closed or reset
 };
 
 }  // namespace

@@ -107,6 +107,33 @@ def test_killed_peer_fails_every_rank_within_a_second(n: int, transport: str) ->
         assert info["at"] - killed_at < 1.0, (r, info["at"] - killed_at, info)
 
 
+LEAVE_RIGHT_AFTER = """
+g = dist.init(strict=True, backend="ring", timeout=30)
+failures = []
+for i in range(300):
+    sub = g.split(0, timeout=30)
+    try:
+        y = dist.all_sum(np.full(1024, RANK + 1, np.float32), group=sub, timeout=30)
+        assert (y == sub.size() * (sub.size() + 1) / 2).all(), y[:4]
+        sub.barrier(timeout=30)
+    except Exception as e:
+        failures.append(f"round {i}: {type(e).__name__}: {e}")
+    sub.abort("done with it")  # the peers see this at once, while some are still in the barrier
+    g.barrier(timeout=30)
+report(failures=failures[:3], count=len(failures))
+g.barrier(timeout=30)  # then every process exits: some while others are still in this barrier
+"""
+
+
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_a_rank_leaving_right_after_a_collective_fails_no_peer(transport: str) -> None:
+    # A rank whose barrier has returned may leave while its peers are still reading its last
+    # message: that message must still arrive (shared memory used to report the peer closed).
+    res = run_ranks(4, LEAVE_RIGHT_AFTER, timeout=120, env={"MLX_JUPYTER_TRANSPORT": transport})
+    for r, info in enumerate(res):
+        assert info["count"] == 0, (r, info)
+
+
 @pytest.mark.parametrize("transport", ["auto", "tcp"])
 def test_skipped_op_times_out_naming_the_peer_and_aborts(transport: str) -> None:
     code = WAIT_IN_OP.replace("VICTIM", "1").replace("TIMEOUT", "1.0")
