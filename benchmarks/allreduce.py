@@ -1,6 +1,11 @@
 """All-reduce benchmark: our core's all_sum against MLX's ring all_sum and Open MPI
-(through mpi4py), all in one run, on local ranks.
+(through mpi4py), all in the same rank processes, on local ranks.
 
+mpirun starts the ranks (its default binding) when Open MPI and mpi4py are there;
+each rank then forms our group and, later, MLX's ring from MLX's environment
+contract. Ours and Open MPI are timed in 10 alternating blocks per size, so a
+change of the machine's state during the run (on this VM, core-to-core latency
+doubles for minutes at a time) reaches both columns alike; MLX's ring runs after.
 Each iteration is timed on every rank; the figure for an iteration is the slower
 rank's time (max over ranks), and a size's figure is the median of those. Every
 iteration's output is compared with the expected sum (outside the timed call); a
@@ -12,7 +17,8 @@ the README's table quotes; `--save FILE` also writes the output there.
     .venv/bin/python benchmarks/allreduce.py [--ranks 2,3,4] [--max-mib 64] [--transport auto|tcp] [--quick]
         [--save benchmarks/results/allreduce.txt]
 
-Needs mpirun and mpi4py for the Open MPI column (skipped, with a note, otherwise).
+Without mpirun or mpi4py this script starts the ranks itself and the Open MPI
+column stays empty (with a note).
 """
 
 from __future__ import annotations
@@ -29,26 +35,43 @@ import sys
 import tempfile
 from contextlib import redirect_stdout
 
-# Run on every rank: `measure(call, check)` times `call` per iteration and checks each output.
-TIMING = r"""
+# Run on every rank. All three libraries run in the same processes: one launch's CPU
+# placement and the machine's state at the time are shared by every column.
+RANK_CODE = r"""
 import json, os, time
 import numpy as np
+USE_MPI = os.environ.get("BENCH_MPI") == "1"
+if USE_MPI:
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    os.environ["MLX_RANK"] = str(comm.rank)  # mpirun sets only its own rank variables
+RANK = int(os.environ["MLX_RANK"])
 sizes = json.loads(os.environ["BENCH_SIZES"])
 scale = float(os.environ.get("BENCH_SCALE", "1"))
+ROUNDS = 10  # blocks per library and size, alternating: slow drifts of the machine hit every column
+clock = time.perf_counter
 
 def iterations(nbytes):
     return max(3, int(scale * max(5, min(2000, int(4e8 // max(nbytes, 1))))))
 
-def measure(call, check, nbytes, barrier, prepare=lambda: None):
+def measure(runners, nbytes):
+    # runners: name -> (call, check, barrier, prepare); times every iteration, checks every output
     n = iterations(nbytes)
-    for _ in range(max(3, n // 5)):  # warm up: caches, pages, scheduler placement
-        prepare(); check(call())
-    barrier()
-    times, clock = [], time.perf_counter
-    for _ in range(n):
-        prepare()  # e.g. poison out=, so that a stale result cannot pass the check
-        t0 = clock(); r = call(); times.append(clock() - t0)
-        check(r)  # every iteration's result, outside the timed call
+    rounds = min(ROUNDS, n)
+    per = -(-n // rounds)
+    for call, check, barrier, prepare in runners.values():  # warm up: caches, pages, connections
+        for _ in range(max(3, n // 5)):
+            prepare(); check(call())
+    times = {name: [] for name in runners}
+    order = list(runners)
+    for k in range(rounds):
+        for name in order if k % 2 == 0 else order[::-1]:
+            call, check, barrier, prepare = runners[name]
+            barrier()
+            for _ in range(per):
+                prepare()  # e.g. poison out=, so that a stale result cannot pass the check
+                t0 = clock(); r = call(); times[name].append(clock() - t0)
+                check(r)  # every iteration's result, outside the timed call
     return times
 
 def checker(want, what):
@@ -57,50 +80,33 @@ def checker(want, what):
             raise SystemExit(f"{what}: wrong all_sum result on rank {RANK}")
     return check
 
-def save(tag, data):
-    with open(os.path.join(os.environ["BENCH_OUT"], f"{tag}-{RANK}.json"), "w") as fh:
-        json.dump(data, fh)
-"""
-
-OURS_AND_MLX = r"""
-import os
-RANK = int(os.environ["MLX_RANK"])
-""" + TIMING + r"""
-import mlx.core as mx
 from mlx_jupyter import distributed as dist
 g = dist.init(strict=True, backend="ring", timeout=60)
 n = g.size()
 want_v = float(sum(range(1, n + 1)))
-ours, mlx = {}, {}
-for nbytes in sizes:  # ours first, before MLX's ring (and its threads) exist in the process
-    x = np.full(nbytes // 4, RANK + 1, np.float32); out = np.empty_like(x)
+times = {"ours": {}, "mpi": {}, "mlx": {}}
+for nbytes in sizes:  # ours and Open MPI first, before MLX's ring (and its threads) exist in the process
+    x = np.full(nbytes // 4, RANK + 1, np.float32)
     want = np.full_like(x, want_v)
-    ours[nbytes] = measure(lambda: dist.all_sum(x, group=g, out=out), checker(want, "ours"), nbytes, g.barrier,
-                           lambda: out.fill(-1))
+    out, out_mpi = np.empty_like(x), np.empty_like(x)
+    runners = {"ours": (lambda: dist.all_sum(x, group=g, out=out), checker(want, "ours"), g.barrier,
+                        lambda: out.fill(-1))}
+    if USE_MPI:
+        runners["mpi"] = (lambda: (comm.Allreduce(x, out_mpi), out_mpi)[1], checker(want, "Open MPI"), comm.Barrier,
+                          lambda: out_mpi.fill(-1))
+    for name, t in measure(runners, nbytes).items():
+        times[name][nbytes] = t
+import mlx.core as mx
 w = mx.distributed.init(strict=True, backend="ring")
 for nbytes in sizes:
     xm = mx.full((nbytes // 4,), RANK + 1, dtype=mx.float32); mx.eval(xm)
     want = np.full(nbytes // 4, want_v, np.float32)
     def call_mlx():
         r = mx.distributed.all_sum(xm, group=w); mx.eval(r); return r
-    mlx[nbytes] = measure(call_mlx, checker(want, "MLX ring"), nbytes, g.barrier)
-save("ours", {"times": ours, "links": g.link_kinds()})
-save("mlx", {"times": mlx})
-"""
-
-OPEN_MPI = r"""
-from mpi4py import MPI
-c = MPI.COMM_WORLD
-RANK = c.rank
-""" + TIMING + r"""
-n = c.size
-times = {}
-for nbytes in sizes:
-    x = np.full(nbytes // 4, RANK + 1, np.float32); out = np.empty_like(x)
-    want = np.full_like(x, float(sum(range(1, n + 1))))
-    times[nbytes] = measure(lambda: (c.Allreduce(x, out), out)[1], checker(want, "Open MPI"), nbytes, c.Barrier,
-                            lambda: out.fill(-1))
-save("mpi", {"times": times})
+    times["mlx"][nbytes] = measure({"mlx": (call_mlx, checker(want, "MLX ring"), g.barrier, lambda: None)}, nbytes)["mlx"]
+cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+with open(os.path.join(os.environ["BENCH_OUT"], f"rank-{RANK}.json"), "w") as fh:
+    json.dump({"times": times, "links": g.link_kinds(), "cpus": cpus}, fh)
 """
 
 
@@ -108,20 +114,30 @@ def human(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
 
 
-def slower_rank_median(out_dir: str, tag: str, n: int) -> tuple[dict[int, float], dict]:
-    """Per size: the median over iterations of the max over ranks; and rank 0's extra fields."""
-    per_rank = []
-    for r in range(n):
-        with open(os.path.join(out_dir, f"{tag}-{r}.json")) as fh:
-            per_rank.append(json.load(fh))
-    result = {}
-    for size in per_rank[0]["times"]:
-        columns = [d["times"][size] for d in per_rank]
-        result[int(size)] = statistics.median(max(it) for it in zip(*columns))
-    return result, per_rank[0]
+def slower_rank_median(per_rank: list[dict], tag: str) -> dict[int, float] | None:
+    """Per size: the median over iterations of the max over ranks (None: that library did not run)."""
+    columns_by_size = [d["times"][tag] for d in per_rank]
+    if not columns_by_size[0]:
+        return None
+    return {int(size): statistics.median(max(it) for it in zip(*(c[size] for c in columns_by_size)))
+            for size in columns_by_size[0]}
 
 
-def run_ours(n: int, sizes: list[int], transport: str, scale: float, out_dir: str) -> tuple[dict, dict, list[str]]:
+def mpirun_command(n: int) -> list[str] | None:
+    """mpirun for n local ranks, or None when Open MPI or mpi4py is missing."""
+    mpirun = shutil.which("mpirun")
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return None
+    if not mpirun:
+        return None
+    cmd = [mpirun, "-n", str(n), "--oversubscribe"]
+    return cmd + ["--allow-run-as-root"] if os.geteuid() == 0 else cmd
+
+
+def run_ranks(n: int, sizes: list[int], transport: str, scale: float, out_dir: str) -> dict:
+    """One launch of n ranks timing every library; mpirun starts them when Open MPI is there."""
     from mlx_jupyter.net.ports import free_port_block
 
     hf = os.path.join(out_dir, "hosts.json")
@@ -130,8 +146,13 @@ def run_ours(n: int, sizes: list[int], transport: str, scale: float, out_dir: st
         json.dump([[f"127.0.0.1:{base + r}"] for r in range(n)], fh)
     env = {**os.environ, "MLX_HOSTFILE": hf, "BENCH_SIZES": json.dumps(sizes), "BENCH_SCALE": str(scale),
            "BENCH_OUT": out_dir, "MLX_JUPYTER_TOKEN": os.urandom(8).hex(), "MLX_JUPYTER_TRANSPORT": transport}
-    procs = [subprocess.Popen([sys.executable, "-c", OURS_AND_MLX], env={**env, "MLX_RANK": str(r)}, cwd=out_dir)
-             for r in range(n)]
+    mpirun = mpirun_command(n)
+    if mpirun:
+        procs = [subprocess.Popen(mpirun + [sys.executable, "-c", RANK_CODE], env={**env, "BENCH_MPI": "1"},
+                                  cwd=out_dir)]
+    else:
+        procs = [subprocess.Popen([sys.executable, "-c", RANK_CODE], env={**env, "MLX_RANK": str(r)}, cwd=out_dir)
+                 for r in range(n)]
     try:
         codes = [p.wait(timeout=1800) for p in procs]
     finally:
@@ -140,27 +161,13 @@ def run_ours(n: int, sizes: list[int], transport: str, scale: float, out_dir: st
                 p.kill()
     if any(codes):
         raise SystemExit(f"benchmark ranks failed (n={n}, exit codes {codes})")
-    ours, extra = slower_rank_median(out_dir, "ours", n)
-    mlx, _ = slower_rank_median(out_dir, "mlx", n)
-    return ours, mlx, extra["links"]
-
-
-def run_mpi(n: int, sizes: list[int], scale: float, out_dir: str) -> dict | None:
-    mpirun = shutil.which("mpirun")
-    try:
-        import mpi4py  # noqa: F401
-    except ImportError:
-        mpirun = None
-    if not mpirun:
-        return None
-    cmd = [mpirun, "-n", str(n), "--oversubscribe"]
-    if os.geteuid() == 0:
-        cmd.append("--allow-run-as-root")
-    env = {**os.environ, "BENCH_SIZES": json.dumps(sizes), "BENCH_SCALE": str(scale), "BENCH_OUT": out_dir}
-    p = subprocess.run(cmd + [sys.executable, "-c", OPEN_MPI], env=env, capture_output=True, text=True, timeout=1800)
-    if p.returncode:
-        raise SystemExit(f"Open MPI run failed (n={n}): {(p.stdout + p.stderr).strip()[-500:]}")
-    return slower_rank_median(out_dir, "mpi", n)[0]
+    per_rank = []
+    for r in range(n):
+        with open(os.path.join(out_dir, f"rank-{r}.json")) as fh:
+            per_rank.append(json.load(fh))
+    return {"ours": slower_rank_median(per_rank, "ours"), "mlx": slower_rank_median(per_rank, "mlx"),
+            "mpi": slower_rank_median(per_rank, "mpi"), "links": per_rank[0]["links"],
+            "cpus": [d["cpus"] for d in per_rank], "mpirun": bool(mpirun)}
 
 
 def ratio(a: float | None, b: float | None) -> str:
@@ -236,11 +243,12 @@ def main() -> int:
         missing_mpi = False
         for n in [int(x) for x in args.ranks.split(",")]:
             with tempfile.TemporaryDirectory() as out_dir:
-                ours, mlx, links = run_ours(n, sizes, args.transport, scale, out_dir)
-                mpi = run_mpi(n, sizes, scale, out_dir)
-            missing_mpi |= mpi is None
-            runs[n] = (ours, mlx, mpi, links)
-            table(n, links, ours, mlx, mpi)
+                r = run_ranks(n, sizes, args.transport, scale, out_dir)
+            missing_mpi |= r["mpi"] is None
+            runs[n] = (r["ours"], r["mlx"], r["mpi"], r["links"])
+            table(n, r["links"], r["ours"], r["mlx"], r["mpi"])
+            print(f"started by {'mpirun (its default binding)' if r['mpirun'] else 'this script'}; "
+                  f"CPUs each rank may run on: {r['cpus']}")
         print("\ntime ratio: ours / theirs (below 1: we are faster); bandwidth ratio: ours / theirs (above 1: we move more)")
         print("every iteration's result was checked on every rank (all equal to the expected sum)")
         if missing_mpi:
