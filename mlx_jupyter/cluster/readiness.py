@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from concurrent.futures import FIRST_COMPLETED
 from concurrent.futures import wait as wait_any
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from mlx_jupyter.cluster.cells.text import rank_label
 from mlx_jupyter.cluster.errors import ClusterError
@@ -60,7 +61,7 @@ class Readiness:
         deadlines.) The agent is installed before the engine handles its first
         request, so the answer is final.
         """
-        from mlx_jupyter.cluster.rank.agent import agent_state
+        from mlx_jupyter.cluster.rank.agent import PROBE_CODE
 
         client = self.client
         assert client is not None
@@ -69,17 +70,14 @@ class Readiness:
         sent: dict[int, list] = {rank: [] for rank in pending}
         while pending:
             for rank in pending:
-                sent[rank].append(client.direct_view(targets=rank).apply_async(agent_state))
+                sent[rank].append(client.direct_view(targets=rank).execute(PROBE_CODE, silent=True, block=False))
             until = min(deadline, time.monotonic() + patience)
             patience = min(patience * 2, most)
             while pending and not self.dead:
                 for rank in list(pending):
                     done = [f for f in sent[rank] if f.done()]  # an earlier probe may be the one that got through
                     if done:
-                        try:
-                            answers[rank] = done[0].result(0)
-                        except Exception as exc:  # the rank could not run the probe at all
-                            answers[rank] = {"installed": False, "error": f"the probe failed: {exc}"}
+                        answers[rank] = probe_answer(done[0])
                         pending.discard(rank)
                 left = until - time.monotonic()
                 if not pending or left <= 0:
@@ -98,18 +96,31 @@ class Readiness:
             lines = [f"rank {r}: the rank agent (abort, status) is not installed: {a.get('error')} "
                      f"(ipyparallel {a.get('ipyparallel', '?')} there)" for r, a in bad.items()]
             raise ClusterError("\n".join(lines) + f"\n{IPP_FIX} on the ranks' Python")
-        self._await_cell_channel(answers, deadline)
+        self._await_cell_channel(deadline)
 
-    def _await_cell_channel(self, answers: dict[int, dict], deadline: float, most: float = 2.0) -> None:
+    def _await_cell_channel(self, deadline: float, most: float = 2.0) -> None:
         """Until every rank has said hello on the cell channel; cells to a rank that has not take
         the controller's path (slower, same results), and the log says why."""
         if self.hub is None:
             return
         missing = self.hub.wait_connected(self.ranks, max(0.0, min(deadline - time.monotonic(), most)))
         if missing:
-            why = "; ".join(f"rank {r}: {answers.get(r, {}).get('channel_error') or 'no hello'}" for r in missing)
+            errors = self._channel_errors(missing)
+            why = "; ".join(f"rank {r}: {errors.get(r) or 'no hello'}" for r in missing)
             log.warning("%s not on the direct cell channel (%s): cells go through the controller",
                         rank_label(missing), why)
+
+    def _channel_errors(self, ranks: list[int], timeout: float = 1.0) -> dict[int, str]:
+        """Why these ranks are not on the cell channel, as each rank says (best effort, bounded)."""
+        from mlx_jupyter.cluster.rank.agent import agent_state
+
+        try:
+            futures = {r: self.client.direct_view(targets=r).apply_async(agent_state) for r in ranks}
+            wait_any(list(futures.values()), timeout)
+            return {r: f.result(0).get("channel_error", "") for r, f in futures.items() if f.done() and not f.exception()}
+        except Exception as exc:
+            log.debug("could not ask ranks %s about their cell channel: %s", ranks, exc)
+            return {}
 
     def _begin_world(self) -> None:
         """Ask every rank to begin forming MLX's world now, in the background (ring only).
@@ -134,3 +145,18 @@ class Readiness:
         if ar is None or client is None:
             return []
         return [r for r, m in zip(self.ranks, getattr(ar, "msg_ids", [])) if m in client.outstanding]
+
+
+def probe_answer(done: Any) -> dict:
+    """The rank agent's state from an answered start probe (see ``agent.require_agent``)."""
+    try:
+        done.result(0)
+        return {"installed": True}
+    except Exception as exc:
+        try:
+            state = json.loads(getattr(exc, "evalue", ""))
+            if isinstance(state, dict) and "installed" in state:
+                return state
+        except ValueError:
+            pass
+        return {"installed": False, "error": f"the probe failed: {exc}"}

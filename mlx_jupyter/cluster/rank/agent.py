@@ -410,3 +410,17 @@ def agent_state() -> dict:
                 "channel_error": channel.ERROR or (channel.CHANNEL.error if channel.CHANNEL else "")}
     return {"installed": False, "ipyparallel": ipyparallel.__version__,
             "error": AGENT_ERROR or "the engine never installed it (IPEngine.complete_registration was not called)"}
+
+
+#: start's probe, run as an ``execute_request``: its reply needs no pickling, so the rank
+#: does not import numpy on start's path (ipyparallel's canning does, on a first ``apply``)
+PROBE_CODE = "__import__('mlx_jupyter.cluster.rank.agent', fromlist=['_']).require_agent()"
+
+
+def require_agent() -> None:
+    """Raise RuntimeError holding :func:`agent_state` as JSON unless this rank's agent is installed."""
+    state = agent_state()
+    if not state["installed"]:
+        import json
+
+        raise RuntimeError(json.dumps(state))

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import signal
 import sys
-import threading
 from typing import Any, Iterator, Optional
 
 from ipyparallel.engine.app import IPEngine
@@ -70,12 +69,6 @@ class MLXEngine(IPEngine):
             self.find_connection_file()
             await_json_file(self.url_file, self.wait_for_url_file)
         super().init_engine()
-
-    async def register(self):  # type: ignore[override]
-        # the engine now waits for the controller's answer and its first heartbeat: the time to
-        # import what answering the first request needs (ipyparallel's canning map imports numpy)
-        threading.Thread(target=_preimport, name="mlx-preimport", daemon=True).start()
-        return await super().register()
 
     def start_heartbeat(self, *args: Any, **kwargs: Any) -> None:
         if self._heart_started:  # already beating: see _beat_early
@@ -136,13 +129,6 @@ def without_debugpy() -> Iterator[None]:
     finally:
         if "debugpy" in sys.modules and sys.modules["debugpy"] is None:
             del sys.modules["debugpy"]
-
-
-def _preimport() -> None:
-    try:
-        import numpy  # noqa: F401
-    except ImportError:
-        pass
 
 
 def main(argv: Optional[list[str]] = None) -> None:
