@@ -18,6 +18,7 @@ import mlx_jupyter
 from mlx_jupyter import cluster as cluster_mod
 from mlx_jupyter.cluster.rank import agent as rankside
 from mlx_jupyter.cluster import Cluster, ClusterError
+from mlx_jupyter.cluster.cells.display import show_run
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -105,6 +106,32 @@ def test_a_rank_without_its_agent_fails_start_naming_it(tmp_path):
     msg = str(err.value)
     assert "rank 0: the rank agent (abort, status) is not installed" in msg, msg
     assert "no control_handlers (simulated)" in msg and "install ipyparallel 9.x" in msg, msg
+    assert not _left_behind(before)
+
+
+def test_a_rank_off_the_cell_channel_is_logged_with_its_reason_and_still_runs_cells(tmp_path, caplog):
+    """A rank whose direct channel could not be set up: start logs the rank's own reason, and
+    its cells take the controller's path."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import mlx_jupyter.cluster.rank.channel as ch\n"
+        "def start(kernel, rank, interface):\n"
+        "    if rank == 1:\n"
+        "        raise OSError('no route to the notebook (simulated)')\n"
+        "    return _start(kernel, rank, interface)\n"
+        "_start, ch.start = ch.start, start\n")
+    before = _descendants()
+    c = Cluster(n=2, env={"PYTHONPATH": str(tmp_path)})
+    try:
+        with caplog.at_level("WARNING", logger="mlx_jupyter.cluster"):
+            c.start(timeout=60)
+        warned = [r.getMessage() for r in caplog.records if "not on the direct cell channel" in r.getMessage()]
+        assert warned and "rank 1: OSError: no route to the notebook (simulated)" in warned[0], caplog.text
+        assert "rank 0" not in warned[0], warned
+        ran = show_run(c.run("import os\nr = int(os.environ['MLX_RANK'])"), timeout=60)
+        assert ran.via == "controller"
+        assert c.pull("r") == [0, 1]
+    finally:
+        c.stop()
     assert not _left_behind(before)
 
 
