@@ -112,7 +112,7 @@ struct Context::Shared {
             return refuse(p.who, "not an mlx_jupyter peer (bad greeting)"), false;
           continue;
         }
-        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
+        if (r < 0 && try_again(errno)) return true;
         std::string why = r == 0 ? "connection closed during the handshake" : errno_text(errno);
         if (r == 0 && p.stage == 2 && p.done == 0)  // the dialer checks our proof before it sends its own
           why = "authentication failed (it did not accept this rank's proof: its MLX_JUPYTER_TOKEN differs, "

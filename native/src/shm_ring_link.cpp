@@ -208,7 +208,7 @@ class ShmLink final : public Link {
 
   void ring_bell() {
     char c = 1;
-    if (::send(bell_.get(), &c, 1, MSG_NOSIGNAL) >= 0 || errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
+    if (::send(bell_.get(), &c, 1, MSG_NOSIGNAL) >= 0 || try_again(errno)) return;
     if (!left(errno)) peer_lost(errno, name_);
     peer_gone_ = true;
   }
@@ -220,7 +220,7 @@ class ShmLink final : public Link {
     char buf[256];
     ssize_t r = ::recv(bell_.get(), buf, sizeof buf, 0);
     if (r > 0) return;
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    if (r < 0 && try_again(errno)) return;
     // A peer leaving with bell bytes of ours unread resets the connection instead of closing it.
     if (r < 0 && !left(errno)) peer_lost(errno, name_);
     peer_gone_ = true;

@@ -141,7 +141,7 @@ class TcpLink final : public Link {
       msg.msg_iovlen = n;
       ssize_t r = is_send ? ::sendmsg(conns_[c].get(), &msg, MSG_NOSIGNAL) : ::recvmsg(conns_[c].get(), &msg, 0);
       if (r < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return moved;
+        if (try_again(errno)) return moved;
         peer_lost(errno, name_);
       }
       if (r == 0 && !is_send)

@@ -1,6 +1,7 @@
 // POSIX socket helpers: an owning fd, addresses, and the platform seam for
 // TCP options (Linux and macOS differ in keepalive/user-timeout/SIGPIPE).
 #pragma once
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -93,5 +94,7 @@ std::string host_identity();
 
 void random_bytes(void* out, size_t size);
 std::string errno_text(int err);
+// A non-blocking call that found nothing to do now, or was interrupted: try again later.
+inline bool try_again(int err) { return err == EAGAIN || err == EWOULDBLOCK || err == EINTR; }
 
 }  // namespace mlxj
