@@ -167,6 +167,7 @@ void Group::all_reduce(const void* in, void* out, size_t count, Dtype t, ReduceO
     }
     MsgHeader h = header(reduce_code(op), t, nbytes);
     if (n == 2) return pair_all_reduce(in, out, count, t, op, h, wait);
+    if (board_ready(nbytes, h, wait)) return board_all_reduce(in, out, count, t, op, h, wait);
     if (nbytes <= small_limit(n) || count < size_t(2 * n)) return small_all_reduce(in, out, count, t, op, h, wait);
     auto* buf = static_cast<uint8_t*>(out);
     auto* src = static_cast<const uint8_t*>(in);

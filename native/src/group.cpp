@@ -8,6 +8,7 @@
 
 #include "mlxj/errors.h"
 #include "mlxj/link_setup.h"
+#include "mlxj/spin.h"
 
 namespace mlxj {
 
@@ -21,20 +22,7 @@ uint64_t mix(uint64_t x) {  // splitmix64: group ids of splits
 }
 
 constexpr size_t kReduceGrain = 64 * 1024;  // reduce arriving data in pieces this big
-constexpr auto kSpin = std::chrono::microseconds(50);  // longest busy wait before sleeping in poll()
-// The first part of the spin keeps the core: a peer running on another core answers within
-// about a microsecond, and sched_yield() (a system call) would add its own cost to that.
-constexpr auto kHotSpin = std::chrono::microseconds(2);
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
 constexpr double kNoDeadline = 1e9;  // seconds
-constexpr auto kBusyCheck = std::chrono::milliseconds(50);  // abort/Ctrl-C checks during long transfers
 
 }  // namespace
 
@@ -129,6 +117,7 @@ void Group::abort(const std::string& reason) {
   if (right_) right_->shutdown();
   if (left_) left_->shutdown();
   for (auto& [_, link] : p2p_) link->shutdown();
+  if (board_) board_->mark_aborted(abort_reason_);  // ranks waiting on the board learn it there
   abort_waker_.wake();
 }
 
@@ -161,6 +150,7 @@ void Group::release_links() {
   if (right_) right_->release();
   if (left_) left_->release();
   for (auto& [_, link] : p2p_) link->release();
+  board_.reset();
 }
 
 std::vector<std::string> Group::link_kinds() const {
@@ -169,6 +159,7 @@ std::vector<std::string> Group::link_kinds() const {
   if (right_) kinds.push_back(std::string("right:") + right_->kind());
   if (left_) kinds.push_back(std::string("left:") + left_->kind());
   for (auto& [peer, link] : p2p_) kinds.push_back("rank " + std::to_string(peer) + ":" + link->kind());
+  if (board_) kinds.push_back("board:shm");
   return kinds;
 }
 

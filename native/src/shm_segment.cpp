@@ -140,7 +140,7 @@ std::shared_ptr<SharedSegment> create_segment(size_t ring_bytes) {
   return seg;
 }
 
-std::shared_ptr<SharedSegment> open_segment(const std::string& locator, size_t ring_bytes) {
+std::shared_ptr<SharedSegment> open_segment(const std::string& locator, size_t ring_bytes, bool last_opener) {
   size_t size = segment_size(ring_bytes);
   // The locator comes from an authenticated peer, but accept only our own shapes of it.
   std::string why;
@@ -153,7 +153,7 @@ std::shared_ptr<SharedSegment> open_segment(const std::string& locator, size_t r
     fd = Fd(::shm_open(path.c_str(), O_RDWR, 0600));
     if (!fd.valid()) fail(ErrorKind::Config, "cannot open the peer's shared memory: " + errno_text(errno));
     // Unlinked at once: from here on no name is left behind, whoever dies next.
-    ::shm_unlink(path.c_str());
+    if (last_opener) ::shm_unlink(path.c_str());
   } else {
 #if defined(__linux__)
     fd = Fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));

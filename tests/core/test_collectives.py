@@ -58,6 +58,13 @@ x = np.random.default_rng(RANK).standard_normal(123457).astype(np.float32)
 s = dist.all_sum(x)
 bits = dist.all_gather(s.view(np.uint32)[None, :])
 assert all(np.array_equal(bits[0], b) for b in bits), "float results differ between ranks"
+# The same for small vectors (one step through the board on one host), in place too.
+for size in (1, 999, 4096):
+    x = np.random.default_rng(RANK + size).standard_normal(size).astype(np.float32)
+    want = sum(np.random.default_rng(r + size).standard_normal(size).astype(np.float32) for r in range(n))
+    assert dist.all_sum(x, out=x) is x and np.allclose(x, want, rtol=1e-5, atol=1e-5), size
+    bits = dist.all_gather(x.view(np.uint32)[None, :])
+    assert all(np.array_equal(bits[0], b) for b in bits), ("small float results differ between ranks", size)
 
 # The 8192 x 64 int32 column sum is exact.
 m = np.arange(8192 * 64, dtype=np.int32).reshape(8192, 64) * (RANK + 1)
@@ -137,6 +144,8 @@ def test_every_op_dtype_and_shape(n: int, transport: str) -> None:
     want = "tcp" if transport == "tcp" else "shm"
     for r in results:
         assert all(k.endswith(":" + want) for k in r["links"]), r["links"]
+        # From 3 ranks on one host, small all-reduces go through the board (one step).
+        assert ("board:shm" in r["links"]) == (n >= 3 and transport == "auto"), r["links"]
 
 
 MIXED = """

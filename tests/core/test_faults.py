@@ -20,6 +20,8 @@ from ranks import run as run_ranks
 
 WAIT_IN_OP = """
 g = dist.init(strict=True, backend="ring", timeout=30)
+dist.all_sum(np.ones(4, np.float32), timeout=30)  # from 3 local ranks on, this joins the board
+board = "board:shm" in g._core.link_kinds()
 g.barrier(timeout=30)
 if RANK == VICTIM:
     sys.stdin.readline()  # alive, but never joins the next op
@@ -28,14 +30,20 @@ if RANK == VICTIM:
 t0 = time.monotonic()
 try:
     print("ENTERING", flush=True)
-    dist.all_sum(np.ones(1 << 20, np.float32), timeout=TIMEOUT)
+    dist.all_sum(np.ones(SIZE, np.float32), timeout=TIMEOUT)
     report(error=None)
 except BaseException as exc:
     import traceback
     at = time.monotonic()  # the moment the exception arrived (one system-wide clock: compared with the test's)
     inside = "_core." in (traceback.extract_tb(exc.__traceback__)[-1].line or "")  # raised by the core's op itself
-    report(error=type(exc).__name__, message=str(exc), elapsed=at - t0, at=at, inside_op=inside)
+    report(error=type(exc).__name__, message=str(exc), elapsed=at - t0, at=at, inside_op=inside, board=board)
 """
+#: The op the ranks wait in: the ring's (1 MiB) or, from 3 ranks on one host, the board's (4 KiB).
+PATHS = {"ring": 1 << 20, "board": 1024}
+
+
+def _wait_in_op(victim: int, timeout: str, path: str = "ring") -> str:
+    return WAIT_IN_OP.replace("VICTIM", str(victim)).replace("TIMEOUT", timeout).replace("SIZE", str(PATHS[path]))
 
 # Readiness probe: prints INSIDE once the main thread is in the core's op call (it released the GIL).
 INSIDE_PROBE = """
@@ -57,13 +65,14 @@ CTRL_C_BOUND = 0.5
 
 
 def _wait_blocked(pid: int, timeout: float = 10) -> None:
-    """Readiness probe: until the process sleeps in poll() (Linux /proc)."""
+    """Readiness probe: until the process sleeps in poll() or on a futex (the board) (Linux /proc)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             with open(f"/proc/{pid}/wchan") as fh:
-                if "poll" in fh.read():
-                    return
+                wchan = fh.read()
+            if "poll" in wchan or "futex" in wchan:
+                return
         except OSError:
             return
         time.sleep(0.01)
@@ -86,13 +95,15 @@ def _results(ranks: Ranks, survivors: list[int]) -> dict[int, dict]:
     return out
 
 
-@pytest.mark.parametrize("transport", ["auto", "tcp"])
-@pytest.mark.parametrize("n", [2, 3, 4])
-def test_killed_peer_fails_every_rank_within_a_second(n: int, transport: str) -> None:
+KILLED_PEER_CASES = [(n, t, "ring") for n in (2, 3, 4) for t in ("auto", "tcp")] + [(3, "auto", "board"), (4, "auto", "board")]
+
+
+@pytest.mark.parametrize(("n", "transport", "path"), KILLED_PEER_CASES)
+def test_killed_peer_fails_every_rank_within_a_second(n: int, transport: str, path: str) -> None:
     # With 4 ranks, rank 1 is no neighbour of the victim: it hears of the death through the others.
     victim = n - 1
     survivors = list(range(n - 1))
-    code = WAIT_IN_OP.replace("VICTIM", str(victim)).replace("TIMEOUT", "None")
+    code = _wait_in_op(victim, "None", path)
     with Ranks(n, code, env={"MLX_JUPYTER_TRANSPORT": transport}) as ranks:
         ranks.start()
         _wait_entering(ranks, survivors)
@@ -103,6 +114,7 @@ def test_killed_peer_fails_every_rank_within_a_second(n: int, transport: str) ->
         res = _results(ranks, survivors)
     for r, info in res.items():
         assert info["error"] == "PeerError" and info["inside_op"], info
+        assert info["board"] == (path == "board" or (n >= 3 and transport == "auto")), info
         assert "rank" in info["message"], info
         assert info["at"] - killed_at < 1.0, (r, info["at"] - killed_at, info)
 
@@ -134,18 +146,19 @@ def test_a_rank_leaving_right_after_a_collective_fails_no_peer(transport: str) -
         assert info["count"] == 0, (r, info)
 
 
-@pytest.mark.parametrize("transport", ["auto", "tcp"])
-def test_skipped_op_times_out_naming_the_peer_and_aborts(transport: str) -> None:
-    code = WAIT_IN_OP.replace("VICTIM", "1").replace("TIMEOUT", "1.0")
-    with Ranks(2, code, env={"MLX_JUPYTER_TRANSPORT": transport}) as ranks:
+@pytest.mark.parametrize(("n", "transport", "path"), [(2, "auto", "ring"), (2, "tcp", "ring"), (3, "auto", "board")])
+def test_skipped_op_times_out_naming_the_peer_and_aborts(n: int, transport: str, path: str) -> None:
+    victim = n - 1
+    code = _wait_in_op(victim, "1.0", path)
+    with Ranks(n, code, env={"MLX_JUPYTER_TRANSPORT": transport}) as ranks:
         ranks.start()
         _wait_entering(ranks, [0])
         info = _results(ranks, [0])[0]
-        ranks.procs[1].stdin.write("go\n")
-        ranks.procs[1].stdin.flush()
-    assert info["error"] == "CommTimeoutError", info
+        ranks.procs[victim].stdin.write("go\n")
+        ranks.procs[victim].stdin.flush()
+    assert info["error"] == "CommTimeoutError" and info["board"] == (path == "board"), info
     assert 0.9 <= info["elapsed"] < 3.0, info
-    assert "rank 1 (127.0.0.1:" in info["message"], info
+    assert f"rank {victim} (127.0.0.1:" in info["message"], info
 
 
 def test_abort_from_another_thread_fails_pending_and_later_ops() -> None:
@@ -173,45 +186,54 @@ report(errors=errors, elapsed=time.monotonic() - t0)
     assert info["elapsed"] < 5
 
 
-@pytest.mark.parametrize("transport", ["auto", "tcp"])
-def test_ctrl_c_in_a_blocked_op_raises_keyboard_interrupt(transport: str) -> None:
-    code = INSIDE_PROBE + WAIT_IN_OP.replace("VICTIM", "1").replace("TIMEOUT", "None")
-    with Ranks(2, code, env={"MLX_JUPYTER_TRANSPORT": transport}) as ranks:
+@pytest.mark.parametrize(("n", "transport", "path"), [(2, "auto", "ring"), (2, "tcp", "ring"), (3, "auto", "board")])
+def test_ctrl_c_in_a_blocked_op_raises_keyboard_interrupt(n: int, transport: str, path: str) -> None:
+    victim = n - 1
+    code = INSIDE_PROBE + _wait_in_op(victim, "None", path)
+    with Ranks(n, code, env={"MLX_JUPYTER_TRANSPORT": transport}) as ranks:
         ranks.start()
-        _wait_entering(ranks, [0])
+        _wait_entering(ranks, list(range(n - 1)))
         assert ranks.procs[0].stdout.readline().startswith("INSIDE")
         _wait_blocked(ranks.procs[0].pid)
         sent_at = time.monotonic()
         ranks.procs[0].send_signal(signal.SIGINT)
-        info = _results(ranks, [0])[0]
-        ranks.procs[1].stdin.write("go\n")
-        ranks.procs[1].stdin.flush()
-    assert info["error"] == "KeyboardInterrupt" and info["inside_op"], info
+        res = _results(ranks, list(range(n - 1)))
+        ranks.procs[victim].stdin.write("go\n")
+        ranks.procs[victim].stdin.flush()
+    info = res[0]
+    assert info["error"] == "KeyboardInterrupt" and info["inside_op"] and info["board"] == (path == "board"), info
     assert info["at"] - sent_at < CTRL_C_BOUND, info["at"] - sent_at
+    # The other ranks waiting with it learn at once that rank 0 gave up, and why.
+    for r in range(1, n - 1):
+        assert res[r]["error"] == "PeerError" and "rank 0" in res[r]["message"], res[r]
+        assert "interrupted" in res[r]["message"] and res[r]["at"] - sent_at < 1.0, res[r]
 
 
-@pytest.mark.parametrize("transport", ["auto", "tcp"])
-def test_blocked_rank_uses_no_cpu(transport: str) -> None:
+@pytest.mark.parametrize(("n", "transport", "path"), [(2, "auto", "ring"), (2, "tcp", "ring"), (3, "auto", "board")])
+def test_blocked_rank_uses_no_cpu(n: int, transport: str, path: str) -> None:
     # The whole process's CPU time (all threads) over the 2 s the op waits.
     code = """
 g = dist.init(strict=True, backend="ring", timeout=30)
-if RANK == 1:
-    sys.stdin.readline(); report(ok=True); sys.exit(0)
 x = np.ones(4)
+dist.all_sum(x, timeout=30)  # from 3 local ranks on, this joins the board
+board = "board:shm" in g._core.link_kinds()
+if RANK == VICTIM:
+    sys.stdin.readline(); report(ok=True); sys.exit(0)
 t0 = time.monotonic(); c0 = time.process_time()
 try:
     dist.all_sum(x, timeout=2.0)
 except dist.CommTimeoutError:
     pass
-report(cpu=time.process_time() - c0, wall=time.monotonic() - t0)
-"""
-    with Ranks(2, code, env={"MLX_JUPYTER_TRANSPORT": transport}) as ranks:
+report(cpu=time.process_time() - c0, wall=time.monotonic() - t0, board=board)
+""".replace("VICTIM", str(n - 1))
+    with Ranks(n, code, env={"MLX_JUPYTER_TRANSPORT": transport}) as ranks:
         ranks.start()
-        info = _results(ranks, [0])[0]
-        ranks.procs[1].stdin.write("go\n")
-        ranks.procs[1].stdin.flush()
-    assert info["wall"] >= 1.9
-    assert info["cpu"] <= 0.03 * info["wall"], info  # at most 3% of a core (measured: ~0.3%)
+        res = _results(ranks, list(range(n - 1)))
+        ranks.procs[n - 1].stdin.write("go\n")
+        ranks.procs[n - 1].stdin.flush()
+    for info in res.values():
+        assert info["board"] == (path == "board") and info["wall"] >= 1.9, info
+        assert info["cpu"] <= 0.03 * info["wall"], info  # at most 3% of a core (measured: ~0.3%)
 
 
 def test_strangers_are_refused_and_the_job_goes_on() -> None:
@@ -294,11 +316,13 @@ def test_init_names_valid_backends() -> None:
 
 SHM_LOOP = """
 g = dist.init(strict=True, backend="ring", timeout=30)
-assert all(k.endswith(":shm") for k in g._core.link_kinds()), g._core.link_kinds()
+dist.all_sum(np.ones(4, np.float32))  # joins the board: one more segment, shared by all three
+assert sorted(g._core.link_kinds()) == ["board:shm", "left:shm", "right:shm"], g._core.link_kinds()
 print("ENTERING", flush=True)
 try:
     while True:
         dist.all_sum(np.ones(1 << 20, np.float32))
+        dist.all_sum(np.ones(1024, np.float32))
 except dist.DistributedError as exc:
     print("FAILED " + type(exc).__name__, flush=True)
     sys.stdin.readline()  # alive while the test looks at what this process still holds
@@ -337,9 +361,9 @@ def test_no_shared_memory_left_after_sigkill(mechanism: str) -> None:
         _wait_entering(ranks, [0, 1, 2])
         for r, p in enumerate(ranks.procs):
             maps, fds = _segments_of(p.pid)
-            # each rank maps the segments of its two links (so the probe sees them), and
-            # creators closed their descriptors once the peer had mapped the segment
-            assert len(maps) == 2 and all(m.startswith(mark) for m in maps), (r, maps)
+            # each rank maps the segments of its two links and the board (so the probe sees
+            # them), and creators closed their descriptors once the peers had mapped them
+            assert len(maps) == 3 and all(m.startswith(mark) for m in maps), (r, maps)
             assert fds == [], (r, fds)
         assert _our_shm_names() == before  # a name exists only during a handover
         ranks.procs[2].kill()
@@ -415,34 +439,46 @@ report(sum=dist.all_sum(np.ones(3) * (RANK + 1), timeout=30).tolist(), old_error
     assert res[1]["old_error"] == "AbortedError", res[1]
 
 
-@pytest.mark.parametrize("transport", ["auto", "tcp"])
-def test_mismatched_calls_fail_clearly_on_every_rank(transport: str) -> None:
+@pytest.mark.parametrize(("n", "transport"), [(2, "auto"), (2, "tcp"), (3, "auto")])
+def test_mismatched_calls_fail_clearly_on_every_rank(n: int, transport: str) -> None:
+    # With 3 local ranks small all-reduces go through the board: a rank whose call differs
+    # is caught there ("op", "size") or, when it took the ring instead ("path"), by the
+    # message it sends its neighbours. No timeout: a missed mismatch would hang the test.
     code = """
-g = dist.init(strict=True, backend="ring", timeout=30)
+def fresh():
+    g = dist.init(strict=True, backend="ring", timeout=30)  # re-form after the abort
+    dist.all_sum(np.ones(4, np.float32), timeout=30)  # from 3 local ranks on, joins the board
+    return g
+g = fresh()
+board = "board:shm" in g._core.link_kinds()
 errors = []
-for case in ("op", "size"):
+for case in ("op", "size", "path"):
     try:
         if case == "op":
-            (dist.all_sum if RANK == 0 else dist.all_max)(np.ones(4, np.float32), timeout=10)
+            (dist.all_sum if RANK == 0 else dist.all_max)(np.ones(4, np.float32))
+        elif case == "size":
+            dist.all_sum(np.ones(4 + RANK, np.float32))
         else:
-            dist.all_sum(np.ones(4 + RANK, np.float32), timeout=10)
+            dist.all_sum(np.ones(16 if RANK == 0 else 1 << 16, np.float32))
     except dist.DistributedError as exc:
         errors.append((type(exc).__name__, str(exc)))
-    g = dist.init(strict=True, backend="ring", timeout=30)  # re-form after the abort
-report(errors=errors)
+    g = fresh()
+report(errors=errors, board=board)
 """
-    res = run_ranks(2, code, env={"MLX_JUPYTER_TRANSPORT": transport})
+    res = run_ranks(n, code, timeout=60, env={"MLX_JUPYTER_TRANSPORT": transport})
     for r, info in enumerate(res):
-        assert len(info["errors"]) == 2, info
+        assert len(info["errors"]) == 3 and info["board"] == (n >= 3 and transport == "auto"), info
         # the rank that does not see the mismatch itself sees its peer go: the connection
         # ends (PeerError), or the peer already re-forms (AbortedError, "left this group")
         for kind, message in info["errors"]:
             assert kind in ("MismatchError", "PeerError") or (kind == "AbortedError" and "left this group" in message), info
-    # At least one rank sees the mismatch itself and names both calls; the other may see the abort.
+    # At least one rank sees the mismatch itself and names both calls; the others may see the abort.
     firsts = [info["errors"][0] for info in res]
     assert any(k == "MismatchError" and "all_max" in m and "all_sum" in m for k, m in firsts), firsts
     seconds = [info["errors"][1] for info in res]
     assert any(k == "MismatchError" and "16 bytes" in m and "20 bytes" in m for k, m in seconds), seconds
+    thirds = [info["errors"][2] for info in res]
+    assert any(k == "MismatchError" and "64 bytes" in m and "262144 bytes" in m for k, m in thirds), thirds
 
 
 class _FakePeer:

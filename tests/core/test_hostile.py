@@ -180,12 +180,14 @@ except dist.DistributedError as exc:
 """
 
 
-def _segment_range(pid: int) -> tuple[int, int]:
+def _segment_range(pid: int, board: bool = False) -> tuple[int, int]:
+    """The first link segment (8 MiB of rings) or the board (under 1 MiB for a few ranks) mapped in `pid`."""
     with open(f"/proc/{pid}/maps") as fh:
         for ln in fh:
             if "memfd:mlx_jupyter" in ln:
-                lo, hi = ln.split()[0].split("-")
-                return int(lo, 16), int(hi, 16)
+                lo, hi = (int(v, 16) for v in ln.split()[0].split("-"))
+                if (hi - lo < 1 << 20) == board:
+                    return lo, hi
     raise AssertionError(f"no shared segment mapped in process {pid}")
 
 
@@ -217,6 +219,52 @@ def test_garbage_in_the_shared_segment_is_a_peer_error_not_a_crash() -> None:
         assert result["error"] == "PeerError", (r, result)
     messages = [json.loads([ln for ln in o.splitlines() if ln.startswith("RESULT ")][-1][7:])["message"] for _, o, _ in finished]
     assert any("shared memory" in m and "corrupt" in m for m in messages), messages
+
+
+BOARD_JOB = """
+g = dist.init(strict=True, backend="ring", timeout=30)
+dist.all_sum(np.ones(4, np.float32), timeout=30)
+assert "board:shm" in g._core.link_kinds(), g._core.link_kinds()
+print("READY", flush=True)
+try:
+    while True:
+        dist.all_sum(np.ones(1024, np.float32), timeout=30)
+except dist.DistributedError as exc:
+    report(error=type(exc).__name__, message=str(exc))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="writes through /proc/<pid>/mem")
+def test_garbage_on_the_board_is_a_peer_error_not_a_crash() -> None:
+    # The board follows the 576-byte SegmentLayout: its header (posts, then aborted_by and
+    # reason_len at +64 and +68), then 3 ranks x 2 slots of 16448 bytes from +320, each
+    # starting with its sequence number.
+    area, n = 576, 3
+    garbage = {area + 320 + i * 16448: struct.pack("<Q", 0xDEADBEEFDEADBEEF) for i in range(2 * n)}
+    garbage[area + 68] = struct.pack("<I", 0xFFFFFFFF)  # reason_len: far past the reason's 240 bytes
+    with Ranks(n, BOARD_JOB) as ranks:
+        ranks.start()
+        for p in ranks.procs:
+            _read_tagged(p, "READY")
+        pid = ranks.procs[0].pid
+        lo, _ = _segment_range(pid, board=True)
+        deadline = time.monotonic() + 30
+        with open(f"/proc/{pid}/mem", "r+b", buffering=0) as mem:
+            try:
+                while all(p.poll() is None for p in ranks.procs) and time.monotonic() < deadline:
+                    for off, value in garbage.items():
+                        mem.seek(lo + off)
+                        mem.write(value)
+            except OSError:
+                pass  # unmapped (the rank gave up the board) or exited
+        finished = ranks.finish(timeout=60)
+    for r, (code, out, err) in enumerate(finished):
+        assert code == 0, f"rank {r} exited {code} (a signal if negative)\n{err}"
+        result = json.loads([ln for ln in out.splitlines() if ln.startswith("RESULT ")][-1][7:])
+        assert result["error"] == "PeerError", (r, result)
+        assert result["message"].isprintable(), (r, result)
+    messages = [json.loads([ln for ln in o.splitlines() if ln.startswith("RESULT ")][-1][7:])["message"] for _, o, _ in finished]
+    assert any("board" in m and "corrupt" in m for m in messages), messages
 
 
 # -- no token ----------------------------------------------------------------------------------------

@@ -22,6 +22,17 @@ y = dist.all_sum(x)
 report(entered=t0, done=time.monotonic(), exact=bool((y == 3).all()), links=g._core.link_kinds())
 """
 
+# 3 ranks on one host: small all-reduces go through the board, where rank 0 and 2 wait
+LATE_SMALL_ALL_SUM = """
+g = dist.init(strict=True, backend="ring", timeout=60)
+dist.all_sum(np.ones(4, np.float32))  # joins the board
+if RANK == 1:
+    time.sleep(30)
+t0 = time.monotonic()
+y = dist.all_sum(np.full(1024, RANK + 1, np.float32))
+report(entered=t0, done=time.monotonic(), exact=bool((y == 6).all()), links=g._core.link_kinds())
+"""
+
 # rank 0 sends to rank 2, no ring neighbour of it in 4 ranks: the direct link is set up by this call
 LATE_RECV = """
 g = dist.init(strict=True, backend="ring", timeout=60)
@@ -56,6 +67,7 @@ def test_late_ranks_are_waited_for() -> None:
         ("recv", "tcp"): Ranks(4, LATE_RECV, env={"MLX_JUPYTER_TRANSPORT": "tcp"}),
         ("recv", "auto"): Ranks(4, LATE_RECV, env={"MLX_JUPYTER_TRANSPORT": "auto"}),
         ("init", "tcp"): Ranks(2, LATE_INIT, env={"MLX_JUPYTER_TRANSPORT": "tcp"}),
+        ("small", "auto"): Ranks(3, LATE_SMALL_ALL_SUM, env={"MLX_JUPYTER_TRANSPORT": "auto"}),
     }
     with contextlib.ExitStack() as stack:
         for ranks in cases.values():
@@ -74,6 +86,10 @@ def test_late_ranks_are_waited_for() -> None:
         assert receiver["entered"] - sender["entered"] >= 25 and sender["done"] >= receiver["entered"], \
             (transport, sender, receiver)
         assert f"rank 2:{kind}" in ranks_res[0]["links"], ranks_res[0]
+    s0, s1, s2 = res[("small", "auto")]
+    assert s0["exact"] and s1["exact"] and s2["exact"] and "board:shm" in s0["links"], (s0, s1, s2)
+    for waiting in (s0, s2):
+        assert s1["entered"] - waiting["entered"] >= 25 and waiting["done"] >= s1["entered"], (waiting, s1)
     i0, i1 = res[("init", "tcp")]
     assert i0["size"] == i1["size"] == 2 and i0["total"] == i1["total"] == 2.0, (i0, i1)
     assert i1["entered"] - i0["entered"] >= 50 and i0["done"] >= i1["entered"], (i0, i1)

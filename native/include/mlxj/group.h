@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "mlxj/board.h"
 #include "mlxj/context.h"
 #include "mlxj/dtype.h"
 #include "mlxj/errors.h"
@@ -126,6 +127,13 @@ class Group : public std::enable_shared_from_this<Group> {
   void pair_all_reduce(const void* in, void* out, size_t count, Dtype t, ReduceOp op, MsgHeader h, const Wait& wait);
   void small_all_reduce(const void* in, void* out, size_t count, Dtype t, ReduceOp op, MsgHeader h, const Wait& wait);
   void gather_ring(const void* in, void* out, size_t nbytes, MsgHeader h, const Wait& wait);
+  // The board (group_board.cpp): whether this small op goes through it, joining it on first use.
+  bool board_ready(size_t nbytes, const MsgHeader& h, const Wait& wait);
+  void join_board(const MsgHeader& h, const Wait& wait);
+  void board_all_reduce(const void* in, void* out, size_t count, Dtype t, ReduceOp op, const MsgHeader& h,
+                        const Wait& wait);
+  void wait_board(uint64_t k, const MsgHeader& h, const Wait& wait);
+  void check_board(int first_missing, uint64_t k, const MsgHeader& h, const Wait& wait, Clock::time_point now);
   MsgHeader header(OpCode op, Dtype t, size_t nbytes);
   // Scratch memory kept across ops (ops on a group are serialised), so large
   // ops do not pay for fresh pages every time.
@@ -138,6 +146,10 @@ class Group : public std::enable_shared_from_this<Group> {
   int me_ = 0;
   std::unique_ptr<Link> right_, left_;  // right_: we opened it to rank+1; left_: rank-1 opened it to us
   std::map<int, std::unique_ptr<Link>> p2p_;
+  // Set once, by a collective decision of all ranks (so all take the same path).
+  enum class BoardState { Unknown, On, Off } board_state_ = BoardState::Unknown;
+  std::unique_ptr<Board> board_;  // set and freed under abort_mu_ (abort() marks it from any thread)
+  uint64_t board_ops_ = 0;
   std::mutex op_mu_;
   mutable std::mutex abort_mu_;
   std::atomic<bool> aborted_{false};

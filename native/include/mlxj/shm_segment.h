@@ -70,6 +70,8 @@ class SharedSegment {
   // The ring of direction d; its size is ring_bytes(), this process's own number.
   uint8_t* ring(int d) const { return static_cast<uint8_t*>(base_) + sizeof(SegmentLayout) + size_t(d) * ring_bytes_; }
   size_t ring_bytes() const { return ring_bytes_; }
+  // Both rings' bytes as one area, for a segment shared by a whole group (board.h).
+  uint8_t* area() const { return ring(0); }
   const std::string& locator() const { return locator_; }
   // The peer unlinks the name once it has opened it; we do when it did not.
   void release_name(bool peer_unlinked = false);
@@ -85,7 +87,9 @@ class SharedSegment {
 // MLX_JUPYTER_SHM=named uses the macOS mechanism on Linux too (for tests).
 std::shared_ptr<SharedSegment> create_segment(size_t ring_bytes);
 // Opens the peer's segment; throws CommError(Config) if the locator is not a segment of ours.
-std::shared_ptr<SharedSegment> open_segment(const std::string& locator, size_t ring_bytes);
+// A named object is unlinked once opened, unless more ranks still have to open it
+// (`last_opener` false): the creator then removes the name when all have.
+std::shared_ptr<SharedSegment> open_segment(const std::string& locator, size_t ring_bytes, bool last_opener = true);
 std::string segment_locator(const SharedSegment& s);
 // Called by the creator once the peer has answered: closes the memfd and
 // removes the name, unless the peer opened the segment (it has removed the name).

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,11 @@ class Link {
   virtual bool spins() const { return false; }
   // Whether begin_recv's fold is applied by the link (as data arrives) rather than by the caller.
   virtual bool folds() const { return false; }
+  // For an idle link while the group works elsewhere (the board): whether the
+  // peer has closed its end (it exited or aborted), and the header of a message
+  // that is waiting unasked, without consuming it.
+  virtual bool peer_left() { return false; }
+  virtual std::optional<MsgHeader> waiting_header() const { return std::nullopt; }
 };
 
 }  // namespace mlxj

@@ -1,0 +1,133 @@
+#include "mlxj/board.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <ctime>
+
+#include <unistd.h>
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
+
+#include "mlxj/errors.h"
+
+namespace mlxj {
+
+namespace {
+
+constexpr size_t kReasonBytes = 240;
+
+// Platform seam: sleeping on a word of shared memory until another process
+// changes it. Linux has the shared futex; elsewhere there is no portable
+// cross-process equivalent, so the sleeper naps briefly and looks again.
+#if defined(__linux__)
+void wait_word(std::atomic<uint32_t>* word, uint32_t seen, int64_t micros) {
+  timespec ts{time_t(micros / 1000000), long(micros % 1000000) * 1000};
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, seen, &ts, nullptr, 0);
+}
+void wake_word(std::atomic<uint32_t>* word) {
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+#else
+void wait_word(std::atomic<uint32_t>* word, uint32_t seen, int64_t micros) {
+  if (word->load() == seen) ::usleep(useconds_t(std::min<int64_t>(micros, 200)));
+}
+void wake_word(std::atomic<uint32_t>*) {}
+#endif
+
+}  // namespace
+
+struct Board::Header {
+  alignas(64) std::atomic<uint32_t> posts;  // bumped after every post and abort: what sleepers wait on
+  std::atomic<uint32_t> sleepers;
+  alignas(64) std::atomic<int32_t> aborted_by;  // 0, or 1 + the rank that aborted first
+  std::atomic<uint32_t> reason_len;             // stored once reason[] is written
+  char reason[kReasonBytes];
+};
+
+struct Board::Slot {
+  alignas(64) std::atomic<uint64_t> seq;  // the op whose data the slot holds (0: none yet)
+  MsgHeader h;
+  alignas(64) uint8_t data[kSlotBytes];
+};
+
+static_assert(std::atomic<uint32_t>::is_always_lock_free, "cross-process atomics must be lock-free");
+
+size_t Board::bytes_for(int n) { return sizeof(Header) + 2 * size_t(n) * sizeof(Slot); }
+
+Board::Board(std::shared_ptr<SharedSegment> seg, int n, int me)
+    : seg_(std::move(seg)), base_(seg_->area()), n_(n), me_(me) {}
+
+Board::Header& Board::header() const { return *reinterpret_cast<Header*>(base_); }
+
+Board::Slot& Board::slot(int r, uint64_t k) const {
+  auto* slots = reinterpret_cast<Slot*>(base_ + sizeof(Header));
+  return slots[size_t(k & 1) * size_t(n_) + size_t(r)];
+}
+
+void Board::post(uint64_t k, const MsgHeader& h, const void* data, size_t nbytes) {
+  Slot& s = slot(me_, k);
+  if (nbytes) std::memcpy(s.data, data, nbytes);
+  s.h = h;
+  s.seq.store(k, std::memory_order_release);
+  header().posts.fetch_add(1, std::memory_order_seq_cst);
+  if (header().sleepers.load(std::memory_order_seq_cst)) wake_word(&header().posts);
+}
+
+bool Board::posted(int r, uint64_t k, const MsgHeader& expect, const std::string& peer) const {
+  const Slot& s = slot(r, k);
+  uint64_t v = s.seq.load(std::memory_order_acquire);
+  if (v == k) {
+    MsgHeader got;
+    std::memcpy(&got, &s.h, sizeof got);
+    check_header(expect, got, peer);  // before anyone reads the data: its size is the one checked
+    return true;
+  }
+  if (v == 0 ? k <= 2 : v + 2 == k) return false;  // still the op before last, or nothing yet
+  fail(ErrorKind::Peer, "the shared memory board of this group is corrupt (" + peer + "'s slot holds op " +
+                            std::to_string(v) + " where op " + std::to_string(k) + " or " +
+                            std::to_string(k - 2) + " was due): a rank crashed mid-write or another "
+                            "process of this user wrote into it");
+}
+
+const uint8_t* Board::data(int r, uint64_t k) const { return slot(r, k).data; }
+
+void Board::mark_aborted(const std::string& reason) {
+  Header& hd = header();
+  int32_t none = 0;
+  if (hd.aborted_by.compare_exchange_strong(none, me_ + 1)) {
+    size_t len = std::min(reason.size(), kReasonBytes);
+    std::memcpy(hd.reason, reason.data(), len);
+    hd.reason_len.store(uint32_t(len), std::memory_order_release);
+  }
+  hd.posts.fetch_add(1, std::memory_order_seq_cst);
+  wake_word(&hd.posts);
+}
+
+int Board::aborted_by() const {
+  int32_t a = header().aborted_by.load(std::memory_order_acquire);
+  return a >= 1 && a <= n_ ? a : (a == 0 ? 0 : -1);
+}
+
+std::string Board::abort_reason() const {
+  const Header& hd = header();
+  size_t len = std::min<size_t>(hd.reason_len.load(std::memory_order_acquire), kReasonBytes);
+  std::string s(hd.reason, len);
+  // Written by another process: keep it printable ASCII, so it makes a valid error message.
+  for (char& c : s)
+    if (c < 0x20 || c > 0x7e) c = '?';
+  return s;
+}
+
+uint32_t Board::posts() const { return header().posts.load(std::memory_order_seq_cst); }
+
+void Board::sleep(uint32_t seen, int64_t micros) {
+  Header& hd = header();
+  hd.sleepers.fetch_add(1, std::memory_order_seq_cst);
+  if (hd.posts.load(std::memory_order_seq_cst) == seen && micros > 0) wait_word(&hd.posts, seen, micros);
+  hd.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+}  // namespace mlxj

@@ -1,0 +1,150 @@
+// The group's use of the board (board.h): joining it, and all-reduces of up to
+// Board::kSlotBytes in one step when every rank of the group is on one host.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "mlxj/errors.h"
+#include "mlxj/group.h"
+#include "mlxj/spin.h"
+#include "mlxj/wire.h"
+
+namespace mlxj {
+
+namespace {
+
+// MLX_JUPYTER_BOARD=0 keeps small all-reduces on the ring (to compare the two).
+bool board_allowed() {
+  const char* v = std::getenv("MLX_JUPYTER_BOARD");
+  return !(v && std::strcmp(v, "0") == 0);
+}
+
+size_t board_ring_bytes(int n) { return (Board::bytes_for(n) + 1) / 2; }
+
+bool all_set(const std::vector<uint8_t>& flags, size_t stride) {
+  for (size_t i = 0; i < flags.size(); i += stride)
+    if (flags[i] != 1) return false;
+  return true;
+}
+
+}  // namespace
+
+bool Group::board_ready(size_t nbytes, const MsgHeader& h, const Wait& wait) {
+  if (size() < 3 || nbytes > Board::kSlotBytes) return false;
+  if (board_state_ == BoardState::Unknown) join_board(h, wait);
+  return board_state_ == BoardState::On;
+}
+
+// Collective, on the first small all-reduce: all ranks join, or none does. Rank
+// 0 creates the segment and hands its locator round the ring (which only ever
+// carries it between ranks that proved the job's token); the others open it.
+void Group::join_board(const MsgHeader& h, const Wait& wait) {
+  int n = size();
+  board_state_ = BoardState::Off;  // unless everything below works on every rank
+  // Both ring links through shared memory on every rank: the whole group is on one host.
+  bool can = board_allowed() && n <= Board::kMaxRanks && std::strcmp(right_->kind(), "shm") == 0 &&
+             std::strcmp(left_->kind(), "shm") == 0;
+  std::shared_ptr<SharedSegment> seg;
+  const size_t block = 1 + kLocatorBytes;
+  std::vector<uint8_t> mine(block, 0), offers(block * size_t(n));
+  if (can && me_ == 0) {
+    try {
+      seg = create_segment(board_ring_bytes(n));
+      std::string loc = segment_locator(*seg);
+      if (loc.size() > kLocatorBytes) fail(ErrorKind::Config, "locator too long");
+      std::memcpy(mine.data() + 1, loc.data(), loc.size());
+      std::memset(seg->area(), 0, Board::bytes_for(n));  // every slot empty (seq 0)
+    } catch (const CommError&) {
+      seg.reset();
+      can = false;
+    }
+  }
+  mine[0] = can ? 1 : 0;
+  gather_ring(mine.data(), offers.data(), block, h, wait);
+  if (!all_set(offers, block)) {
+    if (seg) segment_release_name(*seg, false);
+    return;
+  }
+  if (me_ != 0) {
+    const char* loc = reinterpret_cast<const char*>(offers.data() + 1);
+    try {
+      seg = open_segment(std::string(loc, strnlen(loc, kLocatorBytes)), board_ring_bytes(n), false);
+    } catch (const CommError&) {
+      seg.reset();
+    }
+  }
+  uint8_t opened = seg ? 1 : 0;
+  std::vector<uint8_t> all_opened(size_t(n), 0);
+  gather_ring(&opened, all_opened.data(), 1, h, wait);
+  if (me_ == 0) segment_release_name(*seg, false);  // every rank has opened it or given up: no name left
+  if (!all_set(all_opened, 1)) return;
+  auto board = std::make_unique<Board>(std::move(seg), n, me_);
+  std::lock_guard<std::mutex> lock(abort_mu_);
+  board_ = std::move(board);
+  board_state_ = BoardState::On;
+  if (aborted_) board_->mark_aborted(abort_reason_);
+}
+
+// Post, wait for every other rank's post, reduce all in rank order: every rank
+// computes the same bits, as on the ring's small path.
+void Group::board_all_reduce(const void* in, void* out, size_t count, Dtype t, ReduceOp op, const MsgHeader& h,
+                             const Wait& wait) {
+  uint64_t k = ++board_ops_;
+  board_->post(k, h, in, count * dtype_size(t));
+  wait_board(k, h, wait);
+  reduce_to(out, board_->data(0, k), board_->data(1, k), count, t, op);
+  for (int r = 2; r < size(); ++r) reduce_into(out, board_->data(r, k), count, t, op);
+}
+
+void Group::wait_board(uint64_t k, const MsgHeader& h, const Wait& wait) {
+  int n = size(), next = 0;  // every rank below `next` has posted
+  auto start = Clock::now(), next_check = start + kBusyCheck;
+  for (;;) {
+    uint32_t seen = board_->posts();  // before looking: a post after this wakes the sleep below
+    while (next < n && (next == me_ || board_->posted(next, k, h, describe(next)))) ++next;
+    if (next == n) return;
+    auto now = Clock::now();
+    if (now - start < kHotSpin) {
+      cpu_relax();
+      continue;
+    }
+    if (now - start < kSpin) {
+      std::this_thread::yield();  // when ranks outnumber cores, let the peer we wait for run
+      continue;
+    }
+    wait.check_abort();
+    if (board_->aborted_by() || now >= next_check || now >= wait.deadline) {
+      next_check = now + kBusyCheck;
+      check_board(next, k, h, wait, now);
+    }
+    auto until = std::min(next_check, wait.deadline);
+    board_->sleep(seen, std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::microseconds>(until - now).count()));
+  }
+}
+
+// Why a board wait cannot go on, if it cannot: this group aborted, Ctrl-C, a rank
+// that gave up, a neighbour gone or in another call, the deadline.
+void Group::check_board(int first_missing, uint64_t k, const MsgHeader& h, const Wait& wait, Clock::time_point now) {
+  wait.check_abort();
+  if (wait.interrupted && wait.interrupted()) throw Interrupted();
+  int n = size();
+  if (int a = board_->aborted_by())
+    fail(ErrorKind::Peer, (a > 0 ? describe(a - 1) : std::string("a rank")) + " gave up on this group (" +
+                              board_->abort_reason() + ")");
+  int right = (me_ + 1) % n, left = (me_ + n - 1) % n;
+  for (auto [link, peer] : {std::pair<Link*, int>{right_.get(), right}, {left_.get(), left}}) {
+    // A neighbour that sends a message of this op number called something else.
+    if (auto got = link->waiting_header(); got && got->seq == h.seq) check_header(h, *got, link->name());
+    // A neighbour's process that is gone closed its end of the link (its neighbours tell the rest).
+    if (link->peer_left() && !board_->posted(peer, k, h, describe(peer))) peer_closed(link->name());
+  }
+  if (now < wait.deadline) return;
+  std::string who;
+  for (int r = first_missing; r < n; ++r)
+    if (r != me_ && !board_->posted(r, k, h, describe(r))) who += (who.empty() ? "" : ", ") + describe(r);
+  fail(ErrorKind::Timeout, wait.what + " timed out waiting for " + who +
+                               ": that rank may have skipped this call, failed, or be stuck elsewhere");
+}
+
+}  // namespace mlxj
