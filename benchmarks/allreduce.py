@@ -183,7 +183,8 @@ def gbs(nbytes: int, n: int, t: float | None) -> str:
 
 
 def table(n: int, links: list[str], ours: dict, mlx: dict, mpi: dict | None) -> None:
-    print(f"\nall_sum float32, {n} local ranks, our links {sorted(set(k.split(':')[1] for k in links))}; "
+    board = ", small sizes through the board" if "board:shm" in links else ""
+    print(f"\nall_sum float32, {n} local ranks, our links {sorted(set(k.split(':')[1] for k in links))}{board}; "
           "slower rank's time per iteration, median, in µs; bus bandwidth = bytes * 2(n-1)/n / time, in GB/s")
     print(f"{'':>8} | {'latency':^29} | {'bus bandwidth':^20} | {'time ratio':^13} | {'bandwidth ratio':^13}")
     print(f"{'size':>8} | {'ours':>9} {'MLX':>9} {'MPI':>9} | {'ours':>6} {'MLX':>6} {'MPI':>6} | "

@@ -1,7 +1,8 @@
 // Ring algorithms. Large reductions: pipelined reduce-scatter + all-gather,
 // half of the data going each way round the ring, arriving data reduced while
 // the rest is still in flight. Small reductions: every rank gathers all
-// contributions and reduces them in rank order. Either way each element's
+// contributions (through the board when the group shares a host, group_board.cpp)
+// and reduces them in rank order. Either way each element's
 // result is computed in one order, so every rank gets the same bits.
 #include <cstdlib>
 #include <cstring>

@@ -321,7 +321,10 @@ std::shared_ptr<Group> Group::split(int color, int key, const CallOptions& opts)
 void Group::barrier(const CallOptions& opts) {
   guarded(opts, "barrier", [&](const Wait& wait) {
     ++seq_;
-    if (size() > 1) gather_ring(nullptr, nullptr, 0, header(OpCode::Barrier, Dtype::UInt8, 0), wait);
+    if (size() == 1) return;
+    MsgHeader h = header(OpCode::Barrier, Dtype::UInt8, 0);
+    if (board_ready(0, h, wait)) return board_all_reduce(nullptr, nullptr, 0, Dtype::UInt8, ReduceOp::Sum, h, wait);
+    gather_ring(nullptr, nullptr, 0, h, wait);
   });
 }
 

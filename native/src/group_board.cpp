@@ -1,5 +1,5 @@
 // The group's use of the board (board.h): joining it, and all-reduces of up to
-// Board::kSlotBytes in one step when every rank of the group is on one host.
+// Board::kSlotBytes (and barriers) in one step when every rank of the group is on one host.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -93,6 +93,7 @@ void Group::board_all_reduce(const void* in, void* out, size_t count, Dtype t, R
   uint64_t k = ++board_ops_;
   board_->post(k, h, in, count * dtype_size(t));
   wait_board(k, h, wait);
+  if (count == 0) return;  // a barrier, or an empty vector
   reduce_to(out, board_->data(0, k), board_->data(1, k), count, t, op);
   for (int r = 2; r < size(); ++r) reduce_into(out, board_->data(r, k), count, t, op);
 }
