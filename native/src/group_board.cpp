@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <unistd.h>
 
 #include "mlxj/errors.h"
 #include "mlxj/group.h"
@@ -79,6 +80,11 @@ void Group::join_board(const MsgHeader& h, const Wait& wait) {
   gather_ring(&opened, all_opened.data(), 1, h, wait);
   if (me_ == 0) segment_release_name(*seg, false);  // every rank has opened it or given up: no name left
   if (!all_set(all_opened, 1)) return;
+  // With more ranks than cores a hot spin only delays the peer we wait for, which may
+  // need this very core: yield at once (measured on 3 and 4 ranks on 2 cores: 10 µs per
+  // 4 KiB all-reduce instead of 14).
+  long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
+  board_hot_spin_ = cores <= 0 || n <= cores;
   auto board = std::make_unique<Board>(std::move(seg), n, me_);
   std::lock_guard<std::mutex> lock(abort_mu_);
   board_ = std::move(board);
@@ -106,7 +112,7 @@ void Group::wait_board(uint64_t k, const MsgHeader& h, const Wait& wait) {
     while (next < n && (next == me_ || board_->posted(next, k, h, describe(next)))) ++next;
     if (next == n) return;
     auto now = Clock::now();
-    if (now - start < kHotSpin) {
+    if (board_hot_spin_ && now - start < kHotSpin) {
       cpu_relax();
       continue;
     }

@@ -150,6 +150,7 @@ class Group : public std::enable_shared_from_this<Group> {
   enum class BoardState { Unknown, On, Off } board_state_ = BoardState::Unknown;
   std::unique_ptr<Board> board_;  // set and freed under abort_mu_ (abort() marks it from any thread)
   uint64_t board_ops_ = 0;
+  bool board_hot_spin_ = true;  // whether a board wait starts with a hot spin (not with more ranks than cores)
   std::mutex op_mu_;
   mutable std::mutex abort_mu_;
   std::atomic<bool> aborted_{false};
