@@ -191,17 +191,16 @@ def _segment_range(pid: int, board: bool = False) -> tuple[int, int]:
     raise AssertionError(f"no shared segment mapped in process {pid}")
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="writes through /proc/<pid>/mem")
-def test_garbage_in_the_shared_segment_is_a_peer_error_not_a_crash() -> None:
-    # SegmentLayout: magic, ring_bytes, nonce, pid; then two 256-byte RingStates at 64 and 320
-    # (written at +0, read at +64 of each).
-    garbage = {8: 1 << 62, 64: 0xDEADBEEFDEADBEEF, 128: 0xFFFFFFFFFFFFFFF0, 320: 0xDEADBEEFDEADBEEF, 384: 7 << 40}
-    with Ranks(2, SHM_JOB) as ranks:
+def _scribble_until_a_rank_fails(n: int, job: str, garbage: dict[int, bytes], board: bool) -> list[str]:
+    """Runs `job` on n ranks and writes `garbage` (offset: bytes) into rank 0's link segment
+    or board until a rank gives up; every rank must end with a PeerError, not a crash.
+    Returns their messages."""
+    with Ranks(n, job) as ranks:
         ranks.start()
         for p in ranks.procs:
             _read_tagged(p, "READY")
         pid = ranks.procs[0].pid
-        lo, _ = _segment_range(pid)
+        lo, _ = _segment_range(pid, board=board)
         deadline = time.monotonic() + 30
         with open(f"/proc/{pid}/mem", "r+b", buffering=0) as mem:
             # The peers keep storing their own counters: scribble until one of them notices.
@@ -209,15 +208,26 @@ def test_garbage_in_the_shared_segment_is_a_peer_error_not_a_crash() -> None:
                 while all(p.poll() is None for p in ranks.procs) and time.monotonic() < deadline:
                     for off, value in garbage.items():
                         mem.seek(lo + off)
-                        mem.write(struct.pack("<Q", value))
+                        mem.write(value)
             except OSError:
                 pass  # unmapped (the rank gave up the segment) or exited
         finished = ranks.finish(timeout=60)
+    messages = []
     for r, (code, out, err) in enumerate(finished):
         assert code == 0, f"rank {r} exited {code} (a signal if negative)\n{err}"
         result = json.loads([ln for ln in out.splitlines() if ln.startswith("RESULT ")][-1][7:])
-        assert result["error"] == "PeerError", (r, result)
-    messages = [json.loads([ln for ln in o.splitlines() if ln.startswith("RESULT ")][-1][7:])["message"] for _, o, _ in finished]
+        assert result["error"] == "PeerError" and result["message"].isprintable(), (r, result)
+        messages.append(result["message"])
+    return messages
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="writes through /proc/<pid>/mem")
+def test_garbage_in_the_shared_segment_is_a_peer_error_not_a_crash() -> None:
+    # SegmentLayout: magic, ring_bytes, nonce, pid; then two 256-byte RingStates at 64 and 320
+    # (written at +0, read at +64 of each).
+    values = {8: 1 << 62, 64: 0xDEADBEEFDEADBEEF, 128: 0xFFFFFFFFFFFFFFF0, 320: 0xDEADBEEFDEADBEEF, 384: 7 << 40}
+    garbage = {off: struct.pack("<Q", v) for off, v in values.items()}
+    messages = _scribble_until_a_rank_fails(2, SHM_JOB, garbage, board=False)
     assert any("shared memory" in m and "corrupt" in m for m in messages), messages
 
 
@@ -242,28 +252,7 @@ def test_garbage_on_the_board_is_a_peer_error_not_a_crash() -> None:
     area, n = 576, 3
     garbage = {area + 320 + i * 16448: struct.pack("<Q", 0xDEADBEEFDEADBEEF) for i in range(2 * n)}
     garbage[area + 68] = struct.pack("<I", 0xFFFFFFFF)  # reason_len: far past the reason's 240 bytes
-    with Ranks(n, BOARD_JOB) as ranks:
-        ranks.start()
-        for p in ranks.procs:
-            _read_tagged(p, "READY")
-        pid = ranks.procs[0].pid
-        lo, _ = _segment_range(pid, board=True)
-        deadline = time.monotonic() + 30
-        with open(f"/proc/{pid}/mem", "r+b", buffering=0) as mem:
-            try:
-                while all(p.poll() is None for p in ranks.procs) and time.monotonic() < deadline:
-                    for off, value in garbage.items():
-                        mem.seek(lo + off)
-                        mem.write(value)
-            except OSError:
-                pass  # unmapped (the rank gave up the board) or exited
-        finished = ranks.finish(timeout=60)
-    for r, (code, out, err) in enumerate(finished):
-        assert code == 0, f"rank {r} exited {code} (a signal if negative)\n{err}"
-        result = json.loads([ln for ln in out.splitlines() if ln.startswith("RESULT ")][-1][7:])
-        assert result["error"] == "PeerError", (r, result)
-        assert result["message"].isprintable(), (r, result)
-    messages = [json.loads([ln for ln in o.splitlines() if ln.startswith("RESULT ")][-1][7:])["message"] for _, o, _ in finished]
+    messages = _scribble_until_a_rank_fails(n, BOARD_JOB, garbage, board=True)
     assert any("board" in m and "corrupt" in m for m in messages), messages
 
 
