@@ -163,7 +163,7 @@ class CoreGroup(Group):
         return self._core.aborted
 
     def link_kinds(self) -> list[str]:
-        """Per link "side:kind" (shm or tcp), for tests and benchmarks."""
+        """Per link "side:kind" (shm or tcp), and "board:shm" once the group shares a board; for tests and benchmarks."""
         return self._core.link_kinds()
 
     def all_reduce(self, op: str, x: Any, out: Any, timeout: float | None) -> Any:

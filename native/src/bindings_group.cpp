@@ -163,7 +163,7 @@ void bind_group(nb::module_& m) {
       .def("world_rank", &Group::world_rank)
       .def_prop_ro("aborted", &Group::aborted)
       .def_prop_ro("abort_reason", &Group::abort_reason)
-      .def("link_kinds", &Group::link_kinds, "Per link \"side:kind\" (kind shm or tcp).")
+      .def("link_kinds", &Group::link_kinds, "Per link \"side:kind\" (kind shm or tcp), and \"board:shm\" once the group shares a board.")
       .def("abort", [](Group& g, const std::string& reason) {
         nb::gil_scoped_release rel;
         g.abort(reason);

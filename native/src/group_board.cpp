@@ -136,6 +136,15 @@ void Group::check_board(int first_missing, uint64_t k, const MsgHeader& h, const
   wait.check_abort();
   if (wait.interrupted && wait.interrupted()) throw Interrupted();
   int n = size();
+  // Past our own deadline, name who we waited for (though a peer may have given up just before us).
+  if (now >= wait.deadline) {
+    std::string who;
+    for (int r = first_missing; r < n; ++r)
+      if (r != me_ && !board_->posted(r, k, h, describe(r))) who += (who.empty() ? "" : ", ") + describe(r);
+    if (!who.empty())
+      fail(ErrorKind::Timeout, wait.what + " timed out waiting for " + who +
+                                   ": that rank may have skipped this call, failed, or be stuck elsewhere");
+  }
   if (int a = board_->aborted_by())
     fail(ErrorKind::Peer, (a > 0 ? describe(a - 1) : std::string("a rank")) + " gave up on this group (" +
                               board_->abort_reason() + ")");
@@ -146,12 +155,6 @@ void Group::check_board(int first_missing, uint64_t k, const MsgHeader& h, const
     // A neighbour's process that is gone closed its end of the link (its neighbours tell the rest).
     if (link->peer_left() && !board_->posted(peer, k, h, describe(peer))) peer_closed(link->name());
   }
-  if (now < wait.deadline) return;
-  std::string who;
-  for (int r = first_missing; r < n; ++r)
-    if (r != me_ && !board_->posted(r, k, h, describe(r))) who += (who.empty() ? "" : ", ") + describe(r);
-  fail(ErrorKind::Timeout, wait.what + " timed out waiting for " + who +
-                               ": that rank may have skipped this call, failed, or be stuck elsewhere");
 }
 
 }  // namespace mlxj
