@@ -81,8 +81,7 @@ void Group::join_board(const MsgHeader& h, const Wait& wait) {
   if (me_ == 0) segment_release_name(*seg, false);  // every rank has opened it or given up: no name left
   if (!all_set(all_opened, 1)) return;
   // With more ranks than cores a hot spin only delays the peer we wait for, which may
-  // need this very core: yield at once (measured on 3 and 4 ranks on 2 cores: 10 µs per
-  // 4 KiB all-reduce instead of 14).
+  // need this very core: yield at once.
   long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
   board_hot_spin_ = cores <= 0 || n <= cores;
   auto board = std::make_unique<Board>(std::move(seg), n, me_);
