@@ -57,8 +57,8 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free, "cross-process atomics
 
 size_t Board::bytes_for(int n) { return sizeof(Header) + 2 * size_t(n) * sizeof(Slot); }
 
-Board::Board(std::shared_ptr<SharedSegment> seg, int n, int me)
-    : seg_(std::move(seg)), base_(seg_->area()), n_(n), me_(me) {}
+Board::Board(std::shared_ptr<SharedSegment> seg, int me, std::vector<std::string> names)
+    : seg_(std::move(seg)), base_(seg_->area()), n_(int(names.size())), me_(me), names_(std::move(names)) {}
 
 Board::Header& Board::header() const { return *reinterpret_cast<Header*>(base_); }
 
@@ -76,17 +76,17 @@ void Board::post(uint64_t k, const MsgHeader& h, const void* data, size_t nbytes
   if (header().sleepers.load(std::memory_order_seq_cst)) wake_word(&header().posts);
 }
 
-bool Board::posted(int r, uint64_t k, const MsgHeader& expect, const std::string& peer) const {
+bool Board::posted(int r, uint64_t k, const MsgHeader& expect) const {
   const Slot& s = slot(r, k);
   uint64_t v = s.seq.load(std::memory_order_acquire);
   if (v == k) {
     MsgHeader got;
     std::memcpy(&got, &s.h, sizeof got);
-    check_header(expect, got, peer);  // before anyone reads the data: its size is the one checked
+    check_header(expect, got, name(r));  // before anyone reads the data: its size is the one checked
     return true;
   }
   if (v == 0 ? k <= 2 : v + 2 == k) return false;  // still the op before last, or nothing yet
-  fail(ErrorKind::Peer, "the shared memory board of this group is corrupt (" + peer + "'s slot holds op " +
+  fail(ErrorKind::Peer, "the shared memory board of this group is corrupt (" + name(r) + "'s slot holds op " +
                             std::to_string(v) + " where op " + std::to_string(k) + " or " +
                             std::to_string(k - 2) + " was due): a rank crashed mid-write or another "
                             "process of this user wrote into it");

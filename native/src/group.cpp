@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <thread>
 
 #include "mlxj/errors.h"
 #include "mlxj/link_setup.h"
@@ -193,7 +192,8 @@ void Group::run(Step& step, const Wait& wait) {
     }
   }
   std::vector<pollfd> fds;
-  Clock::time_point spin_start{}, next_check = Clock::now() + kBusyCheck;
+  Spin spin;
+  Clock::time_point next_check = Clock::now() + kBusyCheck;
   for (;;) {
     bool moved = false, busy = false;
     for (size_t i = 0; i < nl; ++i) moved |= links[i]->progress();
@@ -216,20 +216,12 @@ void Group::run(Step& step, const Wait& wait) {
       check_stop(links, nl, moved, wait, now);
     }
     if (moved) {
-      spin_start = Clock::time_point{};
+      spin.restart();
       continue;
     }
     if (spinning) {  // a short bounded spin beats a sleep and a wake-up
-      if (spin_start == Clock::time_point{}) spin_start = now;
-      if (now - spin_start < kHotSpin) {
-        cpu_relax();
-        continue;
-      }
-      if (now - spin_start < kSpin) {
-        std::this_thread::yield();  // when ranks outnumber cores, let the peer we wait for run
-        continue;
-      }
-      spin_start = Clock::time_point{};
+      if (spin.step(now)) continue;
+      spin.restart();
     }
     fds.clear();
     for (size_t i = 0; i < nl; ++i) links[i]->wait_set(fds);
@@ -252,6 +244,10 @@ void Group::check_stop(Link* const* links, size_t nlinks, bool moving, const Wai
   std::string who;
   for (size_t i = 0; i < nlinks; ++i)
     if (links[i]->receiving() || links[i]->sending()) who += (who.empty() ? "" : ", ") + links[i]->name();
+  timed_out(wait, who);
+}
+
+void Group::timed_out(const Wait& wait, const std::string& who) {
   fail(ErrorKind::Timeout, wait.what + " timed out waiting for " + who +
                                ": that rank may have skipped this call, failed, or be stuck elsewhere");
 }

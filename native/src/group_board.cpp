@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
 #include <unistd.h>
 
 #include "mlxj/errors.h"
@@ -33,8 +32,8 @@ bool all_set(const std::vector<uint8_t>& flags, size_t stride) {
 
 bool Group::board_ready(size_t nbytes, const MsgHeader& h, const Wait& wait) {
   if (size() < 3 || nbytes > Board::kSlotBytes) return false;
-  if (board_state_ == BoardState::Unknown) join_board(h, wait);
-  return board_state_ == BoardState::On;
+  if (!board_decided_) join_board(h, wait);
+  return board_ != nullptr;
 }
 
 // Collective, on the first small all-reduce: all ranks join, or none does. Rank
@@ -42,7 +41,7 @@ bool Group::board_ready(size_t nbytes, const MsgHeader& h, const Wait& wait) {
 // carries it between ranks that proved the job's token); the others open it.
 void Group::join_board(const MsgHeader& h, const Wait& wait) {
   int n = size();
-  board_state_ = BoardState::Off;  // unless everything below works on every rank
+  board_decided_ = true;  // without a board, unless everything below works on every rank
   // Both ring links through shared memory on every rank: the whole group is on one host.
   bool can = board_allowed() && n <= Board::kMaxRanks && std::strcmp(right_->kind(), "shm") == 0 &&
              std::strcmp(left_->kind(), "shm") == 0;
@@ -80,14 +79,14 @@ void Group::join_board(const MsgHeader& h, const Wait& wait) {
   gather_ring(&opened, all_opened.data(), 1, h, wait);
   if (me_ == 0) segment_release_name(*seg, false);  // every rank has opened it or given up: no name left
   if (!all_set(all_opened, 1)) return;
-  // With more ranks than cores a hot spin only delays the peer we wait for, which may
-  // need this very core: yield at once.
+  // With more ranks than cores, waits yield at once (spin.h).
   long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
   board_hot_spin_ = cores <= 0 || n <= cores;
-  auto board = std::make_unique<Board>(std::move(seg), n, me_);
+  std::vector<std::string> names;
+  for (int r = 0; r < n; ++r) names.push_back(describe(r));
+  auto board = std::make_unique<Board>(std::move(seg), me_, std::move(names));
   std::lock_guard<std::mutex> lock(abort_mu_);
   board_ = std::move(board);
-  board_state_ = BoardState::On;
   if (aborted_) board_->mark_aborted(abort_reason_);
 }
 
@@ -105,20 +104,14 @@ void Group::board_all_reduce(const void* in, void* out, size_t count, Dtype t, R
 
 void Group::wait_board(uint64_t k, const MsgHeader& h, const Wait& wait) {
   int n = size(), next = 0;  // every rank below `next` has posted
-  auto start = Clock::now(), next_check = start + kBusyCheck;
+  Spin spin(board_hot_spin_);  // not restarted after a sleep: once spun, a wait only sleeps
+  auto next_check = Clock::now() + kBusyCheck;
   for (;;) {
     uint32_t seen = board_->posts();  // before looking: a post after this wakes the sleep below
-    while (next < n && (next == me_ || board_->posted(next, k, h, describe(next)))) ++next;
+    while (next < n && (next == me_ || board_->posted(next, k, h))) ++next;
     if (next == n) return;
     auto now = Clock::now();
-    if (board_hot_spin_ && now - start < kHotSpin) {
-      cpu_relax();
-      continue;
-    }
-    if (now - start < kSpin) {
-      std::this_thread::yield();  // when ranks outnumber cores, let the peer we wait for run
-      continue;
-    }
+    if (spin.step(now)) continue;
     wait.check_abort();
     if (board_->aborted_by() || now >= next_check || now >= wait.deadline) {
       next_check = now + kBusyCheck;
@@ -139,20 +132,18 @@ void Group::check_board(int first_missing, uint64_t k, const MsgHeader& h, const
   if (now >= wait.deadline) {
     std::string who;
     for (int r = first_missing; r < n; ++r)
-      if (r != me_ && !board_->posted(r, k, h, describe(r))) who += (who.empty() ? "" : ", ") + describe(r);
-    if (!who.empty())
-      fail(ErrorKind::Timeout, wait.what + " timed out waiting for " + who +
-                                   ": that rank may have skipped this call, failed, or be stuck elsewhere");
+      if (r != me_ && !board_->posted(r, k, h)) who += (who.empty() ? "" : ", ") + board_->name(r);
+    if (!who.empty()) timed_out(wait, who);
   }
   if (int a = board_->aborted_by())
-    fail(ErrorKind::Peer, (a > 0 ? describe(a - 1) : std::string("a rank")) + " gave up on this group (" +
+    fail(ErrorKind::Peer, (a > 0 ? board_->name(a - 1) : std::string("a rank")) + " gave up on this group (" +
                               board_->abort_reason() + ")");
   int right = (me_ + 1) % n, left = (me_ + n - 1) % n;
   for (auto [link, peer] : {std::pair<Link*, int>{right_.get(), right}, {left_.get(), left}}) {
     // A neighbour that sends a message of this op number called something else.
     if (auto got = link->waiting_header(); got && got->seq == h.seq) check_header(h, *got, link->name());
     // A neighbour's process that is gone closed its end of the link (its neighbours tell the rest).
-    if (link->peer_left() && !board_->posted(peer, k, h, describe(peer))) peer_closed(link->name());
+    if (link->peer_left() && !board_->posted(peer, k, h)) peer_closed(link->name());
   }
 }
 

@@ -96,6 +96,8 @@ def _results(ranks: Ranks, survivors: list[int]) -> dict[int, dict]:
 
 
 KILLED_PEER_CASES = [(n, t, "ring") for n in (2, 3, 4) for t in ("auto", "tcp")] + [(3, "auto", "board"), (4, "auto", "board")]
+#: Waits on the ring over both transports, and on the board (the last rank never joins).
+WAIT_CASES = [(2, "auto", "ring"), (2, "tcp", "ring"), (3, "auto", "board")]
 
 
 @pytest.mark.parametrize(("n", "transport", "path"), KILLED_PEER_CASES)
@@ -146,7 +148,7 @@ def test_a_rank_leaving_right_after_a_collective_fails_no_peer(transport: str) -
         assert info["count"] == 0, (r, info)
 
 
-@pytest.mark.parametrize(("n", "transport", "path"), [(2, "auto", "ring"), (2, "tcp", "ring"), (3, "auto", "board")])
+@pytest.mark.parametrize(("n", "transport", "path"), WAIT_CASES)
 def test_skipped_op_times_out_naming_the_peer_and_aborts(n: int, transport: str, path: str) -> None:
     victim = n - 1
     code = _wait_in_op(victim, "1.0", path)
@@ -186,7 +188,7 @@ report(errors=errors, elapsed=time.monotonic() - t0)
     assert info["elapsed"] < 5
 
 
-@pytest.mark.parametrize(("n", "transport", "path"), [(2, "auto", "ring"), (2, "tcp", "ring"), (3, "auto", "board")])
+@pytest.mark.parametrize(("n", "transport", "path"), WAIT_CASES)
 def test_ctrl_c_in_a_blocked_op_raises_keyboard_interrupt(n: int, transport: str, path: str) -> None:
     victim = n - 1
     code = INSIDE_PROBE + _wait_in_op(victim, "None", path)
@@ -209,7 +211,7 @@ def test_ctrl_c_in_a_blocked_op_raises_keyboard_interrupt(n: int, transport: str
         assert "interrupted" in res[r]["message"] and res[r]["at"] - sent_at < 1.0, res[r]
 
 
-@pytest.mark.parametrize(("n", "transport", "path"), [(2, "auto", "ring"), (2, "tcp", "ring"), (3, "auto", "board")])
+@pytest.mark.parametrize(("n", "transport", "path"), WAIT_CASES)
 def test_blocked_rank_uses_no_cpu(n: int, transport: str, path: str) -> None:
     # The whole process's CPU time (all threads) over the 2 s the op waits.
     code = """

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "mlxj/shm_segment.h"
 #include "mlxj/transport.h"
@@ -30,13 +31,15 @@ class Board {
   // Bytes of segment a board of n ranks needs.
   static size_t bytes_for(int n);
 
-  // `seg` holds at least bytes_for(n) bytes after its layout; `me` is this rank's slot.
-  Board(std::shared_ptr<SharedSegment> seg, int n, int me);
+  // `seg` holds at least bytes_for(n) bytes after its layout; `me` is this rank's slot;
+  // `names` name every rank in errors ("rank 1 (127.0.0.1:5001)").
+  Board(std::shared_ptr<SharedSegment> seg, int me, std::vector<std::string> names);
+  const std::string& name(int r) const { return names_[size_t(r)]; }
 
   // Publishes this rank's contribution to op k (k = 1, 2, ...).
   void post(uint64_t k, const MsgHeader& h, const void* data, size_t nbytes);
-  // Whether rank r has posted op k; throws CommError naming `peer` if its call differs from `expect`.
-  bool posted(int r, uint64_t k, const MsgHeader& expect, const std::string& peer) const;
+  // Whether rank r has posted op k; throws CommError naming it if its call differs from `expect`.
+  bool posted(int r, uint64_t k, const MsgHeader& expect) const;
   // Rank r's data of op k (once posted() said so).
   const uint8_t* data(int r, uint64_t k) const;
 
@@ -60,6 +63,7 @@ class Board {
   std::shared_ptr<SharedSegment> seg_;
   uint8_t* base_;
   int n_, me_;
+  std::vector<std::string> names_;
 };
 
 }  // namespace mlxj

@@ -92,6 +92,8 @@ class Group : public std::enable_shared_from_this<Group> {
   void run(Step& step, const Wait& wait);
   // Throws if the group was aborted, Ctrl-C is pending or the deadline has passed.
   void check_stop(Link* const* links, size_t nlinks, bool moving, const Wait& wait, Clock::time_point now);
+  // The timeout of an op that still waits for `who` (ranks, comma-separated).
+  [[noreturn]] static void timed_out(const Wait& wait, const std::string& who);
   // Runs one op under the op lock; any failure aborts the group, then propagates.
   template <typename Body>
   void guarded(const CallOptions& opts, const std::string& what, Body&& body) {
@@ -146,8 +148,8 @@ class Group : public std::enable_shared_from_this<Group> {
   int me_ = 0;
   std::unique_ptr<Link> right_, left_;  // right_: we opened it to rank+1; left_: rank-1 opened it to us
   std::map<int, std::unique_ptr<Link>> p2p_;
-  // Set once, by a collective decision of all ranks (so all take the same path).
-  enum class BoardState { Unknown, On, Off } board_state_ = BoardState::Unknown;
+  // Decided once, by all ranks together (so all take the same path): board_ holds the board if they took it.
+  bool board_decided_ = false;
   std::unique_ptr<Board> board_;  // set and freed under abort_mu_ (abort() marks it from any thread)
   uint64_t board_ops_ = 0;
   bool board_hot_spin_ = true;  // whether a board wait starts with a hot spin (not with more ranks than cores)

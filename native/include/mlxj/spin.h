@@ -3,6 +3,7 @@
 // ring's progress engine (group.cpp) and the board (group_board.cpp).
 #pragma once
 #include <chrono>
+#include <thread>
 
 namespace mlxj {
 
@@ -19,5 +20,31 @@ inline void cpu_relax() {
   asm volatile("yield" ::: "memory");
 #endif
 }
+
+// The spin before a sleep: on the core for kHotSpin (unless `hot` is off: with more
+// ranks than cores that only delays the peer we wait for), then yielding it until kSpin.
+class Spin {
+ public:
+  explicit Spin(bool hot = true) : hot_(hot) {}
+  // Starts the spin afresh (something moved, or the caller slept).
+  void restart() { start_ = {}; }
+  // Spends one moment of the spin; false once it is over and the caller should sleep.
+  bool step(std::chrono::steady_clock::time_point now) {
+    if (start_ == std::chrono::steady_clock::time_point{}) start_ = now;
+    if (hot_ && now - start_ < kHotSpin) {
+      cpu_relax();
+      return true;
+    }
+    if (now - start_ < kSpin) {
+      std::this_thread::yield();  // when ranks outnumber cores, let the peer we wait for run
+      return true;
+    }
+    return false;
+  }
+
+ private:
+  bool hot_;
+  std::chrono::steady_clock::time_point start_{};
+};
 
 }  // namespace mlxj
