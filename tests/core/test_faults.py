@@ -30,6 +30,7 @@ if RANK == VICTIM:
 t0 = time.monotonic()
 try:
     print("ENTERING", flush=True)
+    ENTERED = True  # for INSIDE_PROBE: the warm-up all_sum above is not the op it waits for
     dist.all_sum(np.ones(SIZE, np.float32), timeout=TIMEOUT)
     report(error=None)
 except BaseException as exc:
@@ -45,7 +46,8 @@ PATHS = {"ring": 1 << 20, "board": 1024}
 def _wait_in_op(victim: int, timeout: str, path: str = "ring") -> str:
     return WAIT_IN_OP.replace("VICTIM", str(victim)).replace("TIMEOUT", timeout).replace("SIZE", str(PATHS[path]))
 
-# Readiness probe: prints INSIDE once the main thread is in the core's op call (it released the GIL).
+# Readiness probe: prints INSIDE once the main thread is in the core's op call (it released the GIL),
+# the call after the script set ENTERED.
 INSIDE_PROBE = """
 import linecache
 def _inside_probe():
@@ -53,7 +55,7 @@ def _inside_probe():
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         f = sys._current_frames().get(main)
-        if f is not None and f.f_code.co_name == "all_reduce" and "_core." in linecache.getline(f.f_code.co_filename, f.f_lineno):
+        if globals().get("ENTERED") and f is not None and f.f_code.co_name == "all_reduce" and "_core." in linecache.getline(f.f_code.co_filename, f.f_lineno):
             print("INSIDE", flush=True)
             return
         time.sleep(0.005)
@@ -555,6 +557,7 @@ def test_ctrl_c_is_noticed_while_the_doorbell_keeps_ringing() -> None:
 g = dist.init(strict=True, backend="ring", timeout=30)
 assert g._core.link_kinds() == ["right:shm", "left:tcp"], g._core.link_kinds()
 print("ENTERING", flush=True)
+ENTERED = True
 try:
     dist.all_sum(np.ones(4, np.float32))
     report(error=None)
