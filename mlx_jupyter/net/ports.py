@@ -3,7 +3,9 @@ shifted by our core's offset (MLX_JUPYTER_PORT_OFFSET, 1000).
 
 Blocks are taken outside the OS's ephemeral range: a port free when chosen can
 otherwise become the local port of some outgoing connection (the notebook's own,
-to its controller) before the rank binds it ("Address already in use").
+to its controller) before the rank binds it ("Address already in use"). For the
+same reason a block stays reserved in this process after it is returned: jobs
+started one after another (a test's scenarios, two clusters) never share ports.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import random
 import socket
 import subprocess
 import sys
+import threading
+import time
 
 #: IANA's ephemeral range, where neither /proc nor sysctl says otherwise
 DEFAULT_EPHEMERAL = (49152, 65535)
@@ -52,16 +56,36 @@ def block_starts(n: int, offset: int, ephemeral: tuple[int, int]) -> list[range]
 #: Our core binds each ring port + this offset (MLX_JUPYTER_PORT_OFFSET), beside MLX's own ring.
 CORE_PORT_OFFSET = 1000
 
+#: How long a returned block stays reserved in this process: its ranks bind it only once
+#: started (seconds later on a loaded machine), and until then the bind check sees it free.
+RESERVED_FOR_S = 600.0
+
+_reserved: list[tuple[float, set[int]]] = []  # (when handed out, its ports)
+_reserved_lock = threading.Lock()
+
+
+def _reserve(ports: set[int]) -> bool:
+    """Marks ``ports`` as handed out, unless a block handed out recently overlaps them."""
+    now = time.monotonic()
+    with _reserved_lock:
+        _reserved[:] = [(t, p) for t, p in _reserved if now - t < RESERVED_FOR_S]
+        if any(p & ports for _, p in _reserved):
+            return False
+        _reserved.append((now, ports))
+        return True
+
 
 def free_port_block(n: int, offset: int = CORE_PORT_OFFSET, host: str = "127.0.0.1", tries: int = 200) -> int:
-    """A port P such that P..P+n-1 and P+offset..P+offset+n-1 are all free on ``host`` now."""
+    """A port P such that P..P+n-1 and P+offset..P+offset+n-1 are all free on ``host`` now,
+    and overlap no block this process returned in the last RESERVED_FOR_S seconds."""
     ranges = block_starts(n, offset, ephemeral_range()) or [range(LOWEST, 65536 - offset - n)]
     weights = [len(r) for r in ranges]
     for _ in range(tries):
         start = random.choice(random.choices(ranges, weights)[0])
+        block = {*range(start, start + n), *range(start + offset, start + offset + n)}
         socks = []
         try:
-            for port in [*range(start, start + n), *range(start + offset, start + offset + n)]:
+            for port in block:
                 s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
                 socks.append(s)
                 s.bind((host, port))
@@ -70,5 +94,6 @@ def free_port_block(n: int, offset: int = CORE_PORT_OFFSET, host: str = "127.0.0
         finally:
             for s in socks:
                 s.close()
-        return start
+        if _reserve(block):
+            return start
     raise PortError(f"no block of {n} free ports (and +{offset}) found on {host}")

@@ -32,9 +32,14 @@ void exchange(int fd, void* buf, size_t n, bool write, const Wait& wait, const s
   std::string why;
   // A peer may be late to its side of the setup (busy, or its recv comes later):
   // wait for it as long as the op may wait, and honour abort and Ctrl-C meanwhile.
-  auto check = [&] { check_wait(wait, "waiting for " + peer + " to set up the link"); };
-  if (!io_exact(fd, buf, n, write, wait.deadline, &why, check))
-    fail(ErrorKind::Peer, "setting up the link to " + peer + " failed: " + why);
+  const std::string waiting_for =
+      "waiting for " + peer + " to set up the link (it may still be starting, or be waiting for its other neighbour)";
+  auto check = [&] { check_wait(wait, waiting_for); };
+  if (!io_exact(fd, buf, n, write, wait.deadline, &why, check)) {
+    check_wait(wait, waiting_for);  // past the deadline: a timeout, not a broken peer
+    fail(ErrorKind::Peer, "setting up the link to " + peer + " failed: " + why +
+                              " (it exited or gave up: its own error says why)");
+  }
 }
 
 }  // namespace

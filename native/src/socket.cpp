@@ -238,7 +238,7 @@ bool io_exact(int fd, void* buf, size_t n, bool write, Clock::time_point deadlin
     if (r == 0) { *why = "connection closed during the handshake"; return false; }
     if (!try_again(errno)) { *why = errno_text(errno); return false; }
     if (between) between();
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) { *why = "no answer before the deadline"; return false; }
     pollfd pfd{fd, short(write ? POLLOUT : POLLIN), 0};
     ::poll(&pfd, 1, int(std::min<long long>(left, 100)));

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -26,10 +27,13 @@ def report(**kw):
 
 @dataclass
 class Ranks:
-    """n rank processes sharing one hostfile; waits are bounded."""
+    """n rank processes sharing one hostfile and a token of their own; waits are bounded."""
 
     n: int
     code: str
+    # Its own token: a rank of another scenario that ends up on this job's port is refused
+    # (as another user's job would be), never taken for one of ours.
+    token: str = field(default_factory=lambda: "test-" + secrets.token_hex(8))
     env: dict[str, str] = field(default_factory=dict)
     per_rank_env: dict[int, dict[str, str]] = field(default_factory=dict)
     tmp: str = ""
@@ -46,7 +50,7 @@ class Ranks:
             with open(self.hostfile, "w") as fh:
                 json.dump([[f"127.0.0.1:{p}"] for p in self.ports], fh)
             self.procs = [None] * self.n  # type: ignore[list-item]
-        base = {**os.environ, "MLX_HOSTFILE": self.hostfile, "MLX_JUPYTER_TOKEN": "test-token", **self.env}
+        base = {**os.environ, "MLX_HOSTFILE": self.hostfile, "MLX_JUPYTER_TOKEN": self.token, **self.env}
         base.pop("MLX_JUPYTER_TIMEOUT", None)
         for r in only if only is not None else range(self.n):
             env = {**base, "MLX_RANK": str(r), **self.per_rank_env.get(r, {})}
@@ -69,8 +73,12 @@ class Ranks:
 
     def results(self, timeout: float = 60) -> list[dict]:
         res = []
-        for r, (code, o, e) in enumerate(self.finish(timeout)):
-            assert code == 0, f"rank {r} exited {code}\nstdout:\n{o}\nstderr:\n{e}"
+        finished = self.finish(timeout)
+        # every rank's story, not the first failure's only: the cause is often another rank
+        failed = [f"rank {r} exited {code}\nstdout:\n{o[-3000:]}\nstderr:\n{e[-3000:]}"
+                  for r, (code, o, e) in enumerate(finished) if code != 0]
+        assert not failed, "\n".join(failed)
+        for r, (code, o, e) in enumerate(finished):
             lines = [ln for ln in o.splitlines() if ln.startswith("RESULT ")]
             assert lines, f"rank {r} reported nothing\nstdout:\n{o}\nstderr:\n{e}"
             res.append(json.loads(lines[-1][7:]))

@@ -490,7 +490,6 @@ class _FakePeer:
     link setup (shared memory towards rank 0's right link, TCP back), then can
     ring rank 0's doorbell without ever sending data."""
 
-    TOKEN = b"test-token"
     MAGIC = b"MLXJHS01"
     LINK = struct.pack("<I", 0x4D4A4C4B)
 
@@ -501,7 +500,7 @@ class _FakePeer:
         self.socks = [self.listener]
 
     def _mac(self, role: bytes, ni: bytes, na: bytes, header: bytes = b"") -> bytes:
-        return hmac.new(self.TOKEN, role + ni + na + header, hashlib.sha256).digest()
+        return hmac.new(self.ranks.token.encode(), role + ni + na + header, hashlib.sha256).digest()
 
     @staticmethod
     def _read(s: socket.socket, n: int) -> bytes:

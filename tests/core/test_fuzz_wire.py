@@ -103,7 +103,7 @@ handshake_input = st.one_of(
 
 @pytest.mark.timeout(120)
 def test_fuzzed_handshakes_are_refused_and_the_job_goes_on() -> None:
-    with Ranks(2, JOB) as ranks:
+    with Ranks(2, JOB, token=TOKEN.decode()) as ranks:
         ranks.start()
         lines = [Lines(p) for p in ranks.procs]
         for ln in lines:
@@ -255,7 +255,7 @@ class Impostor:
 
 @pytest.mark.timeout(180)
 def test_fuzzed_link_setup_and_headers_end_in_errors_and_the_rank_lives() -> None:
-    with Ranks(2, SERVER, env={"MLX_JUPYTER_HOST_ID": HOST_ID}) as ranks:
+    with Ranks(2, SERVER, token=TOKEN.decode(), env={"MLX_JUPYTER_HOST_ID": HOST_ID}) as ranks:
         ranks.start(only=[0])
         lines = Lines(ranks.procs[0])
         lines.next("READY")

@@ -94,6 +94,30 @@ with warnings.catch_warnings(record=True) as seen:
     assert "ring:" in info["message"] and "rank 1" in info["message"], info
 
 
+def test_a_rank_that_never_starts_is_named_by_every_waiting_rank() -> None:
+    # rank 2 of 4 never starts. Rank 1 waits to connect to it, so rank 0, whose link set-up with
+    # rank 1 is answered only after that, waits on rank 1: each names the rank it waited for.
+    code = """
+t0 = time.monotonic()
+try:
+    # rank 0's deadline comes first: the others are still there, waiting, when it does
+    dist.init(strict=True, backend="ring", timeout=3 if RANK == 0 else 6)
+    report(error=None)
+except dist.DistributedError as exc:
+    report(error=type(exc).__name__, message=str(exc), after=time.monotonic() - t0)
+"""
+    with Ranks(4, code, env={"MLX_JUPYTER_TRANSPORT": "tcp"}) as ranks:
+        ranks.start(only=[0, 1, 3])
+        ranks.procs = [p for p in ranks.procs if p]
+        r0, r1, r3 = ranks.results(60)
+    assert r0["error"] == "CommTimeoutError" and "init timed out waiting for rank 1" in r0["message"], r0
+    assert "to set up the link" in r0["message"] and "waiting for its other neighbour" in r0["message"], r0
+    assert r1["error"] == "CommTimeoutError" and "rank 2" in r1["message"] and "timed out" in r1["message"], r1
+    assert r3["error"] == "CommTimeoutError" and "rank 2" in r3["message"] and "timed out" in r3["message"], r3
+    for info, deadline in ((r0, 3), (r1, 6), (r3, 6)):
+        assert deadline <= info["after"] < deadline + 5, info  # plus a loaded machine's slack
+
+
 def test_ctrl_c_while_setting_up_a_link_raises_keyboard_interrupt() -> None:
     """A send to a non-neighbour whose recv never comes: the link set-up itself is interrupted."""
     code = """

@@ -33,3 +33,14 @@ def test_free_block_is_outside_this_machines_ephemeral_range_and_free():
 def test_linux_range_is_read_from_proc():
     lo, hi = ports.ephemeral_range()
     assert 1024 <= lo <= hi <= 65535
+
+
+def test_blocks_handed_out_one_after_another_never_overlap():
+    # Nothing binds them in between, as when several jobs are started before any rank is up:
+    # the bind check alone would see every earlier block free again.
+    seen: set[int] = set()
+    for n in [4, 2, 3, 4, 1, 8] * 20:
+        start = ports.free_port_block(n)
+        block = {*range(start, start + n), *range(start + 1000, start + 1000 + n)}
+        assert not block & seen, (start, n)
+        seen |= block
