@@ -184,7 +184,9 @@ void Group::all_gather(const void* in, void* out, size_t nbytes, Dtype t, const 
       if (out != in && nbytes) std::memmove(out, in, nbytes);
       return;
     }
-    gather_ring(in, out, nbytes, header(OpCode::AllGather, t, nbytes), wait);
+    MsgHeader h = header(OpCode::AllGather, t, nbytes);
+    if (board_ready(nbytes, h, wait)) return board_all_gather(in, out, nbytes, h, wait);
+    gather_ring(in, out, nbytes, h, wait);
   });
 }
 

@@ -1,5 +1,5 @@
-// The group's use of the board (board.h): joining it, and all-reduces of up to
-// Board::kSlotBytes (and barriers) in one step when every rank of the group is on one host.
+// The group's use of the board (board.h): joining it, and all-reduces and all-gathers of up
+// to Board::kSlotBytes per rank (and barriers) in one step when every rank of the group is on one host.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -14,7 +14,7 @@ namespace mlxj {
 
 namespace {
 
-// MLX_JUPYTER_BOARD=0 keeps small all-reduces on the ring (to compare the two).
+// MLX_JUPYTER_BOARD=0 keeps small ops on the ring (to compare the two).
 bool board_allowed() {
   const char* v = std::getenv("MLX_JUPYTER_BOARD");
   return !(v && std::strcmp(v, "0") == 0);
@@ -36,9 +36,10 @@ bool Group::board_ready(size_t nbytes, const MsgHeader& h, const Wait& wait) {
   return board_ != nullptr;
 }
 
-// Collective, on the first small all-reduce: all ranks join, or none does. Rank
-// 0 creates the segment and hands its locator round the ring (which only ever
-// carries it between ranks that proved the job's token); the others open it.
+// Collective, on the first small all-reduce, all-gather or barrier: all ranks
+// join, or none does. Rank 0 creates the segment and hands its locator round the
+// ring (which only ever carries it between ranks that proved the job's token);
+// the others open it.
 void Group::join_board(const MsgHeader& h, const Wait& wait) {
   int n = size();
   board_decided_ = true;  // without a board, unless everything below works on every rank
@@ -100,6 +101,16 @@ void Group::board_all_reduce(const void* in, void* out, size_t count, Dtype t, R
   if (count == 0) return;  // a barrier, or an empty vector
   reduce_to(out, board_->data(0, k), board_->data(1, k), count, t, op);
   for (int r = 2; r < size(); ++r) reduce_into(out, board_->data(r, k), count, t, op);
+}
+
+// Post, wait for every other rank's post, copy all out in rank order. `in` may be this
+// rank's block of `out`: the copy comes from our slot, which holds it already.
+void Group::board_all_gather(const void* in, void* out, size_t nbytes, const MsgHeader& h, const Wait& wait) {
+  uint64_t k = ++board_ops_;
+  board_->post(k, h, in, nbytes);
+  wait_board(k, h, wait);
+  auto* o = static_cast<uint8_t*>(out);
+  for (int r = 0; r < size() && nbytes; ++r) std::memcpy(o + size_t(r) * nbytes, board_->data(r, k), nbytes);
 }
 
 void Group::wait_board(uint64_t k, const MsgHeader& h, const Wait& wait) {

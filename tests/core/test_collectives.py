@@ -8,6 +8,9 @@ CHECK_ALL = r"""
 import mlx.core as mx
 g = dist.init(strict=True, backend="ring", timeout=30)
 n = g.size()
+# A small all_gather as the group's first op: it joins the board as a small all-reduce would.
+assert dist.all_gather(np.array([RANK], np.int16), timeout=30).tolist() == list(range(n))
+joined_by_gather = "board:shm" in g._core.link_kinds()
 DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
           "float16", "float32", "float64", "complex64"]
 SHAPES = [(), (0,), (1,), (7,), (n * 3 + 1,), (5, 3), (40000,), (300001,)]
@@ -65,6 +68,13 @@ for size in (1, 999, 4096):
     assert dist.all_sum(x, out=x) is x and np.allclose(x, want, rtol=1e-5, atol=1e-5), size
     bits = dist.all_gather(x.view(np.uint32)[None, :])
     assert all(np.array_equal(bits[0], b) for b in bits), ("small float results differ between ranks", size)
+
+# all_gather into out=, with this rank's block of out as its input (through the board from 3 local ranks on).
+for size in (3, 1000, 1 << 13):
+    out = np.zeros((n, size), np.int32)
+    out[RANK] = np.arange(size, dtype=np.int32) + 1000 * RANK
+    assert dist.all_gather(out[RANK][None, :], out=out) is out, size
+    assert all(np.array_equal(out[r], np.arange(size, dtype=np.int32) + 1000 * r) for r in range(n)), size
 
 # The 8192 x 64 int32 column sum is exact.
 m = np.arange(8192 * 64, dtype=np.int32).reshape(8192, 64) * (RANK + 1)
@@ -130,7 +140,7 @@ sub = g.split(RANK % 2, key=n - RANK)
 members = dist.all_gather(np.array([RANK], np.int32), group=sub)
 assert list(members) == sorted([r for r in range(n) if r % 2 == RANK % 2], reverse=True), members
 assert sub.rank() == list(members).index(RANK)
-report(checked=checked, size=n, torch=torch is not None, links=g._core.link_kinds())
+report(checked=checked, size=n, torch=torch is not None, links=g._core.link_kinds(), joined_by_gather=joined_by_gather)
 """
 
 
@@ -144,8 +154,9 @@ def test_every_op_dtype_and_shape(n: int, transport: str) -> None:
     want = "tcp" if transport == "tcp" else "shm"
     for r in results:
         assert all(k.endswith(":" + want) for k in r["links"]), r["links"]
-        # From 3 ranks on one host, small all-reduces go through the board (one step).
+        # From 3 ranks on one host, small all-reduces and all-gathers go through the board (one step).
         assert ("board:shm" in r["links"]) == (n >= 3 and transport == "auto"), r["links"]
+        assert r["joined_by_gather"] == (n >= 3 and transport == "auto"), r
 
 
 MIXED = """

@@ -456,10 +456,12 @@ def fresh():
 g = fresh()
 board = "board:shm" in g._core.link_kinds()
 errors = []
-for case in ("op", "size", "path"):
+for case in ("op", "size", "path", "gather"):
     try:
         if case == "op":
             (dist.all_sum if RANK == 0 else dist.all_max)(np.ones(4, np.float32))
+        elif case == "gather":
+            (dist.all_gather if RANK == 0 else dist.all_sum)(np.ones(4, np.float32))
         elif case == "size":
             dist.all_sum(np.ones(4 + RANK, np.float32))
         else:
@@ -471,7 +473,7 @@ report(errors=errors, board=board)
 """
     res = run_ranks(n, code, timeout=60, env={"MLX_JUPYTER_TRANSPORT": transport})
     for r, info in enumerate(res):
-        assert len(info["errors"]) == 3 and info["board"] == (n >= 3 and transport == "auto"), info
+        assert len(info["errors"]) == 4 and info["board"] == (n >= 3 and transport == "auto"), info
         # the rank that does not see the mismatch itself sees its peer go: the connection
         # ends (PeerError), or the peer already re-forms (AbortedError, "left this group")
         for kind, message in info["errors"]:
@@ -483,6 +485,8 @@ report(errors=errors, board=board)
     assert any(k == "MismatchError" and "16 bytes" in m and "20 bytes" in m for k, m in seconds), seconds
     thirds = [info["errors"][2] for info in res]
     assert any(k == "MismatchError" and "64 bytes" in m and "262144 bytes" in m for k, m in thirds), thirds
+    fourths = [info["errors"][3] for info in res]
+    assert any(k == "MismatchError" and "all_gather" in m and "all_sum" in m for k, m in fourths), fourths
 
 
 class _FakePeer:

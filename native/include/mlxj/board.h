@@ -1,5 +1,5 @@
 // The board: one shared-memory segment for all ranks of a group on one host,
-// for small all-reduces in one step. Each rank posts its whole vector in its
+// for small all-reduces and all-gathers in one step. Each rank posts its whole vector in its
 // own slot and reads every other rank's slot; so a rank waits for each peer to
 // have run once in the call, not for a chain of ring steps (which, with more
 // ranks than cores, costs a scheduling round per step).
