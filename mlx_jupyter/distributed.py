@@ -178,9 +178,9 @@ def _group(group: Group | None) -> Group:
     return _world if _world is not None else init()
 
 
-# all_sum/max/min with out= first try the group's hot path (small messages are
-# dominated by Python): on our core it takes numpy arrays, contiguous, of one dtype
-# and size, and checks all that itself; anything else returns False and goes the general way.
+# all_sum/max/min and all_gather with out= first try the group's hot path (small messages
+# are dominated by Python): on our core it takes numpy arrays, contiguous, of one dtype
+# and the op's sizes, and checks all that itself; anything else returns False and goes the general way.
 def _reduce(op: str, x: Any, group: Group | None, timeout: float | None, out: Any) -> Any:
     g = _world if group is None else group
     if out is not None and timeout is None and g is not None and g.fast_reduce(x, out, OPS[op], g.default_timeout):
@@ -208,6 +208,9 @@ def all_min(x: Any, *, group: Group | None = None, timeout: float | None = None,
 
 def all_gather(x: Any, *, group: Group | None = None, timeout: float | None = None, out: Any = None) -> Any:
     """Concatenation of every rank's `x` along axis 0, in rank order."""
+    g = _world if group is None else group
+    if out is not None and timeout is None and g is not None and g.fast_gather(x, out, g.default_timeout):
+        return out
     return _group(group).all_gather(x, out, timeout)
 
 

@@ -52,7 +52,7 @@ def seconds(timeout: float | None, default: float | None = None) -> float:
     return check_seconds(timeout, "timeout")
 
 
-def _no_fast_reduce(*_: Any) -> bool:
+def _no_fast_path(*_: Any) -> bool:
     return False
 
 
@@ -60,7 +60,9 @@ class Group:
     """A communication group: the world from `init()`, or a part of it from `split()`."""
 
     #: (x, out, op code, timeout) -> True when done in place, False to take `all_reduce`
-    fast_reduce: Callable[[Any, Any, int, float], bool] = staticmethod(_no_fast_reduce)
+    fast_reduce: Callable[[Any, Any, int, float], bool] = staticmethod(_no_fast_path)
+    #: (x, out, timeout) -> True when gathered into out, False to take `all_gather`
+    fast_gather: Callable[[Any, Any, float], bool] = staticmethod(_no_fast_path)
 
     def __init__(self, backend: str):
         self.backend = backend
@@ -139,6 +141,7 @@ class CoreGroup(Group):
         self._core = core
         # numpy in and out, contiguous, one dtype and size: checked and run in one native call
         self.fast_reduce = core.all_reduce_buffers
+        self.fast_gather = core.all_gather_buffers
 
     def rank(self) -> int:
         return self._core.rank()

@@ -137,6 +137,20 @@ bool all_reduce_buffers(Group& g, nb::handle in, nb::handle out, int op, double 
   return true;
 }
 
+// The same for all_gather(x, out=out): `out` holds size() times `x`'s bytes.
+bool all_gather_buffers(Group& g, nb::handle in, nb::handle out, double timeout) {
+  PyTypeObject* nd = ndarray_type();
+  if (Py_TYPE(in.ptr()) != nd || Py_TYPE(out.ptr()) != nd) return false;
+  View vi(in, false), vo(out, true);
+  Dtype ti, to;
+  if (!vi.ok || !vo.ok || !vi.dtype(&ti) || !vo.dtype(&to) || ti != to || vo.buf.len != vi.buf.len * g.size())
+    return false;
+  CallOptions o = call(timeout);
+  nb::gil_scoped_release rel;
+  g.all_gather(vi.buf.buf, vo.buf.buf, size_t(vi.buf.len), ti, o);
+  return true;
+}
+
 }  // namespace
 
 void bind_group(nb::module_& m) {
@@ -192,6 +206,9 @@ void bind_group(nb::module_& m) {
       .def("all_reduce_buffers", &all_reduce_buffers, "input"_a, "out"_a, "op"_a, "timeout"_a,
            "all_reduce of numpy arrays in place (op 0 sum, 1 max, 2 min); False when the arrays are not "
            "contiguous numpy arrays of one dtype and size (nothing done).")
+      .def("all_gather_buffers", &all_gather_buffers, "input"_a, "out"_a, "timeout"_a,
+           "all_gather of numpy arrays into out; False when they are not contiguous numpy arrays of one "
+           "dtype, out holding size() times the input (nothing done).")
       .def("all_gather", [](Group& g, InArray in, AnyArray out, double timeout) {
         Dtype t = check_in_out(in, out, out.size() == in.size() * size_t(g.size()),
                                "the input's dtype and size() times its size");
