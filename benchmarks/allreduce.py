@@ -48,37 +48,9 @@ if USE_MPI:
 RANK = int(os.environ["MLX_RANK"])
 sizes = json.loads(os.environ["BENCH_SIZES"])
 scale = float(os.environ.get("BENCH_SCALE", "1"))
-ROUNDS = 10  # blocks per library and size, alternating: slow drifts of the machine hit every column
-clock = time.perf_counter
-
-def iterations(nbytes):
-    return max(3, int(scale * max(5, min(2000, int(4e8 // max(nbytes, 1))))))
-
-def measure(runners, nbytes):
-    # runners: name -> (call, check, barrier, prepare); times every iteration, checks every output
-    n = iterations(nbytes)
-    rounds = min(ROUNDS, n)
-    per = -(-n // rounds)
-    for call, check, barrier, prepare in runners.values():  # warm up: caches, pages, connections
-        for _ in range(max(3, n // 5)):
-            prepare(); check(call())
-    times = {name: [] for name in runners}
-    order = list(runners)
-    for k in range(rounds):
-        for name in order if k % 2 == 0 else order[::-1]:
-            call, check, barrier, prepare = runners[name]
-            barrier()
-            for _ in range(per):
-                prepare()  # e.g. poison out=, so that a stale result cannot pass the check
-                t0 = clock(); r = call(); times[name].append(clock() - t0)
-                check(r)  # every iteration's result, outside the timed call
-    return times
-
-def checker(want, what):
-    def check(got):
-        if not np.array_equal(np.asarray(got), want):
-            raise SystemExit(f"{what}: wrong all_sum result on rank {RANK}")
-    return check
+import sys
+sys.path.insert(0, os.environ["BENCH_DIR"])
+from rank_timing import checker, measure
 
 from mlx_jupyter import distributed as dist
 g = dist.init(strict=True, backend="ring", timeout=60)
@@ -89,12 +61,12 @@ for nbytes in sizes:  # ours and Open MPI first, before MLX's ring (and its thre
     x = np.full(nbytes // 4, RANK + 1, np.float32)
     want = np.full_like(x, want_v)
     out, out_mpi = np.empty_like(x), np.empty_like(x)
-    runners = {"ours": (lambda: dist.all_sum(x, group=g, out=out), checker(want, "ours"), g.barrier,
+    runners = {"ours": (lambda: dist.all_sum(x, group=g, out=out), checker(want, "ours", RANK), g.barrier,
                         lambda: out.fill(-1))}
     if USE_MPI:
-        runners["mpi"] = (lambda: (comm.Allreduce(x, out_mpi), out_mpi)[1], checker(want, "Open MPI"), comm.Barrier,
-                          lambda: out_mpi.fill(-1))
-    for name, t in measure(runners, nbytes).items():
+        runners["mpi"] = (lambda: (comm.Allreduce(x, out_mpi), out_mpi)[1], checker(want, "Open MPI", RANK),
+                          comm.Barrier, lambda: out_mpi.fill(-1))
+    for name, t in measure(runners, nbytes, scale).items():
         times[name][nbytes] = t
 import mlx.core as mx
 w = mx.distributed.init(strict=True, backend="ring")
@@ -103,7 +75,8 @@ for nbytes in sizes:
     want = np.full(nbytes // 4, want_v, np.float32)
     def call_mlx():
         r = mx.distributed.all_sum(xm, group=w); mx.eval(r); return r
-    times["mlx"][nbytes] = measure({"mlx": (call_mlx, checker(want, "MLX ring"), g.barrier, lambda: None)}, nbytes)["mlx"]
+    times["mlx"][nbytes] = measure({"mlx": (call_mlx, checker(want, "MLX ring", RANK), g.barrier, lambda: None)},
+                                   nbytes, scale)["mlx"]
 cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
 with open(os.path.join(os.environ["BENCH_OUT"], f"rank-{RANK}.json"), "w") as fh:
     json.dump({"times": times, "links": g.link_kinds(), "cpus": cpus}, fh)
@@ -136,22 +109,23 @@ def mpirun_command(n: int) -> list[str] | None:
     return cmd + ["--allow-run-as-root"] if os.geteuid() == 0 else cmd
 
 
-def run_ranks(n: int, sizes: list[int], transport: str, scale: float, out_dir: str) -> dict:
-    """One launch of n ranks timing every library; mpirun starts them when Open MPI is there."""
+def launch(n: int, code: str, env_extra: dict[str, str], transport: str, out_dir: str) -> tuple[list[dict], bool]:
+    """Runs `code` on n local ranks (mpirun starts them when Open MPI is there, with BENCH_MPI=1);
+    returns what each rank wrote to BENCH_OUT/rank-R.json, and whether mpirun started them."""
     from mlx_jupyter.net.ports import free_port_block
 
     hf = os.path.join(out_dir, "hosts.json")
     with open(hf, "w") as fh:
         base = free_port_block(n)
         json.dump([[f"127.0.0.1:{base + r}"] for r in range(n)], fh)
-    env = {**os.environ, "MLX_HOSTFILE": hf, "BENCH_SIZES": json.dumps(sizes), "BENCH_SCALE": str(scale),
-           "BENCH_OUT": out_dir, "MLX_JUPYTER_TOKEN": os.urandom(8).hex(), "MLX_JUPYTER_TRANSPORT": transport}
+    env = {**os.environ, **env_extra, "MLX_HOSTFILE": hf, "BENCH_OUT": out_dir,
+           "BENCH_DIR": os.path.dirname(os.path.abspath(__file__)), "MLX_JUPYTER_TOKEN": os.urandom(8).hex(),
+           "MLX_JUPYTER_TRANSPORT": transport}
     mpirun = mpirun_command(n)
     if mpirun:
-        procs = [subprocess.Popen(mpirun + [sys.executable, "-c", RANK_CODE], env={**env, "BENCH_MPI": "1"},
-                                  cwd=out_dir)]
+        procs = [subprocess.Popen(mpirun + [sys.executable, "-c", code], env={**env, "BENCH_MPI": "1"}, cwd=out_dir)]
     else:
-        procs = [subprocess.Popen([sys.executable, "-c", RANK_CODE], env={**env, "MLX_RANK": str(r)}, cwd=out_dir)
+        procs = [subprocess.Popen([sys.executable, "-c", code], env={**env, "MLX_RANK": str(r)}, cwd=out_dir)
                  for r in range(n)]
     try:
         codes = [p.wait(timeout=1800) for p in procs]
@@ -165,9 +139,16 @@ def run_ranks(n: int, sizes: list[int], transport: str, scale: float, out_dir: s
     for r in range(n):
         with open(os.path.join(out_dir, f"rank-{r}.json")) as fh:
             per_rank.append(json.load(fh))
+    return per_rank, bool(mpirun)
+
+
+def run_ranks(n: int, sizes: list[int], transport: str, scale: float, out_dir: str) -> dict:
+    """One launch of n ranks timing every library."""
+    per_rank, by_mpirun = launch(n, RANK_CODE, {"BENCH_SIZES": json.dumps(sizes), "BENCH_SCALE": str(scale)},
+                                 transport, out_dir)
     return {"ours": slower_rank_median(per_rank, "ours"), "mlx": slower_rank_median(per_rank, "mlx"),
             "mpi": slower_rank_median(per_rank, "mpi"), "links": per_rank[0]["links"],
-            "cpus": [d["cpus"] for d in per_rank], "mpirun": bool(mpirun)}
+            "cpus": [d["cpus"] for d in per_rank], "mpirun": by_mpirun}
 
 
 def ratio(a: float | None, b: float | None) -> str:
