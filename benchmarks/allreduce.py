@@ -33,7 +33,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from contextlib import redirect_stdout
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stdout
 
 # Run on every rank. All three libraries run in the same processes: one launch's CPU
 # placement and the machine's state at the time are shared by every column.
@@ -81,6 +82,25 @@ cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 
 with open(os.path.join(os.environ["BENCH_OUT"], f"rank-{RANK}.json"), "w") as fh:
     json.dump({"times": times, "links": g.link_kinds(), "cpus": cpus}, fh)
 """
+
+
+@contextmanager
+def saved_output(path: str | None) -> Iterator[None]:
+    """Prints as usual and, given a path, also writes everything printed to that file at the end."""
+    buf = io.StringIO()
+
+    class Tee(io.TextIOBase):
+        def write(self, text: str) -> int:
+            sys.__stdout__.write(text)
+            sys.__stdout__.flush()
+            return buf.write(text)
+
+    with redirect_stdout(Tee()):
+        yield
+    if path:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w") as fh:
+            fh.write(buf.getvalue())
 
 
 def human(n: int) -> str:
@@ -207,15 +227,7 @@ def main() -> int:
     while s <= args.max_mib << 20:
         sizes.append(s)
         s *= 4
-    buf = io.StringIO()
-
-    class Tee(io.TextIOBase):
-        def write(self, text: str) -> int:
-            sys.__stdout__.write(text)
-            sys.__stdout__.flush()
-            return buf.write(text)
-
-    with redirect_stdout(Tee()):
+    with saved_output(args.save):
         import mlx.core as mx
 
         print(f"$ {' '.join([os.path.basename(sys.executable), 'benchmarks/allreduce.py'] + sys.argv[1:])}")
@@ -238,10 +250,6 @@ def main() -> int:
         print("\nREADME rows:")
         for line in readme_lines(runs, args.transport):
             print(line)
-    if args.save:
-        os.makedirs(os.path.dirname(os.path.abspath(args.save)), exist_ok=True)
-        with open(args.save, "w") as fh:
-            fh.write(buf.getvalue())
     return 0
 
 

@@ -13,14 +13,12 @@ every result checked.
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import platform
 import sys
 import tempfile
-from contextlib import redirect_stdout
 
-from allreduce import human, launch, slower_rank_median
+from allreduce import human, launch, saved_output, slower_rank_median
 
 SIZES = [64, 1024, 4096, 16384]
 COLUMNS = ["board", "ring", "mpi"]
@@ -111,15 +109,7 @@ def main() -> int:
     counts = [int(x) for x in args.ranks.split(",")]
     if min(counts) < 3:
         ap.error("--ranks: the board forms from 3 ranks on (2 ranks always take one step)")
-    buf = io.StringIO()
-
-    class Tee(io.TextIOBase):
-        def write(self, text: str) -> int:
-            sys.__stdout__.write(text)
-            sys.__stdout__.flush()
-            return buf.write(text)
-
-    with redirect_stdout(Tee()):
+    with saved_output(args.save):
         print(f"$ {' '.join([os.path.basename(sys.executable), 'benchmarks/small_ops.py'] + sys.argv[1:])}")
         print(f"{platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
               f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -133,9 +123,6 @@ def main() -> int:
                 print("(Open MPI column empty: install openmpi-bin and libopenmpi-dev, then `.venv/bin/pip install mpi4py`)")
         print("\nratios: board's time / the other's (below 1: the board is faster); "
               "every result was checked on every rank")
-    if args.save:
-        with open(args.save, "w") as fh:
-            fh.write(buf.getvalue())
     return 0
 
 
