@@ -36,23 +36,19 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager, redirect_stdout
 
+# Starts the code of every benchmark's ranks (launch() puts it first): MPI, this rank, the sizes.
+RANK_PROLOGUE = r"""
+import json, os, sys, time
+import numpy as np
+sys.path.insert(0, os.environ["BENCH_DIR"])
+from rank_timing import checker, measure, rank_setup
+comm, RANK, sizes, scale = rank_setup()
+USE_MPI = comm is not None
+"""
+
 # Run on every rank. All three libraries run in the same processes: one launch's CPU
 # placement and the machine's state at the time are shared by every column.
 RANK_CODE = r"""
-import json, os, time
-import numpy as np
-USE_MPI = os.environ.get("BENCH_MPI") == "1"
-if USE_MPI:
-    from mpi4py import MPI
-    comm = MPI.COMM_WORLD
-    os.environ["MLX_RANK"] = str(comm.rank)  # mpirun sets only its own rank variables
-RANK = int(os.environ["MLX_RANK"])
-sizes = json.loads(os.environ["BENCH_SIZES"])
-scale = float(os.environ.get("BENCH_SCALE", "1"))
-import sys
-sys.path.insert(0, os.environ["BENCH_DIR"])
-from rank_timing import checker, measure
-
 from mlx_jupyter import distributed as dist
 g = dist.init(strict=True, backend="ring", timeout=60)
 n = g.size()
@@ -131,7 +127,8 @@ def mpirun_command(n: int) -> list[str] | None:
 
 def launch(n: int, code: str, env_extra: dict[str, str], transport: str, out_dir: str) -> tuple[list[dict], bool]:
     """Runs `code` on n local ranks (mpirun starts them when Open MPI is there, with BENCH_MPI=1);
-    returns what each rank wrote to BENCH_OUT/rank-R.json, and whether mpirun started them."""
+    returns what each rank wrote to BENCH_OUT/rank-R.json, and whether mpirun started them.
+    `code` runs after RANK_PROLOGUE."""
     from mlx_jupyter.net.ports import free_port_block
 
     hf = os.path.join(out_dir, "hosts.json")
@@ -142,6 +139,7 @@ def launch(n: int, code: str, env_extra: dict[str, str], transport: str, out_dir
            "BENCH_DIR": os.path.dirname(os.path.abspath(__file__)), "MLX_JUPYTER_TOKEN": os.urandom(8).hex(),
            "MLX_JUPYTER_TRANSPORT": transport}
     mpirun = mpirun_command(n)
+    code = RANK_PROLOGUE + code
     if mpirun:
         procs = [subprocess.Popen(mpirun + [sys.executable, "-c", code], env={**env, "BENCH_MPI": "1"}, cwd=out_dir)]
     else:

@@ -6,6 +6,8 @@ alike; every iteration is timed, and every result checked outside the timed call
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from typing import Any, Callable
 
@@ -16,6 +18,19 @@ clock = time.perf_counter
 
 #: name -> (call, check, barrier, prepare)
 Runner = tuple[Callable[[], Any], Callable[[Any], None], Callable[[], Any], Callable[[], Any]]
+
+
+def rank_setup() -> tuple[Any, int, list[int], float]:
+    """(the MPI communicator or None, this rank, the sizes, the iteration scale) from the
+    launcher's environment. Under mpirun, MPI comes first and gives MLX_RANK."""
+    comm = None
+    if os.environ.get("BENCH_MPI") == "1":
+        from mpi4py import MPI
+
+        comm = MPI.COMM_WORLD
+        os.environ["MLX_RANK"] = str(comm.rank)  # mpirun sets only its own rank variables
+    sizes = json.loads(os.environ["BENCH_SIZES"])
+    return comm, int(os.environ["MLX_RANK"]), sizes, float(os.environ.get("BENCH_SCALE", "1"))
 
 
 def iterations(nbytes: int, scale: float) -> int:

@@ -24,18 +24,6 @@ SIZES = [64, 1024, 4096, 16384]
 COLUMNS = ["board", "ring", "mpi"]
 
 RANK_CODE = r"""
-import json, os, sys
-import numpy as np
-USE_MPI = os.environ.get("BENCH_MPI") == "1"
-if USE_MPI:
-    from mpi4py import MPI
-    comm = MPI.COMM_WORLD
-    os.environ["MLX_RANK"] = str(comm.rank)
-RANK = int(os.environ["MLX_RANK"])
-sizes = json.loads(os.environ["BENCH_SIZES"])
-scale = float(os.environ.get("BENCH_SCALE", "1"))
-sys.path.insert(0, os.environ["BENCH_DIR"])
-from rank_timing import checker, measure
 from mlx_jupyter import distributed as dist
 
 g = dist.init(strict=True, backend="ring", timeout=60)
