@@ -33,7 +33,7 @@ void exchange(int fd, void* buf, size_t n, bool write, const Wait& wait, const s
   // A peer may be late to its side of the setup (busy, or its recv comes later):
   // wait for it as long as the op may wait, and honour abort and Ctrl-C meanwhile.
   const std::string waiting_for =
-      "waiting for " + peer + " to set up the link (it may still be starting, or be waiting for its other neighbour)";
+      "waiting for " + peer + " to set up the link (it may not have reached this call yet, or be waiting on another rank)";
   auto check = [&] { check_wait(wait, waiting_for); };
   if (!io_exact(fd, buf, n, write, wait.deadline, &why, check)) {
     check_wait(wait, waiting_for);  // past the deadline: a timeout, not a broken peer
