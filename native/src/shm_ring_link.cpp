@@ -17,6 +17,11 @@ namespace mlxj {
 
 namespace {
 
+// A send publishes at most this much at a time: the peer then folds what we just wrote
+// while it is still in cache, and we write the next part meanwhile (a whole message of
+// megabytes would be out of cache before the peer reads its start).
+constexpr size_t kPublishBytes = size_t(64) << 10;
+
 class ShmLink final : public Link {
  public:
   ShmLink(Fd bell, std::shared_ptr<SharedSegment> seg, bool creator, std::string name)
@@ -137,7 +142,7 @@ class ShmLink final : public Link {
                                          std::to_string(tx_read_) + ", " + std::to_string(w) + "]");
       tx_read_ = r;
     }
-    size_t n = std::min<size_t>(want, cap_ - (w - tx_read_));
+    size_t n = std::min({want, cap_ - size_t(w - tx_read_), kPublishBytes});
     if (n == 0) return false;
     size_t at = size_t(w % cap_), first = std::min(n, cap_ - at);
     gather(send_, send_.done, tx_ring_ + at, first);
