@@ -115,17 +115,23 @@ void Group::board_all_gather(const void* in, void* out, size_t nbytes, const Msg
 
 void Group::wait_board(uint64_t k, const MsgHeader& h, const Wait& wait) {
   int n = size(), next = 0;  // every rank below `next` has posted
+  auto all_posted = [&] {
+    while (next < n && (next == me_ || board_->posted(next, k, h))) ++next;
+    return next == n;
+  };
   Spin spin(board_hot_spin_);  // not restarted after a sleep: once spun, a wait only sleeps
   auto next_check = Clock::now() + kBusyCheck;
   for (;;) {
     uint32_t seen = board_->posts();  // before looking: a post after this wakes the sleep below
-    while (next < n && (next == me_ || board_->posted(next, k, h))) ++next;
-    if (next == n) return;
+    if (all_posted()) return;
     auto now = Clock::now();
     if (spin.step(now)) continue;
     wait.check_abort();
     if (board_->aborted_by() || now >= next_check || now >= wait.deadline) {
       next_check = now + kBusyCheck;
+      // The last posts may have come since the look above, and a rank done with the op may
+      // have aborted the group since: with every post in, the op is complete all the same.
+      if (all_posted()) return;
       check_board(next, k, h, wait, now);
     }
     auto until = std::min(next_check, wait.deadline);
