@@ -9,6 +9,7 @@
 #include <cmath>
 #include <csignal>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -122,32 +123,43 @@ PyTypeObject* ndarray_type() {
   return reinterpret_cast<PyTypeObject*>(type);
 }
 
-// The hot path of all_sum/max/min(x, out=out): numpy arrays, contiguous, of one dtype and
-// size, checked here through the buffer protocol. Returns false (nothing done, no error) for
-// anything else, which then takes the general path.
+// The hot paths' case: `in` and `out` exactly numpy arrays (looked at before their buffers
+// are asked for), C-contiguous, of one dtype, `out` writable. `ok` is false for anything else.
+struct NumpyPair {
+  std::optional<View> in, out;
+  Dtype t{};
+  bool ok = false;
+  NumpyPair(nb::handle i, nb::handle o) {
+    PyTypeObject* nd = ndarray_type();
+    if (Py_TYPE(i.ptr()) != nd || Py_TYPE(o.ptr()) != nd) return;
+    in.emplace(i, false);
+    out.emplace(o, true);
+    Dtype to;
+    ok = in->ok && out->ok && in->dtype(&t) && out->dtype(&to) && t == to;
+  }
+  size_t in_bytes() const { return size_t(in->buf.len); }
+  size_t out_bytes() const { return size_t(out->buf.len); }
+};
+
+// The hot path of all_sum/max/min(x, out=out): a NumpyPair of one size. Returns false
+// (nothing done, no error) for anything else, which then takes the general path.
 bool all_reduce_buffers(Group& g, nb::handle in, nb::handle out, int op, double timeout) {
-  PyTypeObject* nd = ndarray_type();
-  if (Py_TYPE(in.ptr()) != nd || Py_TYPE(out.ptr()) != nd || op < 0 || op > 2) return false;
-  View vi(in, false), vo(out, true);
-  Dtype ti, to;
-  if (!vi.ok || !vo.ok || !vi.dtype(&ti) || !vo.dtype(&to) || ti != to || vi.buf.len != vo.buf.len) return false;
+  if (op < 0 || op > 2) return false;
+  NumpyPair p(in, out);
+  if (!p.ok || p.in_bytes() != p.out_bytes()) return false;
   CallOptions o = call(timeout);
   nb::gil_scoped_release rel;
-  g.all_reduce(vi.buf.buf, vo.buf.buf, size_t(vi.buf.len) / dtype_size(ti), ti, ReduceOp(op), o);
+  g.all_reduce(p.in->buf.buf, p.out->buf.buf, p.in_bytes() / dtype_size(p.t), p.t, ReduceOp(op), o);
   return true;
 }
 
 // The same for all_gather(x, out=out): `out` holds size() times `x`'s bytes.
 bool all_gather_buffers(Group& g, nb::handle in, nb::handle out, double timeout) {
-  PyTypeObject* nd = ndarray_type();
-  if (Py_TYPE(in.ptr()) != nd || Py_TYPE(out.ptr()) != nd) return false;
-  View vi(in, false), vo(out, true);
-  Dtype ti, to;
-  if (!vi.ok || !vo.ok || !vi.dtype(&ti) || !vo.dtype(&to) || ti != to || vo.buf.len != vi.buf.len * g.size())
-    return false;
+  NumpyPair p(in, out);
+  if (!p.ok || p.out_bytes() != p.in_bytes() * size_t(g.size())) return false;
   CallOptions o = call(timeout);
   nb::gil_scoped_release rel;
-  g.all_gather(vi.buf.buf, vo.buf.buf, size_t(vi.buf.len), ti, o);
+  g.all_gather(p.in->buf.buf, p.out->buf.buf, p.in_bytes(), p.t, o);
   return true;
 }
 

@@ -95,9 +95,7 @@ void Group::join_board(const MsgHeader& h, const Wait& wait) {
 // computes the same bits, as on the ring's small path.
 void Group::board_all_reduce(const void* in, void* out, size_t count, Dtype t, ReduceOp op, const MsgHeader& h,
                              const Wait& wait) {
-  uint64_t k = ++board_ops_;
-  board_->post(k, h, in, count * dtype_size(t));
-  wait_board(k, h, wait);
+  uint64_t k = board_exchange(in, count * dtype_size(t), h, wait);
   if (count == 0) return;  // a barrier, or an empty vector
   reduce_to(out, board_->data(0, k), board_->data(1, k), count, t, op);
   for (int r = 2; r < size(); ++r) reduce_into(out, board_->data(r, k), count, t, op);
@@ -106,11 +104,18 @@ void Group::board_all_reduce(const void* in, void* out, size_t count, Dtype t, R
 // Post, wait for every other rank's post, copy all out in rank order. `in` may be this
 // rank's block of `out`: the copy comes from our slot, which holds it already.
 void Group::board_all_gather(const void* in, void* out, size_t nbytes, const MsgHeader& h, const Wait& wait) {
+  uint64_t k = board_exchange(in, nbytes, h, wait);
+  auto* o = static_cast<uint8_t*>(out);
+  for (int r = 0; r < size() && nbytes; ++r) std::memcpy(o + size_t(r) * nbytes, board_->data(r, k), nbytes);
+}
+
+// Every board op: post this rank's bytes as the next op, wait for every other rank's post.
+// Returns the op's number: its slots (board_->data(r, k)) hold all contributions.
+uint64_t Group::board_exchange(const void* in, size_t nbytes, const MsgHeader& h, const Wait& wait) {
   uint64_t k = ++board_ops_;
   board_->post(k, h, in, nbytes);
   wait_board(k, h, wait);
-  auto* o = static_cast<uint8_t*>(out);
-  for (int r = 0; r < size() && nbytes; ++r) std::memcpy(o + size_t(r) * nbytes, board_->data(r, k), nbytes);
+  return k;
 }
 
 void Group::wait_board(uint64_t k, const MsgHeader& h, const Wait& wait) {

@@ -135,6 +135,7 @@ class Group : public std::enable_shared_from_this<Group> {
   void board_all_reduce(const void* in, void* out, size_t count, Dtype t, ReduceOp op, const MsgHeader& h,
                         const Wait& wait);
   void board_all_gather(const void* in, void* out, size_t nbytes, const MsgHeader& h, const Wait& wait);
+  uint64_t board_exchange(const void* in, size_t nbytes, const MsgHeader& h, const Wait& wait);
   void wait_board(uint64_t k, const MsgHeader& h, const Wait& wait);
   void check_board(int first_missing, uint64_t k, const MsgHeader& h, const Wait& wait, Clock::time_point now);
   MsgHeader header(OpCode op, Dtype t, size_t nbytes);
