@@ -18,7 +18,7 @@ import platform
 import sys
 import tempfile
 
-from allreduce import human, launch, saved_output, slower_rank_median
+from allreduce import human, launch, ratio, saved_output, slower_rank_median
 
 SIZES = [64, 1024, 4096, 16384]
 COLUMNS = ["board", "ring", "mpi"]
@@ -70,10 +70,6 @@ with open(os.path.join(os.environ["BENCH_OUT"], f"rank-{RANK}.json"), "w") as fh
 
 def cell(t: float | None) -> str:
     return f"{t * 1e6:9.1f}" if t else f"{'-':>9}"
-
-
-def ratio(a: float | None, b: float | None) -> str:
-    return f"{a / b:8.2f}" if a and b else f"{'-':>8}"
 
 
 def table(n: int, per_rank: list[dict]) -> None:
