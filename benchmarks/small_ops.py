@@ -1,5 +1,5 @@
 """Small collectives at 3+ local ranks: our core through the board, our core over the ring
-(the same ranks, a group formed with MLX_JUPYTER_BOARD=0), and Open MPI (mpi4py), in the
+(the same ranks, a split of the group with the board turned off), and Open MPI (mpi4py), in the
 same rank processes started by mpirun.
 
 Ops: all_gather and all_sum of float32 vectors of 64 B to 16 KiB per rank (the board's
@@ -29,10 +29,10 @@ from mlx_jupyter import distributed as dist
 g = dist.init(strict=True, backend="ring", timeout=60)
 n = g.size()
 g.barrier()  # the first small op: g joins the board (its ranks share this host)
-os.environ["MLX_JUPYTER_BOARD"] = "0"
-ring = g.split(0)  # the same ranks in the same order, deciding without the board
+no_board = g.options
+no_board.board = False
+ring = g.split(0, options=no_board)  # the same ranks in the same order, deciding without the board
 ring.barrier()
-del os.environ["MLX_JUPYTER_BOARD"]
 assert "board:shm" in g.link_kinds() and "board:shm" not in ring.link_kinds(), (g.link_kinds(), ring.link_kinds())
 
 times = {}

@@ -1,7 +1,8 @@
 """The Python face of the collective core, named like `mlx.core.distributed`.
 
-`init()` forms a group from MLX's environment contract (MLX_RANK, MLX_HOSTFILE);
-ops take numpy, MLX or torch arrays (or any buffer-protocol/DLPack object) and
+`init()` forms a group from MLX's environment contract (MLX_RANK, MLX_HOSTFILE),
+read once per call into a RankEnv (:mod:`mlx_jupyter.launch.rank_env` names every
+variable); ops take numpy, MLX or torch arrays (or any buffer-protocol/DLPack object) and
 return the input's type. Every op accepts `timeout=` (seconds; default from
 MLX_JUPYTER_TIMEOUT, unset = wait) and is interrupted by Ctrl-C. A failure,
 timeout or interrupt aborts the group on this rank and its peers fail at once;
@@ -14,7 +15,6 @@ dials the higher rank's first hostfile address).
 
 from __future__ import annotations
 
-import os
 import threading
 import warnings
 from typing import Any, Sequence
@@ -25,8 +25,9 @@ from mlx_jupyter import _core
 from mlx_jupyter.hostfile import BACKENDS  # the one list of backends, re-exported here
 from mlx_jupyter.core.auth_warning import warn_if_unauthenticated
 from mlx_jupyter.core import arrays
-from mlx_jupyter.core.group import OPS, CoreGroup, Group, MlxGroup, env_seconds, seconds
-from mlx_jupyter.core.rank_env import RankEnvError, read_ring_env
+from mlx_jupyter.core.group import OPS, CoreGroup, Group, MlxGroup, core_options, seconds
+from mlx_jupyter.launch import rank_env
+from mlx_jupyter.launch.rank_env import RankEnv, RankEnvError, RingEnv
 
 DistributedError = _core.DistributedError
 PeerError = _core.PeerError
@@ -52,7 +53,7 @@ def backends() -> list[dict[str, Any]]:
     """For each backend: name, available (machine and MLX build), machine, mlx (True/False/None), detail, fix."""
     from mlx_jupyter.core.mlx_backends import combine
 
-    return [combine(dict(d)) for d in _core.backends()]
+    return [combine(dict(d)) for d in _core.backends(rank_env.current().mpi_libname)]
 
 
 def is_available(backend: str = "any") -> bool:
@@ -67,34 +68,24 @@ def _check_name(backend: str) -> None:
         raise ValueError(f"unknown backend {backend!r}: valid names are {', '.join(VALID)}")
 
 
-def _singleton() -> Group:
-    return CoreGroup(_core.Group.world(0, [[]], "", False, -1.0), "singleton")
+def _singleton(env: RankEnv) -> Group:
+    return CoreGroup(_core.Group.world(0, [[]], core_options(env), -1.0), "singleton", env.timeout)
 
 
-TRANSPORTS = ("auto", "tcp")
-
-
-def _form_ring(timeout: float | None) -> Group:
-    transport = os.environ.get("MLX_JUPYTER_TRANSPORT", "auto") or "auto"
-    if transport not in TRANSPORTS:
-        raise SetupError(f"MLX_JUPYTER_TRANSPORT={transport!r} is not one of {', '.join(TRANSPORTS)}")
-    env = read_ring_env()
-    if env is None:
-        raise SetupError("the ring backend needs MLX_RANK and MLX_HOSTFILE (set by `mlx-jupyter launch` or mlx.launch)")
-    token = os.environ.get("MLX_JUPYTER_TOKEN", "")
-    verbose = bool(os.environ.get("MLX_RING_VERBOSE") or os.environ.get("MLX_JUPYTER_VERBOSE"))
-    t = seconds(timeout)
+def _form_ring(env: RankEnv, ring: RingEnv | None, timeout: float | None) -> Group:
+    ring = ring or rank_env.load_ring(env)
+    if ring is None:
+        raise SetupError(f"the ring backend needs {rank_env.RANK} and {rank_env.HOSTFILE} "
+                         "(set by `mlx-jupyter launch` or mlx.launch)")
+    t = seconds(timeout, env.timeout)
     if t < 0:  # forming the ring must not wait forever for a peer that never starts
-        t = env_seconds("MLX_JUPYTER_CONNECT_TIMEOUT", 120.0)
-    dead = env_seconds("MLX_JUPYTER_DEAD_PEER_TIMEOUT", 10.0)
-    if not 0 < dead <= 86400:
-        raise ValueError(f"MLX_JUPYTER_DEAD_PEER_TIMEOUT={dead!r} must be a number of seconds in (0, 86400]")
+        t = env.connect_timeout
     try:
-        core = _core.Group.world(env.rank, env.addresses, token, verbose, t)
+        core = _core.Group.world(ring.rank, ring.addresses, core_options(env), t)
     except SetupError as exc:
-        raise SetupError(f"{exc} [rank {env.rank}, {env.source}]") from None
-    warn_if_unauthenticated(token, env.addresses)
-    return CoreGroup(core, "ring")
+        raise SetupError(f"{exc} [rank {ring.rank}, {ring.source}]") from None
+    warn_if_unauthenticated(env, ring.addresses)
+    return CoreGroup(core, "ring", env.timeout)
 
 
 def init(strict: bool = False, backend: str = "any", *, timeout: float | None = None) -> Group:
@@ -112,10 +103,14 @@ def init(strict: bool = False, backend: str = "any", *, timeout: float | None = 
                 return _world
             _world.close("re-formed by init()")
             _world = None
+        env = rank_env.current()
+        names = _candidates(backend, env)
+        # A launched ring rank's broken hostfile is an error naming the file, whatever `strict` says.
+        ring = rank_env.load_ring(env) if backend == "any" and "ring" in names else None
         errors: list[str] = []
-        for name in _candidates(backend):
+        for name in names:
             try:
-                _world = _form(name, timeout)
+                _world = _form(name, env, ring, timeout)
                 return _world
             except (RankEnvError, SetupError, RuntimeError) as exc:
                 if strict and backend != "any":
@@ -123,12 +118,11 @@ def init(strict: bool = False, backend: str = "any", *, timeout: float | None = 
                 errors.append(f"{name}: {exc}")
         # A configured ring (launched rank) that cannot form is an error: a silent
         # one-rank group would compute wrong results on every rank.
-        launched = bool(os.environ.get("MLX_RANK") or os.environ.get("MLX_HOSTFILE"))
-        if strict or (errors and launched):
+        if strict or (errors and env.launched):
             raise SetupError("Couldn't initialize any backend:\n  " + "\n  ".join(errors or [_NOTHING_CONFIGURED]))
         if errors:
             warnings.warn("mlx_jupyter: falling back to a single-rank group: " + "; ".join(errors), stacklevel=2)
-        _world = _singleton()
+        _world = _singleton(env)
         return _world
 
 
@@ -137,29 +131,22 @@ _NOTHING_CONFIGURED = ("nothing is configured: the ring needs MLX_RANK and MLX_H
                        "environment (MLX_WORLD_SIZE/NCCL_HOST_IP, MLX_JACCL_COORDINATOR)")
 
 
-def _candidates(backend: str) -> list[str]:
+def _candidates(backend: str, env: RankEnv) -> list[str]:
     if backend != "any":
         return [backend]
-    env = os.environ
-    names = []
-    if env.get("MLX_WORLD_SIZE") and env.get("NCCL_HOST_IP"):
-        names.append("nccl")
-    if read_ring_env() is not None and not env.get("MLX_JACCL_COORDINATOR") and not env.get("NCCL_HOST_IP"):
+    names = ["nccl"] if "nccl" in env.launchers else []
+    if env.ring_configured and not {"nccl", "jaccl"} & set(env.launchers):
         names.append("ring")
-    if env.get("OMPI_COMM_WORLD_SIZE") or env.get("PMI_SIZE"):
-        names.append("mpi")
-    if env.get("MLX_JACCL_COORDINATOR") or env.get("JACCL_COORDINATOR"):
-        names.append("jaccl")
-    return names
+    return names + [name for name in ("mpi", "jaccl") if name in env.launchers]
 
 
-def _form(name: str, timeout: float | None) -> Group:
+def _form(name: str, env: RankEnv, ring: RingEnv | None, timeout: float | None) -> Group:
     if name == "ring":
-        return _form_ring(timeout)
+        return _form_ring(env, ring, timeout)
     status = next(b for b in backends() if b["name"] == name)
     if not status["available"]:
         raise SetupError(f"the {name} backend is not available here: {status['detail']}; fix: {status['fix']}")
-    return MlxGroup.form(name)
+    return MlxGroup.form(name, env.timeout)
 
 
 def shutdown() -> None:

@@ -8,14 +8,13 @@ plain JSON list of hosts or the object form
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence, Union
 
-from mlx_jupyter.net.hosts import format_addr, runs_here, split_addr
+from mlx_jupyter.net.hosts import format_addr, is_ip, runs_here
 from mlx_jupyter.net.ports import CORE_PORT_OFFSET
 
 RdmaEntry = Union[str, list[str], None]
@@ -62,15 +61,6 @@ class Hostfile:
     hosts: list[Host]
     backend: str | None = None
     envs: list[str] = field(default_factory=list)
-
-
-def is_ip(text: str) -> bool:
-    """Whether ``text`` is an IPv4 or IPv6 address."""
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 def check_ssh_name(name: Any, where: str = "host") -> str:
@@ -287,23 +277,6 @@ def resolve_hosts(hosts: Union[str, Path, Sequence[Host], None], repeat: int = 1
     for i, h in enumerate(hosts):
         check_ssh_name(h.ssh, f"host {i}")
     return repeat_hosts(hosts, repeat)
-
-
-def parse_ring_hostfile(data: Any) -> list[list[tuple[str, int]]]:
-    """A ring hostfile as MLX reads it from ``MLX_HOSTFILE`` (per rank, its ``ip:port`` list, or one
-    ``ip:port``) -> (host, port)s. ValueError names the rank when it is not that shape."""
-    if not isinstance(data, list) or not data:
-        raise ValueError("a ring hostfile is a non-empty JSON list, per rank a list of \"ip:port\"")
-    out = []
-    for rank, row in enumerate(data):
-        row = [row] if isinstance(row, str) else row
-        if not isinstance(row, list) or not row:
-            raise ValueError(f"rank {rank}: expected a non-empty list of \"ip:port\", got {row!r}")
-        try:
-            out.append([split_addr(a) for a in row])
-        except ValueError as exc:
-            raise ValueError(f"rank {rank}: {exc}") from None
-    return out
 
 
 def ring_ports(hosts: Sequence[Host], starting_port: int = 32323, connections_per_ip: int = 1) -> list[list[str]]:

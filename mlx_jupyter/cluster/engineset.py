@@ -18,6 +18,7 @@ from ipyparallel.cluster.launcher import EngineLauncher, NotRunning
 from traitlets import Any as TAny
 from traitlets import Dict, Integer, List, Unicode, default
 
+from mlx_jupyter.launch import rank_env
 from mlx_jupyter.net.hosts import is_local
 from mlx_jupyter.net.ports import free_port_block
 
@@ -88,7 +89,7 @@ class MLXEngineSetLauncher(EngineLauncher):
             else:
                 port = 32323
         env = dict(self.get_env())
-        env.update({"MLX_JUPYTER_BACKEND": self.backend, "MLX_JUPYTER_SIZE": str(count)})
+        env.update(rank_env.variables(backend=self.backend, size=count))
         # every rank the same plots, local or remote: not whatever backend the notebook's kernel had
         env.setdefault("MPLBACKEND", RANK_MPLBACKEND)
         self.rank_output = {r: [] for r in range(count)}

@@ -19,7 +19,6 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 import ipyparallel as ipp
 
 from mlx_jupyter.cluster.cells.hub import CellHub
-from mlx_jupyter.cluster.cells.wire import PORT_ENV
 from mlx_jupyter.cluster.cells.zmqwatch import watch_queues
 from mlx_jupyter.cluster.control import Control
 from mlx_jupyter.cluster.data import Data
@@ -32,10 +31,11 @@ from mlx_jupyter.cluster.ipp_compat import (
 from mlx_jupyter.cluster.processes import process_tree, rank_pids, reap
 from mlx_jupyter.cluster.readiness import ProgressCallback, Readiness
 from mlx_jupyter.cluster.supervision import Supervision
+from mlx_jupyter.launch import rank_env
 from mlx_jupyter.net.hosts import LOCAL_HOSTS, is_local
 
 __all__ = ["Cluster", "ClusterError", "MLXEngineSetLauncher", "IPP_FIX", "check_ipyparallel",
-           "ipyparallel_problems", "FAST_CONTROLLER_ARGS", "LOCAL_HOSTS", "CHANNEL_ENV"]
+           "ipyparallel_problems", "FAST_CONTROLLER_ARGS", "LOCAL_HOSTS"]
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +48,6 @@ FAST_CONTROLLER_ARGS = [
     "--HeartMonitor.period=50",
     "--HeartMonitor.max_heartmonitor_misses=100",
 ]
-
-#: "0" turns the direct cell channel off (cells then go through the controller)
-CHANNEL_ENV = "MLX_JUPYTER_CELL_CHANNEL"
 
 
 def _settings(hostfile: Optional[str], backend: Optional[str], env: Optional[Mapping[str, str]]) -> Any:
@@ -135,7 +132,7 @@ class Cluster(Readiness, Supervision, Control, Data):
         self._controller_pids: list[int] = []
         self.rank_exit_callbacks: list[Callable[[int, Optional[int]], None]] = []
         if cell_channel is None:
-            cell_channel = os.environ.get(CHANNEL_ENV, "1") != "0"
+            cell_channel = os.environ.get(rank_env.CELL_CHANNEL, "1") != "0"  # "0": through the controller
         self.cell_channel = cell_channel
         self.hub: Optional[CellHub] = None
         self.owner: Optional[dict[str, Any]] = None  # set by connect(): the process that owns the ranks
@@ -178,7 +175,7 @@ class Cluster(Readiness, Supervision, Control, Data):
         es.python = self.python
         es.environment = dict(self.env)
         if self.hub is not None:
-            es.environment[PORT_ENV] = str(self.hub.port)
+            es.environment.update(rank_env.variables(cell_port=self.hub.port))
         es.starting_port = self.starting_port
         if self.cwd:
             es.rank_cwd = self.cwd

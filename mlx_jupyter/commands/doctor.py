@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 
 
 def table(rows: list[dict]) -> str:
@@ -27,8 +28,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true", help="print the table as JSON")
     args = parser.parse_args(argv)
     from mlx_jupyter.distributed import backends
+    from mlx_jupyter.launch.rank_env import RankEnvError
 
-    rows = backends()
+    try:
+        rows = backends()
+    except RankEnvError as exc:
+        print(f"mlx-jupyter doctor: {exc}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0

@@ -1,1 +1,1 @@
-"""The collective core's Python side: groups (ours and MLX's), array interop, the rank's environment."""
+"""The collective core's Python side: groups (ours and MLX's), array interop, the no-token warning."""

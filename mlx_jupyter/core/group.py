@@ -16,39 +16,23 @@ import numpy as np
 
 from mlx_jupyter import _core
 from mlx_jupyter.core import arrays
+from mlx_jupyter.launch.rank_env import RankEnv, check_seconds
 
 #: reduction name -> the core's op code (the hot path takes codes, not strings)
 OPS = {"sum": 0, "max": 1, "min": 2}
 
 
-def check_seconds(value: float, what: str) -> float:
-    """A timeout in seconds: -1 waits, inf (or huge) has no deadline; NaN and other negatives are errors."""
-    if math.isnan(value) or (value < 0 and value != -1):
-        raise ValueError(f"{what} must be >= 0 seconds (or -1 to wait), got {value}")
-    return float(value)
+def core_options(env: RankEnv) -> _core.CoreOptions:
+    """The native core's settings from the rank's environment (the core itself reads none)."""
+    return _core.CoreOptions(token=env.token, verbose=env.verbose, shm=env.transport != "tcp",
+                             named_shm=env.shm == "named", board=env.board,
+                             dead_peer_timeout=env.dead_peer_timeout, host_id=env.host_id)
 
 
-def env_seconds(name: str, default: float) -> float:
-    """Seconds from environment variable `name`, `default` when unset; checked as check_seconds."""
-    text = os.environ.get(name)
-    if not text:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"{name}={text!r} is not a number of seconds") from None
-    return check_seconds(value, f"{name}={text!r}")
-
-
-def env_timeout() -> float:
-    """MLX_JUPYTER_TIMEOUT in seconds, or -1 (wait) when unset."""
-    return env_seconds("MLX_JUPYTER_TIMEOUT", -1.0)
-
-
-def seconds(timeout: float | None, default: float | None = None) -> float:
-    """Seconds for the core (-1 = wait): `timeout`, else `default`, else MLX_JUPYTER_TIMEOUT."""
+def seconds(timeout: float | None, default: float) -> float:
+    """Seconds for the core (-1 = wait): `timeout`, checked, else `default` (checked when read)."""
     if timeout is None:
-        return env_timeout() if default is None else default
+        return default
     return check_seconds(timeout, "timeout")
 
 
@@ -64,10 +48,10 @@ class Group:
     #: (x, out, timeout) -> True when gathered into out, False to take `all_gather`
     fast_gather: Callable[[Any, Any, float], bool] = staticmethod(_no_fast_path)
 
-    def __init__(self, backend: str):
+    def __init__(self, backend: str, default_timeout: float = -1.0):
         self.backend = backend
-        #: seconds an op may block when it is given no timeout= (-1: wait); from MLX_JUPYTER_TIMEOUT
-        self.default_timeout: float = env_timeout()
+        #: seconds an op may block when it is given no timeout= (-1: wait); RankEnv.timeout for the world
+        self.default_timeout: float = check_seconds(default_timeout, "default_timeout")
 
     def timeout(self, timeout: float | None) -> float:
         """Seconds for the core (-1 = wait): the call's, else this group's default."""
@@ -136,8 +120,8 @@ def _prepare_out(out: Any, shape: tuple[int, ...], dtype: str, op: str) -> array
 class CoreGroup(Group):
     """A group of our native core (the ring backend, and the singleton)."""
 
-    def __init__(self, core: _core.Group, backend: str = "ring"):
-        super().__init__(backend)
+    def __init__(self, core: _core.Group, backend: str = "ring", default_timeout: float = -1.0):
+        super().__init__(backend, default_timeout)
         self._core = core
         # numpy in and out, contiguous, one dtype and size: checked and run in one native call
         self.fast_reduce = core.all_reduce_buffers
@@ -149,8 +133,17 @@ class CoreGroup(Group):
     def size(self) -> int:
         return self._core.size()
 
-    def split(self, color: int, key: int = -1, *, timeout: float | None = None) -> "CoreGroup":
-        return CoreGroup(self._core.split(int(color), int(key), self.timeout(timeout)), self.backend)
+    def split(self, color: int, key: int = -1, *, timeout: float | None = None,
+              options: _core.CoreOptions | None = None) -> "CoreGroup":
+        """As Group.split; `options` (the same on every rank of the new group) replace this group's
+        core settings for it, except the connections' token, verbosity and dead-peer timeout."""
+        core = self._core.split(int(color), int(key), self.timeout(timeout), options)
+        return CoreGroup(core, self.backend, self.default_timeout)
+
+    @property
+    def options(self) -> _core.CoreOptions:
+        """A copy of this group's core settings (change it and pass it to split() for a variant)."""
+        return self._core.options
 
     def barrier(self, *, timeout: float | None = None) -> None:
         self._core.barrier(self.timeout(timeout))
@@ -209,13 +202,13 @@ class CoreGroup(Group):
 class MlxGroup(Group):
     """An `mx.distributed.Group` with the names and array types of our API."""
 
-    def __init__(self, mx_group: Any, backend: str):
-        super().__init__(backend)
+    def __init__(self, mx_group: Any, backend: str, default_timeout: float = -1.0):
+        super().__init__(backend, default_timeout)
         self._g = mx_group
         self._aborted = ""
 
     @classmethod
-    def form(cls, backend: str) -> "MlxGroup":
+    def form(cls, backend: str, default_timeout: float = -1.0) -> "MlxGroup":
         import mlx.core as mx
 
         if backend == "jaccl-ring":
@@ -223,7 +216,7 @@ class MlxGroup(Group):
             backend_mx = "jaccl"
         else:
             backend_mx = backend
-        return cls(mx.distributed.init(strict=True, backend=backend_mx), backend)
+        return cls(mx.distributed.init(strict=True, backend=backend_mx), backend, default_timeout)
 
     def rank(self) -> int:
         return self._g.rank()
@@ -232,7 +225,7 @@ class MlxGroup(Group):
         return self._g.size()
 
     def split(self, color: int, key: int = -1, *, timeout: float | None = None) -> "MlxGroup":
-        return MlxGroup(self._g.split(color, key), self.backend)
+        return MlxGroup(self._g.split(color, key), self.backend, self.default_timeout)
 
     def barrier(self, *, timeout: float | None = None) -> None:
         self._collective("all_sum", np.zeros(1, np.int32))

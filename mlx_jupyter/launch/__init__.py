@@ -1,7 +1,24 @@
-"""Processes on ranks, locally or over ssh: :class:`Launcher` and the ``launch`` CLI."""
+"""Processes on ranks, locally or over ssh: :class:`Launcher` and the ``launch`` CLI.
 
-from mlx_jupyter.launch.errors import LaunchError
-from mlx_jupyter.launch.launcher import Launcher
-from mlx_jupyter.launch.rankinfo import RankInfo
+Names are loaded on first use, so that a rank importing the environment contract
+(:mod:`mlx_jupyter.launch.rank_env`) does not import the launcher.
+"""
 
-__all__ = ["Launcher", "LaunchError", "RankInfo"]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_NAMES = {
+    "Launcher": "mlx_jupyter.launch.launcher",
+    "LaunchError": "mlx_jupyter.launch.errors",
+    "RankInfo": "mlx_jupyter.launch.rankinfo",
+}
+
+__all__ = sorted(_NAMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _NAMES:
+        return getattr(importlib.import_module(_NAMES[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

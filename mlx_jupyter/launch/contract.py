@@ -2,7 +2,8 @@
 
 Pure. A launcher writes each ``files`` payload to a temp file on the rank's
 host and sets the named variable to its path, as MLX's own launcher does
-(``MLX_HOSTFILE``, ``MLX_IBV_DEVICES``).
+(``MLX_HOSTFILE``, ``MLX_IBV_DEVICES``). The variables' names, and the reader a
+rank uses, are :mod:`mlx_jupyter.launch.rank_env`.
 """
 
 from __future__ import annotations
@@ -14,9 +15,7 @@ from typing import Mapping, Sequence
 
 from mlx_jupyter.net.hosts import format_addr
 from mlx_jupyter.hostfile import BACKENDS, Host, HostfileError, ring_ports
-
-#: Variable carrying the per-launch secret our core uses to authenticate peers.
-TOKEN_VAR = "MLX_JUPYTER_TOKEN"
+from mlx_jupyter.launch import rank_env
 
 
 class ContractError(ValueError):
@@ -104,7 +103,7 @@ def plan_ranks(
     n = len(hosts)
     common: dict[str, str] = dict(env or {})
     if token is not None:
-        common[TOKEN_VAR] = token
+        common.update(rank_env.variables(token=token))
     files: dict[str, str] = {}
     per_rank: list[dict[str, str]] = [{} for _ in hosts]
 
@@ -117,28 +116,28 @@ def plan_ranks(
         # forever): with a single rank we leave MLX_HOSTFILE unset so that
         # init() falls back to a singleton group at once.
         if n > 1:
-            files["MLX_HOSTFILE"] = json.dumps(plan)
+            files[rank_env.HOSTFILE] = json.dumps(plan)
         if verbose:
-            common["MLX_RING_VERBOSE"] = "1"
+            common[rank_env.RING_VERBOSE] = "1"
     elif backend in ("jaccl", "jaccl-ring"):
         ring = backend == "jaccl-ring"
         ip = _need_rank0_ip(hosts, backend)
         matrix = check_rdma(hosts, ring) if n > 1 else [[None]]
-        common["MLX_JACCL_COORDINATOR"] = format_addr(ip, starting_port)
+        common[rank_env.JACCL_COORDINATOR] = format_addr(ip, starting_port)
         if ring:
             common["MLX_JACCL_RING"] = "1"
         files["MLX_IBV_DEVICES"] = json.dumps(matrix)
     elif backend == "nccl":
-        common["NCCL_HOST_IP"] = _need_rank0_ip(hosts, backend)
+        common[rank_env.NCCL_HOST_IP] = _need_rank0_ip(hosts, backend)
         common["NCCL_PORT"] = str(nccl_port)
-        common["MLX_WORLD_SIZE"] = str(n)
+        common[rank_env.WORLD_SIZE] = str(n)
         if verbose:
             common.setdefault("NCCL_DEBUG", "INFO")
         for r in range(n):
             per_rank[r]["CUDA_VISIBLE_DEVICES"] = str(_local_index(hosts, r))
 
     return [
-        RankPlan(r, hosts[r], {**common, **per_rank[r], "MLX_RANK": str(r)}, dict(files))
+        RankPlan(r, hosts[r], {**common, **per_rank[r], rank_env.RANK: str(r)}, dict(files))
         for r in range(n)
     ]
 
@@ -164,12 +163,12 @@ def plan_mpi(
     text = "".join(f"{h} slots={k}\n" for h, k in slots.items())
     out: dict[str, str] = {}
     if libname:
-        out["MLX_MPI_LIBNAME"] = libname
+        out[rank_env.MPI_LIBNAME] = libname
     out.update(env or {})
     if libdir:
         var = "DYLD_LIBRARY_PATH" if darwin else "LD_LIBRARY_PATH"
         rest = out.get(var, (inherited or {}).get(var, ""))
         out[var] = ":".join([libdir, *(p for p in rest.split(":") if p and p != libdir)])
     if token is not None:
-        out[TOKEN_VAR] = token
+        out.update(rank_env.variables(token=token))
     return MPIPlan(text, out, len(hosts), [h for h, k in slots.items() for _ in range(k)])

@@ -1,12 +1,13 @@
 // mlx_jupyter._core.Group: the collectives, with the GIL released around every blocking call.
 #include <nanobind/stl/function.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <atomic>
 #include <chrono>
-#include <cmath>
 #include <csignal>
 #include <mutex>
 #include <optional>
@@ -80,9 +81,8 @@ Dtype check_in_out(const InArray& in, const AnyArray& out, bool size_ok, const c
 }  // namespace
 
 CallOptions call(double timeout) {
-  // -1 waits; inf or huge means no deadline (the core clamps); NaN and other negatives are mistakes.
-  if (std::isnan(timeout) || (timeout < 0 && timeout != -1))
-    throw std::invalid_argument("timeout must be >= 0 seconds (or -1 to wait), got " + std::to_string(timeout));
+  // Checked by the caller (mlx_jupyter.launch.rank_env.check_seconds, the one rule): -1 waits;
+  // inf, huge, and anything else the core cannot use as a deadline, waits too.
   CallOptions o;
   o.timeout = timeout;
   t_next_full_check = {};  // the op's first check takes the GIL once
@@ -165,25 +165,52 @@ bool all_gather_buffers(Group& g, nb::handle in, nb::handle out, double timeout)
 
 }  // namespace
 
+void bind_options(nb::module_& m) {
+  using namespace nb::literals;
+  nb::class_<CoreOptions>(m, "CoreOptions",
+                          "What the core is told when a world or a split is made (RankEnv fills it; the core "
+                          "reads no environment variable).")
+      .def(
+          "__init__",
+          [](CoreOptions* o, std::string token, bool verbose, bool shm, bool named_shm, bool board,
+             double dead_peer_timeout, std::string host_id, size_t small_limit) {
+            new (o) CoreOptions{std::move(token), verbose, shm,   named_shm,
+                                board,            dead_peer_timeout, std::move(host_id), small_limit};
+          },
+          "token"_a = "", "verbose"_a = false, "shm"_a = true, "named_shm"_a = false, "board"_a = true,
+          "dead_peer_timeout"_a = 10.0, "host_id"_a = "", "small_limit"_a = CoreOptions{}.small_limit)
+      .def_rw("token", &CoreOptions::token, "The job's secret; peers prove they hold it.")
+      .def_rw("verbose", &CoreOptions::verbose, "Log accepted and refused connections.")
+      .def_rw("shm", &CoreOptions::shm, "Links between ranks of one host may use shared memory.")
+      .def_rw("named_shm", &CoreOptions::named_shm, "Named POSIX shared memory even where memfd exists.")
+      .def_rw("board", &CoreOptions::board, "Small ops of a one-host group of 3+ ranks go through the board.")
+      .def_rw("dead_peer_timeout", &CoreOptions::dead_peer_timeout, "Seconds a silent peer host counts as alive.")
+      .def_rw("host_id", &CoreOptions::host_id, "This machine's identity (\"\": the real one).")
+      .def_rw("small_limit", &CoreOptions::small_limit, "All-reduces up to this many bytes gather, larger take the ring.");
+}
+
 void bind_group(nb::module_& m) {
   using namespace nb::literals;
+  bind_options(m);
   nb::class_<Group>(m, "Group", "A group of ranks of our core: the ring world, or a split of it.")
       .def_static(
           "world",
-          [](int rank, const std::vector<std::vector<std::string>>& addrs, const std::string& token, bool verbose,
+          [](int rank, const std::vector<std::vector<std::pair<std::string, int>>>& addrs, const CoreOptions& options,
              double timeout) {
             std::vector<std::vector<Endpoint>> eps;
             for (const auto& row : addrs) {
               eps.emplace_back();
-              for (const auto& a : row) eps.back().push_back(parse_endpoint(a));
+              for (const auto& [host, port] : row) eps.back().push_back(Endpoint{host, port});
             }
             if (rank < 0 || rank >= int(eps.size())) throw std::invalid_argument("rank out of range");
             CallOptions o = call(timeout);
             nb::gil_scoped_release rel;
-            return Group::world(rank, std::move(eps), token, verbose, o);
+            return Group::world(rank, std::move(eps), options, o);
           },
-          "rank"_a, "addresses"_a, "token"_a, "verbose"_a, "timeout"_a,
-          "Forms the world: `addresses` per rank (\"ip:port\" strings), within `timeout` seconds.")
+          "rank"_a, "addresses"_a, "options"_a, "timeout"_a,
+          "Forms the world: `addresses` per rank ((host, port) pairs, as mlx_jupyter.net.hosts.split_addr "
+          "returns them), within `timeout` seconds.")
+      .def_prop_ro("options", [](const Group& g) { return g.options(); }, "A copy of this group's CoreOptions.")
       .def("rank", &Group::rank)
       .def("size", &Group::size)
       .def("world_rank", &Group::world_rank)
@@ -198,11 +225,13 @@ void bind_group(nb::module_& m) {
         nb::gil_scoped_release rel;
         g.close(reason);
       }, "reason"_a)
-      .def("split", [](Group& g, int color, int key, double timeout) {
+      .def("split", [](Group& g, int color, int key, double timeout, std::optional<CoreOptions> options) {
         CallOptions o = call(timeout);
         nb::gil_scoped_release rel;
-        return g.split(color, key, o);
-      }, "color"_a, "key"_a, "timeout"_a)
+        return g.split(color, key, o, options ? &*options : nullptr);
+      }, "color"_a, "key"_a, "timeout"_a, "options"_a = nb::none(),
+      "Ranks calling with the same color form a new group; `options` (the same on each of them) replace "
+      "this group's, except the connections' token, verbosity and dead-peer timeout.")
       .def("barrier", [](Group& g, double timeout) {
         CallOptions o = call(timeout);
         nb::gil_scoped_release rel;

@@ -5,6 +5,7 @@
 
 #include "bindings.h"
 #include "mlxj/probe.h"
+#include "mlxj/shm_ring_link.h"
 #include "mlxj/shm_segment.h"
 #include "mlxj/socket.h"
 
@@ -17,9 +18,9 @@ NB_MODULE(_core, m) {
   py::bind_group(m);
   py::bind_buffer(m);
 
-  m.def("backends", [] {
+  m.def("backends", [](const std::string& mpi_libname) {
     nb::list out;
-    for (const auto& s : probe_backends()) {
+    for (const auto& s : probe_backends(mpi_libname)) {
       nb::dict d;
       d["name"] = s.name;
       d["available"] = s.available;
@@ -28,10 +29,14 @@ NB_MODULE(_core, m) {
       out.append(d);
     }
     return out;
-  }, "For each backend: a dict of name, available, detail (what was found or is missing) and fix.");
+  }, nb::arg("mpi_libname") = "",
+  "For each backend: a dict of name, available, detail (what was found or is missing) and fix; "
+  "`mpi_libname` (MLX_MPI_LIBNAME) is the MPI library tried first.");
   m.def(
       "_open_segment",
-      [](const std::string& locator, size_t ring_bytes) { return open_segment(locator, ring_bytes) != nullptr; },
+      [](const std::string& locator, size_t ring_bytes) {
+        return open_segment(locator, shm_link_bytes(ring_bytes)) != nullptr;
+      },
       "For tests: opens (and at once releases) a peer's shared memory as link setup does, from the locator "
       "it sent; raises MismatchError or SetupError when the locator is refused.");
   m.def("random_token", [] {

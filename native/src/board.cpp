@@ -1,41 +1,16 @@
 #include "mlxj/board.h"
 
 #include <algorithm>
-#include <climits>
 #include <cstring>
-#include <ctime>
-
-#include <unistd.h>
-#if defined(__linux__)
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#endif
 
 #include "mlxj/errors.h"
+#include "mlxj/platform.h"
 
 namespace mlxj {
 
 namespace {
 
 constexpr size_t kReasonBytes = 240;
-
-// Platform seam: sleeping on a word of shared memory until another process
-// changes it. Linux has the shared futex; elsewhere there is no portable
-// cross-process equivalent, so the sleeper naps briefly and looks again.
-#if defined(__linux__)
-void wait_word(std::atomic<uint32_t>* word, uint32_t seen, int64_t micros) {
-  timespec ts{time_t(micros / 1000000), long(micros % 1000000) * 1000};
-  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, seen, &ts, nullptr, 0);
-}
-void wake_word(std::atomic<uint32_t>* word) {
-  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
-}
-#else
-void wait_word(std::atomic<uint32_t>* word, uint32_t seen, int64_t micros) {
-  if (word->load() == seen) ::usleep(useconds_t(std::min<int64_t>(micros, 200)));
-}
-void wake_word(std::atomic<uint32_t>*) {}
-#endif
 
 }  // namespace
 
@@ -58,7 +33,9 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free, "cross-process atomics
 size_t Board::bytes_for(int n) { return sizeof(Header) + 2 * size_t(n) * sizeof(Slot); }
 
 Board::Board(std::shared_ptr<SharedSegment> seg, int me, std::vector<std::string> names)
-    : seg_(std::move(seg)), base_(seg_->area()), n_(int(names.size())), me_(me), names_(std::move(names)) {}
+    : seg_(std::move(seg)), base_(seg_->payload()), n_(int(names.size())), me_(me), names_(std::move(names)) {
+  if (seg_->payload_bytes() < bytes_for(n_)) fail(ErrorKind::Config, "shared memory too small for the board");
+}
 
 Board::Header& Board::header() const { return *reinterpret_cast<Header*>(base_); }
 
@@ -73,7 +50,7 @@ void Board::post(uint64_t k, const MsgHeader& h, const void* data, size_t nbytes
   s.h = h;
   s.seq.store(k, std::memory_order_release);
   header().posts.fetch_add(1, std::memory_order_seq_cst);
-  if (header().sleepers.load(std::memory_order_seq_cst)) wake_word(&header().posts);
+  if (header().sleepers.load(std::memory_order_seq_cst)) platform::wake_word(&header().posts);
 }
 
 bool Board::posted(int r, uint64_t k, const MsgHeader& expect) const {
@@ -103,7 +80,7 @@ void Board::mark_aborted(const std::string& reason) {
     hd.reason_len.store(uint32_t(len), std::memory_order_release);
   }
   hd.posts.fetch_add(1, std::memory_order_seq_cst);
-  wake_word(&hd.posts);
+  platform::wake_word(&hd.posts);
 }
 
 int Board::aborted_by() const {
@@ -126,7 +103,7 @@ uint32_t Board::posts() const { return header().posts.load(std::memory_order_seq
 void Board::sleep(uint32_t seen, int64_t micros) {
   Header& hd = header();
   hd.sleepers.fetch_add(1, std::memory_order_seq_cst);
-  if (hd.posts.load(std::memory_order_seq_cst) == seen && micros > 0) wait_word(&hd.posts, seen, micros);
+  if (hd.posts.load(std::memory_order_seq_cst) == seen && micros > 0) platform::wait_word(&hd.posts, seen, micros);
   hd.sleepers.fetch_sub(1, std::memory_order_seq_cst);
 }
 

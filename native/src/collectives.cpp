@@ -4,7 +4,6 @@
 // contributions (through the board when the group shares a host, group_board.cpp)
 // and reduces them in rank order. Either way each element's
 // result is computed in one order, so every rank gets the same bits.
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -15,17 +14,6 @@
 namespace mlxj {
 
 namespace {
-
-size_t small_limit(int /*n*/) {
-  static const long env = [] {
-    const char* s = std::getenv("MLX_JUPYTER_SMALL_LIMIT");
-    return s ? std::atol(s) : -1L;
-  }();
-  if (env >= 0) return size_t(env);
-  // Measured on 3 and 4 local ranks: gathering wins up to ~16 KiB, the ring from 32 KiB.
-  return size_t(16) << 10;
-}
-
 
 OpCode reduce_code(ReduceOp op) {
   return op == ReduceOp::Sum ? OpCode::AllSum : op == ReduceOp::Max ? OpCode::AllMax : OpCode::AllMin;
@@ -169,7 +157,7 @@ void Group::all_reduce(const void* in, void* out, size_t count, Dtype t, ReduceO
     MsgHeader h = header(reduce_code(op), t, nbytes);
     if (n == 2) return pair_all_reduce(in, out, count, t, op, h, wait);
     if (board_ready(nbytes, h, wait)) return board_all_reduce(in, out, count, t, op, h, wait);
-    if (nbytes <= small_limit(n) || count < size_t(2 * n)) return small_all_reduce(in, out, count, t, op, h, wait);
+    if (nbytes <= opts_.small_limit || count < size_t(2 * n)) return small_all_reduce(in, out, count, t, op, h, wait);
     auto* buf = static_cast<uint8_t*>(out);
     auto* src = static_cast<const uint8_t*>(in);
     for (int s = 0; s + 1 < n; ++s) ring_reduce_scatter_step(s, count, t, op, src, buf, h, false, wait);

@@ -12,14 +12,9 @@
 #include <unistd.h>
 
 #include "mlxj/errors.h"
+#include "mlxj/platform.h"
 #include "mlxj/sha256.h"
 #include "mlxj/wire.h"
-
-#ifdef MSG_NOSIGNAL
-#define MSG_NOSIGNAL_PORTABLE MSG_NOSIGNAL
-#else
-#define MSG_NOSIGNAL_PORTABLE 0  // macOS: SO_NOSIGPIPE is set on the socket
-#endif
 
 namespace mlxj {
 
@@ -29,20 +24,6 @@ constexpr const char* kMagic = kHandshakeMagic;
 constexpr int kHandshakeMs = 5000;  // a silent stranger holds a handshake slot this long at most
 constexpr int kMaxPending = 64;     // handshakes in progress at once; a flood evicts the oldest
 constexpr int kFullBackoffMs = 50;  // pause accepting when out of descriptors (poll would spin)
-
-// accept() with the flags our sockets need, atomically where the OS allows.
-int accept_stream(int listener) {
-#if defined(__linux__)
-  return ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-#else
-  int c = ::accept(listener, nullptr, nullptr);
-  if (c >= 0) {
-    ::fcntl(c, F_SETFD, FD_CLOEXEC);
-    set_nonblocking(c);
-  }
-  return c;
-#endif
-}
 
 Digest mac(const std::string& token, char role, const uint8_t* ni, const uint8_t* na, const ConnHeader* h) {
   uint8_t msg[1 + 32 + 32 + sizeof(ConnHeader)];
@@ -104,7 +85,7 @@ struct Context::Shared {
     for (;;) {
       size_t want = stage_bytes(p.stage);
       while (p.done < want) {
-        ssize_t r = stage_writes(p.stage) ? ::send(p.fd.get(), p.buf + p.done, want - p.done, MSG_NOSIGNAL_PORTABLE)
+        ssize_t r = stage_writes(p.stage) ? platform::send_nosignal(p.fd.get(), p.buf + p.done, want - p.done)
                                           : ::recv(p.fd.get(), p.buf + p.done, want - p.done, 0);
         if (r > 0) {
           p.done += size_t(r);
@@ -195,12 +176,12 @@ struct Context::Shared {
   }
 };
 
-Context::Context(int rank, std::vector<std::vector<Endpoint>> addresses, std::string token, bool verbose)
-    : rank_(rank), addresses_(std::move(addresses)), shared_(std::make_shared<Shared>()) {
+Context::Context(int rank, std::vector<std::vector<Endpoint>> addresses, CoreOptions options)
+    : rank_(rank), addresses_(std::move(addresses)), options_(std::move(options)), shared_(std::make_shared<Shared>()) {
   shared_->rank = rank;
   shared_->world_size = int(addresses_.size());
-  shared_->token = std::move(token);
-  shared_->verbose = verbose;
+  shared_->token = options_.token;
+  shared_->verbose = options_.verbose;
   if (size() > 1) {
     for (const auto& ep : addresses_[rank]) listeners_.push_back(listen_on(ep));
     acceptor_ = std::thread([this] { accept_loop(); });
@@ -295,7 +276,7 @@ bool Context::accept_round() {
   for (size_t i = first_listener; accepting && i + 1 < fds.size(); ++i) {
     if (!fds[i].revents) continue;
     for (int n = 0; n < kMaxPending; ++n) {  // a bounded batch: the other listeners get their turn
-      int c = accept_stream(fds[i].fd);
+      int c = platform::accept_nonblocking(fds[i].fd);
       if (c < 0) {
         if (errno == EINTR || errno == ECONNABORTED) continue;
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
@@ -316,7 +297,7 @@ bool Context::accept_round() {
       p.fd = Fd(c);
       p.who = peer_name(c);
       p.deadline = now + std::chrono::milliseconds(kHandshakeMs);
-      configure_stream(c);
+      configure_stream(c, options_.dead_peer());
       // A flood must not lock peers out: the oldest handshake (most likely a silent
       // stranger) gives way, while a real peer's finishes within a round trip.
       if (pending.size() >= size_t(kMaxPending)) {
@@ -368,7 +349,7 @@ Fd Context::connect(int peer, size_t addr_index, const ConnKey& key, const Wait&
     auto attempt_deadline = std::min(wait.deadline, Clock::now() + std::chrono::seconds(1));
     Fd fd = try_connect(ep, attempt_deadline, &why);
     if (fd.valid()) {
-      configure_stream(fd.get());
+      configure_stream(fd.get(), options_.dead_peer());
       auto deadline = std::min(wait.deadline, Clock::now() + std::chrono::milliseconds(kHandshakeMs));
       // Abort and Ctrl-C are honoured during the handshake too, not only between attempts.
       auto stop = [&] { check_wait(wait, "during the handshake with " + describe(peer) + " at " + ep.str()); };

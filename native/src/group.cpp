@@ -25,20 +25,20 @@ constexpr double kNoDeadline = 1e9;  // seconds
 
 }  // namespace
 
-Group::Group(std::shared_ptr<Context> ctx, uint64_t id, std::vector<int> members)
-    : ctx_(std::move(ctx)), id_(id), members_(std::move(members)) {
+Group::Group(std::shared_ptr<Context> ctx, uint64_t id, std::vector<int> members, CoreOptions options)
+    : ctx_(std::move(ctx)), opts_(std::move(options)), id_(id), members_(std::move(members)) {
   me_ = int(std::find(members_.begin(), members_.end(), ctx_->rank()) - members_.begin());
 }
 
 Group::~Group() = default;
 
 std::shared_ptr<Group> Group::world(int rank, std::vector<std::vector<Endpoint>> addresses,
-                                    std::string token, bool verbose, const CallOptions& opts) {
+                                    const CoreOptions& options, const CallOptions& opts) {
   int n = int(addresses.size());
-  auto ctx = std::make_shared<Context>(rank, std::move(addresses), std::move(token), verbose);
+  auto ctx = std::make_shared<Context>(rank, std::move(addresses), options);
   std::vector<int> members(n);
   for (int i = 0; i < n; ++i) members[i] = i;
-  std::shared_ptr<Group> g(new Group(ctx, 1, members));
+  std::shared_ptr<Group> g(new Group(ctx, 1, members, options));
   g->watch_for_peers_leaving();
   g->guarded(opts, "init", [&](const Wait& wait) { g->connect_ring(wait); });
   return g;
@@ -63,9 +63,9 @@ void Group::connect_ring(const Wait& wait) {
   // odd ranks their predecessor, so no cycle of ranks waits on itself.
   bool right_first = me_ % 2 == 0;
   std::unique_ptr<Link> right, left;
-  if (right_first) right = establish_link(std::move(out), true, ctx_->describe(succ), wait);
-  left = establish_link(std::move(in), false, ctx_->describe(pred), wait);
-  if (!right_first) right = establish_link(std::move(out), true, ctx_->describe(succ), wait);
+  if (right_first) right = establish_link(std::move(out), true, ctx_->describe(succ), wait, opts_);
+  left = establish_link(std::move(in), false, ctx_->describe(pred), wait, opts_);
+  if (!right_first) right = establish_link(std::move(out), true, ctx_->describe(succ), wait, opts_);
   // abort() may run now in another thread (a peer-left hook, the user): hand the links over under its lock.
   std::lock_guard<std::mutex> lock(abort_mu_);
   right_ = std::move(right);
@@ -95,7 +95,7 @@ Link& Group::p2p_link(int peer, bool sending, const Wait& wait) {
   ConnKey key{id_, uint32_t(w_lo), uint32_t(ConnKind::P2P), 0};
   std::vector<Fd> conns;
   conns.push_back(me_ == lo ? ctx_->connect(w_peer, 0, key, wait) : ctx_->accept(key, w_peer, wait));
-  auto fresh = establish_link(std::move(conns), me_ == lo, ctx_->describe(w_peer), wait);
+  auto fresh = establish_link(std::move(conns), me_ == lo, ctx_->describe(w_peer), wait, opts_);
   std::lock_guard<std::mutex> lock(abort_mu_);
   auto& link = p2p_[peer] = std::move(fresh);
   if (aborted_) link->shutdown();
@@ -292,7 +292,7 @@ void Group::recv(void* data, size_t nbytes, Dtype t, int src, const CallOptions&
   });
 }
 
-std::shared_ptr<Group> Group::split(int color, int key, const CallOptions& opts) {
+std::shared_ptr<Group> Group::split(int color, int key, const CallOptions& opts, const CoreOptions* options) {
   std::shared_ptr<Group> sub;
   guarded(opts, "split", [&](const Wait& wait) {
     int n = size();
@@ -307,7 +307,12 @@ std::shared_ptr<Group> Group::split(int color, int key, const CallOptions& opts)
     std::vector<int> members;
     for (auto& s : same) members.push_back(s.second);
     uint64_t id = mix(id_ ^ mix(uint64_t(++splits_) << 32 ^ uint32_t(color)));
-    sub.reset(new Group(ctx_, id, std::move(members)));
+    CoreOptions sub_options = options ? *options : opts_;
+    const CoreOptions& world = ctx_->options();  // the connections' settings stay the world's
+    sub_options.token = world.token;
+    sub_options.verbose = world.verbose;
+    sub_options.dead_peer_timeout = world.dead_peer_timeout;
+    sub.reset(new Group(ctx_, id, std::move(members), std::move(sub_options)));
     sub->watch_for_peers_leaving();
     sub->connect_ring(wait);
   });

@@ -1,7 +1,6 @@
 // The group's use of the board (board.h): joining it, and all-reduces and all-gathers of up
 // to Board::kSlotBytes per rank (and barriers) in one step when every rank of the group is on one host.
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <unistd.h>
 
@@ -13,14 +12,6 @@
 namespace mlxj {
 
 namespace {
-
-// MLX_JUPYTER_BOARD=0 keeps small ops on the ring (to compare the two).
-bool board_allowed() {
-  const char* v = std::getenv("MLX_JUPYTER_BOARD");
-  return !(v && std::strcmp(v, "0") == 0);
-}
-
-size_t board_ring_bytes(int n) { return (Board::bytes_for(n) + 1) / 2; }
 
 bool all_set(const std::vector<uint8_t>& flags, size_t stride) {
   for (size_t i = 0; i < flags.size(); i += stride)
@@ -44,18 +35,17 @@ void Group::join_board(const MsgHeader& h, const Wait& wait) {
   int n = size();
   board_decided_ = true;  // without a board, unless everything below works on every rank
   // Both ring links through shared memory on every rank: the whole group is on one host.
-  bool can = board_allowed() && n <= Board::kMaxRanks && std::strcmp(right_->kind(), "shm") == 0 &&
+  bool can = opts_.board && n <= Board::kMaxRanks && std::strcmp(right_->kind(), "shm") == 0 &&
              std::strcmp(left_->kind(), "shm") == 0;
   std::shared_ptr<SharedSegment> seg;
   const size_t block = 1 + kLocatorBytes;
   std::vector<uint8_t> mine(block, 0), offers(block * size_t(n));
   if (can && me_ == 0) {
     try {
-      seg = create_segment(board_ring_bytes(n));
-      std::string loc = segment_locator(*seg);
+      seg = create_segment(Board::bytes_for(n), opts_.named_shm);  // zeroed: every slot empty (seq 0)
+      const std::string& loc = seg->locator();
       if (loc.size() > kLocatorBytes) fail(ErrorKind::Config, "locator too long");
       std::memcpy(mine.data() + 1, loc.data(), loc.size());
-      std::memset(seg->area(), 0, Board::bytes_for(n));  // every slot empty (seq 0)
     } catch (const CommError&) {
       seg.reset();
       can = false;
@@ -64,13 +54,13 @@ void Group::join_board(const MsgHeader& h, const Wait& wait) {
   mine[0] = can ? 1 : 0;
   gather_ring(mine.data(), offers.data(), block, h, wait);
   if (!all_set(offers, block)) {
-    if (seg) segment_release_name(*seg, false);
+    if (seg) seg->release_name();
     return;
   }
   if (me_ != 0) {
     const char* loc = reinterpret_cast<const char*>(offers.data() + 1);
     try {
-      seg = open_segment(std::string(loc, strnlen(loc, kLocatorBytes)), board_ring_bytes(n), false);
+      seg = open_segment(std::string(loc, strnlen(loc, kLocatorBytes)), Board::bytes_for(n), false);
     } catch (const CommError&) {
       seg.reset();
     }
@@ -78,7 +68,7 @@ void Group::join_board(const MsgHeader& h, const Wait& wait) {
   uint8_t opened = seg ? 1 : 0;
   std::vector<uint8_t> all_opened(size_t(n), 0);
   gather_ring(&opened, all_opened.data(), 1, h, wait);
-  if (me_ == 0) segment_release_name(*seg, false);  // every rank has opened it or given up: no name left
+  if (me_ == 0) seg->release_name();  // every rank has opened it or given up: no name left
   if (!all_set(all_opened, 1)) return;
   // With more ranks than cores, waits yield at once (spin.h).
   long cores = ::sysconf(_SC_NPROCESSORS_ONLN);

@@ -1,7 +1,6 @@
 #include "mlxj/link_setup.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 
 #include "mlxj/errors.h"
@@ -18,13 +17,8 @@ constexpr size_t kRingBytes = size_t(4) << 20;
 using Offer = LinkOffer;
 using Reply = LinkReply;
 
-bool shm_allowed() {
-  const char* t = std::getenv("MLX_JUPYTER_TRANSPORT");
-  return !(t && std::strcmp(t, "tcp") == 0);
-}
-
-Digest this_host() {
-  std::string id = host_identity();
+Digest this_host(const CoreOptions& opts) {
+  std::string id = host_identity(opts.host_id);
   return sha256(id.data(), id.size());
 }
 
@@ -44,13 +38,14 @@ void exchange(int fd, void* buf, size_t n, bool write, const Wait& wait, const s
 
 }  // namespace
 
-std::unique_ptr<Link> establish_link(std::vector<Fd> conns, bool initiator, std::string name, const Wait& wait) {
+std::unique_ptr<Link> establish_link(std::vector<Fd> conns, bool initiator, std::string name, const Wait& wait,
+                                     const CoreOptions& opts) {
   int fd = conns[0].get();
-  Digest mine = this_host();
+  Digest mine = this_host(opts);
   bool use_shm = false;
   std::shared_ptr<SharedSegment> seg;
   if (initiator) {
-    Offer offer{kLinkMagic, shm_allowed() ? 1u : 0u, {}};
+    Offer offer{kLinkMagic, opts.shm ? 1u : 0u, {}};
     std::memcpy(offer.host, mine.data(), 32);
     exchange(fd, &offer, sizeof offer, true, wait, name);
     uint8_t answer[sizeof(Reply)];
@@ -59,12 +54,12 @@ std::unique_ptr<Link> establish_link(std::vector<Fd> conns, bool initiator, std:
     if (!reply) fail(ErrorKind::Protocol, name + " answered the link setup with garbage");
     if (reply->ok) {
       try {
-        seg = create_segment(kRingBytes);
+        seg = create_segment(shm_link_bytes(kRingBytes), opts.named_shm);
       } catch (const CommError&) {
         seg.reset();  // an empty locator: the peer answers no, and the link uses TCP
       }
       SegmentInfo info{kLinkMagic, 0, {}, kRingBytes};
-      std::string loc = seg ? segment_locator(*seg) : "";
+      std::string loc = seg ? seg->locator() : "";
       info.length = uint32_t(std::min(loc.size(), sizeof info.locator));
       std::memcpy(info.locator, loc.data(), info.length);
       exchange(fd, &info, sizeof info, true, wait, name);
@@ -72,7 +67,7 @@ std::unique_ptr<Link> establish_link(std::vector<Fd> conns, bool initiator, std:
       exchange(fd, ack, sizeof ack, false, wait, name);
       auto acked = parse_link_reply(ack, sizeof ack);
       use_shm = seg && acked && acked->ok;
-      if (seg) segment_release_name(*seg, use_shm);  // mapped by both (or given up): no name, no descriptor left
+      if (seg) seg->release_name(use_shm);  // mapped by both (or given up): no name, no descriptor left
     }
   } else {
     uint8_t offered[sizeof(Offer)];
@@ -81,7 +76,7 @@ std::unique_ptr<Link> establish_link(std::vector<Fd> conns, bool initiator, std:
     if (!offer) fail(ErrorKind::Protocol, name + " sent garbage instead of a link setup");
     Digest theirs;
     std::memcpy(theirs.data(), offer->host, 32);
-    Reply answer{kLinkMagic, (offer->want_shm && shm_allowed() && digest_equal(theirs, mine)) ? 1u : 0u};
+    Reply answer{kLinkMagic, (offer->want_shm && opts.shm && digest_equal(theirs, mine)) ? 1u : 0u};
     exchange(fd, &answer, sizeof answer, true, wait, name);
     if (answer.ok) {
       uint8_t info[sizeof(SegmentInfo)];
@@ -89,7 +84,7 @@ std::unique_ptr<Link> establish_link(std::vector<Fd> conns, bool initiator, std:
       Reply ack{kLinkMagic, 0};
       if (auto locator = parse_segment_info(info, sizeof info, kRingBytes)) {
         try {
-          seg = open_segment(*locator, kRingBytes);
+          seg = open_segment(*locator, shm_link_bytes(kRingBytes));
           ack.ok = 1;
         } catch (const CommError&) {
           seg.reset();  // fall back to TCP
@@ -101,9 +96,9 @@ std::unique_ptr<Link> establish_link(std::vector<Fd> conns, bool initiator, std:
   }
   if (use_shm) {
     conns.resize(1);  // the first connection stays as doorbell and liveness signal
-    return make_shm_link(std::move(conns[0]), std::move(seg), initiator, std::move(name));
+    return make_shm_link(std::move(conns[0]), std::move(seg), kRingBytes, initiator, std::move(name));
   }
-  return make_tcp_link(std::move(conns), std::move(name));
+  return make_tcp_link(std::move(conns), std::move(name), opts.dead_peer());
 }
 
 }  // namespace mlxj

@@ -1,9 +1,10 @@
 #include "mlxj/probe.h"
 
-#include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
 #include <sys/stat.h>
+
+#include "mlxj/platform.h"
 
 namespace mlxj {
 
@@ -22,35 +23,24 @@ std::string loadable(const std::vector<std::string>& names, std::string* why) {
   return "";
 }
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
-
 bool exists(const char* path) {
   struct stat st;
   return ::stat(path, &st) == 0;
 }
 
-BackendStatus probe_mpi() {
+BackendStatus probe_mpi(const std::string& libname) {
   std::string why = "none of libmpi.so.40, libmpi.so.12, libmpi.so, libmpi.dylib loads";
-  std::string lib = loadable({env("MLX_MPI_LIBNAME"), "libmpi.so.40", "libmpi.so.12", "libmpi.so", "libmpi.dylib",
+  std::string lib = loadable({libname, "libmpi.so.40", "libmpi.so.12", "libmpi.so", "libmpi.dylib",
                               "/opt/homebrew/lib/libmpi.dylib", "/usr/local/lib/libmpi.dylib"},
                              &why);
   if (!lib.empty()) return {"mpi", true, "MPI library " + lib, ""};
   return {"mpi", false, "no MPI library found (" + why + ")",
-#if defined(__APPLE__)
-          "brew install open-mpi (or set MLX_MPI_LIBNAME to the path of libmpi)"
-#else
-          "apt-get install openmpi-bin libopenmpi3 (or set MLX_MPI_LIBNAME to the path of libmpi)"
-#endif
-  };
+          std::string(platform::macos() ? "brew install open-mpi" : "apt-get install openmpi-bin libopenmpi3") +
+              " (or set MLX_MPI_LIBNAME to the path of libmpi)"};
 }
 
 BackendStatus probe_nccl() {
-#if defined(__APPLE__)
-  return {"nccl", false, "NCCL needs NVIDIA GPUs; Macs have none", "use ring or jaccl on a Mac"};
-#else
+  if (platform::macos()) return {"nccl", false, "NCCL needs NVIDIA GPUs; Macs have none", "use ring or jaccl on a Mac"};
   std::string why;
   if (loadable({"libcuda.so.1", "libcuda.so"}, &why).empty() && !exists("/proc/driver/nvidia/version"))
     return {"nccl", false, "no NVIDIA driver (libcuda.so.1 not found)",
@@ -61,11 +51,12 @@ BackendStatus probe_nccl() {
     return {"nccl", false, "NVIDIA driver present but no NCCL library (" + why + ")",
             "pip install 'mlx-jupyter[cuda12]' (or [cuda13]), which brings MLX's CUDA build and NCCL"};
   return {"nccl", true, "NVIDIA driver and " + lib, ""};
-#endif
 }
 
 BackendStatus probe_jaccl(const char* name) {
-#if defined(__APPLE__)
+  if (!platform::macos())
+    return {name, false, "JACCL is RDMA over Thunderbolt 5, on macOS 26.2+ only",
+            "on Linux use ring (TCP), nccl (NVIDIA GPUs) or mpi"};
   std::string why = "librdma.dylib not found";
   std::string lib = loadable({"librdma.dylib", "/usr/lib/librdma.dylib"}, &why);
   if (lib.empty())
@@ -86,21 +77,17 @@ BackendStatus probe_jaccl(const char* name) {
     return {name, false, "RDMA library present but no RDMA device (RDMA is disabled)",
             "boot into recovery mode, run `rdma_ctl enable`, reboot; `ibv_devices` should then list rdma_en* devices"};
   return {name, true, std::to_string(count) + " RDMA device(s)", ""};
-#else
-  return {name, false, "JACCL is RDMA over Thunderbolt 5, on macOS 26.2+ only",
-          "on Linux use ring (TCP), nccl (NVIDIA GPUs) or mpi"};
-#endif
 }
 
 }  // namespace
 
-std::vector<BackendStatus> probe_backends() {
+std::vector<BackendStatus> probe_backends(const std::string& mpi_libname) {
   return {
       {"ring", true, "TCP sockets (built in)", ""},
       probe_jaccl("jaccl"),
       probe_jaccl("jaccl-ring"),
       probe_nccl(),
-      probe_mpi(),
+      probe_mpi(mpi_libname),
   };
 }
 

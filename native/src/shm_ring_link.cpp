@@ -7,11 +7,8 @@
 #include <sys/socket.h>
 
 #include "mlxj/errors.h"
+#include "mlxj/platform.h"
 #include "mlxj/reduce.h"
-
-#ifndef MSG_NOSIGNAL
-#define MSG_NOSIGNAL 0
-#endif
 
 namespace mlxj {
 
@@ -24,14 +21,16 @@ constexpr size_t kPublishBytes = size_t(64) << 10;
 
 class ShmLink final : public Link {
  public:
-  ShmLink(Fd bell, std::shared_ptr<SharedSegment> seg, bool creator, std::string name)
+  ShmLink(Fd bell, std::shared_ptr<SharedSegment> seg, size_t ring_bytes, bool creator, std::string name)
       : bell_(std::move(bell)), seg_(std::move(seg)), name_(std::move(name)) {
     int out = creator ? 0 : 1;
-    cap_ = seg_->ring_bytes();  // ours: the segment's copy is the peer's to scribble on
-    tx_ = &seg_->layout()->dir[out];
-    rx_ = &seg_->layout()->dir[1 - out];
-    tx_ring_ = seg_->ring(out);
-    rx_ring_ = seg_->ring(1 - out);
+    cap_ = ring_bytes;  // ours, never read from the segment: that is the peer's to scribble on
+    auto* state = reinterpret_cast<RingState*>(seg_->payload());
+    uint8_t* rings = seg_->payload() + 2 * sizeof(RingState);
+    tx_ = &state[out];
+    rx_ = &state[1 - out];
+    tx_ring_ = rings + size_t(out) * ring_bytes;
+    rx_ring_ = rings + size_t(1 - out) * ring_bytes;
     tx_written_ = tx_read_ = rx_read_ = 0;  // a fresh segment; the peer's later stores are checked on load
   }
 
@@ -229,7 +228,7 @@ class ShmLink final : public Link {
 
   void ring_bell() {
     char c = 1;
-    if (::send(bell_.get(), &c, 1, MSG_NOSIGNAL) >= 0 || try_again(errno)) return;
+    if (platform::send_nosignal(bell_.get(), &c, 1) >= 0 || try_again(errno)) return;
     if (!left(errno)) peer_lost(errno, name_);
     peer_gone_ = true;
   }
@@ -263,8 +262,10 @@ class ShmLink final : public Link {
 
 }  // namespace
 
-std::unique_ptr<Link> make_shm_link(Fd doorbell, std::shared_ptr<SharedSegment> seg, bool creator, std::string name) {
-  return std::make_unique<ShmLink>(std::move(doorbell), std::move(seg), creator, std::move(name));
+std::unique_ptr<Link> make_shm_link(Fd doorbell, std::shared_ptr<SharedSegment> seg, size_t ring_bytes, bool creator,
+                                    std::string name) {
+  if (seg->payload_bytes() < shm_link_bytes(ring_bytes)) fail(ErrorKind::Config, "shared memory too small for the link's rings");
+  return std::make_unique<ShmLink>(std::move(doorbell), std::move(seg), ring_bytes, creator, std::move(name));
 }
 
 }  // namespace mlxj

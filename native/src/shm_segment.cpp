@@ -1,6 +1,5 @@
 #include "mlxj/shm_segment.h"
 
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <cstdlib>
@@ -12,8 +11,9 @@
 #include <unistd.h>
 
 #include "mlxj/errors.h"
+#include "mlxj/platform.h"
+#include "mlxj/socket.h"
 #include "mlxj/wire.h"
-
 
 namespace mlxj {
 
@@ -22,7 +22,7 @@ namespace {
 constexpr uint64_t kMagic = 0x4d4c584a53484d31ull;  // "MLXJSHM1"
 constexpr int kSlots = 64;  // named objects: /mlxj.<uid>.<slot>, held only during a handover
 
-size_t segment_size(size_t ring_bytes) { return sizeof(SegmentLayout) + 2 * ring_bytes; }
+size_t segment_size(size_t payload_bytes) { return sizeof(SegmentHeader) + payload_bytes; }
 
 std::string hex16(uint64_t v) {
   std::string s(16, '0');
@@ -32,21 +32,10 @@ std::string hex16(uint64_t v) {
 
 std::string slot_name(int slot) { return "/mlxj." + std::to_string(::geteuid()) + "." + std::to_string(slot); }
 
-// Named POSIX objects: always on macOS (no memfd there); on Linux only when
-// MLX_JUPYTER_SHM=named, so that the tests cover the macOS mechanism too.
-bool use_named() {
-#if defined(__linux__)
-  const char* v = std::getenv("MLX_JUPYTER_SHM");
-  return v && std::strcmp(v, "named") == 0;
-#else
-  return true;
-#endif
-}
-
 }  // namespace
 
-SharedSegment::SharedSegment(void* base, size_t size, size_t ring_bytes, std::string locator, std::string name)
-    : base_(base), size_(size), ring_bytes_(ring_bytes), locator_(std::move(locator)), name_(std::move(name)) {}
+SharedSegment::SharedSegment(void* base, size_t size, std::string locator, std::string name, Fd keep)
+    : base_(base), size_(size), locator_(std::move(locator)), name_(std::move(name)), keep_(std::move(keep)) {}
 
 SharedSegment::~SharedSegment() {
   ::munmap(base_, size_);
@@ -56,6 +45,7 @@ SharedSegment::~SharedSegment() {
 void SharedSegment::release_name(bool peer_unlinked) {
   if (!name_.empty() && !peer_unlinked) ::shm_unlink(name_.c_str());
   name_.clear();
+  keep_.reset();
 }
 
 namespace {
@@ -72,12 +62,12 @@ bool remove_if_stale(const std::string& name) {
   Fd fd(::shm_open(name.c_str(), O_RDONLY, 0));
   if (!fd.valid()) return errno == ENOENT;
   struct stat st;
-  if (::fstat(fd.get(), &st) != 0 || st.st_uid != ::geteuid() || size_t(st.st_size) < sizeof(SegmentLayout)) return false;
-  void* p = ::mmap(nullptr, sizeof(SegmentLayout), PROT_READ, MAP_SHARED, fd.get(), 0);
+  if (::fstat(fd.get(), &st) != 0 || st.st_uid != ::geteuid() || size_t(st.st_size) < sizeof(SegmentHeader)) return false;
+  void* p = ::mmap(nullptr, sizeof(SegmentHeader), PROT_READ, MAP_SHARED, fd.get(), 0);
   if (p == MAP_FAILED) return false;
-  const auto* l = static_cast<const SegmentLayout*>(p);
-  bool stale = l->magic == kMagic && l->creator_pid > 0 && ::kill(pid_t(l->creator_pid), 0) != 0 && errno == ESRCH;
-  ::munmap(p, sizeof(SegmentLayout));
+  const auto* h = static_cast<const SegmentHeader*>(p);
+  bool stale = h->magic == kMagic && h->creator_pid > 0 && ::kill(pid_t(h->creator_pid), 0) != 0 && errno == ESRCH;
+  ::munmap(p, sizeof(SegmentHeader));
   if (stale) ::shm_unlink(name.c_str());
   return stale;
 }
@@ -103,51 +93,46 @@ Fd create_named(std::string* name) {
 
 }  // namespace
 
-// Linux: an anonymous memfd, opened by the peer through /proc/<pid>/fd/N while
-// we keep N open (until the peer's answer). Named objects (macOS): see create_named.
-std::shared_ptr<SharedSegment> create_segment(size_t ring_bytes) {
-  size_t size = segment_size(ring_bytes);
+// Anonymous where the OS has such segments (Linux memfd, opened by the peer through
+// /proc/<pid>/fd/N while we keep N open until its answer); named objects otherwise
+// (create_named). Either way the OS hands out zeroed pages.
+std::shared_ptr<SharedSegment> create_segment(size_t payload_bytes, bool named) {
+  size_t size = segment_size(payload_bytes);
   uint64_t nonce;
   random_bytes(&nonce, sizeof nonce);
   std::string name, path;
   Fd fd;
-  if (use_named()) {
+  if (named || !platform::has_anonymous_segments()) {
     fd = create_named(&name);
     path = name;
+    if (::ftruncate(fd.get(), off_t(size)) != 0) {
+      int err = errno;
+      ::shm_unlink(name.c_str());
+      fail(ErrorKind::Config, "cannot size shared memory: " + errno_text(err));
+    }
   } else {
-#if defined(__linux__)
-    fd = Fd(::memfd_create("mlx_jupyter", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-    if (!fd.valid()) fail(ErrorKind::Config, "memfd_create failed: " + errno_text(errno));
-    path = "/proc/" + std::to_string(::getpid()) + "/fd/" + std::to_string(fd.get());
-#endif
+    fd = platform::create_anonymous_segment(size, &path);
   }
   std::shared_ptr<SharedSegment> seg;
   try {
-    if (::ftruncate(fd.get(), off_t(size)) != 0)
-      fail(ErrorKind::Config, "cannot size shared memory: " + errno_text(errno));
-#if defined(__linux__)
-    // Sealed at its size: a shrink under the peer's mapping would be SIGBUS there.
-    if (name.empty() && ::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
-      fail(ErrorKind::Config, "cannot seal shared memory: " + errno_text(errno));
-#endif
-    seg = std::make_shared<SharedSegment>(map(fd.get(), size), size, ring_bytes, path + "#" + hex16(nonce), name);
+    void* base = map(fd.get(), size);
+    Fd keep = name.empty() ? std::move(fd) : Fd();  // the memfd stays open until the peer has opened it
+    seg = std::make_shared<SharedSegment>(base, size, path + "#" + hex16(nonce), name, std::move(keep));
   } catch (...) {
     if (!name.empty()) ::shm_unlink(name.c_str());
     throw;
   }
-  new (seg->layout()) SegmentLayout{kMagic, ring_bytes, nonce, int64_t(::getpid()), {}};
-  if (name.empty()) seg->keep = std::move(fd);
+  new (seg->header()) SegmentHeader{kMagic, payload_bytes, nonce, int64_t(::getpid())};
   return seg;
 }
 
-std::shared_ptr<SharedSegment> open_segment(const std::string& locator, size_t ring_bytes, bool last_opener) {
-  size_t size = segment_size(ring_bytes);
+std::shared_ptr<SharedSegment> open_segment(const std::string& locator, size_t payload_bytes, bool last_opener) {
+  size_t size = segment_size(payload_bytes);
   // The locator comes from an authenticated peer, but accept only our own shapes of it.
   std::string why;
   auto parsed = parse_locator(locator, unsigned(::geteuid()), &why);
   if (!parsed) fail(ErrorKind::Protocol, "refusing shared memory at '" + locator + "': " + why);
   const std::string& path = parsed->path;
-  uint64_t nonce = parsed->nonce;
   Fd fd;
   if (parsed->named) {
     fd = Fd(::shm_open(path.c_str(), O_RDWR, 0600));
@@ -155,35 +140,18 @@ std::shared_ptr<SharedSegment> open_segment(const std::string& locator, size_t r
     // Unlinked at once: from here on no name is left behind, whoever dies next.
     if (last_opener) ::shm_unlink(path.c_str());
   } else {
-#if defined(__linux__)
-    fd = Fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
-    if (!fd.valid()) fail(ErrorKind::Config, "cannot open the peer's shared memory: " + errno_text(errno));
-    // Only memfds answer: never map an ordinary file. Unsealed, it could shrink under our mapping.
-    int seals = ::fcntl(fd.get(), F_GET_SEALS);
-    if (seals < 0) fail(ErrorKind::Protocol, "refusing shared memory at '" + locator + "': not a memfd");
-    if ((seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
-      fail(ErrorKind::Protocol, "refusing shared memory at '" + locator + "': not sealed against resizing");
-#else
-    fail(ErrorKind::Protocol, "refusing shared memory '" + locator + "': not one of ours");
-#endif
+    fd = platform::open_anonymous_segment(path, locator);
   }
   // macOS rounds a shm object's size up to whole pages: at least, not exactly, our size.
   struct stat st;
   if (::fstat(fd.get(), &st) != 0 || size_t(st.st_size) < size)
     fail(ErrorKind::Protocol, "the peer's shared memory has an unexpected size");
   if (st.st_uid != ::geteuid()) fail(ErrorKind::Protocol, "the peer's shared memory belongs to another user");
-  auto seg = std::make_shared<SharedSegment>(map(fd.get(), size), size, ring_bytes, locator, "");
-  const SegmentLayout* l = seg->layout();
-  if (l->magic != kMagic || l->ring_bytes != ring_bytes || l->nonce != nonce)
+  auto seg = std::make_shared<SharedSegment>(map(fd.get(), size), size, locator, "");
+  const SegmentHeader* h = seg->header();
+  if (h->magic != kMagic || h->payload_bytes != payload_bytes || h->nonce != parsed->nonce)
     fail(ErrorKind::Protocol, "the peer's shared memory is not the mlx_jupyter segment it announced");
   return seg;
-}
-
-std::string segment_locator(const SharedSegment& s) { return s.locator(); }
-
-void segment_release_name(SharedSegment& s, bool peer_opened) {
-  s.release_name(peer_opened);
-  s.keep.reset();
 }
 
 }  // namespace mlxj

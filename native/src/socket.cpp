@@ -13,12 +13,9 @@
 #include <sys/random.h>  // getentropy on macOS (and Linux)
 #include <unistd.h>
 #include <arpa/inet.h>
-#include <cstdlib>
-#if defined(__APPLE__)
-#include <uuid/uuid.h>
-#endif
 
 #include "mlxj/errors.h"
+#include "mlxj/platform.h"
 
 namespace mlxj {
 
@@ -36,19 +33,6 @@ void Fd::reset() {
 }
 
 std::string errno_text(int err) { return std::strerror(err); }
-
-Endpoint parse_endpoint(const std::string& s) {
-  auto colon = s.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == s.size())
-    throw std::invalid_argument("'" + s + "' is not of the form ip:port");
-  std::string host = s.substr(0, colon), port = s.substr(colon + 1);
-  if (host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  for (char c : port)
-    if (c < '0' || c > '9') throw std::invalid_argument("'" + s + "' has a non-numeric port");
-  int p = port.size() > 5 ? 0 : std::stoi(port);
-  if (p < 1 || p > 65535) throw std::invalid_argument("'" + s + "' has a port outside 1..65535");
-  return {host, p};
-}
 
 namespace {
 
@@ -71,18 +55,7 @@ void resolve(const Endpoint& ep, bool passive, AddrInfo& out) {
 
 void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
-std::chrono::milliseconds dead_peer_timeout() {
-  static const std::chrono::milliseconds value = [] {
-    const char* text = std::getenv("MLX_JUPYTER_DEAD_PEER_TIMEOUT");
-    char* end = nullptr;
-    double s = text && *text ? std::strtod(text, &end) : 0;
-    if (!text || !*text || *end || !(s > 0) || s > 86400) s = 10;  // Python validates and explains
-    return std::chrono::milliseconds(std::max<long long>(100, (long long)(s * 1000)));
-  }();
-  return value;
-}
-
-void configure_stream(int fd) {
+void configure_stream(int fd, std::chrono::milliseconds dead_peer) {
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
@@ -90,62 +63,29 @@ void configure_stream(int fd) {
   // count unanswered probes: idle + count * interval = the dead-peer timeout.
   // No TCP_USER_TIMEOUT: Linux applies it to a zero window too, so it would kill
   // the link to a live peer that is merely late to read (see Liveness instead).
-  int total = int(std::max<long long>(2, (dead_peer_timeout().count() + 500) / 1000));  // whole seconds
+  int total = int(std::max<long long>(2, (dead_peer.count() + 500) / 1000));  // whole seconds
   int interval = std::max(1, total / 5), count = std::max(1, total / interval - 1), idle = total - count * interval;
-#if defined(__linux__)
-  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-#elif defined(__APPLE__)
-  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPALIVE, &idle, sizeof idle);
-  ::setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &one, sizeof one);
-#endif
-#if defined(TCP_KEEPINTVL) && defined(TCP_KEEPCNT)
-  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
-  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
-#endif
-  (void)idle; (void)interval; (void)count;
+  platform::tune_keepalive(fd, idle, interval, count);
 }
 
 bool Liveness::silent(int fd, Clock::time_point now) {
-#if defined(__linux__) && defined(TCP_INFO)
-  tcp_info ti{};
-  socklen_t len = sizeof ti;
-  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return false;
-  // Unacknowledged data, or an unanswered zero-window probe: we wait on the peer's kernel.
-  bool waiting = ti.tcpi_unacked > 0 || ti.tcpi_probes > 0;
-  if (!waiting) {
+  int64_t since_ack = platform::unacknowledged_ms(fd);
+  if (since_ack < 0) {
     waiting_since_ = Clock::time_point{};
     return false;
   }
   if (waiting_since_ == Clock::time_point{}) waiting_since_ = now;
   // A probe is unanswered for one round trip even to a live peer: ask for 1 s of it.
-  auto grace = std::min<Clock::duration>(dead_peer_timeout(), std::chrono::seconds(1));
-  return ti.tcpi_last_ack_recv >= uint32_t(dead_peer_timeout().count()) && now - waiting_since_ >= grace;
-#else
-  (void)fd; (void)now;
-  return false;
-#endif
+  auto grace = std::min<Clock::duration>(dead_peer_, std::chrono::seconds(1));
+  return since_ack >= dead_peer_.count() && now - waiting_since_ >= grace;
 }
-
-namespace {
-
-int new_socket(int family, int type, int protocol) {
-#ifdef SOCK_CLOEXEC
-  return ::socket(family, type | SOCK_CLOEXEC, protocol);
-#else
-  int fd = ::socket(family, type, protocol);
-  if (fd >= 0) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-  return fd;
-#endif
-}
-
-}  // namespace
 
 Fd listen_on(const Endpoint& ep) {
   AddrInfo res;
   resolve(ep, true, res);
   std::string last = "no address";
   for (addrinfo* a = res.ai; a; a = a->ai_next) {
-    Fd fd(new_socket(a->ai_family, a->ai_socktype, a->ai_protocol));
+    Fd fd(platform::stream_socket(a->ai_family, a->ai_socktype, a->ai_protocol));
     if (!fd.valid()) { last = errno_text(errno); continue; }
     int one = 1;
     ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -164,7 +104,7 @@ Fd try_connect(const Endpoint& ep, Clock::time_point deadline, std::string* why)
   AddrInfo res;
   resolve(ep, false, res);
   for (addrinfo* a = res.ai; a; a = a->ai_next) {
-    Fd fd(new_socket(a->ai_family, a->ai_socktype, a->ai_protocol));
+    Fd fd(platform::stream_socket(a->ai_family, a->ai_socktype, a->ai_protocol));
     if (!fd.valid()) { *why = errno_text(errno); continue; }
     set_nonblocking(fd.get());
     if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) == 0) return fd;
@@ -195,15 +135,7 @@ std::string peer_name(int fd) {
 
 Waker::Waker() {
   int fds[2];
-#if defined(__linux__)
-  if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) throw std::runtime_error("pipe2() failed: " + errno_text(errno));
-#else
-  if (::pipe(fds) != 0) throw std::runtime_error("pipe() failed: " + errno_text(errno));
-  for (int fd : fds) {  // macOS has no pipe2: a fork in between may inherit these
-    ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-    set_nonblocking(fd);
-  }
-#endif
+  if (!platform::nonblocking_pipe(fds)) throw std::runtime_error("pipe() failed: " + errno_text(errno));
   read_ = Fd(fds[0]);
   write_ = Fd(fds[1]);
 }
@@ -219,17 +151,11 @@ void Waker::drain() const {
   }
 }
 
-#ifdef MSG_NOSIGNAL
-constexpr int kNoSignal = MSG_NOSIGNAL;
-#else
-constexpr int kNoSignal = 0;  // macOS: SO_NOSIGPIPE is set on the socket
-#endif
-
 bool io_exact(int fd, void* buf, size_t n, bool write, Clock::time_point deadline, std::string* why,
               const std::function<void()>& between) {
   auto* p = static_cast<uint8_t*>(buf);
   while (n > 0) {
-    ssize_t r = write ? ::send(fd, p, n, kNoSignal) : ::recv(fd, p, n, 0);
+    ssize_t r = write ? platform::send_nosignal(fd, p, n) : ::recv(fd, p, n, 0);
     if (r > 0) {
       p += r;
       n -= size_t(r);
@@ -246,23 +172,11 @@ bool io_exact(int fd, void* buf, size_t n, bool write, Clock::time_point deadlin
   return true;
 }
 
-std::string host_identity() {
-  if (const char* forced = std::getenv("MLX_JUPYTER_HOST_ID")) return forced;
+std::string host_identity(const std::string& forced) {
+  if (!forced.empty()) return forced;
   char name[256] = {};
   ::gethostname(name, sizeof name - 1);
-  std::string id = std::string(name) + "/uid" + std::to_string(::getuid()) + "/";
-#if defined(__linux__)
-  Fd f(::open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC));
-  char boot[64] = {};
-  if (f.valid() && ::read(f.get(), boot, sizeof boot - 1) > 0) id += boot;
-#elif defined(__APPLE__)
-  uuid_t uuid;
-  timespec wait{0, 0};
-  if (::gethostuuid(uuid, &wait) == 0) {
-    for (unsigned char c : uuid) id += "0123456789abcdef"[c >> 4], id += "0123456789abcdef"[c & 15];
-  }
-#endif
-  return id;
+  return std::string(name) + "/uid" + std::to_string(::getuid()) + "/" + platform::machine_id();
 }
 
 // getentropy needs no file descriptor (a rank out of descriptors can still

@@ -8,10 +8,7 @@
 
 #include "mlxj/dtype.h"
 #include "mlxj/errors.h"
-
-#ifndef MSG_NOSIGNAL
-#define MSG_NOSIGNAL 0  // macOS: SO_NOSIGPIPE is set on the socket instead
-#endif
+#include "mlxj/platform.h"
 
 namespace mlxj {
 
@@ -21,10 +18,11 @@ constexpr size_t kStripe = 256 * 1024;  // striping unit across parallel connect
 
 class TcpLink final : public Link {
  public:
-  TcpLink(std::vector<Fd> conns, std::string name) : conns_(std::move(conns)), name_(std::move(name)) {
+  TcpLink(std::vector<Fd> conns, std::string name, std::chrono::milliseconds dead_peer)
+      : conns_(std::move(conns)), alive_(conns_.size(), Liveness(dead_peer)), dead_peer_(dead_peer),
+        name_(std::move(name)) {
     send_.done.assign(conns_.size(), 0);
     recv_.done.assign(conns_.size(), 0);
-    alive_.resize(conns_.size());
   }
 
   const std::string& name() const override { return name_; }
@@ -71,7 +69,7 @@ class TcpLink final : public Link {
     for (size_t c = 0; c < conns_.size(); ++c)
       if (alive_[c].silent(conns_[c].get(), now))
         fail(ErrorKind::Peer, name_ + " stopped responding (its host is down or the network is cut): nothing was "
-                              "acknowledged for " + std::to_string(dead_peer_timeout().count() / 1000.0).substr(0, 5) +
+                              "acknowledged for " + std::to_string(dead_peer_.count() / 1000.0).substr(0, 5) +
                               " s (MLX_JUPYTER_DEAD_PEER_TIMEOUT)");
   }
   const char* kind() const override { return "tcp"; }
@@ -139,7 +137,7 @@ class TcpLink final : public Link {
       msghdr msg{};
       msg.msg_iov = iov;
       msg.msg_iovlen = n;
-      ssize_t r = is_send ? ::sendmsg(conns_[c].get(), &msg, MSG_NOSIGNAL) : ::recvmsg(conns_[c].get(), &msg, 0);
+      ssize_t r = is_send ? platform::sendmsg_nosignal(conns_[c].get(), &msg) : ::recvmsg(conns_[c].get(), &msg, 0);
       if (r < 0) {
         if (try_again(errno)) return moved;
         peer_lost(errno, name_);
@@ -167,14 +165,15 @@ class TcpLink final : public Link {
 
   std::vector<Fd> conns_;
   std::vector<Liveness> alive_;
+  std::chrono::milliseconds dead_peer_;
   std::string name_;
   Transfer send_, recv_;
 };
 
 }  // namespace
 
-std::unique_ptr<Link> make_tcp_link(std::vector<Fd> conns, std::string name) {
-  return std::make_unique<TcpLink>(std::move(conns), std::move(name));
+std::unique_ptr<Link> make_tcp_link(std::vector<Fd> conns, std::string name, std::chrono::milliseconds dead_peer) {
+  return std::make_unique<TcpLink>(std::move(conns), std::move(name), dead_peer);
 }
 
 }  // namespace mlxj

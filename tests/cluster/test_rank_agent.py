@@ -188,8 +188,7 @@ def test_world_sockets_are_those_on_the_hostfiles_ports(tmp_path, monkeypatch):
     try:
         hostfile = tmp_path / "hosts.json"
         hostfile.write_text(json.dumps([[f"127.0.0.1:{ring.getsockname()[1]}"], ["127.0.0.1:1"]]))
-        monkeypatch.setenv("MLX_HOSTFILE", str(hostfile))
-        found = set(sockets.world_socket_fds(before))
+        found = set(sockets.world_socket_fds(before, str(hostfile)))
         assert {ring.fileno(), peer.fileno(), accepted.fileno()} <= found
         assert other.fileno() not in found
     finally:
@@ -218,11 +217,10 @@ def test_without_a_hostfile_no_socket_is_taken_for_mlx(monkeypatch):
     """MPI, NCCL: their sockets cannot be told from the engine's; none is ever shut (MPI's job aborted)."""
     import socket
 
-    monkeypatch.delenv("MLX_HOSTFILE", raising=False)
     before = sockets.socket_fds()
     s = socket.create_server(("127.0.0.1", 0))
     try:
-        assert sockets.world_socket_fds(before) == {}
+        assert sockets.world_socket_fds(before, "") == {}
     finally:
         s.close()
 
@@ -320,7 +318,7 @@ def test_the_early_world_waits_for_the_ports_before_mlx_init(monkeypatch):
     order = []
     monkeypatch.setattr(world, "wait_listening", lambda ports, timeout: order.append(("wait", ports)) or True)
     monkeypatch.setattr(mx.distributed, "init", lambda strict, backend: order.append(("init", backend)) or "world")
-    early = world.EarlyWorld("ring", strict=True, await_ports={5000})
+    early = world.EarlyWorld("ring", strict=True, hostfile="", await_ports={5000})
     assert early.done.wait(10)
     assert order == [("wait", {5000}), ("init", "ring")] and early.group == "world" and early.error is None
 

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import ctypes
 import gc
-import json
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
 
 from mlx_jupyter import Buffer
-from mlx_jupyter.core.rank_env import RankEnvError, parse_hostfile
 
 
 def test_reference_wrap_4096_ints_without_copy() -> None:
@@ -162,33 +159,6 @@ def test_deleter_exceptions_are_reported_not_raised(monkeypatch) -> None:
     del buf
     gc.collect()
     assert len(seen) == 1 and str(seen[0]) == "boom"
-
-
-address = st.builds(lambda a, b, p: f"{a}.{b}.0.1:{p}", st.integers(0, 255), st.integers(0, 255), st.integers(1, 65535))
-
-
-@given(st.lists(st.lists(address, min_size=1, max_size=3), min_size=1, max_size=8))
-def test_hostfile_round_trip(rows: list[list[str]]) -> None:
-    parsed = parse_hostfile(json.dumps(rows), "hf.json")
-    assert [[f"{h}:{p}" for h, p in row] for row in parsed] == rows
-
-
-@given(st.text(max_size=200))
-def test_hostfile_garbage_gives_only_clear_errors(text: str) -> None:
-    try:
-        parse_hostfile(text, "hf.json")
-    except RankEnvError as exc:
-        assert "hf.json" in str(exc)
-
-
-@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
-                    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=5), c, max_size=3),
-                    max_leaves=20))
-def test_hostfile_wrong_shapes_give_only_clear_errors(data: object) -> None:
-    try:
-        parse_hostfile(json.dumps(data), "hf.json")
-    except RankEnvError as exc:
-        assert "hf.json" in str(exc)
 
 
 def test_any_buffer_protocol_or_dlpack_object_is_accepted() -> None:

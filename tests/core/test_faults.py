@@ -277,15 +277,18 @@ report(sum=dist.all_sum(np.arange(1000, dtype=np.int64) * (RANK + 1)).tolist()[:
 
 
 def test_malformed_hostfiles_give_clear_errors(tmp_path) -> None:
-    from mlx_jupyter.core.rank_env import RankEnvError, read_ring_env
+    from mlx_jupyter.launch.rank_env import RankEnvError, load_ring, read
+
+    def read_ring_env(env):
+        return load_ring(read(env))
 
     good = tmp_path / "good.json"
     good.write_text('[["127.0.0.1:5000"], ["127.0.0.1:5001"]]')
     cases = {
         "missing": ({"MLX_RANK": "0", "MLX_HOSTFILE": str(tmp_path / "nope.json")}, "cannot read the hostfile"),
         "bad json": ({"MLX_RANK": "0", "MLX_HOSTFILE": str(_write(tmp_path, "b.json", "[[oops"))}, "not valid JSON"),
-        "bad address": ({"MLX_RANK": "0", "MLX_HOSTFILE": str(_write(tmp_path, "c.json", '[["10.0.0.1"]]'))}, "not an \"ip:port\""),
-        "bad port": ({"MLX_RANK": "0", "MLX_HOSTFILE": str(_write(tmp_path, "d.json", '[["10.0.0.1:99999"]]'))}, "outside 1..65535"),
+        "bad address": ({"MLX_RANK": "0", "MLX_HOSTFILE": str(_write(tmp_path, "c.json", '[["10.0.0.1"]]'))}, "is not ip:port"),
+        "bad port": ({"MLX_RANK": "0", "MLX_HOSTFILE": str(_write(tmp_path, "d.json", '[["10.0.0.1:99999"]]'))}, "1..65535"),
         "rank out of range": ({"MLX_RANK": "2", "MLX_HOSTFILE": str(good)}, "out of range"),
         "rank not int": ({"MLX_RANK": "x", "MLX_HOSTFILE": str(good)}, "not an integer"),
         "no rank": ({"MLX_HOSTFILE": str(good)}, "MLX_RANK is not"),
@@ -298,7 +301,7 @@ def test_malformed_hostfiles_give_clear_errors(tmp_path) -> None:
         if name != "no rank" and name != "rank not int":
             assert env["MLX_HOSTFILE"] in str(info.value), (name, str(info.value))
     env = read_ring_env({"MLX_RANK": "1", "MLX_HOSTFILE": str(good)})
-    assert env.rank == 1 and env.addresses == [["127.0.0.1:6000"], ["127.0.0.1:6001"]]
+    assert env.rank == 1 and env.addresses == [[("127.0.0.1", 6000)], [("127.0.0.1", 6001)]]
 
 
 def _write(d, name: str, text: str):

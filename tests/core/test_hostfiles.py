@@ -114,7 +114,10 @@ def test_port_offset_and_our_own_hostfile_are_honoured(tmp_path) -> None:
 
 
 def test_bad_port_offset_is_a_clear_error(tmp_path) -> None:
-    from mlx_jupyter.core.rank_env import RankEnvError, read_ring_env
+    from mlx_jupyter.launch.rank_env import RankEnvError, load_ring, read
+
+    def read_ring_env(env):
+        return load_ring(read(env))
 
     hostfile = tmp_path / "hosts.json"
     hostfile.write_text(json.dumps([["127.0.0.1:65000"], ["127.0.0.1:65001"]]))
@@ -123,5 +126,5 @@ def test_bad_port_offset_is_a_clear_error(tmp_path) -> None:
     with pytest.raises(RankEnvError, match="outside 1..65535"):
         read_ring_env({"MLX_RANK": "0", "MLX_HOSTFILE": str(hostfile)})
     env = read_ring_env({"MLX_RANK": "0", "MLX_HOSTFILE": str(hostfile), "MLX_JUPYTER_PORT_OFFSET": "-64000"})
-    assert env.addresses == [["127.0.0.1:1000"], ["127.0.0.1:1001"]]
+    assert env.addresses == [[("127.0.0.1", 1000)], [("127.0.0.1", 1001)]]
     assert os.path.basename(env.source) == "hosts.json"

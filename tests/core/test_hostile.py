@@ -17,6 +17,8 @@ import psutil
 import pytest
 
 from mlx_jupyter.core.auth_warning import is_loopback, needs_warning
+from mlx_jupyter.launch.rank_env import RankEnv
+from mlx_jupyter.net.hosts import split_addr
 from ranks import PRELUDE, Ranks
 
 GREETING = b"MLXJHS01"
@@ -223,8 +225,8 @@ def _scribble_until_a_rank_fails(n: int, job: str, garbage: dict[int, bytes], bo
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="writes through /proc/<pid>/mem")
 def test_garbage_in_the_shared_segment_is_a_peer_error_not_a_crash() -> None:
-    # SegmentLayout: magic, ring_bytes, nonce, pid; then two 256-byte RingStates at 64 and 320
-    # (written at +0, read at +64 of each).
+    # The segment's header: magic, payload bytes, nonce, pid; then the link's payload: two 256-byte
+    # RingStates at 64 and 320 (written at +0, read at +64 of each), then the rings.
     values = {8: 1 << 62, 64: 0xDEADBEEFDEADBEEF, 128: 0xFFFFFFFFFFFFFFF0, 320: 0xDEADBEEFDEADBEEF, 384: 7 << 40}
     garbage = {off: struct.pack("<Q", v) for off, v in values.items()}
     messages = _scribble_until_a_rank_fails(2, SHM_JOB, garbage, board=False)
@@ -246,10 +248,10 @@ except dist.DistributedError as exc:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="writes through /proc/<pid>/mem")
 def test_garbage_on_the_board_is_a_peer_error_not_a_crash() -> None:
-    # The board follows the 576-byte SegmentLayout: its header (posts, then aborted_by and
-    # reason_len at +64 and +68), then 3 ranks x 2 slots of 16448 bytes from +320, each
-    # starting with its sequence number.
-    area, n = 576, 3
+    # The board is the payload of its segment, after the segment's 64-byte header: the board's
+    # header (posts, then aborted_by and reason_len at +64 and +68), then 3 ranks x 2 slots of
+    # 16448 bytes from +320, each starting with its sequence number.
+    area, n = 64, 3
     garbage = {area + 320 + i * 16448: struct.pack("<Q", 0xDEADBEEFDEADBEEF) for i in range(2 * n)}
     garbage[area + 68] = struct.pack("<I", 0xFFFFFFFF)  # reason_len: far past the reason's 240 bytes
     messages = _scribble_until_a_rank_fails(n, BOARD_JOB, garbage, board=True)
@@ -265,24 +267,28 @@ def test_garbage_on_the_board_is_a_peer_error_not_a_crash() -> None:
      ("10.0.0.1:5000", False), ("0.0.0.0:5000", False), ("[fe80::1]:5000", False), ("myhost:5000", False)],
 )
 def test_loopback_addresses_are_told_apart(address: str, loopback: bool) -> None:
-    assert is_loopback(address) is loopback
+    assert is_loopback(split_addr(address).host) is loopback
 
 
 def test_the_warning_is_due_only_without_a_token_off_loopback() -> None:
-    assert needs_warning("", [["127.0.0.1:1"], ["127.0.0.1:2"]]) is None
-    assert needs_warning("", [["127.0.0.1:1"], ["10.9.9.9:2"]]) == "10.9.9.9:2"
-    assert needs_warning("secret", [["10.9.9.9:1"]]) is None
+    def ring(*rows: str) -> list:
+        return [[split_addr(a)] for a in rows]
+
+    assert needs_warning(RankEnv(), ring("127.0.0.1:1", "127.0.0.1:2")) is None
+    assert str(needs_warning(RankEnv(), ring("127.0.0.1:1", "10.9.9.9:2"))) == "10.9.9.9:2"
+    assert needs_warning(RankEnv(token="secret"), ring("10.9.9.9:1")) is None
 
 
 WARN_RANK = """
 import warnings
 from mlx_jupyter.core.auth_warning import warn_if_unauthenticated
-from mlx_jupyter.core.rank_env import read_ring_env
+from mlx_jupyter.launch import rank_env
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     g = dist.init(strict=True, backend="ring", timeout=60)
     dist.all_sum(np.ones(4, np.float32), timeout=60)
-    again = warn_if_unauthenticated("", read_ring_env().addresses)  # as the next group of this process would
+    env = rank_env.current()
+    again = warn_if_unauthenticated(env, rank_env.load_ring(env).addresses)  # as the next group of this process would
 report(warnings=[str(w.message) for w in caught if "MLX_JUPYTER_TOKEN" in str(w.message)], again=again)
 """
 

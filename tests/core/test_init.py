@@ -67,7 +67,7 @@ def test_malformed_hostfile_through_init(case: str, tmp_path) -> None:
         path.write_text('[["127.0.0.1:5000"], ["127.0.0.1:5001"]]')
         rank = "5"
     needle = {"missing": "cannot read the hostfile", "bad json": "not valid JSON",
-              "bad address": 'not an "ip:port"', "rank out of range": "out of range"}[case]
+              "bad address": "is not ip:port", "rank out of range": "out of range"}[case]
     res = _python(CATCH + "report(strict=attempt(strict=True), loose=attempt())",
                   {"MLX_RANK": rank, "MLX_HOSTFILE": str(path)})
     # strict or not, a broken hostfile is an error naming the file, never a silent singleton

@@ -15,15 +15,17 @@ from hypothesis import given, settings, strategies as st
 from mlx_jupyter import _core
 
 MAGIC = 0x4D4C584A53484D31
-LAYOUT = 576  # magic, ring bytes, nonce, creator pid, then two 256-byte ring states
+HEADER = 64  # the segment's: magic, payload bytes, nonce, creator pid (64-byte aligned)
+LAYOUT = HEADER + 512  # then the link's two 256-byte ring states, then its two rings
 RING = 4096
+PAYLOAD = LAYOUT - HEADER + 2 * RING  # what a link with rings of RING bytes asks for
 NONCE = 0x0123456789ABCDEF
 TAIL = f"#{NONCE:016x}"
 REFUSED = (_core.MismatchError, _core.SetupError)
 
 
 def _segment(magic: int = MAGIC, nonce: int = NONCE, size: int = LAYOUT + 2 * RING) -> bytes:
-    head = struct.pack("<QQQq", magic, RING, nonce, os.getpid())
+    head = struct.pack("<QQQq", magic, PAYLOAD, nonce, os.getpid())
     return (head + bytes(size))[:size]
 
 

@@ -29,7 +29,7 @@ def test_real_mlx_column() -> None:
 
 def test_machine_has_it_but_mlx_build_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
     """NCCL installed on the machine, but the MLX build lacks it: missing, with the pip fix."""
-    monkeypatch.setattr(dist._core, "backends", lambda: [
+    monkeypatch.setattr(dist._core, "backends", lambda mpi_libname="": [
         {"name": "nccl", "available": True, "detail": "NCCL libnccl.so.2, driver 580", "fix": ""}])
     monkeypatch.setattr(mlx_backends, "mlx_build", lambda name: False)
     [row] = dist.backends()

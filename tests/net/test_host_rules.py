@@ -1,4 +1,4 @@
-"""The one host-locality rule and the one ``ip:port`` format (issue 13), checked on any input."""
+"""The one host-locality rule and the one ``ip:port`` parser (issues 13, 24), checked on any input."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mlx_jupyter.hostfile import Host, parse_ring_hostfile
-from mlx_jupyter.net.hosts import bare_host, format_addr, is_local, runs_here, split_addr
+from mlx_jupyter.hostfile import Host
+from mlx_jupyter.launch.rank_env import RankEnvError, parse_ring_hostfile
+from mlx_jupyter.net.hosts import Address, bare_host, format_addr, is_local, runs_here, split_addr
 
 users = st.one_of(st.just(""), st.from_regex(r"[a-z_][a-z0-9_]{0,8}@", fullmatch=True))
 loopback_v4 = st.integers(0x7F000000, 0x7FFFFFFF).map(lambda n: str(ipaddress.IPv4Address(n)))
@@ -63,21 +64,50 @@ def test_unbracketed_ipv6_is_refused_naming_the_fix():
         split_addr("::1:32323")
 
 
+# The two copies this parser replaced disagreed (issue 24): core/rank_env.py took "::1:32323"
+# (as [::1]:32323) and refused "host_name:80"; hostfile.py's split_addr did the opposite. MLX's
+# ring reads "ip:port" with getaddrinfo, which resolves names with '_' (/etc/hosts), and an
+# unbracketed IPv6 address with a port is ambiguous ("::1:32323" is also the address ::1:32323):
+# split_addr was right on both, rank_env wrong on both.
+@pytest.mark.parametrize("text, parsed", [
+    ("::1:32323", None), ("fe80::1%en0:5000", None), ("host_name:80", ("host_name", 80)),
+    ("[::1]:32323", ("::1", 32323)), ("[fe80::1%en0]:5000", ("fe80::1%en0", 5000)), ("mac-1.local:5", ("mac-1.local", 5)),
+    ("10.0.0.1:65535", ("10.0.0.1", 65535)), ("10.0.0.1:0", None), ("10.0.0.1:65536", None), ("10.0.0.1:²", None),
+    ("999.0.0.1:80", None), ("[mac-1]:80", None), ("[10.0.0.1]:80", None), ("-opt:80", None), ("a..b:80", None),
+    ("host.:80", None), ("bad host:80", None), ("10.0.0.1", None), (":80", None), ("host:", None),
+])
+def test_the_cases_the_old_copies_disagreed_on_and_their_neighbours(text, parsed):
+    if parsed is None:
+        with pytest.raises(ValueError, match=repr(text).replace("[", r"\[").replace("]", r"\]")):
+            split_addr(text)
+    else:
+        assert split_addr(text) == parsed and str(split_addr(text)) == format_addr(*parsed)
+
+
+labels = st.from_regex(r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,10}[A-Za-z0-9_])?", fullmatch=True)
+host_names = st.lists(labels, min_size=1, max_size=4).filter(lambda ls: not ls[-1].isdigit()).map(".".join)
+
+
+@given(host_names, st.integers(1, 65535))
+def test_every_host_name_with_a_port_parses(name, port):
+    assert split_addr(f"{name}:{port}") == Address(name, port)
+
+
+@given(st.ip_addresses(v=6), st.integers(1, 65535))
+def test_an_ipv6_address_parses_only_in_brackets(ip, port):
+    assert split_addr(f"[{ip}]:{port}") == (str(ip), port)
+    with pytest.raises(ValueError, match="brackets"):
+        split_addr(f"{ip}:{port}")
+
+
 def test_ring_hostfile_parser_names_the_rank():
-    assert parse_ring_hostfile([["127.0.0.1:5000"], ["[::1]:5001", "10.0.0.2:5002"]]) == [
-        [("127.0.0.1", 5000)], [("::1", 5001), ("10.0.0.2", 5002)]]
-    with pytest.raises(ValueError, match="rank 1: 'x' is not ip:port"):
-        parse_ring_hostfile([["127.0.0.1:5000"], ["x"]])
-    with pytest.raises(ValueError, match="JSON list"):
-        parse_ring_hostfile({"hosts": []})
-    assert parse_ring_hostfile(["mac-1:5000", ["mac-2.local:5001"]]) == [[("mac-1", 5000)], [("mac-2.local", 5001)]]
-    with pytest.raises(ValueError, match="invalid host"):
-        parse_ring_hostfile([["bad host:5000"]])
-
-
-@given(st.recursive(st.none() | st.integers() | st.text(max_size=12), lambda c: st.lists(c, max_size=3), max_leaves=8))
-def test_ring_hostfile_parser_raises_only_valueerror(data):
-    try:
-        parse_ring_hostfile(data)
-    except ValueError:
-        pass
+    text = '[["127.0.0.1:5000"], ["[::1]:5001", "10.0.0.2:5002"]]'
+    assert parse_ring_hostfile(text, "hf") == [[("127.0.0.1", 5000)], [("::1", 5001), ("10.0.0.2", 5002)]]
+    with pytest.raises(RankEnvError, match="hf: rank 1: 'x' is not ip:port"):
+        parse_ring_hostfile('[["127.0.0.1:5000"], ["x"]]', "hf")
+    with pytest.raises(RankEnvError, match="JSON list"):
+        parse_ring_hostfile('{"hosts": []}', "hf")
+    assert parse_ring_hostfile('["mac-1:5000", ["mac_2.local:5001"]]', "hf") == [[("mac-1", 5000)],
+                                                                                 [("mac_2.local", 5001)]]
+    with pytest.raises(RankEnvError, match="invalid host"):
+        parse_ring_hostfile('[["bad host:5000"]]', "hf")

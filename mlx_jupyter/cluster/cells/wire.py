@@ -25,8 +25,6 @@ from typing import Any, Sequence
 
 #: the ``session`` of the requests the channel runs: their outputs are routed back through it
 CHANNEL_SESSION = "mlx-jupyter-cell-channel"
-#: env var telling a rank the port of the notebook's channel (absent or "0": no channel)
-PORT_ENV = "MLX_JUPYTER_CELL_PORT"
 
 
 #: the lengths before each frame pair on the stream: signature, payload (big-endian)

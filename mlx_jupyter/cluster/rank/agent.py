@@ -45,6 +45,8 @@ from mlx_jupyter.cluster.cells.zmqwatch import watch_queues
 from mlx_jupyter.cluster.rank.kernel_compat import check_kernel, send_abort_reply
 from mlx_jupyter.cluster.rank.process import register_figure_png, rss
 from mlx_jupyter.cluster.rank.sockets import shutdown_sockets
+from mlx_jupyter.launch import rank_env
+from mlx_jupyter.launch.rank_env import RankEnv
 
 #: the agent of this process, once installed
 AGENT: Optional["RankAgent"] = None
@@ -71,12 +73,14 @@ class _RejectCell(ast.NodeTransformer):
 class RankAgent:
     """One rank's side of the no-hang promise. See the module docstring."""
 
-    def __init__(self, kernel: Any, rank: int, grace: float = 0.3):
+    def __init__(self, kernel: Any, rank: int, grace: float = 0.3, env: Optional[RankEnv] = None):
         self.kernel = kernel
         self.shell = kernel.shell
         self.rank = rank
         self.grace = grace
-        self.backend = os.environ.get("MLX_JUPYTER_BACKEND", "")
+        #: this rank's environment, read once (the engine reads it; default: this process's)
+        self.env = env if env is not None else rank_env.current()
+        self.backend = self.env.backend
         self._lock = threading.Lock()
         self.executing = False
         self.kind = "cell"  # of the current (or last) request: "cell" or "apply"
@@ -386,14 +390,14 @@ class RankAgent:
 _ENDING_CODES = frozenset({RankAgent._post_run_cell.__code__, RankAgent._end.__code__})
 
 
-def install(kernel: Any, rank: int) -> RankAgent:
+def install(kernel: Any, rank: int, env: Optional[RankEnv] = None) -> RankAgent:
     """Create and install this process's agent (called by :mod:`mlx_jupyter.cluster.rank.engine`).
 
     Raises RuntimeError naming the kernel internals that are missing.
     """
     global AGENT
     check_kernel(kernel)
-    AGENT = RankAgent(kernel, rank)
+    AGENT = RankAgent(kernel, rank, env=env)
     AGENT.install()
     return AGENT
 

@@ -257,15 +257,14 @@ CHANNEL: Optional[RankChannel] = None
 ERROR = ""
 
 
-def start(kernel: Any, rank: int, interface: str) -> Optional[RankChannel]:
-    """Connect this rank to the notebook's channel if the launch named one (``MLX_JUPYTER_CELL_PORT``).
+def start(kernel: Any, rank: int, interface: str, port: Optional[int]) -> Optional[RankChannel]:
+    """Connect this rank to the notebook's channel at ``port`` if the launch named one (RankEnv.cell_port).
 
     ``interface`` is the controller's (``tcp://host``): the notebook's channel listens beside it.
     """
     global CHANNEL
-    port = os.environ.get(wire.PORT_ENV, "")
-    if not port.isdigit() or int(port) == 0:
+    if not port:
         return None
-    CHANNEL = RankChannel(kernel, rank, f"{interface}:{int(port)}")
+    CHANNEL = RankChannel(kernel, rank, f"{interface}:{port}")
     return CHANNEL
 

@@ -23,7 +23,7 @@ from mlx_jupyter.cluster.connection_files import await_json_file
 from mlx_jupyter.cluster.ipp_compat import exit_unless_usable
 from mlx_jupyter.cluster.rank import agent
 from mlx_jupyter.cluster.rank import channel
-from mlx_jupyter.cluster.rank.world import env_rank
+from mlx_jupyter.launch import rank_env
 
 
 class MLXEngine(IPEngine):
@@ -99,15 +99,16 @@ class MLXEngine(IPEngine):
         if self.kernel is None:
             agent.AGENT_ERROR = "the engine has no kernel after registration"
             return
-        rank = self.id if self.id is not None else env_rank()
-        try:
-            agent.install(self.kernel, rank)
+        try:  # the rank's environment, read once: every part of the rank side takes it from here
+            env = rank_env.current()
+            rank = self.id if self.id is not None else env.process_rank
+            agent.install(self.kernel, rank, env)
         except Exception as exc:
             agent.AGENT_ERROR = f"{type(exc).__name__}: {exc}"
             self.log.error("the MLX rank agent could not be installed: %s", agent.AGENT_ERROR)
             return
         try:  # cells straight from the notebook; without it they come through the controller
-            channel.start(self.kernel, rank, self.connection_info["interface"])
+            channel.start(self.kernel, rank, self.connection_info["interface"], env.cell_port)
         except Exception as exc:
             channel.ERROR = f"{type(exc).__name__}: {exc}"
             self.log.warning("the direct cell channel could not be set up: %s", channel.ERROR)
@@ -134,7 +135,11 @@ def without_debugpy() -> Iterator[None]:
 def main(argv: Optional[list[str]] = None) -> None:
     exit_unless_usable("engine")
     argv = list(sys.argv[1:] if argv is None else argv)
-    pinned = [f"--IPEngine.id={env_rank()}", "--IPEngine.enable_nanny=False"]
+    try:
+        rank = rank_env.current().process_rank
+    except rank_env.RankEnvError as exc:
+        sys.exit(f"mlx_jupyter engine: {exc}")
+    pinned = [f"--IPEngine.id={rank}", "--IPEngine.enable_nanny=False"]
     MLXEngine.launch_instance(argv=pinned + argv)
 
 

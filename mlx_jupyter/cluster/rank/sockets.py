@@ -6,7 +6,6 @@ collective (the only way to release it) and to skip MLX's connect-retry pause at
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -37,19 +36,19 @@ def socket_fds() -> dict[int, int]:
 
 
 def _read_ring(path: str) -> list[list[tuple[str, int]]]:
-    """The ring hostfile at ``path`` (one parser: :func:`mlx_jupyter.hostfile.parse_ring_hostfile`); [] if unreadable."""
-    from mlx_jupyter.hostfile import parse_ring_hostfile
+    """The ring hostfile at ``path`` (one parser: :func:`mlx_jupyter.launch.rank_env.parse_ring_hostfile`);
+    [] if unreadable."""
+    from mlx_jupyter.launch.rank_env import parse_ring_hostfile
 
     try:
-        with open(path) as fh:
-            return parse_ring_hostfile(json.load(fh))
+        with open(path, encoding="utf-8") as fh:
+            return parse_ring_hostfile(fh.read(), path)
     except (OSError, ValueError):
         return []
 
 
-def _hostfile_ports() -> set[int]:
-    """The ring ports of ``MLX_HOSTFILE`` (every rank's), or an empty set."""
-    path = os.environ.get("MLX_HOSTFILE")
+def _hostfile_ports(path: str) -> set[int]:
+    """The ring ports (every rank's) of MLX's hostfile at ``path``, or an empty set."""
     return {port for rank in _read_ring(path) for _, port in rank} if path else set()
 
 
@@ -87,14 +86,14 @@ def _tcp_ports_by_inode() -> dict[int, tuple[int, int]]:
     return out
 
 
-def world_socket_fds(before: dict[int, int]) -> dict[int, int]:
-    """Sockets opened since ``before`` that belong to MLX's ring (its hostfile's ports).
+def world_socket_fds(before: dict[int, int], hostfile: str) -> dict[int, int]:
+    """Sockets opened since ``before`` that belong to MLX's ring (the ports of its ``hostfile``).
 
     Other threads (the engine's ZMQ) open sockets at the same time; only those on
     a ring port are MLX's. Without a readable hostfile (MPI, NCCL) none is: shutting
     sockets we cannot attribute broke more than it released (MPI: its job aborted).
     """
-    ports = _hostfile_ports()
+    ports = _hostfile_ports(hostfile)
     if not ports:
         return {}
     new = {fd: ino for fd, ino in socket_fds().items() if before.get(fd) != ino}

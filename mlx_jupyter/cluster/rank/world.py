@@ -4,21 +4,19 @@ and our core's ``group`` beside it. The functions at the end are applied from th
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any, Optional
 
 from mlx_jupyter.cluster.rank import agent as _agent
 from mlx_jupyter.cluster.rank.sockets import ring_ports_to_await, socket_fds, wait_listening, world_socket_fds
+from mlx_jupyter.launch import rank_env
+from mlx_jupyter.launch.rank_env import RankEnv
 
 
-def env_rank() -> int:
-    """This process's rank from the environment contract (MLX, JACCL, MPI, Slurm)."""
-    for var in ("MLX_RANK", "JACCL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"):
-        value = os.environ.get(var)
-        if value not in (None, ""):
-            return int(value)
-    return 0
+def this_rank_env() -> RankEnv:
+    """This rank's environment: the agent's (read once when the engine started), else read now."""
+    agent = _agent.AGENT
+    return agent.env if agent is not None else rank_env.current()
 
 
 class EarlyWorld:
@@ -32,10 +30,11 @@ class EarlyWorld:
     (:func:`ring_ports_to_await`): with local ranks usually no pause at all.
     """
 
-    def __init__(self, backend: str, strict: bool, await_ports: Optional[set[int]] = None,
+    def __init__(self, backend: str, strict: bool, hostfile: str, await_ports: Optional[set[int]] = None,
                  await_timeout: float = 30.0):
         self.backend = backend
         self.strict = strict
+        self.hostfile = hostfile  # MLX's: its ports tell MLX's sockets from the engine's
         self.await_ports = set(await_ports or ())
         self.await_timeout = await_timeout
         self.done = threading.Event()
@@ -55,7 +54,7 @@ class EarlyWorld:
         except BaseException as exc:  # reported by setup(), in the cell that needs it
             self.error = exc
         finally:
-            self.sockets = world_socket_fds(before)
+            self.sockets = world_socket_fds(before, self.hostfile)
             self.done.set()
 
 
@@ -73,12 +72,11 @@ def start_world_early(wait: float = 30.0) -> bool:
     """
     global EARLY_WORLD
     if EARLY_WORLD is None:
-        size = int(os.environ.get("MLX_JUPYTER_SIZE", "1") or 1)
-        if not (os.environ.get("MLX_JUPYTER_BACKEND") == "ring" and size > 1
-                and os.environ.get("MLX_JUPYTER_EARLY_WORLD", "1") != "0" and os.environ.get("MLX_HOSTFILE")):
+        env = this_rank_env()
+        if not (env.backend == "ring" and env.size > 1 and env.early_world and env.mlx_hostfile):
             return False
-        EARLY_WORLD = EarlyWorld("ring", strict=True,
-                                 await_ports=ring_ports_to_await(env_rank(), os.environ["MLX_HOSTFILE"]))
+        EARLY_WORLD = EarlyWorld("ring", strict=True, hostfile=env.mlx_hostfile,
+                                 await_ports=ring_ports_to_await(env.process_rank, env.mlx_hostfile))
     EARLY_WORLD.done.wait(wait)
     return True
 
@@ -93,7 +91,7 @@ def setup(backend: str, world: bool = True, group: bool = True, timeout: float =
     import mlx.core as mx
 
     ns["mx"] = mx
-    info: dict[str, Any] = {"rank": env_rank(), "world": None, "group": None, "group_error": ""}
+    info: dict[str, Any] = {"rank": this_rank_env().process_rank, "world": None, "group": None, "group_error": ""}
     if world and "world" not in ns:
         w, sockets = _form_world(backend, timeout)
         ns["world"] = w
@@ -122,10 +120,10 @@ def _form_world(backend: str, timeout: float) -> tuple[Any, dict[int, int]]:
         return early.group, early.sockets
     import mlx.core as mx
 
+    env = this_rank_env()
     before = socket_fds()
-    size_hint = int(os.environ.get("MLX_JUPYTER_SIZE", "1"))
-    w = mx.distributed.init(strict=size_hint > 1, backend=backend or "any")
-    return w, world_socket_fds(before)
+    w = mx.distributed.init(strict=env.size > 1, backend=backend or "any")
+    return w, world_socket_fds(before, env.mlx_hostfile)
 
 
 def reform(timeout: float = 30.0, only_if_needed: bool = False) -> dict:
@@ -142,7 +140,7 @@ def reform(timeout: float = 30.0, only_if_needed: bool = False) -> dict:
     try:
         if ns.get("group") is not None:
             dist.shutdown()
-        g = dist.init(strict=int(os.environ.get("MLX_JUPYTER_SIZE", "1")) > 1, timeout=timeout)
+        g = dist.init(strict=this_rank_env().size > 1, timeout=timeout)
     except Exception as exc:
         ns.pop("group", None)
         return {"group": None, "group_error": f"{type(exc).__name__}: {exc}"}

@@ -31,8 +31,8 @@ class Board {
   // Bytes of segment a board of n ranks needs.
   static size_t bytes_for(int n);
 
-  // `seg` holds at least bytes_for(n) bytes after its layout; `me` is this rank's slot;
-  // `names` name every rank in errors ("rank 1 (127.0.0.1:5001)").
+  // `seg`'s payload holds at least bytes_for(n) bytes, zeroed by its creator's OS (every slot
+  // empty); `me` is this rank's slot; `names` name every rank in errors ("rank 1 (127.0.0.1:5001)").
   Board(std::shared_ptr<SharedSegment> seg, int me, std::vector<std::string> names);
   const std::string& name(int r) const { return names_[size_t(r)]; }
 

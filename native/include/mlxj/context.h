@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "mlxj/options.h"
 #include "mlxj/socket.h"
 
 namespace mlxj {
@@ -44,7 +45,8 @@ struct Wait {
 
 class Context {
  public:
-  Context(int rank, std::vector<std::vector<Endpoint>> addresses, std::string token, bool verbose);
+  // `options`: the world's; its token, verbose and dead-peer timeout govern every connection.
+  Context(int rank, std::vector<std::vector<Endpoint>> addresses, CoreOptions options);
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
@@ -53,6 +55,7 @@ class Context {
   int size() const { return int(addresses_.size()); }
   const std::vector<Endpoint>& addresses(int rank) const { return addresses_[rank]; }
   std::string describe(int rank) const;
+  const CoreOptions& options() const { return options_; }
 
   // Connects to `peer`'s address `addr_index`, retrying until it listens, and
   // authenticates. Throws CommError on timeout, interrupt or a bad peer.
@@ -75,6 +78,7 @@ class Context {
 
   int rank_;
   std::vector<std::vector<Endpoint>> addresses_;
+  CoreOptions options_;
   std::shared_ptr<Shared> shared_;
   std::vector<Fd> listeners_;
   Waker stop_;

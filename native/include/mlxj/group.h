@@ -14,6 +14,7 @@
 #include "mlxj/context.h"
 #include "mlxj/dtype.h"
 #include "mlxj/errors.h"
+#include "mlxj/options.h"
 #include "mlxj/reduce.h"
 #include "mlxj/transport.h"
 
@@ -29,14 +30,17 @@ class Group : public std::enable_shared_from_this<Group> {
  public:
   // The world group: connects the ring (rank i -> rank i+1 on every address of i+1).
   static std::shared_ptr<Group> world(int rank, std::vector<std::vector<Endpoint>> addresses,
-                                      std::string token, bool verbose, const CallOptions& opts);
+                                      const CoreOptions& options, const CallOptions& opts);
   ~Group();
 
   int rank() const { return me_; }
   int size() const { return int(members_.size()); }
   int world_rank(int r) const { return members_[r]; }
 
-  std::shared_ptr<Group> split(int color, int key, const CallOptions& opts);
+  // `options`, if given, are the new group's (every rank must give the same); by default this
+  // group's. Connections keep the world's token, verbosity and dead-peer timeout.
+  std::shared_ptr<Group> split(int color, int key, const CallOptions& opts, const CoreOptions* options = nullptr);
+  const CoreOptions& options() const { return opts_; }
   void barrier(const CallOptions& opts);
   void abort(const std::string& reason);
   // Aborts and releases the process's listening ports (for every group of this world).
@@ -56,7 +60,7 @@ class Group : public std::enable_shared_from_this<Group> {
   void recv(void* data, size_t nbytes, Dtype t, int src, const CallOptions& opts);
 
  private:
-  Group(std::shared_ptr<Context> ctx, uint64_t id, std::vector<int> members);
+  Group(std::shared_ptr<Context> ctx, uint64_t id, std::vector<int> members, CoreOptions options);
   void watch_for_peers_leaving();
   void connect_ring(const Wait& wait);
   Link& p2p_link(int peer, bool sending, const Wait& wait);
@@ -145,6 +149,7 @@ class Group : public std::enable_shared_from_this<Group> {
   uint8_t* scratch(Slot slot, size_t bytes);
 
   std::shared_ptr<Context> ctx_;
+  CoreOptions opts_;  // links, board and algorithm choices of this group
   uint64_t id_;
   std::vector<int> members_;  // world ranks, in group rank order
   int me_ = 0;

@@ -12,6 +12,7 @@ struct BackendStatus {
   std::string fix;     // empty when available
 };
 
-std::vector<BackendStatus> probe_backends();
+// `mpi_libname`: the MPI library MLX would load (MLX_MPI_LIBNAME), tried first; "" for none.
+std::vector<BackendStatus> probe_backends(const std::string& mpi_libname = "");
 
 }  // namespace mlxj

@@ -7,7 +7,13 @@
 // a peer's death shows up there as end-of-file at once. The peer's counters are
 // checked on every load: one that runs backwards or past the ring's size fails
 // the link with a PeerError instead of reading or writing outside the ring.
+//
+// The link's layout of the segment's payload: the two directions' shared state,
+// then the ring of direction 0 (creator -> opener), then that of direction 1.
 #pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -17,6 +23,20 @@
 
 namespace mlxj {
 
-std::unique_ptr<Link> make_shm_link(Fd doorbell, std::shared_ptr<SharedSegment> seg, bool creator, std::string name);
+// Shared state of one direction; each counter on its own cache line.
+struct alignas(64) RingState {
+  alignas(64) std::atomic<uint64_t> written{0};  // bytes the producer has published
+  alignas(64) std::atomic<uint64_t> read{0};     // bytes the consumer has released
+  alignas(64) std::atomic<uint32_t> consumer_waiting{0};
+  alignas(64) std::atomic<uint32_t> producer_waiting{0};
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "cross-process atomics must be lock-free");
+
+// Payload bytes of a segment that carries rings of `ring_bytes` each way.
+constexpr size_t shm_link_bytes(size_t ring_bytes) { return 2 * sizeof(RingState) + 2 * ring_bytes; }
+
+// `seg` holds shm_link_bytes(ring_bytes) of payload, zeroed by its creator's OS.
+std::unique_ptr<Link> make_shm_link(Fd doorbell, std::shared_ptr<SharedSegment> seg, size_t ring_bytes, bool creator,
+                                    std::string name);
 
 }  // namespace mlxj

@@ -1,6 +1,7 @@
-// The shared-memory segment two ranks on one host share: the operating-system
-// mechanics (create, open, size, seal, map, name, unlink). The ring protocol
-// that runs over it is in shm_ring_link.h.
+// A shared-memory segment of ranks on one host: the operating-system mechanics
+// (create, open, size, seal, map, name, unlink) and a small header that identifies
+// the segment. What lives in its payload is its users' business: the two rings of
+// a link (shm_ring_link.cpp) or a group's board (board.h).
 //
 // Why this mechanism: an anonymous shared segment (memfd on Linux) has no name
 // in any filesystem, so nothing is left behind after any exit, SIGKILL
@@ -18,9 +19,8 @@
 // only over a connection that proved it, and the peer maps only a segment of
 // ours carrying the random nonce the locator names.
 //
-// Nothing read from the segment is trusted: the ring size is the one this
-// process asked for (never re-read), and the ring link checks every counter it
-// loads. On Linux the memfd is sealed against shrinking and growing, so no one
+// Nothing read from the segment is trusted: the payload size is the one this
+// process asked for (never re-read), and its users check what they load. On Linux the memfd is sealed against shrinking and growing, so no one
 // can truncate it under a mapping (which would be SIGBUS); the opener refuses an
 // unsealed one. POSIX shm objects (macOS) cannot be sealed.
 //
@@ -32,67 +32,54 @@
 // If another process wins a race for a slot, the nonce no longer matches and
 // that link falls back to TCP.
 #pragma once
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 
-#include "mlxj/socket.h"
+#include "mlxj/fd.h"
 
 namespace mlxj {
 
-// Shared state of one direction; each counter on its own cache line.
-struct alignas(64) RingState {
-  alignas(64) std::atomic<uint64_t> written{0};  // bytes the producer has published
-  alignas(64) std::atomic<uint64_t> read{0};     // bytes the consumer has released
-  alignas(64) std::atomic<uint32_t> consumer_waiting{0};
-  alignas(64) std::atomic<uint32_t> producer_waiting{0};
-};
-
-struct SegmentLayout {
+// The segment's own header, before the payload (which starts 64-byte aligned).
+struct alignas(64) SegmentHeader {
   uint64_t magic;
-  uint64_t ring_bytes;
+  uint64_t payload_bytes;
   uint64_t nonce;       // also in the locator: the peer maps only the segment it was told about
   int64_t creator_pid;  // a named object whose creator is gone is stale
-  RingState dir[2];     // 0: creator -> opener, 1: opener -> creator
 };
-static_assert(std::atomic<uint64_t>::is_always_lock_free, "cross-process atomics must be lock-free");
 
 class SharedSegment {
  public:
-  SharedSegment(void* base, size_t size, size_t ring_bytes, std::string locator, std::string name);
+  // `keep`: the creator's anonymous segment, open until the peer has opened it through /proc.
+  SharedSegment(void* base, size_t size, std::string locator, std::string name, Fd keep = Fd());
   ~SharedSegment();
   SharedSegment(const SharedSegment&) = delete;
   SharedSegment& operator=(const SharedSegment&) = delete;
 
-  SegmentLayout* layout() const { return static_cast<SegmentLayout*>(base_); }
-  // The ring of direction d; its size is ring_bytes(), this process's own number.
-  uint8_t* ring(int d) const { return static_cast<uint8_t*>(base_) + sizeof(SegmentLayout) + size_t(d) * ring_bytes_; }
-  size_t ring_bytes() const { return ring_bytes_; }
-  // Both rings' bytes as one area, for a segment shared by a whole group (board.h).
-  uint8_t* area() const { return ring(0); }
+  SegmentHeader* header() const { return static_cast<SegmentHeader*>(base_); }
+  // The payload: payload_bytes() bytes, this process's own number, after the header.
+  uint8_t* payload() const { return static_cast<uint8_t*>(base_) + sizeof(SegmentHeader); }
+  size_t payload_bytes() const { return size_ - sizeof(SegmentHeader); }
+  // How a process of this user opens it (open_segment); sent only over authenticated connections.
   const std::string& locator() const { return locator_; }
-  // The peer unlinks the name once it has opened it; we do when it did not.
+  // Called by the creator once the peers have answered: closes the anonymous segment's
+  // descriptor and removes the name, unless a peer that opened it removed the name already.
   void release_name(bool peer_unlinked = false);
-  Fd keep;  // Linux memfd: open until the peer has opened it through /proc
 
  private:
   void* base_;
-  size_t size_, ring_bytes_;
+  size_t size_;
   std::string locator_, name_;
+  Fd keep_;
 };
 
-// Creates a segment of `ring_bytes` per direction; `locator()` tells the peer how to open it.
-// MLX_JUPYTER_SHM=named uses the macOS mechanism on Linux too (for tests).
-std::shared_ptr<SharedSegment> create_segment(size_t ring_bytes);
-// Opens the peer's segment; throws CommError(Config) if the locator is not a segment of ours.
-// A named object is unlinked once opened, unless more ranks still have to open it
-// (`last_opener` false): the creator then removes the name when all have.
-std::shared_ptr<SharedSegment> open_segment(const std::string& locator, size_t ring_bytes, bool last_opener = true);
-std::string segment_locator(const SharedSegment& s);
-// Called by the creator once the peer has answered: closes the memfd and
-// removes the name, unless the peer opened the segment (it has removed the name).
-void segment_release_name(SharedSegment& s, bool peer_opened);
+// Creates a segment with `payload_bytes` of payload, zeroed; `named` uses POSIX named objects
+// even where anonymous ones exist (macOS's mechanism, for tests on Linux).
+std::shared_ptr<SharedSegment> create_segment(size_t payload_bytes, bool named);
+// Opens the peer's segment; throws CommError(Protocol) if the locator is not a segment of ours
+// of this payload size. A named object is unlinked once opened, unless more ranks still have
+// to open it (`last_opener` false): the creator then removes the name when all have.
+std::shared_ptr<SharedSegment> open_segment(const std::string& locator, size_t payload_bytes, bool last_opener = true);
 
 }  // namespace mlxj

@@ -1,5 +1,5 @@
-// POSIX socket helpers: an owning fd, addresses, and the platform seam for
-// TCP options (Linux and macOS differ in keepalive/user-timeout/SIGPIPE).
+// POSIX socket helpers: addresses, listening and connecting, TCP options, a waker,
+// exact reads and writes. What differs between Linux and macOS is in platform.h.
 #pragma once
 #include <cerrno>
 #include <chrono>
@@ -10,36 +10,20 @@
 
 #include <sys/socket.h>
 
+#include "mlxj/fd.h"
+
 namespace mlxj {
 
 using Clock = std::chrono::steady_clock;
 
-// An owned file descriptor, closed on destruction.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept;
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd();
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  void reset();
-
- private:
-  int fd_ = -1;
-};
-
+// An address as Python parsed it (mlx_jupyter.net.hosts.split_addr): an IP or a host name, a port.
 struct Endpoint {
   std::string host;
   int port = 0;
-  std::string str() const { return host + ":" + std::to_string(port); }
+  std::string str() const {
+    return (host.find(':') == std::string::npos ? host : "[" + host + "]") + ":" + std::to_string(port);
+  }
 };
-
-// Splits "ip:port" (IPv6 as "[::1]:5000"); throws std::invalid_argument.
-Endpoint parse_endpoint(const std::string& s);
 
 // Listens on the endpoint (SO_REUSEADDR, non-blocking); throws CommError(Config).
 Fd listen_on(const Endpoint& ep);
@@ -48,23 +32,23 @@ Fd listen_on(const Endpoint& ep);
 // caller can retry. Throws CommError(Config) for an unresolvable host.
 Fd try_connect(const Endpoint& ep, Clock::time_point deadline, std::string* why);
 
-// TCP_NODELAY, keepalive that notices a dead host within dead_peer_timeout(), no SIGPIPE.
-void configure_stream(int fd);
-// How long a peer's host may stay silent (no TCP acknowledgement, no keepalive
-// answer) before it counts as dead: MLX_JUPYTER_DEAD_PEER_TIMEOUT seconds, default 10.
-// A live peer's kernel acknowledges even when its process is busy elsewhere, so
-// this bounds the detection of vanished hosts only, never how late a peer may be.
-std::chrono::milliseconds dead_peer_timeout();
+// TCP_NODELAY, and keepalive that notices a dead host within `dead_peer` (CoreOptions:
+// how long a peer's host may stay silent, no TCP acknowledgement and no keepalive answer,
+// before it counts as dead; a live peer's kernel acknowledges even when its process is
+// busy elsewhere, so this bounds the detection of vanished hosts only).
+void configure_stream(int fd, std::chrono::milliseconds dead_peer);
 
 // Notices, while data or a window probe waits for an acknowledgement, that the
-// peer's host stopped answering (Linux TCP_INFO; elsewhere keepalive alone).
+// peer's host stopped answering (where the OS tells: platform::unacknowledged_ms).
 class Liveness {
  public:
-  // True once the peer's kernel has acknowledged nothing for dead_peer_timeout()
+  explicit Liveness(std::chrono::milliseconds dead_peer = std::chrono::seconds(10)) : dead_peer_(dead_peer) {}
+  // True once the peer's kernel has acknowledged nothing for the dead-peer timeout
   // although we have been waiting on it. Call periodically while blocked.
   bool silent(int fd, Clock::time_point now);
 
  private:
+  std::chrono::milliseconds dead_peer_;
   Clock::time_point waiting_since_{};
 };
 void set_nonblocking(int fd);
@@ -88,9 +72,9 @@ class Waker {
 bool io_exact(int fd, void* buf, size_t n, bool write, Clock::time_point deadline, std::string* why,
               const std::function<void()>& between = {});
 
-// Identifies this machine (and user), so peers on the same host can share memory.
-// MLX_JUPYTER_HOST_ID overrides it (tests use that to fake several hosts on one).
-std::string host_identity();
+// Identifies this machine (and user), so peers on the same host can share memory;
+// `forced` (CoreOptions::host_id), when not empty, instead (tests fake several hosts on one).
+std::string host_identity(const std::string& forced = "");
 
 void random_bytes(void* out, size_t size);
 std::string errno_text(int err);

@@ -1,5 +1,6 @@
 // A Link over one or more TCP connections; payload is striped across them.
 #pragma once
+#include <chrono>
 #include <memory>
 #include <vector>
 
@@ -8,6 +9,7 @@
 
 namespace mlxj {
 
-std::unique_ptr<Link> make_tcp_link(std::vector<Fd> conns, std::string name);
+// `dead_peer`: how long a peer's host may acknowledge nothing we wait on (CoreOptions).
+std::unique_ptr<Link> make_tcp_link(std::vector<Fd> conns, std::string name, std::chrono::milliseconds dead_peer);
 
 }  // namespace mlxj
