@@ -97,7 +97,7 @@ def test_a_rank_without_its_agent_fails_start_naming_it(tmp_path):
     """The engine could not hook into its kernel (another ipyparallel's internals): start says so."""
     (tmp_path / "sitecustomize.py").write_text(
         "import mlx_jupyter.cluster.rank.agent as r\n"
-        "def install(kernel, rank):\n"
+        "def install(kernel, rank, env=None):\n"
         "    raise RuntimeError(\"the engine's kernel has no control_handlers (simulated)\")\n"
         "r.install = install\n")
     before = _descendants()
@@ -114,10 +114,10 @@ def test_a_rank_off_the_cell_channel_is_logged_with_its_reason_and_still_runs_ce
     its cells take the controller's path."""
     (tmp_path / "sitecustomize.py").write_text(
         "import mlx_jupyter.cluster.rank.channel as ch\n"
-        "def start(kernel, rank, interface):\n"
+        "def start(kernel, rank, interface, port):\n"
         "    if rank == 1:\n"
         "        raise OSError('no route to the notebook (simulated)')\n"
-        "    return _start(kernel, rank, interface)\n"
+        "    return _start(kernel, rank, interface, port)\n"
         "_start, ch.start = ch.start, start\n")
     before = _descendants()
     c = Cluster(n=2, env={"PYTHONPATH": str(tmp_path)})
