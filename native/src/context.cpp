@@ -4,7 +4,6 @@
 #include <deque>
 #include <cerrno>
 #include <cstring>
-#include <fcntl.h>
 #include <iostream>
 #include <set>
 #include <poll.h>

@@ -1,8 +1,6 @@
 #include "mlxj/shm_segment.h"
 
 #include <cerrno>
-#include <cstring>
-#include <cstdlib>
 #include <fcntl.h>
 #include <mutex>
 #include <signal.h>

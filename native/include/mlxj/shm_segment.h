@@ -20,9 +20,11 @@
 // ours carrying the random nonce the locator names.
 //
 // Nothing read from the segment is trusted: the payload size is the one this
-// process asked for (never re-read), and its users check what they load. On Linux the memfd is sealed against shrinking and growing, so no one
-// can truncate it under a mapping (which would be SIGBUS); the opener refuses an
-// unsealed one. POSIX shm objects (macOS) cannot be sealed.
+// process asked for (never re-read), and its users check what they load. On Linux
+// the memfd is sealed against shrinking and growing, so no one can truncate it
+// under a mapping (which would be SIGBUS); the opener refuses an unsealed one.
+// POSIX shm objects (macOS) cannot be sealed. Which mechanism is the platform's
+// (platform.h: anonymous segments where the OS has them).
 //
 // macOS names: /mlxj.<uid>.<slot>, taken with O_EXCL. The peer unlinks the name
 // as soon as it has opened it; the creator does if the peer did not open it (or
