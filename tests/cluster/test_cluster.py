@@ -14,10 +14,6 @@ from mlx_jupyter.cluster.cells.display import DistributedCellError, show_run
 pytestmark = pytest.mark.timeout(90)
 
 
-def _descendants() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True)}
-
-
 @pytest.fixture(scope="module")
 def runtime_dir(tmp_path_factory):
     """Jupyter's runtime dir for this module: where clusters publish themselves for the lab panel."""
@@ -38,15 +34,15 @@ def _published(c: Cluster) -> list[dict]:
 
 
 @pytest.fixture(scope="module", params=["channel", "controller"])
-def cluster(runtime_dir, request):
+def cluster(runtime_dir, request, descendants):
     """Every test here twice: cells straight to the ranks (the default), and through the controller."""
-    before = _descendants()
+    before = descendants()
     c = Cluster(n=2, cell_channel=request.param == "channel").start(timeout=30)
     c.setup(timeout=30)
     yield c
     c.stop()
     assert _published(c) == [], "a stopped cluster is still listed for the lab panel"
-    left = [p for p in _descendants() - before if psutil.pid_exists(p)]
+    left = [p for p in descendants() - before if psutil.pid_exists(p)]
     assert not left, f"processes left behind: {left}"
 
 
@@ -198,8 +194,9 @@ def test_rank_raising_releases_the_blocked_rank(cluster, collective):
     if cluster.needs_reform:
         cluster.reform()
     with pytest.raises(DistributedCellError) as err:
-        run(cluster, "import time, numpy as np, mlx_jupyter.distributed as d\nif world.rank() == 1:\n"
-                     f"    time.sleep(0.2)\n    t_err = time.monotonic()\n    1/0\n{collective}")
+        # both ranks pass a barrier; then rank 1 raises while rank 0 goes straight into the collective
+        run(cluster, "import time, numpy as np, mlx_jupyter.distributed as d\ngroup.barrier()\n"
+                     f"if world.rank() == 1:\n    t_err = time.monotonic()\n    1/0\n{collective}")
     ended = time.monotonic()
     [t_err] = cluster.pull("t_err", targets=[1])
     assert ended - t_err <= PROMISE, f"released {ended - t_err:.2f} s after rank 1 raised"

@@ -150,7 +150,8 @@ def test_rank_raising_while_its_peer_is_in_an_mlx_all_sum():
     try:
         kernel_pid = k.pid
         start_cluster(k)
-        res = k.run("%%mlx_distributed\nimport time\nif world.rank() == 1:\n    time.sleep(0.3)\n"
+        # both ranks pass a barrier; then rank 1 raises while rank 0 goes straight into all_sum
+        res = k.run("%%mlx_distributed\nimport time\ngroup.barrier()\nif world.rank() == 1:\n"
                     "    t_err = time.monotonic()\n    1/0\nmx.eval(mx.distributed.all_sum(mx.ones(3)))", 30)
         assert res.status == "error", res
         t_err = k.run("t = %mlx_pull t_err --targets 1\nprint(repr(t[0]))", 10)
