@@ -13,7 +13,7 @@ import time
 from types import SimpleNamespace
 from typing import Any, Optional
 
-from mlx_jupyter.cluster.errors import ClusterError
+from mlx_jupyter.cluster.shared.errors import ClusterError
 
 
 def find_published(cluster_id: Optional[str]) -> dict[str, Any]:
@@ -67,8 +67,8 @@ def connect_client(entry: dict[str, Any], timeout: float) -> Any:
 
 def connect(cls: Any, cluster_id: Optional[str], timeout: float) -> Any:
     """``cls.connect``: a handle of class ``cls`` (a Cluster) on the published cluster ``cluster_id``."""
-    from mlx_jupyter.cluster.cells.zmqwatch import watch_queues
-    from mlx_jupyter.cluster.ipp_compat import check_ipyparallel, client_streams
+    from mlx_jupyter.cluster.shared.zmqwatch import watch_queues
+    from mlx_jupyter.cluster.shared.ipp_compat import check_ipyparallel, client_streams
 
     check_ipyparallel()
     entry = find_published(cluster_id)

@@ -6,7 +6,7 @@ import time
 from typing import Any, Mapping, Optional, Sequence
 
 from mlx_jupyter.cluster.cells.text import describe_exit, format_bytes
-from mlx_jupyter.cluster.ipp_compat import is_closed, send_control
+from mlx_jupyter.cluster.shared.ipp_compat import is_closed, send_control
 from mlx_jupyter.net.hosts import is_local
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
-from mlx_jupyter.cluster.errors import ClusterError
+from mlx_jupyter.cluster.shared.errors import ClusterError
 
 
 class Data:

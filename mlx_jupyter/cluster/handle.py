@@ -19,13 +19,13 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 import ipyparallel as ipp
 
 from mlx_jupyter.cluster.cells.hub import CellHub
-from mlx_jupyter.cluster.cells.wire import PORT_ENV
-from mlx_jupyter.cluster.cells.zmqwatch import watch_queues
+from mlx_jupyter.cluster.shared.wire import PORT_ENV
+from mlx_jupyter.cluster.shared.zmqwatch import watch_queues
 from mlx_jupyter.cluster.control import Control
 from mlx_jupyter.cluster.data import Data
 from mlx_jupyter.cluster.engineset import MLXEngineSetLauncher
-from mlx_jupyter.cluster.errors import ClusterError
-from mlx_jupyter.cluster.ipp_compat import (
+from mlx_jupyter.cluster.shared.errors import ClusterError
+from mlx_jupyter.cluster.shared.ipp_compat import (
     IPP_FIX, check_ipyparallel, client_streams, ipyparallel_problems, preload_serializer, requests_outstanding,
     unregister,
 )
@@ -185,7 +185,7 @@ class Cluster(Readiness, Supervision, Control, Data):
         if self.ssh_options is not None:
             es.ssh_options = self.ssh_options
         es.engine_args = ["--IPEngine.wait_for_url_file=30", "--IPEngine.timeout=30"]
-        cfg.LocalControllerLauncher.controller_cmd = [sys.executable, "-m", "mlx_jupyter.cluster.controller"]
+        cfg.LocalControllerLauncher.controller_cmd = [sys.executable, "-m", "mlx_jupyter.cluster.ipcontroller"]
         cfg.LocalControllerLauncher.stop_seconds_until_kill = 2
         return cfg
 
@@ -323,7 +323,7 @@ class Cluster(Readiness, Supervision, Control, Data):
 
     def _await_controller(self, timeout: float = 30.0) -> None:
         """Until the controller's connection files are written (ipyparallel polls only every 0.1 s)."""
-        from mlx_jupyter.cluster.connection_files import await_json_file
+        from mlx_jupyter.cluster.shared.connection_files import await_json_file
 
         controller = self.ipp.controller
         end = time.monotonic() + timeout

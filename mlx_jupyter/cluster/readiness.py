@@ -10,8 +10,8 @@ from concurrent.futures import wait as wait_any
 from typing import Any, Callable, Optional
 
 from mlx_jupyter.cluster.cells.text import rank_label
-from mlx_jupyter.cluster.errors import ClusterError
-from mlx_jupyter.cluster.ipp_compat import IPP_FIX
+from mlx_jupyter.cluster.shared.errors import ClusterError
+from mlx_jupyter.cluster.shared.ipp_compat import IPP_FIX
 
 ProgressCallback = Callable[[int, int], None]
 log = logging.getLogger("mlx_jupyter.cluster")

@@ -6,8 +6,8 @@ import time
 from typing import Any, Iterable, Optional, Sequence
 
 from mlx_jupyter.cluster.cells.text import describe_exit, rank_label
-from mlx_jupyter.cluster.errors import ClusterError
-from mlx_jupyter.cluster.ipp_compat import send_execute
+from mlx_jupyter.cluster.shared.errors import ClusterError
+from mlx_jupyter.cluster.shared.ipp_compat import send_execute
 
 
 class Supervision:

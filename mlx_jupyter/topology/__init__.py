@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .choice import BACKENDS, Choice
 from .commands import CommandResult
-from .core import Topology
+from .topology import Topology
 from .errors import DiscoveryError, PlanError, TopologyError
 from .model import Cable, End, MacHost, Port
 from .netparse import IfAddr, RdmaStatus

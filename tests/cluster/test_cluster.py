@@ -56,7 +56,7 @@ def test_cluster_is_published_for_the_lab_panel(cluster):
 def test_start_uses_our_controller_and_begins_mlx_world_after_the_probe(cluster):
     """The controller without ipyparallel's fixed pause; every rank asked to form MLX's world
     once it had answered the probe (not at engine start: MLX's init holds the GIL)."""
-    assert "mlx_jupyter.cluster.controller" in cluster.ipp.controller.args
+    assert "mlx_jupyter.cluster.ipcontroller" in cluster.ipp.controller.args
     cluster.client[:].execute("import mlx_jupyter.cluster.rank.world as _r\n_began = _r.EARLY_WORLD is not None", block=True)
     assert cluster.pull("_began") == [True, True] and cluster.forming_world() == []
 

@@ -158,7 +158,7 @@ def test_our_controller_skips_init_hubs_fixed_pause_and_only_that(monkeypatch):
     waits for (and sleeps nowhere else in that module); ours skips it, time stays time."""
     from ipyparallel.controller import app
 
-    from mlx_jupyter.cluster import controller
+    from mlx_jupyter.cluster import ipcontroller as controller
 
     seen = {}
 
@@ -179,7 +179,7 @@ def test_our_controller_does_not_load_numpy_and_ranks_still_do():
     "weighted" scheduler wants; the ranks keep it, and a cell using it runs."""
     with mlx_jupyter.Cluster(n=2) as c:
         controllers = [psutil.Process(p) for p in c._controller_pids
-                       if "mlx_jupyter.cluster.controller" in " ".join(psutil.Process(p).cmdline())]
+                       if "mlx_jupyter.cluster.ipcontroller" in " ".join(psutil.Process(p).cmdline())]
         assert controllers
         for proc in controllers:
             assert not [m.path for m in proc.memory_maps() if "_multiarray_umath" in m.path]
@@ -192,7 +192,7 @@ def test_our_controller_writes_connection_files_atomically(tmp_path):
     import stat
     from types import SimpleNamespace
 
-    from mlx_jupyter.cluster import controller
+    from mlx_jupyter.cluster import ipcontroller as controller
 
     me = SimpleNamespace(profile_dir=SimpleNamespace(security_dir=str(tmp_path)),
                          log=SimpleNamespace(info=lambda *a: None))
@@ -243,7 +243,7 @@ def test_the_controller_does_not_outlive_a_killed_kernel():
     try:
         assert owner.stdout.readline().strip() == "up"
         tree = psutil.Process(owner.pid).children(recursive=True)
-        controllers = [p for p in tree if "mlx_jupyter.cluster.controller" in " ".join(p.cmdline())]
+        controllers = [p for p in tree if "mlx_jupyter.cluster.ipcontroller" in " ".join(p.cmdline())]
         assert controllers, [p.cmdline() for p in tree]
         owner.kill()
         owner.wait(10)

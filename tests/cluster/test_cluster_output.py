@@ -2,9 +2,9 @@
 
 import pytest
 
+from mlx_jupyter.cluster.cells.outcome import DIED, ERROR, RELEASED, RankOutcome
 from mlx_jupyter.cluster.cells.text import (
-    DIED, ERROR, RELEASED, LineGrouper, RankOutcome, describe_exit, parse_targets, rank_label,
-    rank_ranges, render_outcomes,
+    LineGrouper, describe_exit, parse_targets, rank_label, rank_ranges, render_outcomes,
 )
 
 

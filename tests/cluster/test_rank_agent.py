@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mlx_jupyter.cluster.connection_files import await_json_file
+from mlx_jupyter.cluster.shared.connection_files import await_json_file
 from mlx_jupyter.cluster.rank import agent as rankside
 from mlx_jupyter.cluster.rank import sockets, world
 

@@ -9,7 +9,7 @@ from concurrent.futures import Future
 from types import SimpleNamespace
 
 from mlx_jupyter.cluster import Cluster
-from mlx_jupyter.cluster.ipp_compat import requests_outstanding
+from mlx_jupyter.cluster.shared.ipp_compat import requests_outstanding
 from mlx_jupyter.cluster.readiness import probe_answer
 
 

@@ -15,9 +15,8 @@ import time
 from collections import deque
 from typing import Any, Callable, Optional
 
-from mlx_jupyter.cluster.cells.text import (
-    ERROR, LineGrouper, group_equal, rank_label, render_outcomes, summary,
-)
+from mlx_jupyter.cluster.cells.outcome import ERROR
+from mlx_jupyter.cluster.cells.text import LineGrouper, group_equal, rank_label, render_outcomes, summary
 
 Publish = Callable[[dict, dict], None]
 

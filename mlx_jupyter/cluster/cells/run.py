@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
-from mlx_jupyter.cluster.cells.text import DIED, ERROR, NO_REPLY, OK, RELEASED, RankOutcome, describe_exit
+from mlx_jupyter.cluster.cells.outcome import DIED, ERROR, NO_REPLY, OK, RELEASED, RUNNING, RankOutcome
+from mlx_jupyter.cluster.cells.text import describe_exit
 
 
 class RunHost(Protocol):
@@ -115,7 +116,7 @@ class CellRun:
         self.ranks = list(ranks)
         self.release_deadline = release_deadline
         self.events: "queue.Queue[Event]" = queue.Queue()
-        self.outcomes = {r: RankOutcome(r, status="running") for r in self.ranks}
+        self.outcomes = {r: RankOutcome(r, status=RUNNING) for r in self.ranks}
         self.cause: Optional[str] = None
         self.started = 0.0
         self.done = threading.Event()
@@ -182,7 +183,7 @@ class CellRun:
     def _record_reply(self, rank: int, content: dict) -> None:
         outcome = self.outcomes[rank]
         with self._lock:
-            if outcome.status != "running":
+            if outcome.status != RUNNING:
                 return
             self._replied.add(rank)
             if content.get("status") == "ok":
@@ -252,7 +253,7 @@ class CellRun:
         with self._lock:
             targets = [
                 r for r in self.ranks
-                if r not in self._ended and r not in self._abort_sent and self.outcomes[r].status == "running"
+                if r not in self._ended and r not in self._abort_sent and self.outcomes[r].status == RUNNING
             ]
             now = time.monotonic()
             for r in targets:
@@ -270,7 +271,7 @@ class CellRun:
             for rank, sent in self._abort_sent.items():
                 if rank not in self._ended and now - sent >= self.release_deadline:
                     outcome = self.outcomes[rank]
-                    if outcome.status == "running":
+                    if outcome.status == RUNNING:
                         outcome.status = NO_REPLY
                         outcome.note = self._no_reply_note()
                         if rank in self._futures:

@@ -41,7 +41,7 @@ from typing import Any, Optional
 
 from IPython.core.error import InputRejected
 
-from mlx_jupyter.cluster.cells.zmqwatch import watch_queues
+from mlx_jupyter.cluster.shared.zmqwatch import watch_queues
 from mlx_jupyter.cluster.rank.kernel_compat import check_kernel, send_abort_reply
 from mlx_jupyter.cluster.rank.process import register_figure_png, rss
 from mlx_jupyter.cluster.rank.sockets import shutdown_sockets
