@@ -10,7 +10,7 @@ import importlib
 from typing import Any
 
 _NAMES = {
-    "Cluster": "mlx_jupyter.cluster.handle",
+    "Cluster": "mlx_jupyter.cluster.cluster",
     "ClusterError": "mlx_jupyter.cluster.shared.errors",
     "MLXEngineSetLauncher": "mlx_jupyter.cluster.engineset",
     "check_ipyparallel": "mlx_jupyter.cluster.shared.ipp_compat",

@@ -65,8 +65,9 @@ def test_status_waits_a_moment_for_ranks_forming_the_world_then_says_so(cluster,
     """Right after start the ranks are busy forming MLX's world (see _begin_world): status
     gives them ``forming_grace`` s, then names the state rather than "busy"/"no reply"."""
     gate = tmp_path / "gate"
-    saved = cluster._world_ar
-    cluster._world_ar = cluster.client[:].execute(  # stands in for a slow ring formation
+    startup = cluster.startup
+    saved = startup.world_request
+    startup.world_request = cluster.client[:].execute(  # stands in for a slow ring formation
         f"import os, time\nt_end = time.monotonic() + 20\n"
         f"while not os.path.exists({str(gate)!r}) and time.monotonic() < t_end:\n    time.sleep(0.01)", block=False)
     try:
@@ -78,8 +79,8 @@ def test_status_waits_a_moment_for_ranks_forming_the_world_then_says_so(cluster,
         assert [row["state"] for row in cluster.status(forming_grace=10)] == ["idle", "idle"]
     finally:
         gate.touch()
-        cluster._world_ar.get(10)
-        cluster._world_ar = saved
+        startup.world_request.get(10)
+        startup.world_request = saved
 
 
 def run(c: Cluster, code: str, timeout: float = 20):

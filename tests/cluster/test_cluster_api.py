@@ -178,7 +178,7 @@ def test_our_controller_does_not_load_numpy_and_ranks_still_do():
     """The controller (on the ready path) skips numpy, which only ipyparallel's unused
     "weighted" scheduler wants; the ranks keep it, and a cell using it runs."""
     with mlx_jupyter.Cluster(n=2) as c:
-        controllers = [psutil.Process(p) for p in c._controller_pids
+        controllers = [psutil.Process(p) for p in c.processes.pids()
                        if "mlx_jupyter.cluster.ipcontroller" in " ".join(psutil.Process(p).cmdline())]
         assert controllers
         for proc in controllers:
@@ -344,12 +344,14 @@ def _interrupt_when(pred, timeout: float = 20) -> threading.Thread:
 
 
 def _main_thread_waiting() -> bool:
-    """The main thread is inside Cluster.wait (where the stop button is handled)."""
+    """The main thread is inside Supervisor.wait (where the stop button is handled)."""
     import sys
+
+    from mlx_jupyter.cluster.supervision import Supervisor
 
     frame = sys._current_frames().get(threading.main_thread().ident)
     while frame is not None:
-        if frame.f_code is Cluster.wait.__code__:
+        if frame.f_code is Supervisor.wait.__code__:
             return True
         frame = frame.f_back
     return False

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlx_jupyter.cluster import handle as cluster_mod
+from mlx_jupyter.cluster import cluster as cluster_mod
 from mlx_jupyter import magics
 from mlx_jupyter.magics import UsageError
 from mlx_jupyter.net.ssh import SSHOptions

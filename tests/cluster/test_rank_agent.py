@@ -241,9 +241,9 @@ def test_status_carries_the_current_cells_start(agent, monkeypatch):
 
 
 def test_a_remote_ranks_cell_start_is_moved_to_our_clock(monkeypatch):
-    from mlx_jupyter.cluster.control import _local_clock
+    from mlx_jupyter.cluster.rank_control import _local_clock
 
-    monkeypatch.setattr("mlx_jupyter.cluster.control.time.time", lambda: 1000.0)
+    monkeypatch.setattr("mlx_jupyter.cluster.rank_control.time.time", lambda: 1000.0)
     busy = {"executing": True, "cell_started": 1500.0, "time": 1510.0}  # its clock is 510 s ahead
     assert _local_clock(busy, same_clock=True) == 1500.0
     assert _local_clock(busy, same_clock=False) == 990.0

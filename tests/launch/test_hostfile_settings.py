@@ -128,7 +128,7 @@ def test_cli_bare_env_key_reaches_the_ranks(tmp_path):
 
 def cluster_plans(cluster) -> list:
     """What the engine set's Launcher would plan for this cluster (see MLXEngineSetLauncher.start)."""
-    es = cluster._config().MLXEngineSetLauncher
+    es = cluster.processes.engine_config().MLXEngineSetLauncher
     return jaccl_plan(es.hostfile, backend=es.backend, env=dict(es.environment))
 
 
@@ -167,7 +167,7 @@ def test_cluster_ranks_see_the_hostfiles_envs(tmp_path):
 
 def test_magic_passes_no_backend_so_the_hostfiles_applies(tmp_path, monkeypatch):
     from mlx_jupyter import magics
-    from mlx_jupyter.cluster import handle
+    from mlx_jupyter.cluster import cluster as handle
 
     made = []
 

@@ -291,10 +291,12 @@ class _Sets:
 
 def _unstarted_cluster(monkeypatch, tmp_path):
     """A real `Cluster` whose controller and ranks are faked: start/stop run their own code."""
-    from mlx_jupyter.cluster import handle as cluster_mod
+    from mlx_jupyter.cluster import Cluster
+    from mlx_jupyter.cluster import processes
+    from mlx_jupyter.cluster.startup import StartupSequence
 
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
-    c = cluster_mod.Cluster(n=2, cell_channel=False)
+    c = Cluster(n=2, cell_channel=False)
 
     class Client:
         ids = [0, 1]
@@ -319,12 +321,12 @@ def _unstarted_cluster(monkeypatch, tmp_path):
         def stop_cluster_sync(self):
             pass
 
-    monkeypatch.setattr(cluster_mod.ipp, "Cluster", lambda **kw: Ipp())
-    monkeypatch.setattr(cluster_mod.Cluster, "_start_engines",
-                        lambda self: (setattr(self, "size", 2), setattr(Client, "ids", [0, 1])))
-    monkeypatch.setattr(cluster_mod.Cluster, "_rank_pids", lambda self, es: set())
-    monkeypatch.setattr(cluster_mod.Cluster, "_probe_channels", lambda self, deadline: None)
-    monkeypatch.setattr(cluster_mod.Cluster, "engine_set", None)
+    monkeypatch.setattr(processes.ipp, "Cluster", lambda **kw: Ipp())
+    monkeypatch.setattr(processes.ClusterProcesses, "start_engines",
+                        lambda self: (setattr(self.table, "size", 2), setattr(Client, "ids", [0, 1])))
+    monkeypatch.setattr(processes, "rank_pids", lambda es: set())
+    monkeypatch.setattr(StartupSequence, "probe_channels", lambda self, deadline: None)
+    monkeypatch.setattr(processes.ClusterProcesses, "engine_set", None)
     return c
 
 

@@ -37,7 +37,6 @@ class RunHost(Protocol):
 
     backend: str
     dead: Mapping[int, Optional[int]]  # rank -> return code, for ranks whose process ended
-    needs_reform: bool  # set when a run aborts ranks: `group` must be formed again
 
     def cell_hub(self, ranks: Sequence[int]) -> Any: ...  # the direct channel, or None
     def send_execute(self, rank: int, code: str, hook: Callable[[Any], None]) -> str: ...
@@ -259,7 +258,6 @@ class CellRun:
             for r in targets:
                 self._abort_sent[r] = now
         if targets:
-            self.cluster.needs_reform = True
             for rank, fut in self.cluster.send_abort(reason, targets, self.msg_ids).items():
                 self._abort_replies[rank] = fut
 
