@@ -20,7 +20,7 @@ from mlx_jupyter.net.ports import CORE_PORT_OFFSET
 from mlx_jupyter.hostfile import (BACKENDS, HostfileError, merge_settings, parse_env, parse_host_list, read_hostfile,
                                   repeat_hosts)
 from mlx_jupyter.launch.errors import LaunchError
-from mlx_jupyter.launch.config import local_script
+from mlx_jupyter.launch.launch_config import local_script
 from mlx_jupyter.launch.job import Job, LaunchConfig
 from mlx_jupyter.launch.rankinfo import rank_prefix
 

@@ -16,7 +16,7 @@ import pytest
 from launch_helpers import PY, cli
 from mlx_jupyter.hostfile import Hostfile, Host, merge_settings, parse_env
 from mlx_jupyter.launch import Launcher
-from mlx_jupyter.launch.config import LaunchConfig
+from mlx_jupyter.launch.launch_config import LaunchConfig
 from mlx_jupyter.launch.job import Job
 
 FAST = "MLX_METAL_FAST_SYNCH=1"
@@ -205,7 +205,7 @@ def test_panel_manager_keeps_the_hostfiles_backend_and_envs(tmp_path):
 # -- scripts, as MLX's launcher (issue 14 §5) -------------------------------------------------------
 
 def test_any_local_file_runs_with_python_by_absolute_path(tmp_path, monkeypatch):
-    from mlx_jupyter.launch.config import rank_argv
+    from mlx_jupyter.launch.launch_config import rank_argv
 
     (tmp_path / "train").write_text("print('hi')\n")
     (tmp_path / "run.sh").write_text("#!/bin/sh\necho hi\n")
