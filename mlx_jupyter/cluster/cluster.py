@@ -126,7 +126,8 @@ class Cluster:
         self.processes = ClusterProcesses(self, self.table, self.link, self.startup, self.supervisor,
                                           started=self._publish)
         self.data = DataMover(self.link, self.table, self.supervisor)
-        self.namespaces = RankNamespaces(self.link, self.table, self.supervisor, self.backend)
+        self.namespaces = RankNamespaces(self.link, self.table, self.supervisor, self.control, self.backend,
+                                         restart_advice=lambda: self.restart_advice)
 
     @classmethod
     def connect(cls, cluster_id: Optional[str] = None, timeout: float = 30.0) -> "Cluster":
@@ -274,7 +275,8 @@ class Cluster:
 
     @property
     def needs_reform(self) -> bool:
-        """Whether an abort or a failed cell may have left ``group`` to be formed again."""
+        """Whether an abort or a failed cell happened since the ranks were last looked at: the next
+        cell (with ``init``) first asks them what it left, and forms again only what was aborted."""
         return self.table.unsettled
 
     @property
@@ -340,12 +342,20 @@ class Cluster:
         """Wait for an AsyncResult; fail at once if one of ``ranks`` dies; see :meth:`Supervisor.wait`."""
         return self.supervisor.wait(ar, timeout, ranks, what)
 
-    def run(self, code: str, targets: Optional[Sequence[int]] = None, release_deadline: float = 2.0) -> Any:
-        """Start a supervised run of ``code`` on ``targets`` (default all); see :class:`CellRun`."""
+    def run(self, code: str, targets: Optional[Sequence[int]] = None, release_deadline: float = 2.0,
+            init: bool = True) -> Any:
+        """Start a supervised run of ``code`` on ``targets`` (default all); see :class:`CellRun`.
+
+        ``init``: first define ``mx``, ``world`` and ``group`` on the ranks, or mend them after an
+        abort, as :class:`~mlx_jupyter.cluster.namespaces.RankNamespaces` decides (the magics'
+        ``--no-init`` turns it off).
+        """
         from mlx_jupyter.cluster.cells.run import CellRun
 
         ranks = list(self.ranks if targets is None else targets)
         self.check_ranks(ranks)
+        if init:
+            self.namespaces.prepare()
         return CellRun(self, code, ranks, release_deadline).start()
 
     # ------------------------------------------------------------ what a cell run needs (cells.run.RunHost)
@@ -373,6 +383,8 @@ class Cluster:
         self.supervisor.run_started(run)
 
     def run_ended(self, run: Any) -> None:
+        if run.failed:  # what it left is looked at before the next cell (RankNamespaces.settle)
+            self.table.unsettled = True
         self.supervisor.run_ended(run)
 
     def mark_busy(self, rank: int, request: Any) -> None:

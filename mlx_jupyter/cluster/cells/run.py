@@ -37,6 +37,7 @@ class RunHost(Protocol):
 
     backend: str
     dead: Mapping[int, Optional[int]]  # rank -> return code, for ranks whose process ended
+    restart_advice: str  # how to get fresh ranks, as it works where the run's messages are shown
 
     def cell_hub(self, ranks: Sequence[int]) -> Any: ...  # the direct channel, or None
     def send_execute(self, rank: int, code: str, hook: Callable[[Any], None]) -> str: ...
@@ -216,7 +217,7 @@ class CellRun:
             if rank in self._ended:
                 return
             outcome.status = DIED
-            outcome.note = f"process died ({describe_exit(returncode)}); restart it with %mlx_cluster restart"
+            outcome.note = f"process died ({describe_exit(returncode)}); {self.cluster.restart_advice}"
             self._replied.add(rank)
             self._idle.add(rank)
         self._fail(f"rank {rank} died ({describe_exit(returncode)})")
@@ -281,14 +282,13 @@ class CellRun:
             self._maybe_end(rank)
 
     def _no_reply_note(self) -> str:
-        backend = getattr(self.cluster, "backend", "ring")
+        backend, advice = self.cluster.backend, self.cluster.restart_advice
         if backend == "ring":
             return (f"did not stop within {self.release_deadline:g} s (busy in native code?); "
-                    "it keeps running: interrupt again, or %mlx_cluster restart")
+                    f"it keeps running: interrupt again, or {advice}")
         # measured with MPI: a blocked collective ignores interrupts and has no sockets we may close
         return (f"did not stop within {self.release_deadline:g} s: busy in native code, e.g. a blocked "
-                f"{backend} collective, which cannot be cancelled; %mlx_cluster restart gives fresh ranks "
-                "(the ranks' variables are lost)")
+                f"{backend} collective, which cannot be cancelled; {advice} (the ranks' variables are lost)")
 
     def _finish(self) -> None:
         for rank, outcome in self.outcomes.items():

@@ -148,7 +148,8 @@ def render_outcomes(outcomes: Sequence[RankOutcome], cause: str = "", hints: Seq
     for ranks, tb in group_equal(errors):
         first = next(o for o in outcomes if o.rank == ranks[0])
         lines.append(f"--- {rank_label(ranks)}: {first.ename}: {first.evalue}")
-        lines.extend(str(tb).split("\n"))
+        if str(tb).strip() != f"{first.ename}: {first.evalue}":  # a one-line traceback is the line above
+            lines.extend(str(tb).split("\n"))
     released = {o.rank: o.note for o in outcomes if o.status == RELEASED}
     for ranks, note in group_equal(released):
         lines.append(f"--- {rank_label(ranks)}: {note}")
