@@ -119,10 +119,12 @@ class MLXMagics(Magics):
     @argument("action", choices=["start", "stop", "restart", "status", "connect"], help="what to do")
     @argument("cluster_id", nargs="?", default=None,
               help="connect: the cluster to use (as the MLX Cluster panel lists it; default: the only one)")
-    @argument("-n", "--repeat-hosts", type=int, default=None, help="ranks per host (default 2 for one local host)")
+    @argument("-n", "--repeat-hosts", type=int, default=None,
+              help="ranks per host (default: 1 per host named, as mlx.launch; 2 when none is named)")
     @argument("--hosts", default=None, help="comma-separated hosts (default 127.0.0.1)")
     @argument("--hostfile", default=None, help="JSON hostfile (instead of --hosts)")
-    @argument("--backend", default=None, help="ring, jaccl, jaccl-ring, nccl or mpi (default: the hostfile's, else ring)")
+    @argument("--backend", default=None,
+              help="ring, jaccl, jaccl-ring, nccl or mpi (default: the hostfile's, else nccl with CUDA, else ring)")
     @argument("--python", default=None, help="interpreter on the ranks")
     @argument("--env", action="append", default=[], metavar="K=V", help="environment for every rank (repeatable)")
     @argument("--cwd", default=None, help="working directory on every rank")
@@ -165,12 +167,11 @@ class MLXMagics(Magics):
             env, problems = parse_env(args.env, "--env", passthrough=os.environ)
             if problems:
                 raise UsageError("; ".join(p.removesuffix("; skipped") for p in problems))
-            n = args.repeat_hosts if args.repeat_hosts is not None else 2 if not (args.hosts or args.hostfile) else 1
             from mlx_jupyter.net.ssh import SSHOptions, options_from_args
 
             ssh_options = options_from_args(args)
             try:  # an unreadable hostfile: say so now, before starting anything
-                cluster = Cluster(n=n, hosts=args.hosts, hostfile=args.hostfile, backend=args.backend,
+                cluster = Cluster(n=args.repeat_hosts, hosts=args.hosts, hostfile=args.hostfile, backend=args.backend,
                                   python=args.python, env=env, cwd=args.cwd, timeout=args.timeout,
                                   controller_ip=args.controller_ip,
                                   ssh_options=None if ssh_options == SSHOptions() else ssh_options)

@@ -35,7 +35,8 @@ from mlx_jupyter.cluster.shared.errors import ClusterError
 from mlx_jupyter.cluster.shared.ipp_compat import IPP_FIX, check_ipyparallel, ipyparallel_problems
 from mlx_jupyter.cluster.startup import ProgressCallback, StartupSequence
 from mlx_jupyter.cluster.supervision import Supervisor
-from mlx_jupyter.net.hosts import LOCAL_HOSTS, is_local
+from mlx_jupyter.hostfile import default_ranks_per_host
+from mlx_jupyter.net.hosts import LOCAL_HOSTS, all_local
 
 __all__ = ["Cluster", "ClusterError", "MLXEngineSetLauncher", "IPP_FIX", "check_ipyparallel",
            "ipyparallel_problems", "FAST_CONTROLLER_ARGS", "LOCAL_HOSTS", "CHANNEL_ENV"]
@@ -46,21 +47,24 @@ log = logging.getLogger(__name__)
 CHANNEL_ENV = "MLX_JUPYTER_CELL_CHANNEL"
 
 
-def _settings(hostfile: Optional[str], backend: Optional[str], env: Optional[Mapping[str, str]]) -> Any:
-    """Backend and env from the hostfile (read now, so that a bad one fails here) and the explicit ones."""
+def _read(hostfile: Optional[str], backend: Optional[str], env: Optional[Mapping[str, str]]) -> Any:
+    """The hostfile, read once for the whole start (now, so that a bad one fails here), and the
+    backend and env from it under the explicit ones."""
     from mlx_jupyter.hostfile import merge_settings, read_hostfile
 
     hf = read_hostfile(hostfile) if hostfile else None
-    return merge_settings(hf, f"hostfile {hostfile}", backend, env)
+    return hf, merge_settings(hf, f"hostfile {hostfile}", backend, env)
 
 
 class Cluster:
     """MLX ranks as ipyparallel engines, engine id = rank. A context manager.
 
-    ``n`` ranks per host (like ``mlx.launch -n``); ``hosts`` a list or
-    ``"h1,h2"`` (default one local host), or ``hostfile``. ``env`` is added to
-    every rank's environment. A hostfile's ``backend`` and ``envs`` apply unless
-    ``backend``/``env`` say otherwise (a notice names each override); else ring. ``ssh_options`` (:class:`mlx_jupyter.net.ssh.SSHOptions`)
+    ``n`` ranks per host (like ``mlx.launch -n``; default 1 per host named, 2 when
+    none is: :func:`~mlx_jupyter.hostfile.default_ranks_per_host`); ``hosts`` a list or
+    ``"h1,h2"`` (default this machine), or ``hostfile`` (read once, here). ``env`` is added
+    to every rank's environment. A hostfile's ``backend`` and ``envs`` apply unless
+    ``backend``/``env`` say otherwise (a notice names each override); else
+    :func:`~mlx_jupyter.hostfile.default_backend`. ``ssh_options`` (:class:`mlx_jupyter.net.ssh.SSHOptions`)
     say how to reach remote hosts. With remote hosts the controller listens on
     every interface and tells the engines this machine's name; pass
     ``controller_ip`` (an address of this machine the hosts can reach) when
@@ -71,7 +75,7 @@ class Cluster:
 
     def __init__(
         self,
-        n: int = 2,
+        n: Optional[int] = None,
         hosts: Optional[Sequence[str] | str] = None,
         hostfile: Optional[str] = None,
         backend: Optional[str] = None,
@@ -93,17 +97,19 @@ class Cluster:
         if any(not h for h in self.hosts):
             raise ValueError("empty host name in hosts")
         self.hostfile = hostfile
-        self.n = int(n)
+        self.n = default_ranks_per_host(bool(hosts or hostfile)) if n is None else int(n)
         if self.n < 1:
             raise ValueError(f"n must be at least 1 rank per host, got {n}")
         self.python = python or sys.executable
-        settings = _settings(hostfile, backend, env)
+        read, settings = _read(hostfile, backend, env)
+        #: the hostfile's hosts, as read here: the engine set and the launcher do not read it again
+        self.hostfile_hosts: Optional[list[Any]] = list(read.hosts) if read is not None else None
         self.backend, self.env, self.notices = settings.backend, settings.env, settings.notices
         for notice in self.notices:
             print(f"mlx-jupyter: {notice}", file=sys.stderr)
         self.cwd = cwd
         self.starting_port = starting_port
-        self.local = hostfile is None and all(is_local(h) for h in self.hosts)
+        self.local = all_local([h.ssh for h in self.hostfile_hosts] if self.hostfile_hosts is not None else self.hosts)
         self.controller_ip = controller_ip or (None if self.local else "*")
         self.timeout = timeout
         self.log_level = log_level
@@ -154,12 +160,8 @@ class Cluster:
         return f"restart the ranks: {self.restart_command}"
 
     def expected_size(self) -> int:
-        """How many ranks :meth:`start` will start (the hostfile is read for its length)."""
-        if self.hostfile:
-            from mlx_jupyter.hostfile import read_hostfile
-
-            return len(read_hostfile(self.hostfile).hosts) * self.n
-        return len(self.hosts) * self.n
+        """How many ranks :meth:`start` will start."""
+        return len(self.hostfile_hosts if self.hostfile_hosts is not None else self.hosts) * self.n
 
     # ------------------------------------------------------------ the processes
 

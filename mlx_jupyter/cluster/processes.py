@@ -37,6 +37,7 @@ class ClusterSpec(Protocol):
     cluster_id: str
     hosts: list[str]
     hostfile: Optional[str]
+    hostfile_hosts: Optional[list[Any]]  # the hostfile's hosts, read once by the Cluster
     n: int  # ranks per host
     backend: str
     env: Mapping[str, str]
@@ -124,6 +125,7 @@ class ClusterProcesses:
         es = cfg.MLXEngineSetLauncher
         if spec.hostfile:
             es.hostfile = spec.hostfile
+            es.hostfile_hosts = spec.hostfile_hosts
         es.hosts = spec.hosts
         es.repeat_hosts = spec.n
         es.backend = spec.backend

@@ -15,7 +15,8 @@ import secrets
 import sys
 from typing import Any, Optional, Sequence
 
-from mlx_jupyter.hostfile import BACKENDS, Host, HostfileError, hostfile_path, merge_settings, read_hostfile, resolve_hosts
+from mlx_jupyter.hostfile import (BACKENDS, Host, HostfileError, default_ranks_per_host, hostfile_path, merge_settings,
+                                  read_hostfile, resolve_hosts)
 from mlx_jupyter.launch import contract, mpi
 from mlx_jupyter.launch.connections import HostConnections
 from mlx_jupyter.launch.errors import LaunchError
@@ -42,7 +43,8 @@ class Job:
         if config.backend not in BACKENDS:
             raise LaunchError(f"backend {config.backend!r} is not one of {', '.join(BACKENDS)}")
         try:
-            self.hosts: list[Host] = resolve_hosts(config.hosts, config.repeat_hosts)
+            repeat = config.repeat_hosts or default_ranks_per_host(config.hosts is not None)
+            self.hosts: list[Host] = resolve_hosts(config.hosts, repeat)
         except ValueError as exc:
             raise LaunchError(str(exc)) from None
         self.connections = HostConnections(self.hosts, config.ssh_options, config.start_timeout, self.log)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from typing import Iterable
 
 #: The names the launcher and the configurator write for this machine.
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -28,6 +29,11 @@ def is_local(host: str) -> bool:
         return False
 
 
+def all_local(hosts: Iterable[str]) -> bool:
+    """Whether every one of ``hosts`` is this machine (:func:`is_local`): the one test of "a local cluster"."""
+    return all(is_local(h) for h in hosts)
+
+
 def runs_here(ssh_name: str) -> bool:
     """Whether the launcher runs a rank for ``ssh_name`` without ssh: local, and no ``user@`` asking
     for another account (``alice@localhost`` goes through ssh)."""
@@ -47,7 +53,7 @@ def split_addr(text: str) -> tuple[str, int]:
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     elif ":" in host:
-        raise ValueError(f"{text!r}: an IPv6 address needs brackets, as in [::1]:32323")
+        raise ValueError(f"{text!r}: an IPv6 address needs brackets, as in [::1]:8080")
     if not sep or not host or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"{text!r} is not ip:port (port 1..65535)")
     try:

@@ -119,7 +119,7 @@ def test_cli_override_is_announced_and_used(tmp_path, port_block):
 
 
 def test_cli_bare_env_key_reaches_the_ranks(tmp_path):
-    res = cli(["--env", "PROBE", "--", PY, "-c", SHOW], timeout=60, env={**os.environ, "PROBE": "passed"})
+    res = cli(["-n", "1", "--env", "PROBE", "--", PY, "-c", SHOW], timeout=60, env={**os.environ, "PROBE": "passed"})
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["None", "passed", "0", "False"]
 
@@ -220,6 +220,6 @@ def test_any_local_file_runs_with_python_by_absolute_path(tmp_path, monkeypatch)
 
 def test_cli_runs_a_script_without_py_suffix(tmp_path):
     (tmp_path / "job").write_text("import sys; print('ran', sys.executable == %r)\n" % PY)
-    res = cli(["--cwd", str(tmp_path), "--", "job"], timeout=60, cwd=str(tmp_path))
+    res = cli(["-n", "1", "--cwd", str(tmp_path), "--", "job"], timeout=60, cwd=str(tmp_path))
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "ran True"
