@@ -165,6 +165,29 @@ def test_cluster_ranks_see_the_hostfiles_envs(tmp_path):
     assert got == ["file 1 ring", "file 1 ring"]
 
 
+@pytest.mark.timeout(180)
+def test_a_cluster_start_reads_its_hostfile_once(tmp_path, monkeypatch):
+    """Cluster, its engine set and the launcher used to read the hostfile 3 to 5 times per start."""
+    from mlx_jupyter import hostfile
+    from mlx_jupyter.cluster import Cluster
+    from mlx_jupyter.launch import job
+
+    reads = []
+    real = hostfile.read_hostfile
+
+    def counted(path):
+        reads.append(path)
+        return real(path)
+
+    monkeypatch.setattr(hostfile, "read_hostfile", counted)
+    monkeypatch.setattr(job, "read_hostfile", counted)
+    path = write(tmp_path, "ring", [FAST])
+    with Cluster(n=1, hostfile=path, timeout=120) as c:
+        assert c.size == 2 and c.local  # two 127.0.0.1 hosts: a local cluster (loopback, free ports)
+        assert c.expected_size() == 2
+    assert reads == [path]
+
+
 def test_magic_passes_no_backend_so_the_hostfiles_applies(tmp_path, monkeypatch):
     from mlx_jupyter import magics
     from mlx_jupyter.cluster import cluster as handle
