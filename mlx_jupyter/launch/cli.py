@@ -92,7 +92,7 @@ def split_argv(argv: Sequence[str], parser: argparse.ArgumentParser) -> tuple[li
         if name in takes_value and "=" not in arg:
             i += 2
         elif not arg.startswith("--") and len(arg) > 2 and arg[:2] in takes_value:
-            i += 1  # -n2 / -p32323
+            i += 1  # -n2 / -pPORT
         else:
             i += 1
     return list(argv), []

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ipaddress
 from typing import Iterable
 
+from mlx_jupyter.net.ports import DEFAULT_STARTING_PORT
+
 #: The names the launcher and the configurator write for this machine.
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
@@ -53,7 +55,7 @@ def split_addr(text: str) -> tuple[str, int]:
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     elif ":" in host:
-        raise ValueError(f"{text!r}: an IPv6 address needs brackets, as in [::1]:8080")
+        raise ValueError(f"{text!r}: an IPv6 address needs brackets, as in [::1]:{DEFAULT_STARTING_PORT}")
     if not sep or not host or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"{text!r} is not ip:port (port 1..65535)")
     try:
