@@ -20,7 +20,7 @@ from tests.cluster.kernel import Kernel  # noqa: E402
 
 def role(p: psutil.Process) -> str:
     cmd = " ".join(p.cmdline())
-    for name, module in (("controller", "mlx_jupyter.cluster.controller"), ("engine", "mlx_jupyter.cluster.rank.engine")):
+    for name, module in (("controller", "mlx_jupyter.cluster.ipcontroller"), ("engine", "mlx_jupyter.cluster.rank.engine")):
         if module in cmd:
             return f"{name} {p.pid}"
     return ""

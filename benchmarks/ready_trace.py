@@ -20,9 +20,10 @@ import sys
 import time
 from typing import Any, Callable
 
-from mlx_jupyter.cluster.handle import Cluster
+from mlx_jupyter.cluster import Cluster
 
-STEPS = ("_await_controller", "_probe_channels")  # the probe begins once every rank is registered
+#: (part of the cluster, step): the probe begins once every rank is registered
+STEPS = (("processes", "await_controller"), ("startup", "probe_channels"))
 
 IMPORT_COST = """
 import time, IPython, ipyparallel
@@ -34,8 +35,9 @@ print(time.perf_counter() - t)
 
 def timed_steps(cluster: Cluster, t0: float, marks: dict[str, tuple[float, float]]) -> None:
     """Wrap this cluster's start steps so that each records (start, end) relative to ``t0``."""
-    for name in STEPS:
-        step: Callable[..., Any] = getattr(cluster, name)
+    for part_name, name in STEPS:
+        part = getattr(cluster, part_name)
+        step: Callable[..., Any] = getattr(part, name)
 
         def wrapped(*args: Any, _step: Callable[..., Any] = step, _name: str = name, **kwargs: Any) -> Any:
             begun = time.perf_counter() - t0
@@ -44,7 +46,7 @@ def timed_steps(cluster: Cluster, t0: float, marks: dict[str, tuple[float, float
             finally:
                 marks[_name] = (begun, time.perf_counter() - t0)
 
-        setattr(cluster, name, wrapped)
+        setattr(part, name, wrapped)
 
 
 def one_start() -> dict[str, float]:
@@ -55,9 +57,9 @@ def one_start() -> dict[str, float]:
     c.start()
     total = time.perf_counter() - t0
     c.stop()
-    return {"controller's files": marks["_await_controller"][1],
-            "ranks registered": marks["_probe_channels"][0],
-            "probe": marks["_probe_channels"][1] - marks["_probe_channels"][0],
+    return {"controller's files": marks["await_controller"][1],
+            "ranks registered": marks["probe_channels"][0],
+            "probe": marks["probe_channels"][1] - marks["probe_channels"][0],
             "ready": total}
 
 

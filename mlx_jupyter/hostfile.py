@@ -15,12 +15,30 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence, Union
 
 from mlx_jupyter.net.hosts import format_addr, is_ip, runs_here
-from mlx_jupyter.net.ports import CORE_PORT_OFFSET
+from mlx_jupyter.net.ports import CORE_PORT_OFFSET, DEFAULT_STARTING_PORT
 
 RdmaEntry = Union[str, list[str], None]
 
-#: Backends a launcher knows how to start.
+#: Backends a launcher knows how to start (the one list; the configurator plans a subset of them).
 BACKENDS = ("ring", "jaccl", "jaccl-ring", "nccl", "mpi")
+
+
+def default_backend() -> str:
+    """The backend when neither the caller nor the hostfile names one, for every way in (``launch``,
+    ``Launcher``, ``Cluster``, ``%mlx_cluster``, the panel): nccl on a machine with CUDA, as
+    ``mlx.launch``; else ring."""
+    try:
+        import mlx.core as mx
+
+        return "nccl" if mx.cuda.is_available() else "ring"
+    except Exception:  # no MLX here, or an MLX without its cuda module: ring
+        return "ring"
+
+
+def default_ranks_per_host(hosts_named: bool) -> int:
+    """Ranks per host when none is given, for every way in: one per host, as ``mlx.launch -n``;
+    two when no host is named at all (this machine alone), since one rank would not be distributed."""
+    return 1 if hosts_named else 2
 
 # An ssh destination: optional "user@", then a DNS name, an IPv4 or a bracketed
 # or bare IPv6 address. Anything else (spaces, quotes, ;, $, `, newlines, a
@@ -218,14 +236,15 @@ class LaunchSettings:
 
 
 def merge_settings(hostfile: Hostfile | None, source: str, backend: str | None = None,
-                   env: Mapping[str, str] | None = None, default_backend: str = "ring") -> LaunchSettings:
-    """The one rule for every entry point: the hostfile's backend and envs, under the explicit ones.
+                   env: Mapping[str, str] | None = None) -> LaunchSettings:
+    """The one rule for every entry point: the hostfile's backend and envs, under the explicit ones;
+    with no backend from either, :func:`default_backend`.
 
     Each explicit value that replaces a different one from the file gives a notice naming both.
     """
     explicit = dict(env or {})
     if hostfile is None:
-        return LaunchSettings(backend or default_backend, explicit)
+        return LaunchSettings(backend or default_backend(), explicit)
     merged, notices = parse_env(hostfile.envs, f"{source} envs")
     if backend and hostfile.backend and backend != hostfile.backend:
         notices.append(f"{source} says backend {hostfile.backend!r}; using {backend!r} as given explicitly")
@@ -233,7 +252,12 @@ def merge_settings(hostfile: Hostfile | None, source: str, backend: str | None =
         if key in merged and merged[key] != value:
             notices.append(f"{source} sets {key}={merged[key]}; using {key}={value} as given explicitly")
     merged.update(explicit)
-    return LaunchSettings(backend or hostfile.backend or default_backend, merged, notices)
+    return LaunchSettings(backend or hostfile.backend or default_backend(), merged, notices)
+
+
+def hostfile_json(data: Any) -> str:
+    """The text of a hostfile (either form) from its JSON data: the one way every writer formats it."""
+    return json.dumps(data, indent=2) + "\n"
 
 
 def dumps_hostfile(hostfile: Hostfile | Sequence[Host], form: str = "auto") -> str:
@@ -244,11 +268,10 @@ def dumps_hostfile(hostfile: Hostfile | Sequence[Host], form: str = "auto") -> s
     if form == "auto":
         form = "object" if (hostfile.backend or hostfile.envs) else "list"
     if form == "list":
-        return json.dumps(hosts, indent=2) + "\n"
+        return hostfile_json(hosts)
     if form != "object":
         raise ValueError(f"form must be 'list', 'object' or 'auto', not {form!r}")
-    obj: dict[str, Any] = {"backend": hostfile.backend or "", "envs": list(hostfile.envs), "hosts": hosts}
-    return json.dumps(obj, indent=2) + "\n"
+    return hostfile_json({"backend": hostfile.backend or "", "envs": list(hostfile.envs), "hosts": hosts})
 
 
 def write_hostfile(path: str | Path, hostfile: Hostfile | Sequence[Host], form: str = "auto") -> None:
@@ -279,7 +302,7 @@ def resolve_hosts(hosts: Union[str, Path, Sequence[Host], None], repeat: int = 1
     return repeat_hosts(hosts, repeat)
 
 
-def ring_ports(hosts: Sequence[Host], starting_port: int = 32323, connections_per_ip: int = 1) -> list[list[str]]:
+def ring_ports(hosts: Sequence[Host], starting_port: int = DEFAULT_STARTING_PORT, connections_per_ip: int = 1) -> list[list[str]]:
     """Ring plan: per rank, the ``ip:port`` it listens on.
 
     Rank 0's first IP gets ``starting_port``, then +1 per IP per connection,

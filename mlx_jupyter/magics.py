@@ -1,6 +1,7 @@
 """`%load_ext mlx_jupyter`: ``%mlx_cluster``, ``%%mlx_distributed``, ``%mlx_push``, ``%mlx_pull``.
 
-Thin: every magic parses its options and calls :class:`mlx_jupyter.cluster.Cluster`.
+Thin: every magic parses its options and calls :class:`mlx_jupyter.cluster.Cluster`, which owns
+every rule (when the ranks get ``mx``/``world``/``group``, what is formed again after an abort).
 """
 
 from __future__ import annotations
@@ -13,10 +14,19 @@ from typing import Any, Optional
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from mlx_jupyter.cluster.cells.text import MODES, format_bytes, parse_targets, rank_label
+from mlx_jupyter.cluster.cells.text import MODES, format_bytes, parse_targets
 
 #: the kernel's cluster (one per kernel)
 _cluster: Optional[Any] = None
+#: how our messages tell a notebook user to restart the ranks
+RESTART_COMMAND = "%mlx_cluster restart"
+
+
+def _adopt(cluster: Any) -> Any:
+    """``cluster`` is the magics' now: its messages name the magic that restarts it."""
+    if cluster is not None:
+        cluster.restart_command = RESTART_COMMAND
+    return cluster
 
 
 def current() -> Any:
@@ -31,7 +41,7 @@ def set_current(cluster: Any) -> Any:
     not stopped; it is returned.
     """
     global _cluster
-    previous, _cluster = _cluster, cluster
+    previous, _cluster = _cluster, _adopt(cluster)
     return previous
 
 
@@ -109,10 +119,12 @@ class MLXMagics(Magics):
     @argument("action", choices=["start", "stop", "restart", "status", "connect"], help="what to do")
     @argument("cluster_id", nargs="?", default=None,
               help="connect: the cluster to use (as the MLX Cluster panel lists it; default: the only one)")
-    @argument("-n", "--repeat-hosts", type=int, default=None, help="ranks per host (default 2 for one local host)")
+    @argument("-n", "--repeat-hosts", type=int, default=None,
+              help="ranks per host (default: 1 per host named, as mlx.launch; 2 when none is named)")
     @argument("--hosts", default=None, help="comma-separated hosts (default 127.0.0.1)")
     @argument("--hostfile", default=None, help="JSON hostfile (instead of --hosts)")
-    @argument("--backend", default=None, help="ring, jaccl, jaccl-ring, nccl or mpi (default: the hostfile's, else ring)")
+    @argument("--backend", default=None,
+              help="ring, jaccl, jaccl-ring, nccl or mpi (default: the hostfile's, else nccl with CUDA, else ring)")
     @argument("--python", default=None, help="interpreter on the ranks")
     @argument("--env", action="append", default=[], metavar="K=V", help="environment for every rank (repeatable)")
     @argument("--cwd", default=None, help="working directory on every rank")
@@ -141,7 +153,7 @@ class MLXMagics(Magics):
                 cluster = Cluster.connect(args.cluster_id, timeout=args.timeout)
             except ClusterError as exc:
                 raise UsageError(str(exc)) from None
-            _cluster = cluster
+            _cluster = _adopt(cluster)
             print(f"connected to {cluster.cluster_id}: {cluster.size} ranks ({cluster.backend}; engine id = rank), "
                   f"started by {cluster.owner_text()}")
             return None
@@ -155,12 +167,11 @@ class MLXMagics(Magics):
             env, problems = parse_env(args.env, "--env", passthrough=os.environ)
             if problems:
                 raise UsageError("; ".join(p.removesuffix("; skipped") for p in problems))
-            n = args.repeat_hosts if args.repeat_hosts is not None else 2 if not (args.hosts or args.hostfile) else 1
             from mlx_jupyter.net.ssh import SSHOptions, options_from_args
 
             ssh_options = options_from_args(args)
             try:  # an unreadable hostfile: say so now, before starting anything
-                cluster = Cluster(n=n, hosts=args.hosts, hostfile=args.hostfile, backend=args.backend,
+                cluster = Cluster(n=args.repeat_hosts, hosts=args.hosts, hostfile=args.hostfile, backend=args.backend,
                                   python=args.python, env=env, cwd=args.cwd, timeout=args.timeout,
                                   controller_ip=args.controller_ip,
                                   ssh_options=None if ssh_options == SSHOptions() else ssh_options)
@@ -173,7 +184,7 @@ class MLXMagics(Magics):
             except (ClusterError, Exception) as exc:
                 progress.failed()
                 raise UsageError(f"the cluster did not start: {exc}") from None
-            _cluster = cluster
+            _cluster = _adopt(cluster)
             progress.done(f"{cluster.size} ranks ready in {cluster.ready_time:.2f} s "
                           f"({cluster.backend}; engine id = rank)")
             return None
@@ -224,7 +235,7 @@ class MLXMagics(Magics):
     @argument("--timeout", type=float, default=None, help="interrupt every rank after S seconds")
     @argument("--output", choices=MODES, default="grouped", help="grouped (default), rank or raw")
     @argument("--no-init", dest="init", action="store_false", default=True,
-              help="do not define mx/world/group on the ranks first")
+              help="do not define mx/world/group on the ranks first (nor mend them after an abort)")
     @cell_magic
     def mlx_distributed(self, line: str, cell: str) -> Any:
         """Run the cell on every rank (or --targets); no cell ever hangs."""
@@ -238,26 +249,13 @@ class MLXMagics(Magics):
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         try:
-            self._prepare(cluster, args.init)
-            run = cluster.run(cell, targets)
+            run = cluster.run(cell, targets, init=args.init)
         except ClusterError as exc:
             raise UsageError(str(exc)) from None
         if not args.block:
             return run
         show_run(run, args.output, args.timeout)
         return None
-
-    def _prepare(self, cluster: Any, init: bool) -> None:
-        if not init:
-            return
-        if not cluster.ready_ns:
-            info = cluster.setup()
-            errors = {r: i.get("group_error") for r, i in info.items() if i.get("group_error")}
-            if errors:
-                first = next(iter(errors.values()))
-                print(f"note: `group` is not defined on {rank_label(errors)}: {first}")
-        elif cluster.needs_reform:
-            cluster.reform()
 
     def _need_cluster(self) -> Any:
         if _cluster is None or not _cluster.running:

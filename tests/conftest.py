@@ -1,9 +1,10 @@
-"""Fixtures shared by every test directory: the namespace test bed (4 ssh hosts)."""
+"""Fixtures shared by every test directory: the namespace test bed (4 ssh hosts), this process's descendants."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -28,3 +29,16 @@ def testbed(tmp_path_factory):
         bed.down()
         left = bed.leftovers()
         assert not left, f"test bed left behind: {left}"
+
+
+def _descendants() -> set[int]:
+    import psutil
+
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+@pytest.fixture(scope="session")
+def descendants() -> Callable[[], set[int]]:
+    """The pids of this process's descendants now (controllers, engines, ranks): compare a set
+    taken before a test with one taken after to find what it left behind."""
+    return _descendants

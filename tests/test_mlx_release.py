@@ -28,17 +28,13 @@ CASES = {
 }
 
 
-def _descendants() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True)}
-
-
 @pytest.fixture(scope="module")
-def cluster():
-    before = _descendants()
+def cluster(descendants):
+    before = descendants()
     c = Cluster(n=2).start(timeout=30)
     yield c
     c.stop()
-    left = [p for p in _descendants() - before if psutil.pid_exists(p)]
+    left = [p for p in descendants() - before if psutil.pid_exists(p)]
     assert not left, f"processes left behind: {left}"
 
 
@@ -47,7 +43,8 @@ def test_blocked_mlx_operation_is_released_when_the_peer_raises(cluster, op):
     if cluster.setup_info and any(r.get("world_closed") for r in cluster.status()):
         cluster.restart(timeout=30)
     cluster.setup(timeout=30)
-    code = f"if world.rank() == 1:\n    import time; time.sleep(0.2); t_err = time.monotonic(); 1/0\n{CASES[op]}"
+    # both ranks pass a barrier; then rank 1 raises while rank 0 goes straight into the operation
+    code = f"group.barrier()\nif world.rank() == 1:\n    import time; t_err = time.monotonic(); 1/0\n{CASES[op]}"
     with pytest.raises(DistributedCellError) as err:
         show_run(cluster.run(code), timeout=20)
     [t_err] = cluster.pull("t_err", targets=[1])

@@ -9,8 +9,6 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "mlx_jupyter"
-#: import cycles being removed by work not merged yet; each entry is dropped when that lands
-KNOWN_CYCLES: list[set[str]] = []
 
 
 def module_names() -> dict[str, Path]:
@@ -73,10 +71,37 @@ def cycle(graph: dict[str, set[str]]) -> list[str]:
 def test_no_import_cycles() -> None:
     modules = module_names()
     graph = {name: imports_of(name, path, set(modules)) for name, path in modules.items()}
-    for known in KNOWN_CYCLES:
-        for name in known & set(graph):
-            graph[name] -= known
     assert cycle(graph) == []
+
+
+RANK_SIDE = "mlx_jupyter.cluster.rank"
+SHARED = "mlx_jupyter.cluster.shared"
+
+
+def side(module: str) -> str:
+    """Which side of the cluster a module is on: rank, shared (both sides import it), notebook, or outside."""
+    for prefix, name in ((RANK_SIDE, "rank"), (SHARED, "shared")):
+        if module == prefix or module.startswith(prefix + "."):
+            return name
+    if module.startswith("mlx_jupyter.cluster."):
+        return "notebook"
+    return "outside"
+
+
+def test_each_side_of_the_cluster_imports_only_what_it_may() -> None:
+    """A rank's engine loads only the rank side, the shared protocol and what is outside the cluster;
+    the shared protocol imports neither side; the notebook side may name rank-side functions (it
+    ships them to the ranks)."""
+    allowed = {"rank": {"rank", "shared", "outside"}, "shared": {"shared", "outside"}}
+    modules = module_names()
+    wrong = []
+    for name, path in modules.items():
+        mine = side(name)
+        for imported in imports_of(name, path, set(modules)):
+            if imported != "mlx_jupyter.cluster" and side(imported) not in allowed.get(mine, {side(imported)}):
+                wrong.append(f"{name} ({mine}) imports {imported} ({side(imported)})")
+    assert wrong == []
+    assert {side(n) for n in modules} >= {"rank", "shared", "notebook"}
 
 
 def test_cycle_finder_finds_one() -> None:

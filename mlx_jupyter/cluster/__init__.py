@@ -10,11 +10,11 @@ import importlib
 from typing import Any
 
 _NAMES = {
-    "Cluster": "mlx_jupyter.cluster.handle",
-    "ClusterError": "mlx_jupyter.cluster.errors",
+    "Cluster": "mlx_jupyter.cluster.cluster",
+    "ClusterError": "mlx_jupyter.cluster.shared.errors",
     "MLXEngineSetLauncher": "mlx_jupyter.cluster.engineset",
-    "check_ipyparallel": "mlx_jupyter.cluster.ipp_compat",
-    "ipyparallel_problems": "mlx_jupyter.cluster.ipp_compat",
+    "check_ipyparallel": "mlx_jupyter.cluster.shared.ipp_compat",
+    "ipyparallel_problems": "mlx_jupyter.cluster.shared.ipp_compat",
 }
 
 __all__ = sorted(_NAMES)

@@ -13,7 +13,7 @@ import time
 from types import SimpleNamespace
 from typing import Any, Optional
 
-from mlx_jupyter.cluster.errors import ClusterError
+from mlx_jupyter.cluster.shared.errors import ClusterError
 
 
 def find_published(cluster_id: Optional[str]) -> dict[str, Any]:
@@ -67,17 +67,16 @@ def connect_client(entry: dict[str, Any], timeout: float) -> Any:
 
 def connect(cls: Any, cluster_id: Optional[str], timeout: float) -> Any:
     """``cls.connect``: a handle of class ``cls`` (a Cluster) on the published cluster ``cluster_id``."""
-    from mlx_jupyter.cluster.cells.zmqwatch import watch_queues
-    from mlx_jupyter.cluster.ipp_compat import check_ipyparallel, client_streams
+    from mlx_jupyter.cluster.shared.ipp_compat import check_ipyparallel
 
     check_ipyparallel()
     entry = find_published(cluster_id)
     cluster = cls(n=1, hosts=entry.get("hosts") or None, backend=entry.get("backend") or "ring", cell_channel=False)
     cluster.cluster_id, cluster.owner = entry["id"], entry
-    cluster.client = connect_client(entry, timeout)
-    cluster.size = int(entry.get("size") or len(cluster.client.ids))
-    watch_queues(client_streams(cluster.client), cluster._kicked)
-    cluster._rank_watch = RankWatch(rank_infos(entry), cluster._on_rank_exit)
+    client = connect_client(entry, timeout)
+    cluster.link.attach(client)
+    cluster.table.reset(int(entry.get("size") or len(client.ids)))
+    cluster._rank_watch = RankWatch(rank_infos(entry), cluster.processes.rank_exited)
     cluster._rank_watch.start()
     return cluster
 

@@ -19,8 +19,8 @@ from traitlets import Any as TAny
 from traitlets import Dict, Integer, List, Unicode, default
 
 from mlx_jupyter.launch import rank_env
-from mlx_jupyter.net.hosts import is_local
-from mlx_jupyter.net.ports import free_port_block
+from mlx_jupyter.net.hosts import all_local
+from mlx_jupyter.net.ports import DEFAULT_STARTING_PORT, free_port_block
 
 #: the ranks' matplotlib backend unless ``env`` sets MPLBACKEND (what an ipyparallel engine picks by itself)
 RANK_MPLBACKEND = "module://matplotlib_inline.backend_inline"
@@ -38,8 +38,10 @@ class MLXEngineSetLauncher(EngineLauncher):
 
     hosts = List(Unicode(), default_value=["127.0.0.1"], config=True, help="hosts, one per rank (repeated)")
     hostfile = Unicode("", config=True, help="JSON hostfile; overrides hosts")
+    hostfile_hosts = TAny(None, allow_none=True, config=True,
+                          help="the hostfile's hosts (mlx_jupyter.hostfile.Host), already read: not read again")
     repeat_hosts = Integer(0, config=True, help="ranks per host (0: n spread over hosts)")
-    backend = Unicode("ring", config=True, help="ring, jaccl, jaccl-ring, nccl or mpi")
+    backend = Unicode(config=True, help="ring, jaccl, jaccl-ring, nccl or mpi (default: hostfile.default_backend())")
     python = Unicode(sys.executable, config=True, help="interpreter on the ranks")
     rank_cwd = Unicode("", config=True, help="working directory on every rank")
     starting_port = Integer(0, config=True, help="ring: first port (0: a free block, local hosts only)")
@@ -52,6 +54,20 @@ class MLXEngineSetLauncher(EngineLauncher):
 
     launcher = TAny(None, allow_none=True)
 
+    @default("backend")
+    def _default_backend(self) -> str:
+        from mlx_jupyter.hostfile import default_backend
+
+        return default_backend()
+
+    def file_hosts(self) -> list[Any]:
+        """The hostfile's hosts, read once (or as given in ``hostfile_hosts``)."""
+        if self.hostfile_hosts is None:
+            from mlx_jupyter.hostfile import read_hostfile
+
+            self.hostfile_hosts = list(read_hostfile(self.hostfile).hosts)
+        return list(self.hostfile_hosts)
+
     @default("engine_cmd")
     def _default_engine_cmd(self) -> list[str]:
         return [self.python, "-m", "mlx_jupyter.cluster.rank.engine"]
@@ -59,11 +75,9 @@ class MLXEngineSetLauncher(EngineLauncher):
     def layout(self, n: Optional[int] = None) -> tuple[int, int]:
         """(ranks per host, ranks) for ``n`` engines asked for: ``repeat_hosts`` wins, a
         hostfile repeats its hosts, else ``n`` is spread over ``hosts`` (at least one each)."""
-        if self.hostfile:
-            from mlx_jupyter.hostfile import read_hostfile
-
+        if self.hostfile or self.hostfile_hosts is not None:
             repeat = max(self.repeat_hosts, 1)
-            return repeat, len(read_hostfile(self.hostfile).hosts) * repeat
+            return repeat, len(self.file_hosts()) * repeat
         repeat = self.repeat_hosts or max(1, (n or 1) // max(len(self.hosts), 1))
         return repeat, len(self.hosts) * repeat
 
@@ -79,15 +93,17 @@ class MLXEngineSetLauncher(EngineLauncher):
         from mlx_jupyter.launch import Launcher
 
         self.loop  # noqa: B018  (bind the ipyparallel loop on this thread, as ipyparallel's launchers do)
-        hosts: Any = self.hostfile or ",".join(self.hosts)
         repeat, count = self.layout(n)
+        from_file = self.hostfile_hosts is not None
+        # a hostfile Cluster already read (and merged) goes as its hosts; one given only by path is
+        # the launcher's to read, with its backend and envs
+        hosts: Any = self.file_hosts() if from_file else (self.hostfile or ",".join(self.hosts))
         self.n = count
         port = self.starting_port
         if not port:
-            if not self.hostfile and all(is_local(h) for h in self.hosts):
-                port = free_port_block(count * max(self.connections_per_ip, 1))
-            else:
-                port = 32323
+            names = [h.ssh for h in self.file_hosts()] if (from_file or self.hostfile) else self.hosts
+            port = free_port_block(count * max(self.connections_per_ip, 1)) if all_local(names) \
+                else DEFAULT_STARTING_PORT
         env = dict(self.get_env())
         env.update(rank_env.variables(backend=self.backend, size=count))
         # every rank the same plots, local or remote: not whatever backend the notebook's kernel had

@@ -1,13 +1,58 @@
-"""Making sure a cluster's processes are gone: their trees, and reaping what is left."""
+"""The processes of a cluster of one's own: ipyparallel's controller, the ``mlx`` engine set (one
+engine per rank) and the cell channel's hub; start, restart, and a stop that leaves none behind."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+import sys
+import time
+from typing import Any, Callable, Iterable, Mapping, Optional, Protocol
 
+import ipyparallel as ipp
+
+from mlx_jupyter.cluster.cells.hub import CellHub
+from mlx_jupyter.cluster.controller_link import ControllerLink
+from mlx_jupyter.cluster.engineset import MLXEngineSetLauncher
+from mlx_jupyter.cluster.rank_table import RankTable
+from mlx_jupyter.cluster.shared.errors import ClusterError
+from mlx_jupyter.cluster.shared.ipp_compat import check_ipyparallel, preload_serializer
+from mlx_jupyter.cluster.startup import ProgressCallback, StartupSequence
+from mlx_jupyter.cluster.supervision import Supervisor
+from mlx_jupyter.launch import rank_env
 from mlx_jupyter.net.hosts import is_local
+
+#: controller options for fast admission: schedulers in threads (one process,
+#: quick start), a 100 ms heartbeat (an engine is admitted on its first beat),
+#: tolerant failure detection (5 s; rank deaths come from our launcher), no task DB.
+FAST_CONTROLLER_ARGS = [
+    "--usethreads",
+    "--nodb",
+    "--HeartMonitor.period=50",
+    "--HeartMonitor.max_heartmonitor_misses=100",
+]
+
+
+class ClusterSpec(Protocol):
+    """What the processes are made from (:class:`~mlx_jupyter.cluster.cluster.Cluster` is one)."""
+
+    cluster_id: str
+    hosts: list[str]
+    hostfile: Optional[str]
+    hostfile_hosts: Optional[list[Any]]  # the hostfile's hosts, read once by the Cluster
+    n: int  # ranks per host
+    backend: str
+    env: Mapping[str, str]
+    python: str
+    cwd: Optional[str]
+    starting_port: int
+    controller_ip: Optional[str]
+    local: bool  # every rank runs on this machine
+    log_level: int
+    ssh_options: Any
+    cell_channel: bool
 
 
 def process_tree(pid: Optional[int]) -> list[int]:
+
     """``pid`` and all its descendants (just ``pid`` when psutil cannot tell)."""
     if not pid or pid < 0:
         return []
@@ -54,3 +99,188 @@ def reap(pids: Iterable[int], timeout: float) -> None:
             except psutil.Error:
                 pass
         _, alive = psutil.wait_procs(alive, timeout=grace)
+
+
+class ClusterProcesses:
+    """Starts and stops the processes of ``spec``; ``table`` learns the ranks and their deaths,
+    ``link`` gets the client, ``startup`` waits for the ranks, ``supervisor`` ends the runs a death
+    or a stop concerns, and ``started()`` is called once the ranks are ready (with new pids)."""
+
+    def __init__(self, spec: ClusterSpec, table: RankTable, link: ControllerLink, startup: StartupSequence,
+                 supervisor: Supervisor, started: Callable[[], None] = lambda: None) -> None:
+        self.spec, self.table, self.link, self.startup, self.supervisor = spec, table, link, startup, supervisor
+        self.started = started
+        self.ipp: Any = None  # ipyparallel's Cluster while running
+        self.hub: Optional[CellHub] = None
+        self.stopping = False
+        self._engine_set_id: Optional[str] = None
+        self._controller_pids: list[int] = []
+
+    def engine_config(self) -> Any:
+        """The traitlets config of ipyparallel's Cluster: our engine set with ``spec``, our controller."""
+        from traitlets.config import Config
+
+        spec = self.spec
+        cfg = Config()
+        es = cfg.MLXEngineSetLauncher
+        if spec.hostfile:
+            es.hostfile = spec.hostfile
+            es.hostfile_hosts = spec.hostfile_hosts
+        es.hosts = spec.hosts
+        es.repeat_hosts = spec.n
+        es.backend = spec.backend
+        es.python = spec.python
+        es.environment = dict(spec.env)
+        if self.hub is not None:
+            es.environment.update(rank_env.variables(cell_port=self.hub.port))
+        es.starting_port = spec.starting_port
+        if spec.cwd:
+            es.rank_cwd = spec.cwd
+        if spec.ssh_options is not None:
+            es.ssh_options = spec.ssh_options
+        es.engine_args = ["--IPEngine.wait_for_url_file=30", "--IPEngine.timeout=30"]
+        cfg.LocalControllerLauncher.controller_cmd = [sys.executable, "-m", "mlx_jupyter.cluster.ipcontroller"]
+        cfg.LocalControllerLauncher.stop_seconds_until_kill = 2
+        return cfg
+
+    def start(self, progress: Optional[ProgressCallback], timeout: float) -> None:
+        """Start controller and ranks; return once every rank's engine is connected with id = rank."""
+        if self.ipp is not None:
+            raise ClusterError("this cluster is already running; stop() or restart() it")
+        check_ipyparallel()
+        spec = self.spec
+        self.stopping = False
+        if spec.cell_channel and self.hub is None:
+            self.hub = CellHub(self._hub_ip())
+        self.ipp = ipp.Cluster(
+            cluster_id=spec.cluster_id,
+            engine_launcher_class=MLXEngineSetLauncher,
+            controller_args=list(FAST_CONTROLLER_ARGS),
+            controller_ip=spec.controller_ip or "",
+            send_engines_connection_env=not spec.local,
+            log_level=spec.log_level,
+            config=self.engine_config(),
+            shutdown_atexit=True,
+        )
+        preload_serializer()
+        try:
+            self.ipp.start_controller_sync()
+            self._controller_pids = process_tree(self.ipp.controller.pid)
+            if spec.local:  # engines start now and pick up the connection file when it appears
+                self.start_engines()
+                self.connect_client()
+            else:  # remote engines get the connection info in their environment
+                self.connect_client()
+                self.start_engines()
+            self.startup.run(progress, timeout)
+        except BaseException:
+            self.stop()
+            raise
+        self.started()
+
+    def _hub_ip(self) -> str:
+        """Where the cell channel listens: beside the controller (all interfaces for remote ranks)."""
+        if self.spec.local:
+            return "127.0.0.1"
+        ip = self.spec.controller_ip
+        return ip if ip not in (None, "", "*", "0.0.0.0") else "*"
+
+    def await_controller(self, timeout: float = 30.0) -> None:
+        """Until the controller's connection files are written (ipyparallel polls only every 0.1 s)."""
+        from mlx_jupyter.cluster.shared.connection_files import await_json_file
+
+        controller = self.ipp.controller
+        end = time.monotonic() + timeout
+        for path in getattr(controller, "connection_files", {}).values():
+            while not await_json_file(path, 0.05):
+                if controller.poll() is not None or time.monotonic() > end:
+                    return  # ipyparallel's own wait says what went wrong
+
+    def connect_client(self) -> None:
+        """The ipyparallel client, given to the link (which watches its streams for messages left unread)."""
+        self.await_controller()
+        c = self.ipp.connect_client_sync()
+        if isinstance(c, ipp.Client):  # its streams exist only once it is connected
+            check_ipyparallel(c)
+            if self.hub is not None:
+                self.hub.start(c.session)
+        self.link.attach(c)
+
+    def start_engines(self) -> None:
+        """Launch the engine set (the ranks); the table learns their number."""
+        self.table.reset(0)  # before the launch: a rank may die while it starts
+        self._engine_set_id = self.ipp.start_engines_sync(rank_exit_callbacks=[self.rank_exited])
+        self.table.size = self.engine_set.n
+        self._controller_pids = sorted(set(self._controller_pids) | set(process_tree(self.ipp.controller.pid)))
+
+    @property
+    def engine_set(self) -> MLXEngineSetLauncher:
+        assert self.ipp is not None and self._engine_set_id is not None
+        return self.ipp.engines[self._engine_set_id]
+
+    def rank_infos(self) -> list[Any]:
+        """Each rank's launch record (rank, host, pid, state)."""
+        return list(self.engine_set.launcher.ranks) if self.ipp is not None and self._engine_set_id else []
+
+    def rank_exited(self, rank: int, returncode: Optional[int]) -> None:
+        """A rank's process ended (launcher thread): the runs waiting on it end, the hub and the
+        controller forget it, then the exit callbacks hear of it."""
+        if self.stopping:
+            return
+        self.table.died(rank, returncode)
+        if self.hub is not None:
+            self.hub.forget([rank])
+        self.link.unregister([rank])
+        self.supervisor.rank_died(rank, returncode)
+        self.table.announce_exit(rank, returncode)
+
+    def pids(self) -> set[int]:
+        """Every process of this cluster on this machine: the controller's tree and the ranks'."""
+        pids = set(self._controller_pids)
+        if self.ipp is not None and self.ipp.controller is not None:
+            pids.update(process_tree(self.ipp.controller.pid))
+        try:
+            for es in list(self.ipp.engines.values()) if self.ipp else []:
+                if es.launcher is not None:
+                    pids.update(rank_pids(es))
+        except Exception:
+            pass
+        return pids
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop every rank, the controller and the client; leave no process behind."""
+        self.stopping = True
+        self.supervisor.interrupt_runs("the cluster is stopping")
+        pids = self.pids()
+        self.link.close()
+        if self.hub is not None:
+            self.hub.close()
+            self.hub = None
+        if self.ipp is not None:
+            try:
+                self.ipp.stop_cluster_sync()
+            except Exception:
+                pass
+            self.ipp = None
+        reap(pids, timeout)
+        self.table.reset(0)
+
+    def restart(self, progress: Optional[ProgressCallback], timeout: float) -> None:
+        """Fresh processes for every rank, same ranks, same engine ids; the controller stays."""
+        self.stopping = True
+        self.supervisor.interrupt_runs("the cluster is restarting")
+        pids = rank_pids(self.engine_set)
+        if self.hub is not None:
+            self.hub.forget()
+        self.ipp.stop_engines_sync()
+        reap(pids, 5.0)
+        self.link.unregister(range(self.table.size))
+        deadline = time.monotonic() + 5.0
+        while self.link.ids() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if self.link.ids():
+            raise ClusterError(f"the controller still lists engines {self.link.ids()} after stopping them")
+        self.stopping = False
+        self.start_engines()
+        self.startup.run(progress, timeout)
+        self.started()

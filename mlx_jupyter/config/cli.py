@@ -15,12 +15,12 @@ import sys
 from typing import Any, Sequence, TextIO
 
 from mlx_jupyter.config import measure
-from mlx_jupyter.config.discovery import THUNDERBOLT_COMMANDS, DiscoveryProgress, discover, ethernet_addresses
+from mlx_jupyter.config.discovery import DiscoveryProgress, discover, ethernet_addresses
 from mlx_jupyter.config.runners import COMMAND_TIMEOUT, CONNECT_TIMEOUT, Runner, SSHRunner
 from mlx_jupyter.config.setup import apply_setup, hostfile_text, hosts_to_set_up
 from mlx_jupyter.topology.choice import CONFIG_BACKENDS
 from mlx_jupyter.topology import DiscoveryError, PlanError, Topology, TopologyError
-from mlx_jupyter.topology.commands import ETHERNET_DISCOVERY
+from mlx_jupyter.topology.commands import ETHERNET_DISCOVERY, THUNDERBOLT_DISCOVERY
 
 # -- the command line ------------------------------------------------------------------------------
 
@@ -106,7 +106,7 @@ async def configure(args: argparse.Namespace, runner: Runner, out: TextIO, err: 
     """The whole command once arguments are parsed; returns the exit code."""
     names = host_names(args)
     envs = env_items(args.env, err)
-    commands = THUNDERBOLT_COMMANDS if args.over == "thunderbolt" else ETHERNET_DISCOVERY
+    commands = THUNDERBOLT_DISCOVERY if args.over == "thunderbolt" else ETHERNET_DISCOVERY
     try:
         check = measure.options_from_args(args)  # None without --measure; refused before any ssh
     except ValueError as exc:

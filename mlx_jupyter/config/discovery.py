@@ -15,8 +15,6 @@ from mlx_jupyter.topology.ethernet import candidates, pick_addresses, route_targ
 from mlx_jupyter.topology.netparse import IfAddr, parse_getifaddr, parse_ip_addr, parse_route_get
 from mlx_jupyter.topology.system_profiler import first_line
 
-THUNDERBOLT_COMMANDS = THUNDERBOLT_DISCOVERY
-
 
 class DiscoveryProgress:
     """One self-rewriting stderr line on a terminal; per-host lines with --verbose; else silent."""

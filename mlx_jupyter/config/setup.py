@@ -65,9 +65,7 @@ def hostfile_text(data: Mapping[str, object], form: str = "object") -> tuple[str
     ``object`` (``{backend, envs, hosts}``) is read by MLX 0.32 and us; ``list`` is the plain list
     MLX 0.29-0.31's ``mlx.launch`` reads, without backend and envs.
     """
-    import json
-
-    from mlx_jupyter.hostfile import parse_hostfile
+    from mlx_jupyter.hostfile import hostfile_json, parse_hostfile
 
     hf = parse_hostfile(dict(data), "the planned hostfile")  # what we write, the launcher reads
     warnings = []
@@ -78,4 +76,4 @@ def hostfile_text(data: Mapping[str, object], form: str = "object") -> tuple[str
                         "(--backend, --env)")
     if form not in ("object", "list"):
         raise ValueError(f"hostfile form must be 'object' or 'list', not {form!r}")
-    return json.dumps(data if form == "object" else data["hosts"], indent=4) + "\n", warnings
+    return hostfile_json(dict(data) if form == "object" else data["hosts"]), warnings

@@ -16,11 +16,11 @@ import sys
 from typing import Optional, Sequence
 
 from mlx_jupyter.net import ssh
-from mlx_jupyter.net.ports import CORE_PORT_OFFSET
-from mlx_jupyter.hostfile import (BACKENDS, HostfileError, merge_settings, parse_env, parse_host_list, read_hostfile,
-                                  repeat_hosts)
+from mlx_jupyter.net.ports import CORE_PORT_OFFSET, DEFAULT_STARTING_PORT
+from mlx_jupyter.hostfile import (BACKENDS, HostfileError, default_ranks_per_host, merge_settings, parse_env,
+                                  parse_host_list, read_hostfile, repeat_hosts)
 from mlx_jupyter.launch.errors import LaunchError
-from mlx_jupyter.launch.config import local_script
+from mlx_jupyter.launch.launch_config import local_script
 from mlx_jupyter.launch.job import Job, LaunchConfig
 from mlx_jupyter.launch.rankinfo import rank_prefix
 
@@ -52,15 +52,16 @@ def build_parser() -> argparse.ArgumentParser:
         usage=f"{PROG} [options] [--] command [args...]",
         description="Run a command on every rank, locally or over ssh, with MLX's distributed environment.",
     )
-    p.add_argument("--hosts", default="127.0.0.1", help="comma-separated hosts (an IP entry is also its IP)")
-    p.add_argument("-n", "--repeat-hosts", type=_positive, default=1, metavar="N", help="ranks per host")
+    p.add_argument("--hosts", help="comma-separated hosts (an IP entry is also its IP; default: this machine)")
+    p.add_argument("-n", "--repeat-hosts", type=_positive, metavar="N",
+                   help="ranks per host (default: 1 per host named, as mlx.launch; 2 when none is named)")
     p.add_argument("--hostfile", help="JSON hostfile (list or {backend, envs, hosts}); overrides --hosts")
     p.add_argument("--backend", choices=BACKENDS, help="default: the hostfile's, else nccl with CUDA, else ring")
     p.add_argument("--env", action="append", default=[], metavar="K=V",
                    help="set an env var on every rank; a bare KEY passes this environment's value on")
     p.add_argument("--mpi-arg", action="append", default=[], metavar="A", help="extra mpirun argument(s)")
     p.add_argument("--connections-per-ip", type=_positive, default=1, metavar="N", help="ring: connections per IP")
-    p.add_argument("-p", "--starting-port", type=_port, default=32323, metavar="P",
+    p.add_argument("-p", "--starting-port", type=_port, default=DEFAULT_STARTING_PORT, metavar="P",
                    help=f"ring: first port (our core also uses port+{CORE_PORT_OFFSET}); jaccl: coordinator port")
     p.add_argument("--nccl-port", type=_port, default=12345, metavar="P", help="nccl rendezvous port")
     p.add_argument("--cwd", help="working directory on every host (default: this one, if it exists there)")
@@ -91,7 +92,7 @@ def split_argv(argv: Sequence[str], parser: argparse.ArgumentParser) -> tuple[li
         if name in takes_value and "=" not in arg:
             i += 2
         elif not arg.startswith("--") and len(arg) > 2 and arg[:2] in takes_value:
-            i += 1  # -n2 / -p32323
+            i += 1  # -n2 / -pPORT
         else:
             i += 1
     return list(argv), []
@@ -110,22 +111,13 @@ def verify_command(command: list[str], cwd: Optional[str]) -> None:
         raise CommandLineError(f"command {first!r} not found on PATH; pass --no-verify-script if it exists only on the hosts")
 
 
-def _default_backend() -> str:
-    try:
-        import mlx.core as mx
-
-        return "nccl" if mx.cuda.is_available() else "ring"
-    except Exception:  # noqa: BLE001 - no MLX, or no CUDA module: ring
-        return "ring"
-
-
 def make_config(args: argparse.Namespace, command: list[str]) -> LaunchConfig:
     """Turn parsed options into a :class:`LaunchConfig` (warnings printed, errors raised)."""
     hf = read_hostfile(args.hostfile) if args.hostfile else None
-    hosts = repeat_hosts(hf.hosts, args.repeat_hosts) if hf else parse_host_list(args.hosts, args.repeat_hosts)
+    n = args.repeat_hosts or default_ranks_per_host(bool(args.hosts or hf))
+    hosts = repeat_hosts(hf.hosts, n) if hf else parse_host_list(args.hosts or "127.0.0.1", n)
     explicit, warnings = parse_env(args.env, "--env", passthrough=os.environ)
-    settings = merge_settings(hf, f"hostfile {args.hostfile}", args.backend, explicit,
-                              default_backend=args.backend or (hf and hf.backend) or _default_backend())
+    settings = merge_settings(hf, f"hostfile {args.hostfile}", args.backend, explicit)
     env = settings.env
     for w in warnings:
         print(f"{PROG}: warning: {w}", file=sys.stderr)

@@ -16,6 +16,7 @@ from typing import Mapping, Sequence
 from mlx_jupyter.net.hosts import format_addr
 from mlx_jupyter.hostfile import BACKENDS, Host, HostfileError, ring_ports
 from mlx_jupyter.launch import rank_env
+from mlx_jupyter.net.ports import DEFAULT_STARTING_PORT
 
 
 class ContractError(ValueError):
@@ -89,7 +90,7 @@ def plan_ranks(
     *,
     env: Mapping[str, str] | None = None,
     token: str | None = None,
-    starting_port: int = 32323,
+    starting_port: int = DEFAULT_STARTING_PORT,
     connections_per_ip: int = 1,
     nccl_port: int = 12345,
     verbose: bool = False,

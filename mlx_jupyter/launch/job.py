@@ -1,7 +1,10 @@
 """The launch itself, on an asyncio loop: plan, connect, spawn, watch, fail fast, tear down.
 
 Everything waits on events (process exits, pipe data, ssh keepalives); nothing
-polls, so the launcher is idle while the ranks are.
+polls, so the launcher is idle while the ranks are. A :class:`Job` is composed of
+:class:`~mlx_jupyter.launch.connections.HostConnections` (ssh and the watchdogs),
+:class:`~mlx_jupyter.launch.monitor.RankMonitor` (output, exits, failures) and
+:class:`~mlx_jupyter.launch.stop.Teardown` (signals, stop, cleanup).
 """
 
 from __future__ import annotations
@@ -10,28 +13,27 @@ import asyncio
 import os
 import secrets
 import sys
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
-from mlx_jupyter.launch import contract
-from mlx_jupyter.net import ssh
-from mlx_jupyter.hostfile import BACKENDS, Host, HostfileError, hostfile_path, merge_settings, read_hostfile, resolve_hosts
-from mlx_jupyter.launch import mpi
-from mlx_jupyter.launch.config import ExitCallback, LaunchConfig, OutputCallback, rank_argv
-from mlx_jupyter.launch.connections import Connections
+from mlx_jupyter.hostfile import (BACKENDS, Host, HostfileError, default_ranks_per_host, hostfile_path, merge_settings,
+                                  read_hostfile, resolve_hosts)
+from mlx_jupyter.launch import contract, mpi
+from mlx_jupyter.launch.connections import HostConnections
 from mlx_jupyter.launch.errors import LaunchError
-from mlx_jupyter.launch.guard import LocalWatchdog
+from mlx_jupyter.launch.launch_config import ExitCallback, LaunchConfig, OutputCallback, rank_argv
 from mlx_jupyter.launch.local import LocalProcess
-from mlx_jupyter.launch.streams import LineSplitter
+from mlx_jupyter.launch.monitor import RankMonitor
 from mlx_jupyter.launch.rankinfo import RUNNING, RankInfo
-from mlx_jupyter.launch.remote import RemoteProcess, Watchdog
+from mlx_jupyter.launch.remote import RemoteProcess
 from mlx_jupyter.launch.script import rank_script
-from mlx_jupyter.launch.stop import Stop
-from mlx_jupyter.launch.watch import Watch
+from mlx_jupyter.launch.stop import Teardown
+from mlx_jupyter.launch.streams import LineSplitter
+from mlx_jupyter.net import ssh
 
 __all__ = ["ExitCallback", "Job", "LaunchConfig", "OutputCallback", "rank_argv"]
 
 
-class Job(Connections, Watch, Stop):
+class Job:
     """One launch. Create, ``await start()``, then ``await wait()``; ``stop()`` tears it down."""
 
     def __init__(self, config: LaunchConfig):
@@ -41,23 +43,14 @@ class Job(Connections, Watch, Stop):
         if config.backend not in BACKENDS:
             raise LaunchError(f"backend {config.backend!r} is not one of {', '.join(BACKENDS)}")
         try:
-            self.hosts: list[Host] = resolve_hosts(config.hosts, config.repeat_hosts)
+            repeat = config.repeat_hosts or default_ranks_per_host(config.hosts is not None)
+            self.hosts: list[Host] = resolve_hosts(config.hosts, repeat)
         except ValueError as exc:
             raise LaunchError(str(exc)) from None
-        self.ranks: list[RankInfo] = [RankInfo(r, h.ssh) for r, h in enumerate(self.hosts)]
-        self.failures: list[int] = []          # ranks in the order they failed
-        self._procs: dict[int, Any] = {}       # rank -> LocalProcess | RemoteProcess
-        self._conns: dict[str, list[Any]] = {}   # host -> connections (more than one past MaxSessions)
-        self._rank_conn: dict[int, Any] = {}
-        self._watchdogs: dict[Any, Watchdog] = {}   # connection -> its watchdog session
-        self._tmpdir: Optional[str] = None
-        self._guard: Optional[LocalWatchdog] = None   # the local ranks' watchdog; owns _tmpdir
-        self._done: Optional[asyncio.Event] = None
-        self._watchers: list[asyncio.Task] = []
-        self._stopping = False
-        self._reaped = 0
-        self._mpi_plan: Optional[contract.MPIPlan] = None
-        self._mpi_output: Optional[mpi.TaggedOutput] = None
+        self.connections = HostConnections(self.hosts, config.ssh_options, config.start_timeout, self.log)
+        self.monitor = RankMonitor(config, [RankInfo(r, h.ssh) for r, h in enumerate(self.hosts)], len(self.hosts),
+                                   on_failure=self._fail_fast)
+        self.teardown = Teardown(self.monitor, self.connections, config.grace, self.log)
 
     def _apply_hostfile(self) -> None:
         """A hostfile path given as ``hosts`` brings its backend and envs (explicit ones win, with a notice)."""
@@ -77,9 +70,19 @@ class Job(Connections, Watch, Stop):
         if self.config.verbose:
             print(f"mlx-jupyter launch: {msg}", file=sys.stderr)
 
+    @property
+    def ranks(self) -> list[RankInfo]:
+        """Per-rank info: rank, host, pid (on its host), state, returncode (with mpi: mpirun's)."""
+        return self.monitor.ranks
+
+    @property
+    def failures(self) -> list[int]:
+        """The ranks that failed, in the order they did."""
+        return self.monitor.failures
+
     async def start(self) -> None:
         """Spawn every rank; return once all have started, or tear down and raise."""
-        self._done = asyncio.Event()
+        self.monitor.begin()
         try:
             if self.config.backend == "mpi":
                 await self._start_mpi()
@@ -88,8 +91,33 @@ class Job(Connections, Watch, Stop):
         except BaseException:
             await self.stop(self.config.grace)
             raise
-        if self._reaped == len(self._procs):
-            self._done.set()
+        self.monitor.all_watched()
+
+    def _fail_fast(self) -> None:
+        """A rank failed (``terminate_on_failure``): stop the others."""
+        asyncio.ensure_future(self.teardown.stop(self.config.grace))
+
+    async def signal(self, sig: int, ranks: Optional[Sequence[int]] = None) -> None:
+        """Send ``sig`` to the process groups of ``ranks`` (default: all running ranks)."""
+        await self.teardown.signal(sig, ranks)
+
+    async def stop(self, timeout: float = 2.0) -> None:
+        """SIGTERM every running rank, SIGKILL after ``grace``, wait up to ``timeout``, clean up."""
+        await self.teardown.stop(timeout)
+
+    async def wait(self, timeout: Optional[float] = None) -> int:
+        """Wait for every rank; 0 if all exited 0, else the first failing rank's code."""
+        await self.monitor.wait(timeout)
+        await self.teardown.cleanup()
+        return self.monitor.exit_code()
+
+    def exit_code(self) -> int:
+        """0, or the code of the first rank that failed (255 for a lost host)."""
+        return self.monitor.exit_code()
+
+    def summary(self) -> str:
+        """One line naming each failed, lost or killed rank with its host and code."""
+        return self.monitor.summary()
 
     def _plans(self) -> list[contract.RankPlan]:
         c = self.config
@@ -106,8 +134,8 @@ class Job(Connections, Watch, Stop):
         plans = self._plans()
         argv = rank_argv(c.command, c.python, c.cwd)
         if any(h.is_local for h in self.hosts):
-            await self._start_guard()
-        await self._connect()
+            await self.connections.start_local_watchdog()
+        await self.connections.connect()
         for p in plans:
             extra = dict(c.rank_env(p.rank)) if c.rank_env else {}
             p.env.update(extra)
@@ -116,9 +144,7 @@ class Job(Connections, Watch, Stop):
         spawned = await asyncio.gather(*(self._spawn(p, argv) for p in plans), return_exceptions=True)
         for r, res in enumerate(spawned):
             if not isinstance(res, BaseException):
-                self._procs[r] = res
-        for r, proc in self._procs.items():
-            self._watchers.append(asyncio.ensure_future(self._watch(r, proc)))
+                self.monitor.watch(r, res)
         errors = [(r, e) for r, e in enumerate(spawned) if isinstance(e, BaseException)]
         if errors:
             msgs = [str(e) if isinstance(e, LaunchError) else f"rank {r}: {type(e).__name__}: {e}" for r, e in errors]
@@ -128,22 +154,24 @@ class Job(Connections, Watch, Stop):
         c = self.config
         rank, host = plan.rank, plan.host
         label = f"rank {rank} on {host.ssh}"
-        out = LineSplitter(lambda line, r=rank: self._emit(r, "stdout", line))
-        err = LineSplitter(lambda line, r=rank: self._emit(r, "stderr", line))
+        emit = self.monitor.emit
+        out = LineSplitter(lambda line, r=rank: emit(r, "stdout", line))
+        err = LineSplitter(lambda line, r=rank: emit(r, "stderr", line))
         if host.is_local:
             env = {**os.environ, **plan.env}
             for name, content in plan.files.items():
-                env[name] = self._write_local_file(f"rank{rank}-{name}", content)
+                env[name] = self.connections.write_local_file(f"rank{rank}-{name}", content)
             cwd = c.cwd if c.cwd is not None else None
             if c.cwd is not None and not os.path.isdir(c.cwd):
                 raise LaunchError(f"{label}: working directory {c.cwd!r} does not exist (--cwd)")
-            proc: Any = await LocalProcess.spawn(argv, env, cwd, c.stdin, out, err, label, self._guard)
+            proc: Any = await LocalProcess.spawn(argv, env, cwd, c.stdin, out, err, label,
+                                                 self.connections.local_watchdog)
         else:
             cwd = c.cwd if c.cwd is not None else os.getcwd()
-            conn = self._rank_conn[rank]
+            conn = self.connections.rank_conn[rank]
             try:
                 script = rank_script(argv, plan.env, plan.files, cwd, c.cwd is not None, label,
-                                     self._watchdogs[conn].path)
+                                     self.connections.watchdogs[conn].path)
             except ValueError as exc:
                 raise LaunchError(f"{label}: {exc}") from None
             proc = await RemoteProcess.spawn(conn, script, c.stdin, out, err, label, c.start_timeout)
@@ -154,7 +182,7 @@ class Job(Connections, Watch, Stop):
     async def _start_mpi(self) -> None:
         c = self.config
         argv = rank_argv(c.command, c.python, c.cwd)
-        await self._start_guard()
+        watchdog = await self.connections.start_local_watchdog()
         env = {**dict(c.env)}
         if c.rank_env:
             env.update(c.rank_env(0))
@@ -162,27 +190,26 @@ class Job(Connections, Watch, Stop):
         # writes of line fragments would interleave between ranks
         try:
             cmd, plan, version = mpi.mpirun_command(self.hosts, argv, env, self.token, c.cwd, c.mpi_args,
-                                                    self._write_local_file)
+                                                    self.connections.write_local_file)
         except ValueError as exc:
             raise LaunchError(str(exc)) from None
         self.log(f"running {ssh.join(cmd)}")
         # mpirun starts every rank itself: the launcher sees one process (shown as rank 0);
         # Open MPI tags each output line with its rank, which goes to on_output.
-        self.ranks = [RankInfo(0, "mpirun")]
-        self._mpi_plan = plan
+        m = self.monitor
+        m.ranks = [RankInfo(0, "mpirun")]
+        m.mpi_plan = plan
         if version is not None:
-            self._mpi_output = mpi.TaggedOutput(self._emit, version)
-            tagged = self._mpi_output
+            m.mpi_output = tagged = mpi.TaggedOutput(m.emit, version)
             out = LineSplitter(lambda line: tagged.line("stdout", line))
             err = LineSplitter(lambda line: tagged.line("stderr", line))
         else:
-            out = LineSplitter(lambda line: self._emit(0, "stdout", line))
-            err = LineSplitter(lambda line: self._emit(0, "stderr", line))
+            out = LineSplitter(lambda line: m.emit(0, "stdout", line))
+            err = LineSplitter(lambda line: m.emit(0, "stderr", line))
         proc = await LocalProcess.spawn(cmd, {**os.environ, **plan.env}, c.cwd, c.stdin, out, err, "mpirun",
-                                        self._guard, guard_session=True)
-        self.ranks[0].pid, self.ranks[0].state = proc.pid, RUNNING
-        self._procs = {0: proc}
-        self._watchers.append(asyncio.ensure_future(self._watch(0, proc)))
+                                        watchdog, watchdog_session=True)
+        m.ranks[0].pid, m.ranks[0].state = proc.pid, RUNNING
+        m.watch(0, proc)
 
     @property
     def size(self) -> int:
@@ -191,10 +218,10 @@ class Job(Connections, Watch, Stop):
 
     def write_stdin(self, data: bytes) -> None:
         """Broadcast ``data`` to every rank's stdin."""
-        for p in self._procs.values():
+        for p in self.monitor.procs.values():
             p.write(data)
 
     def close_stdin(self) -> None:
         """Send EOF to every rank's stdin."""
-        for p in self._procs.values():
+        for p in self.monitor.procs.values():
             p.close_stdin()

@@ -22,6 +22,7 @@ from mlx_jupyter.net import ssh
 from mlx_jupyter.hostfile import Host
 from mlx_jupyter.launch.job import ExitCallback, Job, LaunchConfig, OutputCallback
 from mlx_jupyter.launch.rankinfo import RankInfo
+from mlx_jupyter.net.ports import DEFAULT_STARTING_PORT
 
 T = TypeVar("T")
 
@@ -45,7 +46,8 @@ class Launcher:
     """Run ``command`` on every rank of ``hosts``; see the module doc for threading.
 
     ``hosts``: a list of :class:`~mlx_jupyter.hostfile.Host`, a hostfile path,
-    or ``"h1,h2"``; ``127.0.0.1``/``localhost`` ranks run without ssh. A hostfile's
+    or ``"h1,h2"``; ``127.0.0.1``/``localhost`` ranks run without ssh. ``repeat_hosts``
+    ranks per host (default: :func:`~mlx_jupyter.hostfile.default_ranks_per_host`). A hostfile's
     ``backend`` and ``envs`` apply unless ``backend``/``env`` say otherwise (a notice on
     stderr names each override); with neither, the backend is ring.
     ``rank_env(rank)`` adds env per rank; ``on_output(rank, "stdout"|"stderr",
@@ -64,12 +66,12 @@ class Launcher:
         self,
         command: Sequence[str],
         hosts: Union[str, Path, Sequence[Host], None] = None,
-        repeat_hosts: int = 1,
+        repeat_hosts: Optional[int] = None,
         backend: Optional[str] = None,
         env: Optional[Mapping[str, str]] = None,
         cwd: Optional[str] = None,
         python: str = sys.executable,
-        starting_port: int = 32323,
+        starting_port: int = DEFAULT_STARTING_PORT,
         connections_per_ip: int = 1,
         rank_env: Optional[Callable[[int], Mapping[str, str]]] = None,
         on_output: Optional[OutputCallback] = None,

@@ -8,7 +8,7 @@ import signal as _signal
 from typing import Mapping, Optional, Sequence
 
 from mlx_jupyter.launch.errors import LaunchError
-from mlx_jupyter.launch.guard import LocalWatchdog
+from mlx_jupyter.launch.local_watchdog import LocalWatchdog
 from mlx_jupyter.launch.streams import LineSplitter, pump
 
 
@@ -16,11 +16,11 @@ class LocalProcess:
     """One local rank: spawn, stdin, signals to its whole process group, wait."""
 
     def __init__(self, proc: asyncio.subprocess.Process, pumps: list[asyncio.Task],
-                 guard: Optional[LocalWatchdog] = None, guard_session: bool = False):
+                 watchdog: Optional[LocalWatchdog] = None, watchdog_session: bool = False):
         self._proc = proc
         self._pumps = pumps
-        self._guard = guard
-        self._guard_session = guard_session
+        self._watchdog = watchdog
+        self._watchdog_session = watchdog_session
         self.pid: int = proc.pid
 
     @classmethod
@@ -33,13 +33,13 @@ class LocalProcess:
         out: LineSplitter,
         err: LineSplitter,
         label: str,
-        guard: Optional[LocalWatchdog] = None,
-        guard_session: bool = False,
+        watchdog: Optional[LocalWatchdog] = None,
+        watchdog_session: bool = False,
     ) -> "LocalProcess":
         """Start ``argv`` with exactly ``env``; raise :class:`LaunchError` naming ``label``.
 
-        ``guard`` kills its group if the launcher dies; with ``guard_session``
-        it stays registered after exit, so that ``guard.close()`` kills what is
+        ``watchdog`` kills its group if the launcher dies; with ``watchdog_session``
+        it stays registered after exit, so that ``watchdog.close()`` kills what is
         left of its session (mpirun's ranks, each in a group of its own).
         """
         try:
@@ -60,23 +60,23 @@ class LocalProcess:
             raise LaunchError(f"{label}: permission denied running {argv[0]!r} (is it executable?)") from None
         except OSError as exc:
             raise LaunchError(f"{label}: cannot start {argv[0]!r}: {exc.strerror or exc}") from None
-        if guard is not None:
+        if watchdog is not None:
             try:
-                guard.register(proc.pid)
+                watchdog.register(proc.pid)
             except OSError as exc:   # don't leave a rank running unguarded
                 os.killpg(proc.pid, _signal.SIGKILL)
                 await proc.wait()
                 raise LaunchError(f"{label}: cannot register it with the launcher's watchdog: {exc}") from None
         assert proc.stdout is not None and proc.stderr is not None
         pumps = [asyncio.ensure_future(pump(proc.stdout, out)), asyncio.ensure_future(pump(proc.stderr, err))]
-        return cls(proc, pumps, guard, guard_session)
+        return cls(proc, pumps, watchdog, watchdog_session)
 
     async def wait(self) -> Optional[int]:
         """Wait for exit and the end of its output; kill what is left of its group."""
         code = await self._proc.wait()
         self._killpg(_signal.SIGKILL)
-        if self._guard is not None and not self._guard_session:
-            self._guard.unregister(self.pid)
+        if self._watchdog is not None and not self._watchdog_session:
+            self._watchdog.unregister(self.pid)
         await asyncio.gather(*self._pumps, return_exceptions=True)
         return code
 

@@ -117,8 +117,8 @@ async def _read_marker(proc: Any, early: Any, label: str, timeout: float) -> byt
     return line[len(marker):]
 
 
-class Watchdog:
-    """The per-connection watchdog session (``script.WATCHDOG``): kills this launch's ranks if we vanish.
+class RemoteWatchdog:
+    """The per-connection watchdog session (``script.REMOTE_WATCHDOG_SCRIPT``): kills this launch's ranks if we vanish.
 
     It also delivers signals: one line per request, no ssh session each.
     """
@@ -128,7 +128,7 @@ class Watchdog:
         self.path = path   # its registry dir on the host
 
     @classmethod
-    async def start(cls, conn: Any, label: str, timeout: float) -> "Watchdog":
+    async def start(cls, conn: Any, label: str, timeout: float) -> "RemoteWatchdog":
         """Open the watchdog session on ``conn``; return once it has made its registry dir."""
         proc = await _open(conn, watchdog_script(), f"{label} (watchdog)", timeout)
         path = await _read_marker(proc, lambda line: None, f"{label} (watchdog)", timeout)

@@ -6,7 +6,7 @@ its own session (so the whole process group can be signalled by its id),
 registers that id with the connection's watchdog, reports it on stdout as a
 marker line, waits, kills any leftovers of the group and removes the temp dir.
 
-``WATCHDOG`` runs once per ssh connection; see its comment.
+``REMOTE_WATCHDOG_SCRIPT`` runs once per ssh connection; see its comment.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ exit "$rc"
 # own ClientAliveInterval if set). Then every registered group is SIGKILLed and
 # the temp dirs removed. sshd sends no SIGHUP to a session without a tty, but a
 # HUP is ignored anyway so that the cleanup always runs. Plain POSIX sh.
-WATCHDOG = r"""umask 077
+REMOTE_WATCHDOG_SCRIPT = r"""umask 077
 trap '' HUP PIPE
 G=$(mktemp -d "${TMPDIR:-/tmp}/mlx-jupyter.XXXXXX") || { echo "cannot create a temp dir in ${TMPDIR:-/tmp}" >&2; exit 125; }
 printf '%s %s\n' "$MARKER" "$G"
@@ -115,5 +115,5 @@ def rank_script(
 
 
 def watchdog_script() -> str:
-    """The per-connection watchdog (see ``WATCHDOG``)."""
-    return f"MARKER={quote(MARKER)}\n" + WATCHDOG
+    """The per-connection watchdog (see ``REMOTE_WATCHDOG_SCRIPT``)."""
+    return f"MARKER={quote(MARKER)}\n" + REMOTE_WATCHDOG_SCRIPT

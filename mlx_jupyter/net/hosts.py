@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import NamedTuple
+from typing import Iterable, NamedTuple
 
 #: The names the launcher and the configurator write for this machine.
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -28,6 +28,11 @@ def is_local(host: str) -> bool:
         return ipaddress.ip_address(name.split("%")[0]).is_loopback
     except ValueError:
         return False
+
+
+def all_local(hosts: Iterable[str]) -> bool:
+    """Whether every one of ``hosts`` is this machine (:func:`is_local`): the one test of "a local cluster"."""
+    return all(is_local(h) for h in hosts)
 
 
 def runs_here(ssh_name: str) -> bool:

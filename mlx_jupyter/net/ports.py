@@ -53,6 +53,9 @@ def block_starts(n: int, offset: int, ephemeral: tuple[int, int]) -> list[range]
     return [r for r in (clear_below, clear_above) if len(r) > 0]
 
 
+#: The ring's first port when none is given (mlx.launch's ``--starting-port`` default).
+DEFAULT_STARTING_PORT = 32323
+
 #: Our core binds each ring port + this offset (MLX_JUPYTER_PORT_OFFSET), beside MLX's own ring.
 CORE_PORT_OFFSET = 1000
 

@@ -46,9 +46,9 @@ class ClustersHandler(_Base):
     async def post(self) -> None:
         try:
             body = json.loads(self.request.body or b"{}")
-            n = int(body.get("n", 2))
-            backend = body.get("backend") or None  # None: the hostfile's, else ring
-            if not 1 <= n <= 64 or (backend is not None and backend not in BACKENDS):
+            n = None if body.get("n") is None else int(body["n"])  # None: hostfile.default_ranks_per_host
+            backend = body.get("backend") or None  # None: the hostfile's, else hostfile.default_backend()
+            if not (n is None or 1 <= n <= 64) or (backend is not None and backend not in BACKENDS):
                 raise ValueError(f"n must be 1..64 and backend one of {', '.join(BACKENDS)}")
             hosts = body.get("hosts") or None
             hostfile = body.get("hostfile") or None

@@ -58,10 +58,10 @@ class ClusterManager:
     async def _on_worker(self, fn: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._worker, fn)
 
-    def create(self, n: int = 2, hosts: Optional[str] = None, hostfile: Optional[str] = None,
+    def create(self, n: Optional[int] = None, hosts: Optional[str] = None, hostfile: Optional[str] = None,
                backend: Optional[str] = None) -> Entry:
-        """A new cluster handle, registered as starting; `start(entry)` starts it. ``backend`` None:
-        the hostfile's, else ring."""
+        """A new cluster handle, registered as starting; `start(entry)` starts it. ``n`` None: the
+        default ranks per host; ``backend`` None: the hostfile's, else the default (see Cluster)."""
         if hostfile is not None:
             hostfile = _readable_hostfile(hostfile)
         extra = {} if backend is None else {"backend": backend}

@@ -6,9 +6,9 @@ Pure logic: command outputs come in as data (`CommandResult`), plans go out as d
 
 from __future__ import annotations
 
-from .choice import BACKENDS, Choice
+from .choice import CONFIG_BACKENDS, Choice
 from .commands import CommandResult
-from .core import Topology
+from .topology import Topology
 from .errors import DiscoveryError, PlanError, TopologyError
 from .model import Cable, End, MacHost, Port
 from .netparse import IfAddr, RdmaStatus
@@ -17,6 +17,6 @@ from .rings import Ring
 from .system_profiler import Peer
 
 __all__ = [
-    "BACKENDS", "Cable", "Choice", "CommandResult", "DiscoveryError", "End", "IfAddr", "MacHost", "Peer",
+    "CONFIG_BACKENDS", "Cable", "Choice", "CommandResult", "DiscoveryError", "End", "IfAddr", "MacHost", "Peer",
     "PlanError", "Port", "RdmaStatus", "Recording", "Ring", "Topology", "TopologyError",
 ]

@@ -13,7 +13,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
-from .core import Topology
+from .topology import Topology
 from .model import generation_of
 
 SLOW_FRACTION = 0.5  # a link below half its nominal speed is flagged

@@ -1,5 +1,5 @@
 """What the planner (:mod:`.choice`) and the renderers (:mod:`.render_dot`, :mod:`.render_svg`) read
-of a cabling. :class:`~mlx_jupyter.topology.core.Topology` is one; they never import it."""
+of a cabling. :class:`~mlx_jupyter.topology.topology.Topology` is one; they never import it."""
 
 from __future__ import annotations
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from mlx_jupyter.hostfile import BACKENDS
+
 from .cabling import Cabling
 from .addressing import links_between
 from .commands import getifaddr, show
@@ -15,9 +17,9 @@ from .netparse import RDMA_HELP
 from .rings import Ring
 
 
-#: The backends the configurator can plan (a subset of mlx_jupyter.hostfile.BACKENDS, which a launch can start).
-CONFIG_BACKENDS = ("ring", "jaccl", "jaccl-ring")
-BACKENDS = CONFIG_BACKENDS  # the name this package has exported
+#: The backends the configurator can plan: those of mlx_jupyter.hostfile.BACKENDS (what a launch can
+#: start) that run over Thunderbolt; nccl and mpi need no cabling plan.
+CONFIG_BACKENDS = tuple(b for b in BACKENDS if b in ("ring", "jaccl", "jaccl-ring"))
 DOT_HINT = "Run with --dot to see the cabling."
 RING_ADVICE = " Use the ring backend (--backend ring)."
 

@@ -48,7 +48,7 @@ export default {
           cell(tr, r.pid === null ? "?" : String(r.pid));
           cell(tr, r.state, "mlxj-state");
           clocks.push([cell(tr, seconds(r.busy_since), "mlxj-clock"), r.busy_since]);
-          cell(tr, r.memory, "mlxj-num");   // formatted by mlx_jupyter.cluster.control.format_bytes
+          cell(tr, r.memory, "mlxj-num");   // formatted by mlx_jupyter.cluster.cells.text.format_bytes
           table.appendChild(tr);
         }
         root.appendChild(table);

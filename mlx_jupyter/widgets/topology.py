@@ -138,6 +138,7 @@ class TopologyWidget(anywidget.AnyWidget):
     def discover(self, hosts: Optional[Sequence[str]] = None) -> Topology:
         """Run discovery over ssh (or the recordings) on `hosts`, with progress; unreachable hosts are left out."""
         from mlx_jupyter import config
+        from mlx_jupyter.topology.commands import THUNDERBOLT_DISCOVERY
 
         names = list(dict.fromkeys(hosts or self.hosts))
         if not names:
@@ -148,7 +149,7 @@ class TopologyWidget(anywidget.AnyWidget):
 
         async def go() -> Any:
             try:
-                return await config.discover(runner, names, config.THUNDERBOLT_COMMANDS, _WidgetDiscoveryProgress(self, len(names)))
+                return await config.discover(runner, names, THUNDERBOLT_DISCOVERY, _WidgetDiscoveryProgress(self, len(names)))
             finally:
                 if own:
                     await runner.close()

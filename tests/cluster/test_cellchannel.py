@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from jupyter_client.session import Session
 from tornado.platform.asyncio import AsyncIOLoop
 
-from mlx_jupyter.cluster.cells import wire as cellwire
+from mlx_jupyter.cluster.shared import wire as cellwire
 from mlx_jupyter.cluster.cells import hub as hubmod
 from mlx_jupyter.cluster.cells.hub import CellHub
 from mlx_jupyter.cluster.rank.channel import RankChannel

@@ -14,10 +14,6 @@ from mlx_jupyter.cluster.cells.display import DistributedCellError, show_run
 pytestmark = pytest.mark.timeout(90)
 
 
-def _descendants() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True)}
-
-
 @pytest.fixture(scope="module")
 def runtime_dir(tmp_path_factory):
     """Jupyter's runtime dir for this module: where clusters publish themselves for the lab panel."""
@@ -38,15 +34,15 @@ def _published(c: Cluster) -> list[dict]:
 
 
 @pytest.fixture(scope="module", params=["channel", "controller"])
-def cluster(runtime_dir, request):
+def cluster(runtime_dir, request, descendants):
     """Every test here twice: cells straight to the ranks (the default), and through the controller."""
-    before = _descendants()
+    before = descendants()
     c = Cluster(n=2, cell_channel=request.param == "channel").start(timeout=30)
     c.setup(timeout=30)
     yield c
     c.stop()
     assert _published(c) == [], "a stopped cluster is still listed for the lab panel"
-    left = [p for p in _descendants() - before if psutil.pid_exists(p)]
+    left = [p for p in descendants() - before if psutil.pid_exists(p)]
     assert not left, f"processes left behind: {left}"
 
 
@@ -60,7 +56,7 @@ def test_cluster_is_published_for_the_lab_panel(cluster):
 def test_start_uses_our_controller_and_begins_mlx_world_after_the_probe(cluster):
     """The controller without ipyparallel's fixed pause; every rank asked to form MLX's world
     once it had answered the probe (not at engine start: MLX's init holds the GIL)."""
-    assert "mlx_jupyter.cluster.controller" in cluster.ipp.controller.args
+    assert "mlx_jupyter.cluster.ipcontroller" in cluster.ipp.controller.args
     cluster.client[:].execute("import mlx_jupyter.cluster.rank.world as _r\n_began = _r.EARLY_WORLD is not None", block=True)
     assert cluster.pull("_began") == [True, True] and cluster.forming_world() == []
 
@@ -69,8 +65,9 @@ def test_status_waits_a_moment_for_ranks_forming_the_world_then_says_so(cluster,
     """Right after start the ranks are busy forming MLX's world (see _begin_world): status
     gives them ``forming_grace`` s, then names the state rather than "busy"/"no reply"."""
     gate = tmp_path / "gate"
-    saved = cluster._world_ar
-    cluster._world_ar = cluster.client[:].execute(  # stands in for a slow ring formation
+    startup = cluster.startup
+    saved = startup.world_request
+    startup.world_request = cluster.client[:].execute(  # stands in for a slow ring formation
         f"import os, time\nt_end = time.monotonic() + 20\n"
         f"while not os.path.exists({str(gate)!r}) and time.monotonic() < t_end:\n    time.sleep(0.01)", block=False)
     try:
@@ -82,8 +79,8 @@ def test_status_waits_a_moment_for_ranks_forming_the_world_then_says_so(cluster,
         assert [row["state"] for row in cluster.status(forming_grace=10)] == ["idle", "idle"]
     finally:
         gate.touch()
-        cluster._world_ar.get(10)
-        cluster._world_ar = saved
+        startup.world_request.get(10)
+        startup.world_request = saved
 
 
 def run(c: Cluster, code: str, timeout: float = 20):
@@ -198,8 +195,9 @@ def test_rank_raising_releases_the_blocked_rank(cluster, collective):
     if cluster.needs_reform:
         cluster.reform()
     with pytest.raises(DistributedCellError) as err:
-        run(cluster, "import time, numpy as np, mlx_jupyter.distributed as d\nif world.rank() == 1:\n"
-                     f"    time.sleep(0.2)\n    t_err = time.monotonic()\n    1/0\n{collective}")
+        # both ranks pass a barrier; then rank 1 raises while rank 0 goes straight into the collective
+        run(cluster, "import time, numpy as np, mlx_jupyter.distributed as d\ngroup.barrier()\n"
+                     f"if world.rank() == 1:\n    t_err = time.monotonic()\n    1/0\n{collective}")
     ended = time.monotonic()
     [t_err] = cluster.pull("t_err", targets=[1])
     assert ended - t_err <= PROMISE, f"released {ended - t_err:.2f} s after rank 1 raised"

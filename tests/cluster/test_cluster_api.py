@@ -23,13 +23,10 @@ from mlx_jupyter.cluster.cells.display import show_run
 pytestmark = pytest.mark.timeout(90)
 
 
-def _descendants() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True)}
-
-
-def _left_behind(before: set[int]) -> list[int]:
+def _alive(pids: set[int]) -> list[int]:
+    """Those of ``pids`` still running (zombies waiting for their parent count as gone)."""
     alive = []
-    for pid in _descendants() - before:
+    for pid in pids:
         try:
             if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
                 alive.append(pid)
@@ -43,9 +40,9 @@ def test_entry_point_names_the_mlx_engine_launcher():
     assert ep.load() is cluster_mod.MLXEngineSetLauncher
 
 
-def test_ipyparallel_cluster_with_mlx_engines():
+def test_ipyparallel_cluster_with_mlx_engines(descendants):
     """Plain ipyparallel: engine ids are the MLX ranks, and each engine has its rank's environment."""
-    before = _descendants()
+    before = descendants()
     c = ipp.Cluster(engines="mlx", n=2, log_level=40)
     try:
         rc = c.start_and_connect_sync()
@@ -58,13 +55,13 @@ def test_ipyparallel_cluster_with_mlx_engines():
     finally:
         c.stop_cluster_sync()
     deadline = time.monotonic() + 5
-    while _left_behind(before) and time.monotonic() < deadline:
+    while _alive(descendants() - before) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _left_behind(before), _left_behind(before)
+    assert not _alive(descendants() - before), _alive(descendants() - before)
 
 
-def test_context_manager_view_in_rank_order_and_nothing_left_after():
-    before = _descendants()
+def test_context_manager_view_in_rank_order_and_nothing_left_after(descendants):
+    before = descendants()
     with mlx_jupyter.Cluster(n=2) as c:
         view = c.view
         assert list(view.targets) == [0, 1]
@@ -72,17 +69,17 @@ def test_context_manager_view_in_rank_order_and_nothing_left_after():
         assert view.pull("r") == [0, 1]
         assert c.ready_time is not None
     assert not c.running
-    assert not _left_behind(before), _left_behind(before)
+    assert not _alive(descendants() - before), _alive(descendants() - before)
 
 
-def test_missing_ipyparallel_internals_fail_start_before_anything_runs(monkeypatch):
+def test_missing_ipyparallel_internals_fail_start_before_anything_runs(monkeypatch, descendants):
     monkeypatch.delattr(ipp.Client, "_build_targets")
-    before = _descendants()
+    before = descendants()
     with pytest.raises(ClusterError) as err:
         Cluster(n=2).start(timeout=10)
     msg = str(err.value)
     assert "Client._build_targets" in msg and "install ipyparallel 9.x" in msg, msg
-    assert not _left_behind(before)
+    assert not _alive(descendants() - before)
 
 
 def test_missing_client_streams_are_named(monkeypatch):
@@ -93,23 +90,23 @@ def test_missing_client_streams_are_named(monkeypatch):
     assert "Client()._control_stream" in problems and "Client()._mux_stream" in problems
 
 
-def test_a_rank_without_its_agent_fails_start_naming_it(tmp_path):
+def test_a_rank_without_its_agent_fails_start_naming_it(tmp_path, descendants):
     """The engine could not hook into its kernel (another ipyparallel's internals): start says so."""
     (tmp_path / "sitecustomize.py").write_text(
         "import mlx_jupyter.cluster.rank.agent as r\n"
         "def install(kernel, rank, env=None):\n"
         "    raise RuntimeError(\"the engine's kernel has no control_handlers (simulated)\")\n"
         "r.install = install\n")
-    before = _descendants()
+    before = descendants()
     with pytest.raises(ClusterError) as err:
         Cluster(n=2, env={"PYTHONPATH": str(tmp_path)}).start(timeout=30)
     msg = str(err.value)
     assert "rank 0: the rank agent (abort, status) is not installed" in msg, msg
     assert "no control_handlers (simulated)" in msg and "install ipyparallel 9.x" in msg, msg
-    assert not _left_behind(before)
+    assert not _alive(descendants() - before)
 
 
-def test_a_rank_off_the_cell_channel_is_logged_with_its_reason_and_still_runs_cells(tmp_path, caplog):
+def test_a_rank_off_the_cell_channel_is_logged_with_its_reason_and_still_runs_cells(tmp_path, caplog, descendants):
     """A rank whose direct channel could not be set up: start logs the rank's own reason, and
     its cells take the controller's path."""
     (tmp_path / "sitecustomize.py").write_text(
@@ -119,7 +116,7 @@ def test_a_rank_off_the_cell_channel_is_logged_with_its_reason_and_still_runs_ce
         "        raise OSError('no route to the notebook (simulated)')\n"
         "    return _start(kernel, rank, interface, port)\n"
         "_start, ch.start = ch.start, start\n")
-    before = _descendants()
+    before = descendants()
     c = Cluster(n=2, env={"PYTHONPATH": str(tmp_path)})
     try:
         with caplog.at_level("WARNING", logger="mlx_jupyter.cluster"):
@@ -132,7 +129,7 @@ def test_a_rank_off_the_cell_channel_is_logged_with_its_reason_and_still_runs_ce
         assert c.pull("r") == [0, 1]
     finally:
         c.stop()
-    assert not _left_behind(before)
+    assert not _alive(descendants() - before)
 
 
 def test_agent_state_without_an_agent_says_why(monkeypatch):
@@ -159,13 +156,10 @@ def test_expected_size_counts_the_hostfile(tmp_path):
 def test_our_controller_skips_init_hubs_fixed_pause_and_only_that(monkeypatch):
     """ipyparallel 9's init_hub sleeps 0.25 s before writing the connection files everyone
     waits for (and sleeps nowhere else in that module); ours skips it, time stays time."""
-    import inspect
-
     from ipyparallel.controller import app
 
-    from mlx_jupyter.cluster import controller
+    from mlx_jupyter.cluster import ipcontroller as controller
 
-    assert "time.sleep(0.25)" in inspect.getsource(app.IPController.init_hub)
     seen = {}
 
     def init_hub(self):
@@ -184,8 +178,8 @@ def test_our_controller_does_not_load_numpy_and_ranks_still_do():
     """The controller (on the ready path) skips numpy, which only ipyparallel's unused
     "weighted" scheduler wants; the ranks keep it, and a cell using it runs."""
     with mlx_jupyter.Cluster(n=2) as c:
-        controllers = [psutil.Process(p) for p in c._controller_pids
-                       if "mlx_jupyter.cluster.controller" in " ".join(psutil.Process(p).cmdline())]
+        controllers = [psutil.Process(p) for p in c.processes.pids()
+                       if "mlx_jupyter.cluster.ipcontroller" in " ".join(psutil.Process(p).cmdline())]
         assert controllers
         for proc in controllers:
             assert not [m.path for m in proc.memory_maps() if "_multiarray_umath" in m.path]
@@ -198,7 +192,7 @@ def test_our_controller_writes_connection_files_atomically(tmp_path):
     import stat
     from types import SimpleNamespace
 
-    from mlx_jupyter.cluster import controller
+    from mlx_jupyter.cluster import ipcontroller as controller
 
     me = SimpleNamespace(profile_dir=SimpleNamespace(security_dir=str(tmp_path)),
                          log=SimpleNamespace(info=lambda *a: None))
@@ -249,7 +243,7 @@ def test_the_controller_does_not_outlive_a_killed_kernel():
     try:
         assert owner.stdout.readline().strip() == "up"
         tree = psutil.Process(owner.pid).children(recursive=True)
-        controllers = [p for p in tree if "mlx_jupyter.cluster.controller" in " ".join(p.cmdline())]
+        controllers = [p for p in tree if "mlx_jupyter.cluster.ipcontroller" in " ".join(p.cmdline())]
         assert controllers, [p.cmdline() for p in tree]
         owner.kill()
         owner.wait(10)
@@ -318,12 +312,12 @@ def test_engine_set_stops_once_every_rank_has_ended_not_when_marked_killed():
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    before = _descendants()
+def cluster(descendants):
+    before = descendants()
     c = Cluster(n=2).start(timeout=30)
     yield c
     c.stop()
-    assert not _left_behind(before), _left_behind(before)
+    assert not _alive(descendants() - before), _alive(descendants() - before)
 
 
 def _hold_rank(c: Cluster, rank: int, gate) -> object:
@@ -350,12 +344,14 @@ def _interrupt_when(pred, timeout: float = 20) -> threading.Thread:
 
 
 def _main_thread_waiting() -> bool:
-    """The main thread is inside Cluster.wait (where the stop button is handled)."""
+    """The main thread is inside Supervisor.wait (where the stop button is handled)."""
     import sys
+
+    from mlx_jupyter.cluster.supervision import Supervisor
 
     frame = sys._current_frames().get(threading.main_thread().ident)
     while frame is not None:
-        if frame.f_code is Cluster.wait.__code__:
+        if frame.f_code is Supervisor.wait.__code__:
             return True
         frame = frame.f_back
     return False

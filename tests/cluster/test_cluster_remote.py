@@ -27,10 +27,6 @@ mpl = os.environ.get("MPLBACKEND")
 """
 
 
-def _descendants() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True)}
-
-
 def _wait_until(pred, timeout: float) -> bool:
     """Poll state outside this process (the hosts' process tables) until true or timeout."""
     deadline = time.monotonic() + timeout
@@ -49,11 +45,11 @@ def _non_sshd(bed) -> dict[int, list[int]]:
     return {i: pids for i, pids in out.items() if pids}
 
 
-def test_cluster_on_four_ssh_hosts(testbed, caplog):
+def test_cluster_on_four_ssh_hosts(testbed, caplog, descendants):
     pytest.importorskip("mlx_jupyter._core", reason="native core not built")
     bed = testbed
     n = len(bed.ips)
-    before = _descendants()
+    before = descendants()
     tmp_before = set(Path("/tmp").glob("mlx-jupyter.*"))  # rank temp dirs (the hosts share this /tmp)
     assert bed.procs_matching("mlx_jupyter.cluster.rank.engine") == {}
     t0 = time.monotonic()
@@ -85,6 +81,6 @@ def test_cluster_on_four_ssh_hosts(testbed, caplog):
         f"engines left on the hosts: {bed.procs_matching('mlx_jupyter.cluster.rank.engine')}"
     assert _wait_until(lambda: not _non_sshd(bed), 5), f"processes left on the hosts: {_non_sshd(bed)}"
     assert _wait_until(lambda: set(Path("/tmp").glob("mlx-jupyter.*")) <= tmp_before, 5)
-    left = [p for p in _descendants() - before if psutil.pid_exists(p)]
+    left = [p for p in descendants() - before if psutil.pid_exists(p)]
     assert not left, f"local processes left behind: {left}"
     assert time.monotonic() - t0 < 60

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import ipyparallel as ipp
 import pytest
 
-from mlx_jupyter.cluster import ClusterError, ipp_compat
+from mlx_jupyter.cluster import ClusterError
+from mlx_jupyter.cluster.shared import ipp_compat
 from mlx_jupyter.cluster.rank import agent, kernel_compat
 
 

@@ -106,7 +106,7 @@ def test_a_dead_rank_of_the_owner_fails_the_connected_cell_at_once(tmp_path_fact
         assert r.failed
         deadline = time.monotonic() + 5  # the watch looks every 0.2 s; the cell may have ended first
         while 1 not in c.dead and time.monotonic() < deadline:
-            c._changed.wait(0.1)
+            c.table.changed.wait(0.1)
         with pytest.raises(ClusterError, match="rank 1 is dead"):
             c.check_ranks([0, 1])
     finally:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlx_jupyter.cluster import handle as cluster_mod
+from mlx_jupyter.cluster import cluster as cluster_mod
 from mlx_jupyter import magics
 from mlx_jupyter.magics import UsageError
 from mlx_jupyter.net.ssh import SSHOptions
@@ -50,7 +50,19 @@ def test_ssh_flags_become_ssh_options(start):
     opts = kw["ssh_options"]
     assert opts == SSHOptions(config=["/etc/ssh/cfg"], known_hosts="/tmp/kh", accept_unknown_hosts=True,
                               client_keys=["/k1", "/k2"], connect_timeout=3.0)
-    assert kw["hosts"] == "a,b" and kw["n"] == 1
+    assert kw["hosts"] == "a,b" and kw["n"] is None  # the one rule decides (hostfile.default_ranks_per_host)
+
+
+def test_ranks_per_host_default_is_one_rule_for_every_way_in():
+    """1 per host named (mlx.launch's -n), 2 when none is: Cluster, the magic (which passes no n),
+    the panel's server and the launch CLI all ask hostfile.default_ranks_per_host."""
+    from mlx_jupyter.launch.cli import build_parser, make_config
+
+    assert REAL_CLUSTER().n == 2 and REAL_CLUSTER(hosts="a,b").n == 1 and REAL_CLUSTER(hosts="a", n=3).n == 3
+    parser = build_parser()
+    assert len(make_config(parser.parse_args([]), ["true"]).hosts) == 2
+    assert len(make_config(parser.parse_args(["--hosts", "10.0.0.1,10.0.0.2"]), ["true"]).hosts) == 2
+    assert len(make_config(parser.parse_args(["-n", "3"]), ["true"]).hosts) == 3
 
 
 def test_no_ssh_flags_keep_openssh_defaults(start):

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mlx_jupyter.cluster.connection_files import await_json_file
+from mlx_jupyter.cluster.shared.connection_files import await_json_file
 from mlx_jupyter.cluster.rank import agent as rankside
 from mlx_jupyter.cluster.rank import sockets, world
 
@@ -175,6 +175,65 @@ def test_abort_of_a_cell_that_already_ended_is_a_no_op(agent, monkeypatch):
     assert "m8" not in agent.kernel.aborted and not agent._not_started
 
 
+class _Group:
+    """The product's core group as the agent sees it: records aborts."""
+
+    def __init__(self) -> None:
+        self.aborts: list[str] = []
+        self.aborted = False
+
+    def abort(self, reason: str) -> None:
+        self.aborts.append(reason)
+        self.aborted = True
+
+
+@pytest.fixture
+def product_group(monkeypatch):
+    from mlx_jupyter.cluster.rank import names
+
+    group = _Group()
+    monkeypatch.setattr(names.NAMES, "group", group)
+    return group
+
+
+def _ended(result_error=None, before_exec=None):
+    return SimpleNamespace(error_in_exec=result_error, error_before_exec=before_exec)
+
+
+def test_an_abort_kills_no_group_by_itself(agent, product_group, monkeypatch):
+    """Running Python, or already ended: the interrupt is enough (an op of our core that it stops
+    aborts its group itself); the group the user or the product made is left alone."""
+    monkeypatch.setattr(rankside.signal, "pthread_kill", lambda *a: None)
+    start_cell(agent, "m10")
+    assert abort_from_control_thread(agent, "stop", msg_id="m10") is True
+    agent._post_run_cell()
+    assert abort_from_control_thread(agent, "late", msg_id="m10") is False  # ended: a no-op
+    assert product_group.aborts == []
+
+
+def test_an_unsupervised_cell_that_raised_while_running_releases_its_peers(agent, product_group):
+    """``%px`` (nobody supervises it): an error in the cell's code aborts the product's group at once."""
+    start_cell(agent, "m11")
+    agent._post_run_cell(_ended(ZeroDivisionError("x")))
+    assert product_group.aborts == ["rank 0 raised ZeroDivisionError: x"]
+
+
+def test_a_syntax_error_or_a_supervised_cells_error_aborts_nothing(agent, product_group):
+    """A cell that never ran left nobody waiting; a supervised one's run decides (it releases the
+    ranks still running and forms again only what the ranks say was aborted)."""
+    start_cell(agent, "m12")
+    agent._post_run_cell(_ended(before_exec=SyntaxError("incomplete input")))
+    agent.kernel.parent["header"]["session"] = rankside.CHANNEL_SESSION  # a cell from the cell channel
+    start_cell(agent, "m13")
+    agent._post_run_cell(_ended(ValueError("only rank 1")))
+    agent.kernel.parent["header"].pop("session")
+    agent.kernel.parent["metadata"] = {"label": rankside.SUPERVISED_LABEL}  # one sent through the controller
+    start_cell(agent, "m14")
+    agent._post_run_cell(_ended(ValueError("only rank 1")))
+    assert product_group.aborts == []
+    assert agent.status()["group_aborted"] is False
+
+
 def test_world_sockets_are_those_on_the_hostfiles_ports(tmp_path, monkeypatch):
     """Sockets other threads open meanwhile (the engine's ZMQ) are never taken for MLX's."""
     import json
@@ -239,9 +298,9 @@ def test_status_carries_the_current_cells_start(agent, monkeypatch):
 
 
 def test_a_remote_ranks_cell_start_is_moved_to_our_clock(monkeypatch):
-    from mlx_jupyter.cluster.control import _local_clock
+    from mlx_jupyter.cluster.rank_control import _local_clock
 
-    monkeypatch.setattr("mlx_jupyter.cluster.control.time.time", lambda: 1000.0)
+    monkeypatch.setattr("mlx_jupyter.cluster.rank_control.time.time", lambda: 1000.0)
     busy = {"executing": True, "cell_started": 1500.0, "time": 1510.0}  # its clock is 510 s ahead
     assert _local_clock(busy, same_clock=True) == 1500.0
     assert _local_clock(busy, same_clock=False) == 990.0

@@ -8,9 +8,10 @@ import time
 from concurrent.futures import Future
 from types import SimpleNamespace
 
-from mlx_jupyter.cluster import Cluster
-from mlx_jupyter.cluster.ipp_compat import requests_outstanding
-from mlx_jupyter.cluster.readiness import probe_answer
+from mlx_jupyter.cluster.controller_link import ControllerLink
+from mlx_jupyter.cluster.rank_table import RankTable
+from mlx_jupyter.cluster.shared.ipp_compat import requests_outstanding
+from mlx_jupyter.cluster.startup import StartupSequence, probe_answer
 
 
 class DroppingClient:
@@ -38,15 +39,16 @@ class DroppingClient:
 
 
 def test_a_dropped_probe_does_not_keep_cells_off_the_channel():
-    c = Cluster(n=2)
-    c.size, c.client = 2, DroppingClient(2)
-    c._probe_channels(time.monotonic() + 5)
-    assert c.client.sent == {0: 2, 1: 2}  # each rank's probe was sent again after the first got no answer
-    assert c._stray_probes == {"probe-0-1", "probe-1-1"}
-    assert requests_outstanding(c.client, [0, 1])  # ipyparallel still lists them ...
-    assert not c._controller_requests_on([0, 1])  # ... but they are not requests a cell could overtake
-    c.client._outstanding_dict["uuid-1"].add("a-px-request")
-    assert c._controller_requests_on([0, 1]) and not c._controller_requests_on([0])
+    link, table = ControllerLink(), RankTable()
+    link.client = client = DroppingClient(2)
+    table.size = 2
+    StartupSequence(link, table, "ring").probe_channels(time.monotonic() + 5)
+    assert client.sent == {0: 2, 1: 2}  # each rank's probe was sent again after the first got no answer
+    assert link.stray_probes == {"probe-0-1", "probe-1-1"}
+    assert requests_outstanding(client, [0, 1])  # ipyparallel still lists them ...
+    assert not link.requests_on([0, 1])  # ... but they are not requests a cell could overtake
+    client._outstanding_dict["uuid-1"].add("a-px-request")
+    assert link.requests_on([0, 1]) and not link.requests_on([0])
 
 
 def test_a_probe_answer_carries_the_agent_state_or_says_the_probe_failed():

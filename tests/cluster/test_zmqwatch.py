@@ -11,7 +11,7 @@ import zmq
 from tornado.ioloop import IOLoop
 from zmq.eventloop.zmqstream import ZMQStream
 
-from mlx_jupyter.cluster.cells.zmqwatch import watch_queues
+from mlx_jupyter.cluster.shared.zmqwatch import watch_queues
 
 pytestmark = pytest.mark.timeout(30)
 

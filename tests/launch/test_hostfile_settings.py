@@ -16,7 +16,7 @@ import pytest
 from launch_helpers import PY, cli
 from mlx_jupyter.hostfile import Hostfile, Host, merge_settings, parse_env
 from mlx_jupyter.launch import Launcher
-from mlx_jupyter.launch.config import LaunchConfig
+from mlx_jupyter.launch.launch_config import LaunchConfig
 from mlx_jupyter.launch.job import Job
 
 FAST = "MLX_METAL_FAST_SYNCH=1"
@@ -119,7 +119,7 @@ def test_cli_override_is_announced_and_used(tmp_path, port_block):
 
 
 def test_cli_bare_env_key_reaches_the_ranks(tmp_path):
-    res = cli(["--env", "PROBE", "--", PY, "-c", SHOW], timeout=60, env={**os.environ, "PROBE": "passed"})
+    res = cli(["-n", "1", "--env", "PROBE", "--", PY, "-c", SHOW], timeout=60, env={**os.environ, "PROBE": "passed"})
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["None", "passed", "0", "False"]
 
@@ -128,7 +128,7 @@ def test_cli_bare_env_key_reaches_the_ranks(tmp_path):
 
 def cluster_plans(cluster) -> list:
     """What the engine set's Launcher would plan for this cluster (see MLXEngineSetLauncher.start)."""
-    es = cluster._config().MLXEngineSetLauncher
+    es = cluster.processes.engine_config().MLXEngineSetLauncher
     return jaccl_plan(es.hostfile, backend=es.backend, env=dict(es.environment))
 
 
@@ -165,9 +165,32 @@ def test_cluster_ranks_see_the_hostfiles_envs(tmp_path):
     assert got == ["file 1 ring", "file 1 ring"]
 
 
+@pytest.mark.timeout(180)
+def test_a_cluster_start_reads_its_hostfile_once(tmp_path, monkeypatch):
+    """Cluster, its engine set and the launcher used to read the hostfile 3 to 5 times per start."""
+    from mlx_jupyter import hostfile
+    from mlx_jupyter.cluster import Cluster
+    from mlx_jupyter.launch import job
+
+    reads = []
+    real = hostfile.read_hostfile
+
+    def counted(path):
+        reads.append(path)
+        return real(path)
+
+    monkeypatch.setattr(hostfile, "read_hostfile", counted)
+    monkeypatch.setattr(job, "read_hostfile", counted)
+    path = write(tmp_path, "ring", [FAST])
+    with Cluster(n=1, hostfile=path, timeout=120) as c:
+        assert c.size == 2 and c.local  # two 127.0.0.1 hosts: a local cluster (loopback, free ports)
+        assert c.expected_size() == 2
+    assert reads == [path]
+
+
 def test_magic_passes_no_backend_so_the_hostfiles_applies(tmp_path, monkeypatch):
     from mlx_jupyter import magics
-    from mlx_jupyter.cluster import handle
+    from mlx_jupyter.cluster import cluster as handle
 
     made = []
 
@@ -205,7 +228,7 @@ def test_panel_manager_keeps_the_hostfiles_backend_and_envs(tmp_path):
 # -- scripts, as MLX's launcher (issue 14 §5) -------------------------------------------------------
 
 def test_any_local_file_runs_with_python_by_absolute_path(tmp_path, monkeypatch):
-    from mlx_jupyter.launch.config import rank_argv
+    from mlx_jupyter.launch.launch_config import rank_argv
 
     (tmp_path / "train").write_text("print('hi')\n")
     (tmp_path / "run.sh").write_text("#!/bin/sh\necho hi\n")
@@ -220,6 +243,6 @@ def test_any_local_file_runs_with_python_by_absolute_path(tmp_path, monkeypatch)
 
 def test_cli_runs_a_script_without_py_suffix(tmp_path):
     (tmp_path / "job").write_text("import sys; print('ran', sys.executable == %r)\n" % PY)
-    res = cli(["--cwd", str(tmp_path), "--", "job"], timeout=60, cwd=str(tmp_path))
+    res = cli(["-n", "1", "--cwd", str(tmp_path), "--", "job"], timeout=60, cwd=str(tmp_path))
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "ran True"

@@ -533,4 +533,4 @@ def test_more_ranks_per_host_than_sshd_sessions(testbed):
                         ssh_options=testbed.ssh_options(max_sessions=4), on_output=on_output).start()
     assert launcher.wait(60) == 0, out
     assert sorted(int(lines[0]) for lines in stdout_of(out).values()) == list(range(12))
-    assert {conn for r, conn in launcher.job._rank_conn.items()}.__len__() == 4  # 3 ranks + the watchdog session each
+    assert {conn for r, conn in launcher.job.connections.rank_conn.items()}.__len__() == 4  # 3 ranks + the watchdog session each

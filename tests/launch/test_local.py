@@ -55,7 +55,7 @@ def test_fresh_token_per_launch():
 def test_one_rank_run_initialises_mlx():
     out, on_output = collector()
     code = "import mlx.core as mx; g = mx.distributed.init(); print(g.rank(), g.size(), mx.distributed.all_sum(mx.array(3)).item())"
-    launcher = Launcher([PY, "-c", code], on_output=on_output).start()
+    launcher = Launcher([PY, "-c", code], repeat_hosts=1, on_output=on_output).start()
     assert launcher.wait(60) == 0, out
     assert ("0 1 3") in [line for _, s, line in out if s == "stdout"]
 
@@ -176,7 +176,7 @@ def test_cli_prefix_and_raw_output():
     assert sorted(res.stdout.splitlines()) == ["[rank 0] hi", "[rank 1] hi"]
     res = cli(["-n", "2", "--output", "raw", PY, "-c", "print('hi')"])
     assert res.stdout.splitlines() == ["hi", "hi"]
-    res = cli([PY, "-c", "print('one')"])
+    res = cli(["-n", "1", PY, "-c", "print('one')"])
     assert res.stdout == "one\n"
 
 
@@ -198,7 +198,7 @@ def test_cli_usage_errors_are_one_line(tmp_path):
         assert match in res.stderr and "Traceback" not in res.stderr
     res = cli(["--print-python"])
     assert res.returncode == 0 and res.stdout.strip() == PY
-    res = cli(["--env", "BAD-KEY=1", "--env", "GOOD=1", PY, "-c", "import os; print(os.environ['GOOD'])"])
+    res = cli(["-n", "1", "--env", "BAD-KEY=1", "--env", "GOOD=1", PY, "-c", "import os; print(os.environ['GOOD'])"])
     assert res.returncode == 0 and "BAD-KEY" in res.stderr and res.stdout == "1\n"
 
 
@@ -322,7 +322,7 @@ def test_cli_python_runs_py_scripts(tmp_path):
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines() == ["hello from ['a b']"] * 2
     assert record.read_text().splitlines() == [f"{script} a b"] * 2   # the wrapper ran, once per rank
-    res = cli(["--python", str(wrapper), "echo", "not a script"])       # other commands run as given
+    res = cli(["-n", "1", "--python", str(wrapper), "echo", "not a script"])       # other commands run as given
     assert res.stdout == "not a script\n" and record.read_text().count("\n") == 2
 
 
@@ -335,7 +335,7 @@ def test_cli_no_verify_script(tmp_path):
     res = cli(["only-on-the-ranks-xyz"])
     assert res.returncode == 2 and "not found on PATH; pass --no-verify-script" in res.stderr
     path = f"{bindir}{os.pathsep}{os.environ['PATH']}"
-    res = cli(["--no-verify-script", "--env", f"PATH={path}", "only-on-the-ranks-xyz"])
+    res = cli(["-n", "1", "--no-verify-script", "--env", f"PATH={path}", "only-on-the-ranks-xyz"])
     assert res.returncode == 0 and res.stdout == "tool ran\n", res.stderr
 
 
@@ -388,6 +388,6 @@ def test_cli_one_rank_with_our_core():
     pytest.importorskip("mlx_jupyter._core", reason="native core not built")
     code = ("import numpy as np; from mlx_jupyter import distributed as d; g = d.init(backend='ring', strict=True); "
             "print(g.rank(), g.size(), list(map(int, d.all_sum(np.arange(3) + 1))))")
-    res = cli([PY, "-c", code], timeout=60)
+    res = cli(["-n", "1", PY, "-c", code], timeout=60)
     assert res.returncode == 0, res.stderr
     assert res.stdout == "0 1 [1, 2, 3]\n"   # one rank: no [rank 0] prefix

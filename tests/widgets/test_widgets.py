@@ -291,10 +291,12 @@ class _Sets:
 
 def _unstarted_cluster(monkeypatch, tmp_path):
     """A real `Cluster` whose controller and ranks are faked: start/stop run their own code."""
-    from mlx_jupyter.cluster import handle as cluster_mod
+    from mlx_jupyter.cluster import Cluster
+    from mlx_jupyter.cluster import processes
+    from mlx_jupyter.cluster.startup import StartupSequence
 
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
-    c = cluster_mod.Cluster(n=2, cell_channel=False)
+    c = Cluster(n=2, cell_channel=False)
 
     class Client:
         ids = [0, 1]
@@ -319,12 +321,12 @@ def _unstarted_cluster(monkeypatch, tmp_path):
         def stop_cluster_sync(self):
             pass
 
-    monkeypatch.setattr(cluster_mod.ipp, "Cluster", lambda **kw: Ipp())
-    monkeypatch.setattr(cluster_mod.Cluster, "_start_engines",
-                        lambda self: (setattr(self, "size", 2), setattr(Client, "ids", [0, 1])))
-    monkeypatch.setattr(cluster_mod.Cluster, "_rank_pids", lambda self, es: set())
-    monkeypatch.setattr(cluster_mod.Cluster, "_probe_channels", lambda self, deadline: None)
-    monkeypatch.setattr(cluster_mod.Cluster, "engine_set", None)
+    monkeypatch.setattr(processes.ipp, "Cluster", lambda **kw: Ipp())
+    monkeypatch.setattr(processes.ClusterProcesses, "start_engines",
+                        lambda self: (setattr(self.table, "size", 2), setattr(Client, "ids", [0, 1])))
+    monkeypatch.setattr(processes, "rank_pids", lambda es: set())
+    monkeypatch.setattr(StartupSequence, "probe_channels", lambda self, deadline: None)
+    monkeypatch.setattr(processes.ClusterProcesses, "engine_set", None)
     return c
 
 
@@ -420,17 +422,12 @@ def test_manager_takes_a_hostfile_and_checks_it_first(tmp_path, monkeypatch):
 # -- with real local clusters ---------------------------------------------------------------------
 
 
-def _descendants() -> set[int]:
-    import psutil
-
-    return {p.pid for p in psutil.Process().children(recursive=True)}
-
-
-def _assert_nothing_left(before: set[int], pids: set[int]) -> None:
+def _assert_nothing_left(left: set[int]) -> None:
+    """None of ``left`` (pids that were not there before the test) outlives a short grace."""
     import psutil
 
     procs = []
-    for pid in (_descendants() - before) | pids:
+    for pid in left:
         try:
             procs.append(psutil.Process(pid))
         except psutil.NoSuchProcess:
@@ -440,7 +437,7 @@ def _assert_nothing_left(before: set[int], pids: set[int]) -> None:
 
 
 @pytest.mark.timeout(180)
-def test_connect_code_connects_a_kernel_to_a_server_cluster(tmp_path, monkeypatch):
+def test_connect_code_connects_a_kernel_to_a_server_cluster(tmp_path, monkeypatch, descendants):
     """The panel's "insert code to connect", run in a real kernel against a cluster the server manager started."""
     import nbformat
     from nbclient import NotebookClient
@@ -448,7 +445,7 @@ def test_connect_code_connects_a_kernel_to_a_server_cluster(tmp_path, monkeypatc
     from mlx_jupyter.server.manager import ClusterManager, connect_code
 
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
-    before = _descendants()
+    before = descendants()
     manager = ClusterManager(start_timeout=90)
 
     async def start():
@@ -478,11 +475,11 @@ def test_connect_code_connects_a_kernel_to_a_server_cluster(tmp_path, monkeypatc
     finally:
         assert asyncio.run(manager.stop(entry.cluster.cluster_id))
         manager.shutdown()
-    _assert_nothing_left(before, pids)
+    _assert_nothing_left((descendants() - before) | pids)
 
 
 @pytest.mark.timeout(180)
-def test_start_cluster_default_path_on_a_local_hostfile(tmp_path, monkeypatch):
+def test_start_cluster_default_path_on_a_local_hostfile(tmp_path, monkeypatch, descendants):
     """start_cluster() with the real default factory: a 2-rank 127.0.0.1 hostfile, all_sum, stop, nothing left."""
     from mlx_jupyter import magics
     from mlx_jupyter.widgets import topology as topology_mod
@@ -493,7 +490,7 @@ def test_start_cluster_default_path_on_a_local_hostfile(tmp_path, monkeypatch):
     # what the widget would save for two local ring ranks (recordings only give Mac addresses)
     local = {"backend": "ring", "hosts": [{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}] * 2}
     w.model = {**w.model, "backend": {**w.model["backend"], "name": "ring", "hostfile": local, "error": None}}
-    before = _descendants()
+    before = descendants()
     previous = magics.set_current(None)
     cluster = None
     pids: set[int] = set()
@@ -503,7 +500,7 @@ def test_start_cluster_default_path_on_a_local_hostfile(tmp_path, monkeypatch):
         assert cluster.size == 2 and cluster.backend == "ring" and magics.current() is cluster
         assert w.status["level"] == "success" and "2 ranks ready (ring)" in w.status["message"]
         pids = {r["pid"] for r in cluster.status()}
-        assert len(pids) == 2 and pids <= _descendants()
+        assert len(pids) == 2 and pids <= descendants()
         cluster.setup(timeout=60)
         cluster.run("x = mx.distributed.all_sum(mx.ones(2) * (world.rank() + 1), group=world).tolist()").wait(60)
         assert cluster.pull("x") == [[3.0, 3.0], [3.0, 3.0]]
@@ -512,4 +509,4 @@ def test_start_cluster_default_path_on_a_local_hostfile(tmp_path, monkeypatch):
             cluster.stop()
         magics.set_current(previous)
     assert not cluster.running
-    _assert_nothing_left(before, pids)
+    _assert_nothing_left((descendants() - before) | pids)

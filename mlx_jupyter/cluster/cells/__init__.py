@@ -1,1 +1,1 @@
-"""Running a notebook cell on the ranks: the direct channel, supervision, display."""
+"""The notebook side of one cell run: the direct channel's hub, supervision, display."""

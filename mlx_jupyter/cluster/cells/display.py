@@ -15,9 +15,8 @@ import time
 from collections import deque
 from typing import Any, Callable, Optional
 
-from mlx_jupyter.cluster.cells.text import (
-    ERROR, LineGrouper, group_equal, rank_label, render_outcomes, summary,
-)
+from mlx_jupyter.cluster.cells.outcome import ERROR, OK, RELEASED
+from mlx_jupyter.cluster.cells.text import LineGrouper, group_equal, rank_label, render_outcomes, summary
 
 Publish = Callable[[dict, dict], None]
 
@@ -190,9 +189,18 @@ def show_run(run: Any, mode: str = "grouped", timeout: Optional[float] = None,
     return run
 
 
+#: a rank's answer for a cell refused because it uses MLX's dead world (rank.names.WorldClosedError)
+WORLD_CLOSED = "WorldClosedError"
+
+
 def failure(run: Any) -> DistributedCellError:
-    """The error for a failed run: the cause, each rank's outcome, and hints."""
+    """The error for a failed run: the cause, each rank's outcome, and hints that offer only what
+    works from where they are shown (``run.cluster.restart_advice``)."""
     outcomes = [run.outcomes[r] for r in run.ranks]
+    refused = [o for o in outcomes if o.status == ERROR and o.ename == WORLD_CLOSED]
+    if refused and all(o.status in (OK, RELEASED) or o.ename == WORLD_CLOSED for o in outcomes):
+        return DistributedCellError(refused[0].evalue, [], outcomes)  # one line: the world is dead
+    advice = getattr(run.cluster, "restart_advice", "restart the ranks")
     hints = []
     lost = any("connection to a peer was lost" in o.evalue for o in outcomes)
     closed = run.world_closed() if (run.aborted_ranks or lost) else {}
@@ -202,17 +210,15 @@ def failure(run: Any) -> DistributedCellError:
         hints.append(
             f"MLX's `world` was shut down on {rank_label(now)} to release {'it' if len(now) == 1 else 'them'} "
             "from a blocked MLX operation (MLX cannot cancel its collectives). From now on MLX operations "
-            "on `world` fail on every rank; our `group` keeps working. `%mlx_cluster restart` gives fresh "
-            "ranks and a new `world` (the ranks' variables are lost: %mlx_pull what you need first)."
+            "on `world` fail on every rank; our `group` keeps working. For a new `world`, "
+            f"{advice} (the ranks' variables are lost: pull what you need first)."
         )
     elif earlier:
         hints.append(
             f"MLX's `world` has been shut down since an earlier cell ({rank_label(earlier)}: "
-            f"{closed[earlier[0]]}), so MLX operations on it fail: `%mlx_cluster restart` gives fresh "
-            "ranks and a new `world` (the ranks' variables are lost)."
+            f"{closed[earlier[0]]}), so MLX operations on it fail. For a new `world`, {advice} "
+            "(the ranks' variables are lost)."
         )
-    if run.aborted_ranks or any(o.status == ERROR for o in outcomes):
-        hints.append("`group` (mlx_jupyter.distributed) is re-formed on every rank before the next cell.")
     cause = f"{run.cause}" if run.cause else summary(outcomes)
     if earlier and not now and lost:
         cause = f"MLX's `world` is shut down (see below): {cause}"

@@ -22,8 +22,8 @@ import threading
 import time
 from typing import Any, Optional, Protocol
 
-from mlx_jupyter.cluster.cells import wire
-from mlx_jupyter.cluster.cells.transport import Writer, read_available, tune
+from mlx_jupyter.cluster.shared import wire
+from mlx_jupyter.cluster.shared.transport import Writer, read_available, tune
 
 log = logging.getLogger("mlx_jupyter.cluster.cells.hub")
 

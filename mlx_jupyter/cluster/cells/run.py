@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
-from mlx_jupyter.cluster.cells.text import DIED, ERROR, NO_REPLY, OK, RELEASED, RankOutcome, describe_exit
+from mlx_jupyter.cluster.cells.outcome import DIED, ERROR, NO_REPLY, OK, RELEASED, RUNNING, RankOutcome
+from mlx_jupyter.cluster.cells.text import describe_exit
 
 
 class RunHost(Protocol):
@@ -36,7 +37,7 @@ class RunHost(Protocol):
 
     backend: str
     dead: Mapping[int, Optional[int]]  # rank -> return code, for ranks whose process ended
-    needs_reform: bool  # set when a run aborts ranks: `group` must be formed again
+    restart_advice: str  # how to get fresh ranks, as it works where the run's messages are shown
 
     def cell_hub(self, ranks: Sequence[int]) -> Any: ...  # the direct channel, or None
     def send_execute(self, rank: int, code: str, hook: Callable[[Any], None]) -> str: ...
@@ -115,7 +116,7 @@ class CellRun:
         self.ranks = list(ranks)
         self.release_deadline = release_deadline
         self.events: "queue.Queue[Event]" = queue.Queue()
-        self.outcomes = {r: RankOutcome(r, status="running") for r in self.ranks}
+        self.outcomes = {r: RankOutcome(r, status=RUNNING) for r in self.ranks}
         self.cause: Optional[str] = None
         self.started = 0.0
         self.done = threading.Event()
@@ -182,7 +183,7 @@ class CellRun:
     def _record_reply(self, rank: int, content: dict) -> None:
         outcome = self.outcomes[rank]
         with self._lock:
-            if outcome.status != "running":
+            if outcome.status != RUNNING:
                 return
             self._replied.add(rank)
             if content.get("status") == "ok":
@@ -216,7 +217,7 @@ class CellRun:
             if rank in self._ended:
                 return
             outcome.status = DIED
-            outcome.note = f"process died ({describe_exit(returncode)}); restart it with %mlx_cluster restart"
+            outcome.note = f"process died ({describe_exit(returncode)}); {self.cluster.restart_advice}"
             self._replied.add(rank)
             self._idle.add(rank)
         self._fail(f"rank {rank} died ({describe_exit(returncode)})")
@@ -252,13 +253,12 @@ class CellRun:
         with self._lock:
             targets = [
                 r for r in self.ranks
-                if r not in self._ended and r not in self._abort_sent and self.outcomes[r].status == "running"
+                if r not in self._ended and r not in self._abort_sent and self.outcomes[r].status == RUNNING
             ]
             now = time.monotonic()
             for r in targets:
                 self._abort_sent[r] = now
         if targets:
-            self.cluster.needs_reform = True
             for rank, fut in self.cluster.send_abort(reason, targets, self.msg_ids).items():
                 self._abort_replies[rank] = fut
 
@@ -270,7 +270,7 @@ class CellRun:
             for rank, sent in self._abort_sent.items():
                 if rank not in self._ended and now - sent >= self.release_deadline:
                     outcome = self.outcomes[rank]
-                    if outcome.status == "running":
+                    if outcome.status == RUNNING:
                         outcome.status = NO_REPLY
                         outcome.note = self._no_reply_note()
                         if rank in self._futures:
@@ -282,14 +282,13 @@ class CellRun:
             self._maybe_end(rank)
 
     def _no_reply_note(self) -> str:
-        backend = getattr(self.cluster, "backend", "ring")
+        backend, advice = self.cluster.backend, self.cluster.restart_advice
         if backend == "ring":
             return (f"did not stop within {self.release_deadline:g} s (busy in native code?); "
-                    "it keeps running: interrupt again, or %mlx_cluster restart")
+                    f"it keeps running: interrupt again, or {advice}")
         # measured with MPI: a blocked collective ignores interrupts and has no sockets we may close
         return (f"did not stop within {self.release_deadline:g} s: busy in native code, e.g. a blocked "
-                f"{backend} collective, which cannot be cancelled; %mlx_cluster restart gives fresh ranks "
-                "(the ranks' variables are lost)")
+                f"{backend} collective, which cannot be cancelled; {advice} (the ranks' variables are lost)")
 
     def _finish(self) -> None:
         for rank, outcome in self.outcomes.items():

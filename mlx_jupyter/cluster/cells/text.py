@@ -1,4 +1,4 @@
-"""Showing what several ranks printed, once: rank ranges, line grouping, rich outputs, errors.
+"""Showing what several ranks printed, once: rank ranges, line grouping, outcomes as text.
 
 Pure: nothing here talks to engines or to IPython. ``%%mlx_distributed``
 feeds the events of a cell run in and writes out what comes back.
@@ -18,6 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional, Sequence
 
+from mlx_jupyter.cluster.cells.outcome import DIED, ERROR, NO_REPLY, RELEASED, RankOutcome
 from mlx_jupyter.launch.rankinfo import describe_exit  # noqa: F401 - the one exit text, used from here too
 
 MODES = ("grouped", "rank", "raw")
@@ -136,25 +137,7 @@ def group_equal(items: dict[int, object]) -> list[tuple[list[int], object]]:
     return groups
 
 
-# ---------------------------------------------------------------- outcomes
-
-OK = "ok"
-ERROR = "error"          # the rank's own code raised
-RELEASED = "released"    # stopped by us because another rank failed, or interrupted
-DIED = "died"            # the rank's process ended
-NO_REPLY = "no-reply"    # did not stop within the deadline
-
-
-@dataclass
-class RankOutcome:
-    """How one rank's cell ended, as the cell run saw it."""
-
-    rank: int
-    status: str = OK
-    ename: str = ""
-    evalue: str = ""
-    traceback: list[str] = field(default_factory=list)
-    note: str = ""
+# ---------------------------------------------------------------- outcomes, as text
 
 
 def render_outcomes(outcomes: Sequence[RankOutcome], cause: str = "", hints: Sequence[str] = ()) -> list[str]:
@@ -165,7 +148,8 @@ def render_outcomes(outcomes: Sequence[RankOutcome], cause: str = "", hints: Seq
     for ranks, tb in group_equal(errors):
         first = next(o for o in outcomes if o.rank == ranks[0])
         lines.append(f"--- {rank_label(ranks)}: {first.ename}: {first.evalue}")
-        lines.extend(str(tb).split("\n"))
+        if str(tb).strip() != f"{first.ename}: {first.evalue}":  # a one-line traceback is the line above
+            lines.extend(str(tb).split("\n"))
     released = {o.rank: o.note for o in outcomes if o.status == RELEASED}
     for ranks, note in group_equal(released):
         lines.append(f"--- {rank_label(ranks)}: {note}")

@@ -4,12 +4,14 @@ A :class:`RankAgent` is installed in every engine started by
 :mod:`mlx_jupyter.cluster.rank.engine`. It answers two control-channel requests, which the
 engine's control thread handles even while a cell blocks the main thread:
 
-- ``mlx_abort_request {reason, msg_id}``: abort our core's group (pending and later ops
-  fail at once), interrupt the running cell (SIGINT: Python code stops at its
-  next bytecode), and if the cell is still running after ``grace`` seconds,
-  close MLX's world sockets. MLX's own collectives cannot be cancelled; closing
-  their sockets makes a blocked ring op raise "connection to a peer was lost".
-  The world group is then unusable until the ranks restart; we say so.
+- ``mlx_abort_request {reason, msg_id}``: interrupt the running cell (SIGINT: Python
+  code stops at its next bytecode; an op of our core stops too, and aborts its group,
+  which fails the peers' ops at once), and if the cell is still frozen in native code
+  after ``grace`` seconds, close MLX's world sockets. MLX's own collectives cannot be
+  cancelled; closing their sockets makes a blocked ring op raise "connection to a peer
+  was lost". The world group is then unusable until the ranks restart: from then on a
+  cell that uses it is refused with one line (:class:`~.names.WorldGuard`). A rank that
+  was only running Python keeps its groups: an abort kills no group by itself.
   The SIGINT names its cell: one handled only after that cell ended is dropped,
   never delivered to the next request (see :meth:`RankAgent._on_sigint`).
   An abort naming a cell (``msg_id``) that has not started here yet (its request
@@ -21,9 +23,11 @@ engine's control thread handles even while a cell blocks the main thread:
 Requests that run functions (``apply_request``: setup, push, pull) are tracked
 like cells, so an abort naming one (the notebook's KeyboardInterrupt) stops it too.
 
-After a cell of this rank raises by itself, the agent aborts our core's group
-at once, so peers blocked in our collectives are released without waiting for
-the notebook.
+A cell that raises by itself is left to its supervisor when it has one (a
+``%%mlx_distributed`` cell: the notebook releases the ranks still running, and decides
+what to form again from what the ranks say). A cell nobody supervises (``%px``) that
+raises while running aborts the product's core group at once, so peers blocked in
+our collectives are released; a cell that never ran (a SyntaxError) aborts nothing.
 """
 
 from __future__ import annotations
@@ -41,12 +45,17 @@ from typing import Any, Optional
 
 from IPython.core.error import InputRejected
 
-from mlx_jupyter.cluster.cells.zmqwatch import watch_queues
 from mlx_jupyter.cluster.rank.kernel_compat import check_kernel, send_abort_reply
+from mlx_jupyter.cluster.rank.names import NAMES, WorldGuard
 from mlx_jupyter.cluster.rank.process import register_figure_png, rss
 from mlx_jupyter.cluster.rank.sockets import shutdown_sockets
+from mlx_jupyter.cluster.shared.wire import CHANNEL_SESSION
+from mlx_jupyter.cluster.shared.zmqwatch import watch_queues
 from mlx_jupyter.launch import rank_env
 from mlx_jupyter.launch.rank_env import RankEnv
+
+#: the label our cell runs give the cells they send through the controller (ipp_compat.send_execute)
+SUPERVISED_LABEL = "mlx_distributed"
 
 #: the agent of this process, once installed
 AGENT: Optional["RankAgent"] = None
@@ -110,6 +119,7 @@ class RankAgent:
         if "apply_request" in handlers:
             handlers["apply_request"] = self._tracked_apply(handlers["apply_request"])
         register_figure_png(self.shell)
+        self.shell.ast_transformers.append(WorldGuard(self.shell.user_ns))
         stream = getattr(self.kernel, "shell_stream", None)
         if stream is not None:
             watch_queues([stream], self._kicked)
@@ -119,13 +129,21 @@ class RankAgent:
 
     # ------------------------------------------------------------ cells
 
-    def _parent_msg_id(self) -> str:
+    def _parent(self) -> dict:
         get_parent = getattr(self.kernel, "get_parent", None)
         try:
-            parent = get_parent("shell") if get_parent else {}
+            return (get_parent("shell") if get_parent else {}) or {}
         except Exception:
-            parent = {}
-        return str((parent or {}).get("header", {}).get("msg_id", ""))
+            return {}
+
+    def _parent_msg_id(self) -> str:
+        return str(self._parent().get("header", {}).get("msg_id", ""))
+
+    def _supervised(self) -> bool:
+        """Whether the current cell came from a supervised run (the cell channel, or our label)."""
+        parent = self._parent()
+        return (parent.get("header", {}).get("session") == CHANNEL_SESSION
+                or (parent.get("metadata") or {}).get("label") == SUPERVISED_LABEL)
 
     def _begin(self, msg_id: str, kind: str = "cell") -> Optional[str]:
         """A request starts on the main thread; the abort reason if it was aborted before it started."""
@@ -267,19 +285,20 @@ class RankAgent:
         self._drop_rejector()  # a cell that failed to compile never reached it
         aborted = self._end()
         err = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
-        if err is not None and aborted is None:
-            self.last_error = f"{type(err).__name__}: {err}"
+        if err is None or aborted is not None:
+            return
+        self.last_error = f"{type(err).__name__}: {err}"
+        # a cell that never ran (SyntaxError, refused) left nobody waiting; a supervised one's
+        # run releases the others and decides what to form again
+        if getattr(result, "error_in_exec", None) is not None and not self._supervised():
             self.abort_group(f"rank {self.rank} raised {self.last_error}")
 
     # ------------------------------------------------------------ group / world
 
-    def group(self) -> Any:
-        return self.shell.user_ns.get("group")
-
     def abort_group(self, reason: str) -> None:
-        dist = sys.modules.get("mlx_jupyter.distributed")
-        group = self.group()
-        if dist is None or group is None:
+        """Abort the product's core group (never one the user made): its peers' ops fail at once."""
+        group = NAMES.group
+        if group is None:
             return
         try:
             group.abort(reason)
@@ -287,10 +306,11 @@ class RankAgent:
             pass
 
     def close_world(self, reason: str) -> bool:
-        """Shut down MLX's world sockets so that a blocked MLX collective raises."""
+        """Shut down MLX's world sockets so that a blocked MLX collective raises; the world is dead."""
         closed = shutdown_sockets(self.world_sockets)
         if closed:
             self.world_closed = reason
+            NAMES.world_is_dead(reason)
         return closed
 
     # ------------------------------------------------------------ control handlers
@@ -300,10 +320,12 @@ class RankAgent:
         self.kernel.session.send(stream, msg_type, content, parent=parent, ident=idents)
 
     def abort(self, reason: str, msg_id: str = "") -> bool:
-        """Stop this rank's cell and fail our group. Returns whether a cell ran.
+        """Stop this rank's cell. Returns whether a cell ran.
 
         ``msg_id`` names the cell to stop; if it has not started here yet, it never will.
-        Without it, whatever cell runs is stopped.
+        Without it, whatever cell runs is stopped; one that already ended is left alone.
+        No group is aborted here: an op of our core that the interrupt stops aborts its group
+        itself, and a rank that was running Python keeps it.
         """
         with self._lock:
             running = self.executing and (not msg_id or msg_id == self.msg_id)
@@ -324,7 +346,6 @@ class RankAgent:
                 # to the main thread itself: a signal taken by another thread would not
                 # wake a blocking call there (sleep, select) until it returns by itself
                 signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
-        self.abort_group(reason)
         if running and self.world_sockets and self.kind == "cell":
             threading.Thread(target=self._release_native, args=(cell, reason), daemon=True).start()
         return running
@@ -364,7 +385,6 @@ class RankAgent:
         self._reply(stream, idents, parent, "mlx_abort_reply", {"was_running": running, "rank": self.rank})
 
     def status(self) -> dict:
-        group = self.group()
         return {
             "rank": self.rank,
             "pid": os.getpid(),
@@ -375,9 +395,11 @@ class RankAgent:
             "cell_started": self.cell_started if self.executing else None,
             "time": time.time(),
             "backend": self.backend,
-            "world": "world" in self.shell.user_ns,
+            "world": NAMES.world is not None,
             "world_closed": self.world_closed,
-            "group": group is not None,
+            "world_dead": NAMES.world_dead,
+            "group": NAMES.group is not None,
+            "group_aborted": NAMES.group_aborted(),
             "last_error": self.last_error,
             "queue_kicks": self.queue_kicks,
         }

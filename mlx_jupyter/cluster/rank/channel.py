@@ -10,7 +10,7 @@ reply come straight back. The controller still does registration, heartbeats,
 ``%px``, push/pull and the control channel (interrupts, aborts, status).
 
 Connection and threads: one TCP connection to the notebook's hub
-(:mod:`mlx_jupyter.cluster.cells.transport`), made by a short-lived thread so
+(:mod:`mlx_jupyter.cluster.shared.transport`), made by a short-lived thread so
 that the engine never waits on the network. Cells are read on the engine's main
 loop, which runs them one at a time with the kernel's own shell requests (no
 thread hands them over). Outputs and the reply are written by whichever thread
@@ -29,8 +29,8 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Optional
 
-from mlx_jupyter.cluster.cells import wire
-from mlx_jupyter.cluster.cells.transport import Writer, read_available, tune
+from mlx_jupyter.cluster.shared import wire
+from mlx_jupyter.cluster.shared.transport import Writer, read_available, tune
 from mlx_jupyter.cluster.rank.kernel_compat import flush_streams, main_lock
 from mlx_jupyter.net.hosts import split_addr
 

@@ -19,8 +19,8 @@ from typing import Any, Iterator, Optional
 
 from ipyparallel.engine.app import IPEngine
 
-from mlx_jupyter.cluster.connection_files import await_json_file
-from mlx_jupyter.cluster.ipp_compat import exit_unless_usable
+from mlx_jupyter.cluster.shared.connection_files import await_json_file
+from mlx_jupyter.cluster.shared.ipp_compat import exit_unless_usable
 from mlx_jupyter.cluster.rank import agent
 from mlx_jupyter.cluster.rank import channel
 from mlx_jupyter.launch import rank_env

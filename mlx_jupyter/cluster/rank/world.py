@@ -1,5 +1,6 @@
 """MLX's world group on a rank: formed early in the background, or by the first cell's setup;
-and our core's ``group`` beside it. The functions at the end are applied from the notebook.
+and our core's group beside it. ``setup``, ``reform`` and ``mark_world_dead`` are applied from the
+notebook; which user names they bind is :mod:`mlx_jupyter.cluster.rank.names`'s rule.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import threading
 from typing import Any, Optional
 
 from mlx_jupyter.cluster.rank import agent as _agent
+from mlx_jupyter.cluster.rank.names import NAMES
 from mlx_jupyter.cluster.rank.sockets import ring_ports_to_await, socket_fds, wait_listening, world_socket_fds
 from mlx_jupyter.launch import rank_env
 from mlx_jupyter.launch.rank_env import RankEnv
@@ -82,7 +84,8 @@ def start_world_early(wait: float = 30.0) -> bool:
 
 
 def setup(backend: str, world: bool = True, group: bool = True, timeout: float = 30.0) -> dict:
-    """Define ``mx``, ``world`` (MLX's group) and ``group`` (ours) in this rank's namespace.
+    """Define ``mx``, ``world`` (MLX's group) and ``group`` (ours) in this rank's namespace, each only
+    where the name is free or still the product's (:mod:`~mlx_jupyter.cluster.rank.names`).
 
     Runs on every rank at once (MLX's ring init waits for its neighbours).
     """
@@ -90,15 +93,15 @@ def setup(backend: str, world: bool = True, group: bool = True, timeout: float =
     ns = agent.shell.user_ns if agent else {}
     import mlx.core as mx
 
-    ns["mx"] = mx
+    NAMES.bind(ns, "mx", mx)
     info: dict[str, Any] = {"rank": this_rank_env().process_rank, "world": None, "group": None, "group_error": ""}
-    if world and "world" not in ns:
-        w, sockets = _form_world(backend, timeout)
-        ns["world"] = w
+    if world and NAMES.world is None:
+        NAMES.world, sockets = _form_world(backend, timeout)
         if agent:
             agent.world_sockets = sockets
-    if "world" in ns:
-        info["world"] = [ns["world"].rank(), ns["world"].size()]
+    if world and NAMES.world is not None:
+        NAMES.bind(ns, "world", NAMES.world)
+        info["world"] = [NAMES.world.rank(), NAMES.world.size()]
     if group:
         info.update(reform(timeout=timeout, only_if_needed=True))
     return info
@@ -112,7 +115,7 @@ def _form_world(backend: str, timeout: float) -> tuple[Any, dict[int, int]]:
         if not early.done.wait(timeout):
             raise TimeoutError(
                 f"MLX's world group did not form within {timeout:g} s: is every rank up? "
-                "(%mlx_cluster status; %mlx_cluster restart)"
+                "(the cluster's status lists them)"
             )
         if early.error is not None:
             EARLY_WORLD = None  # the next cell tries again, in the foreground
@@ -127,22 +130,30 @@ def _form_world(backend: str, timeout: float) -> tuple[Any, dict[int, int]]:
 
 
 def reform(timeout: float = 30.0, only_if_needed: bool = False) -> dict:
-    """(Re)form our core's group: drop an aborted one, ``init()`` a fresh one, bind ``group``."""
+    """(Re)form our core's group (the product's: :data:`NAMES.group`); bind it as ``group`` where the
+    name is free or still the product's. ``bound`` says whether it was."""
     agent = _agent.AGENT
     ns = agent.shell.user_ns if agent else {}
     try:
         import mlx_jupyter.distributed as dist
     except Exception as exc:  # the native core is not built here
-        return {"group": None, "group_error": f"mlx_jupyter.distributed unavailable: {exc}"}
-    if only_if_needed and ns.get("group") is not None:
-        g = ns["group"]
-        return {"group": [g.rank(), g.size()], "group_error": ""}
+        return {"group": None, "group_error": f"mlx_jupyter.distributed unavailable: {exc}", "bound": False}
+    if only_if_needed and NAMES.group is not None:
+        g = NAMES.group
+        return {"group": [g.rank(), g.size()], "group_error": "", "bound": NAMES.bind(ns, "group", g)}
     try:
-        if ns.get("group") is not None:
+        if NAMES.group is not None:
             dist.shutdown()
         g = dist.init(strict=this_rank_env().size > 1, timeout=timeout)
     except Exception as exc:
-        ns.pop("group", None)
-        return {"group": None, "group_error": f"{type(exc).__name__}: {exc}"}
-    ns["group"] = g
-    return {"group": [g.rank(), g.size()], "group_error": ""}
+        if NAMES.owns(ns, "group"):
+            del ns["group"]
+        NAMES.group = None
+        return {"group": None, "group_error": f"{type(exc).__name__}: {exc}", "bound": False}
+    NAMES.group = g
+    return {"group": [g.rank(), g.size()], "group_error": "", "bound": NAMES.bind(ns, "group", g)}
+
+
+def mark_world_dead(reason: str, restart_advice: str = "") -> None:
+    """The notebook says MLX's world is dead (shut down on some rank): cells using it are refused here."""
+    NAMES.world_is_dead(reason, restart_advice)

@@ -1,4 +1,5 @@
-"""Cluster readiness: until every rank is registered, answers requests, has its agent, and is on the cell channel."""
+"""A cluster's start-up sequence: until every rank is registered, answers requests, has its agent
+and is on the cell channel; then MLX's world begins to form in the background."""
 
 from __future__ import annotations
 
@@ -7,47 +8,65 @@ import logging
 import time
 from concurrent.futures import FIRST_COMPLETED
 from concurrent.futures import wait as wait_any
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol
 
 from mlx_jupyter.cluster.cells.text import rank_label
-from mlx_jupyter.cluster.errors import ClusterError
-from mlx_jupyter.cluster.ipp_compat import IPP_FIX
+from mlx_jupyter.cluster.controller_link import ControllerLink
+from mlx_jupyter.cluster.rank_table import RankTable
+from mlx_jupyter.cluster.shared.errors import ClusterError
+from mlx_jupyter.cluster.shared.ipp_compat import IPP_FIX
 
 ProgressCallback = Callable[[int, int], None]
 log = logging.getLogger("mlx_jupyter.cluster")
 
 
-class Readiness:
-    """Part of :class:`~mlx_jupyter.cluster.handle.Cluster`: waiting for the ranks after (re)start."""
+class Hub(Protocol):
+    """What the start-up needs of the direct cell channel (:class:`~mlx_jupyter.cluster.cells.hub.CellHub`)."""
 
-    def _wait_for_ranks(self, progress: Optional[ProgressCallback], timeout: float) -> None:
-        assert self.client is not None
+    def wait_connected(self, ranks: list[int], timeout: float) -> list[int]: ...
+
+
+class StartupSequence:
+    """Waits for the ranks of a (re)start: registered with id = rank, answering requests with
+    their agent installed, on the cell channel (``hub()``, None without one); then asks them to
+    form MLX's world (``backend`` ring) in the background."""
+
+    def __init__(self, link: ControllerLink, table: RankTable, backend: str,
+                 hub: Callable[[], Optional[Hub]] = lambda: None) -> None:
+        self.link, self.table, self.backend, self.hub = link, table, backend, hub
+        self.world_request: Any = None  # the ranks forming MLX's world after start (see begin_world)
+
+    def run(self, progress: Optional[ProgressCallback], timeout: float) -> None:
+        """The whole sequence, within ``timeout`` s; a ClusterError says which rank did not make it."""
         deadline = time.monotonic() + timeout
-        wanted = set(range(self.size))
+        self.wait_registered(progress, deadline, timeout)
+        self.probe_channels(deadline)
+        self.begin_world()
+
+    def wait_registered(self, progress: Optional[ProgressCallback], deadline: float, timeout: float) -> None:
+        """Until every rank's engine is registered with its rank as engine id."""
+        table, client = self.table, self.link.need()
+        wanted = set(table.ranks)
         last = -1
         while True:
-            ids = set(self.client.ids)
+            ids = set(client.ids)
             have = len(ids & wanted)
             if have != last and progress:
-                progress(have, self.size)
+                progress(have, table.size)
             last = have
             if ids >= wanted:
-                break
+                return
             if ids - wanted:
                 raise ClusterError(f"engines registered with ids {sorted(ids - wanted)}, not their ranks")
-            if self.dead:
-                raise ClusterError(self._dead_message("did not start", tail=True))
+            if table.dead:
+                raise ClusterError(table.dead_message("did not start", tail=True))
             if time.monotonic() > deadline:
                 missing = sorted(wanted - ids)
-                raise ClusterError(
-                    f"{rank_label(missing)} not connected after {timeout:g} s\n{self._tail(missing)}"
-                )
-            self._changed.wait(0.01)
-            self._changed.clear()
-        self._probe_channels(deadline)
-        self._begin_world()
+                raise ClusterError(f"{rank_label(missing)} not connected after {timeout:g} s\n{table.tail(missing)}")
+            table.changed.wait(0.01)
+            table.changed.clear()
 
-    def _probe_channels(self, deadline: float, patience: float = 0.05, most: float = 0.2) -> None:
+    def probe_channels(self, deadline: float, patience: float = 0.05, most: float = 0.2) -> None:
         """Until every rank has answered on its request channel (the one cells use),
         saying that its rank agent is installed.
 
@@ -63,9 +82,9 @@ class Readiness:
         """
         from mlx_jupyter.cluster.rank.agent import PROBE_CODE
 
-        client = self.client
-        assert client is not None
-        pending = set(range(self.size))
+        client = self.link.need()
+        dead = self.table.dead
+        pending = set(self.table.ranks)
         answers: dict[int, dict] = {}
         sent: dict[int, list] = {rank: [] for rank in pending}
         while pending:
@@ -73,7 +92,7 @@ class Readiness:
                 sent[rank].append(client.direct_view(targets=rank).execute(PROBE_CODE, silent=True, block=False))
             until = min(deadline, time.monotonic() + patience)
             patience = min(patience * 2, most)
-            while pending and not self.dead:
+            while pending and not dead:
                 for rank in list(pending):
                     done = [f for f in sent[rank] if f.done()]  # an earlier probe may be the one that got through
                     if done:
@@ -83,46 +102,47 @@ class Readiness:
                 if not pending or left <= 0:
                     break
                 wait_any([f for r in pending for f in sent[r]], left, FIRST_COMPLETED)
-            if self.dead:
-                raise ClusterError(self._dead_message("did not start", tail=True))
+            if dead:
+                raise ClusterError(self.table.dead_message("did not start", tail=True))
             if pending and time.monotonic() > deadline:
                 raise ClusterError(f"{rank_label(sorted(pending))} registered but never answered a request")
         # probes the controller dropped (sent before the engine's connection was up) never get an
         # answer: they must not count as requests still running, or no cell would take the channel
-        self._stray_probes = {m for futures in sent.values() for f in futures if not f.done()
-                              for m in getattr(f, "msg_ids", ())}
+        self.link.stray_probes = {m for futures in sent.values() for f in futures if not f.done()
+                                  for m in getattr(f, "msg_ids", ())}
         bad = {r: a for r, a in sorted(answers.items()) if not a.get("installed")}
         if bad:
             lines = [f"rank {r}: the rank agent (abort, status) is not installed: {a.get('error')} "
                      f"(ipyparallel {a.get('ipyparallel', '?')} there)" for r, a in bad.items()]
             raise ClusterError("\n".join(lines) + f"\n{IPP_FIX} on the ranks' Python")
-        self._await_cell_channel(deadline)
+        self.await_cell_channel(deadline)
 
-    def _await_cell_channel(self, deadline: float, most: float = 2.0) -> None:
+    def await_cell_channel(self, deadline: float, most: float = 2.0) -> None:
         """Until every rank has said hello on the cell channel; cells to a rank that has not take
         the controller's path (slower, same results), and the log says why."""
-        if self.hub is None:
+        hub = self.hub()
+        if hub is None:
             return
-        missing = self.hub.wait_connected(self.ranks, max(0.0, min(deadline - time.monotonic(), most)))
+        missing = hub.wait_connected(self.table.ranks, max(0.0, min(deadline - time.monotonic(), most)))
         if missing:
-            errors = self._channel_errors(missing)
+            errors = self.channel_errors(missing)
             why = "; ".join(f"rank {r}: {errors.get(r) or 'no hello'}" for r in missing)
             log.warning("%s not on the direct cell channel (%s): cells go through the controller",
                         rank_label(missing), why)
 
-    def _channel_errors(self, ranks: list[int], timeout: float = 1.0) -> dict[int, str]:
+    def channel_errors(self, ranks: list[int], timeout: float = 1.0) -> dict[int, str]:
         """Why these ranks are not on the cell channel, as each rank says (best effort, bounded)."""
         from mlx_jupyter.cluster.rank.agent import agent_state
 
         try:
-            futures = {r: self.client.direct_view(targets=r).apply_async(agent_state) for r in ranks}
+            futures = {r: self.link.view(r).apply_async(agent_state) for r in ranks}
             wait_any(list(futures.values()), timeout)
             return {r: f.result(0).get("channel_error", "") for r, f in futures.items() if f.done() and not f.exception()}
         except Exception as exc:
             log.debug("could not ask ranks %s about their cell channel: %s", ranks, exc)
             return {}
 
-    def _begin_world(self) -> None:
+    def begin_world(self) -> None:
         """Ask every rank to begin forming MLX's world now, in the background (ring only).
 
         Not waited for: each rank answers once its part of the ring has formed (MLX's
@@ -131,20 +151,28 @@ class Readiness:
         """
         from mlx_jupyter.cluster.rank.world import start_world_early
 
-        self._world_ar = None
-        if self.backend != "ring" or self.size < 2 or self.client is None:
+        self.world_request = None
+        if self.backend != "ring" or self.table.size < 2 or self.link.client is None:
             return
         try:
-            self._world_ar = self.client.direct_view(targets=self.ranks).apply_async(start_world_early)
+            self.world_request = self.link.view(self.table.ranks).apply_async(start_world_early)
         except Exception as exc:  # the first cell forms it instead
             log.warning("could not ask the ranks to form MLX's world early: %s", exc)
 
     def forming_world(self) -> list[int]:
         """The ranks still forming MLX's world begun after start (they answer nothing meanwhile)."""
-        ar, client = self._world_ar, self.client
-        if ar is None or client is None:
+        ar = self.world_request
+        if ar is None:
             return []
-        return [r for r, m in zip(self.ranks, getattr(ar, "msg_ids", [])) if m in client.outstanding]
+        return [r for r, m in zip(self.table.ranks, getattr(ar, "msg_ids", [])) if self.link.outstanding(m)]
+
+    def wait_world(self, grace: float) -> None:
+        """Up to ``grace`` s for the ranks still forming MLX's world (a moment more gives their real state)."""
+        if self.forming_world():
+            try:
+                self.world_request.wait(grace)
+            except Exception:
+                pass
 
 
 def probe_answer(done: Any) -> dict:

@@ -11,6 +11,7 @@ from typing import Callable, Mapping, Optional, Sequence, Union
 from mlx_jupyter.net import ssh
 from mlx_jupyter.hostfile import Host
 from mlx_jupyter.launch.errors import LaunchError
+from mlx_jupyter.net.ports import DEFAULT_STARTING_PORT
 
 OutputCallback = Callable[[int, str, str], None]
 ExitCallback = Callable[[int, int], None]
@@ -22,13 +23,13 @@ class LaunchConfig:
 
     command: list[str]
     hosts: Union[str, Path, Sequence[Host], None] = None
-    repeat_hosts: int = 1
+    repeat_hosts: Optional[int] = None  # None: hostfile.default_ranks_per_host
     backend: Optional[str] = None     # None: a hostfile's, else ring
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: Optional[str] = None
     cwd_required: bool = False
     python: str = sys.executable
-    starting_port: int = 32323
+    starting_port: int = DEFAULT_STARTING_PORT
     connections_per_ip: int = 1
     nccl_port: int = 12345
     rank_env: Optional[Callable[[int], Mapping[str, str]]] = None

@@ -16,7 +16,7 @@ from typing import AbstractSet, Any, Callable, Iterable, Iterator, Sequence
 import ipyparallel as ipp
 from ipyparallel.cluster.launcher import EngineLauncher
 
-from mlx_jupyter.cluster.errors import ClusterError
+from mlx_jupyter.cluster.shared.errors import ClusterError
 
 #: how to get an ipyparallel whose internals this package uses (named in every compat error)
 IPP_FIX = "install ipyparallel 9.x: pip install 'ipyparallel>=9,<10'"
@@ -56,7 +56,7 @@ def ipyparallel_problems(client: Any = None) -> list[str]:
     return missing
 
 
-#: what our controller and engine subclasses override or call (cluster/controller.py,
+#: what our controller and engine subclasses override or call (cluster/ipcontroller.py,
 #: cluster/rank/engine.py); checked by each of those processes as it starts
 _SUBCLASS_NEEDS = {
     "controller": ("ipyparallel.controller.app", "IPController", ("init_hub", "save_connection_dict")),

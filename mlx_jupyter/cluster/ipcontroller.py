@@ -1,4 +1,4 @@
-"""`python -m mlx_jupyter.cluster.controller`: ipyparallel's controller, minus a fixed start-up pause.
+"""`python -m mlx_jupyter.cluster.ipcontroller`: ipyparallel's controller, minus a fixed start-up pause.
 
 ipyparallel 9's ``IPController.init_hub`` sleeps 0.25 s after opening its task
 database (a wait for a database server; ``--nodb`` has none) before it writes
@@ -28,7 +28,7 @@ if __name__ == "__main__":
 
 from ipyparallel.controller.app import IPController
 
-from mlx_jupyter.cluster.ipp_compat import exit_unless_usable, init_hub_without_pause
+from mlx_jupyter.cluster.shared.ipp_compat import exit_unless_usable, init_hub_without_pause
 
 
 class MLXController(IPController):

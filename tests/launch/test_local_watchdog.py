@@ -17,7 +17,7 @@ import pytest
 
 from launch_helpers import PY, LiveCLI, cli_env, pid_alive, wait_pids_gone, watcher_of, watchers_of
 from mlx_jupyter.launch import Launcher
-from mlx_jupyter.launch.guard import WATCHER, LocalWatchdog
+from mlx_jupyter.launch.local_watchdog import LOCAL_WATCHDOG_SCRIPT, LocalWatchdog
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -227,7 +227,7 @@ def test_watcher_kills_the_rest_of_a_registered_session(tmp_path, kill_by):
         (guarded / "pids" / str(leader.pid)).touch()
         session_dir = tmp_path / "base" / "ompi.node.0" / f"pid.{leader.pid}"   # as a killed mpirun leaves it
         (session_dir / "pmix").mkdir(parents=True)
-        watcher = subprocess.Popen(["/bin/sh", "-c", WATCHER, "w", str(tmp_path / "base"), str(guarded)],
+        watcher = subprocess.Popen(["/bin/sh", "-c", LOCAL_WATCHDOG_SCRIPT, "w", str(tmp_path / "base"), str(guarded)],
                                    stdin=subprocess.PIPE,
                                    env={"PATH": str(bindir)}, stderr=subprocess.PIPE)
         watcher.stdin.close()   # the launcher is gone

@@ -31,7 +31,7 @@ from typing import Optional
 # stat line is "pid (comm) state ppid pgrp session ..."; comm may hold
 # anything, so fields are counted after its last ") "). HUP and INT are
 # ignored: a closing terminal or a Ctrl-C must not take the guard away.
-WATCHER = r"""trap '' HUP INT PIPE
+LOCAL_WATCHDOG_SCRIPT = r"""trap '' HUP INT PIPE
 t=$1
 d=$2
 while read -r _; do :; done
@@ -100,7 +100,7 @@ class LocalWatchdog:
             _open_fds.add(write_fd)
         try:
             proc = await asyncio.create_subprocess_exec(
-                "/bin/sh", "-c", WATCHER, "mlx-jupyter-watchdog", tempfile.gettempdir(), path,
+                "/bin/sh", "-c", LOCAL_WATCHDOG_SCRIPT, "mlx-jupyter-watchdog", tempfile.gettempdir(), path,
                 stdin=read_fd, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
                 start_new_session=True, env={"PATH": watcher_path()},
             )

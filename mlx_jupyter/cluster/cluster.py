@@ -1,0 +1,393 @@
+"""The notebook's handle on MLX ranks as ipyparallel engines: :class:`Cluster`.
+
+A Cluster (an ipyparallel controller set up for fast admission, the ``mlx`` engine set of
+:mod:`mlx_jupyter.cluster.engineset`, the direct cell channel's hub) is composed of parts, each
+given what it uses when it is made, and each usable and testable alone:
+
+- :class:`~mlx_jupyter.cluster.processes.ClusterProcesses`: start, restart and stop of the processes;
+- :class:`~mlx_jupyter.cluster.rank_table.RankTable`: the ranks, the dead and the busy;
+- :class:`~mlx_jupyter.cluster.controller_link.ControllerLink`: the ipyparallel client;
+- :class:`~mlx_jupyter.cluster.startup.StartupSequence`: waiting for the ranks of a (re)start;
+- :class:`~mlx_jupyter.cluster.rank_control.RankControl`: abort and status on the control channel;
+- :class:`~mlx_jupyter.cluster.supervision.Supervisor`: waits that end on a death or the stop button;
+- :class:`~mlx_jupyter.cluster.data.DataMover`: push, pull, scatter, gather;
+- :class:`~mlx_jupyter.cluster.namespaces.RankNamespaces`: ``mx``, ``world`` and ``group`` on the ranks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import sys
+import time
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from mlx_jupyter.cluster.cells.hub import CellHub
+from mlx_jupyter.cluster.controller_link import ControllerLink
+from mlx_jupyter.cluster.data import DataMover
+from mlx_jupyter.cluster.engineset import MLXEngineSetLauncher
+from mlx_jupyter.cluster.namespaces import RankNamespaces
+from mlx_jupyter.cluster.processes import FAST_CONTROLLER_ARGS, ClusterProcesses
+from mlx_jupyter.cluster.rank_control import RankControl
+from mlx_jupyter.cluster.rank_table import RankTable
+from mlx_jupyter.cluster.shared.errors import ClusterError
+from mlx_jupyter.cluster.shared.ipp_compat import IPP_FIX, check_ipyparallel, ipyparallel_problems
+from mlx_jupyter.cluster.startup import ProgressCallback, StartupSequence
+from mlx_jupyter.cluster.supervision import Supervisor
+from mlx_jupyter.hostfile import default_ranks_per_host
+from mlx_jupyter.launch import rank_env
+from mlx_jupyter.net.hosts import LOCAL_HOSTS, all_local
+
+__all__ = ["Cluster", "ClusterError", "MLXEngineSetLauncher", "IPP_FIX", "check_ipyparallel",
+           "ipyparallel_problems", "FAST_CONTROLLER_ARGS", "LOCAL_HOSTS"]
+
+log = logging.getLogger(__name__)
+
+
+def _read(hostfile: Optional[str], backend: Optional[str], env: Optional[Mapping[str, str]]) -> Any:
+    """The hostfile, read once for the whole start (now, so that a bad one fails here), and the
+    backend and env from it under the explicit ones."""
+    from mlx_jupyter.hostfile import merge_settings, read_hostfile
+
+    hf = read_hostfile(hostfile) if hostfile else None
+    return hf, merge_settings(hf, f"hostfile {hostfile}", backend, env)
+
+
+class Cluster:
+    """MLX ranks as ipyparallel engines, engine id = rank. A context manager.
+
+    ``n`` ranks per host (like ``mlx.launch -n``; default 1 per host named, 2 when
+    none is: :func:`~mlx_jupyter.hostfile.default_ranks_per_host`); ``hosts`` a list or
+    ``"h1,h2"`` (default this machine), or ``hostfile`` (read once, here). ``env`` is added
+    to every rank's environment. A hostfile's ``backend`` and ``envs`` apply unless
+    ``backend``/``env`` say otherwise (a notice names each override); else
+    :func:`~mlx_jupyter.hostfile.default_backend`. ``ssh_options`` (:class:`mlx_jupyter.net.ssh.SSHOptions`)
+    say how to reach remote hosts. With remote hosts the controller listens on
+    every interface and tells the engines this machine's name; pass
+    ``controller_ip`` (an address of this machine the hosts can reach) when
+    that name does not resolve to such an address on the hosts.
+    ``cell_channel``: send cells straight to the ranks, beside the controller
+    (:mod:`mlx_jupyter.cluster.cells.hub`); default on unless ``MLX_JUPYTER_CELL_CHANNEL=0``.
+    """
+
+    def __init__(
+        self,
+        n: Optional[int] = None,
+        hosts: Optional[Sequence[str] | str] = None,
+        hostfile: Optional[str] = None,
+        backend: Optional[str] = None,
+        python: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        starting_port: int = 0,
+        controller_ip: Optional[str] = None,
+        timeout: float = 60.0,
+        log_level: int = logging.WARNING,
+        ssh_options: Optional[Any] = None,
+        cell_channel: Optional[bool] = None,
+    ):
+        if hosts and hostfile:
+            raise ValueError("give hosts or hostfile, not both (the hostfile lists the hosts)")
+        if isinstance(hosts, str):
+            hosts = [h.strip() for h in hosts.split(",")]
+        self.hosts = list(hosts or ["127.0.0.1"])
+        if any(not h for h in self.hosts):
+            raise ValueError("empty host name in hosts")
+        self.hostfile = hostfile
+        self.n = default_ranks_per_host(bool(hosts or hostfile)) if n is None else int(n)
+        if self.n < 1:
+            raise ValueError(f"n must be at least 1 rank per host, got {n}")
+        self.python = python or sys.executable
+        read, settings = _read(hostfile, backend, env)
+        #: the hostfile's hosts, as read here: the engine set and the launcher do not read it again
+        self.hostfile_hosts: Optional[list[Any]] = list(read.hosts) if read is not None else None
+        self.backend, self.env, self.notices = settings.backend, settings.env, settings.notices
+        for notice in self.notices:
+            print(f"mlx-jupyter: {notice}", file=sys.stderr)
+        self.cwd = cwd
+        self.starting_port = starting_port
+        self.local = all_local([h.ssh for h in self.hostfile_hosts] if self.hostfile_hosts is not None else self.hosts)
+        self.controller_ip = controller_ip or (None if self.local else "*")
+        self.timeout = timeout
+        self.log_level = log_level
+        self.ssh_options = ssh_options
+        self.cluster_id = f"mlx-{secrets.token_hex(4)}"
+        if cell_channel is None:
+            cell_channel = os.environ.get(rank_env.CELL_CHANNEL, "1") != "0"  # "0": through the controller
+        self.cell_channel = cell_channel
+        self.owner: Optional[dict[str, Any]] = None  # set by connect(): the process that owns the ranks
+        #: how the user restarts the ranks from where our messages are shown (the magics set theirs)
+        self.restart_command = "cluster.restart()"
+        self.ready_time: Optional[float] = None
+        self._rank_watch: Any = None  # a connected cluster's watch on the owner's ranks (attach.RankWatch)
+        # the parts, each given what it uses
+        self.table = RankTable(output=lambda: self.engine_set.rank_output)
+        self.link = ControllerLink()
+        self.startup = StartupSequence(self.link, self.table, self.backend, hub=lambda: self.hub)
+        self.control = RankControl(self.link, self.table, self.startup, self.backend, self.rank_infos)
+        self.supervisor = Supervisor(self.link, self.table, self.control, lambda: self.restart_advice)
+        self.processes = ClusterProcesses(self, self.table, self.link, self.startup, self.supervisor,
+                                          started=self._publish)
+        self.data = DataMover(self.link, self.table, self.supervisor)
+        self.namespaces = RankNamespaces(self.link, self.table, self.supervisor, self.control, self.backend,
+                                         restart_advice=lambda: self.restart_advice)
+
+    @classmethod
+    def connect(cls, cluster_id: Optional[str] = None, timeout: float = 30.0) -> "Cluster":
+        """A handle on a running cluster another process started (the lab panel, another kernel).
+
+        Cells, push/pull, status and abort work as on a cluster of one's own (through the
+        controller); restart and stop of the processes stay with the owner, and :meth:`stop`
+        only disconnects. ``cluster_id`` may be omitted when exactly one cluster is running.
+        """
+        from mlx_jupyter.cluster import attach
+
+        return attach.connect(cls, cluster_id, timeout)
+
+    def owner_text(self) -> str:
+        owner = self.owner or {}
+        return f"{owner.get('owner', 'another process')} (pid {owner.get('owner_pid', '?')})"
+
+    @property
+    def restart_advice(self) -> str:
+        """How to get fresh ranks, as it works from where the message is shown."""
+        if self.owner is not None:
+            return (f"restart the ranks where they were started: {self.owner_text()} "
+                    "(this notebook is only connected to them)")
+        return f"restart the ranks: {self.restart_command}"
+
+    def expected_size(self) -> int:
+        """How many ranks :meth:`start` will start."""
+        return len(self.hostfile_hosts if self.hostfile_hosts is not None else self.hosts) * self.n
+
+    # ------------------------------------------------------------ the processes
+
+    def start(self, progress: Optional[ProgressCallback] = None, timeout: Optional[float] = None) -> "Cluster":
+        """Start controller and ranks; return once every rank's engine is connected with id = rank."""
+        if self.owner is not None:
+            raise ClusterError(f"{self.cluster_id} was started by {self.owner_text()}: it is already running")
+        t0 = time.perf_counter()
+        self.processes.start(progress, self.timeout if timeout is None else timeout)
+        self.ready_time = time.perf_counter() - t0
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop every rank, the controller and the client; leave no process behind.
+
+        A connected cluster (:meth:`connect`) is only disconnected: its owner keeps it running."""
+        if self.owner is None:
+            self._unpublish()
+            self.processes.stop(timeout)
+        else:
+            if self._rank_watch is not None:
+                self._rank_watch.stop()
+                self._rank_watch = None
+            self.supervisor.interrupt_runs("disconnected from the cluster")
+            self.link.close()
+            self.table.reset(0)
+        self.namespaces.forget()
+
+    def restart(self, progress: Optional[ProgressCallback] = None, timeout: Optional[float] = None) -> "Cluster":
+        """Fresh processes for every rank, same ranks, same engine ids; the controller stays."""
+        if self.owner is not None:
+            raise ClusterError(f"{self.cluster_id} belongs to {self.owner_text()}: restart it there "
+                               "(the MLX Cluster panel, or that kernel's %mlx_cluster restart)")
+        if self.processes.ipp is None or self.link.client is None:
+            return self.start(progress, timeout)
+        self.namespaces.forget()
+        self.processes.restart(progress, self.timeout if timeout is None else timeout)
+        return self
+
+    def _publish(self) -> None:
+        """List this cluster for the lab panel (a file in Jupyter's runtime dir); never fails start."""
+        from mlx_jupyter.cluster import registry
+
+        registry.publish_quietly(self)
+
+    def _unpublish(self) -> None:
+        from mlx_jupyter.cluster import registry
+
+        registry.unpublish_quietly(self.cluster_id)
+
+    @property
+    def ipp(self) -> Any:
+        """ipyparallel's Cluster (controller and engine set) while running."""
+        return self.processes.ipp
+
+    @property
+    def hub(self) -> Optional[CellHub]:
+        """The direct cell channel's hub (None without one, or while stopped)."""
+        return self.processes.hub
+
+    @property
+    def engine_set(self) -> MLXEngineSetLauncher:
+        return self.processes.engine_set
+
+    def __enter__(self) -> "Cluster":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def rank_infos(self) -> list[Any]:
+        """Each rank's launch record (rank, host, pid, state): ours, or the owner's when connected."""
+        if self.owner is not None:
+            from mlx_jupyter.cluster.attach import rank_infos
+
+            return rank_infos(self.owner)
+        return self.processes.rank_infos()
+
+    # ------------------------------------------------------------ state, as the parts hold it
+
+    @property
+    def running(self) -> bool:
+        return self.link.client is not None
+
+    @property
+    def client(self) -> Any:
+        """The ipyparallel client (None while stopped)."""
+        return self.link.client
+
+    @property
+    def size(self) -> int:
+        return self.table.size
+
+    @property
+    def ranks(self) -> list[int]:
+        return self.table.ranks
+
+    @property
+    def dead(self) -> dict[int, Optional[int]]:
+        return self.table.dead
+
+    @property
+    def busy(self) -> dict[int, Any]:
+        return self.table.busy
+
+    @property
+    def rank_exit_callbacks(self) -> list[Callable[[int, Optional[int]], None]]:
+        return self.table.exit_callbacks
+
+    @property
+    def queue_kicks(self) -> int:
+        return self.link.queue_kicks
+
+    @property
+    def needs_reform(self) -> bool:
+        """Whether an abort or a failed cell happened since the ranks were last looked at: the next
+        cell (with ``init``) first asks them what it left, and forms again only what was aborted."""
+        return self.table.unsettled
+
+    @property
+    def ready_ns(self) -> bool:
+        return self.namespaces.ready
+
+    @property
+    def setup_info(self) -> dict[int, dict]:
+        return self.namespaces.info
+
+    @property
+    def view(self) -> Any:
+        """A blocking DirectView over every rank, in rank order."""
+        view = self.link.view(self.ranks)
+        view.block = True
+        return view
+
+    # ------------------------------------------------------------ what the parts do
+
+    def setup(self, world: bool = True, group: bool = True, timeout: float = 60.0) -> dict[int, dict]:
+        """Define ``mx``, ``world`` and ``group`` on every rank; see :class:`RankNamespaces`."""
+        return self.namespaces.setup(world, group, timeout)
+
+    def reform(self, timeout: float = 10.0, attempts: int = 2) -> dict[int, dict]:
+        """Form our core's ``group`` afresh on every rank; see :class:`RankNamespaces`."""
+        return self.namespaces.reform(timeout, attempts)
+
+    def push(self, ns: Mapping[str, Any], targets: Optional[Sequence[int]] = None, timeout: float = 60.0) -> None:
+        """Define the names of ``ns`` in every target rank's namespace."""
+        self.data.push(ns, targets, timeout)
+
+    def pull(self, names: str | Sequence[str], targets: Optional[Sequence[int]] = None,
+             timeout: float = 60.0) -> list[Any]:
+        """The value(s) of ``names`` on each target rank, in rank order."""
+        return self.data.pull(names, targets, timeout)
+
+    def scatter(self, name: str, seq: Any, targets: Optional[Sequence[int]] = None, timeout: float = 60.0) -> None:
+        """Split ``seq`` into consecutive parts, part r bound to ``name`` on rank r."""
+        self.data.scatter(name, seq, targets, timeout)
+
+    def gather(self, name: str, targets: Optional[Sequence[int]] = None, timeout: float = 60.0) -> Any:
+        """Concatenate ``name`` from every rank, in rank order."""
+        return self.data.gather(name, targets, timeout)
+
+    def abort(self, reason: str = "aborted by the user", targets: Optional[Sequence[int]] = None,
+              timeout: float = 2.0) -> dict[int, bool]:
+        """Abort whatever runs on ``targets``; rank -> whether a cell was running there."""
+        return self.control.abort(reason, targets, timeout)
+
+    def status(self, timeout: float = 1.0, forming_grace: float = 2.0) -> list[dict]:
+        """One row per rank; see :meth:`RankControl.status`."""
+        return self.control.status(timeout, forming_grace)
+
+    def forming_world(self) -> list[int]:
+        """The ranks still forming MLX's world begun after start (they answer nothing meanwhile)."""
+        return self.startup.forming_world()
+
+    def check_ranks(self, ranks: Sequence[int]) -> None:
+        """Raise a clear error if a rank is dead or still busy with an earlier cell."""
+        self.supervisor.check_ranks(ranks)
+
+    def wait(self, ar: Any, timeout: Optional[float], ranks: Sequence[int], what: str = "the request") -> Any:
+        """Wait for an AsyncResult; fail at once if one of ``ranks`` dies; see :meth:`Supervisor.wait`."""
+        return self.supervisor.wait(ar, timeout, ranks, what)
+
+    def run(self, code: str, targets: Optional[Sequence[int]] = None, release_deadline: float = 2.0,
+            init: bool = True) -> Any:
+        """Start a supervised run of ``code`` on ``targets`` (default all); see :class:`CellRun`.
+
+        ``init``: first define ``mx``, ``world`` and ``group`` on the ranks, or mend them after an
+        abort, as :class:`~mlx_jupyter.cluster.namespaces.RankNamespaces` decides (the magics'
+        ``--no-init`` turns it off).
+        """
+        from mlx_jupyter.cluster.cells.run import CellRun
+
+        ranks = list(self.ranks if targets is None else targets)
+        self.check_ranks(ranks)
+        if init:
+            self.namespaces.prepare()
+        return CellRun(self, code, ranks, release_deadline).start()
+
+    # ------------------------------------------------------------ what a cell run needs (cells.run.RunHost)
+
+    def cell_hub(self, ranks: Optional[Sequence[int]] = None) -> Optional[CellHub]:
+        """The direct cell channel for a cell on ``ranks``, if this cluster has one (see
+        :mod:`mlx_jupyter.cluster.cells.hub`) and no request through the controller is still running
+        on those ranks: a cell sent beside it could overtake it."""
+        if self.hub is None or self.link.client is None:
+            return None
+        if ranks and self.link.requests_on(ranks):
+            return None
+        return self.hub
+
+    def send_execute(self, rank: int, code: str, hook: Any) -> str:
+        """Send ``code`` to ``rank`` through the controller."""
+        return self.link.send_execute(rank, code, hook)
+
+    def send_abort(self, reason: str, ranks: Sequence[int],
+                   msg_ids: Optional[dict[int, str]] = None) -> dict[int, Any]:
+        """``mlx_abort_request`` to each rank's control channel; see :meth:`RankControl.send_abort`."""
+        return self.control.send_abort(reason, ranks, msg_ids)
+
+    def run_started(self, run: Any) -> None:
+        self.supervisor.run_started(run)
+
+    def run_ended(self, run: Any) -> None:
+        if run.failed:  # what it left is looked at before the next cell (RankNamespaces.settle)
+            self.table.unsettled = True
+        self.supervisor.run_ended(run)
+
+    def mark_busy(self, rank: int, request: Any) -> None:
+        """``rank`` still runs ``request`` (anything with ``done()``): no new cell goes there until it ends."""
+        self.table.busy[rank] = request
+

@@ -1,0 +1,149 @@
+"""Watching a launch's ranks: their output, their exits, failing fast, and the summary of how it ended."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any, Callable, Optional
+
+from mlx_jupyter.launch import mpi
+from mlx_jupyter.launch.contract import MPIPlan
+from mlx_jupyter.launch.launch_config import LaunchConfig
+from mlx_jupyter.launch.rankinfo import EXITED, KILLED, LOST, RankInfo, describe_exit, rank_prefix
+
+
+class RankMonitor:
+    """The ranks of one launch while they run (``ranks``, ``size`` of them; with mpi, mpirun is the one
+    process). ``config`` gives the output and exit callbacks and the failure rule; ``on_failure()`` is
+    called when a rank fails and the launch is to end (``terminate_on_failure``)."""
+
+    def __init__(self, config: LaunchConfig, ranks: list[RankInfo], size: int,
+                 on_failure: Callable[[], None] = lambda: None) -> None:
+        self.config, self.ranks, self.size, self.on_failure = config, ranks, size, on_failure
+        self.procs: dict[int, Any] = {}       # rank -> LocalProcess | RemoteProcess
+        self.failures: list[int] = []         # ranks in the order they failed
+        self.stopping = False                 # the launch is being torn down: exits are expected
+        self.done: Optional[asyncio.Event] = None
+        self.watchers: list[asyncio.Task] = []
+        self.reaped = 0
+        self.mpi_plan: Optional[MPIPlan] = None
+        self.mpi_output: Optional[mpi.TaggedOutput] = None
+
+    def begin(self) -> None:
+        """Start of the launch (on its loop): the event that is set once every rank has ended."""
+        self.done = asyncio.Event()
+
+    def emit(self, rank: int, stream: str, line: str) -> None:
+        """One line of a rank's output, to ``on_output`` (default: printed with a ``[rank r]`` prefix)."""
+        cb = self.config.on_output
+        if cb is None:
+            target = sys.stdout if stream == "stdout" else sys.stderr
+            prefix = rank_prefix(rank, self.size) if self.size > 1 else ""
+            print(prefix + line, file=target, flush=True)
+            return
+        try:
+            cb(rank, stream, line)
+        except Exception as exc:  # noqa: BLE001 - a user callback must not kill the launcher
+            print(f"mlx-jupyter launch: on_output callback failed: {exc!r}", file=sys.stderr)
+
+    def watch(self, rank: int, proc: Any) -> None:
+        """Follow ``proc`` (rank ``rank``) until it exits."""
+        self.procs[rank] = proc
+        self.watchers.append(asyncio.ensure_future(self._watch(rank, proc)))
+
+    async def _watch(self, rank: int, proc: Any) -> None:
+        code = await proc.wait()
+        if self.mpi_output is not None:
+            self.mpi_output.flush()
+        info = self.ranks[rank]
+        info.returncode = code
+        lost = getattr(proc, "lost_reason", None)
+        if lost is not None:
+            info.state = LOST
+        elif self.stopping and info.state == KILLED:
+            pass
+        else:
+            info.state = EXITED
+        if code != 0 and info.state != KILLED:
+            self.failures.append(rank)
+        if self.config.on_exit is not None:
+            try:
+                self.config.on_exit(rank, code if code is not None else -1)
+            except Exception as exc:  # noqa: BLE001
+                print(f"mlx-jupyter launch: on_exit callback failed: {exc!r}", file=sys.stderr)
+        if code != 0 and info.state != KILLED and self.config.terminate_on_failure and not self.stopping:
+            self.on_failure()
+        self.reaped += 1
+        self.all_watched()
+
+    def all_watched(self) -> None:
+        """Set ``done`` once every watched process has been reaped."""
+        if self.reaped == len(self.procs) and self.done is not None:
+            self.done.set()
+
+    async def wait(self, timeout: Optional[float] = None) -> None:
+        """Wait for every rank to end; TimeoutError after ``timeout`` s."""
+        assert self.done is not None, "start() first"
+        try:
+            await asyncio.wait_for(self.done.wait(), timeout)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"ranks still running after {timeout:g} s") from None
+
+    def exit_code(self) -> int:
+        """0, or the code of the first rank that failed (255 for a lost host)."""
+        for r in self.failures:
+            code = self.ranks[r].returncode
+            return 255 if code is None else code
+        bad = [i for i in self.ranks if i.returncode not in (0, None)]
+        return bad[0].returncode if bad else 0  # type: ignore[return-value]
+
+    def ended(self) -> bool:
+        """Whether every rank has ended (or none was started)."""
+        return self.done is None or self.done.is_set() or not self.procs
+
+    async def wait_ended(self, timeout: float) -> bool:
+        """Up to ``timeout`` s for every rank to end; whether they did."""
+        if self.done is None or not self.procs:
+            return True
+        try:
+            await asyncio.wait_for(asyncio.shield(self.done.wait()), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    def summary(self) -> str:
+        """One line naming each failed, lost or killed rank with its host and code."""
+        parts = []
+        if self.mpi_plan is not None and self.failures:
+            return self._mpi_summary()
+        for r in self.failures:
+            i = self.ranks[r]
+            if i.state == LOST:
+                reason = getattr(self.procs.get(r), "lost_reason", "")
+                parts.append(f"rank {r} on {i.host} lost ({reason})")
+            else:
+                parts.append(f"rank {r} on {i.host} {_exited(i.returncode)}")
+        killed = [i for i in self.ranks if i.state == KILLED]
+        if killed:
+            parts.append("terminated: " + ", ".join(f"rank {i.rank} on {i.host}" for i in killed))
+        return "; ".join(parts)
+
+    def _mpi_summary(self) -> str:
+        """mpirun's exit code, and the first failing rank and its host as mpirun reported them."""
+        code = f"mpirun {_exited(self.ranks[0].returncode)}"
+        failure = self.mpi_output.failure if self.mpi_output else None
+        if failure is None:
+            return code
+        assert self.mpi_plan is not None
+        host = failure.node
+        custom = any(k in a for a in self.config.mpi_args for k in ("map-by", "rank-by", "npernode", "rankfile"))
+        if host is None and not custom and failure.rank < len(self.mpi_plan.rank_hosts):
+            host = self.mpi_plan.rank_hosts[failure.rank]   # Open MPI's default placement
+        where = f" on {host}" if host else ""
+        return f"rank {failure.rank}{where} {failure.what} (the first to fail, says mpirun); {code}"
+
+
+def _exited(code: Optional[int]) -> str:
+    """``exited with code 3``, or :func:`describe_exit`'s text for a signal or an unknown status."""
+    text = describe_exit(code)
+    return f"exited with code {code}" if text.startswith("exit code") else text
