@@ -142,11 +142,12 @@ class Job(Connections, Watch, Stop):
             cwd = c.cwd if c.cwd is not None else os.getcwd()
             conn = self._rank_conn[rank]
             try:
-                script = rank_script(argv, plan.env, plan.files, cwd, c.cwd is not None, label,
-                                     self._watchdogs[conn].path)
+                start = rank_script(argv, plan.env, plan.files, cwd, c.cwd is not None, label,
+                                    self._watchdogs[conn].path)
             except ValueError as exc:
                 raise LaunchError(f"{label}: {exc}") from None
-            proc = await RemoteProcess.spawn(conn, script, c.stdin, out, err, label, c.start_timeout)
+            proc = await RemoteProcess.spawn(conn, start.script, c.stdin, out, err, label, c.start_timeout,
+                                             start.setup)
         info = self.ranks[rank]
         info.pid, info.state = proc.pid, RUNNING
         return proc
