@@ -12,6 +12,7 @@ ipyparallel::
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any, Optional
 
 from ipyparallel.cluster.launcher import EngineLauncher, NotRunning
@@ -78,7 +79,7 @@ class MLXEngineSetLauncher(EngineLauncher):
         from mlx_jupyter.launch import Launcher
 
         self.loop  # noqa: B018  (bind the ipyparallel loop on this thread, as ipyparallel's launchers do)
-        hosts: Any = self.hostfile or ",".join(self.hosts)
+        hosts: Any = Path(self.hostfile) if self.hostfile else ",".join(self.hosts)
         repeat, count = self.layout(n)
         self.n = count
         port = self.starting_port

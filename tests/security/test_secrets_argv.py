@@ -54,8 +54,9 @@ class Ready:
 def test_the_scan_finds_a_secret_in_a_command_line():
     """The scan itself can fail: a process with a secret in its argv is found (and named)."""
     canary = "canary-" + secrets.token_hex(8)
-    proc = subprocess.Popen(["sh", "-c", "read x", "sh", canary], stdin=subprocess.PIPE)
+    proc = subprocess.Popen(["sh", "-c", "echo up; read x", "sh", canary], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
+        assert proc.stdout.readline() == b"up\n"   # it runs (exec'd): its argv is the canary's
         scan = ArgvScan({"CANARY": canary})
         scan.scan()
         assert any(f"CANARY in pid {proc.pid}" in f for f in scan.found), scan.found
