@@ -35,7 +35,10 @@ class Fd {
 struct Endpoint {
   std::string host;
   int port = 0;
-  std::string str() const { return host + ":" + std::to_string(port); }
+  // "host:port", an IPv6 address in brackets ("[::1]:5000"), as parse_endpoint reads it.
+  std::string str() const {
+    return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
+  }
 };
 
 // Splits "ip:port" (IPv6 as "[::1]:5000"); throws std::invalid_argument.
