@@ -50,7 +50,7 @@ class HostfileReader:
         self.allow_hidden = allow_hidden
         self.timeout = timeout
         self._busy = 0
-        self._copies = tempfile.mkdtemp(prefix="mlx-jupyter-server-")   # 0700
+        self._copies: Optional[str] = None   # a private dir (0700), made at the first copy
 
     @property
     def root_path(self) -> "Path":
@@ -125,6 +125,8 @@ class HostfileReader:
             raise RequestError(FIELD, f"{name!r} is not UTF-8 text: not a hostfile") from None
 
     def _copy(self, name: str, text: str) -> str:
+        if self._copies is None:
+            self._copies = tempfile.mkdtemp(prefix="mlx-jupyter-server-")
         fd, path = tempfile.mkstemp(dir=self._copies, suffix="-" + os.path.basename(name)[-64:])
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
@@ -141,7 +143,8 @@ class HostfileReader:
 
     def close(self) -> None:
         """Remove every copy (a read still hanging keeps its daemon thread, which never blocks exit)."""
-        shutil.rmtree(self._copies, ignore_errors=True)
+        if self._copies is not None:
+            shutil.rmtree(self._copies, ignore_errors=True)
 
 
 def _in_thread(fn: Callable[..., Any], *args: Any) -> "asyncio.Future[Any]":
