@@ -129,9 +129,10 @@ def run_mpi(bed, per_host: int, script: Path, env: dict, outdir: Path) -> str | 
            "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", subnet, "--mca", "oob_tcp_if_include", subnet,
            "--mca", "plm_rsh_agent", f"ssh -F {cfg}", "--mca", "plm_rsh_no_tree_spawn", "1",
            "--wdir", str(outdir)]
-    for k, v in {**env, "BENCH_MODE": "mpi"}.items():
-        cmd += ["-x", f"{k}={v}"]
-    run_env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    forwarded = {**env, "BENCH_MODE": "mpi"}
+    for k in forwarded:   # by name: values on mpirun's command line are readable by every user
+        cmd += ["-x", k]
+    run_env = {**os.environ, **forwarded, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
     p = subprocess.run(cmd + [sys.executable, str(script)], capture_output=True, text=True, timeout=1800, env=run_env)
     if p.returncode:
         return f"mpirun failed ({p.returncode}): {(p.stderr or p.stdout).strip()[-600:]}"

@@ -48,7 +48,12 @@ _ENV_KEY = re.compile(r"^[A-Za-z0-9_]+$")
 
 
 class HostfileError(ValueError):
-    """A hostfile or host list is malformed; the message names file, host and field."""
+    """A hostfile or host list is malformed; the message names file, host and field.
+
+    ``entry``: the index of the host entry at fault, if one is (for messages that must not quote the file).
+    """
+
+    entry: int | None = None
 
 
 @dataclass
@@ -195,7 +200,13 @@ def parse_hostfile(data: Any, source: str = "hostfile") -> Hostfile:
         raise HostfileError(f"{source}: expected a JSON list of hosts or an object with 'hosts'")
     if not data:
         raise HostfileError(f"{source}: the host list is empty")
-    hosts = [_parse_host(h, f"{source}: host {i} (rank {i})") for i, h in enumerate(data)]
+    hosts = []
+    for i, h in enumerate(data):
+        try:
+            hosts.append(_parse_host(h, f"{source}: host {i} (rank {i})"))
+        except HostfileError as exc:
+            exc.entry = i
+            raise
     return Hostfile(hosts, backend, list(envs))
 
 
@@ -218,10 +229,12 @@ def read_hostfile(path: str | Path) -> Hostfile:
 
 
 def hostfile_path(hosts: Any) -> str | None:
-    """The path ``hosts`` names when it is a hostfile (a Path, or text with "/" or naming a file), else None."""
+    """The path ``hosts`` names when it is a hostfile, else None: a Path, or text with a "/" or
+    ending in ".json" (no host name has either). Never what happens to exist in the cwd: a file
+    named like a host must not turn that host into a hostfile."""
     if isinstance(hosts, Path):
         return str(hosts)
-    if isinstance(hosts, str) and ("/" in hosts or Path(hosts).is_file()):
+    if isinstance(hosts, str) and ("/" in hosts or hosts.lower().endswith(".json")):
         return hosts
     return None
 

@@ -12,6 +12,7 @@ ipyparallel::
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any, Optional
 
 from ipyparallel.cluster.launcher import EngineLauncher, NotRunning

@@ -106,6 +106,11 @@ def view(x: Any) -> View:
     return View(arr, arr.shape, dtype_name(arr.dtype), "numpy")
 
 
+def bfloat16_view(bits: np.ndarray) -> View:
+    """A bfloat16 view over uint16 storage (numpy has no bfloat16)."""
+    return View(_bits(bits), tuple(bits.shape), "bfloat16", "numpy", bits)
+
+
 def empty(shape: tuple[int, ...], dtype: str) -> View:
     """Fresh host memory for a result."""
     if dtype == "bfloat16":

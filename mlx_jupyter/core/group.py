@@ -108,6 +108,41 @@ def _result(v: arrays.View, kind: str, out: Any) -> Any:
     return out if out is not None else arrays.to_kind(v, kind)
 
 
+def _gather_shape(shape: tuple[int, ...], n: int) -> tuple[int, ...]:
+    """all_gather's result: axis 0 times the group size (a 0-d input counts as one element)."""
+    shape = shape if shape else (1,)
+    return (shape[0] * n,) + shape[1:]
+
+
+def _scatter_shape(shape: tuple[int, ...], n: int) -> tuple[int, ...]:
+    """sum_scatter's result, as MLX: axis 0 must exist (unless there is nothing to scatter) and divide evenly."""
+    if not shape and n > 1:
+        raise ValueError(f"sum_scatter: a 0-d input has no axis 0 to scatter over {n} ranks: "
+                         "give it at least one dimension, or use all_sum")
+    if shape and shape[0] % n:
+        raise ValueError(f"sum_scatter: axis 0 has length {shape[0]}, not divisible by the group size {n}: "
+                         f"pad it to a multiple of {n}, or use all_sum")
+    return (shape[0] // n,) + shape[1:] if shape else ()
+
+
+def check_int32(value: Any, what: str) -> int:
+    """A split's color or key: an int that fits in 32 bits (what the groups carry), else a clear error."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"split: {what} must be an int, not {type(value).__name__}")
+    if not -2**31 <= int(value) < 2**31:
+        raise ValueError(f"split: {what}={int(value)} does not fit in 32 bits (-2**31 .. 2**31-1)")
+    return int(value)
+
+
+def check_peer(rank: Any, size: int, what: str) -> int:
+    """A peer rank for send/recv, checked before the group is touched (ValueError: the group is unaffected)."""
+    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)):
+        raise TypeError(f"{what} must be a rank (an int), not {type(rank).__name__}")
+    if not 0 <= int(rank) < size:
+        raise ValueError(f"{what}={int(rank)} is not a rank of this group of {size} (0..{size - 1})")
+    return int(rank)
+
+
 def _prepare_out(out: Any, shape: tuple[int, ...], dtype: str, op: str) -> arrays.View:
     if out is None:
         return arrays.empty(shape, dtype)
@@ -137,7 +172,8 @@ class CoreGroup(Group):
               options: _core.CoreOptions | None = None) -> "CoreGroup":
         """As Group.split; `options` (the same on every rank of the new group) replace this group's
         core settings for it, except the connections' token, verbosity and dead-peer timeout."""
-        core = self._core.split(int(color), int(key), self.timeout(timeout), options)
+        color, key = check_int32(color, "color"), check_int32(key, "key")
+        core = self._core.split(color, key, self.timeout(timeout), options)
         return CoreGroup(core, self.backend, self.default_timeout)
 
     @property
@@ -170,42 +206,40 @@ class CoreGroup(Group):
 
     def all_gather(self, x: Any, out: Any, timeout: float | None) -> Any:
         v = arrays.view(x)
-        shape = v.shape if v.shape else (1,)
-        o = _prepare_out(out, (shape[0] * self.size(),) + shape[1:], v.dtype, "all_gather")
+        o = _prepare_out(out, _gather_shape(v.shape, self.size()), v.dtype, "all_gather")
         self._core.all_gather(v.core, o.core, self.timeout(timeout))
         return _result(o, v.kind, out)
 
     def sum_scatter(self, x: Any, out: Any, timeout: float | None) -> Any:
         v = arrays.view(x)
-        n = self.size()
-        # As MLX: axis 0 must exist (unless there is nothing to scatter) and divide evenly.
-        if not v.shape and n > 1:
-            raise ValueError(f"sum_scatter: a 0-d input has no axis 0 to scatter over {n} ranks: "
-                             "give it at least one dimension, or use all_sum")
-        if v.shape and v.shape[0] % n:
-            raise ValueError(f"sum_scatter: axis 0 has length {v.shape[0]}, not divisible by the group size {n}: "
-                             f"pad it to a multiple of {n}, or use all_sum")
-        o = _prepare_out(out, (v.shape[0] // n,) + v.shape[1:] if v.shape else (), v.dtype, "sum_scatter")
+        o = _prepare_out(out, _scatter_shape(v.shape, self.size()), v.dtype, "sum_scatter")
         self._core.reduce_scatter(v.core, o.core, "sum", self.timeout(timeout))
         return _result(o, v.kind, out)
 
     def send(self, x: Any, dst: int, timeout: float | None) -> None:
+        dst = check_peer(dst, self.size(), "dst")
         v = arrays.view(x)
-        self._core.send(v.core, int(dst), self.timeout(timeout))
+        self._core.send(v.core, dst, self.timeout(timeout))
 
     def recv(self, shape: tuple[int, ...], dtype: str, kind: str, src: int, timeout: float | None, out: Any) -> Any:
+        src = check_peer(src, self.size(), "src")
         o = _prepare_out(out, shape, dtype, "recv")
-        self._core.recv(o.core, int(src), self.timeout(timeout))
+        self._core.recv(o.core, src, self.timeout(timeout))
         return _result(o, kind, out)
 
 
 class MlxGroup(Group):
-    """An `mx.distributed.Group` with the names and array types of our API."""
+    """An `mx.distributed.Group` with the names, array types and `out=` of our API.
+
+    MLX's ops return new arrays: a result asked for with `out=` is copied into it (checked
+    before the op, like ours), and `recv` gives the requested array kind.
+    """
 
     def __init__(self, mx_group: Any, backend: str, default_timeout: float = -1.0):
         super().__init__(backend, default_timeout)
         self._g = mx_group
         self._aborted = ""
+        self._no_sum_scatter = False   # MLX's backend lacks it (its ring): all_sum and a slice instead
 
     @classmethod
     def form(cls, backend: str, default_timeout: float = -1.0) -> "MlxGroup":
@@ -225,10 +259,11 @@ class MlxGroup(Group):
         return self._g.size()
 
     def split(self, color: int, key: int = -1, *, timeout: float | None = None) -> "MlxGroup":
-        return MlxGroup(self._g.split(color, key), self.backend, self.default_timeout)
+        return MlxGroup(self._g.split(check_int32(color, "color"), check_int32(key, "key")), self.backend,
+                        self.default_timeout)
 
     def barrier(self, *, timeout: float | None = None) -> None:
-        self._collective("all_sum", np.zeros(1, np.int32))
+        self._collective("all_sum", np.zeros(1, np.int32), None, (1,))
 
     def abort(self, reason: str = "aborted by the user") -> None:
         self._aborted = reason
@@ -244,36 +279,92 @@ class MlxGroup(Group):
         if self._aborted:
             raise _core.AbortedError(f"the group was aborted: {self._aborted}")
 
-    def _collective(self, name: str, x: Any) -> Any:
+    def _collective(self, name: str, x: Any, out: Any, shape: tuple[int, ...] | None = None) -> Any:
+        """MLX's ``name`` on ``x``; the result (of ``shape``) into ``out`` or in ``x``'s array type."""
         import mlx.core as mx
 
         self._check()
         v = arrays.view(x)
-        a = x if v.kind == "mlx" else mx.array(v.core)
-        r = getattr(mx.distributed, name)(a, group=self._g)
+        o = None if out is None else _prepare_out(out, v.shape if shape is None else shape, v.dtype, name)
+        r = getattr(mx.distributed, name)(x if v.kind == "mlx" else arrays.to_kind(v, "mlx"), group=self._g)
         mx.eval(r)
-        return r if v.kind == "mlx" else arrays.to_kind(arrays.View(np.asarray(r), tuple(r.shape), v.dtype, "numpy"), v.kind)
+        if o is not None:
+            _fill(o, r)
+            return out
+        return r if v.kind == "mlx" else arrays.to_kind(_host_view(r, v.dtype), v.kind)
 
     def all_reduce(self, op: str, x: Any, out: Any, timeout: float | None) -> Any:
-        return self._collective(f"all_{op}", x)
+        return self._collective(f"all_{op}", x, out)
 
     def all_gather(self, x: Any, out: Any, timeout: float | None) -> Any:
-        return self._collective("all_gather", x)
+        return self._collective("all_gather", x, out, _gather_shape(arrays.view(x).shape, self.size()))
 
     def sum_scatter(self, x: Any, out: Any, timeout: float | None) -> Any:
-        return self._collective("sum_scatter", x)
+        shape = _scatter_shape(arrays.view(x).shape, self.size())
+        if not self._no_sum_scatter:
+            try:
+                return self._collective("sum_scatter", x, out, shape)
+            except RuntimeError as exc:   # "[ring] ... not supported.", "[mpi] ... not yet implemented.": before any transfer
+                if "not supported" not in str(exc) and "not yet implemented" not in str(exc):
+                    raise
+                self._no_sum_scatter = True
+        return self._slice_of_sum(x, out, shape)
+
+    def _slice_of_sum(self, x: Any, out: Any, shape: tuple[int, ...]) -> Any:
+        """sum_scatter where MLX's backend has none: the whole sum, then this rank's slice of axis 0."""
+        import mlx.core as mx
+
+        v = arrays.view(x)
+        o = None if out is None else _prepare_out(out, shape, v.dtype, "sum_scatter")
+        total = self._collective("all_sum", x if v.kind == "mlx" else arrays.to_kind(v, "mlx"), None)
+        k = shape[0] if shape else 0
+        part = total[self.rank() * k:(self.rank() + 1) * k] if shape else total
+        mx.eval(part)
+        if o is not None:
+            _fill(o, part)
+            return out
+        return part if v.kind == "mlx" else arrays.to_kind(_host_view(part, v.dtype), v.kind)
 
     def send(self, x: Any, dst: int, timeout: float | None) -> None:
         import mlx.core as mx
 
+        dst = check_peer(dst, self.size(), "dst")
         self._check()
         v = arrays.view(x)
-        mx.eval(mx.distributed.send(x if v.kind == "mlx" else mx.array(v.core), dst, group=self._g))
+        mx.eval(mx.distributed.send(x if v.kind == "mlx" else arrays.to_kind(v, "mlx"), dst, group=self._g))
 
     def recv(self, shape: tuple[int, ...], dtype: str, kind: str, src: int, timeout: float | None, out: Any) -> Any:
         import mlx.core as mx
 
+        src = check_peer(src, self.size(), "src")
         self._check()
-        r = mx.distributed.recv(shape, getattr(mx, dtype), src, group=self._g)
+        o = None if out is None else _prepare_out(out, shape, dtype, "recv")
+        r = mx.distributed.recv(shape, getattr(mx, "bool_" if dtype == "bool" else dtype), src, group=self._g)
         mx.eval(r)
-        return r
+        if o is not None:
+            _fill(o, r)
+            return out
+        return r if kind == "mlx" else arrays.to_kind(_host_view(r, dtype), kind)
+
+
+def _host_view(r: Any, dtype: str) -> arrays.View:
+    """An evaluated MLX array as a host view (bfloat16 as its uint16 bits, which numpy can hold)."""
+    import mlx.core as mx
+
+    if dtype == "bfloat16":
+        return arrays.bfloat16_view(np.ascontiguousarray(np.asarray(r.view(mx.uint16))))
+    return arrays.View(np.asarray(r), tuple(r.shape), dtype, "numpy")
+
+
+def _fill(o: arrays.View, r: Any) -> None:
+    """Copy MLX's result ``r`` into the caller's ``out=`` (already checked for dtype and size)."""
+    src = _host_view(r, o.dtype)
+    data = src.bits if src.bits is not None else src.core
+    dst = o.bits if o.bits is not None else o.core
+    if isinstance(dst, np.ndarray):
+        np.copyto(dst.reshape(-1), data.reshape(-1))
+    else:   # an mlx_jupyter.Buffer (or a DLPack producer's memory behind one)
+        import ctypes
+
+        assert dst.nbytes == data.nbytes
+        ctypes.memmove(dst.address, np.ascontiguousarray(data).ctypes.data, data.nbytes)

@@ -35,7 +35,7 @@ class RankPlan:
 
 @dataclass
 class MPIPlan:
-    """An ``mpirun`` launch: its ``host slots=k`` hostfile, the env passed with ``-x``, each rank's host."""
+    """An ``mpirun`` launch: its ``host slots=k`` hostfile, the env forwarded by name with ``-x``, each rank's host."""
 
     hostfile: str
     env: dict[str, str]

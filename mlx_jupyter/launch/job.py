@@ -170,11 +170,12 @@ class Job:
             cwd = c.cwd if c.cwd is not None else os.getcwd()
             conn = self.connections.rank_conn[rank]
             try:
-                script = rank_script(argv, plan.env, plan.files, cwd, c.cwd is not None, label,
-                                     self.connections.watchdogs[conn].path)
+                start = rank_script(argv, plan.env, plan.files, cwd, c.cwd is not None, label,
+                                    self.connections.watchdogs[conn].path)
             except ValueError as exc:
                 raise LaunchError(f"{label}: {exc}") from None
-            proc = await RemoteProcess.spawn(conn, script, c.stdin, out, err, label, c.start_timeout)
+            proc = await RemoteProcess.spawn(conn, start.script, c.stdin, out, err, label, c.start_timeout,
+                                             start.setup)
         info = self.ranks[rank]
         info.pid, info.state = proc.pid, RUNNING
         return proc

@@ -188,7 +188,8 @@ def mpirun_command(
 ) -> tuple[list[str], contract.MPIPlan, Optional[tuple[int, int]]]:
     """(full argv, plan, Open MPI's version: output rank-tagged; None: another MPI, untagged).
 
-    The hostfile is written with ``write_file``.
+    The hostfile is written with ``write_file``. Start mpirun with ``plan.env`` in its
+    environment: the command line names the variables to forward, never their values.
     """
     mpirun = find_mpirun()
     version = open_mpi_version(mpirun)
@@ -209,8 +210,10 @@ def mpirun_command(
             cmd += ["--stdin", "all"]
     if cwd:
         cmd += ["--wdir", cwd]
-    for key, value in plan.env.items():
-        cmd += ["-x", f"{key}={value}"]
+    # `-x NAME` forwards mpirun's own value (the launcher starts it with plan.env): a value
+    # on its command line would be readable by every user of the host (ps, /proc/PID/cmdline)
+    for key in plan.env:
+        cmd += ["-x", key]
     for arg in mpi_args:
         try:
             cmd += shlex.split(arg)

@@ -36,9 +36,16 @@ class RemoteProcess:
         err: LineSplitter,
         label: str,
         timeout: float,
+        setup: str = "",
     ) -> "RemoteProcess":
-        """Run ``script`` in a new session on ``conn``; return once it reports its pid."""
+        """Run ``script`` in a new session on ``conn``; return once it reports its pid.
+
+        ``setup`` (the rank's settings, secrets among them) goes first on the session's stdin:
+        never in the command line, which every user of that host can read.
+        """
         proc = await _open(conn, script, label, timeout)
+        if setup:
+            proc.stdin.write(setup.encode())
         if not stdin:
             proc.stdin.write_eof()
         line = await _read_marker(proc, out.feed, label, timeout)

@@ -1,17 +1,23 @@
 """The POSIX shell scripts run on a remote host (pure: text out).
 
-``rank_script`` starts one rank: it writes the rank's file payloads to a
-private temp dir, exports the env, changes directory, starts the command in
-its own session (so the whole process group can be signalled by its id),
-registers that id with the connection's watchdog, reports it on stdout as a
-marker line, waits, kills any leftovers of the group and removes the temp dir.
+``rank_script`` starts one rank: it reads its settings (env values, file
+payloads) from stdin, writes the files to a private temp dir, exports the env,
+changes directory, starts the command in its own session (so the whole process
+group can be signalled by its id), registers that id with the connection's
+watchdog, reports it on stdout as a marker line, waits, kills any leftovers of
+the group and removes the temp dir.
+
+Settings never go into the script itself: the script is the argv of a shell
+that lives as long as the rank, and any user on the host can read a process's
+argv (``/proc/PID/cmdline``, ``ps``). Env values carry secrets (the job token,
+ipyparallel's connection key, ``--env`` values).
 
 ``REMOTE_WATCHDOG_SCRIPT`` runs once per ssh connection; see its comment.
 """
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 from mlx_jupyter.net.ssh import check_name, export, join, quote
 
@@ -24,23 +30,23 @@ SETUP_FAILED = 125
 # util-linux (Linux); macOS has none, so fall back to perl's setpgrp.
 _SPAWN = r"""
 if command -v setsid >/dev/null 2>&1; then
-  setsid /bin/sh -c 'printf "%s %s\n" "$0" "$$"; exec "$@"' "$MARKER" "$@" <&3 3<&- &
+  setsid /bin/sh -c 'printf "%s %s\n" "$0" "$$"; exec "$@"' "$_mj_marker" "$@" <&3 3<&- &
 else
-  perl -e 'setpgrp(0, 0); printf("%s %d\n", shift(@ARGV), $$); $|=1; exec { $ARGV[0] } @ARGV or die "exec $ARGV[0]: $!\n"' "$MARKER" "$@" <&3 3<&- &
+  perl -e 'setpgrp(0, 0); printf("%s %d\n", shift(@ARGV), $$); $|=1; exec { $ARGV[0] } @ARGV or die "exec $ARGV[0]: $!\n"' "$_mj_marker" "$@" <&3 3<&- &
 fi
-pid=$!
+_mj_pid=$!
 exec 3<&-
-if [ -n "$GUARD" ] && ! printf '%s\n' "$d" 2>/dev/null >"$GUARD/$pid"; then
-  kill -s KILL -- "-$pid" "$pid" 2>/dev/null   # the watchdog is gone, so is the launcher: don't run unguarded
+if [ -n "$_mj_guard" ] && ! printf '%s\n' "$_mj_d" 2>/dev/null >"$_mj_guard/$_mj_pid"; then
+  kill -s KILL -- "-$_mj_pid" "$_mj_pid" 2>/dev/null   # the watchdog is gone, so is the launcher: don't run unguarded
   die "the launcher's watchdog on this host is gone"
 fi
 while :; do
-  wait "$pid"; rc=$?
-  kill -0 "$pid" 2>/dev/null || break
+  wait "$_mj_pid"; _mj_rc=$?
+  kill -0 "$_mj_pid" 2>/dev/null || break
 done
-kill -s KILL -- "-$pid" 2>/dev/null
-[ -n "$GUARD" ] && rm -f "$GUARD/$pid"
-exit "$rc"
+kill -s KILL -- "-$_mj_pid" 2>/dev/null
+[ -n "$_mj_guard" ] && rm -f "$_mj_guard/$_mj_pid"
+exit "$_mj_rc"
 """
 
 # The watchdog: one per ssh connection, so that no rank outlives its launcher.
@@ -71,6 +77,51 @@ rm -rf "$G"
 """
 
 
+# Read the settings from stdin: a line count, then that many lines of shell
+# (quoted exports and file writes), evaluated without ever being in argv or on
+# disk. `read` takes one byte at a time from a pipe, so whatever follows is
+# left for the rank's own stdin.
+_READ_SETTINGS = r"""
+IFS= read -r _mj_n || die "its settings did not arrive on stdin"
+case $_mj_n in ''|*[!0-9]*) die "its settings are garbled" ;; esac
+_mj_s=
+while [ "$_mj_n" -gt 0 ]; do
+  IFS= read -r _mj_l || die "its settings were cut short"
+  _mj_s="$_mj_s$_mj_l
+"
+  _mj_n=$((_mj_n - 1))
+done
+eval "$_mj_s" || die "its settings could not be applied"
+unset _mj_s _mj_l _mj_n
+"""
+
+
+#: Prefix of the rank script's own variables (an env var of the same name would overwrite them).
+_OWN = "_mj_"
+
+
+class RankStart(NamedTuple):
+    """How to start one rank: ``script`` (the shell's argv: no secrets) and ``setup`` (its stdin's first lines)."""
+
+    script: str
+    setup: str
+
+
+def _settings(env: Mapping[str, str], files: Mapping[str, str]) -> str:
+    """The settings as shell lines, prefixed with their count (see ``_READ_SETTINGS``)."""
+    taken = [n for n in [*files, *env] if n.startswith(_OWN)]
+    if taken:
+        raise ValueError(f"environment variable {taken[0]!r}: names starting with {_OWN} are the rank script's own")
+    lines = []
+    for i, (name, content) in enumerate(files.items()):
+        path = f'"$_mj_d"/{quote(f"{i}-{check_name(name)}")}'
+        lines.append(f"printf '%s' {quote(content)} >{path} || die {quote(f'cannot write {name} file')}")
+        lines.append(f"{name}={path}; export {name}")
+    lines += [export(k, v) for k, v in env.items()]
+    text = "".join(line + "\n" for line in lines)
+    return f"{text.count(chr(10))}\n{text}"
+
+
 def rank_script(
     argv: Sequence[str],
     env: Mapping[str, str],
@@ -79,10 +130,11 @@ def rank_script(
     cwd_required: bool,
     label: str,
     guard: str | None = None,
-) -> str:
-    """Script for one rank; ``label`` (e.g. "rank 2 on h3") prefixes its error messages.
+) -> RankStart:
+    """Script and stdin setup for one rank; ``label`` (e.g. "rank 2 on h3") prefixes its error messages.
 
     ``guard`` is the watchdog's registry dir on that host (None: unwatched).
+    Write ``setup`` to the session's stdin first; the rank's own stdin follows.
     """
     if not argv:
         raise ValueError("empty command")
@@ -90,20 +142,17 @@ def rank_script(
     lines = [
         "umask 077",
         f"die() {fail}",
-        f"MARKER={quote(MARKER)}",
-        f"GUARD={quote(guard or '')}",
-        'd=$(mktemp -d "${TMPDIR:-/tmp}/mlx-jupyter.XXXXXX") || die "cannot create a temp dir in ${TMPDIR:-/tmp}"',
-        "pid=",
-        "trap 'rm -rf \"$d\"' EXIT",
+        f"_mj_marker={quote(MARKER)}",
+        f"_mj_guard={quote(guard or '')}",
+        '_mj_d=$(mktemp -d "${TMPDIR:-/tmp}/mlx-jupyter.XXXXXX") || die "cannot create a temp dir in ${TMPDIR:-/tmp}"',
+        "_mj_pid=",
+        "trap 'rm -rf \"$_mj_d\"' EXIT",
         # Where sshd delivers signals (non-root logins), pass them to the group.
-        "trap '[ -n \"$pid\" ] && kill -s TERM -- \"-$pid\" 2>/dev/null' HUP TERM",
-        "trap '[ -n \"$pid\" ] && kill -s INT -- \"-$pid\" 2>/dev/null' INT",
+        "trap '[ -n \"$_mj_pid\" ] && kill -s TERM -- \"-$_mj_pid\" 2>/dev/null' HUP TERM",
+        "trap '[ -n \"$_mj_pid\" ] && kill -s INT -- \"-$_mj_pid\" 2>/dev/null' INT",
     ]
-    for i, (name, content) in enumerate(files.items()):
-        path = f'"$d"/{quote(f"{i}-{name}")}'
-        lines.append(f"printf '%s' {quote(content)} >{path} || die {quote(f'cannot write {name} file')}")
-        lines.append(f'{check_name(name)}="$d"/{quote(f"{i}-{name}")}; export {name}')
-    lines += [export(k, v) for k, v in env.items()]
+    setup = _settings(env, files)
+    lines.append(_READ_SETTINGS.strip())
     if cwd is not None:
         if cwd_required:
             lines.append(f"cd {quote(cwd)} || die {quote(f'cannot change directory to {cwd}')}")
@@ -111,7 +160,7 @@ def rank_script(
             lines.append(f"cd {quote(cwd)} 2>/dev/null || :")
     lines.append(f"set -- {join(argv)}")
     lines.append("exec 3<&0")
-    return "\n".join(lines) + _SPAWN
+    return RankStart("\n".join(lines) + _SPAWN, setup)
 
 
 def watchdog_script() -> str:

@@ -7,6 +7,10 @@ GET    clusters/<id>          one cluster
 DELETE clusters/<id>          stop a cluster this server started (409 for a kernel's)
 GET    clusters/<id>/connect  {"code"}: the code that connects a notebook to it
 GET    backends               {"backends"}: the backends a cluster can start with (the panel's choices)
+
+Authorization is jupyter_server's (its ``Authorizer``), on the resource ``mlx_clusters``: the
+GETs are ``read``; starting and stopping clusters is ``execute`` (they are processes that run
+code, as kernels are). A refused request is 403; a malformed one 400 naming the field.
 """
 
 from __future__ import annotations
@@ -16,15 +20,24 @@ import json
 from typing import Any
 
 import tornado
+from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 
 from mlx_jupyter.hostfile import BACKENDS
 
 from .manager import ClusterManager, connect_code
+from .requests import RequestError, parse_start
+
+#: the resource jupyter_server's Authorizer is asked about
+AUTH_RESOURCE = "mlx_clusters"
+#: starting or stopping a cluster starts or ends processes that run code: as much as a kernel
+EXECUTE = "execute"
 
 
 class _Base(APIHandler):
+    auth_resource = AUTH_RESOURCE
+
     @property
     def manager(self) -> ClusterManager:
         return self.settings["mlx_jupyter_manager"]
@@ -39,21 +52,20 @@ class _Base(APIHandler):
 
 class ClustersHandler(_Base):
     @tornado.web.authenticated
+    @authorized
     async def get(self) -> None:
         self.reply({"clusters": await self.manager.listing()})
 
     @tornado.web.authenticated
+    @authorized(EXECUTE)
     async def post(self) -> None:
         try:
-            body = json.loads(self.request.body or b"{}")
-            n = None if body.get("n") is None else int(body["n"])  # None: hostfile.default_ranks_per_host
-            backend = body.get("backend") or None  # None: the hostfile's, else hostfile.default_backend()
-            if not (n is None or 1 <= n <= 64) or (backend is not None and backend not in BACKENDS):
-                raise ValueError(f"n must be 1..64 and backend one of {', '.join(BACKENDS)}")
-            hosts = body.get("hosts") or None
-            hostfile = body.get("hostfile") or None
-            entry = self.manager.create(n=n, hosts=hosts, hostfile=hostfile, backend=backend)
-        except (ValueError, TypeError) as exc:
+            req = parse_start(self.request.body)
+            entry = await self.manager.create(n=req.n, hosts=req.hosts, hostfile=req.hostfile, backend=req.backend)
+        except RequestError as exc:
+            self.reply({"error": str(exc), "field": exc.field}, 400)
+            return
+        except (ValueError, TypeError) as exc:   # the cluster refused its arguments (its message names them)
             self.reply({"error": str(exc)}, 400)
             return
         task = asyncio.ensure_future(self.manager.start(entry))
@@ -64,11 +76,13 @@ class ClustersHandler(_Base):
 
 class ClusterHandler(_Base):
     @tornado.web.authenticated
+    @authorized
     async def get(self, cluster_id: str) -> None:
         found = await self.find(cluster_id)
         self.reply(found or {"error": f"no cluster {cluster_id}"}, 200 if found else 404)
 
     @tornado.web.authenticated
+    @authorized(EXECUTE)
     async def delete(self, cluster_id: str) -> None:
         if await self.manager.stop(cluster_id):
             self.reply({"id": cluster_id, "state": "stopped"})
@@ -83,6 +97,7 @@ class ClusterHandler(_Base):
 
 class ConnectHandler(_Base):
     @tornado.web.authenticated
+    @authorized
     async def get(self, cluster_id: str) -> None:
         if await self.find(cluster_id) is None:
             self.reply({"error": f"no cluster {cluster_id}"}, 404)
@@ -92,6 +107,7 @@ class ConnectHandler(_Base):
 
 class BackendsHandler(_Base):
     @tornado.web.authenticated
+    @authorized
     async def get(self) -> None:
         self.reply({"backends": list(BACKENDS)})
 

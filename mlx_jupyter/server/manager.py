@@ -2,7 +2,9 @@
 
 Starting and stopping run on one worker thread (ipyparallel's synchronous API wants a thread
 without a running loop, and one thread keeps a cluster's start and stop in order); the server's
-event loop only awaits them. Every cluster, ours or a kernel's, is listed from the registry.
+event loop only awaits them, and a cluster handle is made in a thread too (it may resolve host
+names). A hostfile is read by :mod:`.hostfiles` (confined to the server's root, off the loop).
+Every cluster, ours or a kernel's, is listed from the registry.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from mlx_jupyter.cluster import registry
+from mlx_jupyter.server.hostfiles import CheckedHostfile, HostfileReader
+from mlx_jupyter.hostfile import default_ranks_per_host
+from mlx_jupyter.server.requests import check_total
 
 log = logging.getLogger(__name__)
 Factory = Callable[..., Any]
@@ -38,6 +43,7 @@ class Entry:
     error: str = ""
     connected: int = 0
     started: float = field(default_factory=time.time)
+    hostfile: Optional[CheckedHostfile] = None
 
 
 def _default_factory(**kwargs: Any) -> Any:
@@ -49,24 +55,34 @@ def _default_factory(**kwargs: Any) -> Any:
 class ClusterManager:
     """The server's clusters; `shutdown()` stops them all."""
 
-    def __init__(self, factory: Factory = _default_factory, start_timeout: float = 60.0) -> None:
+    def __init__(self, factory: Factory = _default_factory, start_timeout: float = 60.0,
+                 root_dir: Optional[str] = None, allow_hidden: bool = False) -> None:
+        """``root_dir``: the directory hostfile paths are confined to (the server's; default the cwd)."""
         self.factory = factory
         self.start_timeout = start_timeout
         self.entries: dict[str, Entry] = {}
+        self.hostfiles = HostfileReader(root_dir or os.getcwd(), allow_hidden)
         self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mlx-cluster-manager")
 
     async def _on_worker(self, fn: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._worker, fn)
 
-    def create(self, n: Optional[int] = None, hosts: Optional[str] = None, hostfile: Optional[str] = None,
-               backend: Optional[str] = None) -> Entry:
+    async def create(self, n: Optional[int] = None, hosts: Optional[Any] = None, hostfile: Optional[str] = None,
+                     backend: Optional[str] = None) -> Entry:
         """A new cluster handle, registered as starting; `start(entry)` starts it. ``n`` None: the
-        default ranks per host; ``backend`` None: the hostfile's, else the default (see Cluster)."""
-        if hostfile is not None:
-            hostfile = _readable_hostfile(hostfile)
+        default ranks per host; ``backend`` None: the hostfile's, else the default (see Cluster).
+        A bad hostfile is a `RequestError` naming it (nothing starts)."""
+        checked = await self.hostfiles.read(hostfile) if hostfile is not None else None
+        if checked is not None:
+            check_total(n or default_ranks_per_host(True), len(checked.hostfile.hosts), "hostfile")
         extra = {} if backend is None else {"backend": backend}
-        cluster = self.factory(n=n, hosts=hosts, hostfile=hostfile, timeout=self.start_timeout, **extra)
-        entry = Entry(cluster)
+        kwargs = dict(n=n, hosts=hosts, hostfile=checked.copy if checked else None, timeout=self.start_timeout, **extra)
+        try:
+            cluster = await asyncio.get_running_loop().run_in_executor(None, lambda: self.factory(**kwargs))
+        except BaseException:
+            self.hostfiles.forget(checked.copy if checked else None)
+            raise
+        entry = Entry(cluster, hostfile=checked)
         self.entries[cluster.cluster_id] = entry
         return entry
 
@@ -93,6 +109,7 @@ class ClusterManager:
             entry.cluster.stop()
         finally:
             self.entries.pop(entry.cluster.cluster_id, None)
+            self.hostfiles.forget(entry.hostfile.copy if entry.hostfile else None)
 
     async def stop(self, cluster_id: str) -> bool:
         """Stop a cluster this server started; False if it is not ours."""
@@ -118,6 +135,8 @@ class ClusterManager:
             c = entry.cluster
             item = registry.describe(c, owner="server")
             item.update(state=entry.state, error=entry.error, connected=entry.connected, started=entry.started)
+            if entry.hostfile is not None:
+                item["hostfile"] = entry.hostfile.name   # as the panel gave it, not our private copy
             if entry.state == "running":
                 rows = await loop.run_in_executor(None, lambda e=entry: self._status(e))
                 item["ranks"] = [{**r, "health": _health(r)} for r in rows]
@@ -139,18 +158,7 @@ class ClusterManager:
             except Exception as exc:  # keep stopping the others
                 log.warning("stopping mlx cluster %s failed: %s", cid, exc)
         self._worker.shutdown(wait=False)
-
-
-def _readable_hostfile(path: str) -> str:
-    """The hostfile's absolute path, checked now so that the panel's error names it (ValueError)."""
-    from mlx_jupyter.hostfile import HostfileError, read_hostfile
-
-    full = os.path.abspath(os.path.expanduser(path))
-    try:
-        read_hostfile(full)
-    except (OSError, HostfileError) as exc:
-        raise ValueError(f"hostfile {path}: {exc}") from None
-    return full
+        self.hostfiles.close()
 
 
 def _health(row: dict) -> str:

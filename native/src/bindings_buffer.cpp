@@ -116,7 +116,16 @@ void bind_buffer(nb::module_& m) {
               else
                 PyErr_Clear();  // the cast below says what is wrong with it
             }
-            AnyArray a = nb::cast<AnyArray>(obj);
+            AnyArray a;
+            if (!nb::try_cast<AnyArray>(obj, a)) {  // (nb::cast would throw a bare std::bad_cast)
+              InArray ro;
+              if (nb::try_cast<InArray>(obj, ro))
+                throw std::invalid_argument("Buffer.wrap: the object's memory is read-only, and a Buffer may be "
+                                            "written into; pass a writable array (e.g. a copy)");
+              throw nb::type_error(("Buffer.wrap: cannot view a '" + std::string(nb::inst_name(obj).c_str()) +
+                                    "' object: pass CPU memory with the buffer protocol or DLPack (a numpy array, a CPU "
+                                    "torch tensor) of a supported dtype").c_str());
+            }
             require_contiguous(a, "the wrapped object");
             std::vector<int64_t> shape;
             for (size_t i = 0; i < a.ndim(); ++i) shape.push_back(int64_t(a.shape(i)));

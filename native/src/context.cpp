@@ -146,14 +146,16 @@ struct Context::Shared {
     // one. Refuse it (the peer retries until we re-form too) and abort what we hold.
     if (consumed.count(key)) {
       p.why = "rank " + std::to_string(p.h.initiator) + " is forming a new group while this rank still holds the old one";
-      p.hooks = superseded;
+      for (const auto& [group, hook] : superseded)  // only the group it left, never the others we hold
+        if (group == p.h.group) p.hooks.push_back(hook);
       return;
     }
     p.ok = 1;
   }
 
   std::set<ConnKey> consumed;  // keys of the connections groups have taken
-  std::vector<std::function<void(const std::string&)>> superseded;  // abort hooks of the groups
+  // abort hooks of the groups, with each group's id
+  std::vector<std::pair<uint64_t, std::function<void(const std::string&)>>> superseded;
 
   // Logs each (address, reason) once, so a retrying stranger cannot flood the log.
   void refuse(const std::string& who, const std::string& why) {
@@ -204,9 +206,9 @@ std::string Context::describe(int rank) const {
 
 void Context::log(const std::string& msg) const { shared_->log(msg); }
 
-void Context::on_superseded(std::function<void(const std::string&)> hook) {
+void Context::on_superseded(uint64_t group, std::function<void(const std::string&)> hook) {
   std::lock_guard<std::mutex> lock(shared_->mu);
-  shared_->superseded.push_back(std::move(hook));
+  shared_->superseded.emplace_back(group, std::move(hook));
 }
 
 void Context::accept_loop() {
@@ -340,6 +342,7 @@ Fd Context::connect(int peer, size_t addr_index, const ConnKey& key, const Wait&
   const Endpoint& ep = addresses_[peer][addr_index];
   std::string why = "not listening yet", logged;
   int backoff = 5;
+  bool retried = false;
   auto log_once = [&](const std::string& msg) {
     if (msg != logged) log("refusing " + describe(peer) + " at " + ep.str() + ": " + msg);
     logged = msg;
@@ -351,7 +354,10 @@ Fd Context::connect(int peer, size_t addr_index, const ConnKey& key, const Wait&
       configure_stream(fd.get(), options_.dead_peer());
       auto deadline = std::min(wait.deadline, Clock::now() + std::chrono::milliseconds(kHandshakeMs));
       // Abort and Ctrl-C are honoured during the handshake too, not only between attempts.
-      auto stop = [&] { check_wait(wait, "during the handshake with " + describe(peer) + " at " + ep.str()); };
+      auto stop = [&] {  // (with why the attempt before failed: the deadline may fall in any attempt)
+        check_wait(wait, "during the handshake with " + describe(peer) + " at " + ep.str() +
+                             (retried ? " (the attempt before: " + why + ")" : ""));
+      };
       uint8_t hello[8 + 32], reply[8 + 32 + 32], ni[32];
       random_bytes(ni, 32);
       std::memcpy(hello, kMagic, 8);
@@ -377,11 +383,15 @@ Fd Context::connect(int peer, size_t addr_index, const ConnKey& key, const Wait&
         if (io_exact(fd.get(), answer, sizeof answer, true, deadline, &err, stop) &&
             io_exact(fd.get(), &ok, 1, false, deadline, &err, stop) && ok == 1)
           return fd;
-        why = ok == 0 && err.empty() ? "refused by the peer (token or world size differ; see its log)" : "handshake failed: " + err;
+        why = ok == 0 && err.empty()
+                  ? "refused by the peer (it still holds the group this rank left, and must call init() again "
+                    "too; or its token or world size differ: see its log)"
+                  : "handshake failed: " + err;
       }
     }
     wait_slice(wait, backoff, "connecting to " + describe(peer) + " at " + ep.str() + " (" + why + ")");
     backoff = std::min(backoff * 2, 100);
+    retried = true;
   }
 }
 

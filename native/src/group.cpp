@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <stdexcept>
 
 #include "mlxj/errors.h"
 #include "mlxj/link_setup.h"
@@ -45,7 +46,7 @@ std::shared_ptr<Group> Group::world(int rank, std::vector<std::vector<Endpoint>>
 }
 
 void Group::watch_for_peers_leaving() {
-  ctx_->on_superseded([weak = std::weak_ptr<Group>(shared_from_this())](const std::string& why) {
+  ctx_->on_superseded(id_, [weak = std::weak_ptr<Group>(shared_from_this())](const std::string& why) {
     if (auto g = weak.lock()) g->abort(why);
   });
 }
@@ -108,16 +109,55 @@ std::string Group::abort_reason() const {
 }
 
 void Group::abort(const std::string& reason) {
-  std::lock_guard<std::mutex> lock(abort_mu_);
-  if (!aborted_) abort_reason_ = reason;
-  aborted_ = true;
-  // shutdown() (not close) is safe while another thread polls these sockets;
-  // the peers see the connection end at once and fail in turn.
-  if (right_) right_->shutdown();
-  if (left_) left_->shutdown();
-  for (auto& [_, link] : p2p_) link->shutdown();
-  if (board_) board_->mark_aborted(abort_reason_);  // ranks waiting on the board learn it there
-  abort_waker_.wake();
+  {
+    std::lock_guard<std::mutex> lock(abort_mu_);
+    if (!aborted_) abort_reason_ = reason;
+    aborted_ = true;
+    // shutdown() (not close) is safe while another thread polls these sockets;
+    // the peers see the connection end at once and fail in turn.
+    if (right_) right_->shutdown();
+    if (left_) left_->shutdown();
+    for (auto& [_, link] : p2p_) link->shutdown();
+    if (board_) board_->mark_aborted(abort_reason_);  // ranks waiting on the board learn it there
+    abort_waker_.wake();
+  }
+  // Ops of other threads waiting for the op lock learn it now. op_mu_ is taken (after abort_mu_
+  // is released: lock_op checks the abort outside op_mu_) so that no waiter misses the notice.
+  { std::lock_guard<std::mutex> lock(op_mu_); }
+  op_free_.notify_all();
+}
+
+void Group::lock_op(const Wait& wait) {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(op_mu_);
+      if (!op_busy_) {  // (an aborted group too: the op then fails under the lock, and frees the links)
+        op_busy_ = true;
+        return;
+      }
+      if (!aborted_) {  // another thread's op runs: wait for it, looking at Ctrl-C every kBusyCheck
+        auto until = std::min(wait.deadline, Clock::now() + kBusyCheck);
+        op_free_.wait_until(lock, until, [this] { return !op_busy_ || aborted_; });
+        if (!op_busy_) {
+          op_busy_ = true;
+          return;
+        }
+      }
+    }
+    wait.check_abort();
+    if (wait.interrupted && wait.interrupted()) throw Interrupted();
+    if (Clock::now() >= wait.deadline)
+      fail(ErrorKind::Timeout, wait.what + " timed out waiting for another thread's operation on this group "
+                                           "(a group runs one operation at a time; it did not start)");
+  }
+}
+
+void Group::unlock_op() {
+  {
+    std::lock_guard<std::mutex> lock(op_mu_);
+    op_busy_ = false;
+  }
+  op_free_.notify_one();
 }
 
 void Group::close(const std::string& reason) {
@@ -276,7 +316,15 @@ MsgHeader Group::header(OpCode op, Dtype t, size_t nbytes) {
   return h;
 }
 
+void Group::check_peer(int peer, const char* what) const {
+  int n = size();
+  if (peer < 0 || peer >= n || peer == me_)
+    throw std::invalid_argument(std::string(what) + " rank " + std::to_string(peer) + ": ranks of this group are 0.." +
+                                std::to_string(n - 1) + " other than " + std::to_string(me_) + " (this rank)");
+}
+
 void Group::send(const void* data, size_t nbytes, Dtype t, int dst, const CallOptions& opts) {
+  check_peer(dst, "send to");  // an argument error leaves the group as it is (nothing was sent)
   guarded(opts, "send to rank " + std::to_string(dst), [&](const Wait& wait) {
     Step step;
     step.add(&p2p_link(dst, true, wait), true, header(OpCode::Send, t, nbytes), data, nbytes).header.seq = 0;
@@ -285,6 +333,7 @@ void Group::send(const void* data, size_t nbytes, Dtype t, int dst, const CallOp
 }
 
 void Group::recv(void* data, size_t nbytes, Dtype t, int src, const CallOptions& opts) {
+  check_peer(src, "recv from");
   guarded(opts, "recv from rank " + std::to_string(src), [&](const Wait& wait) {
     Step step;
     step.add(&p2p_link(src, false, wait), false, header(OpCode::Send, t, nbytes), data, nbytes).header.seq = 0;
@@ -314,7 +363,12 @@ std::shared_ptr<Group> Group::split(int color, int key, const CallOptions& opts,
     sub_options.dead_peer_timeout = world.dead_peer_timeout;
     sub.reset(new Group(ctx_, id, std::move(members), std::move(sub_options)));
     sub->watch_for_peers_leaving();
-    sub->connect_ring(wait);
+    // Every colour is known: the rest is the new group's own business. An abort of this group
+    // now (a rank that is not in the new group has already left it) must not fail the new group;
+    // the new group's own abort, the deadline and Ctrl-C still end it.
+    Wait own = sub->make_wait(opts, "split");
+    own.deadline = wait.deadline;
+    sub->connect_ring(own);
   });
   return sub;
 }

@@ -130,7 +130,7 @@ std::string peer_name(int fd) {
   if (getnameinfo(reinterpret_cast<sockaddr*>(&ss), len, host, sizeof host, serv, sizeof serv,
                   NI_NUMERICHOST | NI_NUMERICSERV) != 0)
     return "unknown";
-  return std::string(host) + ":" + serv;
+  return Endpoint{host, std::atoi(serv)}.str();  // an IPv6 peer in brackets
 }
 
 Waker::Waker() {

@@ -23,8 +23,8 @@ const char* op_name(uint8_t op) {
   return "unknown op";
 }
 
-std::string describe(const MsgHeader& h) {
-  std::string s = op_name(h.op);
+std::string describe(const MsgHeader& h, bool receiving) {
+  std::string s = receiving && h.op == uint8_t(OpCode::Send) ? "recv" : op_name(h.op);
   s += " of " + std::to_string(h.nbytes) + " bytes";
   if (h.dtype < 14) s += std::string(" (") + dtype_name(static_cast<Dtype>(h.dtype)) + ")";
   if (h.op != uint8_t(OpCode::Send)) s += ", collective #" + std::to_string(h.seq);
@@ -35,7 +35,7 @@ void check_header(const MsgHeader& expected, const MsgHeader& got, const std::st
   if (got.magic != expected.magic)
     fail(ErrorKind::Protocol, "garbled data from " + peer + " (bad message header): the streams are out of step");
   if (got.op != expected.op || got.nbytes != expected.nbytes || got.dtype != expected.dtype || got.seq != expected.seq)
-    fail(ErrorKind::Protocol, peer + " sent " + describe(got) + " but this rank called " + describe(expected) +
+    fail(ErrorKind::Protocol, peer + " sent " + describe(got) + " but this rank called " + describe(expected, true) +
                                   ": every rank must call the same operations in the same order with the same shapes and dtypes");
 }
 

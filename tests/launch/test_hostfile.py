@@ -191,3 +191,18 @@ def test_ring_ports_are_distinct_and_consecutive(ips, conns, start):
 def test_repeat_keeps_host_order(names, n):
     hosts = repeat_hosts([Host(x) for x in names], n)
     assert [h.ssh for h in hosts] == [x for x in names for _ in range(n)]
+
+
+def test_a_file_named_like_a_host_does_not_make_the_host_a_hostfile(tmp_path, monkeypatch):
+    """hosts="localhost" next to a file called localhost is still the host (issue 21, item 10)."""
+    from pathlib import Path
+
+    from mlx_jupyter.hostfile import hostfile_path
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "localhost").write_text("not a hostfile")
+    (tmp_path / "h.json").write_text(json.dumps([{"ssh": "10.0.0.7"}]))
+    assert [h.ssh for h in resolve_hosts("localhost")] == ["localhost"]
+    assert hostfile_path("localhost") is None and hostfile_path("mac-1,mac-2") is None
+    assert [h.ssh for h in resolve_hosts("h.json")] == ["10.0.0.7"]   # a .json name, a path or a Path is a file
+    assert hostfile_path("./localhost") == "./localhost" and hostfile_path(Path("localhost")) == "localhost"

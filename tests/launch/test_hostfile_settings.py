@@ -7,6 +7,8 @@ Launcher, launch CLI, Cluster, %mlx_cluster and the panel's manager all read the
 
 from __future__ import annotations
 
+import asyncio
+
 import json
 import os
 import shutil
@@ -215,14 +217,15 @@ def test_panel_manager_keeps_the_hostfiles_backend_and_envs(tmp_path):
     from mlx_jupyter.server.manager import ClusterManager
 
     path = write(tmp_path, "jaccl", [FAST], ips=("127.0.0.1", "127.0.0.2"), rdma=True)
-    manager = ClusterManager()
+    manager = ClusterManager(root_dir=str(tmp_path))
     try:
-        c = manager.create(n=1, hostfile=path).cluster
+        c = asyncio.run(manager.create(n=1, hostfile=path)).cluster
         assert c.backend == "jaccl" and c.env == {"MLX_METAL_FAST_SYNCH": "1"}
         assert all("MLX_JACCL_COORDINATOR" in p.env for p in cluster_plans(c))
-        assert manager.create(n=1, hostfile=path, backend="ring").cluster.backend == "ring"
+        assert asyncio.run(manager.create(n=1, hostfile=path, backend="ring")).cluster.backend == "ring"
     finally:
         manager._worker.shutdown(wait=False)
+        manager.hostfiles.close()
 
 
 # -- scripts, as MLX's launcher (issue 14 §5) -------------------------------------------------------

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mlx_jupyter.launch.script import MARKER, rank_script
+from mlx_jupyter.launch.script import MARKER, RankStart, rank_script
 from mlx_jupyter.net.ssh import QuotingError, export, join, quote, sh_command, split_destination
 
 HOSTILE = ["a'b", 'a"b', "$(touch /tmp/pwned)", "`id`", "a;b", "a\nb", "a b", "\\", "$HOME", "*", "-n", "", "'",
@@ -16,8 +16,11 @@ HOSTILE = ["a'b", 'a"b', "$(touch /tmp/pwned)", "`id`", "a;b", "a\nb", "a b", "\
 _text = st.text(alphabet=st.characters(blacklist_characters="\0", blacklist_categories=("Cs",)), max_size=30)
 
 
-def sh(script: str, stdin: str = "", argv0: str = "/bin/sh") -> subprocess.CompletedProcess:
-    """Run a script; bytes in and out, so no newline translation hides a quoting bug."""
+def sh(script: "str | RankStart", stdin: str = "", argv0: str = "/bin/sh") -> subprocess.CompletedProcess:
+    """Run a script (a rank's: its setup first on stdin); bytes in and out, so no newline translation hides
+    a quoting bug."""
+    if isinstance(script, RankStart):
+        script, stdin = script.script, script.setup + stdin
     res = subprocess.run([argv0, "-c", script], input=stdin.encode(), capture_output=True, timeout=20)
     res.stdout, res.stderr = res.stdout.decode(), res.stderr.decode()
     return res
@@ -87,6 +90,41 @@ def test_rank_script_forwards_stdin_and_exit_code():
     assert res.returncode == 7 and res.stdout.split("\n")[1] == "got:hi"
 
 
+@settings(max_examples=50, deadline=None)
+@given(st.dictionaries(st.from_regex(r"[A-Z][A-Z0-9_]{0,6}", fullmatch=True),
+                       st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789", min_size=12, max_size=30), max_size=3))
+def test_no_env_value_is_in_the_script(env):
+    """The script is a long-lived shell's argv (readable by every user of the host): no value in it."""
+    start = rank_script(["true"], env, {"F": "file-content-xyzzy-42"}, None, False, "r")
+    for value in [*env.values(), "file-content-xyzzy-42"]:
+        assert value not in start.script and value in start.setup
+
+
+def test_settings_leave_the_ranks_own_stdin_intact():
+    start = rank_script(["sh", "-c", 'read x; echo "got:$x:$K"'], {"K": "v\n2"}, {}, None, False, "r")
+    res = sh(start, stdin="hi\n")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split("\n", 1)[1] == "got:hi:v\n2\n"
+
+
+def test_an_env_var_named_like_the_scripts_own_cannot_redirect_its_cleanup(tmp_path):
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    # `d`, `pid` and `GUARD` were the script's own names once: an env var `d` made it remove that dir at exit
+    res = sh(rank_script(["true"], {"d": str(keep), "pid": "1", "GUARD": str(keep)}, {}, None, False, "r"))
+    assert res.returncode == 0, res.stderr
+    assert keep.is_dir()
+    with pytest.raises(ValueError, match="_mj_d.*rank script's own"):
+        rank_script(["true"], {"_mj_d": "/"}, {}, None, False, "r")
+
+
+@pytest.mark.parametrize("stdin, why", [("", "its settings did not arrive on stdin"), ("x\n", "its settings are garbled"),
+                                        ("3\nexport A=1\n", "its settings were cut short")])
+def test_missing_or_garbled_settings_stop_the_rank_with_a_message(stdin, why):
+    res = sh(rank_script(["true"], {}, {}, None, False, "rank 2 on h3").script, stdin=stdin)
+    assert res.returncode == 125 and f"rank 2 on h3: {why}" in res.stderr
+
+
 # ---------------------------------------------------------------- watchdog --
 
 def _popen_sh(script: str) -> subprocess.Popen:
@@ -106,8 +144,11 @@ def test_watchdog_signals_then_kills_registered_groups_at_eof():
     first = dog.stdout.readline().decode()
     assert first.startswith(MARKER + " ")
     guard = Path(first.split(" ", 1)[1].strip())
-    rank = _popen_sh(rank_script(["sh", "-c", "trap 'echo usr1' USR1; echo ready; sleep 60 & wait; sleep 60 & wait"], {},
-                                 {"F": "x"}, None, False, "rank 0", str(guard)))
+    start = rank_script(["sh", "-c", "trap 'echo usr1' USR1; echo ready; sleep 60 & wait; sleep 60 & wait"], {},
+                        {"F": "x"}, None, False, "rank 0", str(guard))
+    rank = _popen_sh(start.script)
+    rank.stdin.write(start.setup.encode())
+    rank.stdin.flush()
     pgid = int(rank.stdout.readline().split()[1])
     assert rank.stdout.readline() == b"ready\n"   # its trap is set
     registered = guard / str(pgid)

@@ -379,7 +379,7 @@ def test_manager_start_list_stop(tmp_path, monkeypatch):
 
     async def go():
         m = ClusterManager(factory=Fake)
-        entry = m.create(n=2, hosts="127.0.0.1", backend="ring")
+        entry = await m.create(n=2, hosts="127.0.0.1", backend="ring")
         await m.start(entry)
         [item] = await m.listing()
         assert item["state"] == "running" and item["owner"] == "server"
@@ -394,11 +394,12 @@ def test_manager_start_list_stop(tmp_path, monkeypatch):
 
 
 def test_manager_takes_a_hostfile_and_checks_it_first(tmp_path, monkeypatch):
-    """The panel's hostfile field: the factory gets its absolute path and no backend (the file's is used);
-    an unreadable one is a ValueError naming it (the panel shows it), before anything starts."""
+    """The panel's hostfile field: the factory gets a private copy of the checked file and no backend
+    (the file's is used); an unreadable one is a RequestError naming it (the panel shows it), before
+    anything starts. Paths are under the manager's root (the server's)."""
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
-    monkeypatch.chdir(tmp_path)
     from mlx_jupyter.server.manager import ClusterManager
+    from mlx_jupyter.server.requests import RequestError
 
     made = []
 
@@ -406,17 +407,23 @@ def test_manager_takes_a_hostfile_and_checks_it_first(tmp_path, monkeypatch):
         made.append(kw)
         return FakeCluster()
 
-    (tmp_path / "hosts.json").write_text('{"backend": "jaccl", "envs": ["MLX_METAL_FAST_SYNCH=1"], '
-                                         '"hosts": [{"ssh": "127.0.0.1", "ips": []}]}')
-    m = ClusterManager(factory=factory)
-    m.create(n=1, hostfile="hosts.json")
-    assert made[-1]["hostfile"] == str(tmp_path / "hosts.json") and "backend" not in made[-1]
-    m.create(n=1, hostfile="hosts.json", backend="ring")
-    assert made[-1]["backend"] == "ring"
-    with pytest.raises(ValueError, match="hostfile missing.json"):
-        m.create(n=1, hostfile="missing.json")
+    text = '{"backend": "jaccl", "envs": ["MLX_METAL_FAST_SYNCH=1"], "hosts": [{"ssh": "127.0.0.1", "ips": []}]}'
+    (tmp_path / "hosts.json").write_text(text)
+    m = ClusterManager(factory=factory, root_dir=str(tmp_path))
+
+    async def go():
+        entry = await m.create(n=1, hostfile="hosts.json")
+        assert Path(made[-1]["hostfile"]).read_text() == text and "backend" not in made[-1]
+        assert entry.hostfile.name == "hosts.json" and made[-1]["hostfile"] != str(tmp_path / "hosts.json")
+        await m.create(n=1, hostfile=str(tmp_path / "hosts.json"), backend="ring")   # absolute, inside the root
+        assert made[-1]["backend"] == "ring"
+        with pytest.raises(RequestError, match="hostfile: 'missing.json': cannot open it"):
+            await m.create(n=1, hostfile="missing.json")
+
+    asyncio.run(go())
     assert len(made) == 2
     m.shutdown()
+    assert not Path(made[0]["hostfile"]).exists()   # the private copies go with the manager
 
 
 # -- with real local clusters ---------------------------------------------------------------------
@@ -449,7 +456,7 @@ def test_connect_code_connects_a_kernel_to_a_server_cluster(tmp_path, monkeypatc
     manager = ClusterManager(start_timeout=90)
 
     async def start():
-        entry = manager.create(n=2, backend="ring")
+        entry = await manager.create(n=2, backend="ring")
         await manager.start(entry)
         return entry, await manager.listing()
 

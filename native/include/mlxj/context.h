@@ -64,8 +64,10 @@ class Context {
   Fd accept(const ConnKey& key, int peer, const Wait& wait);
 
   void log(const std::string& msg) const;
-  // Called (from the acceptor thread) when a peer reconnects to form a new group.
-  void on_superseded(std::function<void(const std::string&)> hook);
+  // Called (from the acceptor thread) when a peer reconnects to form a new group with the id
+  // `group` (it left ours of that id). Only that group: the peer's other groups (splits it is
+  // still in, or never was) are not its to end.
+  void on_superseded(uint64_t group, std::function<void(const std::string&)> hook);
   // Stops accepting and frees the listening ports, so a new group can bind them.
   void close();
 

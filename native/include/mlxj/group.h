@@ -1,8 +1,11 @@
 // A communication group: rank, size, split, abort, and the collectives.
-// Ops on one group run one at a time (a mutex serialises callers); abort()
-// may be called from any thread and fails pending and later ops at once.
+// Ops on one group run one at a time: an op from a second thread waits for the
+// op lock, and that wait is bounded by its own deadline, abort and Ctrl-C (an op
+// that gives up there never started: the group is left as it is). abort() may be
+// called from any thread and fails pending and later ops at once.
 #pragma once
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
@@ -64,6 +67,8 @@ class Group : public std::enable_shared_from_this<Group> {
   void watch_for_peers_leaving();
   void connect_ring(const Wait& wait);
   Link& p2p_link(int peer, bool sending, const Wait& wait);
+  // A send/recv peer: throws std::invalid_argument (ValueError) unless it is another rank of this group.
+  void check_peer(int peer, const char* what) const;
   Wait make_wait(const CallOptions& opts, const std::string& what);
   std::string describe(int r) const { return ctx_->describe(members_[r]); }
 
@@ -98,11 +103,20 @@ class Group : public std::enable_shared_from_this<Group> {
   void check_stop(Link* const* links, size_t nlinks, bool moving, const Wait& wait, Clock::time_point now);
   // The timeout of an op that still waits for `who` (ranks, comma-separated).
   [[noreturn]] static void timed_out(const Wait& wait, const std::string& who);
-  // Runs one op under the op lock; any failure aborts the group, then propagates.
+  // Waits for the op lock within the op's deadline; abort and Ctrl-C end the wait.
+  // Throws (Timeout, Aborted, Interrupted) without touching the group.
+  void lock_op(const Wait& wait);
+  void unlock_op();
+  struct OpLock {
+    Group& g;
+    ~OpLock() { g.unlock_op(); }
+  };
+  // Runs one op under the op lock; any failure in the op aborts the group, then propagates.
   template <typename Body>
   void guarded(const CallOptions& opts, const std::string& what, Body&& body) {
-    std::lock_guard<std::mutex> lock(op_mu_);
     Wait wait = make_wait(opts, what);
+    lock_op(wait);
+    OpLock held{*this};
     try {
       wait.check_abort();
       body(static_cast<const Wait&>(wait));
@@ -160,7 +174,11 @@ class Group : public std::enable_shared_from_this<Group> {
   std::unique_ptr<Board> board_;  // set and freed under abort_mu_ (abort() marks it from any thread)
   uint64_t board_ops_ = 0;
   bool board_hot_spin_ = true;  // whether a board wait starts with a hot spin (not with more ranks than cores)
+  // The op lock (see lock_op): op_busy_ under op_mu_; op_free_ is notified when it is released
+  // or the group aborted. Never taken while holding abort_mu_.
   std::mutex op_mu_;
+  std::condition_variable op_free_;
+  bool op_busy_ = false;
   mutable std::mutex abort_mu_;
   std::atomic<bool> aborted_{false};
   std::string abort_reason_;

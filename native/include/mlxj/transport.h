@@ -30,7 +30,8 @@ struct MsgHeader {
 static_assert(sizeof(MsgHeader) == 16, "header is 16 bytes on the wire");
 
 const char* op_name(uint8_t op);
-std::string describe(const MsgHeader& h);
+// `receiving`: h is what a receiver expects (a point-to-point one is then named recv: the wire says send).
+std::string describe(const MsgHeader& h, bool receiving = false);
 // Throws CommError(Protocol) naming the peer and both calls when the headers differ.
 void check_header(const MsgHeader& expected, const MsgHeader& got, const std::string& peer);
 // Throw CommError(Peer) for a connection that failed with errno `err`, or that the peer closed.
