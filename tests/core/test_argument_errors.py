@@ -92,7 +92,8 @@ def test_ipv6_peers_are_printed_in_brackets():
     p1 = p0 + 1
     code = ("import sys\nfrom mlx_jupyter import _core\n"
             "try:\n"
-            f"    _core.Group.world(0, [['[::1]:{p0}'], ['[::1]:{p1}']], 'tok-{secrets.token_hex(4)}', False, 4.0)\n"
+            f"    _core.Group.world(0, [[('::1', {p0})], [('::1', {p1})]],\n"
+            f"                      _core.CoreOptions(token='tok-{secrets.token_hex(4)}'), 4.0)\n"
             "except _core.DistributedError as exc:\n"
             "    print('ERROR', exc, flush=True)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
