@@ -25,15 +25,34 @@ from mlx_jupyter.topology.commands import ETHERNET_DISCOVERY
 # -- the command line ------------------------------------------------------------------------------
 
 
+EXAMPLES = """\
+examples:
+  mlx-jupyter config --hosts mac1,mac2,mac3,mac4
+      read the cabling, pick a backend, print each host's setup commands and the hostfile (changes nothing)
+  mlx-jupyter config --hosts mac1,mac2,mac3,mac4 --auto-setup --output-hostfile tb.json
+      also run the setup over ssh where sudo needs no password, and write tb.json
+  mlx-jupyter config --hosts mac1,mac2,mac3,mac4 --auto-setup --measure
+      then check every cable: Gb/s each way and round trip, slow or lopsided cables flagged
+  mlx-jupyter config --hosts mac1,mac2 --over ethernet --output-hostfile ring.json
+      no Thunderbolt: each host's ordinary-network address, for the ring backend
+  mlx-jupyter launch --hostfile tb.json -- python train.py
+      then run on the hosts (see mlx-jupyter launch --help)
+"""
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="mlx-jupyter config",
         description="Discover Thunderbolt cabling, plan addresses, set up the hosts and write a hostfile.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--hosts", help="comma-separated ssh names, in rank order")
     where.add_argument("--hostfile", help="a JSON hostfile whose ssh names to use")
-    p.add_argument("--over", choices=["thunderbolt", "ethernet"], default="thunderbolt")
+    p.add_argument("--over", choices=["thunderbolt", "ethernet"], default="thunderbolt",
+                   help="the network the ranks talk over: thunderbolt (default) discovers the cables and plans a "
+                        "/30 subnet per cable; ethernet takes each host's address on en0/en1 (Linux: its "
+                        "interfaces) for a ring hostfile")
     p.add_argument("--backend", choices=CONFIG_BACKENDS, default=None,
                    help="default: the best the cabling supports (RDMA only over Thunderbolt 5)")
     p.add_argument("--auto-setup", dest="auto_setup", action="store_true", default=False,

@@ -45,12 +45,26 @@ def _port(text: str) -> int:
     return value
 
 
+EXAMPLES = f"""\
+examples:
+  {PROG} -n 2 -- python train.py
+      two ranks on this machine; a bare python/python3 is this interpreter ({PROG} --print-python)
+  {PROG} --hosts mac1,mac2 -- python train.py
+      a rank per host over ssh; names resolve as ssh would (HostName, then DNS), the addresses are shown
+  {PROG} --hostfile tb.json -- python train.py
+      hosts, addresses, backend and env from a hostfile (mlx-jupyter config writes one)
+  {PROG} -n 2 --env MLX_METAL_FAST_SYNCH=1 --backend ring -- python train.py --epochs 3
+      options end where the command begins: --epochs is train.py's
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The option parser (options only: the command is split off before parsing)."""
     p = argparse.ArgumentParser(
         prog=PROG, allow_abbrev=False,
         usage=f"{PROG} [options] [--] command [args...]",
         description="Run a command on every rank, locally or over ssh, with MLX's distributed environment.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--hosts", default="127.0.0.1", help="comma-separated hosts (an IP entry is also its IP)")
     p.add_argument("-n", "--repeat-hosts", type=_positive, default=1, metavar="N", help="ranks per host")
