@@ -78,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"ring: first port (our core also uses port+{CORE_PORT_OFFSET}); jaccl: coordinator port")
     p.add_argument("--nccl-port", type=_port, default=12345, metavar="P", help="nccl rendezvous port")
     p.add_argument("--cwd", help="working directory on every host (default: this one, if it exists there)")
-    p.add_argument("--python", default=sys.executable, help="interpreter for a .py script (default: this one)")
+    p.add_argument("--python", default=sys.executable,
+                   help="interpreter for a .py script and for a bare python/python3 command (default: this one)")
     p.add_argument("--no-verify-script", action="store_true", help="don't check locally that the command exists")
     p.add_argument("--print-python", action="store_true", help="print the interpreter path and exit")
     p.add_argument("--verbose", action="store_true", help="log steps to stderr")

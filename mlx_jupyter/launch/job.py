@@ -46,6 +46,8 @@ class Job(Connections, Watch, Stop):
             raise LaunchError(str(exc)) from None
         self.ranks: list[RankInfo] = [RankInfo(r, h.ssh) for r, h in enumerate(self.hosts)]
         self.failures: list[int] = []          # ranks in the order they failed
+        self.missing_modules: dict[int, str] = {}   # rank -> "No module named 'x'" from its stderr
+        self.argv: list[str] = []              # what every rank runs
         self._procs: dict[int, Any] = {}       # rank -> LocalProcess | RemoteProcess
         self._conns: dict[str, list[Any]] = {}   # host -> connections (more than one past MaxSessions)
         self._rank_conn: dict[int, Any] = {}
@@ -104,7 +106,7 @@ class Job(Connections, Watch, Stop):
     async def _start_ranks(self) -> None:
         c = self.config
         plans = self._plans()
-        argv = rank_argv(c.command, c.python, c.cwd)
+        argv = self.argv = rank_argv(c.command, c.python, c.cwd)
         if any(h.is_local for h in self.hosts):
             await self._start_guard()
         await self._connect()
@@ -153,7 +155,7 @@ class Job(Connections, Watch, Stop):
 
     async def _start_mpi(self) -> None:
         c = self.config
-        argv = rank_argv(c.command, c.python, c.cwd)
+        argv = self.argv = rank_argv(c.command, c.python, c.cwd)
         await self._start_guard()
         env = {**dict(c.env)}
         if c.rank_env:

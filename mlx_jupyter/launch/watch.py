@@ -6,13 +6,18 @@ import asyncio
 import sys
 from typing import Any, Optional
 
+from mlx_jupyter.launch.config import interpreter_of
 from mlx_jupyter.launch.rankinfo import EXITED, KILLED, LOST, describe_exit, rank_prefix
+
+MISSING_MODULE = "ModuleNotFoundError: "
 
 
 class Watch:
     """Part of :class:`~mlx_jupyter.launch.job.Job`: the ranks while they run."""
 
     def _emit(self, rank: int, stream: str, line: str) -> None:
+        if stream == "stderr" and line.startswith(MISSING_MODULE):
+            self.missing_modules.setdefault(rank, line[len(MISSING_MODULE):].strip())
         cb = self.config.on_output
         if cb is None:
             target = sys.stdout if stream == "stdout" else sys.stderr
@@ -91,11 +96,22 @@ class Watch:
                 reason = getattr(self._procs.get(r), "lost_reason", "")
                 parts.append(f"rank {r} on {i.host} lost ({reason})")
             else:
-                parts.append(f"rank {r} on {i.host} {_exited(i.returncode)}")
+                parts.append(f"rank {r} on {i.host} {_exited(i.returncode)}{self._missing_module_note(r)}")
         killed = [i for i in self.ranks if i.state == KILLED]
         if killed:
             parts.append("terminated: " + ", ".join(f"rank {i.rank} on {i.host}" for i in killed))
         return "; ".join(parts)
+
+    def _missing_module_note(self, rank: int) -> str:
+        """`` (No module named 'mlx'; the rank ran /usr/bin/python3 ...)``: which interpreter lacked it."""
+        missing = self.missing_modules.get(rank)
+        if missing is None:
+            return ""
+        ran = interpreter_of(self.argv, self.hosts[rank].is_local) if self.argv else None
+        if ran is None:
+            return f" ({missing})"
+        hint = "" if ran == self.config.python else f"; --python is {self.config.python}"
+        return f" ({missing}; the rank ran {ran}{hint})"
 
     def _mpi_summary(self) -> str:
         """mpirun's exit code, and the first failing rank and its host as mpirun reported them."""
