@@ -16,6 +16,7 @@ from mlx_jupyter.launch import contract
 from mlx_jupyter.net import ssh
 from mlx_jupyter.hostfile import BACKENDS, Host, HostfileError, hostfile_path, merge_settings, read_hostfile, resolve_hosts
 from mlx_jupyter.launch import mpi
+from mlx_jupyter.launch.addresses import fill_addresses
 from mlx_jupyter.launch.config import ExitCallback, LaunchConfig, OutputCallback, rank_argv
 from mlx_jupyter.launch.connections import Connections
 from mlx_jupyter.launch.errors import LaunchError
@@ -105,6 +106,8 @@ class Job(Connections, Watch, Stop):
 
     async def _start_ranks(self) -> None:
         c = self.config
+        for note in await fill_addresses(c.backend, self.hosts, c.ssh_options):
+            print(f"mlx-jupyter launch: {note}", file=sys.stderr)
         plans = self._plans()
         argv = self.argv = rank_argv(c.command, c.python, c.cwd)
         if any(h.is_local for h in self.hosts):
