@@ -16,7 +16,7 @@ import sys
 from typing import Optional, Sequence
 
 from mlx_jupyter.net import ssh
-from mlx_jupyter.net.ports import CORE_PORT_OFFSET
+from mlx_jupyter.net.ports import CORE_PORT_OFFSET, free_port_block
 from mlx_jupyter.hostfile import (BACKENDS, HostfileError, merge_settings, parse_env, parse_host_list, read_hostfile,
                                   repeat_hosts)
 from mlx_jupyter.launch.errors import LaunchError
@@ -74,8 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="set an env var on every rank; a bare KEY passes this environment's value on")
     p.add_argument("--mpi-arg", action="append", default=[], metavar="A", help="extra mpirun argument(s)")
     p.add_argument("--connections-per-ip", type=_positive, default=1, metavar="N", help="ring: connections per IP")
-    p.add_argument("-p", "--starting-port", type=_port, default=32323, metavar="P",
-                   help=f"ring: first port (our core also uses port+{CORE_PORT_OFFSET}); jaccl: coordinator port")
+    p.add_argument("-p", "--starting-port", type=_port, metavar="P",
+                   help=f"ring: first port, default 32323, or a free block when every rank runs here (our core "
+                        f"also uses port+{CORE_PORT_OFFSET}); jaccl: coordinator port")
     p.add_argument("--nccl-port", type=_port, default=12345, metavar="P", help="nccl rendezvous port")
     p.add_argument("--cwd", help="working directory on every host (default: this one, if it exists there)")
     p.add_argument("--python", default=sys.executable,
@@ -134,6 +135,16 @@ def _default_backend() -> str:
         return "ring"
 
 
+def _starting_port(args: argparse.Namespace, hosts: list) -> int:
+    """``-p``, else a free block when every rank runs on this machine (two local launches at once do
+    not collide), else MLX's 32323."""
+    if args.starting_port is not None:
+        return args.starting_port
+    if all(h.is_local for h in hosts):
+        return free_port_block(len(hosts) * args.connections_per_ip)
+    return 32323
+
+
 def make_config(args: argparse.Namespace, command: list[str]) -> LaunchConfig:
     """Turn parsed options into a :class:`LaunchConfig` (warnings printed, errors raised)."""
     hf = read_hostfile(args.hostfile) if args.hostfile else None
@@ -153,7 +164,7 @@ def make_config(args: argparse.Namespace, command: list[str]) -> LaunchConfig:
     opts = ssh.options_from_args(args)
     return LaunchConfig(
         command=command, hosts=hosts, backend=settings.backend, env=env,
-        cwd=args.cwd, cwd_required=args.cwd is not None, python=args.python, starting_port=args.starting_port,
+        cwd=args.cwd, cwd_required=args.cwd is not None, python=args.python, starting_port=_starting_port(args, hosts),
         connections_per_ip=args.connections_per_ip, nccl_port=args.nccl_port, ssh_options=opts, stdin=True,
         verbose=args.verbose, mpi_args=list(args.mpi_arg),
     )

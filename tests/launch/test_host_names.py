@@ -38,3 +38,27 @@ def test_ssh_config_aliases_resolve_to_their_hostname(testbed, tmp_path) -> None
     assert f"mlx-jupyter launch: addresses: mac-a (HostName {a}) -> {a}, mac-b (HostName {b}) -> {b}" \
         in p.stderr.splitlines(), p.stderr
     assert sorted(p.stdout.splitlines()) == ["[rank 0] h1 sum [3.0, 3.0]", "[rank 1] h2 sum [3.0, 3.0]"], p.stdout
+
+
+def test_local_launches_default_to_a_free_port_block() -> None:
+    """Two local launches at once do not collide on 32323; an explicit -p and remote hosts keep theirs."""
+    import socket
+
+    from mlx_jupyter.hostfile import parse_host_list
+    from mlx_jupyter.launch.cli import _starting_port, build_parser
+
+    def port(*argv: str, hosts: str = "127.0.0.1,localhost") -> int:
+        return _starting_port(build_parser().parse_args(list(argv)), parse_host_list(hosts, 2))
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 32323))   # another job's ring on the default port
+    try:
+        first = port()
+        assert first != 32323 and port("-p", "40000") == 40000 and port(hosts="10.9.9.9") == 32323
+        for p in [*range(first, first + 4), *range(first + 1000, first + 1004)]:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", p))
+    finally:
+        taken.close()
+    p = cli(["-n", "2", "--", "python", "-c", RING.replace("socket.gethostname(), ", "")])
+    assert p.returncode == 0 and p.stdout.count("sum [3.0, 3.0]") == 2, p.stderr
