@@ -295,7 +295,7 @@ class TopologyWidget(anywidget.AnyWidget):
             raise
         self.cluster = cluster
         _make_current(cluster)
-        self._report("start", f"{cluster.size} ranks ready ({self.choice['name']}, hostfile {path}); "
+        self._report("start", f"{cluster.size} ranks ready ({self.choice['name']}) on hostfile {path}; "
                               "use %%mlx_distributed", "success")
         return cluster
 
