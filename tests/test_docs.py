@@ -276,3 +276,21 @@ def test_the_second_command_uses_sudo_only_when_not_root() -> None:
         without_sudo = run(*nobody, env_path="/usr/bin:/bin")
         if shutil.which("sudo", path="/usr/bin:/bin") is None:
             assert without_sudo.stdout == "ran as 65534 with a b\n", without_sudo.stderr
+
+
+def _anchors(path: Path) -> set[str]:
+    """GitHub's heading anchors of a markdown file."""
+    heads = re.findall(r"^#+\s+(.*)$", path.read_text(), flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in heads}
+
+
+def test_links_between_the_docs_resolve() -> None:
+    for doc in DOCS:
+        path = ROOT / doc
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]+))?\)", path.read_text()):
+            if target.startswith(("http://", "https://")):
+                continue
+            linked = (path.parent / target).resolve() if target else path
+            assert linked.exists(), f"{doc}: link to {target} leads nowhere"
+            if anchor and linked.suffix == ".md":
+                assert anchor in _anchors(linked), f"{doc}: {target}#{anchor}: no such heading"
