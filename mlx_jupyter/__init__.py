@@ -7,9 +7,17 @@ import quickly and work even where the native core is not built.
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import Any
 
+from mlx_jupyter import _source_tree
+
 __version__ = "0.1.0"
+
+_TREE = Path(__file__).resolve().parent
+# A checkout without its built core that shadows an installed copy (Jupyter started in the clone):
+# the installed copy replaces this module in sys.modules, and the import returns it.
+_source_tree.step_aside(_TREE)
 
 _LAZY = {
     "Buffer": "mlx_jupyter.buffers",
@@ -25,6 +33,8 @@ _LAZY = {
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
+    if name == "_core" and not _source_tree.core_findable():
+        raise _source_tree.missing_core_error(_TREE)
     raise AttributeError(f"module 'mlx_jupyter' has no attribute {name!r}")
 
 

@@ -9,8 +9,10 @@ Buffer exports the buffer protocol and `__dlpack__`, so numpy, MLX and torch
 can view it, and it can be passed as `out=` to every collective.
 """
 
-from mlx_jupyter._core import Buffer
+from mlx_jupyter import _core
 from mlx_jupyter.core.mlx_arrays import buffer_to_mlx
+
+Buffer = _core.Buffer
 
 Buffer.to_mlx = buffer_to_mlx  # type: ignore[attr-defined]  # a real mlx.core.array (see mlx_arrays)
 

@@ -19,9 +19,24 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def usage() -> str:
     width = max(len(n) for n in COMMANDS)
-    lines = ["usage: mlx-jupyter COMMAND [options]", "", "commands:"]
+    lines = ["usage: mlx-jupyter COMMAND [options]   (mlx-jupyter COMMAND --help for its options)", "", "commands:"]
     lines += [f"  {name.ljust(width)}  {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += ["", "  --version  print the version of mlx-jupyter and of MLX"]
     return "\n".join(lines)
+
+
+def version() -> str:
+    """``mlx-jupyter 0.1.0 (MLX 0.32.4)``: this package's version and the installed MLX's."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    from mlx_jupyter import __version__
+
+    try:
+        mlx = f"MLX {dist_version('mlx')}"
+    except PackageNotFoundError:
+        mlx = "MLX not installed"
+    return f"mlx-jupyter {__version__} ({mlx})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
         return 0 if argv else 2
+    if argv[0] in ("--version", "-V", "version"):
+        print(version())
+        return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         print(f"mlx-jupyter: unknown command {name!r}\n\n{usage()}", file=sys.stderr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -79,6 +80,10 @@ def test_cabling():
     assert "m3-ultra-1: auto, ok=True" in out
     assert '"backend": "jaccl-ring"' in out
     assert "application/vnd.jupyter.widget-view+json" in mimetypes(nb)
+    # the recorded cable check, after Apply setup: every cable measured, the slow one flagged
+    assert "5 cables checked in " in out and "4 ok, 1 flagged, 0 failed" in out, out
+    assert "m3-ultra-2->m3-ultra-4 11.60 Gb/s, m3-ultra-4->m3-ultra-2 54.90 Gb/s, round trip 0.085 ms  <-- slow" in out
+    assert "SetupNotAppliedWarning" not in out and "Traceback" not in out
 
 
 @pytest.mark.timeout(240)
@@ -110,6 +115,24 @@ def test_remote_cluster_over_ssh(testbed, tmp_path, monkeypatch):
 
 
 @pytest.mark.timeout(240)
+def test_remote_cluster_over_ssh_without_an_ssh_config(testbed, tmp_path, monkeypatch):
+    """A home without ~/.ssh/config: ssh's defaults (~/.ssh's key and known_hosts), hosts by address."""
+    ssh_dir = tmp_path / "home" / ".ssh"
+    ssh_dir.mkdir(parents=True)
+    shutil.copy(testbed.key, ssh_dir / "id_ed25519")
+    shutil.copy(testbed.known_hosts, ssh_dir / "known_hosts")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MLXJ_EXAMPLE_HOSTS", ",".join(testbed.ips[:2]))
+    monkeypatch.setenv("MLXJ_EXAMPLE_CONTROLLER_IP", f"{testbed.net}.1")
+    monkeypatch.delenv("MLXJ_EXAMPLE_SSH_CONFIG", raising=False)
+    assert not (ssh_dir / "config").exists()
+    out = text_of(run("04-remote-cluster-over-ssh.ipynb"))
+    assert "rank 0 on h1: all_sum = 3" in out and "rank 1 on h2: all_sum = 3" in out, out
+    assert "cluster stopped" in out
+    assert testbed.procs_matching("mlx_jupyter.cluster.rank.engine") == {}
+
+
+@pytest.mark.timeout(240)
 def test_launch_from_a_notebook():
     out = text_of(run("05-launch-from-a-notebook.ipynb"))
     assert "[rank 0] rank 0 of 2: all_sum = 3" in out and "[rank 1] rank 1 of 2: all_sum = 3" in out, out
@@ -121,10 +144,13 @@ def test_launch_from_a_notebook():
 @pytest.mark.timeout(240)
 def test_buffers_and_backends():
     pytest.importorskip("mlx_jupyter._mlx_bridge")
-    out = text_of(run("buffers_and_backends.ipynb"))
+    nb = run("buffers_and_backends.ipynb")
+    out = text_of(nb)
     assert "same memory as the numpy array: True" in out, out
     assert "mlx.core.array (2, 3) mlx.core.float32" in out, out
     assert "sum of x + 1: 4096" in out and "deleter calls: 1 with the address: True" in out, out
     assert "ValueError: unsupported dtype 'float128'" in out and "deleter calls: 1" in out, out
     assert "ring        machine=True  mlx=True  available=True" in out, out
     assert "mlx build" in out and "ring:" in out, out
+    last = [o for o in nb.cells[-1].outputs if o.get("output_type") == "execute_result"]
+    assert last == [], f"the last cell shows a stray result: {last}"

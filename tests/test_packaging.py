@@ -118,3 +118,46 @@ def test_server_extension_dependency_is_declared():
     import jupyter_server  # what mlx_jupyter.server.handlers imports
 
     assert int(jupyter_server.__version__.split(".")[0]) >= 2
+
+
+def _top_level_imports(source: str) -> set[str]:
+    import ast
+
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_notebooks_need_only_the_package_and_its_notebooks_extra():
+    """What the example notebooks import (kernel cells and %%mlx_distributed cells) comes with
+    `pip install ".[notebooks]"`, which the README names, JupyterLab included."""
+    import nbformat
+    from IPython.core.inputtransformer2 import TransformerManager
+    from packaging.requirements import Requirement
+
+    declared = {Requirement(r) for r in importlib.metadata.requires("mlx-jupyter") or []}
+    base = {r.name.lower() for r in declared if r.marker is None or "extra" not in str(r.marker)}
+    extra = {r.name.lower() for r in declared if r.marker is not None and 'extra == "notebooks"' in str(r.marker)}
+    assert "jupyterlab" in extra, "the notebooks extra installs JupyterLab to open them in"
+    dists = importlib.metadata.packages_distributions()
+    needed: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type != "code":
+                continue
+            source = cell.source
+            if source.startswith("%%"):   # a cell magic: its body runs (on the ranks), so it needs its imports too
+                source = source.split("\n", 1)[1] if "\n" in source else ""
+            code = TransformerManager().transform_cell(source)   # line magics and ! commands as Python
+            for module in _top_level_imports(code) - set(sys.stdlib_module_names) - {"mlx_jupyter"}:
+                for dist in dists.get(module, [module]):
+                    needed.setdefault(dist.lower().replace("_", "-"), set()).add(path.name)
+    missing = {d: sorted(nbs) for d, nbs in needed.items() if d not in base | extra and d != "mlx-cpu"}
+    assert not missing, f"notebooks import packages that neither the package nor its notebooks extra installs: {missing}"
+    assert "matplotlib" in needed and "matplotlib" in extra
+    readme = (ROOT / "README.md").read_text()
+    assert re.search(r'pip install (-q )?"\.\[notebooks\]"', readme) and "jupyter lab notebooks/" in readme

@@ -30,6 +30,8 @@ AGENT_SOURCE = (Path(__file__).parent / "measure_agent.py").read_text()
 PORTS = (40000, 60999)  # where a server's port is drawn from; a taken one is redrawn
 PORT_TRIES = 4
 GRACE = 5.0  # ssh's own time on top of the agents' timeout
+#: In a cable's error when an end could not bind its plan address (EADDRNOTAVAIL): the setup is missing there.
+NOT_SET_UP = "apply the setup first"
 
 
 class Runner(Protocol):
@@ -81,6 +83,9 @@ def _why(host: str, role: str, address: str, res: CommandResult, python: str) ->
     text = first_line(res.stderr) or first_line(res.stdout)
     if res.rc == 255:
         return f"{host}: cannot reach it over ssh: {text or 'exit 255'}"
+    if "assign requested address" in res.stderr:   # EADDRNOTAVAIL: the plan's address is not on this host
+        return (f"{host} ({role} on {address}): that address is not on {host} yet: {NOT_SET_UP} "
+                "(Apply setup, or mlx-jupyter config --auto-setup)")
     if res.rc == 127:
         return (f"{host}: {python!r} not found ({text}); name the remote Python with --measure-python "
                 "(CheckOptions(python=...) in the widget)")

@@ -16,7 +16,7 @@ import sys
 from typing import Optional, Sequence
 
 from mlx_jupyter.net import ssh
-from mlx_jupyter.net.ports import CORE_PORT_OFFSET, DEFAULT_STARTING_PORT
+from mlx_jupyter.net.ports import CORE_PORT_OFFSET, DEFAULT_STARTING_PORT, free_port_block
 from mlx_jupyter.hostfile import (BACKENDS, HostfileError, default_ranks_per_host, merge_settings, parse_env,
                                   parse_host_list, read_hostfile, repeat_hosts)
 from mlx_jupyter.launch.errors import LaunchError
@@ -45,12 +45,26 @@ def _port(text: str) -> int:
     return value
 
 
+EXAMPLES = f"""\
+examples:
+  {PROG} -n 2 -- python train.py
+      two ranks on this machine; a bare python/python3 is this interpreter ({PROG} --print-python)
+  {PROG} --hosts mac1,mac2 -- python train.py
+      a rank per host over ssh; names resolve as ssh would (HostName, then DNS), the addresses are shown
+  {PROG} --hostfile tb.json -- python train.py
+      hosts, addresses, backend and env from a hostfile (mlx-jupyter config writes one)
+  {PROG} -n 2 --env MLX_METAL_FAST_SYNCH=1 --backend ring -- python train.py --epochs 3
+      options end where the command begins: --epochs is train.py's
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The option parser (options only: the command is split off before parsing)."""
     p = argparse.ArgumentParser(
         prog=PROG, allow_abbrev=False,
         usage=f"{PROG} [options] [--] command [args...]",
         description="Run a command on every rank, locally or over ssh, with MLX's distributed environment.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--hosts", help="comma-separated hosts (an IP entry is also its IP; default: this machine)")
     p.add_argument("-n", "--repeat-hosts", type=_positive, metavar="N",
@@ -61,11 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="set an env var on every rank; a bare KEY passes this environment's value on")
     p.add_argument("--mpi-arg", action="append", default=[], metavar="A", help="extra mpirun argument(s)")
     p.add_argument("--connections-per-ip", type=_positive, default=1, metavar="N", help="ring: connections per IP")
-    p.add_argument("-p", "--starting-port", type=_port, default=DEFAULT_STARTING_PORT, metavar="P",
-                   help=f"ring: first port (our core also uses port+{CORE_PORT_OFFSET}); jaccl: coordinator port")
+    p.add_argument("-p", "--starting-port", type=_port, metavar="P",
+                   help=f"ring: first port, default {DEFAULT_STARTING_PORT}, or a free block when every rank runs "
+                        f"here (our core also uses port+{CORE_PORT_OFFSET}); jaccl: coordinator port")
     p.add_argument("--nccl-port", type=_port, default=12345, metavar="P", help="nccl rendezvous port")
     p.add_argument("--cwd", help="working directory on every host (default: this one, if it exists there)")
-    p.add_argument("--python", default=sys.executable, help="interpreter for a .py script (default: this one)")
+    p.add_argument("--python", default=sys.executable,
+                   help="interpreter for a .py script and for a bare python/python3 command (default: this one)")
     p.add_argument("--no-verify-script", action="store_true", help="don't check locally that the command exists")
     p.add_argument("--print-python", action="store_true", help="print the interpreter path and exit")
     p.add_argument("--verbose", action="store_true", help="log steps to stderr")
@@ -111,6 +127,16 @@ def verify_command(command: list[str], cwd: Optional[str]) -> None:
         raise CommandLineError(f"command {first!r} not found on PATH; pass --no-verify-script if it exists only on the hosts")
 
 
+def _starting_port(args: argparse.Namespace, hosts: list) -> int:
+    """``-p``, else a free block when every rank runs on this machine (two local launches at once do
+    not collide), else MLX's default."""
+    if args.starting_port is not None:
+        return args.starting_port
+    if all(h.is_local for h in hosts):
+        return free_port_block(len(hosts) * args.connections_per_ip)
+    return DEFAULT_STARTING_PORT
+
+
 def make_config(args: argparse.Namespace, command: list[str]) -> LaunchConfig:
     """Turn parsed options into a :class:`LaunchConfig` (warnings printed, errors raised)."""
     hf = read_hostfile(args.hostfile) if args.hostfile else None
@@ -130,7 +156,7 @@ def make_config(args: argparse.Namespace, command: list[str]) -> LaunchConfig:
     opts = ssh.options_from_args(args)
     return LaunchConfig(
         command=command, hosts=hosts, backend=settings.backend, env=env,
-        cwd=args.cwd, cwd_required=args.cwd is not None, python=args.python, starting_port=args.starting_port,
+        cwd=args.cwd, cwd_required=args.cwd is not None, python=args.python, starting_port=_starting_port(args, hosts),
         connections_per_ip=args.connections_per_ip, nccl_port=args.nccl_port, ssh_options=opts, stdin=True,
         verbose=args.verbose, mpi_args=list(args.mpi_arg),
     )

@@ -18,6 +18,7 @@ from typing import Any, Optional, Sequence
 from mlx_jupyter.hostfile import (BACKENDS, Host, HostfileError, default_ranks_per_host, hostfile_path, merge_settings,
                                   read_hostfile, resolve_hosts)
 from mlx_jupyter.launch import contract, mpi
+from mlx_jupyter.launch.addresses import fill_addresses
 from mlx_jupyter.launch.connections import HostConnections
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.launch.launch_config import ExitCallback, LaunchConfig, OutputCallback, rank_argv
@@ -49,7 +50,7 @@ class Job:
             raise LaunchError(str(exc)) from None
         self.connections = HostConnections(self.hosts, config.ssh_options, config.start_timeout, self.log)
         self.monitor = RankMonitor(config, [RankInfo(r, h.ssh) for r, h in enumerate(self.hosts)], len(self.hosts),
-                                   on_failure=self._fail_fast)
+                                   on_failure=self._fail_fast, local=[h.is_local for h in self.hosts])
         self.teardown = Teardown(self.monitor, self.connections, config.grace, self.log)
 
     def _apply_hostfile(self) -> None:
@@ -131,8 +132,10 @@ class Job:
 
     async def _start_ranks(self) -> None:
         c = self.config
+        for note in await fill_addresses(c.backend, self.hosts, c.ssh_options):
+            print(f"mlx-jupyter launch: {note}", file=sys.stderr)
         plans = self._plans()
-        argv = rank_argv(c.command, c.python, c.cwd)
+        argv = self.monitor.argv = rank_argv(c.command, c.python, c.cwd)
         if any(h.is_local for h in self.hosts):
             await self.connections.start_local_watchdog()
         await self.connections.connect()
@@ -182,7 +185,7 @@ class Job:
 
     async def _start_mpi(self) -> None:
         c = self.config
-        argv = rank_argv(c.command, c.python, c.cwd)
+        argv = self.monitor.argv = rank_argv(c.command, c.python, c.cwd)
         watchdog = await self.connections.start_local_watchdog()
         env = {**dict(c.env)}
         if c.rank_env:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,16 +52,34 @@ def local_script(first: str, cwd: Optional[str] = None) -> Optional[str]:
     return os.path.abspath(path) if os.path.isfile(path) else None
 
 
+#: Commands that mean "a Python": they run ``--python`` (default: the launcher's own interpreter),
+#: not whichever ``python`` comes first on the ranks' PATH (a venv that is not activated).
+BARE_PYTHONS = ("python", "python3")
+
+
 def rank_argv(command: Sequence[str], python: str, cwd: Optional[str] = None) -> list[str]:
     """The argv a rank runs, as MLX's launcher: a file here (any name) runs with ``python`` by its
-    absolute path; a ``.py`` missing here still runs with ``python``; anything else as is.
+    absolute path; a ``.py`` missing here still runs with ``python``; a bare ``python``/``python3``
+    is ``python``; anything else as is.
 
     Unlike MLX, an executable file that is not a ``.py`` (``/usr/bin/python3``, ``./run.sh``) runs as itself.
     """
     if not command:
         raise LaunchError("no command given: what should every rank run?")
     argv = [str(a) for a in command]
+    if argv[0] in BARE_PYTHONS:
+        return [python, *argv[1:]]
     script = local_script(argv[0], cwd)
     if script is not None and (argv[0].endswith(".py") or not os.access(script, os.X_OK)):
         return [python, script, *argv[1:]]
     return [python, *argv] if argv[0].endswith(".py") else argv
+
+
+def interpreter_of(argv: Sequence[str], local: bool) -> Optional[str]:
+    """The Python a rank's argv runs, as far as this machine can tell (None: not a Python command)."""
+    first = argv[0] if argv else ""
+    if not os.path.basename(first).startswith("python"):
+        return None
+    if os.path.isabs(first) or not local:
+        return first
+    return shutil.which(first) or first

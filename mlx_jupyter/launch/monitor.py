@@ -8,18 +8,25 @@ from typing import Any, Callable, Optional
 
 from mlx_jupyter.launch import mpi
 from mlx_jupyter.launch.contract import MPIPlan
-from mlx_jupyter.launch.launch_config import LaunchConfig
+from mlx_jupyter.launch.launch_config import LaunchConfig, interpreter_of
 from mlx_jupyter.launch.rankinfo import EXITED, KILLED, LOST, RankInfo, describe_exit, rank_prefix
+
+#: how Python starts the line that names a module a rank could not import
+MISSING_MODULE = "ModuleNotFoundError: "
 
 
 class RankMonitor:
     """The ranks of one launch while they run (``ranks``, ``size`` of them; with mpi, mpirun is the one
     process). ``config`` gives the output and exit callbacks and the failure rule; ``on_failure()`` is
-    called when a rank fails and the launch is to end (``terminate_on_failure``)."""
+    called when a rank fails and the launch is to end (``terminate_on_failure``). ``local[r]``: rank r
+    runs on this machine."""
 
     def __init__(self, config: LaunchConfig, ranks: list[RankInfo], size: int,
-                 on_failure: Callable[[], None] = lambda: None) -> None:
+                 on_failure: Callable[[], None] = lambda: None, local: Optional[list[bool]] = None) -> None:
         self.config, self.ranks, self.size, self.on_failure = config, ranks, size, on_failure
+        self.local = local if local is not None else [False] * len(ranks)
+        self.argv: list[str] = []             # what every rank runs, once known
+        self.missing_modules: dict[int, str] = {}   # rank -> "No module named 'x'" from its stderr
         self.procs: dict[int, Any] = {}       # rank -> LocalProcess | RemoteProcess
         self.failures: list[int] = []         # ranks in the order they failed
         self.stopping = False                 # the launch is being torn down: exits are expected
@@ -35,6 +42,8 @@ class RankMonitor:
 
     def emit(self, rank: int, stream: str, line: str) -> None:
         """One line of a rank's output, to ``on_output`` (default: printed with a ``[rank r]`` prefix)."""
+        if stream == "stderr" and line.startswith(MISSING_MODULE):
+            self.missing_modules.setdefault(rank, line[len(MISSING_MODULE):].strip())
         cb = self.config.on_output
         if cb is None:
             target = sys.stdout if stream == "stdout" else sys.stderr
@@ -122,11 +131,22 @@ class RankMonitor:
                 reason = getattr(self.procs.get(r), "lost_reason", "")
                 parts.append(f"rank {r} on {i.host} lost ({reason})")
             else:
-                parts.append(f"rank {r} on {i.host} {_exited(i.returncode)}")
+                parts.append(f"rank {r} on {i.host} {_exited(i.returncode)}{self._missing_module_note(r)}")
         killed = [i for i in self.ranks if i.state == KILLED]
         if killed:
             parts.append("terminated: " + ", ".join(f"rank {i.rank} on {i.host}" for i in killed))
         return "; ".join(parts)
+
+    def _missing_module_note(self, rank: int) -> str:
+        """`` (No module named 'mlx'; the rank ran /usr/bin/python3 ...)``: which interpreter lacked it."""
+        missing = self.missing_modules.get(rank)
+        if missing is None:
+            return ""
+        ran = interpreter_of(self.argv, self.local[rank]) if self.argv else None
+        if ran is None:
+            return f" ({missing})"
+        hint = "" if ran == self.config.python else f"; --python is {self.config.python}"
+        return f" ({missing}; the rank ran {ran}{hint})"
 
     def _mpi_summary(self) -> str:
         """mpirun's exit code, and the first failing rank and its host as mpirun reported them."""

@@ -1,6 +1,8 @@
 """Recorded command outputs (a folder per host, as in tests/fixtures/thunderbolt) served as answers.
 
-The only module of the package that reads files.
+The only module of the package that reads files. A case's ``cablecheck.json`` answers the cable
+check's agent (``config/measure_agent.py``) per cable; as on real Macs, an end can bind its cable
+address only once the setup has given it to the host.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from .commands import (
 )
 from .errors import DiscoveryError
 
+CABLE_CHECK = "cablecheck.json"
+AGENT_ROLES = ("serve", "send")
 FILES = {
     SYSTEM_PROFILER: "system_profiler.json",
     NETWORKSETUP: "networksetup.txt",
@@ -30,6 +34,7 @@ class Recording:
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
+        self.addresses: dict[str, set[str]] = {}   # host -> addresses its setup commands gave it
 
     def hosts(self) -> list[str]:
         """The host list of hosts.txt (in order), else the host folders (sorted)."""
@@ -64,8 +69,31 @@ class Recording:
         if key in FILES:
             return self._file(hdir, FILES[key], meta)
         if key[:1] == ("sudo",) and any(w in ("ifconfig", "route") for w in key):
-            return CommandResult(0, "") if meta["sudo"] else CommandResult(1, "", _SUDO_REFUSED)
+            if not meta["sudo"]:
+                return CommandResult(1, "", _SUDO_REFUSED)
+            if "inet" in key[:-1]:
+                self.addresses.setdefault(host, set()).add(key[key.index("inet") + 1])
+            return CommandResult(0, "")
+        if len(key) > 4 and key[1] == "-c" and key[3] in AGENT_ROLES:
+            return self._agent(host, key[3], _agent_options(key[4:]))
         return CommandResult(127, "", f"zsh:1: command not found: {key[0] if key else ''}\n")
+
+    def _agent(self, host: str, role: str, opts: dict[str, str]) -> CommandResult:
+        """The cable check agent's answer on ``host``, from ``cablecheck.json`` (the recorded cable's line)."""
+        bind, port = opts.get("bind", ""), opts.get("port", "")
+        if bind not in self.addresses.get(host, set()):
+            what = (f"cannot listen on {bind} port {port}" if role == "serve"
+                    else f"cannot connect from {bind} to {opts.get('to', '')} port {port}")
+            hint = " (is that address on this host? apply the setup first)" if role == "serve" else ""
+            return CommandResult(1, "", f"cablecheck {role}: {what}: Can't assign requested address{hint}\n")
+        path = self.folder / CABLE_CHECK
+        if not path.exists():
+            return CommandResult(1, "", f"cablecheck {role}: this recording has no cable check ({path})\n")
+        key = (bind, opts.get("to")) if role == "send" else None
+        for cable in json.loads(path.read_text())["cables"]:
+            if (role == "send" and (cable["a_ip"], cable["b_ip"]) == key) or (role == "serve" and cable["b_ip"] == bind):
+                return CommandResult(0, json.dumps({"role": role, **cable[role]}) + "\n")
+        return CommandResult(1, "", f"cablecheck {role}: no cable from {bind} recorded in {path}\n")
 
     @staticmethod
     def _file(hdir: Path, name: str, meta: dict) -> CommandResult:
@@ -79,6 +107,19 @@ class Recording:
         else:
             rc = 0
         return CommandResult(rc, out, meta["stderr"].get(stem, ""))
+
+
+def _agent_options(words: Sequence[str]) -> dict[str, str]:
+    """``--exit-on-eof --bind X --port P ...`` -> {"bind": X, "port": P, ...} (flags without a value dropped)."""
+    opts: dict[str, str] = {}
+    i = 0
+    while i < len(words):
+        if words[i].startswith("--") and i + 1 < len(words) and not words[i + 1].startswith("--"):
+            opts[words[i][2:].replace("-", "_")] = words[i + 1]
+            i += 2
+        else:
+            i += 1
+    return opts
 
 
 def load_case(folder: Path, hosts: Sequence[str] | None = None):

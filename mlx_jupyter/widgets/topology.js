@@ -263,11 +263,12 @@ function drawActions(model, bar) {
   button("Apply setup", "apply", "set the addresses over ssh where sudo allows; commands to copy elsewhere");
   button("Check cables", "check", "after setup: send over every cable both ways (about a second each, cables without " +
          "a shared host at once) and mark those under half their nominal speed, or much faster one way than the other");
-  const path = html("input", { class: "mlxj-path", title: "hostfile path (on the kernel's machine)" }, bar);
+  const path = html("input", { class: "mlxj-path", title: "hostfile path on the kernel's machine (a relative path " +
+                    "is in the kernel's working directory: the notebook's folder); Save and Start say where they wrote it" }, bar);
   path.value = model.get("hostfile_path") || "hostfile.json";
   path.addEventListener("change", () => { model.set("hostfile_path", path.value); model.save_changes(); });
   button("Save hostfile", "save", "write the hostfile of the chosen backend");
-  button("Start cluster", "start", "save the hostfile and start one rank per host");
+  button("Start cluster", "start", "save the hostfile (path at the left) and start one rank per host");
 
   const line = html("div", { class: `mlxj-status mlxj-status-${st.level || "info"}` }, bar.parentNode);
   if (st.total) {

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
@@ -51,6 +52,15 @@ class _CheckProgress:
     def cable_done(self, result: Any, done: int, total: int) -> None:
         state = "failed" if result.error else "flagged" if result.flags else "ok"
         self.widget._report("check", f"{result.target.name}: {state}", busy=done < total, done=done, total=total)
+
+
+class SetupNotAppliedWarning(UserWarning):
+    """Check cables before this widget applied the setup: the cables may not have their addresses yet."""
+
+
+def not_set_up_text(hosts: Sequence[str]) -> str:
+    """``setup not applied here on a, b``."""
+    return f"setup not applied here on {', '.join(hosts)}"
 
 
 class TopologyWidget(anywidget.AnyWidget):
@@ -220,7 +230,13 @@ class TopologyWidget(anywidget.AnyWidget):
             self._report("check", "no cable between listed hosts to check", "error")
             raise ValueError("no cable between listed hosts to check")
         opts = options or self.check_options or measure.CheckOptions()
-        self._report("check", f"checking {len(cables)} cables", busy=True, total=len(cables))
+        unset = self.not_set_up()
+        if unset:
+            warnings.warn(SetupNotAppliedWarning(f"{not_set_up_text(unset)}; the check needs the plan's addresses on "
+                                                 "every cable: Apply setup first, unless they are set up already"),
+                          stacklevel=2)
+        self._report("check", f"checking {len(cables)} cables" + (f" ({not_set_up_text(unset)})" if unset else ""),
+                     "warning" if unset else "info", busy=True, total=len(cables))
         runner, own = self._runner()
 
         async def go() -> Any:
@@ -235,9 +251,16 @@ class TopologyWidget(anywidget.AnyWidget):
         self._refresh()
         bad = [r.line() for r in report.results if not r.ok]
         more = f" (and {len(bad) - 1} more: hover a cable for its details)" if len(bad) > 1 else ""
-        self._report("check", report.summary() + (f": {bad[0]}{more}" if bad else ""),
+        missing = unset and any(measure.NOT_SET_UP in (r.error or "") for r in report.failed)
+        hint = f". {not_set_up_text(unset)}: press Apply setup, then Check cables" if missing else ""
+        self._report("check", report.summary() + (f": {bad[0]}{more}" if bad else "") + hint,
                      "success" if report.ok else "error")
         return report
+
+    def not_set_up(self) -> list[str]:
+        """The hosts this widget has not set up (Apply setup not pressed, or it failed or was left to the user there)."""
+        topo = self._need_topology()
+        return [n for n in topo.names if not self.setup_result.get(n, {}).get("ok")]
 
     def save_hostfile(self, path: Optional[str | Path] = None, form: str = "object") -> Path:
         """Write the hostfile of the chosen backend, as `mlx-jupyter config --output-hostfile`
@@ -249,19 +272,19 @@ class TopologyWidget(anywidget.AnyWidget):
             msg = choice.get("error") or "no topology yet"
             self._report("save", f"no hostfile: {msg}", "error")
             raise PlanError(msg)
-        target = Path(path or self.hostfile_path).expanduser()
-        text, warnings = hostfile_text(choice["hostfile"], form)
+        target = Path(path or self.hostfile_path).expanduser().absolute()   # relative: the kernel's working dir
+        text, notes = hostfile_text(choice["hostfile"], form)
         target.write_text(text)
         self.hostfile_path = str(path or self.hostfile_path)
         self._report("save", f"wrote {target} (backend {choice['name']}, {len(choice['hostfile']['hosts'])} hosts)"
-                     + "".join(f"; {w}" for w in warnings), "success")
+                     + "".join(f"; {w}" for w in notes), "success")
         return target
 
     def start_cluster(self, timeout: Optional[float] = None) -> Any:
         """Save the hostfile, then start a cluster on it (one rank per host); also the `%%mlx_distributed` one."""
         path = self.save_hostfile()
         cluster = self.cluster_factory(str(path), self.choice["name"])
-        self._report("start", f"starting {cluster.__class__.__name__} on {path}", busy=True)
+        self._report("start", f"wrote {path}; starting a cluster on it", busy=True)
 
         def progress(have: int, total: int) -> None:
             self._report("start", f"{have}/{total} ranks connected", busy=have < total, done=have, total=total)
@@ -273,7 +296,8 @@ class TopologyWidget(anywidget.AnyWidget):
             raise
         self.cluster = cluster
         _make_current(cluster)
-        self._report("start", f"{cluster.size} ranks ready ({self.choice['name']}); use %%mlx_distributed", "success")
+        self._report("start", f"{cluster.size} ranks ready ({self.choice['name']}) on hostfile {path}; "
+                              "use %%mlx_distributed", "success")
         return cluster
 
     def _need_topology(self) -> Topology:

@@ -62,7 +62,7 @@ def _inside_probe():
 threading.Thread(target=_inside_probe, daemon=True).start()
 """
 
-#: README: "Ctrl-C raises KeyboardInterrupt within 0.5 s" (the core looks every 50 ms)
+#: docs/collective-core.md: "Ctrl-C raises KeyboardInterrupt within 0.5 s" (the core looks every 50 ms)
 CTRL_C_BOUND = 0.5
 
 

@@ -285,10 +285,12 @@ def test_ssh_config_alias_user_identity_and_proxyjump(testbed, tmp_path):
     """))
     opts = testbed.ssh_options(config=[str(cfg)], known_hosts=None, client_keys=None, username=None)
     out, on_output = collector()
-    launcher = Launcher(["hostname"], hosts="node-a,node-b", backend="nccl",
-                        ssh_options=opts, on_output=on_output)
-    with pytest.raises(LaunchError, match="rank 0"):
-        launcher.start()  # nccl needs rank 0's IP: a name alone is refused before connecting
+    # nccl needs rank 0's IP: a name gets its HostName from the ssh config, as ssh would
+    launcher = Launcher(["sh", "-c", "echo $NCCL_HOST_IP"], hosts="node-a,node-b", backend="nccl",
+                        ssh_options=opts, on_output=on_output).start()
+    assert launcher.wait(30) == 0
+    assert stdout_of(out) == {0: [testbed.ips[0]], 1: [testbed.ips[0]]}
+    out.clear()
     hosts = [Host("node-a", [testbed.ips[0]]), Host("node-b", [testbed.ips[1]])]
     launcher = Launcher(["hostname"], hosts=hosts, ssh_options=opts, on_output=on_output).start()
     assert launcher.wait(30) == 0

@@ -15,6 +15,7 @@ import pytest
 from launch_helpers import collector, PY, ROOT, LiveCLI, cli, cpu_seconds, wait_pids_gone, watcher_of
 from mlx_jupyter.launch import LaunchError, Launcher
 from mlx_jupyter.launch.cli import build_parser, split_argv
+from mlx_jupyter.net.ssh import SSHOptions
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -127,8 +128,18 @@ def test_start_errors_are_clear():
         Launcher(["no-such-cmd-xyz"]).start()
     with pytest.raises(LaunchError, match="working directory"):
         Launcher(["true"], cwd="/no/such/dir").start()
-    with pytest.raises(LaunchError, match="ring.*no IP"):
-        Launcher(["true"], hosts="mac-1").start()
+
+
+def test_a_host_name_that_does_not_resolve_is_named(monkeypatch):
+    """No DNS query leaves the machine: the resolver is this machine's getaddrinfo, made to fail."""
+    import socket
+
+    def no_such_name(host, *args, **kwargs):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+    monkeypatch.setattr(socket, "getaddrinfo", no_such_name)
+    with pytest.raises(LaunchError, match=r"(?s)ring: every rank needs an IP address.*host 'mac-1' \(rank 0\): it does "
+                                          r"not resolve \(Name or service not known\).*hostfile with \"ips\""):
+        Launcher(["true"], hosts="mac-1", ssh_options=SSHOptions(config=[])).start()
 
 
 def test_partial_lines_are_flushed_so_prompts_show():

@@ -175,22 +175,33 @@ try {
   });
 
   await step('check_cables_button', async () => {
-    // recordings have no Python to run the agent on: every cable's check fails, and says why
+    // before Apply setup the plan's addresses are not on the cables: every check fails, saying so
     const broken = widgets.nth(1);
+    const statusText = () => broken.locator('.mlxj-status-text').innerText();
     await broken.locator('.mlxj-btn-check').click();
     await page.waitForFunction(() => document.querySelectorAll('.mlxj-topology')[1]
-      .querySelectorAll('g.mlxj-cable.mlxj-checked').length === 5, null, { timeout: 30000 });
+      .querySelectorAll('g.mlxj-cable.mlxj-check-failed').length === 5, null, { timeout: 30000 });
     await broken.locator('.mlxj-status-error').waitFor({ timeout: 10000 });
-    const failed = await broken.locator('g.mlxj-check-failed').count();
-    const labels = await broken.locator('text.mlxj-check-label').allTextContents();
+    const before = await statusText();
     const tip = await broken.locator('g.mlxj-check-failed title').first().textContent();
-    const status = await broken.locator('.mlxj-status-text').innerText();
+    await broken.screenshot({ path: shot('topology-check-cables-before-setup.png') });
+    // then Apply setup, and the recorded Macs answer with their measurements: one slow cable
+    await broken.locator('.mlxj-btn-apply').click();
+    await page.waitForFunction(() => /^set up 4 of 4 hosts/.test(
+      document.querySelectorAll('.mlxj-topology')[1].querySelector('.mlxj-status-text').textContent), null, { timeout: 20000 });
+    await broken.locator('.mlxj-btn-check').click();
+    await page.waitForFunction(() => document.querySelectorAll('.mlxj-topology')[1]
+      .querySelectorAll('g.mlxj-cable.mlxj-check-ok').length === 4, null, { timeout: 30000 });
+    const flagged = await broken.locator('g.mlxj-check-flagged').count();
+    const labels = await broken.locator('text.mlxj-check-label').allTextContents();
+    const status = await statusText();
     const legend = await broken.locator('.mlxj-legend').textContent();
     await broken.screenshot({ path: shot('topology-check-cables.png') });
-    const ok = failed === 5 && labels.length === 5 && labels.every((l) => l === 'check failed')
-      && tip.includes('check failed: ') && tip.includes('python3') && status.startsWith('5 cables checked')
+    const ok = before.endsWith('press Apply setup, then Check cables') && tip.includes('apply the setup first')
+      && flagged === 1 && labels.length === 5 && labels.filter((l) => /^5\d\.\d\/5\d\.\d Gb\/s/.test(l)).length === 4
+      && labels.some((l) => l.startsWith('11.6/54.9 Gb/s')) && status.includes('4 ok, 1 flagged, 0 failed')
       && legend.includes('check failed');
-    record('check_cables_button', ok, `failed=${failed} labels=${labels} status=${status} tip=${tip}`);
+    record('check_cables_button', ok, `before=${before} tip=${tip} flagged=${flagged} labels=${labels} status=${status}`);
   });
 
   await step('panel_renders', async () => {
