@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from launch_helpers import PY, cli
-from mlx_jupyter.launch.config import interpreter_of, rank_argv
+from mlx_jupyter.launch.launch_config import interpreter_of, rank_argv
 
 pytestmark = pytest.mark.timeout(120)
 
