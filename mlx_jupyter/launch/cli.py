@@ -21,8 +21,9 @@ from mlx_jupyter.hostfile import (BACKENDS, HostfileError, merge_settings, parse
                                   repeat_hosts)
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.launch.config import local_script
-from mlx_jupyter.launch.job import Job, LaunchConfig
+from mlx_jupyter.launch.job import LaunchConfig, make_job
 from mlx_jupyter.launch.rankinfo import rank_prefix
+from mlx_jupyter.launch.slurm import cli as slurm_cli
 
 PROG = "mlx-jupyter launch"
 
@@ -50,18 +51,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG, allow_abbrev=False,
         usage=f"{PROG} [options] [--] command [args...]",
-        description="Run a command on every rank, locally or over ssh, with MLX's distributed environment.",
+        description="Run a command on every rank, locally, over ssh or under Slurm, with MLX's distributed environment.",
     )
-    p.add_argument("--hosts", default="127.0.0.1", help="comma-separated hosts (an IP entry is also its IP)")
-    p.add_argument("-n", "--repeat-hosts", type=_positive, default=1, metavar="N", help="ranks per host")
+    p.add_argument("--hosts", help="comma-separated hosts (an IP entry is also its IP; default 127.0.0.1)")
+    p.add_argument("-n", "--repeat-hosts", type=_positive, default=1, metavar="N", help="ranks per host (per node)")
     p.add_argument("--hostfile", help="JSON hostfile (list or {backend, envs, hosts}); overrides --hosts")
     p.add_argument("--backend", choices=BACKENDS, help="default: the hostfile's, else nccl with CUDA, else ring")
     p.add_argument("--env", action="append", default=[], metavar="K=V",
                    help="set an env var on every rank; a bare KEY passes this environment's value on")
     p.add_argument("--mpi-arg", action="append", default=[], metavar="A", help="extra mpirun argument(s)")
     p.add_argument("--connections-per-ip", type=_positive, default=1, metavar="N", help="ring: connections per IP")
-    p.add_argument("-p", "--starting-port", type=_port, default=32323, metavar="P",
-                   help=f"ring: first port (our core also uses port+{CORE_PORT_OFFSET}); jaccl: coordinator port")
+    p.add_argument("-p", "--starting-port", type=_port, metavar="P",
+                   help=f"ring: first port, default 32323 (under Slurm: from the job id; our core also uses "
+                        f"port+{CORE_PORT_OFFSET}); jaccl: coordinator port")
     p.add_argument("--nccl-port", type=_port, default=12345, metavar="P", help="nccl rendezvous port")
     p.add_argument("--cwd", help="working directory on every host (default: this one, if it exists there)")
     p.add_argument("--python", default=sys.executable, help="interpreter for a .py script (default: this one)")
@@ -70,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verbose", action="store_true", help="log steps to stderr")
     p.add_argument("--output", choices=("prefix", "raw"), help="prefix lines with [rank r] (default with >1 rank)")
     ssh.add_arguments(p)
+    slurm_cli.add_arguments(p, _positive)
     return p
 
 
@@ -121,8 +124,18 @@ def _default_backend() -> str:
 
 def make_config(args: argparse.Namespace, command: list[str]) -> LaunchConfig:
     """Turn parsed options into a :class:`LaunchConfig` (warnings printed, errors raised)."""
+    misused = slurm_cli.misused(args)
+    if misused:
+        raise CommandLineError(f"{', '.join(misused)} only work(s) with --slurm")
+    if args.slurm and (args.hosts or args.hostfile):
+        raise CommandLineError("--slurm runs the ranks on the allocation's nodes: drop --hosts/--hostfile")
     hf = read_hostfile(args.hostfile) if args.hostfile else None
-    hosts = repeat_hosts(hf.hosts, args.repeat_hosts) if hf else parse_host_list(args.hosts, args.repeat_hosts)
+    if args.slurm:
+        hosts = None
+    elif hf:
+        hosts = repeat_hosts(hf.hosts, args.repeat_hosts)
+    else:
+        hosts = parse_host_list(args.hosts or "127.0.0.1", args.repeat_hosts)
     explicit, warnings = parse_env(args.env, "--env", passthrough=os.environ)
     settings = merge_settings(hf, f"hostfile {args.hostfile}", args.backend, explicit,
                               default_backend=args.backend or (hf and hf.backend) or _default_backend())
@@ -141,25 +154,28 @@ def make_config(args: argparse.Namespace, command: list[str]) -> LaunchConfig:
         cwd=args.cwd, cwd_required=args.cwd is not None, python=args.python, starting_port=args.starting_port,
         connections_per_ip=args.connections_per_ip, nccl_port=args.nccl_port, ssh_options=opts, stdin=True,
         verbose=args.verbose, mpi_args=list(args.mpi_arg),
+        slurm=slurm_cli.options_from_args(args) if args.slurm else None,
     )
 
 
 class _Output:
-    """Writes rank lines to our stdout/stderr, prefixed or raw."""
+    """Writes rank lines to our stdout/stderr, prefixed or raw (``mode`` None: prefixed with more than one rank)."""
 
-    def __init__(self, prefix: bool, size: int):
-        self.prefix, self.size = prefix, size
+    def __init__(self, mode: Optional[str], job):
+        self.mode, self.job = mode, job   # a Slurm job knows its size once it has its nodes
 
     def __call__(self, rank: int, stream: str, line: str) -> None:
         target = sys.stdout if stream == "stdout" else sys.stderr
-        try:   # rank -1: mpirun's own messages, never prefixed
-            target.write((rank_prefix(rank, self.size) if self.prefix else "") + line + "\n")
+        size = self.job.size
+        prefix = self.mode == "prefix" or (self.mode is None and size > 1)
+        try:   # rank -1: mpirun's or srun's own messages, never prefixed
+            target.write((rank_prefix(rank, size) if prefix else "") + line + "\n")
             target.flush()
         except (BrokenPipeError, ValueError):
             pass
 
 
-async def _pump_stdin(job: Job) -> None:
+async def _pump_stdin(job) -> None:
     """Broadcast our stdin to every rank until EOF (event-driven; files read in a thread)."""
     loop = asyncio.get_running_loop()
     try:
@@ -186,15 +202,19 @@ async def _pump_stdin(job: Job) -> None:
 
 async def run(config: LaunchConfig, output: str | None) -> int:
     """Launch, forward stdin and signals, wait; return the exit status."""
-    job = Job(config)
-    config.on_output = _Output(output == "prefix" or (output is None and job.size > 1), job.size)
+    job = make_job(config)
+    config.on_output = _Output(output, job)
     loop = asyncio.get_running_loop()
     interrupts = 0
+    started = False
 
     def on_sigint() -> None:
         nonlocal interrupts
         interrupts += 1
-        if interrupts == 1:
+        if not started:   # e.g. waiting for a Slurm allocation: give up on it
+            print(f"\n{PROG}: interrupted while starting; cancelling", file=sys.stderr)
+            asyncio.ensure_future(job.stop(2.0))
+        elif interrupts == 1:
             print(f"\n{PROG}: forwarding Ctrl-C to every rank (press again to terminate them)", file=sys.stderr)
             asyncio.ensure_future(job.signal(signal.SIGINT))
         else:
@@ -208,7 +228,14 @@ async def run(config: LaunchConfig, output: str | None) -> int:
         loop.add_signal_handler(sig, on_term)
     stdin_task: Optional[asyncio.Task] = None
     try:
-        await job.start()
+        try:
+            await job.start()
+        except LaunchError as exc:
+            if interrupts or getattr(job, "_stopping", False):
+                print(f"{PROG}: {exc}", file=sys.stderr)
+                return 130 if interrupts else 143
+            raise
+        started = True
         stdin_task = asyncio.ensure_future(_pump_stdin(job))
         code = await job.wait()
     finally:
@@ -222,6 +249,19 @@ async def run(config: LaunchConfig, output: str | None) -> int:
     if code < 0:
         return 128 - code
     return min(code, 255)
+
+
+def _detach(args: argparse.Namespace, command: list[str], config: LaunchConfig) -> int:
+    """Submit the launch as a Slurm batch job; print its id."""
+    try:
+        job_id = slurm_cli.submit_detached(args, command, dict(config.env))
+    except (LaunchError, ValueError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    print(job_id)
+    print(f"{PROG}: submitted Slurm job {job_id}; its output goes to slurm-{job_id}.out "
+          f"(squeue --jobs={job_id}; scancel {job_id})", file=sys.stderr)
+    return 0
 
 
 def main(argv: list[str]) -> int:
@@ -238,9 +278,11 @@ def main(argv: list[str]) -> int:
         if not args.no_verify_script:
             verify_command(command, args.cwd)
         config = make_config(args, command)
-    except (CommandLineError, HostfileError) as exc:
+    except (CommandLineError, HostfileError, ValueError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
+    if args.detach:
+        return _detach(args, command, config)
     try:
         return asyncio.run(run(config, args.output))
     except LaunchError as exc:

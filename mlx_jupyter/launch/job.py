@@ -16,7 +16,7 @@ from mlx_jupyter.launch import contract
 from mlx_jupyter.net import ssh
 from mlx_jupyter.hostfile import BACKENDS, Host, HostfileError, hostfile_path, merge_settings, read_hostfile, resolve_hosts
 from mlx_jupyter.launch import mpi
-from mlx_jupyter.launch.config import ExitCallback, LaunchConfig, OutputCallback, rank_argv
+from mlx_jupyter.launch.config import DEFAULT_STARTING_PORT, ExitCallback, LaunchConfig, OutputCallback, rank_argv
 from mlx_jupyter.launch.connections import Connections
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.launch.guard import LocalWatchdog
@@ -28,7 +28,18 @@ from mlx_jupyter.launch.script import rank_script
 from mlx_jupyter.launch.stop import Stop
 from mlx_jupyter.launch.watch import Watch
 
-__all__ = ["ExitCallback", "Job", "LaunchConfig", "OutputCallback", "rank_argv"]
+__all__ = ["ExitCallback", "Job", "LaunchConfig", "OutputCallback", "make_job", "rank_argv"]
+
+
+def make_job(config: LaunchConfig) -> Any:
+    """The launch for ``config``: a :class:`Job` (local, ssh, mpirun) or, with ``config.slurm``, a Slurm step."""
+    if config.slurm is not None:
+        from mlx_jupyter.launch.slurm.job import SlurmJob
+
+        if config.hosts is not None and config.hosts != "127.0.0.1":
+            raise LaunchError("with Slurm the hosts are the allocation's nodes: give no hosts (--hosts/--hostfile)")
+        return SlurmJob(config)
+    return Job(config)
 
 
 class Job(Connections, Watch, Stop):
@@ -95,7 +106,8 @@ class Job(Connections, Watch, Stop):
         c = self.config
         try:
             return contract.plan_ranks(
-                c.backend, self.hosts, env=dict(c.env), token=self.token, starting_port=c.starting_port,
+                c.backend, self.hosts, env=dict(c.env), token=self.token,
+                starting_port=c.starting_port or DEFAULT_STARTING_PORT,
                 connections_per_ip=c.connections_per_ip, nccl_port=c.nccl_port, verbose=c.verbose,
             )
         except ValueError as exc:
