@@ -81,6 +81,9 @@ def slurm_conf(*, cluster: str, ctl_addr: str, port: int, root: Path, munge_sock
         f"SlurmdSpoolDir={root}/%n/spool",
         f"SlurmdPidFile={root}/%n/slurmd.pid",
         f"SlurmdLogFile={root}/%n/slurmd.log",
+        # Each node's own temporary storage: the nodes share this machine's /tmp, where two slurmstepds of one
+        # step would create the same PMIx directory (srun --mpi=pmix fails with "File exists").
+        f"TmpFS={root}/%n/tmp",
         f"PlugStackConfig={root}/plugstack.conf",   # empty: no site SPANK plugins from /etc/slurm
         "MailProg=/bin/true",                       # no mail program on CI machines
         # No cgroups: tasks are tracked through their process tree and left unconfined, which works in
@@ -200,7 +203,7 @@ class SlurmBed:
         self.net.up()
         if not _port_free(self.ctl_addr, self.port):
             raise RuntimeError(f"port {self.port} on {self.ctl_addr} is taken: slurmctld cannot listen there")
-        for d in ("ctld/state", *(f"{n}/spool" for n in self.nodes)):
+        for d in ("ctld/state", *(f"{n}/{sub}" for n in self.nodes for sub in ("spool", "tmp"))):
             (self.root / d).mkdir(parents=True, exist_ok=True)
         self._start_munged()
         (self.root / "plugstack.conf").write_text("")

@@ -207,11 +207,13 @@ async def run(config: LaunchConfig, output: str | None) -> int:
     loop = asyncio.get_running_loop()
     interrupts = 0
     started = False
+    stopped_by: Optional[int] = None   # the signal that ended a launch still starting
 
     def on_sigint() -> None:
-        nonlocal interrupts
+        nonlocal interrupts, stopped_by
         interrupts += 1
         if not started:   # e.g. waiting for a Slurm allocation: give up on it
+            stopped_by = signal.SIGINT
             print(f"\n{PROG}: interrupted while starting; cancelling", file=sys.stderr)
             asyncio.ensure_future(job.stop(2.0))
         elif interrupts == 1:
@@ -220,21 +222,24 @@ async def run(config: LaunchConfig, output: str | None) -> int:
         else:
             asyncio.ensure_future(job.stop(2.0))
 
-    def on_term() -> None:
+    def on_term(sig: int) -> None:
+        nonlocal stopped_by
+        if not started:
+            stopped_by = sig
         asyncio.ensure_future(job.stop(2.0))
 
     loop.add_signal_handler(signal.SIGINT, on_sigint)
     for sig in (signal.SIGTERM, signal.SIGHUP):
-        loop.add_signal_handler(sig, on_term)
+        loop.add_signal_handler(sig, on_term, sig)
     stdin_task: Optional[asyncio.Task] = None
     try:
         try:
             await job.start()
         except LaunchError as exc:
-            if interrupts or getattr(job, "_stopping", False):
-                print(f"{PROG}: {exc}", file=sys.stderr)
-                return 130 if interrupts else 143
-            raise
+            if stopped_by is None:
+                raise
+            print(f"{PROG}: {exc}", file=sys.stderr)
+            return 128 + stopped_by
         started = True
         stdin_task = asyncio.ensure_future(_pump_stdin(job))
         code = await job.wait()

@@ -20,7 +20,7 @@ from mlx_jupyter.launch.slurm.options import NAME_PREFIX, SlurmOptions, split_ar
 from mlx_jupyter.launch.slurm.parse import SlurmOutputError, parse_job_id
 
 #: Options that only mean something with --slurm.
-SLURM_ONLY = ("nodes", "partition", "time", "account", "slurm_arg", "detach")
+SLURM_ONLY = ("nodes", "partition", "time", "account", "slurm_arg", "srun_arg", "detach")
 
 
 def add_arguments(p: argparse.ArgumentParser, positive) -> None:
@@ -34,6 +34,8 @@ def add_arguments(p: argparse.ArgumentParser, positive) -> None:
     g.add_argument("--account", metavar="A", help="account to charge a new allocation to")
     g.add_argument("--slurm-arg", action="append", default=[], metavar="ARG",
                    help="more sbatch options for a new allocation (srun options inside one); repeatable")
+    g.add_argument("--srun-arg", action="append", default=[], metavar="ARG",
+                   help="more srun options, e.g. --srun-arg=--mpi=pmix; repeatable")
     g.add_argument("--detach", action="store_true",
                    help="submit the launch as a batch job, print its id and return (output: slurm-JOBID.out)")
 
@@ -47,7 +49,8 @@ def misused(args: argparse.Namespace) -> list[str]:
 def options_from_args(args: argparse.Namespace) -> SlurmOptions:
     """:class:`SlurmOptions` from the parsed command line."""
     return SlurmOptions(nodes=args.nodes, ranks_per_node=args.repeat_hosts, partition=args.partition,
-                        time=args.time, account=args.account, args=list(args.slurm_arg))
+                        time=args.time, account=args.account, args=list(args.slurm_arg),
+                        srun_args=list(args.srun_arg))
 
 
 def batch_script(python: str, launch_args: Sequence[str], command: Sequence[str]) -> str:
@@ -70,6 +73,8 @@ def inner_args(args: argparse.Namespace, env_keys: Sequence[str]) -> list[str]:
         out += ["--output", args.output]
     if args.verbose:
         out.append("--verbose")
+    for arg in args.srun_arg:
+        out.append(f"--srun-arg={arg}")
     for key in env_keys:   # bare keys: the values come from the job's environment
         out += ["--env", key]
     return out + ["--no-verify-script"]

@@ -81,6 +81,17 @@ def node_ip(node: NodeInfo) -> str:
     return addrs[0]
 
 
+def mpi_plugin() -> str:
+    """The PMI plugin srun starts MPI ranks with: pmix if this Slurm has it, else pmi2."""
+    out = run(["srun", "--mpi=list"])
+    types = {w.strip() for line in out.splitlines() if line[:1].isspace() for w in line.split()}
+    for name in ("pmix", "pmi2"):
+        if name in types:
+            return name
+    raise SlurmError("the mpi backend under Slurm needs srun's pmix or pmi2 plugin, and this Slurm lists "
+                     f"{', '.join(sorted(types)) or 'none'} (srun --mpi=list); choose one with --srun-arg=--mpi=TYPE")
+
+
 def job_state(job_id: int) -> Optional[JobState]:
     """The job as squeue shows it (finished ones too, while slurmctld keeps them); None once forgotten."""
     try:

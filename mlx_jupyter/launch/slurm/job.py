@@ -155,11 +155,14 @@ class SlurmJob(Ending):
             env.setdefault("PYTHONUNBUFFERED", "1")
         explicit = self.allocation is not None and not self.allocation.owned
         try:
-            extra = split_args(self.opts.args) if explicit else []
+            extra = split_args(self.opts.srun_args, "--srun-arg") + (split_args(self.opts.args) if explicit else [])
         except ValueError as exc:
             raise LaunchError(str(exc)) from None
+        mpi = None
+        if c.backend == "mpi" and not any(a.startswith("--mpi") for a in extra):
+            mpi = await asyncio.to_thread(commands.mpi_plugin)
         argv = step_argv(self.job_id or 0, nodes, self.opts.ranks_per_node, name=self.name, stdin=c.stdin,
-                         kill_on_bad_exit=c.terminate_on_failure, subset=subset, mpi=c.backend == "mpi",
+                         kill_on_bad_exit=c.terminate_on_failure, subset=subset, mpi=mpi,
                          in_step=explicit and in_step(os.environ), extra=extra)
         from mlx_jupyter.launch.slurm.wrapper import wrapper_argv
 

@@ -26,8 +26,9 @@ class SlurmOptions:
     (``nodes``: its first N nodes, default all); otherwise an allocation of
     ``nodes`` nodes (default 1) is requested with sbatch, held for the launch
     and cancelled after it. ``args``: more sbatch options when we allocate,
-    more srun options inside an existing allocation; each item is split like a
-    shell would (``"--gres=gpu:4 --constraint=a100"``).
+    more srun options inside an existing allocation; ``srun_args``: more srun
+    options in both cases (``--mpi=pmix``, ``--gpus-per-task=1``). Each item is
+    split like a shell would (``"--gres=gpu:4 --constraint=a100"``).
     """
 
     nodes: Optional[int] = None
@@ -36,6 +37,7 @@ class SlurmOptions:
     time: Optional[str] = None
     account: Optional[str] = None
     args: list[str] = field(default_factory=list)
+    srun_args: list[str] = field(default_factory=list)   # more srun options, always
     job_name: Optional[str] = None
     #: None: use the current allocation when SLURM_JOB_ID is set; True: always ask for a new one
     allocate: Optional[bool] = None
@@ -82,12 +84,14 @@ def allocation_argv(opts: SlurmOptions, name: str) -> list[str]:
 
 
 def step_argv(job_id: int, nodes: Sequence[str], ranks_per_node: int, *, name: str, stdin: bool,
-              kill_on_bad_exit: bool, subset: bool, mpi: bool, in_step: bool, extra: Sequence[str] = ()) -> list[str]:
+              kill_on_bad_exit: bool, subset: bool, mpi: Optional[str], in_step: bool,
+              extra: Sequence[str] = ()) -> list[str]:
     """``srun ...`` starting ``ranks_per_node`` tasks on each of ``nodes`` in job ``job_id``, rank order = node order.
 
     ``--label`` tags each line with its task; ``--export=ALL`` passes our environment (the
     contract's variables and the token: never on a command line); ``--overlap`` when we run
-    inside a step, which holds the CPUs; ``--mpi=none`` unless MPI starts through PMI.
+    inside a step, which holds the CPUs; ``--mpi=MPI`` (the PMI plugin that starts MPI ranks:
+    ``pmix``, ``pmi2``), ``--mpi=none`` without MPI, unless ``extra`` names one.
     """
     argv = ["srun", f"--jobid={job_id}", f"--job-name={name}", f"--nodes={len(nodes)}",
             f"--ntasks={len(nodes) * ranks_per_node}", f"--ntasks-per-node={ranks_per_node}",
@@ -97,8 +101,8 @@ def step_argv(job_id: int, nodes: Sequence[str], ranks_per_node: int, *, name: s
         argv.append(f"--nodelist={','.join(nodes)}")
     if in_step:
         argv.append("--overlap")
-    if not mpi and not any(a == "--mpi" or a.startswith("--mpi=") for a in extra):
-        argv.append("--mpi=none")
+    if not any(a == "--mpi" or a.startswith("--mpi=") for a in extra):
+        argv.append(f"--mpi={mpi or 'none'}")
     return argv + list(extra)
 
 

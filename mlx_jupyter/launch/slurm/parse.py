@@ -146,8 +146,11 @@ def parse_squeue_line(line: str) -> JobState:
     nodes = nodes.strip()
     if nodes and not re.match(r"^[A-Za-z0-9._\-\[\],]+$", nodes):
         raise SlurmOutputError(f"squeue printed {_quote(line)}: {_quote(nodes)} is not a node list")
-    return JobState(int(job), state.strip(), reason.strip(), nodes, int(count), parse_duration(elapsed),
-                    parse_duration(left), parse_duration(limit))
+    try:
+        times = [parse_duration(t) for t in (elapsed, left, limit)]
+    except SlurmOutputError as exc:
+        raise SlurmOutputError(f"squeue printed {_quote(line)}: {exc}") from None
+    return JobState(int(job), state.strip(), reason.strip(), nodes, int(count), *times)
 
 
 @dataclass(frozen=True)

@@ -39,16 +39,16 @@ class StepPlan:
 def derived_port(job_id: int, size: int, connections_per_ip: int = 1) -> int:
     """A ring starting port from the job id, so that jobs sharing a node use different ports.
 
-    Consecutive jobs get consecutive blocks of ``size * connections_per_ip`` ports in
-    [PORT_BASE, PORT_BASE + CORE_PORT_OFFSET), wrapping round; our core's block is
-    the same + CORE_PORT_OFFSET, so the two ranges never meet.
+    The band [PORT_BASE, PORT_BASE + CORE_PORT_OFFSET) is cut into blocks of ``size *
+    connections_per_ip`` ports; consecutive jobs take consecutive blocks, wrapping round.
+    Our core's block is the same + CORE_PORT_OFFSET, so the two bands never meet.
     """
     need = size * connections_per_ip
-    span = CORE_PORT_OFFSET - need
-    if span <= 0:
+    slots = CORE_PORT_OFFSET // need
+    if slots < 1:
         raise contract.ContractError(f"{size} ranks need {need} ring ports, more than a derived block holds "
-                                     f"({CORE_PORT_OFFSET - 1}); choose them with --starting-port")
-    return PORT_BASE + (job_id * need) % span
+                                     f"({CORE_PORT_OFFSET}); choose them with --starting-port")
+    return PORT_BASE + (job_id % slots) * need
 
 
 def rank_hosts(nodes: Sequence[str], ips: Mapping[str, str], per_node: int) -> list[Host]:
