@@ -217,7 +217,11 @@ class SlurmJob(Ending):
                 print(f"{PROG}: on_exit callback failed: {exc!r}", file=sys.stderr)
         if (code != 0 and info.state != KILLED and self.config.terminate_on_failure and not self._stopping
                 and self._fail_timer is None):
-            # srun's --kill-on-bad-exit ends the others; a node that went silent never reports: then we do
+            # srun's --kill-on-bad-exit ends the others (terminated, not failed, as Job's stop marks them);
+            # a node that went silent never reports: then we end the step ourselves
+            for other in self.ranks:
+                if not other.done:
+                    other.state = KILLED
             loop = asyncio.get_running_loop()
             self._fail_timer = loop.call_later(self.opts.failure_grace,
                                                lambda: self._tasks.append(asyncio.ensure_future(self.stop())))
