@@ -294,3 +294,13 @@ def test_hostlists_round_trip_through_scontrol(slurmbed, names):
             os.environ.pop("SLURM_CONF")
         else:
             os.environ["SLURM_CONF"] = old
+
+
+def test_ctrl_c_reaches_every_rank(slurm):
+    code = ("import time\nprint('up', flush=True)\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n"
+            "    print('interrupted', flush=True)")
+    run = LiveCLI(["--slurm", "--nodes", "2", PY, "-c", code], env=env_of(slurm))
+    run.wait_for(r"\[rank \d\] up", 2)
+    run.proc.send_signal(signal.SIGINT)
+    assert run.finish(20) == 0, run.text
+    assert sorted(line for line in run.lines if "interrupted" in line) == ["[rank 0] interrupted", "[rank 1] interrupted"]
