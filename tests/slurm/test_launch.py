@@ -152,6 +152,14 @@ def test_cancel_while_pending_leaves_no_job(slurm, how):
     assert "must not run" not in run.text
 
 
+def test_a_step_srun_cannot_create_is_reported(slurm):
+    res = cli(["--slurm", "--nodes", "2", "--srun-arg=--cpus-per-task=64", "true"], env=env_of(slurm))
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines()[-1].endswith(
+        "srun exited with code 1 before rank(s) 0, 1 started: srun: error: Unable to create step for job "
+        + re.search(r"Slurm job (\d+)", res.stderr).group(1) + ": More processors requested than permitted")
+
+
 def test_a_failing_rank_ends_the_step_and_is_named(slurm):
     code = "import os, sys, time; r = int(os.environ['MLX_RANK']); print('up', flush=True); sys.exit(3) if r == 2 else time.sleep(60)"
     t0 = time.monotonic()
@@ -164,13 +172,15 @@ def test_a_failing_rank_ends_the_step_and_is_named(slurm):
     assert "cancelled" not in summary   # srun's --kill-on-bad-exit, not a scancel
 
 
-def test_launcher_killed_ends_the_job(slurm):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_launcher_killed_ends_the_job(slurm, sig):
+    """SIGTERM: the launcher ends the step and releases the job; SIGKILL: its watchdog does."""
     run = LiveCLI(["--slurm", "--nodes", "4", PY, "-c", "import time; print('up', flush=True); time.sleep(60)"],
                   env=env_of(slurm))
     run.wait_for(r"\[rank \d\] up", 4)
     job = job_id_of(run)
-    run.proc.kill()
-    run.finish(10)
+    run.proc.send_signal(sig)
+    assert run.finish(10) in ((-9,) if sig == signal.SIGKILL else (128 + signal.SIGTERM, 128 + signal.SIGKILL))
     assert wait_until(lambda: job_state(slurm, job) == "CANCELLED", 5), jobs(slurm)
     assert wait_until(lambda: not any(slurm.net.ns_pids(i) and _ranks_on(slurm, i) for i in range(1, 5)), 10)
 

@@ -12,7 +12,7 @@ import asyncio
 import signal as _signal
 from typing import Optional
 
-from mlx_jupyter.launch.rankinfo import EXITED, KILLED, LOST, describe_exit
+from mlx_jupyter.launch.rankinfo import EXITED, KILLED, LOST, PENDING, describe_exit
 from mlx_jupyter.launch.slurm import commands
 from mlx_jupyter.launch.slurm.commands import SlurmError
 from mlx_jupyter.launch.slurm.parse import JobState, SrunNote, format_duration
@@ -48,7 +48,7 @@ class Ending:
         failed_nodes = {n.node for n in notes if n.kind == "node_failure"}
         by_task = {t: n for n in notes if n.kind == "task" for t in n.tasks}
         for info in self.ranks:
-            if info.returncode is not None:
+            if info.returncode is not None or info.state == PENDING:   # ended, or never started
                 continue
             note = by_task.get(info.rank)
             if note is not None and note.node not in failed_nodes:
@@ -114,27 +114,26 @@ class Ending:
         return why
 
     def exit_code(self) -> int:
-        """0, or the first failing rank's code (255 for a lost one), or srun's when Slurm ended the step."""
+        """0 if every rank exited 0; else the first failing rank's code (255: lost), as a ``Job`` says,
+        then the first nonzero code of a rank that was terminated, then srun's."""
         for r in self.failures:
             code = self.ranks[r].returncode
             return 255 if code is None else code
         if any(i.state == LOST for i in self.ranks):
             return 255
-        code = self._srun_code
-        if self.end_note or (code not in (0, None) and not self._stopping_by_us()):
-            if code is None or code == 0:
-                return 1
-            return 128 - code if code < 0 else min(code, 255)
-        return 0
+        codes = [i.returncode for i in self.ranks if i.returncode not in (0, None)]
+        if self._srun_code not in (0, None):
+            codes.append(self._srun_code)
+        if codes:
+            return 128 - codes[0] if codes[0] < 0 else min(codes[0], 255)
+        return 1 if self.end_note else 0
 
     def summary(self) -> str:
         """One line: how Slurm ended the job, then each failed, lost or terminated rank with its node."""
         parts = [self.end_note] if self.end_note else []
         for r in self.failures:
             i = self.ranks[r]
-            text = describe_exit(i.returncode)
-            parts.append(f"rank {r} on {i.host} " + (f"exited with code {i.returncode}" if text.startswith("exit code")
-                                                      else text))
+            parts.append(f"rank {r} on {i.host} {_exited(i.returncode)}")
         why = getattr(self, "_lost_why", {})
         for i in self.ranks:
             if i.state == LOST:
@@ -143,6 +142,14 @@ class Ending:
         if killed:
             parts.append("terminated: " + ", ".join(f"rank {i.rank} on {i.host}" for i in killed))
         code = self._srun_code
-        if not parts and code not in (0, None) and not self._stopping_by_us():
-            parts.append(f"srun {describe_exit(code)}: {self.srun_said() or 'no message'}")
+        never = [i.rank for i in self.ranks if i.state == PENDING]
+        if code not in (0, None) and not self._stopping_by_us() and (never or not parts):
+            what = f" before rank(s) {', '.join(map(str, never))} started" if never else ""
+            parts.append(f"srun {_exited(code)}{what}: {self.srun_said() or 'no message'}")
         return "; ".join(parts)
+
+
+def _exited(code: Optional[int]) -> str:
+    """``exited with code 3``, or :func:`describe_exit`'s text for a signal."""
+    text = describe_exit(code)
+    return f"exited with code {code}" if text.startswith("exit code") else text
