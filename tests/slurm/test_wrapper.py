@@ -13,7 +13,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mlx_jupyter.hostfile import Host
 from mlx_jupyter.launch.contract import ContractError
 from mlx_jupyter.launch.slurm.options import SlurmOptions, allocation_argv, in_step, inside_allocation, step_argv
 from mlx_jupyter.launch.slurm.plan import CORE_PORT_OFFSET, PORT_BASE, derived_port, plan_step, rank_hosts

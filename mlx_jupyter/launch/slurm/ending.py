@@ -55,15 +55,33 @@ class Ending:
                 info.returncode = note_code(note)
                 if info.state != KILLED:
                     info.state = EXITED
-                    if info.returncode != 0:
-                        self.failures.append(info.rank)
+                if info.returncode not in (0, None) and (info.state != KILLED or self._fail_timer is not None):
+                    self.failures.append(info.rank)
             elif info.host in failed_nodes or not self._stopping_by_us():
                 # no word of its end, though srun ended (or was told to end it after a failure): its node is silent
                 info.state = LOST
+        self._settle_failures(notes)
         trouble = self.failures or any(i.state == LOST for i in self.ranks) or self._srun_code not in (0, None)
         if trouble and not self._stopping_by_us() and self.job_id is not None:
             await self._explain(notes, failed_nodes)
         self._lost_why = await self._lost_reasons(failed_nodes)
+
+    def _settle_failures(self, notes: list[SrunNote]) -> None:
+        """The ranks that failed by themselves, first first. Reports travel on two channels (the wrapper's
+        through the step's output, srun's own), so a rank srun terminated (128 + TERM/KILL) may be heard
+        of before the rank whose failure made srun do it: such a rank is terminated, not failed, when
+        another failed with a code of its own; srun's order of task ends decides which came first."""
+        if not self.failures or not self.config.terminate_on_failure:
+            return
+        own = [r for r in self.failures if self.ranks[r].returncode not in _ENDED_BY_SIGNAL] or self.failures[:1]
+        srun_order = [t for n in notes if n.kind == "task" and n.code not in (None, 0) for t in n.tasks]
+        own.sort(key=lambda r: srun_order.index(r) if r in srun_order else len(srun_order))
+        for r in self.failures:
+            if r not in own:
+                self.ranks[r].state = KILLED
+        for r in own:
+            self.ranks[r].state = EXITED
+        self.failures = own
 
     def _stopping_by_us(self) -> bool:
         """Whether we ended the step (a stop, not the failure timer)."""

@@ -31,6 +31,7 @@ from mlx_jupyter.launch.slurm.ending import Ending
 from mlx_jupyter.launch.slurm.options import NAME_PREFIX, SlurmOptions, in_step, split_args, step_argv
 from mlx_jupyter.launch.slurm.output import StepOutput
 from mlx_jupyter.launch.slurm.plan import derived_port, plan_step, rank_hosts
+from mlx_jupyter.launch.slurm.wrapper import wrapper_argv
 from mlx_jupyter.launch.streams import LineSplitter
 from mlx_jupyter.launch.watch import Watch
 
@@ -164,8 +165,6 @@ class SlurmJob(Ending):
         argv = step_argv(self.job_id or 0, nodes, self.opts.ranks_per_node, name=self.name, stdin=c.stdin,
                          kill_on_bad_exit=c.terminate_on_failure, subset=subset, mpi=mpi,
                          in_step=explicit and in_step(os.environ), extra=extra)
-        from mlx_jupyter.launch.slurm.wrapper import wrapper_argv
-
         argv += wrapper_argv(rank_argv(c.command, c.python, c.cwd))
         self.log(f"starting {self.size} rank(s) on {', '.join(nodes)} in Slurm job {self.job_id}")
         self._output = StepOutput(self.size, self._emit, self._on_start, self._on_rank_exit)
@@ -208,14 +207,14 @@ class SlurmJob(Ending):
         info.returncode = code
         if info.state != KILLED:
             info.state = EXITED
-            if code != 0:
-                self.failures.append(rank)
+        if code != 0 and (info.state != KILLED or self._fail_timer is not None):
+            self.failures.append(rank)   # kept in order; settled at the end (ending._settle_failures)
         if self.config.on_exit is not None:
             try:
                 self.config.on_exit(rank, code)
             except Exception as exc:  # noqa: BLE001 - a user callback must not kill the launcher
                 print(f"{PROG}: on_exit callback failed: {exc!r}", file=sys.stderr)
-        if (code != 0 and info.state != KILLED and self.config.terminate_on_failure and not self._stopping
+        if (code != 0 and info.state == EXITED and self.config.terminate_on_failure and not self._stopping
                 and self._fail_timer is None):
             # srun's --kill-on-bad-exit ends the others (terminated, not failed, as Job's stop marks them);
             # a node that went silent never reports: then we end the step ourselves
@@ -306,10 +305,16 @@ class SlurmJob(Ending):
             return False
 
     async def _cleanup(self) -> None:
-        if self.allocation is not None and self.allocation.owned and not self.allocation.released:
-            await asyncio.to_thread(self.allocation.release)
-        if self._guard is not None and (self._done is None or self._done.is_set() or self._srun is None):
-            guard, self._guard = self._guard, None
-            if self.allocation is not None and self.allocation.released:
-                guard.unregister_job(str(self.allocation.job_id))
-            await guard.close()
+        """Release our allocation; once srun has ended, tell the watchdog what no longer needs cancelling."""
+        alloc = self.allocation
+        if alloc is not None and alloc.owned and not alloc.released:
+            await asyncio.to_thread(alloc.release)
+        if self._guard is None or not (self._done is None or self._done.is_set() or self._srun is None):
+            return
+        guard, self._guard = self._guard, None
+        if self.step is not None:   # srun's end ended it wherever srun could reach; our release does the rest
+            guard.unregister_job(self.step)
+        if alloc is not None and alloc.owned and alloc.released:
+            guard.unregister_job(str(alloc.job_id))
+            guard.unregister_job(f"name={self.name}")
+        await guard.close()
