@@ -26,7 +26,7 @@ from mlx_jupyter.launch.guard import LocalWatchdog
 from mlx_jupyter.launch.local import LocalProcess
 from mlx_jupyter.launch.rankinfo import EXITED, KILLED, RUNNING, RankInfo
 from mlx_jupyter.launch.slurm import commands
-from mlx_jupyter.launch.slurm.allocation import Allocation, print_state
+from mlx_jupyter.launch.slurm.allocation import Allocation, WaitCancelled, print_state
 from mlx_jupyter.launch.slurm.ending import Ending
 from mlx_jupyter.launch.slurm.options import NAME_PREFIX, SlurmOptions, in_step, split_args, step_argv
 from mlx_jupyter.launch.slurm.output import StepOutput
@@ -112,6 +112,9 @@ class SlurmJob(Ending):
         else:
             self._guard.register_job(f"name={self.name}")   # before sbatch: we may die before it answers
             self.allocation = await asyncio.to_thread(Allocation.submit, self.opts, self.name)
+            if self._cancel.is_set():   # stopped while sbatch ran (the watchdog may be closed already)
+                await asyncio.to_thread(self.allocation.release)
+                raise WaitCancelled(f"Slurm job {self.allocation.job_id} cancelled before it ran")
             self._guard.register_job(str(self.allocation.job_id))
             await asyncio.to_thread(self.allocation.wait_running, self._cancel, self.opts.poll_interval,
                                     self.opts.on_state or print_state(PROG))
