@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-for _p in (ROOT / "tests", ROOT / "tests" / "launch", ROOT):
+for _p in (ROOT / "tests", ROOT / "tests" / "launch", ROOT / "tests" / "slurm", ROOT):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
+from slurm_helpers import rank_temp_files, wait_until  # noqa: E402
 from slurmbed import SlurmBed, missing_requirements  # noqa: E402
 
 
@@ -30,22 +29,6 @@ def slurmbed(tmp_path_factory):
         bed.down()
         left = bed.leftovers()
         assert not left, f"the Slurm bed left behind: {left}"
-
-
-def rank_temp_files() -> set[Path]:
-    """What task wrappers leave in /tmp (the nodes share this machine's /tmp)."""
-    return set(Path("/tmp").glob("mlx-jupyter.*"))
-
-
-def wait_until(pred, timeout: float) -> bool:
-    """Probe ``pred`` until true or timeout (for state outside this process: Slurm's queue)."""
-    deadline = time.monotonic() + timeout
-    pause = threading.Event()
-    while not pred():
-        if time.monotonic() > deadline:
-            return False
-        pause.wait(0.1)
-    return True
 
 
 @pytest.fixture

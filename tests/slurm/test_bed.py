@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from slurm_helpers import ROOT
 from slurmbed import SlurmBed, missing_requirements
 
 pytestmark = pytest.mark.timeout(120)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from conftest import ROOT
+from slurm_helpers import ROOT
 from launch_helpers import PY, cli
 
 DOC = (ROOT / "docs" / "slurm.md").read_text()

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import wait_until
+from slurm_helpers import wait_until
 from launch_helpers import PY, ROOT, LiveCLI, cli, collector
 
 pytestmark = pytest.mark.timeout(120)
