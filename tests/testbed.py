@@ -67,10 +67,11 @@ class TestBed:
 
     __test__ = False  # not a pytest test class
 
-    def __init__(self, root: Path, n: int = 4):
+    def __init__(self, root: Path, n: int = 4, sshd: bool = True, k: Optional[int] = None):
         self.root = Path(root)
         self.n = n
-        self.k = _free_subnet()
+        self.sshd = sshd    # False: the namespaces and their network only (the Slurm bed runs its own daemons)
+        self.k = _free_subnet() if k is None else k   # an existing bed's K: to take it down from another process
         self.prefix = f"mj{self.k}"
         self.net = f"10.201.{self.k}"
         self.ips = [f"{self.net}.{10 + i}" for i in range(1, n + 1)]
@@ -105,18 +106,20 @@ class TestBed:
         return self
 
     def _up(self) -> None:
-        (self.root / "ssh").mkdir(parents=True, exist_ok=True)
-        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "testbed-client", "-f", str(self.key)])
-        shutil.copy(f"{self.key}.pub", self.root / "ssh" / "authorized_keys")
-        self.known_hosts.write_text("")
-        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privsep dir; shared, left in place
+        self.root.mkdir(parents=True, exist_ok=True)
+        if self.sshd:
+            (self.root / "ssh").mkdir(parents=True, exist_ok=True)
+            _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "testbed-client", "-f", str(self.key)])
+            shutil.copy(f"{self.key}.pub", self.root / "ssh" / "authorized_keys")
+            self.known_hosts.write_text("")
+            os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privsep dir; shared, left in place
         _run(["ip", "route", "replace", "unreachable", f"{self.net}.0/24", "metric", str(GUARD_METRIC)])
         _run(["ip", "link", "add", self.bridge, "type", "bridge", "stp_state", "0", "forward_delay", "0"])
         _run(["ip", "addr", "add", f"{self.net}.1/24", "dev", self.bridge])
         _run(["ip", "link", "set", self.bridge, "up"])
         for i in range(1, self.n + 1):
             self._make_host(i)
-        for i in range(1, self.n + 1):
+        for i in range(1, self.n + 1 if self.sshd else 1):
             self._start_sshd(i)
 
     def _make_host(self, i: int) -> None:
@@ -132,6 +135,8 @@ class TestBed:
         d = self.root / f"h{i}"
         d.mkdir(exist_ok=True)
         self.host_bin(i).mkdir(exist_ok=True)
+        if not self.sshd:
+            return
         hostkey = d / "ssh_host_ed25519_key"
         _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"testbed-h{i}", "-f", str(hostkey)])
         pub = Path(f"{hostkey}.pub").read_text().split()

@@ -21,8 +21,9 @@ from mlx_jupyter.hostfile import (BACKENDS, HostfileError, default_ranks_per_hos
                                   parse_host_list, read_hostfile, repeat_hosts)
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.launch.launch_config import local_script
-from mlx_jupyter.launch.job import Job, LaunchConfig
+from mlx_jupyter.launch.job import LaunchConfig, make_job
 from mlx_jupyter.launch.rankinfo import rank_prefix
+from mlx_jupyter.launch.slurm import cli as slurm_cli
 
 PROG = "mlx-jupyter launch"
 
@@ -63,12 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG, allow_abbrev=False,
         usage=f"{PROG} [options] [--] command [args...]",
-        description="Run a command on every rank, locally or over ssh, with MLX's distributed environment.",
+        description="Run a command on every rank, locally, over ssh or under Slurm, with MLX's distributed environment.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--hosts", help="comma-separated hosts (an IP entry is also its IP; default: this machine)")
     p.add_argument("-n", "--repeat-hosts", type=_positive, metavar="N",
-                   help="ranks per host (default: 1 per host named, as mlx.launch; 2 when none is named)")
+                   help="ranks per host, per node under Slurm (default: 1 per host named, as mlx.launch; "
+                        "2 when none is named)")
     p.add_argument("--hostfile", help="JSON hostfile (list or {backend, envs, hosts}); overrides --hosts")
     p.add_argument("--backend", choices=BACKENDS, help="default: the hostfile's, else nccl with CUDA, else ring")
     p.add_argument("--env", action="append", default=[], metavar="K=V",
@@ -77,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--connections-per-ip", type=_positive, default=1, metavar="N", help="ring: connections per IP")
     p.add_argument("-p", "--starting-port", type=_port, metavar="P",
                    help=f"ring: first port, default {DEFAULT_STARTING_PORT}, or a free block when every rank runs "
-                        f"here (our core also uses port+{CORE_PORT_OFFSET}); jaccl: coordinator port")
+                        f"here, or one derived from the job id under Slurm (our core also uses "
+                        f"port+{CORE_PORT_OFFSET}); jaccl: coordinator port")
     p.add_argument("--nccl-port", type=_port, default=12345, metavar="P", help="nccl rendezvous port")
     p.add_argument("--cwd", help="working directory on every host (default: this one, if it exists there)")
     p.add_argument("--python", default=sys.executable,
@@ -87,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verbose", action="store_true", help="log steps to stderr")
     p.add_argument("--output", choices=("prefix", "raw"), help="prefix lines with [rank r] (default with >1 rank)")
     ssh.add_arguments(p)
+    slurm_cli.add_arguments(p, _positive)
     return p
 
 
@@ -127,10 +131,10 @@ def verify_command(command: list[str], cwd: Optional[str]) -> None:
         raise CommandLineError(f"command {first!r} not found on PATH; pass --no-verify-script if it exists only on the hosts")
 
 
-def _starting_port(args: argparse.Namespace, hosts: list) -> int:
-    """``-p``, else a free block when every rank runs on this machine (two local launches at once do
-    not collide), else MLX's default."""
-    if args.starting_port is not None:
+def _starting_port(args: argparse.Namespace, hosts: Optional[list]) -> Optional[int]:
+    """``-p``, else under Slurm None (derived from the job id), else a free block when every rank runs
+    on this machine (two local launches at once do not collide), else MLX's default."""
+    if args.starting_port is not None or hosts is None:
         return args.starting_port
     if all(h.is_local for h in hosts):
         return free_port_block(len(hosts) * args.connections_per_ip)
@@ -139,9 +143,19 @@ def _starting_port(args: argparse.Namespace, hosts: list) -> int:
 
 def make_config(args: argparse.Namespace, command: list[str]) -> LaunchConfig:
     """Turn parsed options into a :class:`LaunchConfig` (warnings printed, errors raised)."""
+    misused = slurm_cli.misused(args)
+    if misused:
+        raise CommandLineError(f"{', '.join(misused)} only work(s) with --slurm")
+    if args.slurm and (args.hosts or args.hostfile):
+        raise CommandLineError("--slurm runs the ranks on the allocation's nodes: drop --hosts/--hostfile")
     hf = read_hostfile(args.hostfile) if args.hostfile else None
-    n = args.repeat_hosts or default_ranks_per_host(bool(args.hosts or hf))
-    hosts = repeat_hosts(hf.hosts, n) if hf else parse_host_list(args.hosts or "127.0.0.1", n)
+    n = args.repeat_hosts or default_ranks_per_host(bool(args.hosts or hf or args.slurm))
+    if args.slurm:
+        hosts = None
+    elif hf:
+        hosts = repeat_hosts(hf.hosts, n)
+    else:
+        hosts = parse_host_list(args.hosts or "127.0.0.1", n)
     explicit, warnings = parse_env(args.env, "--env", passthrough=os.environ)
     settings = merge_settings(hf, f"hostfile {args.hostfile}", args.backend, explicit)
     env = settings.env
@@ -159,25 +173,28 @@ def make_config(args: argparse.Namespace, command: list[str]) -> LaunchConfig:
         cwd=args.cwd, cwd_required=args.cwd is not None, python=args.python, starting_port=_starting_port(args, hosts),
         connections_per_ip=args.connections_per_ip, nccl_port=args.nccl_port, ssh_options=opts, stdin=True,
         verbose=args.verbose, mpi_args=list(args.mpi_arg),
+        slurm=slurm_cli.options_from_args(args) if args.slurm else None,
     )
 
 
 class _Output:
-    """Writes rank lines to our stdout/stderr, prefixed or raw."""
+    """Writes rank lines to our stdout/stderr, prefixed or raw (``mode`` None: prefixed with more than one rank)."""
 
-    def __init__(self, prefix: bool, size: int):
-        self.prefix, self.size = prefix, size
+    def __init__(self, mode: Optional[str], job):
+        self.mode, self.job = mode, job   # a Slurm job knows its size once it has its nodes
 
     def __call__(self, rank: int, stream: str, line: str) -> None:
         target = sys.stdout if stream == "stdout" else sys.stderr
-        try:   # rank -1: mpirun's own messages, never prefixed
-            target.write((rank_prefix(rank, self.size) if self.prefix else "") + line + "\n")
+        size = self.job.size
+        prefix = self.mode == "prefix" or (self.mode is None and size > 1)
+        try:   # rank -1: mpirun's or srun's own messages, never prefixed
+            target.write((rank_prefix(rank, size) if prefix else "") + line + "\n")
             target.flush()
         except (BrokenPipeError, ValueError):
             pass
 
 
-async def _pump_stdin(job: Job) -> None:
+async def _pump_stdin(job) -> None:
     """Broadcast our stdin to every rank until EOF (event-driven; files read in a thread)."""
     loop = asyncio.get_running_loop()
     try:
@@ -204,29 +221,45 @@ async def _pump_stdin(job: Job) -> None:
 
 async def run(config: LaunchConfig, output: str | None) -> int:
     """Launch, forward stdin and signals, wait; return the exit status."""
-    job = Job(config)
-    config.on_output = _Output(output == "prefix" or (output is None and job.size > 1), job.size)
+    job = make_job(config)
+    config.on_output = _Output(output, job)
     loop = asyncio.get_running_loop()
     interrupts = 0
+    started = False
+    stopped_by: Optional[int] = None   # the signal that ended a launch still starting
 
     def on_sigint() -> None:
-        nonlocal interrupts
+        nonlocal interrupts, stopped_by
         interrupts += 1
-        if interrupts == 1:
+        if not started:   # e.g. waiting for a Slurm allocation: give up on it
+            stopped_by = signal.SIGINT
+            print(f"\n{PROG}: interrupted while starting; cancelling", file=sys.stderr)
+            asyncio.ensure_future(job.stop(2.0))
+        elif interrupts == 1:
             print(f"\n{PROG}: forwarding Ctrl-C to every rank (press again to terminate them)", file=sys.stderr)
             asyncio.ensure_future(job.signal(signal.SIGINT))
         else:
             asyncio.ensure_future(job.stop(2.0))
 
-    def on_term() -> None:
+    def on_term(sig: int) -> None:
+        nonlocal stopped_by
+        if not started:
+            stopped_by = sig
         asyncio.ensure_future(job.stop(2.0))
 
     loop.add_signal_handler(signal.SIGINT, on_sigint)
     for sig in (signal.SIGTERM, signal.SIGHUP):
-        loop.add_signal_handler(sig, on_term)
+        loop.add_signal_handler(sig, on_term, sig)
     stdin_task: Optional[asyncio.Task] = None
     try:
-        await job.start()
+        try:
+            await job.start()
+        except LaunchError as exc:
+            if stopped_by is None:
+                raise
+            print(f"{PROG}: {exc}", file=sys.stderr)
+            return 128 + stopped_by
+        started = True
         stdin_task = asyncio.ensure_future(_pump_stdin(job))
         code = await job.wait()
     finally:
@@ -240,6 +273,19 @@ async def run(config: LaunchConfig, output: str | None) -> int:
     if code < 0:
         return 128 - code
     return min(code, 255)
+
+
+def _detach(args: argparse.Namespace, command: list[str], config: LaunchConfig) -> int:
+    """Submit the launch as a Slurm batch job; print its id."""
+    try:
+        job_id = slurm_cli.submit_detached(args, command, dict(config.env))
+    except (LaunchError, ValueError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    print(job_id)
+    print(f"{PROG}: submitted Slurm job {job_id}; its output goes to slurm-{job_id}.out "
+          f"(squeue --jobs={job_id}; scancel {job_id})", file=sys.stderr)
+    return 0
 
 
 def main(argv: list[str]) -> int:
@@ -256,9 +302,11 @@ def main(argv: list[str]) -> int:
         if not args.no_verify_script:
             verify_command(command, args.cwd)
         config = make_config(args, command)
-    except (CommandLineError, HostfileError) as exc:
+    except (CommandLineError, HostfileError, ValueError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
+    if args.detach:
+        return _detach(args, command, config)
     try:
         return asyncio.run(run(config, args.output))
     except LaunchError as exc:

@@ -21,6 +21,7 @@ from mlx_jupyter.launch import contract, mpi
 from mlx_jupyter.launch.addresses import fill_addresses
 from mlx_jupyter.launch.connections import HostConnections
 from mlx_jupyter.launch.errors import LaunchError
+from mlx_jupyter.net.ports import DEFAULT_STARTING_PORT
 from mlx_jupyter.launch.launch_config import ExitCallback, LaunchConfig, OutputCallback, rank_argv
 from mlx_jupyter.launch.local import LocalProcess
 from mlx_jupyter.launch.monitor import RankMonitor
@@ -31,7 +32,18 @@ from mlx_jupyter.launch.stop import Teardown
 from mlx_jupyter.launch.streams import LineSplitter
 from mlx_jupyter.net import ssh
 
-__all__ = ["ExitCallback", "Job", "LaunchConfig", "OutputCallback", "rank_argv"]
+__all__ = ["ExitCallback", "Job", "LaunchConfig", "OutputCallback", "make_job", "rank_argv"]
+
+
+def make_job(config: LaunchConfig) -> Any:
+    """The launch for ``config``: a :class:`Job` (local, ssh, mpirun) or, with ``config.slurm``, a Slurm step."""
+    if config.slurm is not None:
+        from mlx_jupyter.launch.slurm.job import SlurmJob
+
+        if config.hosts is not None and config.hosts != "127.0.0.1":
+            raise LaunchError("with Slurm the hosts are the allocation's nodes: give no hosts (--hosts/--hostfile)")
+        return SlurmJob(config)
+    return Job(config)
 
 
 class Job:
@@ -124,7 +136,8 @@ class Job:
         c = self.config
         try:
             return contract.plan_ranks(
-                c.backend, self.hosts, env=dict(c.env), token=self.token, starting_port=c.starting_port,
+                c.backend, self.hosts, env=dict(c.env), token=self.token,
+                starting_port=c.starting_port or DEFAULT_STARTING_PORT,
                 connections_per_ip=c.connections_per_ip, nccl_port=c.nccl_port, verbose=c.verbose,
             )
         except ValueError as exc:

@@ -7,12 +7,15 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence, Union
 
 from mlx_jupyter.net import ssh
 from mlx_jupyter.hostfile import Host
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.net.ports import DEFAULT_STARTING_PORT
+
+if TYPE_CHECKING:
+    from mlx_jupyter.launch.slurm.options import SlurmOptions
 
 OutputCallback = Callable[[int, str, str], None]
 ExitCallback = Callable[[int, int], None]
@@ -30,7 +33,7 @@ class LaunchConfig:
     cwd: Optional[str] = None
     cwd_required: bool = False
     python: str = sys.executable
-    starting_port: int = DEFAULT_STARTING_PORT
+    starting_port: Optional[int] = None   # None: DEFAULT_STARTING_PORT (Slurm: derived from the job id)
     connections_per_ip: int = 1
     nccl_port: int = 12345
     rank_env: Optional[Callable[[int], Mapping[str, str]]] = None
@@ -43,6 +46,7 @@ class LaunchConfig:
     start_timeout: float = 30.0
     verbose: bool = False
     mpi_args: list[str] = field(default_factory=list)
+    slurm: Optional["SlurmOptions"] = None   # run the ranks as a Slurm job step (mlx_jupyter.launch.slurm)
 
 
 def local_script(first: str, cwd: Optional[str] = None) -> Optional[str]:

@@ -20,7 +20,8 @@ from typing import Any, Callable, Coroutine, Mapping, Optional, Sequence, TypeVa
 
 from mlx_jupyter.net import ssh
 from mlx_jupyter.hostfile import Host
-from mlx_jupyter.launch.job import ExitCallback, Job, LaunchConfig, OutputCallback
+from mlx_jupyter.launch.job import ExitCallback, LaunchConfig, OutputCallback, make_job
+from mlx_jupyter.launch.slurm.options import SlurmOptions
 from mlx_jupyter.launch.rankinfo import RankInfo
 from mlx_jupyter.net.ports import DEFAULT_STARTING_PORT
 
@@ -57,7 +58,10 @@ class Launcher:
     ranks' lines arrive with their rank (Open MPI) and mpirun's own with -1.
     ``stdin=True`` lets :meth:`write_stdin` feed the ranks; otherwise they read EOF.
     For ring launches our core also binds each port + 1000
-    (``MLX_JUPYTER_PORT_OFFSET``): keep that range free too.
+    (``MLX_JUPYTER_PORT_OFFSET``): keep that range free too; ``starting_port``
+    defaults to 32323 (under Slurm: a block derived from the job id).
+    ``slurm=SlurmOptions(...)`` runs the ranks as one srun step of a Slurm job
+    (the current allocation, or a new one held for the launch): no ``hosts``.
     No rank outlives this process: if it dies, even by SIGKILL, a watchdog
     (one here, one per ssh connection) kills the ranks and removes their temp files.
     """
@@ -71,7 +75,7 @@ class Launcher:
         env: Optional[Mapping[str, str]] = None,
         cwd: Optional[str] = None,
         python: str = sys.executable,
-        starting_port: int = DEFAULT_STARTING_PORT,
+        starting_port: Optional[int] = None,
         connections_per_ip: int = 1,
         rank_env: Optional[Callable[[int], Mapping[str, str]]] = None,
         on_output: Optional[OutputCallback] = None,
@@ -84,6 +88,7 @@ class Launcher:
         start_timeout: float = 30.0,
         verbose: bool = False,
         mpi_args: Sequence[str] = (),
+        slurm: Optional[SlurmOptions] = None,
     ):
         self.config = LaunchConfig(
             command=list(command), hosts=hosts, repeat_hosts=repeat_hosts, backend=backend,
@@ -91,13 +96,13 @@ class Launcher:
             starting_port=starting_port, connections_per_ip=connections_per_ip, nccl_port=nccl_port,
             rank_env=rank_env, on_output=on_output, on_exit=on_exit, ssh_options=ssh_options, stdin=stdin,
             terminate_on_failure=terminate_on_failure, start_timeout=start_timeout, verbose=verbose,
-            mpi_args=list(mpi_args),
+            mpi_args=list(mpi_args), slurm=slurm,
         )
-        self._job: Optional[Job] = None
+        self._job: Optional[Any] = None
 
     # ------------------------------------------------------------- helpers --
     @property
-    def job(self) -> Job:
+    def job(self) -> Any:
         """The underlying asyncio job (after :meth:`start`)."""
         if self._job is None:
             raise RuntimeError("Launcher.start() has not been called")
@@ -115,7 +120,7 @@ class Launcher:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, _background_loop()))
 
     async def _start(self) -> None:
-        self._job = Job(self.config)
+        self._job = make_job(self.config)
         await self._job.start()
 
     # ------------------------------------------------------------- sync API --

@@ -6,7 +6,9 @@ only write end the launcher holds (close-on-exec, and closed in children of
 At EOF (the launcher closed it, or died) it SIGKILLs the process group and
 session of each rank registered in ``<dir>/pids/`` (every local rank leads its
 own session; the launcher adds a rank once spawned and removes it once reaped)
-and removes the launch's temp dir ``<dir>``.
+and removes the launch's temp dir ``<dir>``. Slurm jobs and steps registered in
+``<dir>/slurm/`` (by id, or by the unique name given before the job id is known)
+are cancelled with ``scancel``: an allocation never outlives its launcher either.
 
 Linux's ``PR_SET_PDEATHSIG`` is not used: macOS has none, it needs a
 ``preexec_fn`` (unsafe in threaded processes such as a Jupyter kernel), and it
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -50,12 +53,23 @@ for f in "$d"/pids/*; do
   fi
   rm -rf "$t"/ompi.*/pid."$id" 2>/dev/null
 done
+for f in "$d"/slurm/*; do
+  [ -f "$f" ] || continue
+  id=${f##*/}
+  case $id in
+    name=*) scancel --quiet --user="$(id -u)" --name="${id#name=}" 2>/dev/null ;;
+    *) scancel --quiet -- "$id" 2>/dev/null ;;
+  esac
+done
 rm -d "$t"/ompi.* 2>/dev/null   # only the empty ones, as Open MPI does at its own exit
 rm -rf "$d"
 """
 
 #: Where the watcher finds rm and pkill, after the launcher's own PATH.
 STANDARD_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
+
+#: What the watcher may scancel: a job id, a step (job.step), or a job name we made unique.
+_SLURM_TARGET = re.compile(r"^(?:[0-9]+(?:\.[0-9]+)?|name=[A-Za-z0-9_.-]+)$")
 
 _open_fds: set[int] = set()
 _fds_lock = threading.Lock()
@@ -91,10 +105,11 @@ class LocalWatchdog:
         self._proc = proc
 
     @classmethod
-    async def start(cls) -> "LocalWatchdog":
-        """Create the temp dir and start its watcher."""
+    async def start(cls, env: Optional[dict[str, str]] = None) -> "LocalWatchdog":
+        """Create the temp dir and start its watcher (``env``: more variables for it, e.g. ``SLURM_CONF``)."""
         path = tempfile.mkdtemp(prefix="mlx-jupyter-")   # mode 0700
         os.mkdir(os.path.join(path, "pids"))
+        os.mkdir(os.path.join(path, "slurm"))
         read_fd, write_fd = os.pipe()   # both non-inheritable
         with _fds_lock:
             _open_fds.add(write_fd)
@@ -102,7 +117,7 @@ class LocalWatchdog:
             proc = await asyncio.create_subprocess_exec(
                 "/bin/sh", "-c", LOCAL_WATCHDOG_SCRIPT, "mlx-jupyter-watchdog", tempfile.gettempdir(), path,
                 stdin=read_fd, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-                start_new_session=True, env={"PATH": watcher_path()},
+                start_new_session=True, env={**(env or {}), "PATH": watcher_path()},
             )
         except BaseException:
             _close(write_fd)
@@ -122,6 +137,20 @@ class LocalWatchdog:
         try:
             os.unlink(os.path.join(self.path, "pids", str(int(pgid))))
         except OSError:
+            pass
+
+    def register_job(self, job: str) -> None:
+        """Cancel this Slurm job or step (``123``, ``123.4``, ``name=NAME``) if the launcher dies."""
+        if not _SLURM_TARGET.match(job):
+            raise ValueError(f"{job!r} is not a Slurm job id, step id or name=NAME")
+        with open(os.path.join(self.path, "slurm", job), "w"):
+            pass
+
+    def unregister_job(self, job: str) -> None:
+        """Forget a job that has been cancelled or has ended."""
+        try:
+            os.unlink(os.path.join(self.path, "slurm", job))
+        except (OSError, ValueError):
             pass
 
     async def close(self, timeout: float = 2.0) -> None:

@@ -44,16 +44,7 @@ class RankMonitor:
         """One line of a rank's output, to ``on_output`` (default: printed with a ``[rank r]`` prefix)."""
         if stream == "stderr" and line.startswith(MISSING_MODULE):
             self.missing_modules.setdefault(rank, line[len(MISSING_MODULE):].strip())
-        cb = self.config.on_output
-        if cb is None:
-            target = sys.stdout if stream == "stdout" else sys.stderr
-            prefix = rank_prefix(rank, self.size) if self.size > 1 else ""
-            print(prefix + line, file=target, flush=True)
-            return
-        try:
-            cb(rank, stream, line)
-        except Exception as exc:  # noqa: BLE001 - a user callback must not kill the launcher
-            print(f"mlx-jupyter launch: on_output callback failed: {exc!r}", file=sys.stderr)
+        emit_line(self.config, self.size, rank, stream, line)
 
     def watch(self, rank: int, proc: Any) -> None:
         """Follow ``proc`` (rank ``rank``) until it exits."""
@@ -167,3 +158,17 @@ def _exited(code: Optional[int]) -> str:
     """``exited with code 3``, or :func:`describe_exit`'s text for a signal or an unknown status."""
     text = describe_exit(code)
     return f"exited with code {code}" if text.startswith("exit code") else text
+
+
+def emit_line(config: LaunchConfig, size: int, rank: int, stream: str, line: str) -> None:
+    """One line of a rank's output, to ``config.on_output`` (default: printed with a ``[rank r]`` prefix)."""
+    cb = config.on_output
+    if cb is None:
+        target = sys.stdout if stream == "stdout" else sys.stderr
+        prefix = rank_prefix(rank, size) if size > 1 else ""
+        print(prefix + line, file=target, flush=True)
+        return
+    try:
+        cb(rank, stream, line)
+    except Exception as exc:  # noqa: BLE001 - a user callback must not kill the launcher
+        print(f"mlx-jupyter launch: on_output callback failed: {exc!r}", file=sys.stderr)

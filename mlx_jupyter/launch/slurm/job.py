@@ -1,0 +1,324 @@
+"""A launch under Slurm: the allocation, one srun step for every rank, watching it, ending it.
+
+The same face as :class:`mlx_jupyter.launch.job.Job` (``start``, ``wait``,
+``stop``, ``signal``, stdin, ``ranks``, ``summary``), so the CLI and
+:class:`~mlx_jupyter.launch.Launcher` drive either. srun is one local process
+under the launcher's watchdog, which also scancels our allocation (and the
+step) if the launcher dies; srun's death ends the step on every node it can
+reach. How the step ended is told in :mod:`.ending`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import secrets
+import signal as _signal
+import sys
+import threading
+from typing import Any, Optional
+
+from mlx_jupyter.launch import contract
+from mlx_jupyter.launch.launch_config import LaunchConfig, rank_argv
+from mlx_jupyter.launch.errors import LaunchError
+from mlx_jupyter.launch.local_watchdog import LocalWatchdog
+from mlx_jupyter.launch.local import LocalProcess
+from mlx_jupyter.launch.rankinfo import EXITED, KILLED, RUNNING, RankInfo
+from mlx_jupyter.launch.slurm import commands
+from mlx_jupyter.launch.slurm.allocation import Allocation, WaitCancelled, print_state
+from mlx_jupyter.launch.slurm.ending import Ending
+from mlx_jupyter.launch.slurm.options import NAME_PREFIX, SlurmOptions, in_step, split_args, step_argv
+from mlx_jupyter.launch.slurm.output import StepOutput
+from mlx_jupyter.launch.slurm.plan import derived_port, plan_step, rank_hosts
+from mlx_jupyter.launch.slurm.wrapper import wrapper_argv
+from mlx_jupyter.launch.streams import LineSplitter
+from mlx_jupyter.launch.monitor import emit_line
+
+PROG = "mlx-jupyter launch"
+#: Backends whose contract srun can give (jaccl needs each host's RDMA devices from a hostfile).
+SLURM_BACKENDS = ("ring", "nccl", "mpi")
+
+
+class SlurmJob(Ending):
+    """One launch under Slurm. Create, ``await start()``, then ``await wait()``; ``stop()`` tears it down."""
+
+    def __init__(self, config: LaunchConfig):
+        self.config = config
+        self.opts: SlurmOptions = config.slurm or SlurmOptions()
+        self.token = secrets.token_hex(16)
+        backend = config.backend or "ring"
+        if backend not in SLURM_BACKENDS:
+            raise LaunchError(f"--backend {backend} is not available with Slurm: use {', '.join(SLURM_BACKENDS)} "
+                              "(jaccl needs each host's RDMA devices from a hostfile)")
+        config.backend = backend
+        if config.rank_env is not None:
+            raise LaunchError("rank_env is not available with Slurm: srun gives every task the same environment "
+                              "(each rank has MLX_RANK, SLURM_PROCID and SLURM_LOCALID)")
+        if self.opts.ranks_per_node < 1 or (self.opts.nodes is not None and self.opts.nodes < 1):
+            raise LaunchError("--nodes and -n must be positive")
+        self.name = self.opts.job_name or NAME_PREFIX + secrets.token_hex(4)
+        self.allocation: Optional[Allocation] = None
+        self.step: Optional[str] = None            # "job.step" once the first rank reports it
+        self.hosts: list = []
+        self.ranks: list[RankInfo] = []
+        self.failures: list[int] = []
+        self._srun: Optional[LocalProcess] = None
+        self._output: Optional[StepOutput] = None
+        self._srun_code: Optional[int] = None
+        self._guard: Optional[LocalWatchdog] = None
+        self._done: Optional[asyncio.Event] = None
+        self._started: Optional[asyncio.Event] = None
+        self._cancel = threading.Event()           # wakes a wait for a pending job
+        self._stopping = False
+        self._fail_timer: Optional[asyncio.TimerHandle] = None
+        self._tasks: list[asyncio.Task] = []
+        self.end_note = ""                         # how Slurm ended the job, if it did
+
+    # ------------------------------------------------------------- starting --
+    @property
+    def size(self) -> int:
+        """Number of ranks (as asked for, until the allocation's nodes are known)."""
+        return len(self.hosts) or (self.opts.nodes or 1) * self.opts.ranks_per_node
+
+    @property
+    def job_id(self) -> Optional[int]:
+        return self.allocation.job_id if self.allocation else None
+
+    def log(self, msg: str) -> None:
+        if self.config.verbose:
+            print(f"{PROG}: {msg}", file=sys.stderr)
+
+    async def start(self) -> None:
+        """Get the nodes, start srun; return once every rank runs, or tear down and raise."""
+        self._done = asyncio.Event()
+        self._started = asyncio.Event()
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop(self.config.grace)
+            raise
+
+    async def _start(self) -> None:
+        slurm_env = {k: v for k, v in os.environ.items() if k.startswith(("SLURM_", "SLURMD_"))}
+        try:
+            self._guard = await LocalWatchdog.start(slurm_env)
+        except OSError as exc:
+            raise LaunchError(f"cannot start the launcher's watchdog (/bin/sh): {exc}") from None
+        current = None if self.opts.allocate else Allocation.current(os.environ)
+        if current is not None:
+            self.allocation = current
+            self.log(f"running inside Slurm job {current.job_id}")
+        else:
+            self._guard.register_job(f"name={self.name}")   # before sbatch: we may die before it answers
+            self.allocation = await asyncio.to_thread(Allocation.submit, self.opts, self.name)
+            if self._cancel.is_set():   # stopped while sbatch ran (the watchdog may be closed already)
+                await asyncio.to_thread(self.allocation.release)
+                raise WaitCancelled(f"Slurm job {self.allocation.job_id} cancelled before it ran")
+            self._guard.register_job(str(self.allocation.job_id))
+            await asyncio.to_thread(self.allocation.wait_running, self._cancel, self.opts.poll_interval,
+                                    self.opts.on_state or print_state(PROG))
+        nodes = await asyncio.to_thread(self.allocation.nodes)
+        if self.opts.nodes is not None:
+            if self.opts.nodes > len(nodes):
+                raise LaunchError(f"--nodes {self.opts.nodes}: Slurm job {self.job_id} has only "
+                                  f"{len(nodes)} node(s) ({', '.join(nodes)})")
+            subset = self.opts.nodes < len(nodes)
+            nodes = nodes[: self.opts.nodes]
+        else:
+            subset = False
+        info = await asyncio.to_thread(commands.nodes_info, nodes)
+        ips = {n: await asyncio.to_thread(commands.node_ip, info[n]) for n in nodes}
+        self.hosts = rank_hosts(nodes, ips, self.opts.ranks_per_node)
+        self.ranks = [RankInfo(r, h.ssh) for r, h in enumerate(self.hosts)]
+        await self._start_step(nodes, subset)
+
+    def _plan(self) -> dict[str, str]:
+        c = self.config
+        port = c.starting_port or derived_port(self.job_id or 0, len(self.hosts), c.connections_per_ip)
+        mpi_env = None
+        if c.backend == "mpi":
+            from mlx_jupyter.launch.mpi import find_libmpi
+
+            libname, libdir = find_libmpi()
+            mpi_env = contract.plan_mpi(self.hosts, env=dict(c.env), token=self.token, libname=libname,
+                                        libdir=libdir, darwin=platform.system() == "Darwin",
+                                        inherited=os.environ).env
+        try:
+            plan = plan_step(c.backend, self.hosts, env=dict(c.env), token=self.token, starting_port=port,
+                             connections_per_ip=c.connections_per_ip, nccl_port=c.nccl_port, verbose=c.verbose,
+                             mpi_env=mpi_env)
+        except ValueError as exc:
+            raise LaunchError(str(exc)) from None
+        return plan.env
+
+    async def _start_step(self, nodes: list[str], subset: bool) -> None:
+        c = self.config
+        env = {**os.environ, **self._plan()}
+        if c.backend != "mpi":   # mpi ranks share output lines: unbuffered fragments would interleave
+            env.setdefault("PYTHONUNBUFFERED", "1")
+        explicit = self.allocation is not None and not self.allocation.owned
+        try:
+            extra = split_args(self.opts.srun_args, "--srun-arg") + (split_args(self.opts.args) if explicit else [])
+        except ValueError as exc:
+            raise LaunchError(str(exc)) from None
+        mpi = None
+        if c.backend == "mpi" and not any(a.startswith("--mpi") for a in extra):
+            mpi = await asyncio.to_thread(commands.mpi_plugin)
+        argv = step_argv(self.job_id or 0, nodes, self.opts.ranks_per_node, name=self.name, stdin=c.stdin,
+                         kill_on_bad_exit=c.terminate_on_failure, subset=subset, mpi=mpi,
+                         in_step=explicit and in_step(os.environ), extra=extra)
+        argv += wrapper_argv(rank_argv(c.command, c.python, c.cwd))
+        self.log(f"starting {self.size} rank(s) on {', '.join(nodes)} in Slurm job {self.job_id}")
+        self._output = StepOutput(self.size, self._emit, self._on_start, self._on_rank_exit)
+        out = LineSplitter(lambda line: self._output.line("stdout", line))
+        err = LineSplitter(lambda line: self._output.line("stderr", line))
+        if c.cwd is not None and not os.path.isdir(c.cwd):
+            raise LaunchError(f"working directory {c.cwd!r} does not exist here, where srun runs (--cwd)")
+        self._srun = await LocalProcess.spawn(argv, env, c.cwd, c.stdin, out, err, "srun", self._guard)
+        self._tasks.append(asyncio.ensure_future(self._watch_srun()))
+        ended = asyncio.ensure_future(self._done.wait())
+        started = asyncio.ensure_future(self._started.wait())
+        try:
+            await asyncio.wait({ended, started}, timeout=c.start_timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ended.cancel()
+            started.cancel()
+        if not self._started.is_set() and not self._done.is_set():
+            waiting = [str(i.rank) for i in self.ranks if i.state != RUNNING and not i.done]
+            raise LaunchError(f"Slurm job {self.job_id}: rank(s) {', '.join(waiting)} did not start within "
+                              f"{c.start_timeout:g} s (srun said: {self.srun_said() or 'nothing'})")
+
+    # -------------------------------------------------------------- running --
+    def _emit(self, rank: int, stream: str, line: str) -> None:
+        emit_line(self.config, self.size, rank, stream, line)
+
+    def _on_start(self, rank: int, step: str, pid: int) -> None:
+        info = self.ranks[rank]
+        if info.state == "pending":
+            info.state, info.pid = RUNNING, pid
+        if self.step is None and step.isdigit() and self.job_id is not None:
+            self.step = f"{self.job_id}.{step}"
+            if self._guard is not None:
+                self._guard.register_job(self.step)
+        if all(i.state != "pending" for i in self.ranks) and self._started is not None:
+            self._started.set()
+
+    def _on_rank_exit(self, rank: int, code: int) -> None:
+        info = self.ranks[rank]
+        if info.returncode is not None:
+            return
+        info.returncode = code
+        if info.state != KILLED:
+            info.state = EXITED
+        if code != 0 and (info.state != KILLED or self._fail_timer is not None):
+            self.failures.append(rank)   # kept in order; settled at the end (ending._settle_failures)
+        if self.config.on_exit is not None:
+            try:
+                self.config.on_exit(rank, code)
+            except Exception as exc:  # noqa: BLE001 - a user callback must not kill the launcher
+                print(f"{PROG}: on_exit callback failed: {exc!r}", file=sys.stderr)
+        if (code != 0 and info.state == EXITED and self.config.terminate_on_failure and not self._stopping
+                and self._fail_timer is None):
+            # srun's --kill-on-bad-exit ends the others (terminated, not failed, as Job's stop marks them);
+            # a node that went silent never reports: then we end the step ourselves
+            for other in self.ranks:
+                if not other.done:
+                    other.state = KILLED
+            loop = asyncio.get_running_loop()
+            self._fail_timer = loop.call_later(self.opts.failure_grace,
+                                               lambda: self._tasks.append(asyncio.ensure_future(self.stop())))
+
+    async def _watch_srun(self) -> None:
+        assert self._srun is not None
+        self._srun_code = await self._srun.wait()
+        if self._fail_timer is not None:
+            self._fail_timer.cancel()
+        await self._conclude()
+        if self._started is not None:
+            self._started.set()
+        assert self._done is not None
+        self._done.set()
+
+    async def wait(self, timeout: Optional[float] = None) -> int:
+        """Wait for srun (every rank) to end; 0 if all exited 0, else the first failing rank's code."""
+        assert self._done is not None, "start() first"
+        try:
+            await asyncio.wait_for(self._done.wait(), timeout)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"ranks still running after {timeout:g} s") from None
+        await self._cleanup()
+        return self.exit_code()
+
+    async def signal(self, sig: int, ranks: Optional[Any] = None) -> None:
+        """Send ``sig`` to every rank (Slurm signals whole steps: ``ranks`` cannot pick some)."""
+        if self._srun is None or self._done is None or self._done.is_set():
+            if sig in (_signal.SIGINT, _signal.SIGTERM) and self._srun is None:
+                self._cancel.set()   # still waiting for the allocation: give up on it
+            return
+        if self.step is not None:
+            name = _signal.Signals(sig).name.removeprefix("SIG")
+            await asyncio.to_thread(commands.cancel, self.step, name)
+        elif sig != _signal.SIGINT:   # srun passes signals on to the tasks, but takes SIGINT for itself
+            await self._srun.signal(sig)
+
+    def write_stdin(self, data: bytes) -> None:
+        """Broadcast ``data`` to every rank's stdin (srun --input=all)."""
+        if self._srun is not None:
+            self._srun.write(data)
+
+    def close_stdin(self) -> None:
+        if self._srun is not None:
+            self._srun.close_stdin()
+
+    # ------------------------------------------------------------- stopping --
+    async def stop(self, timeout: float = 2.0) -> None:
+        """End every rank (TERM, then KILL after ``grace``), release our allocation, clean up."""
+        self._cancel.set()
+        if not self._stopping:
+            self._stopping = True
+            for info in self.ranks:
+                if not info.done:
+                    info.state = KILLED
+            if self._srun is not None and self._done is not None and not self._done.is_set():
+                await self._end_step(timeout)
+        elif self._done is not None and self._srun is not None:
+            await self._wait_done(timeout)
+        await self._cleanup()
+
+    async def _end_step(self, timeout: float) -> None:
+        """SIGTERM to srun (it passes it on to every task), SIGKILL after ``grace`` (srun's end ends the
+        step on every node it reaches). scancel is not waited for: it blocks while a node is unreachable."""
+        assert self._srun is not None
+        grace = min(self.config.grace, timeout)
+        self.log(f"terminating Slurm step {self.step or '(not started)'}")
+        await self._srun.signal(_signal.SIGTERM)
+        if not await self._wait_done(grace):
+            await self._srun.signal(_signal.SIGKILL)
+            if self.step is not None:   # for the nodes srun could not reach (ours is released, which ends it all)
+                self._tasks.append(asyncio.ensure_future(asyncio.to_thread(commands.cancel, self.step)))
+            await self._wait_done(max(timeout - grace, 1.0))
+
+    async def _wait_done(self, timeout: float) -> bool:
+        if self._done is None:
+            return True
+        try:
+            await asyncio.wait_for(asyncio.shield(self._done.wait()), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    async def _cleanup(self) -> None:
+        """Release our allocation; once srun has ended, tell the watchdog what no longer needs cancelling."""
+        alloc = self.allocation
+        if alloc is not None and alloc.owned and not alloc.released:
+            await asyncio.to_thread(alloc.release)
+        if self._guard is None or not (self._done is None or self._done.is_set() or self._srun is None):
+            return
+        guard, self._guard = self._guard, None
+        if self.step is not None:   # srun's end ended it wherever srun could reach; our release does the rest
+            guard.unregister_job(self.step)
+        if alloc is not None and alloc.owned and alloc.released:
+            guard.unregister_job(str(alloc.job_id))
+            guard.unregister_job(f"name={self.name}")
+        await guard.close()
