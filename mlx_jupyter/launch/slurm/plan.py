@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
 from mlx_jupyter.hostfile import Host
-from mlx_jupyter.launch import contract
+from mlx_jupyter.launch import contract, rank_env
 from mlx_jupyter.launch.slurm.wrapper import control_env
 from mlx_jupyter.net.ports import CORE_PORT_OFFSET
 
@@ -21,7 +21,7 @@ from mlx_jupyter.net.ports import CORE_PORT_OFFSET
 #: below Linux's ephemeral range (32768), so outgoing connections never take them.
 PORT_BASE = 20000
 #: What the wrapper sets per rank from Slurm's variables.
-PER_RANK = ("MLX_RANK", "CUDA_VISIBLE_DEVICES")
+PER_RANK = (rank_env.RANK, "CUDA_VISIBLE_DEVICES")
 
 
 @dataclass
@@ -75,7 +75,7 @@ def plan_step(
     nodes = [h.ssh for h in hosts]
     if backend == "mpi":
         base = dict(mpi_env or {})
-        base.setdefault(contract.TOKEN_VAR, token)
+        base.setdefault(rank_env.TOKEN, token)
         return StepPlan(list(hosts), {**base, **control_env(nodes, set_rank=False, set_gpu=False, files={})})
     plans = contract.plan_ranks(backend, hosts, env=env, token=token, starting_port=starting_port,
                                 connections_per_ip=connections_per_ip, nccl_port=nccl_port, verbose=verbose)
