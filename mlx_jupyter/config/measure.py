@@ -35,7 +35,7 @@ NOT_SET_UP = "apply the setup first"
 
 
 class Runner(Protocol):
-    async def run(self, host: str, argv: Sequence[str]) -> CommandResult: ...
+    async def run(self, host: str, argv: Sequence[str], stdin: str = "") -> CommandResult: ...
 
 
 @dataclass
@@ -71,7 +71,8 @@ class TextProgress:
 
 
 def agent_argv(python: str, role: str, **opts: Any) -> list[str]:
-    """`python3 -c <agent> serve|send --key value ...` (the runner quotes every word)."""
+    """`python3 -c <agent> serve|send --key value ...` (the runner quotes every word); the token goes
+    on the agent's stdin (:func:`_run`), never here."""
     argv = [python, "-c", AGENT_SOURCE, role, "--exit-on-eof"]
     for key, value in opts.items():
         argv += [f"--{key.replace('_', '-')}", str(value)]
@@ -92,10 +93,11 @@ def _why(host: str, role: str, address: str, res: CommandResult, python: str) ->
     return f"{host} ({role} on {address}): {text or f'exit {res.rc}'}"
 
 
-async def _run(runner: Runner, host: str, argv: list[str]) -> CommandResult:
-    """The runner's result; anything it raises becomes a failed result (named by `_why`), never a traceback."""
+async def _run(runner: Runner, host: str, argv: list[str], token: str) -> CommandResult:
+    """The runner's result (the agent reads ``token`` from its stdin); anything it raises becomes a failed
+    result (named by `_why`), never a traceback."""
     try:
-        return await runner.run(host, argv)
+        return await runner.run(host, argv, stdin=token + "\n")
     except Exception as exc:  # noqa: BLE001 - a runner's own failure, reported on the cable
         return CommandResult(255, "", f"{type(exc).__name__}: {exc}\n")
 
@@ -114,11 +116,12 @@ async def measure_cable(runner: Runner, t: Target, opts: CheckOptions, deadline:
             return CableResult(t, error=f"not measured: the check's time budget ({opts.budget:g} s) ran out")
         end = time.monotonic() + left + GRACE
         port = secrets.SystemRandom().randint(*PORTS)
-        common = dict(port=port, token=secrets.token_hex(16), seconds=opts.seconds, max_bytes=opts.max_bytes,
-                      timeout=f"{left:.1f}")
-        server = asyncio.ensure_future(_run(runner, t.b, agent_argv(opts.python, "serve", bind=t.b_ip, **common)))
+        token = secrets.token_hex(16)
+        common = dict(port=port, seconds=opts.seconds, max_bytes=opts.max_bytes, timeout=f"{left:.1f}")
+        server = asyncio.ensure_future(
+            _run(runner, t.b, agent_argv(opts.python, "serve", bind=t.b_ip, **common), token))
         client = asyncio.ensure_future(
-            _run(runner, t.a, agent_argv(opts.python, "send", bind=t.a_ip, to=t.b_ip, pings=opts.pings, **common)))
+            _run(runner, t.a, agent_argv(opts.python, "send", bind=t.a_ip, to=t.b_ip, pings=opts.pings, **common), token))
         ends = ((server, t.b, "serve", t.b_ip), (client, t.a, "send", t.a_ip))
         done, _ = await asyncio.wait({server, client}, timeout=left + GRACE, return_when=asyncio.FIRST_COMPLETED)
         if server in done and server.result().rc == 3:  # port taken on b: draw another

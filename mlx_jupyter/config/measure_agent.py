@@ -4,7 +4,8 @@ Standard library only: `mlx-jupyter config --measure` runs this file's source on
 hosts with `python3 -c` (nothing to install there); `python3 -m mlx_jupyter.config.measure_agent`
 runs it too. `serve` listens on one end's cable address, `send` connects from the other's:
 
-    send -> serve: "MJCC1" + token, pings ("P" echoed), "U"
+    send -> serve: "MJCC1" + token, pings ("P" echoed), "U"   (each end reads the token from the
+                   first line of its stdin: never on a command line, where other users could read it)
     send -> serve: frames (8-byte length + bytes) for --seconds or --max-bytes, a 0 frame
     serve -> send: bytes and nanoseconds it timed (2 x 8 bytes)
     serve -> send: frames the same way; send -> serve: "K"
@@ -208,6 +209,22 @@ def send(args):
                       "down_ns": down_ns, "rtt_us": [round(x, 1) for x in rtt]}), flush=True)
 
 
+def read_token(fd=0):
+    """The job's token: the first line of stdin, read unbuffered (the rest of stdin is the EOF watch)."""
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = os.read(fd, 1)
+        if not chunk:
+            break
+        data += chunk
+        if len(data) > 256:
+            raise Failed("the first line of stdin is not a token (longer than 256 bytes)")
+    token = data.strip().decode("ascii", errors="replace")
+    if not token:
+        raise Failed("no token: give it as the first line of stdin")
+    return token
+
+
 def exit_on_eof():
     """Exit as soon as stdin closes: the checker gave up on this cable (its ssh session is gone)."""
     def watch():
@@ -234,7 +251,6 @@ def parser():
             s.add_argument("--max-mbit", type=float, default=0.0,
                            help="cap this end's sending rate (Mbit/s; tests of a slow link where tc is missing)")
         s.add_argument("--port", type=int, required=True)
-        s.add_argument("--token", required=True)
         s.add_argument("--seconds", type=float, default=1.0, help="how long each direction sends")
         s.add_argument("--max-bytes", type=int, default=1 << 30, help="and at most this much")
         s.add_argument("--timeout", type=float, default=20.0, help="give up after this long in all")
@@ -244,9 +260,10 @@ def parser():
 
 def main(argv=None):
     args = parser().parse_args(argv)
-    if args.exit_on_eof:
-        exit_on_eof()
     try:
+        args.token = read_token()
+        if args.exit_on_eof:
+            exit_on_eof()
         (serve if args.role == "serve" else send)(args)
     except Failed as exc:
         print(f"cablecheck {args.role}: {exc}", file=sys.stderr)

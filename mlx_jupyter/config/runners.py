@@ -15,9 +15,10 @@ CONNECT_TIMEOUT = 5.0
 
 
 class Runner(Protocol):
-    """Runs one command on one host; implementations keep one connection per host."""
+    """Runs one command on one host; implementations keep one connection per host. ``stdin`` is written
+    to the command's stdin, which stays open until the command ends (secrets go there, not in argv)."""
 
-    async def run(self, host: str, argv: Sequence[str]) -> CommandResult: ...
+    async def run(self, host: str, argv: Sequence[str], stdin: str = "") -> CommandResult: ...
 
 
 class SSHRunner:
@@ -47,11 +48,11 @@ class SSHRunner:
                     raise
             return self._conns[host]
 
-    async def run(self, host: str, argv: Sequence[str]) -> CommandResult:
+    async def run(self, host: str, argv: Sequence[str], stdin: str = "") -> CommandResult:
         """Exit 255 with ssh's complaint on stderr when the host cannot be reached, as ssh(1) does."""
         try:
             conn = await self._connection(host)
-            result = await self._ssh.run(conn, self._ssh.join(argv), self._timeout, host)
+            result = await self._ssh.run(conn, self._ssh.join(argv), self._timeout, host, stdin=stdin)
         except self._ssh.SSHError as exc:
             return CommandResult(255, "", f"{exc}\n")
         return CommandResult(
@@ -91,7 +92,7 @@ class RecordingRunner:
     def hosts(self) -> list[str]:
         return self.recording.hosts()
 
-    async def run(self, host: str, argv: Sequence[str]) -> CommandResult:
+    async def run(self, host: str, argv: Sequence[str], stdin: str = "") -> CommandResult:
         self.calls.append((host, tuple(argv)))
         return self.recording.answer(host, argv)
 

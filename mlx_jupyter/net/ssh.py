@@ -389,8 +389,9 @@ async def connect_all(dests: Sequence[str], opts: SSHOptions | None = None) -> d
     return dict(zip(unique, results))
 
 
-async def run(conn: Any, command: str, timeout: float, host: str = "") -> Any:
-    """Run a short command on an open connection, bounded by ``timeout``.
+async def run(conn: Any, command: str, timeout: float, host: str = "", stdin: str = "") -> Any:
+    """Run a short command on an open connection, bounded by ``timeout``; ``stdin`` is written to the
+    command's stdin, which stays open until it ends.
 
     On a timeout or cancellation the command's stdin reaches EOF (it may exit on that) before its
     session is closed; a command started while the call was cancelled is ended the same way.
@@ -402,6 +403,8 @@ async def run(conn: Any, command: str, timeout: float, host: str = "") -> Any:
         opening.add_done_callback(_end_when_open)
         raise
     try:
+        if stdin:
+            process.stdin.write(stdin)
         return await asyncio.wait_for(process.wait(check=False), timeout)
     except asyncio.TimeoutError:
         raise SSHError(host or "host", f"command did not finish within {timeout:g} s: {command}") from None

@@ -84,11 +84,11 @@ class PacedRunner(SSHRunner):
         super().__init__(**kw)
         self.paced = paced
 
-    async def run(self, host, argv):
+    async def run(self, host, argv, stdin=""):
         argv = list(argv)
         if self.paced is not None and argv[3:4] == ["send"] and argv[argv.index("--bind") + 1] == self.paced.a_ip:
             argv += ["--max-mbit", SLOW_RATE.removesuffix("mbit")]
-        return await super().run(host, argv)
+        return await super().run(host, argv, stdin)
 
 
 def run(testbed, targets, paced: Target | None = None, **kw):

@@ -36,18 +36,20 @@ class CheckRunner:
         self.peak_per_host = 0
         self.peak_total = 0
         self.calls: list[tuple[str, tuple[str, ...]]] = []
+        self.stdins: list[str] = []   # what each agent got on stdin (its token)
 
-    async def run(self, host: str, argv: Sequence[str]) -> CommandResult:
+    async def run(self, host: str, argv: Sequence[str], stdin: str = "") -> CommandResult:
         argv = list(argv)
         if len(argv) < 4 or argv[1] != "-c" or argv[3] not in ("serve", "send"):
             self.calls.append((host, tuple(argv)))
             if self.inner is None:
                 return CommandResult(127, "", f"command not found: {argv[0]}\n")
-            return await self.inner.run(host, argv)
+            return await self.inner.run(host, argv, stdin)
         role = argv[3]
         assert argv[4] == "--exit-on-eof"
         opts = dict(zip((a[2:] for a in argv[5::2]), argv[6::2]))
         self.agent_calls.append((host, role, opts))
+        self.stdins.append(stdin)
         link = self._link(opts, role)
         self.running[host] = self.running.get(host, 0) + 1
         self.peak_per_host = max(self.peak_per_host, self.running[host])

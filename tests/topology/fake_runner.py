@@ -19,7 +19,7 @@ class FakeRunner:
         self.busy: dict[str, int] = {}
         self.peak_hosts = 0
 
-    async def run(self, host: str, argv: Sequence[str]) -> CommandResult:
+    async def run(self, host: str, argv: Sequence[str], stdin: str = "") -> CommandResult:
         key = tuple(argv)
         self.calls.append((host, key))
         self.busy[host] = self.busy.get(host, 0) + 1

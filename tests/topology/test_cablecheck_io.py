@@ -29,14 +29,27 @@ def run_check(runner, ts, **kw):
     return asyncio.run(check(runner, ts, CheckOptions(**kw)))
 
 
-class LocalRunner:
-    """Runs the argv on this machine (every "host" is here)."""
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().decode(errors="replace")
+    except OSError:   # no /proc (macOS), or gone already
+        return ""
 
-    async def run(self, host, argv):
+
+class LocalRunner:
+    """Runs the argv on this machine (every "host" is here); ``seen``: (token sent, the agent's cmdline)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    async def run(self, host, argv, stdin=""):
         proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                                                     stderr=asyncio.subprocess.PIPE)
         try:
-            out, err = await asyncio.wait_for(proc.communicate(), 30)
+            proc.stdin.write(stdin.encode())   # and held open, as ssh holds it
+            self.seen.append((stdin.strip(), _cmdline(proc.pid)))
+            out, err, _ = await asyncio.wait_for(asyncio.gather(proc.stdout.read(), proc.stderr.read(), proc.wait()), 30)
         except BaseException:  # cancelled (the other end failed): do not leave it running
             proc.kill()
             await proc.wait()
@@ -47,8 +60,11 @@ class LocalRunner:
 @pytest.mark.timeout(60)
 def test_agent_measures_on_loopback():
     t = Target(0, "here", "127.0.0.1", "there", "127.0.0.1", None, "loopback")
-    [r] = run_check(LocalRunner(), [t], seconds=0.2, python=sys.executable, cable_timeout=20).results
+    runner = LocalRunner()
+    [r] = run_check(runner, [t], seconds=0.2, python=sys.executable, cable_timeout=20).results
     assert r.error is None, r.error
+    assert len(runner.seen) == 2 and all(len(tok) == 32 and tok not in cmd for tok, cmd in runner.seen), \
+        "the agents' token is on their command line"
     assert r.a_to_b_gbps > 0 and r.b_to_a_gbps > 0 and 0 < r.rtt_ms < 1000
 
 
@@ -56,9 +72,11 @@ def test_agent_cannot_listen_on_an_address_this_host_lacks():
     # only the receiver runs: binding 192.0.2.1 (TEST-NET-1, not on this machine) fails, nothing is dialled
     import subprocess
 
-    argv = measure.agent_argv(sys.executable, "serve", bind="192.0.2.1", port=47001, token="t", timeout=5)
+    argv = measure.agent_argv(sys.executable, "serve", bind="192.0.2.1", port=47001, timeout=5)
     # stdin held open, as ssh holds it: the agent ends when it closes, which is another message
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdin.write("t\n")
+    proc.stdin.flush()
     try:
         code = proc.wait(timeout=30)
         out, err = proc.stdout.read(), proc.stderr.read()
@@ -88,7 +106,9 @@ def test_agents_bind_the_plan_addresses():
     t = ts[0]
     assert (serve_host, serve["bind"]) == (t.b, t.b_ip)
     assert (send_host, send["bind"], send["to"]) == (t.a, t.a_ip, t.b_ip)
-    assert serve["port"] == send["port"] and serve["token"] == send["token"] and send["seconds"] == "0.5"
+    assert serve["port"] == send["port"] and send["seconds"] == "0.5"
+    assert "token" not in serve and "token" not in send   # on stdin, never in argv
+    assert runner.stdins[0] == runner.stdins[1] and len(runner.stdins[0].strip()) == 32
     argv = measure.agent_argv("/opt/py3", "serve", bind=t.b_ip)
     assert argv[:2] == ["/opt/py3", "-c"] and "def serve(" in argv[2]
 
