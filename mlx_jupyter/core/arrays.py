@@ -11,8 +11,8 @@ import numpy as np
 
 from mlx_jupyter import _core
 
-SUPPORTED = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-             "float16", "bfloat16", "float32", "float64", "complex64")
+#: The dtype names the core supports: its own table (native/src/dtype.cpp), not a copy.
+SUPPORTED: tuple[str, ...] = tuple(_core.dtypes())
 
 
 def _kind(x: Any) -> str:

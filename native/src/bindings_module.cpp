@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "bindings.h"
+#include "mlxj/dtype.h"
 #include "mlxj/probe.h"
 #include "mlxj/shm_ring_link.h"
 #include "mlxj/shm_segment.h"
@@ -39,6 +40,17 @@ NB_MODULE(_core, m) {
       },
       "For tests: opens (and at once releases) a peer's shared memory as link setup does, from the locator "
       "it sent; raises MismatchError or SetupError when the locator is refused.");
+  m.def("dtypes", [] {
+    nb::list out;
+    std::string all = dtype_names();
+    for (size_t start = 0; start <= all.size();) {
+      size_t end = all.find(", ", start);
+      if (end == std::string::npos) end = all.size();
+      out.append(all.substr(start, end - start));
+      start = end + 2;
+    }
+    return nb::tuple(out);
+  }, "The dtype names the core reduces and moves (its one table, native/src/dtype.cpp), in its order.");
   m.def("random_token", [] {
     uint8_t b[16];
     random_bytes(b, sizeof b);
