@@ -26,6 +26,8 @@ from mlx_jupyter.hostfile import BACKENDS  # the one list of backends, re-export
 from mlx_jupyter.core.auth_warning import warn_if_unauthenticated
 from mlx_jupyter.core import arrays
 from mlx_jupyter.core.group import OPS, CoreGroup, Group, MlxGroup, core_options, seconds
+from mlx_jupyter.core.recording import profile, start as start_profile, stop as stop_profile
+from mlx_jupyter.core.profile import OpRecord
 from mlx_jupyter.launch import rank_env
 from mlx_jupyter.launch.rank_env import RankEnv, RankEnvError, RingEnv
 
@@ -41,6 +43,7 @@ VALID = ("any",) + BACKENDS
 __all__ = [
     "init", "is_available", "backends", "shutdown", "Group",
     "all_sum", "all_max", "all_min", "all_gather", "sum_scatter", "send", "recv", "recv_like",
+    "start_profile", "stop_profile", "profile", "OpRecord",
     "DistributedError", "PeerError", "CommTimeoutError", "AbortedError", "MismatchError", "SetupError",
 ]
 

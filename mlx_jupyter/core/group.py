@@ -8,14 +8,19 @@ aborted from outside: `timeout=` is not honoured on an MlxGroup.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
+import weakref
 from typing import Any, Callable
 
 import numpy as np
 
 from mlx_jupyter import _core
-from mlx_jupyter.core import arrays
+from mlx_jupyter.core import activity, arrays, recording
+from mlx_jupyter.core.activity import OpActivity
+from mlx_jupyter.core.call_tracker import CallTracker
+from mlx_jupyter.core.profile import OpRecord
 from mlx_jupyter.launch.rank_env import RankEnv, check_seconds
 
 #: reduction name -> the core's op code (the hot path takes codes, not strings)
@@ -48,10 +53,22 @@ class Group:
     #: (x, out, timeout) -> True when gathered into out, False to take `all_gather`
     fast_gather: Callable[[Any, Any, float], bool] = staticmethod(_no_fast_path)
 
+    #: names the group in activity snapshots and profiles (the same on each of its ranks)
+    group_id: str = ""
+
     def __init__(self, backend: str, default_timeout: float = -1.0):
         self.backend = backend
         #: seconds an op may block when it is given no timeout= (-1: wait); RankEnv.timeout for the world
         self.default_timeout: float = check_seconds(default_timeout, "default_timeout")
+        activity.register(self)
+
+    def activity(self) -> OpActivity:
+        """What this group does now; safe from any thread while another is blocked in an op."""
+        raise NotImplementedError
+
+    def take_profile(self, offset: float) -> list[OpRecord]:
+        """This group's records of the current profile (times + ``offset``: the epoch's), emptied."""
+        raise NotImplementedError
 
     def timeout(self, timeout: float | None) -> float:
         """Seconds for the core (-1 = wait): the call's, else this group's default."""
@@ -158,9 +175,21 @@ class CoreGroup(Group):
     def __init__(self, core: _core.Group, backend: str = "ring", default_timeout: float = -1.0):
         super().__init__(backend, default_timeout)
         self._core = core
+        self.group_id = f"core:{core.id:x}"
         # numpy in and out, contiguous, one dtype and size: checked and run in one native call
         self.fast_reduce = core.all_reduce_buffers
         self.fast_gather = core.all_gather_buffers
+        # a group freed while a profile is recorded hands its records over (kept until stop())
+        weakref.finalize(self, _hand_over, core, self.group_id).atexit = False
+
+    def activity(self) -> OpActivity:
+        a = self._core.activity()
+        return OpActivity(self.group_id, self._core.rank(), self._core.size(), a["state"], a["op"], a["seq"],
+                          a["nbytes"], a["dtype"], a["elapsed"], a["waiting_on"], a["moved"], self.backend,
+                          self._core.aborted)
+
+    def take_profile(self, offset: float) -> list[OpRecord]:
+        return recording.native_records(self._core, self.group_id, offset)
 
     def rank(self) -> int:
         return self._core.rank()
@@ -228,6 +257,14 @@ class CoreGroup(Group):
         return _result(o, kind, out)
 
 
+def _hand_over(core: _core.Group, group_id: str) -> None:
+    if recording.recording():
+        recording.keep_orphans(recording.native_records(core, group_id, 0.0))
+
+
+_mlx_groups = itertools.count(1)
+
+
 class MlxGroup(Group):
     """An `mx.distributed.Group` with the names, array types and `out=` of our API.
 
@@ -240,6 +277,16 @@ class MlxGroup(Group):
         self._g = mx_group
         self._aborted = ""
         self._no_sum_scatter = False   # MLX's backend lacks it (its ring): all_sum and a slice instead
+        self.group_id = f"mlx-{backend}:{next(_mlx_groups)}"
+        #: MLX's calls, as activity snapshots and profiles see them (MLX tells us nothing itself)
+        self.calls = CallTracker(self)
+        self._op = self.calls.op
+
+    def activity(self) -> OpActivity:
+        return self.calls.activity()
+
+    def take_profile(self, offset: float) -> list[OpRecord]:
+        return self.calls.take(offset)
 
     @classmethod
     def form(cls, backend: str, default_timeout: float = -1.0) -> "MlxGroup":
@@ -263,7 +310,8 @@ class MlxGroup(Group):
                         self.default_timeout)
 
     def barrier(self, *, timeout: float | None = None) -> None:
-        self._collective("all_sum", np.zeros(1, np.int32), None, (1,))
+        with self._op("barrier"):
+            self._collective("all_sum", np.zeros(1, np.int32), None, (1,))
 
     def abort(self, reason: str = "aborted by the user") -> None:
         self._aborted = reason
@@ -294,12 +342,18 @@ class MlxGroup(Group):
         return r if v.kind == "mlx" else arrays.to_kind(_host_view(r, v.dtype), v.kind)
 
     def all_reduce(self, op: str, x: Any, out: Any, timeout: float | None) -> Any:
-        return self._collective(f"all_{op}", x, out)
+        with self._op(f"all_{op}", x):
+            return self._collective(f"all_{op}", x, out)
 
     def all_gather(self, x: Any, out: Any, timeout: float | None) -> Any:
-        return self._collective("all_gather", x, out, _gather_shape(arrays.view(x).shape, self.size()))
+        with self._op("all_gather", x):
+            return self._collective("all_gather", x, out, _gather_shape(arrays.view(x).shape, self.size()))
 
     def sum_scatter(self, x: Any, out: Any, timeout: float | None) -> Any:
+        with self._op("sum_scatter", x):
+            return self._sum_scatter(x, out)
+
+    def _sum_scatter(self, x: Any, out: Any) -> Any:
         shape = _scatter_shape(arrays.view(x).shape, self.size())
         if not self._no_sum_scatter:
             try:
@@ -331,7 +385,8 @@ class MlxGroup(Group):
         dst = check_peer(dst, self.size(), "dst")
         self._check()
         v = arrays.view(x)
-        mx.eval(mx.distributed.send(x if v.kind == "mlx" else arrays.to_kind(v, "mlx"), dst, group=self._g))
+        with self._op("send", x):
+            mx.eval(mx.distributed.send(x if v.kind == "mlx" else arrays.to_kind(v, "mlx"), dst, group=self._g))
 
     def recv(self, shape: tuple[int, ...], dtype: str, kind: str, src: int, timeout: float | None, out: Any) -> Any:
         import mlx.core as mx
@@ -339,8 +394,9 @@ class MlxGroup(Group):
         src = check_peer(src, self.size(), "src")
         self._check()
         o = None if out is None else _prepare_out(out, shape, dtype, "recv")
-        r = mx.distributed.recv(shape, getattr(mx, "bool_" if dtype == "bool" else dtype), src, group=self._g)
-        mx.eval(r)
+        with self._op("recv"):
+            r = mx.distributed.recv(shape, getattr(mx, "bool_" if dtype == "bool" else dtype), src, group=self._g)
+            mx.eval(r)
         if o is not None:
             _fill(o, r)
             return out

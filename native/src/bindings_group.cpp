@@ -189,9 +189,22 @@ void bind_options(nb::module_& m) {
       .def_rw("small_limit", &CoreOptions::small_limit, "All-reduces up to this many bytes gather, larger take the ring.");
 }
 
+// Whether an op of this kind moves elements of a dtype (init and barrier move none).
+bool typed(OpKind k) { return k != OpKind::None && k != OpKind::Init && k != OpKind::Barrier; }
+
+void bind_profile(nb::module_& m) {
+  using namespace nb::literals;
+  m.def("start_profile", &start_profiling, "capacity"_a,
+        "Record every op of every group of this process from now on, keeping the newest `capacity` per group.");
+  m.def("stop_profile", &stop_profiling, "Stop recording (the records stay until taken or the next start).");
+  m.def("profiling", &profiling, "Whether ops are being recorded.");
+  m.def("clock_ns", &steady_ns, "The clock of activity and profile times (steady), in nanoseconds.");
+}
+
 void bind_group(nb::module_& m) {
   using namespace nb::literals;
   bind_options(m);
+  bind_profile(m);
   nb::class_<Group>(m, "Group", "A group of ranks of our core: the ring world, or a split of it.")
       .def_static(
           "world",
@@ -214,6 +227,33 @@ void bind_group(nb::module_& m) {
       .def("rank", &Group::rank)
       .def("size", &Group::size)
       .def("world_rank", &Group::world_rank)
+      .def_prop_ro("id", &Group::id, "The group's id, the same on each of its ranks (the world's is 1).")
+      .def("activity", [](const Group& g) {
+        // Lock-free (activity.h): safe while another thread is blocked in an op of this group.
+        ActivityView a = g.activity();
+        nb::dict d;
+        bool idle = a.state == OpState::Idle;
+        d["state"] = op_state_name(a.state);
+        d["op"] = idle ? nb::none() : nb::object(nb::str(op_kind_name(a.op)));
+        d["seq"] = a.seq;
+        d["nbytes"] = a.nbytes;
+        d["dtype"] = typed(a.op) ? dtype_name(a.dtype) : "";
+        d["elapsed"] = idle ? 0.0 : double(steady_ns() - a.start_ns) * 1e-9;
+        d["waiting_on"] = a.waiting_on < 0 ? nb::none() : nb::object(nb::int_(a.waiting_on));
+        d["moved"] = a.moved;
+        return d;
+      }, "What the group does now: a dict of state (idle, running, waiting), op (None when idle), seq, "
+         "nbytes, dtype, elapsed (s), waiting_on (a group rank or None), moved (bytes); never blocks.")
+      .def("take_profile", [](Group& g) {
+        uint64_t dropped = 0;
+        std::vector<ProfileRecord> records = g.take_profile(&dropped);
+        nb::list out;
+        for (const ProfileRecord& r : records)
+          out.append(nb::make_tuple(op_kind_name(r.op), r.seq, r.nbytes, typed(r.op) ? dtype_name(r.dtype) : "", r.start_ns, r.end_ns,
+                                    r.wait_ns, r.waited_on, r.ok));
+        return nb::make_tuple(out, dropped);
+      }, "This group's records of the current profile, oldest first, as (op, seq, nbytes, dtype, start_ns, "
+         "end_ns, wait_ns, waited_on, ok) tuples, and how many older ones the ring dropped; empties them.")
       .def_prop_ro("aborted", &Group::aborted)
       .def_prop_ro("abort_reason", &Group::abort_reason)
       .def("link_kinds", &Group::link_kinds, "Per link \"side:kind\" (kind shm or tcp), and \"board:shm\" once the group shares a board.")

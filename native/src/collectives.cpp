@@ -147,8 +147,8 @@ void Group::pair_all_reduce(const void* in, void* out, size_t count, Dtype t, Re
 
 void Group::all_reduce(const void* in, void* out, size_t count, Dtype t, ReduceOp op, const CallOptions& opts) {
   size_t nbytes = count * dtype_size(t);
-  guarded(opts, op_name(uint8_t(reduce_code(op))), [&](const Wait& wait) {
-    ++seq_;
+  OpKind kind = op == ReduceOp::Sum ? OpKind::AllSum : op == ReduceOp::Max ? OpKind::AllMax : OpKind::AllMin;
+  guarded(opts, op_name(uint8_t(reduce_code(op))), {kind, nbytes, t}, [&](const Wait& wait) {
     int n = size();
     if (n == 1) {
       if (out != in && nbytes) std::memmove(out, in, nbytes);
@@ -166,8 +166,7 @@ void Group::all_reduce(const void* in, void* out, size_t count, Dtype t, ReduceO
 }
 
 void Group::all_gather(const void* in, void* out, size_t nbytes, Dtype t, const CallOptions& opts) {
-  guarded(opts, "all_gather", [&](const Wait& wait) {
-    ++seq_;
+  guarded(opts, "all_gather", {OpKind::AllGather, nbytes, t}, [&](const Wait& wait) {
     if (size() == 1) {
       if (out != in && nbytes) std::memmove(out, in, nbytes);
       return;
@@ -179,8 +178,7 @@ void Group::all_gather(const void* in, void* out, size_t nbytes, Dtype t, const 
 }
 
 void Group::reduce_scatter(const void* in, void* out, size_t count, Dtype t, ReduceOp op, const CallOptions& opts) {
-  guarded(opts, "sum_scatter", [&](const Wait& wait) {
-    ++seq_;
+  guarded(opts, "sum_scatter", {OpKind::SumScatter, count * size_t(size()) * dtype_size(t), t}, [&](const Wait& wait) {
     int n = size();
     size_t es = dtype_size(t), total = count * size_t(n);
     if (n == 1) {

@@ -41,7 +41,7 @@ std::shared_ptr<Group> Group::world(int rank, std::vector<std::vector<Endpoint>>
   for (int i = 0; i < n; ++i) members[i] = i;
   std::shared_ptr<Group> g(new Group(ctx, 1, members, options));
   g->watch_for_peers_leaving();
-  g->guarded(opts, "init", [&](const Wait& wait) { g->connect_ring(wait); });
+  g->guarded(opts, "init", {OpKind::Init, 0, Dtype::UInt8, false}, [&](const Wait& wait) { g->connect_ring(wait); });
   return g;
 }
 
@@ -160,6 +160,42 @@ void Group::unlock_op() {
   op_free_.notify_one();
 }
 
+Group::OpScope::OpScope(Group& group, const OpStart& start) : g(group) {
+  if (start.collective) ++g.seq_;
+  g.op_ = start;
+  g.op_seq_ = start.collective ? g.seq_ : start.kind == OpKind::Init ? 0 : ++g.p2p_ops_;
+  g.op_moved_ = 0;
+  g.op_wait_ns_ = 0;
+  g.op_waited_on_ = -1;
+  g.op_start_ns_ = steady_ns();
+  g.activity_.begin(start.kind, g.op_seq_, start.nbytes, start.dtype, g.op_start_ns_);
+}
+
+Group::OpScope::~OpScope() {
+  g.activity_.end();
+  if (!profiling()) return;  // the one branch the op pays when no profile is recorded
+  ProfileRecord r;
+  r.start_ns = g.op_start_ns_;
+  r.end_ns = steady_ns();
+  r.wait_ns = g.op_wait_ns_;
+  r.seq = g.op_seq_;
+  r.nbytes = g.op_.nbytes;
+  r.waited_on = g.op_waited_on_;
+  r.op = g.op_.kind;
+  r.dtype = g.op_.dtype;
+  r.ok = ok;
+  g.profile_.add(r);
+}
+
+int Group::peer_of(const Link* link) const {
+  int n = size();
+  if (link == right_.get()) return (me_ + 1) % n;
+  if (link == left_.get()) return (me_ + n - 1) % n;
+  for (const auto& [peer, l] : p2p_)  // (only this op's thread adds to p2p_)
+    if (l.get() == link) return peer;
+  return -1;
+}
+
 void Group::close(const std::string& reason) {
   abort(reason);
   ctx_->close();
@@ -234,6 +270,9 @@ void Group::run(Step& step, const Wait& wait) {
   std::vector<pollfd> fds;
   Spin spin;
   Clock::time_point next_check = Clock::now() + kBusyCheck;
+  // Waiting (the profile's wait): from the first pass that moved nothing until bytes move again.
+  Clock::time_point idle_since{};
+  bool idle = false, asleep = false;
   for (;;) {
     bool moved = false, busy = false;
     for (size_t i = 0; i < nl; ++i) moved |= links[i]->progress();
@@ -247,7 +286,12 @@ void Group::run(Step& step, const Wait& wait) {
       }
     }
     for (size_t i = 0; i < nl; ++i) busy |= links[i]->sending() || links[i]->receiving();
-    if (!busy) return;
+    if (!busy) {
+      if (idle) op_wait_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - idle_since).count();
+      for (size_t i = 0; i < step.n; ++i) op_moved_ += step.xs[i].size;
+      activity_.moved(op_moved_);
+      return;
+    }
     auto now = Clock::now();
     // Whatever the loop does (data flowing, poll() returning at once without
     // progress), abort, Ctrl-C and the deadline are honoured every kBusyCheck.
@@ -256,12 +300,34 @@ void Group::run(Step& step, const Wait& wait) {
       check_stop(links, nl, moved, wait, now);
     }
     if (moved) {
+      if (idle) {
+        op_wait_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(now - idle_since).count();
+        idle = false;
+      }
+      if (asleep) {
+        asleep = false;
+        activity_.moved(op_moved_);
+      }
       spin.restart();
       continue;
+    }
+    if (!idle) {
+      idle = true;
+      idle_since = now;
     }
     if (spinning) {  // a short bounded spin beats a sleep and a wake-up
       if (spin.step(now)) continue;
       spin.restart();
+    }
+    if (!asleep) {  // about to sleep: say on whom (a peer whose bytes we lack, else one not taking ours)
+      asleep = true;
+      const Link* on = nullptr;
+      for (size_t i = 0; i < nl && !on; ++i)
+        if (links[i]->receiving()) on = links[i];
+      for (size_t i = 0; i < nl && !on; ++i)
+        if (links[i]->sending()) on = links[i];
+      op_waited_on_ = on ? peer_of(on) : -1;
+      activity_.waiting(op_waited_on_, op_moved_);
     }
     fds.clear();
     for (size_t i = 0; i < nl; ++i) links[i]->wait_set(fds);
@@ -325,7 +391,7 @@ void Group::check_peer(int peer, const char* what) const {
 
 void Group::send(const void* data, size_t nbytes, Dtype t, int dst, const CallOptions& opts) {
   check_peer(dst, "send to");  // an argument error leaves the group as it is (nothing was sent)
-  guarded(opts, "send to rank " + std::to_string(dst), [&](const Wait& wait) {
+  guarded(opts, "send to rank " + std::to_string(dst), {OpKind::Send, nbytes, t, false}, [&](const Wait& wait) {
     Step step;
     step.add(&p2p_link(dst, true, wait), true, header(OpCode::Send, t, nbytes), data, nbytes).header.seq = 0;
     run(step, wait);
@@ -334,7 +400,7 @@ void Group::send(const void* data, size_t nbytes, Dtype t, int dst, const CallOp
 
 void Group::recv(void* data, size_t nbytes, Dtype t, int src, const CallOptions& opts) {
   check_peer(src, "recv from");
-  guarded(opts, "recv from rank " + std::to_string(src), [&](const Wait& wait) {
+  guarded(opts, "recv from rank " + std::to_string(src), {OpKind::Recv, nbytes, t, false}, [&](const Wait& wait) {
     Step step;
     step.add(&p2p_link(src, false, wait), false, header(OpCode::Send, t, nbytes), data, nbytes).header.seq = 0;
     run(step, wait);
@@ -343,11 +409,10 @@ void Group::recv(void* data, size_t nbytes, Dtype t, int src, const CallOptions&
 
 std::shared_ptr<Group> Group::split(int color, int key, const CallOptions& opts, const CoreOptions* options) {
   std::shared_ptr<Group> sub;
-  guarded(opts, "split", [&](const Wait& wait) {
+  guarded(opts, "split", {OpKind::Split, 8, Dtype::Int32}, [&](const Wait& wait) {
     int n = size();
     std::vector<int32_t> all(2 * n);
     int32_t mine[2] = {int32_t(color), int32_t(key < 0 ? me_ : key)};
-    ++seq_;
     gather_ring(mine, all.data(), sizeof mine, header(OpCode::Split, Dtype::Int32, sizeof mine), wait);
     std::vector<std::pair<std::pair<int32_t, int>, int>> same;  // ((key, rank), world rank)
     for (int r = 0; r < n; ++r)
@@ -374,8 +439,7 @@ std::shared_ptr<Group> Group::split(int color, int key, const CallOptions& opts,
 }
 
 void Group::barrier(const CallOptions& opts) {
-  guarded(opts, "barrier", [&](const Wait& wait) {
-    ++seq_;
+  guarded(opts, "barrier", {OpKind::Barrier}, [&](const Wait& wait) {
     if (size() == 1) return;
     MsgHeader h = header(OpCode::Barrier, Dtype::UInt8, 0);
     if (board_ready(0, h, wait)) return board_all_reduce(nullptr, nullptr, 0, Dtype::UInt8, ReduceOp::Sum, h, wait);

@@ -105,6 +105,7 @@ uint64_t Group::board_exchange(const void* in, size_t nbytes, const MsgHeader& h
   uint64_t k = ++board_ops_;
   board_->post(k, h, in, nbytes);
   wait_board(k, h, wait);
+  op_moved_ += nbytes * size_t(size());  // ours posted, the others' read
   return k;
 }
 
@@ -116,18 +117,31 @@ void Group::wait_board(uint64_t k, const MsgHeader& h, const Wait& wait) {
   };
   Spin spin(board_hot_spin_);  // not restarted after a sleep: once spun, a wait only sleeps
   auto next_check = Clock::now() + kBusyCheck;
+  Clock::time_point since{};  // the profile's wait: from the first look that found a post missing
+  bool asleep = false;
+  auto done = [&] {
+    if (since != Clock::time_point{})
+      op_wait_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - since).count();
+    if (asleep) activity_.moved(op_moved_);
+  };
   for (;;) {
     uint32_t seen = board_->posts();  // before looking: a post after this wakes the sleep below
-    if (all_posted()) return;
+    if (all_posted()) return done();
     auto now = Clock::now();
+    if (since == Clock::time_point{}) since = now;
+    op_waited_on_ = next;
     if (spin.step(now)) continue;
     wait.check_abort();
     if (board_->aborted_by() || now >= next_check || now >= wait.deadline) {
       next_check = now + kBusyCheck;
       // The last posts may have come since the look above, and a rank done with the op may
       // have aborted the group since: with every post in, the op is complete all the same.
-      if (all_posted()) return;
+      if (all_posted()) return done();
       check_board(next, k, h, wait, now);
+    }
+    if (!asleep) {
+      asleep = true;
+      activity_.waiting(next, op_moved_);
     }
     auto until = std::min(next_check, wait.deadline);
     board_->sleep(seen, std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::microseconds>(until - now).count()));

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "mlxj/activity.h"
 #include "mlxj/board.h"
 #include "mlxj/context.h"
 #include "mlxj/dtype.h"
@@ -39,6 +40,12 @@ class Group : public std::enable_shared_from_this<Group> {
   int rank() const { return me_; }
   int size() const { return int(members_.size()); }
   int world_rank(int r) const { return members_[r]; }
+  // The same on every rank of the group (the world is 1; a split's is derived from it).
+  uint64_t id() const { return id_; }
+  // What the group does now, from any thread, without locks (activity.h).
+  ActivityView activity() const { return activity_.read(); }
+  // This group's records of the current profile, oldest first (see activity.h); empties them.
+  std::vector<ProfileRecord> take_profile(uint64_t* dropped) { return profile_.take(dropped); }
 
   // `options`, if given, are the new group's (every rank must give the same); by default this
   // group's. Connections keep the world's token, verbosity and dead-peer timeout.
@@ -111,15 +118,31 @@ class Group : public std::enable_shared_from_this<Group> {
     Group& g;
     ~OpLock() { g.unlock_op(); }
   };
+  // What an op is, for its activity and profile record; a collective takes the next number of the group.
+  struct OpStart {
+    OpKind kind;
+    uint64_t nbytes = 0;
+    Dtype dtype = Dtype::UInt8;
+    bool collective = true;
+  };
+  // Under the op lock: the op's activity from begin to end, and its profile record (when profiling).
+  struct OpScope {
+    Group& g;
+    bool ok = false;
+    OpScope(Group& group, const OpStart& start);
+    ~OpScope();
+  };
   // Runs one op under the op lock; any failure in the op aborts the group, then propagates.
   template <typename Body>
-  void guarded(const CallOptions& opts, const std::string& what, Body&& body) {
+  void guarded(const CallOptions& opts, const std::string& what, const OpStart& start, Body&& body) {
     Wait wait = make_wait(opts, what);
     lock_op(wait);
     OpLock held{*this};
+    OpScope scope(*this, start);
     try {
       wait.check_abort();
       body(static_cast<const Wait&>(wait));
+      scope.ok = true;
     } catch (const Interrupted&) {
       abort("interrupted (Ctrl-C) during " + what);
       release_links();
@@ -190,6 +213,15 @@ class Group : public std::enable_shared_from_this<Group> {
   Block scratch_[int(Slot::Count)];
   uint32_t seq_ = 0;
   uint32_t splits_ = 0;
+  // The op in progress (written under the op lock): see OpScope and run().
+  Activity activity_;
+  ProfileRing profile_;
+  OpStart op_{OpKind::None};
+  uint64_t op_seq_ = 0, op_moved_ = 0, p2p_ops_ = 0;
+  int64_t op_start_ns_ = 0, op_wait_ns_ = 0;
+  int32_t op_waited_on_ = -1;
+  // The group rank at the other end of `link` (one of ours), or -1.
+  int peer_of(const Link* link) const;
 };
 
 }  // namespace mlxj
