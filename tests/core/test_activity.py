@@ -1,0 +1,182 @@
+"""The activity record: another thread sees where each rank's op is (which op, on whom it waits)
+while the op is blocked, without locks. Ranks are threads of this process, as in test_core_options."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import pytest
+
+from mlx_jupyter import _core
+from mlx_jupyter.core import activity
+from mlx_jupyter.core.activity import OpActivity
+from mlx_jupyter.core.call_tracker import CallTracker
+from mlx_jupyter.core.group import CoreGroup
+from mlx_jupyter.net.hosts import Address
+from mlx_jupyter.net.ports import free_port_block
+
+TIMEOUT = 20.0
+
+
+def in_threads(options: Sequence[_core.CoreOptions], body: Callable[[CoreGroup], Any],
+               watch: Callable[[], Any]) -> tuple[list[Any], Any]:
+    """Forms a world of len(options) ranks as threads, runs body(group) on each and, meanwhile,
+    watch() in this thread; returns the bodies' results and watch()'s."""
+    n = len(options)
+    base = free_port_block(n)
+    addresses = [[Address("127.0.0.1", base + r)] for r in range(n)]
+
+    def rank(r: int) -> Any:
+        group = CoreGroup(_core.Group.world(r, addresses, options[r], TIMEOUT), "ring", TIMEOUT)
+        try:
+            return body(group)
+        finally:
+            group.close("test over")
+
+    with ThreadPoolExecutor(n) as pool:
+        futures = [pool.submit(rank, r) for r in range(n)]
+        try:
+            seen = watch()
+        finally:
+            release.set()
+        return [f.result(timeout=2 * TIMEOUT) for f in futures], seen
+
+
+release = threading.Event()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_release():
+    release.clear()
+    yield
+    release.set()
+
+
+def wait_for(pred: Callable[[OpActivity], bool], within: float = 10.0) -> list[OpActivity]:
+    """Snapshots until one activity matches ``pred``: that snapshot (or the last one, on timeout)."""
+    end = time.monotonic() + within
+    while True:
+        snap = activity.snapshot()
+        if any(pred(a) for a in snap) or time.monotonic() > end:
+            return snap
+        time.sleep(0.01)  # polling a condition with a deadline, not synchronising
+
+
+def mine(snap: list[OpActivity], group_id: str, rank: int) -> OpActivity:
+    return next(a for a in snap if a.group_id == group_id and a.rank == rank)
+
+
+@pytest.mark.parametrize("shm", [True, False])
+def test_a_rank_blocked_in_all_sum_shows_the_peer_it_waits_for(shm):
+    x = np.ones(1024, np.float32)  # 4 KiB
+
+    def body(g: CoreGroup) -> Any:
+        if g.rank() == 1:
+            release.wait(TIMEOUT)  # rank 1 is late
+        g.all_reduce("sum", x, None, None)
+        g.all_reduce("sum", x, None, None)
+        return g.activity(), g.group_id
+
+    def watch() -> list[OpActivity]:
+        return wait_for(lambda a: a.rank == 0 and a.state == "waiting")
+
+    results, snap = in_threads([_core.CoreOptions(token="t", shm=shm)] * 2, body, watch)
+    gid = results[0][1]
+    a = mine(snap, gid, 0)
+    assert (a.state, a.op, a.seq, a.nbytes, a.dtype, a.waiting_on, a.size) == (
+        "waiting", "all_sum", 1, 4096, "float32", 1, 2), a
+    assert 0 < a.elapsed < TIMEOUT
+    late = mine(snap, gid, 1)
+    assert (late.state, late.op) == ("idle", None), late  # between init and its all_sum
+    # once done: idle, the last op's number and bytes kept, both ways moved
+    for after, _ in results:
+        assert (after.state, after.op, after.seq, after.nbytes, after.waiting_on) == ("idle", None, 2, 4096, None)
+        assert after.moved == 2 * 4096, after
+
+
+def test_three_ranks_on_the_board_wait_for_the_missing_one():
+    def body(g: CoreGroup) -> Any:
+        if g.rank() == 2:
+            release.wait(TIMEOUT)
+        g.all_reduce("sum", np.ones(16, np.int64), None, None)
+        return g.group_id
+
+    def watch() -> list[OpActivity]:
+        return wait_for(lambda a: a.rank in (0, 1) and a.state == "waiting"
+                        and all(b.state == "waiting" for b in activity.snapshot() if b.rank in (0, 1) and b.op))
+
+    results, snap = in_threads([_core.CoreOptions(token="t")] * 3, body, watch)
+    waiting = {a.rank: a.waiting_on for a in snap if a.group_id == results[0] and a.state == "waiting"}
+    assert waiting == {0: 2, 1: 2}, snap
+
+
+def test_a_blocked_recv_waits_on_its_source():
+    def body(g: CoreGroup) -> Any:
+        if g.rank() == 1:
+            release.wait(TIMEOUT)
+            g.send(np.arange(8, dtype=np.int32), 0, None)
+        else:
+            g.recv((8,), "int32", "numpy", 1, None, None)
+        return g.group_id
+
+    results, snap = in_threads([_core.CoreOptions(token="t", shm=False)] * 2, body,
+                               lambda: wait_for(lambda a: a.op == "recv" and a.state == "waiting"))
+    a = mine(snap, results[0], 0)
+    assert (a.op, a.seq, a.nbytes, a.dtype, a.waiting_on) == ("recv", 1, 32, "int32", 1), a
+
+
+def test_snapshot_never_waits_for_the_op_lock():
+    """snapshot() from many threads while an op holds the group's op lock: each returns at once."""
+    def body(g: CoreGroup) -> Any:
+        if g.rank() == 1:
+            release.wait(TIMEOUT)
+        g.barrier()
+        return g.group_id
+
+    def watch() -> float:
+        wait_for(lambda a: a.op == "barrier" and a.state == "waiting")
+        start = time.monotonic()
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda _: [activity.snapshot() for _ in range(200)], range(4)))
+        return time.monotonic() - start
+
+    _, spent = in_threads([_core.CoreOptions(token="t")] * 2, body, watch)
+    assert spent < 5.0
+
+
+def test_a_group_freed_leaves_the_snapshot():
+    class Fake:
+        group_id = "fake"
+
+        def activity(self) -> OpActivity:
+            return OpActivity("fake", 0, 1, "idle", None, 0, 0, "", 0.0, None, 0)
+
+    f = Fake()
+    activity.register(f)
+    assert any(a.group_id == "fake" for a in activity.snapshot())
+    del f
+    import gc
+
+    gc.collect()
+    assert not any(a.group_id == "fake" for a in activity.snapshot())
+
+
+def test_mlx_groups_calls_show_as_running():
+    class FakeMlx:
+        group_id, backend, aborted = "mlx-mpi:1", "mpi", False
+
+        def rank(self) -> int:
+            return 0
+
+        def size(self) -> int:
+            return 2
+
+    tracker = CallTracker(FakeMlx())
+    with tracker.op("all_sum", np.zeros(4, np.float32)):
+        a = tracker.activity()
+    assert (a.state, a.op, a.seq, a.nbytes, a.dtype, a.waiting_on) == ("running", "all_sum", 1, 16, "float32", None)
+    assert tracker.activity().state == "idle" and tracker.activity().seq == 1

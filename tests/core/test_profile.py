@@ -1,0 +1,135 @@
+"""Profiles: every op of every group recorded between start and stop (count, bytes, order), the
+summary naming the straggler, and the timeline a well-formed SVG. Ranks are threads of this process."""
+
+from __future__ import annotations
+
+import time
+import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+import mlx_jupyter.distributed as dist
+from mlx_jupyter import _core
+from mlx_jupyter.core.group import CoreGroup
+from mlx_jupyter.core.profile import OpRecord, summarize, timeline_svg
+from mlx_jupyter.net.hosts import Address
+from mlx_jupyter.net.ports import free_port_block
+
+TIMEOUT = 20.0
+
+
+def in_threads(n: int, body: Callable[[CoreGroup], Any], **settings: Any) -> list[Any]:
+    base = free_port_block(n)
+    addresses = [[Address("127.0.0.1", base + r)] for r in range(n)]
+
+    def rank(r: int) -> Any:
+        group = CoreGroup(_core.Group.world(r, addresses, _core.CoreOptions(token="t", **settings), TIMEOUT),
+                          "ring", TIMEOUT)
+        try:
+            return body(group)
+        finally:
+            group.close("test over")
+
+    with ThreadPoolExecutor(n) as pool:
+        return [f.result(timeout=2 * TIMEOUT) for f in [pool.submit(rank, r) for r in range(n)]]
+
+
+def workload(g: CoreGroup) -> str:
+    g.all_reduce("sum", np.ones(256, np.float32), None, None)       # 1 KiB
+    g.all_gather(np.ones(4, np.int64), None, None)                    # 32 B each
+    g.all_reduce("max", np.ones(100_000, np.float32), None, None)   # 400 KB: the ring's large path
+    g.barrier()
+    return g.group_id
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_every_op_is_recorded_once_per_rank_in_order(n):
+    with dist.profile() as prof:
+        gids = in_threads(n, workload)
+    records = [r for r in prof.records if r.group_id == gids[0] and r.op != "init"]
+    for rank in range(n):
+        mine = sorted((r for r in records if r.rank == rank), key=lambda r: r.start)
+        assert [(r.op, r.seq, r.nbytes, r.dtype) for r in mine] == [
+            ("all_sum", 1, 1024, "float32"), ("all_gather", 2, 32, "int64"),
+            ("all_max", 3, 400_000, "float32"), ("barrier", 4, 0, "")], mine
+        assert all(r.ok and r.size == n and r.end >= r.start and 0 <= r.wait <= r.duration for r in mine), mine
+        assert all(a.end <= b.start for a, b in zip(mine, mine[1:]))
+    # the epoch's clock: records are within this test's time
+    assert abs(records[0].start - time.time()) < 60
+
+
+def test_nothing_is_recorded_when_off_and_a_new_profile_forgets_the_last():
+    dist.start_profile()
+    in_threads(2, workload)
+    dist.stop_profile()
+    with dist.profile() as prof:
+        pass
+    assert prof.records == []
+    assert not _core.profiling()
+
+
+def test_the_ring_keeps_the_newest_records():
+    def many(g: CoreGroup) -> None:
+        for _ in range(20):
+            g.barrier()
+
+    dist.start_profile(capacity=5)
+    in_threads(2, many)
+    records = dist.stop_profile()
+    for rank in (0, 1):
+        assert [r.seq for r in records if r.rank == rank] == [16, 17, 18, 19, 20]
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_the_summary_names_the_rank_that_is_late_to_every_op(n):
+    late = n - 1
+
+    def body(g: CoreGroup) -> str:
+        for _ in range(5):
+            if g.rank() == late:
+                time.sleep(0.05)  # the behaviour under test: this rank is slow before each op
+            g.all_reduce("sum", np.ones(64, np.float32), None, None)
+        return g.group_id
+
+    with dist.profile() as prof:
+        in_threads(n, body)
+    s = prof.summary()
+    assert s.straggler == late, s.text
+    assert f"straggler: rank {late}" in s.text
+    assert s.wait_by_rank[late] < 0.05 and all(s.wait_by_rank[k] > 0.2 for k in range(n) if k != late), s.text
+    ops = [r for r in prof.records if r.op == "all_sum" and r.rank == 0]
+    assert all(r.waited_on is not None for r in ops), ops
+    root = ET.fromstring(prof.svg())
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    titles = [t.text for t in root.iter("{http://www.w3.org/2000/svg}title")]
+    assert any(t and "all_sum #5" in t for t in titles), titles
+
+
+def rec(rank: int, seq: int, start: float, end: float, wait: float, op: str = "all_sum") -> OpRecord:
+    return OpRecord("core:1", rank, 2, op, seq, 16, "float32", start, end, wait, 1 - rank)
+
+
+def test_summary_of_records_alone():
+    records = [rec(0, 1, 0.0, 1.0, 0.9), rec(1, 1, 0.9, 1.0, 0.0), rec(0, 2, 1.0, 1.1, 0.0),
+               rec(1, 2, 1.0, 1.1, 0.0), rec(0, 1, 2.0, 2.5, 0.0, "send")]
+    s = summarize(records)
+    assert s.straggler == 1 and s.caused[1] == pytest.approx(0.9)
+    assert s.slowest[0][0].seq == 1 and s.slowest[0][0].op == "all_sum"
+    assert "all_sum #1 (16 B float32) on core:1: 1.000 s, rank 0 waited 900.000 ms for rank 1" in s.text
+    even = summarize([rec(0, 1, 0, 1, 0.001), rec(1, 1, 0, 1, 0.0)])
+    assert even.straggler is None and "straggler: none" in even.text
+    assert summarize([]).ops == 0
+
+
+def test_timeline_is_well_formed_svg_and_escapes():
+    records = [OpRecord("<g&>", r, 2, "all_sum", k, 8, "int64", k + 0.1 * r, k + 0.5, 0.1 * (1 - r), None)
+               for r in range(2) for k in range(3)]
+    root = ET.fromstring(timeline_svg(records))
+    rects = list(root.iter("{http://www.w3.org/2000/svg}rect"))
+    assert len(rects) >= 6
+    assert ET.fromstring(timeline_svg([])).tag.endswith("svg")
+    many = [OpRecord("g", 0, 1, "barrier", k, 0, "", k * 1e-7, k * 1e-7 + 5e-8, 0.0) for k in range(10_000)]
+    assert len(list(ET.fromstring(timeline_svg(many)).iter("{http://www.w3.org/2000/svg}rect"))) < 1000
