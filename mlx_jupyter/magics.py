@@ -236,6 +236,8 @@ class MLXMagics(Magics):
     @argument("--output", choices=MODES, default="grouped", help="grouped (default), rank or raw")
     @argument("--no-init", dest="init", action="store_false", default=True,
               help="do not define mx/world/group on the ranks first (nor mend them after an abort)")
+    @argument("--profile", action="store_true",
+              help="record every op of our core on the ranks; show a timeline and a summary after the cell")
     @cell_magic
     def mlx_distributed(self, line: str, cell: str) -> Any:
         """Run the cell on every rank (or --targets); no cell ever hangs."""
@@ -248,13 +250,22 @@ class MLXMagics(Magics):
             targets = parse_targets(args.targets, cluster.size)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+        if args.profile and not args.block:
+            raise UsageError("--profile shows the profile after the cell: use it without --noblock "
+                             "(or Cluster.run(code, profile=True), then Cluster.profile())")
         try:
-            run = cluster.run(cell, targets, init=args.init)
+            run = cluster.run(cell, targets, init=args.init, profile=args.profile)
         except ClusterError as exc:
             raise UsageError(str(exc)) from None
         if not args.block:
             return run
-        show_run(run, args.output, args.timeout)
+        try:
+            show_run(run, args.output, args.timeout)
+        finally:
+            if args.profile:
+                from mlx_jupyter.cluster.cells.profile_view import show_profile
+
+                show_profile(cluster)
         return None
 
     def _need_cluster(self) -> Any:

@@ -29,6 +29,7 @@ from mlx_jupyter.cluster.data import DataMover
 from mlx_jupyter.cluster.engineset import MLXEngineSetLauncher
 from mlx_jupyter.cluster.namespaces import RankNamespaces
 from mlx_jupyter.cluster.processes import FAST_CONTROLLER_ARGS, ClusterProcesses
+from mlx_jupyter.cluster.profiling import RankProfiler
 from mlx_jupyter.cluster.rank_control import RankControl
 from mlx_jupyter.cluster.rank_table import RankTable
 from mlx_jupyter.cluster.shared.errors import ClusterError
@@ -132,6 +133,7 @@ class Cluster:
         self.data = DataMover(self.link, self.table, self.supervisor)
         self.namespaces = RankNamespaces(self.link, self.table, self.supervisor, self.control, self.backend,
                                          restart_advice=lambda: self.restart_advice)
+        self.profiler = RankProfiler(self.link, self.table, self.supervisor)
 
     @classmethod
     def connect(cls, cluster_id: Optional[str] = None, timeout: float = 30.0) -> "Cluster":
@@ -343,12 +345,13 @@ class Cluster:
         return self.supervisor.wait(ar, timeout, ranks, what)
 
     def run(self, code: str, targets: Optional[Sequence[int]] = None, release_deadline: float = 2.0,
-            init: bool = True) -> Any:
+            init: bool = True, profile: bool = False) -> Any:
         """Start a supervised run of ``code`` on ``targets`` (default all); see :class:`CellRun`.
 
         ``init``: first define ``mx``, ``world`` and ``group`` on the ranks, or mend them after an
         abort, as :class:`~mlx_jupyter.cluster.namespaces.RankNamespaces` decides (the magics'
-        ``--no-init`` turns it off).
+        ``--no-init`` turns it off). ``profile``: record every op of our core on the ranks while
+        the cell runs; :meth:`profile` gives the records once it has ended.
         """
         from mlx_jupyter.cluster.cells.run import CellRun
 
@@ -356,7 +359,17 @@ class Cluster:
         self.check_ranks(ranks)
         if init:
             self.namespaces.prepare()
-        return CellRun(self, code, ranks, release_deadline).start()
+        if profile:
+            self.profiler.start(ranks)
+        run = CellRun(self, code, ranks, release_deadline)
+        if profile:
+            self.profiler.attach(run)
+        return run.start()
+
+    def profile(self, timeout: float = 10.0) -> dict[int, list[Any]]:
+        """The op records (:class:`~mlx_jupyter.core.profile.OpRecord`) of the last profiled cell, per
+        rank; gathered from the ranks once that cell has ended ({} before any)."""
+        return self.profiler.collect(timeout)
 
     # ------------------------------------------------------------ what a cell run needs (cells.run.RunHost)
 

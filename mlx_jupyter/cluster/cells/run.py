@@ -118,6 +118,8 @@ class CellRun:
         self.events: "queue.Queue[Event]" = queue.Queue()
         self.outcomes = {r: RankOutcome(r, status=RUNNING) for r in self.ranks}
         self.cause: Optional[str] = None
+        #: op records per rank, once gathered, when the run was profiled (Cluster.profile())
+        self.profile: Optional[dict[int, list[Any]]] = None
         self.started = 0.0
         self.done = threading.Event()
         self._lock = threading.Lock()
