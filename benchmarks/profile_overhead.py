@@ -1,0 +1,97 @@
+"""What recording a profile costs per op: a 4 KiB all_sum on 2 local ranks started by
+`mlx-jupyter launch`, with recording off, with it on, and (``--baseline PYTHON``, e.g. the
+last landed commit's venv) on a build without the activity record and profile at all.
+
+Timing: blocks of ops, off and on alternating (and the baseline in its own launch), each block
+timed whole on each rank after a barrier; the slower rank's time per op, median over blocks.
+The difference on - off is what recording adds to an op (the budget: 1 µs).
+
+    .venv/bin/python benchmarks/profile_overhead.py [--quick] [--baseline /work/main/.venv/bin/python]
+        [--save benchmarks/results/profile_overhead.txt]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+RANK = r"""
+import json, os, time
+import numpy as np
+from mlx_jupyter import distributed as dist
+
+g = dist.init(strict=True, backend="ring", timeout=60)
+rank, per, blocks = g.rank(), int(os.environ["BENCH_PER"]), int(os.environ["BENCH_BLOCKS"])
+x = np.ones(1024, np.float32)
+out = np.empty_like(x)
+can_profile = hasattr(dist, "start_profile")
+modes = ["off", "on"] if can_profile else ["off"]
+for _ in range(200):
+    dist.all_sum(x, out=out)
+times = {m: [] for m in modes}
+for b in range(blocks):
+    for mode in modes if b % 2 == 0 else modes[::-1]:
+        if mode == "on":
+            dist.start_profile(capacity=per)
+        g.barrier()
+        t0 = time.perf_counter()
+        for _ in range(per):
+            dist.all_sum(x, out=out)
+        times[mode].append((time.perf_counter() - t0) / per)
+        if mode == "on":
+            records = dist.stop_profile()
+            assert sum(r.op == "all_sum" for r in records) == per, len(records)
+assert (out == g.size()).all()
+with open(os.path.join(os.environ["BENCH_OUT"], f"rank-{rank}.json"), "w") as fh:
+    json.dump(times, fh)
+"""
+
+
+def run(python: str, per: int, blocks: int) -> dict[str, float]:
+    """One launch of 2 ranks with ``python``: mode -> the slower rank's seconds per op, median over blocks."""
+    with tempfile.TemporaryDirectory() as out:
+        script = Path(out, "rank.py")
+        script.write_text(RANK)
+        env = {**os.environ, "BENCH_OUT": out, "BENCH_PER": str(per), "BENCH_BLOCKS": str(blocks)}
+        cmd = [sys.executable, "-m", "mlx_jupyter", "launch", "-n", "2", "--python", python, "--", str(script)]
+        subprocess.run(cmd, env=env, check=True, timeout=600, stdout=subprocess.DEVNULL)
+        ranks = [json.loads(Path(out, f"rank-{r}.json").read_text()) for r in range(2)]
+    return {m: statistics.median(max(a, b) for a, b in zip(ranks[0][m], ranks[1][m])) for m in ranks[0]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="a smoke run: few blocks (noisy figures)")
+    ap.add_argument("--baseline", metavar="PYTHON", help="also time ranks run by this interpreter (another build)")
+    ap.add_argument("--save", metavar="FILE", help="also write the output to FILE")
+    args = ap.parse_args()
+    per, blocks = (500, 6) if args.quick else (2000, 20)
+    lines = [f"$ {' '.join([os.path.basename(sys.executable), 'benchmarks/profile_overhead.py'] + sys.argv[1:])}",
+             f"{platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+             f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+             f"4 KiB float32 all_sum, 2 local ranks (mlx-jupyter launch), {blocks} blocks of {per} ops; "
+             "slower rank's time per op, median over blocks"]
+    ours = run(sys.executable, per, blocks)
+    lines.append(f"  recording off: {ours['off'] * 1e6:8.2f} µs")
+    lines.append(f"  recording on:  {ours['on'] * 1e6:8.2f} µs   on/off {ours['on'] / ours['off']:.3f}, "
+                 f"on - off {(ours['on'] - ours['off']) * 1e6:+.2f} µs per op (budget: 1 µs)")
+    if args.baseline:
+        base = run(args.baseline, per, blocks)
+        lines.append(f"  baseline ({args.baseline}): {base['off'] * 1e6:8.2f} µs   "
+                     f"off/baseline {ours['off'] / base['off']:.3f}")
+    text = "\n".join(lines)
+    print(text)
+    if args.save:
+        Path(args.save).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
