@@ -66,6 +66,34 @@ def run(python: str, per: int, blocks: int) -> dict[str, float]:
     return {m: statistics.median(max(a, b) for a, b in zip(ranks[0][m], ranks[1][m])) for m in ranks[0]}
 
 
+def singleton(per: int, blocks: int) -> dict[str, float]:
+    """The same on a 1-rank group in this process: no peer, so the op is its bookkeeping alone
+    and the difference stands out of the noise of a loaded machine. Mode -> seconds per op."""
+    import time
+
+    import numpy as np
+
+    from mlx_jupyter import _core
+    from mlx_jupyter import distributed as dist
+    from mlx_jupyter.core.group import CoreGroup
+
+    g = CoreGroup(_core.Group.world(0, [[]], _core.CoreOptions(), -1.0), "singleton")
+    x, out = np.ones(1024, np.float32), np.empty(1024, np.float32)
+    times: dict[str, list[float]] = {"off": [], "on": []}
+    for b in range(blocks * 5):
+        for mode in ("off", "on") if b % 2 == 0 else ("on", "off"):
+            if mode == "on":
+                dist.start_profile(capacity=per * 10)
+            t0 = time.perf_counter()
+            for _ in range(per * 10):
+                dist.all_sum(x, group=g, out=out)
+            times[mode].append((time.perf_counter() - t0) / (per * 10))
+            if mode == "on":
+                dist.stop_profile()
+    g.close("done")
+    return {m: statistics.median(t) for m, t in times.items()}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="a smoke run: few blocks (noisy figures)")
@@ -82,6 +110,10 @@ def main() -> int:
     lines.append(f"  recording off: {ours['off'] * 1e6:8.2f} µs")
     lines.append(f"  recording on:  {ours['on'] * 1e6:8.2f} µs   on/off {ours['on'] / ours['off']:.3f}, "
                  f"on - off {(ours['on'] - ours['off']) * 1e6:+.2f} µs per op (budget: 1 µs)")
+    one = singleton(per, blocks)
+    lines.append(f"1-rank group in one process (the op's bookkeeping alone), {blocks * 5} blocks of {per * 10} ops:")
+    lines.append(f"  recording off: {one['off'] * 1e6:8.3f} µs   on: {one['on'] * 1e6:8.3f} µs   "
+                 f"on - off {(one['on'] - one['off']) * 1e9:+.0f} ns per op")
     if args.baseline:
         base = run(args.baseline, per, blocks)
         lines.append(f"  baseline ({args.baseline}): {base['off'] * 1e6:8.2f} µs   "
