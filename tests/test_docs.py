@@ -63,6 +63,11 @@ def test_doc_blocks_run_as_written(doc: str, tmp_path: Path) -> None:
         tour = outcome.of("python tour.py")
         assert "rank 1 received [0. 1. 2. 3.]" in tour and tour.count("[0, 1, 10, 11] [[2.0, 2.0], [2.0, 2.0]]") == 2
         assert outcome.of("Buffer.wrap").strip() == "42.0 42.0 True"
+        assert ("[('all_sum', 1, 4096, 'float32'), ('all_sum', 2, 4096, 'float32'), ('all_sum', 3, 4096, 'float32')]\n"
+                "[('idle', None, 3)]") in outcome.of("dist.profile()")
+    if doc == "docs/debugging.md":
+        assert "straggler: rank 1" in outcome.of("%%mlx_distributed --profile")
+        assert "[0, 1] {'all_sum'}" in outcome.of("magics.current().profile()")
 
 
 @pytest.mark.timeout(300)
