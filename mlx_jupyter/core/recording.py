@@ -19,6 +19,7 @@ from mlx_jupyter.core.profile import OpRecord, Summary, summarize, timeline_svg
 
 #: records kept per group by default (about 48 bytes each, allocated once per group and profile)
 DEFAULT_CAPACITY = 16384
+MAX_CAPACITY = 10**8
 
 _lock = threading.Lock()
 _orphans: list[OpRecord] = []  # records of groups freed while recording
@@ -31,8 +32,9 @@ def recording() -> bool:
 
 def start(capacity: int = DEFAULT_CAPACITY) -> None:
     """Record every op of every group of this process from now on (a new profile: earlier records go)."""
-    if int(capacity) < 1:
-        raise ValueError(f"capacity must be at least 1 record per group, got {capacity}")
+    if not 1 <= int(capacity) <= MAX_CAPACITY:
+        raise ValueError(f"capacity must be 1 to {MAX_CAPACITY} records per group (about 48 bytes each), "
+                         f"got {capacity}")
     with _lock:
         _orphans.clear()
     for group in activity.live_groups():

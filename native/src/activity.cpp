@@ -1,6 +1,7 @@
 // Activity's lock-free reader, op names, and the profile's switch and rings.
 #include "mlxj/activity.h"
 
+#include <new>
 #include <thread>
 
 namespace mlxj {
@@ -67,8 +68,9 @@ void ProfileRing::add(const ProfileRecord& r) {
   if (gen != gen_ || !buf_) {  // a new profile: forget the last one's records
     size_t cap = g_capacity.load();
     if (cap != cap_ || !buf_) {
-      buf_.reset(new ProfileRecord[cap]);
-      cap_ = cap;
+      buf_.reset(new (std::nothrow) ProfileRecord[cap]);  // called from a destructor: never throws
+      cap_ = buf_ ? cap : 0;
+      if (!buf_) return;  // no memory for this profile's ring: the group records nothing
     }
     gen_ = gen;
     written_ = 0;

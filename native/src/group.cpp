@@ -184,7 +184,10 @@ Group::OpScope::~OpScope() {
   r.op = g.op_.kind;
   r.dtype = g.op_.dtype;
   r.ok = ok;
-  g.profile_.add(r);
+  try {
+    g.profile_.add(r);
+  } catch (...) {  // (a failed mutex lock) a destructor must not throw: the record is lost
+  }
 }
 
 int Group::peer_of(const Link* link) const {

@@ -71,6 +71,13 @@ def test_nothing_is_recorded_when_off_and_a_new_profile_forgets_the_last():
     assert not _core.profiling()
 
 
+def test_a_capacity_out_of_range_is_refused():
+    for bad in (0, 10**9):
+        with pytest.raises(ValueError, match="capacity must be 1 to"):
+            dist.start_profile(capacity=bad)
+    assert not _core.profiling()
+
+
 def test_the_ring_keeps_the_newest_records():
     def many(g: CoreGroup) -> None:
         for _ in range(20):
