@@ -46,7 +46,7 @@ def register(group: Any) -> None:
 
 
 def live_groups() -> list[Any]:
-    """The groups of this process still referenced, oldest first is not promised."""
+    """The groups of this process still referenced, in no particular order."""
     with _live_lock:
         return list(_live)
 
