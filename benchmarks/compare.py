@@ -34,7 +34,8 @@ sys.path.insert(0, str(HERE))
 from allreduce import human, saved_output  # noqa: E402
 
 CACHE = Path(os.environ.get("MLX_JUPYTER_COMPARE_CACHE", Path.home() / ".cache" / "mlx-jupyter-compare"))
-LAYOUT = [(2, [4 << 10, 1 << 20, 64 << 20]), (3, [4 << 10])]
+LAYOUTS = {"full": [(2, [4 << 10, 1 << 20, 64 << 20]), (3, [4 << 10])], "small": [(2, [4 << 10])],
+           "large": [(2, [1 << 20, 64 << 20])]}
 
 
 def git(*args: str) -> str:
@@ -110,11 +111,12 @@ def main() -> int:
     ap.add_argument("--scale", type=float, default=1.0, help="iteration factor (0.05 for a smoke run)")
     ap.add_argument("--mode", default="reuse", choices=["reuse", "fresh", "poison"],
                     help="out=: one array reused (default), a new one each iteration, or filled before each")
-    ap.add_argument("--layout", default="full", choices=["full", "small"], help="small: 4 KiB, 2 ranks only")
+    ap.add_argument("--layout", default="full", choices=list(LAYOUTS),
+                    help="full (default); small: 4 KiB, 2 ranks; large: 1 and 64 MiB, 2 ranks")
     ap.add_argument("--rebuild", action="store_true", help="build the commits again")
     ap.add_argument("--save", metavar="FILE", help="also write the output to FILE")
     args = ap.parse_args()
-    layout = LAYOUT if args.layout == "full" else [(2, [4 << 10])]
+    layout = LAYOUTS[args.layout]
     builds = [build(args.base, args.rebuild), build(args.head, args.rebuild)]
     with saved_output(args.save):
         print(f"$ {' '.join(['python', 'benchmarks/compare.py'] + sys.argv[1:])}")
