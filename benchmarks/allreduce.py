@@ -16,6 +16,11 @@ the table of docs/performance.md quotes; `--save FILE` also writes the output th
 
     .venv/bin/python benchmarks/allreduce.py [--ranks 2,3,4] [--max-mib 64] [--transport auto|tcp] [--quick]
         [--save benchmarks/results/allreduce.txt]
+    .venv/bin/python benchmarks/allreduce.py --layout launcher --ranks 2 [--runs 5] [--sizes 4096]
+        [--save benchmarks/results/allreduce_launcher.txt]
+
+The launcher layout (launcher_layout.py) runs ours in ranks started by `mlx-jupyter launch`,
+as users start them, and Open MPI in ranks started by mpirun, in alternated runs.
 
 Without mpirun or mpi4py this script starts the ranks itself and the Open MPI
 column stays empty (with a note).
@@ -219,8 +224,16 @@ def main() -> int:
     ap.add_argument("--transport", default="auto", choices=["auto", "tcp"], help="our core's transport")
     ap.add_argument("--quick", action="store_true", help="a smoke run: a tenth of the iterations (noisy figures)")
     ap.add_argument("--save", metavar="FILE", help="also write the output to FILE (e.g. benchmarks/results/allreduce.txt)")
+    ap.add_argument("--layout", default="shared", choices=["shared", "launcher"],
+                    help="shared: every library in mpirun's processes; launcher: ours started by "
+                         "`mlx-jupyter launch`, Open MPI by mpirun, in alternated runs (launcher_layout.py)")
+    ap.add_argument("--runs", type=int, default=5, help="launcher layout: alternated runs")
+    ap.add_argument("--sizes", help="launcher layout: comma-separated byte counts (default 4096)")
+    ap.add_argument("--scale", type=float, help="iteration factor (default 1, 0.1 with --quick)")
     args = ap.parse_args()
-    scale = 0.1 if args.quick else 1.0
+    scale = args.scale if args.scale is not None else 0.1 if args.quick else 1.0
+    if args.layout == "launcher":
+        return launcher_main(args, scale)
     sizes, s = [], 4096
     while s <= args.max_mib << 20:
         sizes.append(s)
@@ -248,6 +261,22 @@ def main() -> int:
         print("\nsummary rows (docs/performance.md):")
         for line in readme_lines(runs, args.transport):
             print(line)
+    return 0
+
+
+def launcher_main(args: argparse.Namespace, scale: float) -> int:
+    """The launcher layout: each library in the processes its own launcher starts."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from launcher_layout import run_layout
+
+    sizes = [int(x) for x in (args.sizes or "4096").split(",")]
+    with saved_output(args.save):
+        print(f"$ {' '.join([os.path.basename(sys.executable), 'benchmarks/allreduce.py'] + sys.argv[1:])}")
+        print(f"{platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+              f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        for n in [int(x) for x in args.ranks.split(",")]:
+            run_layout(mpirun_command(n), n, sizes, scale, args.runs, human)
+        print("ratio: ours / Open MPI time (below 1: we are faster); every result was checked on every rank")
     return 0
 
 
