@@ -163,6 +163,9 @@ export class ClusterPanel extends Widget {
       if (c.ranks && c.ranks.length) {
         card.appendChild(el('div', { class: 'mlxj-card-health' }, healthSummary(c.ranks)));
         card.appendChild(this.rankTable(c.ranks));
+        if (c.diagnosis) {
+          card.appendChild(el('div', { class: 'mlxj-card-diagnosis' }, c.diagnosis));
+        }
       } else if (c.state === 'starting') {
         card.appendChild(el('div', { class: 'mlxj-card-sub' }, `${c.connected ?? 0} ranks connected…`));
       }
@@ -190,6 +193,7 @@ export class ClusterPanel extends Widget {
       ['pid', r => String(r.pid ?? '')],
       ['health', r => r.health || 'unknown'],
       ['state', r => (r.state && r.state !== r.health ? r.state : '')],
+      ['where', r => r.where || ''],
       ['memory', r => memory(r)]
     ];
     const cols = all.filter(([, value]) => ranks.some(r => value(r) !== ''));
