@@ -297,6 +297,11 @@ try {
     const table = page.locator('.jp-Notebook .jp-Cell').nth(index).locator('.jp-OutputArea-output');
     const text = (await table.allInnerTexts()).join('\n');
     await page.screenshot({ path: shot('live-where-table.png') });
+    // the panel, refreshed meanwhile, says the same of its cluster
+    const panelSays = await page.waitForFunction(() => document.querySelector(
+      '#mlx-jupyter-cluster-panel .mlxj-card-diagnosis')?.textContent || '', null, { timeout: 10000 })
+      .then((h) => h.jsonValue()).catch(() => '');
+    await page.screenshot({ path: shot('panel-where.png') });
     await page.waitForFunction((i) => {
       const cell = window.jupyterapp.shell.currentWidget.node.querySelectorAll('.jp-Cell')[i];
       return /the cell ran \d+\.\d s: ranks 0 and 1 done/.test(cell?.querySelector('.jp-OutputArea')?.textContent || '');
