@@ -163,6 +163,10 @@ export class ClusterPanel extends Widget {
       if (c.ranks && c.ranks.length) {
         card.appendChild(el('div', { class: 'mlxj-card-health' }, healthSummary(c.ranks)));
         card.appendChild(this.rankTable(c.ranks));
+        // where each busy rank is, as lines that wrap (a column would widen the card)
+        for (const r of c.ranks.filter(r => r.where && r.where !== 'idle' && r.where !== r.state)) {
+          card.appendChild(el('div', { class: 'mlxj-card-where' }, `rank ${r.rank}: ${r.where}`));
+        }
         if (c.diagnosis) {
           card.appendChild(el('div', { class: 'mlxj-card-diagnosis' }, c.diagnosis));
         }
@@ -193,7 +197,6 @@ export class ClusterPanel extends Widget {
       ['pid', r => String(r.pid ?? '')],
       ['health', r => r.health || 'unknown'],
       ['state', r => (r.state && r.state !== r.health ? r.state : '')],
-      ['where', r => r.where || ''],
       ['memory', r => memory(r)]
     ];
     const cols = all.filter(([, value]) => ranks.some(r => value(r) !== ''));

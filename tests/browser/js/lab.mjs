@@ -307,7 +307,8 @@ try {
       return /the cell ran \d+\.\d s: ranks 0 and 1 done/.test(cell?.querySelector('.jp-OutputArea')?.textContent || '');
     }, index, { timeout: 30000 });
     record('live_where_table', /in mx\.distributed\.all_sum at line 4 waiting on rank 1/.test(text)
-      && /running line 4: time\.sleep\(4\)/.test(text), text.slice(0, 600));
+      && /running line 3: time\.sleep\(4\)/.test(text) && /waiting on rank 1/.test(panelSays),
+      `${text.slice(0, 600)} | panel: ${panelSays}`);
   });
 
   await step('panel_stop', async () => {
