@@ -296,6 +296,7 @@ try {
     }, index, { timeout: 30000 });
     const table = page.locator('.jp-Notebook .jp-Cell').nth(index).locator('.jp-OutputArea-output');
     const text = (await table.allInnerTexts()).join('\n');
+    await table.last().scrollIntoViewIfNeeded();
     await page.screenshot({ path: shot('live-where-table.png') });
     // the panel, refreshed meanwhile, says the same of its cluster
     const panelSays = await page.waitForFunction(() => document.querySelector(
