@@ -116,7 +116,7 @@ class MLXMagics(Magics):
     # ------------------------------------------------------------ %mlx_cluster
 
     @magic_arguments()
-    @argument("action", choices=["start", "stop", "restart", "status", "connect"], help="what to do")
+    @argument("action", choices=["start", "stop", "restart", "status", "connect", "where"], help="what to do")
     @argument("cluster_id", nargs="?", default=None,
               help="connect: the cluster to use (as the MLX Cluster panel lists it; default: the only one)")
     @argument("-n", "--repeat-hosts", type=int, default=None,
@@ -208,6 +208,11 @@ class MLXMagics(Magics):
                 progress.failed()
                 raise UsageError(f"restart failed: {exc}") from None
             progress.done(f"{_cluster.size} ranks restarted in {time.perf_counter() - t0:.2f} s (same ranks, same ids)")
+        elif args.action == "where":
+            from IPython.display import publish_display_data
+
+            where = _cluster.where()
+            publish_display_data({"text/plain": str(where), "text/html": where._repr_html_()})
         else:
             self._show_status(_cluster.status())
         return None

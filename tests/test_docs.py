@@ -56,6 +56,11 @@ def test_doc_blocks_run_as_written(doc: str, tmp_path: Path) -> None:
         assert outcome.of("from mlx_jupyter import Cluster").strip() == "[[2.0, 4.0], [2.0, 4.0]]"
         launched = outcome.of("launch -n 2 -- python train.py")
         assert "rank 0 of 2: [3.0, 3.0] [2.0, 2.0]" in launched and "rank 1 of 2: [3.0, 3.0] [2.0, 2.0]" in launched
+    if doc == "docs/debugging.md":
+        assert "rank 0 is in all_sum at line 3 waiting on rank 1; rank 1 is idle" in outcome.of("hung.wait")
+        launched = outcome.of("--where-on-signal")
+        assert "in mx.distributed.all_sum at line 6 waiting on rank 1" in launched, launched
+        assert "running line 5: time.sleep(4)" in launched, launched
     if doc == "docs/getting-started.md":
         assert "3, 3, 3, 3" in outcome.of("%%mlx_distributed").replace(".", "")
         assert outcome.of("launch -n 2 -- python train.py").count(": [3.0, 3.0]") == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import time
@@ -55,7 +56,7 @@ def test_every_notebook_is_tested():
     assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted(
         ["01-quickstart.ipynb", "02-cabling-a-mac-cluster.ipynb", "03-data-parallel-training.ipynb",
          "04-remote-cluster-over-ssh.ipynb", "05-launch-from-a-notebook.ipynb",
-         "buffers_and_backends.ipynb"])
+         "06-when-a-cell-hangs.ipynb", "buffers_and_backends.ipynb"])
 
 
 @pytest.mark.timeout(240)
@@ -154,3 +155,18 @@ def test_buffers_and_backends():
     assert "mlx build" in out and "ring:" in out, out
     last = [o for o in nb.cells[-1].outputs if o.get("output_type") == "execute_result"]
     assert last == [], f"the last cell shows a stray result: {last}"
+
+
+@pytest.mark.timeout(180)
+def test_when_a_cell_hangs():
+    """A real mismatched-collective hang: where shows it, the live view collapses, the fix runs."""
+    nb = run("06-when-a-cell-hangs.ipynb")
+    out = text_of(nb)
+    assert "rank 0 is in all_sum at line 4 waiting on rank 1; rank 1 is idle" in out, out
+    assert "[ranks 0-1] past the collective" not in out  # rank 0 never got past it
+    assert re.search(r"the cell ran \d\.\d s: rank 0 released; rank 1 done", out), out
+    assert "[ranks 0-1] [3. 3. 3. 3.]" in out, out
+    assert "False" in out  # the hung run did not end by itself
+    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert any("timed out after 3 s" in "".join(e["traceback"]) for e in errors), errors
+    assert any("rank 1 raised ZeroDivisionError" in "".join(e["traceback"]) for e in errors), errors

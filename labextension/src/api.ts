@@ -10,6 +10,8 @@ export interface IRank {
   health?: string;
   memory?: number | null;
   memory_text?: string;
+  /** Where the rank is: `idle`, `running line 3: …`, `in all_sum at line 4 waiting on rank 1`. */
+  where?: string;
 }
 
 /** One cluster: started by this server (owner "server") or by a kernel. */
@@ -24,6 +26,8 @@ export interface ICluster {
   error?: string;
   connected?: number;
   ranks: IRank[];
+  /** One line when the ranks are in different places (who waits for whom). */
+  diagnosis?: string;
 }
 
 /** Call the server extension's REST API under <base_url>/mlx-jupyter/. */

@@ -163,6 +163,13 @@ export class ClusterPanel extends Widget {
       if (c.ranks && c.ranks.length) {
         card.appendChild(el('div', { class: 'mlxj-card-health' }, healthSummary(c.ranks)));
         card.appendChild(this.rankTable(c.ranks));
+        // where each busy rank is, as lines that wrap (a column would widen the card)
+        for (const r of c.ranks.filter(r => r.where && r.where !== 'idle' && r.where !== r.state)) {
+          card.appendChild(el('div', { class: 'mlxj-card-where' }, `rank ${r.rank}: ${r.where}`));
+        }
+        if (c.diagnosis) {
+          card.appendChild(el('div', { class: 'mlxj-card-diagnosis' }, c.diagnosis));
+        }
       } else if (c.state === 'starting') {
         card.appendChild(el('div', { class: 'mlxj-card-sub' }, `${c.connected ?? 0} ranks connected…`));
       }

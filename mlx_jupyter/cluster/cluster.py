@@ -332,6 +332,15 @@ class Cluster:
         """One row per rank; see :meth:`RankControl.status`."""
         return self.control.status(timeout, forming_grace)
 
+    def where(self, timeout: float = 1.0) -> Any:
+        """Where every rank is now (idle, or the line and the collective of its cell), as a table with a
+        one-line diagnosis; works while :meth:`run` is in progress in another thread. See :meth:`RankControl.where`."""
+        return self.control.where(timeout)
+
+    def where_samples(self, ranks: Optional[Sequence[int]] = None, timeout: float = 1.0) -> dict[int, dict]:
+        """Each rank's latest sample of where it is (the live table's source for cells through the controller)."""
+        return self.control.where_samples(ranks, timeout)
+
     def forming_world(self) -> list[int]:
         """The ranks still forming MLX's world begun after start (they answer nothing meanwhile)."""
         return self.startup.forming_world()

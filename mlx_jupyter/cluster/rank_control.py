@@ -74,6 +74,31 @@ class RankControl:
                 pass
         return out
 
+    def where_samples(self, ranks: Optional[Sequence[int]] = None, timeout: float = 1.0) -> dict[int, dict]:
+        """Each live rank's sample of where it is now (``mlx_where_request``; answered while a cell
+        runs too); a rank that did not answer within ``timeout`` s is left out."""
+        ids = self.link.ids() if self.link.client is not None else []
+        futures = {rank: self.link.send_control(rank, "mlx_where_request", {})
+                   for rank in (self.table.ranks if ranks is None else ranks)
+                   if rank not in self.table.dead and rank in ids}
+        deadline = time.monotonic() + timeout
+        out = {}
+        for rank, fut in futures.items():
+            try:
+                out[rank] = fut.result(max(0.0, deadline - time.monotonic()))["content"]
+            except Exception:
+                pass
+        return out
+
+    def where(self, timeout: float = 1.0) -> Any:
+        """Where every rank is now: a :class:`mlx_jupyter.where.model.Where` (a table; ``.rows``, ``.diagnosis``)."""
+        from mlx_jupyter.where import model
+
+        samples = self.where_samples(None, timeout)
+        ended = {r: "dead" for r in self.table.dead}
+        ended.update({r: "no reply" for r in self.table.ranks if r not in samples and r not in ended})
+        return model.Where(model.rows(samples, ended, self.table.ranks), "where the ranks are")
+
     def status(self, timeout: float = 1.0, forming_grace: float = 2.0) -> list[dict]:
         """One row per rank: rank, host, pid, state, backend, memory (bytes), and what the rank says.
 

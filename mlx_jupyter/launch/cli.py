@@ -88,6 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-verify-script", action="store_true", help="don't check locally that the command exists")
     p.add_argument("--print-python", action="store_true", help="print the interpreter path and exit")
     p.add_argument("--verbose", action="store_true", help="log steps to stderr")
+    p.add_argument("--where-on-signal", action="store_true",
+                   help="Python ranks answer SIGUSR1: `kill -USR1 <launcher pid>` prints the line and "
+                        "collective each rank is in")
     p.add_argument("--output", choices=("prefix", "raw"), help="prefix lines with [rank r] (default with >1 rank)")
     ssh.add_arguments(p)
     slurm_cli.add_arguments(p, _positive)
@@ -172,7 +175,7 @@ def make_config(args: argparse.Namespace, command: list[str]) -> LaunchConfig:
         command=command, hosts=hosts, backend=settings.backend, env=env,
         cwd=args.cwd, cwd_required=args.cwd is not None, python=args.python, starting_port=_starting_port(args, hosts),
         connections_per_ip=args.connections_per_ip, nccl_port=args.nccl_port, ssh_options=opts, stdin=True,
-        verbose=args.verbose, mpi_args=list(args.mpi_arg),
+        verbose=args.verbose, mpi_args=list(args.mpi_arg), where_on_signal=args.where_on_signal,
         slurm=slurm_cli.options_from_args(args) if args.slurm else None,
     )
 
@@ -247,7 +250,19 @@ async def run(config: LaunchConfig, output: str | None) -> int:
             stopped_by = sig
         asyncio.ensure_future(job.stop(2.0))
 
+    async def print_where() -> None:
+        if not started:
+            print(f"{PROG}: the ranks are still starting", file=sys.stderr)
+            return
+        if not config.where_on_signal:
+            print(f"{PROG}: the ranks were started without --where-on-signal: they cannot say where they are",
+                  file=sys.stderr)
+        where = await job.where()
+        print(f"{PROG}: {where}", file=sys.stderr, flush=True)
+
     loop.add_signal_handler(signal.SIGINT, on_sigint)
+    if hasattr(job, "where"):  # a Slurm step has no where yet
+        loop.add_signal_handler(signal.SIGUSR1, lambda: asyncio.ensure_future(print_where()))
     for sig in (signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(sig, on_term, sig)
     stdin_task: Optional[asyncio.Task] = None
@@ -265,7 +280,7 @@ async def run(config: LaunchConfig, output: str | None) -> int:
     finally:
         if stdin_task is not None:
             stdin_task.cancel()
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):
             loop.remove_signal_handler(sig)
     summary = job.summary()
     if summary:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import signal
 import sys
 from typing import Any, Optional, Sequence
 
@@ -25,12 +26,13 @@ from mlx_jupyter.net.ports import DEFAULT_STARTING_PORT
 from mlx_jupyter.launch.launch_config import ExitCallback, LaunchConfig, OutputCallback, rank_argv
 from mlx_jupyter.launch.local import LocalProcess
 from mlx_jupyter.launch.monitor import RankMonitor
-from mlx_jupyter.launch.rankinfo import RUNNING, RankInfo
+from mlx_jupyter.launch.rankinfo import RUNNING, RankInfo, describe_exit
 from mlx_jupyter.launch.remote import RemoteProcess
 from mlx_jupyter.launch.script import rank_script
 from mlx_jupyter.launch.stop import Teardown
 from mlx_jupyter.launch.streams import LineSplitter
 from mlx_jupyter.net import ssh
+from mlx_jupyter.where import boot
 
 __all__ = ["ExitCallback", "Job", "LaunchConfig", "OutputCallback", "make_job", "rank_argv"]
 
@@ -114,6 +116,26 @@ class Job:
         """Send ``sig`` to the process groups of ``ranks`` (default: all running ranks)."""
         await self.teardown.signal(sig, ranks)
 
+    async def where(self, timeout: float = 2.0) -> Any:
+        """Where every rank is: SIGUSR1 to the running ranks (started with ``where_on_signal``), their
+        answers within ``timeout`` s, as a :class:`mlx_jupyter.where.model.Where`."""
+        from mlx_jupyter.where import model
+
+        m = self.monitor
+        running = [i.rank for i in m.ranks if i.state == RUNNING]
+        m.where_samples, m.where_asked = {}, set(running)
+        m.where_answered = asyncio.Event()
+        if running and self.config.where_on_signal:
+            await self.signal(signal.SIGUSR1, running)
+            try:
+                await asyncio.wait_for(m.where_answered.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass
+        ended = {i.rank: _ended_words(i) for i in m.ranks if i.state != RUNNING}
+        ended.update({r: "no answer (its stack, if printed, is above)" for r in running
+                      if r not in m.where_samples})
+        return model.Where(model.rows(m.where_samples, ended, [i.rank for i in m.ranks]), "where the ranks are")
+
     async def stop(self, timeout: float = 2.0) -> None:
         """SIGTERM every running rank, SIGKILL after ``grace``, wait up to ``timeout``, clean up."""
         await self.teardown.stop(timeout)
@@ -149,6 +171,12 @@ class Job:
             print(f"mlx-jupyter launch: {note}", file=sys.stderr)
         plans = self._plans()
         argv = self.monitor.argv = rank_argv(c.command, c.python, c.cwd)
+        if c.where_on_signal:
+            wrapped = boot.wrap(argv)
+            if wrapped is None:
+                print(f"mlx-jupyter launch: --where-on-signal: {argv[0]} is not a Python script or module; "
+                      "SIGUSR1 will show only the ranks' states", file=sys.stderr)
+            argv = wrapped or argv
         if any(h.is_local for h in self.hosts):
             await self.connections.start_local_watchdog()
         await self.connections.connect()
@@ -242,3 +270,10 @@ class Job:
         """Send EOF to every rank's stdin."""
         for p in self.monitor.procs.values():
             p.close_stdin()
+
+
+def _ended_words(info: RankInfo) -> str:
+    """A rank that is not running, in the where table's words."""
+    if info.returncode is None:
+        return info.state
+    return "done" if info.returncode == 0 else f"ended ({describe_exit(info.returncode)})"

@@ -46,6 +46,7 @@ class LaunchConfig:
     start_timeout: float = 30.0
     verbose: bool = False
     mpi_args: list[str] = field(default_factory=list)
+    where_on_signal: bool = False   # Python ranks answer SIGUSR1 with where they are (mlx_jupyter.where.boot)
     slurm: Optional["SlurmOptions"] = None   # run the ranks as a Slurm job step (mlx_jupyter.launch.slurm)
 
 

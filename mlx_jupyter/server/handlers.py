@@ -1,6 +1,7 @@
 """REST API of the lab panel, under `<base_url>/mlx-jupyter/`.
 
-GET    clusters               every cluster: id, owner, backend, hosts, state, ranks with health
+GET    clusters               every cluster: id, owner, backend, hosts, state, ranks with health and
+                              where each is (this server's clusters: ``where``, ``diagnosis``)
 POST   clusters               {"n", "hosts", "hostfile", "backend"}: start one here (202, then poll);
                               backend null: the hostfile's, else ring
 GET    clusters/<id>          one cluster

@@ -120,11 +120,21 @@ class ClusterManager:
         await self._on_worker(lambda: self._stop(entry))
         return True
 
-    def _status(self, entry: Entry) -> list[dict]:
+    def _status(self, entry: Entry) -> tuple[list[dict], str]:
+        """Each rank's status row with ``where`` (its state as the notebook's live table says it), and
+        the one-line diagnosis when the ranks are in different places."""
         try:
-            return entry.cluster.status(timeout=0.5)
+            rows = entry.cluster.status(timeout=0.5)
         except Exception as exc:
-            return [{"rank": -1, "state": f"status failed: {exc}"}]
+            return [{"rank": -1, "state": f"status failed: {exc}"}], ""
+        try:  # answered on the control channel, also while a connected notebook's cell runs
+            where = entry.cluster.where(timeout=0.5)
+        except Exception:
+            return rows, ""
+        states = {row.rank: row.state for row in where.rows}
+        for row in rows:
+            row["where"] = states.get(row.get("rank"), "")
+        return rows, where.diagnosis
 
     async def listing(self) -> list[dict[str, Any]]:
         """Every cluster: ours with live rank status, kernels' from their registry files."""
@@ -138,8 +148,9 @@ class ClusterManager:
             if entry.hostfile is not None:
                 item["hostfile"] = entry.hostfile.name   # as the panel gave it, not our private copy
             if entry.state == "running":
-                rows = await loop.run_in_executor(None, lambda e=entry: self._status(e))
+                rows, diagnosis = await loop.run_in_executor(None, lambda e=entry: self._status(e))
                 item["ranks"] = [{**r, "health": _health(r)} for r in rows]
+                item["diagnosis"] = diagnosis
             out.append(item)
             seen.add(cid)
         for item in registry.published():

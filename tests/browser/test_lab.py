@@ -211,6 +211,12 @@ def test_panel_renders(scenario):
     check(scenario, "panel_renders")
 
 
+def test_live_where_table_under_a_running_cell(scenario):
+    """A connected notebook's cell: rank 0 in all_sum waiting on rank 1 at its sleep, then one line
+    (screenshot: test-artifacts/browser/live-where-table.png)."""
+    check(scenario, "live_where_table")
+
+
 def test_panel_start_insert_stop(scenario):
     check(scenario, "panel_start")
     check(scenario, "panel_insert_code")

@@ -149,13 +149,31 @@ class Renderer:
             self.noise = {label: 0 for label in self.noise}
 
 
+def _live_table(run: Any) -> Any:
+    """The live table of where the ranks are (:mod:`.live`), in a kernel only (elsewhere: None)."""
+    try:
+        from IPython import get_ipython
+
+        ip = get_ipython()
+        if ip is None or getattr(ip, "kernel", None) is None:
+            return None
+    except Exception:
+        return None
+    from mlx_jupyter.cluster.cells.live import LiveTable
+
+    where = getattr(run.cluster, "where_samples", None)
+    return LiveTable(run, poll=(lambda: where(run.ranks)) if where is not None and run.via != "channel" else None)
+
+
 def show_run(run: Any, mode: str = "grouped", timeout: Optional[float] = None,
-             renderer: Optional[Renderer] = None) -> Any:
+             renderer: Optional[Renderer] = None, live: Any = True) -> Any:
     """Show ``run`` until it ends; interrupt it on KeyboardInterrupt or after ``timeout`` s.
 
-    Returns the run; raises :class:`DistributedCellError` if any rank failed.
+    ``live``: show where the ranks are under the cell while it runs (True: in a kernel; or a
+    :class:`~.live.LiveTable`). Returns the run; raises :class:`DistributedCellError` if any rank failed.
     """
     r = renderer or Renderer(run.ranks, mode)
+    table = _live_table(run) if live is True else (live or None)
     deadline = None if timeout is None else time.monotonic() + timeout
     stops = 0
     while True:
@@ -175,6 +193,8 @@ def show_run(run: Any, mode: str = "grouped", timeout: Optional[float] = None,
             if run.done.is_set() and run.events.empty():
                 break
             run.check_deadlines()
+            if table is not None:
+                table.tick()
             if deadline is not None and time.monotonic() > deadline:
                 deadline = None
                 run.interrupt(f"the cell timed out after {timeout:g} s (--timeout)")
@@ -184,6 +204,8 @@ def show_run(run: Any, mode: str = "grouped", timeout: Optional[float] = None,
             if stops >= 3:  # the user insists: stop waiting, whatever the ranks do
                 break
     r.flush(force=True)
+    if table is not None:
+        table.finish()
     if run.failed:
         raise failure(run)
     return run

@@ -271,6 +271,12 @@ class CellHub:
                 p = self.pending.get(str(msg.get("id")))
             if p is not None:
                 p.sink.channel_output(p.rank, str(msg.get("kind")), msg.get("content") or {})
+        elif kind == "where":
+            with self._lock:
+                p = self.pending.get(str(msg.get("id")))
+            on_where = getattr(p.sink, "channel_where", None) if p is not None else None
+            if on_where is not None and isinstance(msg.get("s"), dict):
+                on_where(p.rank, msg["s"])
         elif kind == "reply":
             self._deliver_reply(str(msg.get("id")), msg.get("content") or {})
 

@@ -51,6 +51,8 @@ class RunHost(Protocol):
 #: aborted our core's group, or MLX's sockets were closed under a blocked collective
 RELEASE_ERRORS = {"AbortedError", "PeerError"}
 RELEASE_TEXT = ("connection to a peer was lost",)
+#: how a rank's end is said in the table of where the ranks are
+ENDED_WORDS = {OK: "done", ERROR: "raised", RELEASED: "released", DIED: "dead", NO_REPLY: "no reply"}
 #: a rank's answer for a cell aborted before it started there (rank.agent.CellAborted)
 NOT_STARTED = "CellAborted"
 
@@ -130,6 +132,7 @@ class CellRun:
         self._abort_replies: dict[int, Any] = {}
         self.msg_ids: dict[int, str] = {}
         self._futures: dict[int, Any] = {}
+        self.samples: dict[int, dict] = {}  # rank -> its latest sample of where it is (mlx_jupyter.where)
         self.via = ""  # "channel" (straight to the ranks) or "controller" (ipyparallel's execute_request)
 
     # ------------------------------------------------------------ sending
@@ -173,6 +176,17 @@ class CellRun:
             self.events.put(Event("display", rank, content))
         elif kind == "execute_result":
             self.events.put(Event("result", rank, content))
+
+    def channel_where(self, rank: int, sample: dict) -> None:
+        """A sample of where ``rank`` is (the cell channel's thread)."""
+        self.samples[rank] = sample
+
+    def where_rows(self, samples: Optional[Mapping[int, dict]] = None) -> list:
+        """Where each rank is, as :func:`mlx_jupyter.where.model.rows` says it (the latest samples)."""
+        from mlx_jupyter.where import model
+
+        ended = {r: ENDED_WORDS[o.status] for r, o in self.outcomes.items() if o.status in ENDED_WORDS}
+        return model.rows(self.samples if samples is None else samples, ended, self.ranks)
 
     def channel_reply(self, rank: int, content: dict) -> None:
         """The rank's reply, after all its outputs (one socket, in order): the rank's end."""

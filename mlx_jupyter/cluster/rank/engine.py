@@ -23,6 +23,7 @@ from mlx_jupyter.cluster.shared.connection_files import await_json_file
 from mlx_jupyter.cluster.shared.ipp_compat import exit_unless_usable
 from mlx_jupyter.cluster.rank import agent
 from mlx_jupyter.cluster.rank import channel
+from mlx_jupyter.cluster.rank import sampler
 from mlx_jupyter.launch import rank_env
 
 
@@ -103,6 +104,7 @@ class MLXEngine(IPEngine):
             env = rank_env.current()
             rank = self.id if self.id is not None else env.process_rank
             agent.install(self.kernel, rank, env)
+            sampler.install(self.kernel, rank)
         except Exception as exc:
             agent.AGENT_ERROR = f"{type(exc).__name__}: {exc}"
             self.log.error("the MLX rank agent could not be installed: %s", agent.AGENT_ERROR)

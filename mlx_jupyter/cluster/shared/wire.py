@@ -13,6 +13,8 @@ Messages (``t`` is the type):
 - notebook -> rank ``cell {id, code}``: run ``code`` as a cell;
 - rank -> notebook ``out {id, kind, content}``: an output of cell ``id``
   (``kind``: stream, display_data, execute_result, ...; content as on IOPub);
+- rank -> notebook ``where {id, s}``: a sample of where the rank is in cell ``id``
+  (:mod:`mlx_jupyter.where.sample`), a few times a second while it runs;
 - rank -> notebook ``reply {id, content}``: the cell ended (content as an
   ``execute_reply``'s); always after its outputs.
 """

@@ -277,6 +277,41 @@ try {
       text.includes('rank 0: all_sum = 3') && text.includes('rank 1: all_sum = 3'), text.slice(0, 500));
   });
 
+  await step('live_where_table', async () => {
+    // a cell on the panel's cluster in which rank 1 sleeps before the all_sum rank 0 is already in: the
+    // table of where the ranks are shows under the cell while it runs (and the panel shows the same states)
+    const code = '%%mlx_distributed\nimport time\nif world.rank() == 1:\n    time.sleep(4)\n'
+      + 'mx.eval(mx.distributed.all_sum(mx.ones(2), group=world))';
+    const index = await page.evaluate((src) => {
+      const nb = window.jupyterapp.shell.currentWidget.content;
+      return window.jupyterapp.commands.execute('notebook:insert-cell-below').then(() => {
+        nb.activeCell.model.sharedModel.setSource(src);
+        return nb.activeCellIndex;
+      });
+    }, code);
+    runCell(index).catch((e) => logs.push(`run-cell: ${e}`));
+    await page.waitForFunction((i) => {
+      const cell = window.jupyterapp.shell.currentWidget.node.querySelectorAll('.jp-Cell')[i];
+      return /waiting on rank 1/.test(cell?.querySelector('.mlxj-where-diagnosis')?.textContent || '');
+    }, index, { timeout: 30000 });
+    const table = page.locator('.jp-Notebook .jp-Cell').nth(index).locator('.jp-OutputArea-output');
+    const text = (await table.allInnerTexts()).join('\n');
+    await table.last().scrollIntoViewIfNeeded();
+    await page.screenshot({ path: shot('live-where-table.png') });
+    // the panel, refreshed meanwhile, says the same of its cluster
+    const panelSays = await page.waitForFunction(() => document.querySelector(
+      '#mlx-jupyter-cluster-panel .mlxj-card-diagnosis')?.textContent || '', null, { timeout: 10000 })
+      .then((h) => h.jsonValue()).catch(() => '');
+    await page.screenshot({ path: shot('panel-where.png') });
+    await page.waitForFunction((i) => {
+      const cell = window.jupyterapp.shell.currentWidget.node.querySelectorAll('.jp-Cell')[i];
+      return /the cell ran \d+\.\d s: ranks 0 and 1 done/.test(cell?.querySelector('.jp-OutputArea')?.textContent || '');
+    }, index, { timeout: 30000 });
+    record('live_where_table', /in mx\.distributed\.all_sum at line 4 waiting on rank 1/.test(text)
+      && /running line 3: time\.sleep\(4\)/.test(text) && /waiting on rank 1/.test(panelSays),
+      `${text.slice(0, 600)} | panel: ${panelSays}`);
+  });
+
   await step('panel_stop', async () => {
     const panel = page.locator('#mlx-jupyter-cluster-panel');
     await panel.locator('button.mlxj-stop').click();

@@ -1,0 +1,118 @@
+"""One sample of where a rank is: the running thread's stack, our core's activity, CPU and memory.
+
+Taken from any thread (the rank's sampler, a control request, a signal-waiting thread): it
+reads ``sys._current_frames()`` and the activity snapshot, and holds no lock the sampled
+thread could hold. The result is a small JSON-able dict (sent a few times a second).
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import threading
+import time
+from typing import Any, Optional
+
+try:
+    from mlx_jupyter.core.activity import snapshot
+except ImportError:  # the native activity record is not built into this core yet
+    def snapshot() -> list:  # type: ignore[misc]
+        return []
+
+#: modules whose calls are shown by name (the innermost such call is the one the rank is in)
+NAMED = (("mlx_jupyter.distributed", "dist"), ("mlx_jupyter.core", "core"), ("mlx.", "mx"), ("mlx", "mx"),
+         ("numpy", "np"), ("torch", "torch"))
+#: the most frames of the stack looked at
+MAX_DEPTH = 200
+
+
+def _named(module: str) -> Optional[str]:
+    for prefix, short in NAMED:
+        if module == prefix or module.startswith(prefix if prefix.endswith(".") else prefix + "."):
+            return short
+    return None
+
+
+def _is_cell(filename: str, cell_files: tuple[str, ...]) -> bool:
+    """A cell's code (IPython compiles each cell to a file of its own), or the launched script."""
+    return filename.startswith("<ipython-input-") or "/ipykernel_" in filename or filename in cell_files
+
+
+def stack_where(frame: Any, cell_files: tuple[str, ...] = ()) -> dict:
+    """The cell's (or script's) innermost frame and the library call it is in, from ``frame`` outwards.
+
+    ``{"line": N, "file": F, "source": S, "call": "mx.eval" | None, "func": innermost function}``.
+    """
+    frames = []
+    while frame is not None and len(frames) < MAX_DEPTH:
+        frames.append(frame)
+        frame = frame.f_back
+    out: dict = {"line": None, "file": None, "source": None, "call": None, "func": None}
+    if frames:
+        out["func"] = frames[0].f_code.co_name
+    cell_at = None
+    for i, f in enumerate(frames):
+        if _is_cell(f.f_code.co_filename, cell_files):
+            cell_at = i
+            out.update(line=f.f_lineno, file=f.f_code.co_filename,
+                       source=linecache.getline(f.f_code.co_filename, f.f_lineno, f.f_globals).strip()[:120])
+            break
+    # the outermost named call inside the cell's frame: `dist.all_sum`, not its helpers
+    inner = frames[:cell_at] if cell_at is not None else frames
+    for f in reversed(inner):
+        short = _named(str(f.f_globals.get("__name__", "")))
+        if short is not None:
+            out["call"] = f"{short}.{f.f_code.co_name}"
+            break
+    if out["call"] is None and cell_at is not None and out["source"]:
+        out["call"] = _call_in_source(out["source"])
+    return out
+
+
+def _call_in_source(source: str) -> Optional[str]:
+    """A call into MLX written on the cell's line (``mx.eval(...)``): MLX's functions are native, no frame."""
+    for marker in ("mx.distributed.", "mx.eval", "mx.", "np."):
+        at = source.find(marker)
+        if at >= 0:
+            return source[at:].split("(", 1)[0]
+    return None
+
+
+class CpuMeter:
+    """This process's CPU use between two readings, in percent of one core."""
+
+    def __init__(self) -> None:
+        self._last = (time.monotonic(), time.process_time())
+
+    def percent(self) -> float:
+        now = (time.monotonic(), time.process_time())
+        wall, cpu = now[0] - self._last[0], now[1] - self._last[1]
+        self._last = now
+        return round(100.0 * cpu / wall, 1) if wall > 0 else 0.0
+
+
+def activity() -> list[dict]:
+    """Our core's (and MLX-backend groups') activity, as dicts; [] when the core has no record."""
+    out = []
+    try:
+        for a in snapshot():
+            out.append({"group": str(a.group_id), "rank": int(a.rank), "size": int(a.size), "state": str(a.state),
+                        "op": a.op, "seq": int(a.seq), "nbytes": int(a.nbytes), "dtype": str(a.dtype),
+                        "elapsed": round(float(a.elapsed), 3), "waiting_on": a.waiting_on, "moved": int(a.moved)})
+    except Exception:  # a sampler never fails the rank
+        return []
+    return out
+
+
+def take(thread_id: Optional[int], rank: int, cpu: Optional[CpuMeter] = None, rss: int = 0,
+         cell_files: tuple[str, ...] = (), running: bool = True) -> dict:
+    """A sample of rank ``rank``, whose code runs on thread ``thread_id`` (None: the main thread)."""
+    tid = threading.main_thread().ident if thread_id is None else thread_id
+    frame = sys._current_frames().get(tid) if running else None
+    try:
+        where = stack_where(frame, cell_files) if frame is not None else {}
+    finally:
+        del frame
+    return {"rank": rank, "pid": os.getpid(), "running": running, "time": time.time(), **where,
+            "activity": activity() if running else [], "cpu": cpu.percent() if cpu else None, "rss": rss}

@@ -1,0 +1,83 @@
+"""``mlx-jupyter launch --where-on-signal``: SIGUSR1 to the launcher prints where every rank is."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+from mlx_jupyter.where import boot
+
+pytestmark = pytest.mark.timeout(60)
+
+SCRIPT = textwrap.dedent("""\
+    import time, mlx.core as mx
+    world = mx.distributed.init(backend="ring", strict=True)
+    print("ready", flush=True)
+    if world.rank() == 1:
+        time.sleep(6)
+    mx.eval(mx.distributed.all_sum(mx.ones(3), group=world))
+""")
+
+
+def test_sigusr1_names_each_ranks_line(tmp_path):
+    script = tmp_path / "hang.py"
+    script.write_text(SCRIPT)
+    proc = subprocess.Popen([sys.executable, "-m", "mlx_jupyter", "launch", "-n", "2", "--where-on-signal", "--",
+                             "python", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ready, err = [], []
+    both = threading.Event()
+
+    def read_out() -> None:
+        for line in proc.stdout:
+            if line.rstrip().endswith("ready"):
+                ready.append(line)
+                if len(ready) == 2:
+                    both.set()
+
+    threading.Thread(target=read_out, daemon=True).start()
+    try:
+        assert both.wait(30), "the ranks did not start"
+        got_table = threading.Event()
+
+        def read_err() -> None:
+            for line in proc.stderr:
+                err.append(line)
+                if "\n".join(err).count("mx.") and "waiting on rank 1" in "".join(err):
+                    got_table.set()
+
+        threading.Thread(target=read_err, daemon=True).start()
+        proc.send_signal(signal.SIGUSR1)
+        assert got_table.wait(5), "".join(err)
+        text = "".join(err)
+        assert re.search(r"^0\s+in mx\.distributed\.all_sum at line 6 waiting on rank 1", text, re.M), text
+        assert re.search(r"^1\s+running line 5: time\.sleep\(6\)", text, re.M), text
+        assert proc.wait(20) == 0, "".join(err)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_boot_wraps_only_python_scripts_and_modules():
+    assert boot.wrap(["/usr/bin/python3", "t.py", "--x"]) == ["/usr/bin/python3", "-c", boot.BOOT, "t.py", "--x"]
+    assert boot.wrap(["python", "-m", "pkg.mod", "a"])[3:] == ["-m", "pkg.mod", "a"]
+    assert boot.wrap(["./run.sh", "a"]) is None and boot.wrap(["python3", "-u", "t.py"]) is None
+
+
+def test_a_python_without_mlx_jupyter_falls_back_to_faulthandler(tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text("import os, signal, sys\nprint(sys.argv[1:], __name__)\nos.kill(os.getpid(), signal.SIGUSR1)\n"
+                      "print('after')\n")
+    env = {**os.environ, "PYTHONPATH": ""}
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", boot.BOOT, str(script), "a"], capture_output=True,
+                         text=True, timeout=20, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["['a'] __main__", "after"], out
+    assert "Current thread" in out.stderr or "Thread" in out.stderr, out.stderr
