@@ -15,6 +15,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Optional
 
+from mlx_jupyter.cluster.cells.debug import DebugSessions
 from mlx_jupyter.cluster.cells.outcome import ERROR, OK, RELEASED
 from mlx_jupyter.cluster.cells.text import LineGrouper, group_equal, rank_label, render_outcomes, summary
 
@@ -156,6 +157,7 @@ def show_run(run: Any, mode: str = "grouped", timeout: Optional[float] = None,
     Returns the run; raises :class:`DistributedCellError` if any rank failed.
     """
     r = renderer or Renderer(run.ranks, mode)
+    debug = DebugSessions(run, r.out)
     deadline = None if timeout is None else time.monotonic() + timeout
     stops = 0
     while True:
@@ -170,6 +172,9 @@ def show_run(run: Any, mode: str = "grouped", timeout: Optional[float] = None,
                     r.rich(ev.rank, ev.payload, result=True)
                 elif ev.kind == "end":
                     r.end(ev.rank)
+                elif ev.kind == "debug":
+                    r.flush()
+                    debug.event(ev.rank, *ev.payload)
                 ev = run.next_event(0) if not run.events.empty() else None
             r.flush()
             if run.done.is_set() and run.events.empty():

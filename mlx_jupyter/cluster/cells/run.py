@@ -100,7 +100,8 @@ def _safe(fn: Any) -> Any:
 
 @dataclass
 class Event:
-    """``kind`` is ``stream`` (payload: (name, text)), ``display``, ``result`` (payload: content) or ``end``."""
+    """``kind`` is ``stream`` (payload: (name, text)), ``display``, ``result`` (payload: content),
+    ``debug`` (payload: (text, prompt or None), a rank's pdb session) or ``end``."""
 
     kind: str
     rank: int
@@ -128,6 +129,8 @@ class CellRun:
         self._abort_replies: dict[int, Any] = {}
         self.msg_ids: dict[int, str] = {}
         self._futures: dict[int, Any] = {}
+        self.first_error: Optional[int] = None  # the first rank whose own error ended its cell
+        self.hub: Any = None  # the cell channel, when the cell went through it
         self.via = ""  # "channel" (straight to the ranks) or "controller" (ipyparallel's execute_request)
 
     # ------------------------------------------------------------ sending
@@ -141,7 +144,7 @@ class CellRun:
                 self.rank_died(rank, self.cluster.dead[rank])
         hub = self.cluster.cell_hub(live)
         if hub is not None and hub.connected(live):
-            self.via = "channel"
+            self.via, self.hub = "channel", hub
             base = uuid.uuid4().hex  # one per cell: a rank's id is this and its rank
             self.msg_ids.update({rank: f"{base}-{rank}" for rank in live})
             self._futures.update(hub.send_cells({rank: self.msg_ids[rank] for rank in live}, self.code, self))
@@ -172,6 +175,15 @@ class CellRun:
         elif kind == "execute_result":
             self.events.put(Event("result", rank, content))
 
+    def channel_debug(self, rank: int, text: str, prompt: Optional[str]) -> None:
+        """A rank's pdb wrote ``text``; with a ``prompt`` it waits for :meth:`answer_debug`."""
+        self.events.put(Event("debug", rank, (text, prompt)))
+
+    def answer_debug(self, rank: int, line: Optional[str]) -> None:
+        """Send ``rank``'s pdb its next line (None: this front end cannot prompt)."""
+        if self.hub is not None:
+            self.hub.send_debug_line(rank, line)
+
     def channel_reply(self, rank: int, content: dict) -> None:
         """The rank's reply, after all its outputs (one socket, in order): the rank's end."""
         self._record_reply(rank, content)
@@ -200,6 +212,9 @@ class CellRun:
                 released = is_release_error(outcome.ename, outcome.evalue, stopped)
                 outcome.status = RELEASED if released else ERROR
         if outcome.status == ERROR:
+            with self._lock:
+                if self.first_error is None:
+                    self.first_error = rank
             self._fail(f"rank {rank} raised {outcome.ename}: {outcome.evalue}".rstrip(": "))
         self._maybe_end(rank)
 
