@@ -271,7 +271,10 @@ class MLXMagics(Magics):
         args = parse_argstring(self.mlx_debug, line)
         cluster = self._need_cluster()
         try:
-            run = cluster.debug(args.rank, args.commands)
+            commands = args.commands
+            if len(commands) >= 2 and commands[0] == commands[-1] and commands[0] in "\"'":
+                commands = commands[1:-1]  # IPython's argument split keeps the quotes
+            run = cluster.debug(args.rank, commands)
         except ClusterError as exc:
             raise UsageError(str(exc)) from None
         show_run(run)

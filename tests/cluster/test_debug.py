@@ -118,7 +118,21 @@ def test_quit_leaves_the_cluster_usable(kernel):
     res, prompts = run_answering(kernel, "%%mlx_distributed\nif group.rank() == 1:\n    breakpoint()\n    v = 1\n",
                                  ["q"])
     assert prompts == ["(Pdb rank 1) "]
+    assert "rank 1 raised BdbQuit: pdb was quit (q)" in ANSI.sub("", "\n".join(res.error["traceback"])), res.error
     works(kernel)
+
+
+def test_sessions_one_at_a_time(kernel):
+    """Both ranks stop: rank 1's session has the notebook until it continues, then rank 0's prompts."""
+    code = "%%mlx_distributed\nv = group.rank() * 5\nbreakpoint()\nw = v + 1\nprint('w', w)\n"
+    res, prompts = run_answering(kernel, code, ["p v", "c", "p v", "c"])
+    assert res.status == "ok", res
+    assert prompts[:2] == prompts[:1] * 2 and prompts[2:] == prompts[2:3] * 2, prompts
+    assert sorted({prompts[0], prompts[2]}) == ["(Pdb rank 0) ", "(Pdb rank 1) "], prompts
+    out = ANSI.sub("", res.stdout)
+    first = int(re.search(r"rank (\d)", prompts[0]).group(1))
+    assert re.search(rf"^{first * 5}$\n(.*\n)*^{(1 - first) * 5}$", out, re.M), out
+    assert "[rank 0] w 1" in out and "[rank 1] w 6" in out, out
 
 
 def test_stop_button_ends_the_session(kernel):

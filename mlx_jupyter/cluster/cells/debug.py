@@ -1,11 +1,13 @@
-"""The notebook's end of a rank's pdb session: show what it wrote, ask its prompt.
+"""The notebook's end of the ranks' pdb sessions: show what they write, ask their prompts.
 
-The prompt is asked with the kernel's ``input_request`` (``input()`` inside
-ipykernel) on the notebook's own thread, one session at a time: prompts from
-other ranks wait in the run's event queue, in order. Where nothing can answer
-(a kernel run with ``allow_stdin=False``, plain Python without a terminal) the
-rank is told so, prints one line and goes on (a breakpoint continues, a
-post-mortem quits): a session never hangs.
+A prompt is asked with the kernel's ``input_request`` (``input()`` inside
+ipykernel) on the notebook's own thread. One session at a time: once a rank's
+pdb has prompted, other ranks' prompts are held (those ranks wait) until its
+session ends (continue without breakpoints, quit, or its cell ended), then
+shown in the order they came. Where nothing can answer (a kernel run with
+``allow_stdin=False``, plain Python without a terminal) the rank is told so,
+one line says it, and the rank goes on (a breakpoint continues, a post-mortem
+quits): a session never hangs.
 """
 
 from __future__ import annotations
@@ -43,29 +45,54 @@ def ask(prompt: str) -> Optional[str]:
 
 
 class DebugSessions:
-    """Each rank's pdb output and prompts during one run, shown through ``write``."""
+    """The ranks' pdb output and prompts during one run, shown through ``write``."""
 
     def __init__(self, run: Any, write: Callable[[str], None], ask: Callable[[str], Optional[str]] = ask):
         self.run = run
         self.write = write
         self.ask = ask
-        self.started: set[int] = set()
+        self.active: Optional[int] = None  # the rank whose session has the notebook
+        self.held: list[tuple[int, str, Optional[str], bool]] = []
+        self.stopped = False  # the stop button was pressed: show, never prompt
 
-    def event(self, rank: int, text: str, prompt: Optional[str]) -> None:
-        """One ``debug`` event: show ``text``; answer ``prompt`` (KeyboardInterrupt passes through)."""
-        if rank not in self.started:
-            self.started.add(rank)
+    def event(self, rank: int, text: str, prompt: Optional[str], done: bool = False) -> None:
+        """One ``debug`` event (KeyboardInterrupt at a prompt passes through)."""
+        if self.active is not None and rank != self.active:
+            self.held.append((rank, text, prompt, done))
+            return
+        self._show(rank, text, prompt, done)
+
+    def rank_ended(self, rank: int) -> None:
+        """``rank``'s cell ended: its session, if any, with it."""
+        if self.active == rank:
+            self._release()
+
+    def _show(self, rank: int, text: str, prompt: Optional[str], done: bool) -> None:
+        if self.active != rank and not done:
+            self.active = rank
             others = [r for r in self.run.ranks if r != rank]
             verb = "goes" if len(others) == 1 else "go"
-            wait = (f"; {rank_label(others)} {verb} on until blocked (their collectives' "
-                    "timeouts still apply)") if others else ""
+            wait = (f"; {rank_label(others)} {verb} on until blocked (their collectives' timeouts "
+                    "still apply)") if others else ""
             self.write(f"--- pdb on rank {rank}{wait}. q quits, c continues, the stop button interrupts ---\n")
         if text:
             self.write(text if text.endswith("\n") else text + "\n")
-        if prompt is None:
+        if done:
+            self._release()
+            return
+        if prompt is None or self.stopped:
             return
         line = self.ask(prompt)
         if line is None:
             self.write(f"rank {rank}: pdb cannot prompt here (no stdin: allow_stdin is off, or no terminal); "
-                       "the rank goes on without it (use %mlx_debug RANK -c \"...\" for commands)\n")
+                       "the rank goes on without it (%mlx_debug RANK -c \"...\" runs commands)\n")
         self.run.answer_debug(rank, line)
+
+    def _release(self) -> None:
+        """The active session ended: show the held ones, in order, until one takes the notebook."""
+        self.active = None
+        while self.held:
+            index = next((i for i, h in enumerate(self.held) if self.active is None or h[0] == self.active), None)
+            if index is None:
+                return
+            self._show(*self.held.pop(index))

@@ -172,6 +172,7 @@ def show_run(run: Any, mode: str = "grouped", timeout: Optional[float] = None,
                     r.rich(ev.rank, ev.payload, result=True)
                 elif ev.kind == "end":
                     r.end(ev.rank)
+                    debug.rank_ended(ev.rank)
                 elif ev.kind == "debug":
                     r.flush()
                     debug.event(ev.rank, *ev.payload)
@@ -184,6 +185,7 @@ def show_run(run: Any, mode: str = "grouped", timeout: Optional[float] = None,
                 deadline = None
                 run.interrupt(f"the cell timed out after {timeout:g} s (--timeout)")
         except KeyboardInterrupt:
+            debug.stopped = True  # no more prompts: the ranks in pdb are being interrupted
             stops += 1
             run.interrupt("interrupted by the user")
             if stops >= 3:  # the user insists: stop waiting, whatever the ranks do

@@ -41,7 +41,7 @@ LOST_GRACE = 3.0
 class Sink(Protocol):
     def channel_output(self, rank: int, kind: str, content: dict) -> None: ...
     def channel_reply(self, rank: int, content: dict) -> None: ...
-    def channel_debug(self, rank: int, text: str, prompt: Optional[str]) -> None: ...
+    def channel_debug(self, rank: int, text: str, prompt: Optional[str], done: bool) -> None: ...
 
 
 class Pending:
@@ -284,7 +284,8 @@ class CellHub:
                 p = self.pending.get(str(msg.get("id")))
             if p is not None:
                 prompt = msg.get("prompt")
-                p.sink.channel_debug(p.rank, str(msg.get("text") or ""), None if prompt is None else str(prompt))
+                p.sink.channel_debug(p.rank, str(msg.get("text") or ""), None if prompt is None else str(prompt),
+                                     bool(msg.get("done")))
         elif kind == "reply":
             self._deliver_reply(str(msg.get("id")), msg.get("content") or {})
 

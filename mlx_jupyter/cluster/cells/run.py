@@ -101,7 +101,7 @@ def _safe(fn: Any) -> Any:
 @dataclass
 class Event:
     """``kind`` is ``stream`` (payload: (name, text)), ``display``, ``result`` (payload: content),
-    ``debug`` (payload: (text, prompt or None), a rank's pdb session) or ``end``."""
+    ``debug`` (payload: (text, prompt or None, done), a rank's pdb session) or ``end``."""
 
     kind: str
     rank: int
@@ -175,9 +175,10 @@ class CellRun:
         elif kind == "execute_result":
             self.events.put(Event("result", rank, content))
 
-    def channel_debug(self, rank: int, text: str, prompt: Optional[str]) -> None:
-        """A rank's pdb wrote ``text``; with a ``prompt`` it waits for :meth:`answer_debug`."""
-        self.events.put(Event("debug", rank, (text, prompt)))
+    def channel_debug(self, rank: int, text: str, prompt: Optional[str], done: bool = False) -> None:
+        """A rank's pdb wrote ``text``; with a ``prompt`` it waits for :meth:`answer_debug`; ``done``:
+        its session ended (the cell goes on)."""
+        self.events.put(Event("debug", rank, (text, prompt, done)))
 
     def answer_debug(self, rank: int, line: Optional[str]) -> None:
         """Send ``rank``'s pdb its next line (None: this front end cannot prompt)."""
@@ -207,6 +208,8 @@ class CellRun:
             else:
                 outcome.ename = content.get("ename", "Error")
                 outcome.evalue = content.get("evalue", "")
+                if outcome.ename == "BdbQuit" and not outcome.evalue:
+                    outcome.evalue = "pdb was quit (q): the cell stopped there"
                 outcome.traceback = list(content.get("traceback") or [])
                 stopped = rank in self._abort_sent or any(o.status == DIED for o in self.outcomes.values())
                 released = is_release_error(outcome.ename, outcome.evalue, stopped)

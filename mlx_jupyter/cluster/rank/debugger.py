@@ -96,11 +96,21 @@ class RankPdb(pdb.Pdb):
             return self.fallback + "\n"
         return line.rstrip("\n") + "\n"
 
-    def flush_output(self) -> None:
-        """Send what pdb wrote after its last prompt (e.g. when the cell continues)."""
+    def flush_output(self, done: bool = False) -> None:
+        """Send what pdb wrote after its last prompt; ``done``: the session ends (the notebook may
+        then open another rank's)."""
         text = self.out.take()
-        if text:
-            self.channel.post({"t": "dbg", "id": self.cell_id, "text": text, "prompt": None})
+        if text or done:
+            self.channel.post({"t": "dbg", "id": self.cell_id, "text": text, "prompt": None, "done": done})
+
+    def set_continue(self) -> None:
+        super().set_continue()
+        if not self.breaks:  # pdb stops tracing: this session is over
+            self.flush_output(done=True)
+
+    def set_quit(self) -> None:
+        super().set_quit()
+        self.flush_output(done=True)
 
     def _cmdloop(self) -> None:  # pdb's own swallows KeyboardInterrupt: here it ends the session
         try:
@@ -109,7 +119,6 @@ class RankPdb(pdb.Pdb):
             self.allow_kbdint = False
         except KeyboardInterrupt:
             self.out.write("--KeyboardInterrupt-- (the debug session ended)\n")
-            self.flush_output()
             self.set_quit()
             raise
         self.flush_output()

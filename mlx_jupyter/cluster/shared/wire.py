@@ -13,8 +13,9 @@ Messages (``t`` is the type):
 - notebook -> rank ``cell {id, code}``: run ``code`` as a cell;
 - rank -> notebook ``out {id, kind, content}``: an output of cell ``id``
   (``kind``: stream, display_data, execute_result, ...; content as on IOPub);
-- rank -> notebook ``dbg {id, text, prompt}``: a pdb session on the rank during cell ``id``
-  wrote ``text``; with a ``prompt`` (e.g. ``(Pdb rank 1) ``) it waits for a line;
+- rank -> notebook ``dbg {id, text, prompt, done}``: a pdb session on the rank during cell
+  ``id`` wrote ``text``; with a ``prompt`` (e.g. ``(Pdb rank 1) ``) it waits for a line;
+  ``done``: the session ended (continue without breakpoints, or quit);
 - notebook -> rank ``dbg_in {line}``: the answer to that prompt (``None``: the notebook
   cannot prompt, e.g. nbclient without stdin);
 - rank -> notebook ``reply {id, content}``: the cell ended (content as an
