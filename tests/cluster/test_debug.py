@@ -115,8 +115,8 @@ def test_no_stdin_goes_on_with_one_line(kernel):
 
 
 def test_quit_leaves_the_cluster_usable(kernel):
-    res, prompts = run_answering(kernel, "%%mlx_distributed\nif group.rank() == 1:\n    breakpoint()\n    v = 1\n",
-                                 ["q"])
+    code = "%%mlx_distributed\nimport pdb\nif group.rank() == 1:\n    pdb.set_trace()\n    v = 1\n"
+    res, prompts = run_answering(kernel, code, ["q"])  # pdb.set_trace() as breakpoint()
     assert prompts == ["(Pdb rank 1) "]
     assert "rank 1 raised BdbQuit: pdb was quit (q)" in ANSI.sub("", "\n".join(res.error["traceback"])), res.error
     works(kernel)
