@@ -273,6 +273,28 @@ class MLXMagics(Magics):
                 show_profile(cluster)
         return None
 
+    @magic_arguments()
+    @argument("rank", nargs="?", type=int, default=None,
+              help="the rank to debug (default: the first rank that raised in the last failed cell)")
+    @argument("-c", "--commands", default="", metavar="COMMANDS",
+              help='pdb commands separated by ";" run without prompting, e.g. -c "p locals(); where"')
+    @line_magic
+    def mlx_debug(self, line: str) -> None:
+        """Post-mortem pdb on a rank's last traceback, in its namespace (prompts through the notebook)."""
+        from mlx_jupyter.cluster import ClusterError
+        from mlx_jupyter.cluster.cells.display import show_run
+
+        args = parse_argstring(self.mlx_debug, line)
+        cluster = self._need_cluster()
+        try:
+            commands = args.commands
+            if len(commands) >= 2 and commands[0] == commands[-1] and commands[0] in "\"'":
+                commands = commands[1:-1]  # IPython's argument split keeps the quotes
+            run = cluster.debug(args.rank, commands)
+        except ClusterError as exc:
+            raise UsageError(str(exc)) from None
+        show_run(run)
+
     def _need_cluster(self) -> Any:
         if _cluster is None or not _cluster.running:
             raise UsageError("no cluster running: %mlx_cluster start")

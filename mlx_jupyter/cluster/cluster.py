@@ -382,6 +382,20 @@ class Cluster:
 
     # ------------------------------------------------------------ what a cell run needs (cells.run.RunHost)
 
+    def debug(self, rank: Optional[int] = None, commands: str = "") -> Any:
+        """Start a post-mortem pdb on ``rank``'s last traceback (default: the first rank that raised
+        in the last failed cell); ``commands``: ``;``-separated pdb commands run without prompting.
+        Returns the :class:`CellRun` (``.display()`` shows it and answers the prompts)."""
+        if rank is None:
+            rank = getattr(self, "last_error_rank", None)
+            if rank is None:
+                raise ClusterError("no cell has raised on a rank yet: name the rank (%mlx_debug RANK)")
+        if rank not in self.ranks:
+            raise ClusterError(f"no rank {rank}: the ranks are 0-{self.size - 1}")
+        code = ("__import__('mlx_jupyter.cluster.rank.debugger', fromlist=['post_mortem'])"
+                f".post_mortem({commands!r})")
+        return self.run(code, [rank], init=False)
+
     def cell_hub(self, ranks: Optional[Sequence[int]] = None) -> Optional[CellHub]:
         """The direct cell channel for a cell on ``ranks``, if this cluster has one (see
         :mod:`mlx_jupyter.cluster.cells.hub`) and no request through the controller is still running
@@ -405,6 +419,8 @@ class Cluster:
         self.supervisor.run_started(run)
 
     def run_ended(self, run: Any) -> None:
+        if run.first_error is not None:
+            self.last_error_rank = run.first_error  # %mlx_debug's default
         if run.failed:  # what it left is looked at before the next cell (RankNamespaces.settle)
             self.table.unsettled = True
         self.supervisor.run_ended(run)

@@ -13,6 +13,7 @@ import shutil
 import signal
 import stat
 import sys
+from functools import partial
 from typing import Optional, Sequence
 
 from mlx_jupyter.net import ssh
@@ -91,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--where-on-signal", action="store_true",
                    help="Python ranks answer SIGUSR1: `kill -USR1 <launcher pid>` prints the line and "
                         "collective each rank is in")
+    p.add_argument("--stdin-rank", type=int, metavar="R",
+                   help="send this terminal's stdin to rank R only (the others read EOF at once), e.g. to answer "
+                        "rank R's breakpoint(); default: every rank gets a copy")
     p.add_argument("--output", choices=("prefix", "raw"), help="prefix lines with [rank r] (default with >1 rank)")
     ssh.add_arguments(p)
     slurm_cli.add_arguments(p, _positive)
@@ -171,11 +175,19 @@ def make_config(args: argparse.Namespace, command: list[str]) -> LaunchConfig:
         env.setdefault("COLUMNS", str(cols))
         env.setdefault("LINES", str(lines))
     opts = ssh.options_from_args(args)
+    if args.stdin_rank is not None:
+        size = len(hosts) if hosts is not None else None
+        if args.slurm or settings.backend == "mpi":
+            raise CommandLineError("--stdin-rank works with ranks this launcher starts itself "
+                                   "(not with --slurm or --backend mpi, whose ranks one srun/mpirun feeds)")
+        if args.stdin_rank < 0 or (size is not None and args.stdin_rank >= size):
+            raise CommandLineError(f"--stdin-rank {args.stdin_rank}: the ranks are 0-{(size or 1) - 1}")
     return LaunchConfig(
         command=command, hosts=hosts, backend=settings.backend, env=env,
         cwd=args.cwd, cwd_required=args.cwd is not None, python=args.python, starting_port=_starting_port(args, hosts),
         connections_per_ip=args.connections_per_ip, nccl_port=args.nccl_port, ssh_options=opts, stdin=True,
-        verbose=args.verbose, mpi_args=list(args.mpi_arg), where_on_signal=args.where_on_signal,
+        stdin_rank=args.stdin_rank, verbose=args.verbose, mpi_args=list(args.mpi_arg),
+        where_on_signal=args.where_on_signal,
         slurm=slurm_cli.options_from_args(args) if args.slurm else None,
     )
 
@@ -197,9 +209,15 @@ class _Output:
             pass
 
 
-async def _pump_stdin(job) -> None:
-    """Broadcast our stdin to every rank until EOF (event-driven; files read in a thread)."""
+async def _pump_stdin(job, rank: Optional[int] = None) -> None:
+    """Send our stdin to every rank, or only to ``rank`` (the others get EOF now), until EOF
+    (event-driven; files read in a thread)."""
     loop = asyncio.get_running_loop()
+    if rank is not None:
+        job.close_stdin(others_than=rank)
+        write = partial(job.write_stdin, rank=rank)
+    else:
+        write = job.write_stdin  # a Slurm job's srun takes one stream
     try:
         fd = sys.stdin.fileno()
     except (AttributeError, ValueError, OSError):
@@ -212,13 +230,13 @@ async def _pump_stdin(job) -> None:
         transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(os.dup(fd), "rb", 0))
         try:
             while data := await reader.read(1 << 16):
-                job.write_stdin(data)
+                write(data)
         finally:
             transport.close()
             os.set_blocking(fd, blocking)
     else:  # a regular file or /dev/null: reads never block for long
         while data := await loop.run_in_executor(None, os.read, fd, 1 << 16):
-            job.write_stdin(data)
+            write(data)
     job.close_stdin()
 
 
@@ -275,7 +293,7 @@ async def run(config: LaunchConfig, output: str | None) -> int:
             print(f"{PROG}: {exc}", file=sys.stderr)
             return 128 + stopped_by
         started = True
-        stdin_task = asyncio.ensure_future(_pump_stdin(job))
+        stdin_task = asyncio.ensure_future(_pump_stdin(job, config.stdin_rank))
         code = await job.wait()
     finally:
         if stdin_task is not None:

@@ -261,15 +261,17 @@ class Job:
         """Number of ranks (with mpi, those mpirun starts)."""
         return len(self.hosts)
 
-    def write_stdin(self, data: bytes) -> None:
-        """Broadcast ``data`` to every rank's stdin."""
-        for p in self.monitor.procs.values():
-            p.write(data)
+    def write_stdin(self, data: bytes, rank: Optional[int] = None) -> None:
+        """Write ``data`` to ``rank``'s stdin, or to every rank's (None)."""
+        for r, p in self.monitor.procs.items():
+            if rank is None or r == rank:
+                p.write(data)
 
-    def close_stdin(self) -> None:
-        """Send EOF to every rank's stdin."""
-        for p in self.monitor.procs.values():
-            p.close_stdin()
+    def close_stdin(self, others_than: Optional[int] = None) -> None:
+        """Send EOF to every rank's stdin (but ``others_than``'s, if given)."""
+        for r, p in self.monitor.procs.items():
+            if r != others_than:
+                p.close_stdin()
 
 
 def _ended_words(info: RankInfo) -> str:

@@ -41,6 +41,7 @@ class LaunchConfig:
     on_exit: Optional[ExitCallback] = None
     ssh_options: Optional[ssh.SSHOptions] = None
     stdin: bool = False
+    stdin_rank: Optional[int] = None  # the one rank the terminal's stdin goes to (others read EOF); None: all
     terminate_on_failure: bool = True
     grace: float = 1.0                # SIGTERM -> SIGKILL when tearing down after a failure
     start_timeout: float = 30.0

@@ -408,3 +408,15 @@ def _wait_for(pred, timeout: float = 10) -> bool:
             return False
         time.sleep(0.02)
     return True
+
+
+def test_breakpoint_from_plain_python_goes_on_with_one_line_and_debug_runs_commands(cluster, capsys):
+    run = cluster.run("x = 5\nif group.rank() == 1:\n    breakpoint()\ny = x + group.rank()\nprint('y', y)")
+    run.display(timeout=20)  # nothing can prompt here (no terminal): one line, then the cell goes on
+    out = capsys.readouterr().out
+    assert "rank 1: pdb cannot prompt here" in out and "[rank 1] y 6" in out, out
+    with pytest.raises(Exception, match="rank 1 raised ValueError"):
+        cluster.run("def f(v):\n    w = v + 1\n    raise ValueError(w)\nif group.rank() == 1:\n    f(2)").display(timeout=20)
+    cluster.debug(commands="p w; p v").display(timeout=20)  # the first rank that raised: 1
+    out = capsys.readouterr().out
+    assert "[rank 1] (Pdb rank 1) p w" in out and "[rank 1] 3" in out and "[rank 1] 2" in out, out

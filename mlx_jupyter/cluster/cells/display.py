@@ -15,6 +15,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Optional
 
+from mlx_jupyter.cluster.cells.debug import DebugSessions
 from mlx_jupyter.cluster.cells.outcome import ERROR, OK, RELEASED
 from mlx_jupyter.cluster.cells.text import LineGrouper, group_equal, rank_label, render_outcomes, summary
 
@@ -174,6 +175,7 @@ def show_run(run: Any, mode: str = "grouped", timeout: Optional[float] = None,
     """
     r = renderer or Renderer(run.ranks, mode)
     table = _live_table(run) if live is True else (live or None)
+    debug = DebugSessions(run, r.out)
     deadline = None if timeout is None else time.monotonic() + timeout
     stops = 0
     while True:
@@ -188,6 +190,10 @@ def show_run(run: Any, mode: str = "grouped", timeout: Optional[float] = None,
                     r.rich(ev.rank, ev.payload, result=True)
                 elif ev.kind == "end":
                     r.end(ev.rank)
+                    debug.rank_ended(ev.rank)
+                elif ev.kind == "debug":
+                    r.flush()
+                    debug.event(ev.rank, *ev.payload)
                 ev = run.next_event(0) if not run.events.empty() else None
             r.flush()
             if run.done.is_set() and run.events.empty():
@@ -199,6 +205,7 @@ def show_run(run: Any, mode: str = "grouped", timeout: Optional[float] = None,
                 deadline = None
                 run.interrupt(f"the cell timed out after {timeout:g} s (--timeout)")
         except KeyboardInterrupt:
+            debug.stopped = True  # no more prompts: the ranks in pdb are being interrupted
             stops += 1
             run.interrupt("interrupted by the user")
             if stops >= 3:  # the user insists: stop waiting, whatever the ranks do

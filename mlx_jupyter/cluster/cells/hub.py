@@ -41,6 +41,7 @@ LOST_GRACE = 3.0
 class Sink(Protocol):
     def channel_output(self, rank: int, kind: str, content: dict) -> None: ...
     def channel_reply(self, rank: int, content: dict) -> None: ...
+    def channel_debug(self, rank: int, text: str, prompt: Optional[str], done: bool) -> None: ...
 
 
 class Pending:
@@ -146,6 +147,13 @@ class CellHub:
             if conn is None or not conn.writer.send(data):
                 self._unreachable(msg_id, rank)
         return pending
+
+    def send_debug_line(self, rank: int, line: Optional[str]) -> bool:
+        """Answer ``rank``'s debug prompt with ``line`` (None: the notebook cannot prompt)."""
+        with self._lock:
+            conn = self.idents.get(rank)
+        data = wire.frame(wire.encode(self.session, {"t": "dbg_in", "line": line}))
+        return conn is not None and conn.writer.send(data)
 
     def _unreachable(self, msg_id: str, rank: int) -> None:
         self._deliver_reply(msg_id, {
@@ -277,6 +285,13 @@ class CellHub:
             on_where = getattr(p.sink, "channel_where", None) if p is not None else None
             if on_where is not None and isinstance(msg.get("s"), dict):
                 on_where(p.rank, msg["s"])
+        elif kind == "dbg":
+            with self._lock:
+                p = self.pending.get(str(msg.get("id")))
+            if p is not None:
+                prompt = msg.get("prompt")
+                p.sink.channel_debug(p.rank, str(msg.get("text") or ""), None if prompt is None else str(prompt),
+                                     bool(msg.get("done")))
         elif kind == "reply":
             self._deliver_reply(str(msg.get("id")), msg.get("content") or {})
 

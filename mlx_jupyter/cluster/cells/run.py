@@ -102,7 +102,8 @@ def _safe(fn: Any) -> Any:
 
 @dataclass
 class Event:
-    """``kind`` is ``stream`` (payload: (name, text)), ``display``, ``result`` (payload: content) or ``end``."""
+    """``kind`` is ``stream`` (payload: (name, text)), ``display``, ``result`` (payload: content),
+    ``debug`` (payload: (text, prompt or None, done), a rank's pdb session) or ``end``."""
 
     kind: str
     rank: int
@@ -133,6 +134,8 @@ class CellRun:
         self.msg_ids: dict[int, str] = {}
         self._futures: dict[int, Any] = {}
         self.samples: dict[int, dict] = {}  # rank -> its latest sample of where it is (mlx_jupyter.where)
+        self.first_error: Optional[int] = None  # the first rank whose own error ended its cell
+        self.hub: Any = None  # the cell channel, when the cell went through it
         self.via = ""  # "channel" (straight to the ranks) or "controller" (ipyparallel's execute_request)
 
     # ------------------------------------------------------------ sending
@@ -146,7 +149,7 @@ class CellRun:
                 self.rank_died(rank, self.cluster.dead[rank])
         hub = self.cluster.cell_hub(live)
         if hub is not None and hub.connected(live):
-            self.via = "channel"
+            self.via, self.hub = "channel", hub
             base = uuid.uuid4().hex  # one per cell: a rank's id is this and its rank
             self.msg_ids.update({rank: f"{base}-{rank}" for rank in live})
             self._futures.update(hub.send_cells({rank: self.msg_ids[rank] for rank in live}, self.code, self))
@@ -187,6 +190,15 @@ class CellRun:
 
         ended = {r: ENDED_WORDS[o.status] for r, o in self.outcomes.items() if o.status in ENDED_WORDS}
         return model.rows(self.samples if samples is None else samples, ended, self.ranks)
+    def channel_debug(self, rank: int, text: str, prompt: Optional[str], done: bool = False) -> None:
+        """A rank's pdb wrote ``text``; with a ``prompt`` it waits for :meth:`answer_debug`; ``done``:
+        its session ended (the cell goes on)."""
+        self.events.put(Event("debug", rank, (text, prompt, done)))
+
+    def answer_debug(self, rank: int, line: Optional[str]) -> None:
+        """Send ``rank``'s pdb its next line (None: this front end cannot prompt)."""
+        if self.hub is not None:
+            self.hub.send_debug_line(rank, line)
 
     def channel_reply(self, rank: int, content: dict) -> None:
         """The rank's reply, after all its outputs (one socket, in order): the rank's end."""
@@ -211,11 +223,16 @@ class CellRun:
             else:
                 outcome.ename = content.get("ename", "Error")
                 outcome.evalue = content.get("evalue", "")
+                if outcome.ename == "BdbQuit" and not outcome.evalue:
+                    outcome.evalue = "pdb was quit (q): the cell stopped there"
                 outcome.traceback = list(content.get("traceback") or [])
                 stopped = rank in self._abort_sent or any(o.status == DIED for o in self.outcomes.values())
                 released = is_release_error(outcome.ename, outcome.evalue, stopped)
                 outcome.status = RELEASED if released else ERROR
         if outcome.status == ERROR:
+            with self._lock:
+                if self.first_error is None:
+                    self.first_error = rank
             self._fail(f"rank {rank} raised {outcome.ename}: {outcome.evalue}".rstrip(": "))
         self._maybe_end(rank)
 

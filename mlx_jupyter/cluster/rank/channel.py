@@ -68,6 +68,7 @@ class RankChannel:
         self.connected = threading.Event()
         self._closed = False
         self._pid = os.getpid()
+        self._debug_lines: collections.deque = collections.deque()  # a debug session's answers (dbg_in)
         self._route_outputs()
         threading.Thread(target=self._connect, name="mlx-cell-connect", daemon=True).start()
 
@@ -173,6 +174,21 @@ class RankChannel:
             if msg["t"] == "cell" and msg.get("id") not in self._seen:
                 self._seen.append(msg.get("id"))
                 self.kernel.io_loop.add_callback(self._execute, msg)
+            elif msg["t"] == "dbg_in":
+                self._debug_lines.append(msg.get("line"))
+
+    def wait_debug_line(self) -> Optional[str]:
+        """The notebook's next answer to a debug prompt (None: it cannot prompt), read here on the
+        cell's thread, which the session blocks anyway. No timeout: Ctrl-C (an abort) ends it."""
+        import select
+
+        while not self._debug_lines:
+            sock = self.sock
+            if sock is None:
+                return None  # the connection is gone: nobody can answer
+            select.select([sock], [], [])
+            self._on_readable(sock.fileno(), 0)
+        return self._debug_lines.popleft()
 
     def _lost(self, why: str) -> None:
         """The connection ended: stop reading it (cells then come through the controller)."""

@@ -22,8 +22,7 @@ from ipyparallel.engine.app import IPEngine
 from mlx_jupyter.cluster.shared.connection_files import await_json_file
 from mlx_jupyter.cluster.shared.ipp_compat import exit_unless_usable
 from mlx_jupyter.cluster.rank import agent
-from mlx_jupyter.cluster.rank import channel
-from mlx_jupyter.cluster.rank import sampler
+from mlx_jupyter.cluster.rank import channel, debugger, sampler
 from mlx_jupyter.launch import rank_env
 
 
@@ -111,6 +110,7 @@ class MLXEngine(IPEngine):
             return
         try:  # cells straight from the notebook; without it they come through the controller
             channel.start(self.kernel, rank, self.connection_info["interface"], env.cell_port)
+            debugger.install()  # breakpoint() prompts in the notebook, over that channel
         except Exception as exc:
             channel.ERROR = f"{type(exc).__name__}: {exc}"
             self.log.warning("the direct cell channel could not be set up: %s", channel.ERROR)

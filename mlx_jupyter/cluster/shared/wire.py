@@ -15,6 +15,11 @@ Messages (``t`` is the type):
   (``kind``: stream, display_data, execute_result, ...; content as on IOPub);
 - rank -> notebook ``where {id, s}``: a sample of where the rank is in cell ``id``
   (:mod:`mlx_jupyter.where.sample`), a few times a second while it runs;
+- rank -> notebook ``dbg {id, text, prompt, done}``: a pdb session on the rank during cell
+  ``id`` wrote ``text``; with a ``prompt`` (e.g. ``(Pdb rank 1) ``) it waits for a line;
+  ``done``: the session ended (continue without breakpoints, or quit);
+- notebook -> rank ``dbg_in {line}``: the answer to that prompt (``None``: the notebook
+  cannot prompt, e.g. nbclient without stdin);
 - rank -> notebook ``reply {id, content}``: the cell ended (content as an
   ``execute_reply``'s); always after its outputs.
 """

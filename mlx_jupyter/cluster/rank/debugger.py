@@ -1,0 +1,206 @@
+"""pdb on one rank, answered from the notebook over the cell channel.
+
+``breakpoint()`` in a channel cell starts a :class:`RankPdb` whose output goes
+to the notebook in ``dbg`` messages and whose input lines come back as
+``dbg_in`` (see :mod:`mlx_jupyter.cluster.shared.wire`). The cell runs on the
+engine's main thread, which is then blocked anyway: the lines are read from the
+channel's socket right there (:meth:`RankChannel.wait_debug_line`), cells that
+arrive meanwhile are queued as usual. Ctrl-C (the stop button's abort) ends the
+session and interrupts the cell. A cell that came through the controller, or
+a front end that cannot prompt, gets one line and the cell goes on.
+"""
+
+from __future__ import annotations
+
+import io
+import pdb
+import sys
+import sysconfig
+from typing import Any, Optional
+
+class _Output(io.TextIOBase):
+    """pdb's stdout: text kept until the next prompt (or the session's end) sends it."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.parts.append(text)
+        return len(text)
+
+    def take(self) -> str:
+        text, self.parts = "".join(self.parts), []
+        return text
+
+
+class _Input:
+    """pdb's stdin: each line asked of the notebook, or ``fallback`` when it cannot answer."""
+
+    def __init__(self, debugger: "RankPdb"):
+        self.debugger = debugger
+
+    def readline(self) -> str:
+        return self.debugger.ask()
+
+
+#: packages whose frames pdb steps over, with the standard library's: the kernel and our rank side
+#: run between a cell's statements (IPython runs each as its own code object), so that ``n`` at the
+#: end of one goes to the next statement, not into the kernel
+SKIP = ["IPython.*", "ipykernel.*", "ipyparallel.*", "tornado.*", "traitlets.*", "zmq.*", "jupyter_client.*",
+        "mlx_jupyter.cluster.*"]
+_STDLIB = sysconfig.get_paths()["stdlib"]
+
+
+def _in_stdlib(module_name: str) -> bool:
+    module = sys.modules.get(module_name)
+    path = getattr(module, "__file__", None) or ""
+    return path.startswith(_STDLIB) and "site-packages" not in path
+
+
+class RankPdb(pdb.Pdb):
+    """A pdb whose prompt is labelled with the rank and answered by the notebook."""
+
+    def __init__(self, channel: Any, cell_id: str, fallback: str = "c"):
+        self.out = _Output()
+        super().__init__(stdin=_Input(self), stdout=self.out, skip=SKIP, nosigint=True)  # type: ignore[arg-type]
+        self.use_rawinput = False
+        self.channel = channel
+        self.cell_id = cell_id
+        self.rank = channel.rank
+        self.prompt = f"(Pdb rank {self.rank}) "
+        self.fallback = fallback
+        self.unanswered = False
+
+    def is_skipped_module(self, module_name: str) -> bool:
+        return bool(module_name) and (super().is_skipped_module(module_name) or _in_stdlib(module_name))
+
+    def user_call(self, frame: Any, argument_list: Any) -> None:
+        if frame.f_code.co_name != "<module>":  # a cell's next statement: stop at its line, not its call
+            super().user_call(frame, argument_list)
+
+    def user_return(self, frame: Any, return_value: Any) -> None:
+        if frame.f_code.co_name != "<module>":  # the end of a cell's statement: go on to the next one
+            super().user_return(frame, return_value)
+
+    def ask(self) -> str:
+        """Send what pdb wrote and its prompt; wait (no timeout: Ctrl-C ends it) for the line."""
+        text = self.out.take()
+        if text.endswith(self.prompt):
+            text = text[: -len(self.prompt)]
+        if self.unanswered:
+            return self.fallback + "\n"
+        self.channel.post({"t": "dbg", "id": self.cell_id, "text": text, "prompt": self.prompt})
+        line = self.channel.wait_debug_line()
+        if line is None:  # the notebook cannot prompt: said there, once
+            self.unanswered = True
+            return self.fallback + "\n"
+        return line.rstrip("\n") + "\n"
+
+    def flush_output(self, done: bool = False) -> None:
+        """Send what pdb wrote after its last prompt; ``done``: the session ends (the notebook may
+        then open another rank's)."""
+        text = self.out.take()
+        if text or done:
+            self.channel.post({"t": "dbg", "id": self.cell_id, "text": text, "prompt": None, "done": done})
+
+    def set_continue(self) -> None:
+        super().set_continue()
+        if not self.breaks:  # pdb stops tracing: this session is over
+            self.flush_output(done=True)
+
+    def set_quit(self) -> None:
+        super().set_quit()
+        self.flush_output(done=True)
+
+    def _cmdloop(self) -> None:  # pdb's own swallows KeyboardInterrupt: here it ends the session
+        try:
+            self.allow_kbdint = True
+            self.cmdloop()
+            self.allow_kbdint = False
+        except KeyboardInterrupt:
+            self.out.write("--KeyboardInterrupt-- (the debug session ended)\n")
+            self.set_quit()
+            raise
+        self.flush_output()
+
+
+def _cell_id(kernel: Any) -> str:
+    """The id of the channel cell running now ('' when the cell came through the controller)."""
+    from mlx_jupyter.cluster.shared.wire import CHANNEL_SESSION
+
+    header = (kernel.get_parent() or {}).get("header", {}) if kernel is not None else {}
+    return str(header.get("msg_id", "")) if header.get("session") == CHANNEL_SESSION else ""
+
+
+def _channel_and_cell() -> tuple[Optional[Any], str]:
+    from mlx_jupyter.cluster.rank import channel as channel_mod
+
+    chan = channel_mod.CHANNEL
+    if chan is None or not chan.connected.is_set():
+        return None, ""
+    return chan, _cell_id(chan.kernel)
+
+
+def breakpointhook(*args: Any, **kwargs: Any) -> None:
+    """``sys.breakpointhook`` on a rank: a :class:`RankPdb` at the caller's frame."""
+    chan, cell_id = _channel_and_cell()
+    if chan is None or not cell_id:
+        rank = getattr(chan, "rank", "?")
+        print(f"rank {rank}: breakpoint() skipped: this cell did not come through the notebook's cell "
+              "channel, so no prompt can reach the notebook", file=sys.stderr)
+        return
+    RankPdb(chan, cell_id).set_trace(sys._getframe(1))
+
+
+def install() -> None:
+    """Make ``breakpoint()`` and ``pdb.set_trace()`` on this rank open a :class:`RankPdb`."""
+    sys.breakpointhook = breakpointhook
+    pdb.set_trace = lambda *, header=None: breakpointhook_at(sys._getframe(1), header)  # type: ignore[assignment]
+
+
+def breakpointhook_at(frame: Any, header: Optional[str] = None) -> None:
+    chan, cell_id = _channel_and_cell()
+    if chan is None or not cell_id:
+        print("breakpoint skipped: this cell did not come through the notebook's cell channel", file=sys.stderr)
+        return
+    debugger = RankPdb(chan, cell_id)
+    if header:
+        debugger.message(header)
+    debugger.set_trace(frame)
+
+
+def post_mortem(commands: str = "") -> None:
+    """pdb on this rank's last traceback (``sys.last_traceback``), in the frame that raised.
+
+    ``commands``: ``;``-separated pdb commands, run without prompting, then quit.
+    """
+    tb = getattr(sys, "last_traceback", None)
+    chan, cell_id = _channel_and_cell()
+    rank = getattr(chan, "rank", "?")
+    if tb is None:
+        print(f"rank {rank}: no traceback to debug (no cell has raised on this rank)")
+        return
+    if commands:
+        script = "".join(c.strip() + "\n" for c in commands.split(";") if c.strip()) + "q\n"
+        debugger = pdb.Pdb(stdin=_Script(script), stdout=sys.stdout, nosigint=True)
+        debugger.use_rawinput = False
+        debugger.prompt = f"(Pdb rank {rank}) "
+    elif chan is None or not cell_id:
+        print(f"rank {rank}: cannot prompt from here; use %mlx_debug {rank} -c \"p locals(); where\"")
+        return
+    else:
+        debugger = RankPdb(chan, cell_id, fallback="q")
+    debugger.reset()
+    debugger.interaction(None, tb)  # pdb shows the frame that raised
+
+
+class _Script:
+    """Non-interactive pdb's stdin: the given lines, each echoed after its prompt as a terminal would."""
+
+    def __init__(self, script: str):
+        self.lines = script.splitlines(keepends=True)
+
+    def readline(self) -> str:
+        line = self.lines.pop(0) if self.lines else "q\n"
+        sys.stdout.write(line)
+        return line

@@ -1,0 +1,172 @@
+"""pdb on one rank from the notebook: a real kernel whose input_requests the test answers."""
+
+from __future__ import annotations
+
+import queue
+import re
+import time
+from typing import Callable, Optional, Union
+
+import pytest
+
+from tests.cluster.kernel import CellResult, Kernel
+
+pytestmark = pytest.mark.timeout(180)
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+#: an answer that presses the stop button instead of typing a line
+STOP = object()
+Answer = Union[str, object]
+
+
+def run_answering(k: Kernel, code: str, answers: list[Answer], timeout: float = 60) -> tuple[CellResult, list[str]]:
+    """Run ``code`` with stdin allowed, answering each input_request with the next of ``answers``.
+
+    Returns the cell's result and the prompts asked; fails if a prompt comes with no answer left.
+    """
+    msg_id = k.kc.execute(code, allow_stdin=True)
+    res, prompts = CellResult(), []
+    deadline = time.monotonic() + timeout
+    idle = False
+    while not idle:
+        assert time.monotonic() < deadline, f"cell did not finish within {timeout} s; so far: {res} {prompts}"
+        try:
+            msg = k.kc.get_stdin_msg(timeout=0.02)
+        except queue.Empty:
+            msg = None
+        if msg is not None and msg["msg_type"] == "input_request":
+            prompts.append(msg["content"]["prompt"])
+            assert answers, f"an unexpected prompt {prompts[-1]!r}; output so far: {res.stdout}"
+            answer = answers.pop(0)
+            if answer is STOP:
+                k.interrupt()
+            else:
+                k.kc.input(str(answer))
+        while True:
+            try:
+                msg = k.kc.get_iopub_msg(timeout=0.01)
+            except queue.Empty:
+                break
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "stream":
+                if content["name"] == "stdout":
+                    res.stdout += content["text"]
+                else:
+                    res.stderr += content["text"]
+            elif kind == "error":
+                res.error = content
+            elif kind == "status" and content["execution_state"] == "idle":
+                idle = True
+                break
+    reply = k.kc.get_shell_msg(timeout=10)
+    while reply["parent_header"].get("msg_id") != msg_id:
+        reply = k.kc.get_shell_msg(timeout=10)
+    res.status = reply["content"]["status"]
+    return res, prompts
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    k = Kernel()
+    try:
+        res = k.run("%load_ext mlx_jupyter\n%mlx_cluster start -n 2", 90)
+        assert res.status == "ok", res
+        yield k
+    finally:
+        k.close()
+
+
+def works(k: Kernel) -> None:
+    """The next cell runs on both ranks, and a collective on the product's group gives the right sum."""
+    res = k.run("%%mlx_distributed\nimport numpy as np\nfrom mlx_jupyter import distributed as dist\n"
+                "print('sum', int(dist.all_sum(np.array([group.rank() + 1]), group=group)[0]))", 30)
+    assert res.status == "ok", res
+    assert re.search(r"\[ranks 0-1\] sum 3", res.stdout), res.stdout
+
+
+BREAK_CELL = """%%mlx_distributed
+x = 10 * (group.rank() + 1)
+if group.rank() == 1:
+    breakpoint()
+y = x + 1
+total = mx.distributed.all_sum(mx.array([y]), group=world).item()
+print('rank', group.rank(), 'y', y, 'total', total)
+"""
+
+
+def test_breakpoint_step_print_continue(kernel):
+    res, prompts = run_answering(kernel, BREAK_CELL, ["n", "p y", "c"])
+    assert res.status == "ok", (res, prompts)
+    assert prompts == ["(Pdb rank 1) "] * 3
+    out = ANSI.sub("", res.stdout)
+    assert "--- pdb on rank 1" in out and "timeouts still apply" in out
+    assert "-> y = x + 1" in out  # where breakpoint() stopped
+    assert re.search(r"^21$", out, re.M), out  # p y after n
+    assert "[rank 0] rank 0 y 11 total 32" in out and "[rank 1] rank 1 y 21 total 32" in out, out
+    works(kernel)
+
+
+def test_no_stdin_goes_on_with_one_line(kernel):
+    res = kernel.run(BREAK_CELL, 30)  # allow_stdin=False, as nbclient runs a notebook
+    assert res.status == "ok", res
+    assert "rank 1: pdb cannot prompt here" in res.stdout
+    assert "[rank 1] rank 1 y 21 total 32" in res.stdout
+
+
+def test_quit_leaves_the_cluster_usable(kernel):
+    code = "%%mlx_distributed\nimport pdb\nif group.rank() == 1:\n    pdb.set_trace()\n    v = 1\n"
+    res, prompts = run_answering(kernel, code, ["q"])  # pdb.set_trace() as breakpoint()
+    assert prompts == ["(Pdb rank 1) "]
+    assert "rank 1 raised BdbQuit: pdb was quit (q)" in ANSI.sub("", "\n".join(res.error["traceback"])), res.error
+    works(kernel)
+
+
+def test_sessions_one_at_a_time(kernel):
+    """Both ranks stop: rank 1's session has the notebook until it continues, then rank 0's prompts."""
+    code = "%%mlx_distributed\nv = group.rank() * 5\nbreakpoint()\nw = v + 1\nprint('w', w)\n"
+    res, prompts = run_answering(kernel, code, ["p v", "c", "p v", "c"])
+    assert res.status == "ok", res
+    assert prompts[:2] == prompts[:1] * 2 and prompts[2:] == prompts[2:3] * 2, prompts
+    assert sorted({prompts[0], prompts[2]}) == ["(Pdb rank 0) ", "(Pdb rank 1) "], prompts
+    out = ANSI.sub("", res.stdout)
+    first = int(re.search(r"rank (\d)", prompts[0]).group(1))
+    assert re.search(rf"^{first * 5}$\n(.*\n)*^{(1 - first) * 5}$", out, re.M), out
+    assert "[rank 0] w 1" in out and "[rank 1] w 6" in out, out
+
+
+def test_stop_button_ends_the_session(kernel):
+    code = "%%mlx_distributed\nimport time\nif group.rank() == 1:\n    breakpoint()\n    v = 1\n"
+    res, prompts = run_answering(kernel, code, [STOP], timeout=30)
+    assert prompts == ["(Pdb rank 1) "]
+    assert res.status == "error", res
+    assert "interrupted by the user" in ANSI.sub("", "\n".join(res.error["traceback"])), res.error
+    works(kernel)
+
+
+RAISE_CELL = """%%mlx_distributed
+def scale(v):
+    secret = v * 3
+    raise ValueError(f"boom {secret}")
+if group.rank() == 1:
+    scale(7)
+"""
+
+
+def test_post_mortem_default_rank_interactive(kernel):
+    assert kernel.run(RAISE_CELL, 30).status == "error"
+    res, prompts = run_answering(kernel, "%mlx_debug", ["p secret", "p v", "q"])
+    assert res.status == "ok", res
+    assert prompts == ["(Pdb rank 1) "] * 3
+    out = ANSI.sub("", res.stdout)
+    assert "scale()" in out and "raise ValueError" in out, out
+    assert re.search(r"^21$", out, re.M) and re.search(r"^7$", out, re.M), out
+    works(kernel)
+
+
+def test_post_mortem_commands(kernel):
+    assert kernel.run(RAISE_CELL, 30).status == "error"
+    res = kernel.run('%mlx_debug 1 -c "p locals()"', 30)
+    assert res.status == "ok", res
+    assert "'secret': 21" in res.stdout and "'v': 7" in res.stdout, res.stdout
+    assert "(Pdb rank 1) p locals()" in res.stdout
