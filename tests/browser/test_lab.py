@@ -84,8 +84,22 @@ def status_sources(release: Path) -> list[str]:
         f"deadline = time.monotonic() + 60\n"
         f"while not os.path.exists({str(release)!r}) and time.monotonic() < deadline:\n"
         "    time.sleep(0.05)\n",
+        progress_source(Path(f"{release}.progress")),
         "status.close()\n%mlx_cluster stop",
     ]
+
+
+def progress_source(flag: Path) -> str:
+    """A training loop's progress on both ranks: tqdm.auto held at 3/10 (rank 0) and 4/10 (rank 1)
+    until `flag` exists (60 s at most), then a line rewritten with \\r."""
+    return ("%%mlx_distributed\nimport os, time\nfrom tqdm.auto import tqdm\n"
+            "for i in tqdm(range(10), desc='train', mininterval=0, ascii=True):\n"
+            "    if i == 3 + world.rank():\n"
+            "        deadline = time.monotonic() + 60\n"
+            f"        while not os.path.exists({str(flag)!r}) and time.monotonic() < deadline:\n"
+            "            time.sleep(0.05)\n"
+            "for i in range(3):\n"
+            "    print(f'\\rstep {i}', end='')\n")
 
 
 def wait_http(url: str, proc: subprocess.Popen, timeout: float) -> None:
@@ -228,6 +242,13 @@ def test_status_widget_in_the_browser(scenario):
     check(scenario, "status_widget_busy_clock")
     check(scenario, "status_cluster_stop")
     assert (ARTIFACTS / "status-widget.png").stat().st_size > 10_000
+
+
+def test_progress_bars_on_ranks(scenario):
+    """tqdm.auto on two ranks: a text bar per rank, labelled and updated in place; no widget error."""
+    check(scenario, "progress_bars_live")
+    check(scenario, "progress_bars_final")
+    assert (ARTIFACTS / "progress-bars.png").stat().st_size > 10_000
 
 
 def test_panel_lists_a_kernels_cluster(scenario):

@@ -345,12 +345,53 @@ try {
     return `clocks while busy: ${clocks}`;
   });
 
-  await step('status_cluster_stop', async () => {
+  // cell i of the current notebook in view (other notebooks' cells are in the DOM too, hidden)
+  const showCell = (i) => page.evaluate((k) => window.jupyterapp.shell.currentWidget.node
+    .querySelectorAll('.jp-Cell')[k].scrollIntoView({ block: 'center' }), i);
+  // Progress bars on ranks (cell 3): tqdm.auto's text bar per rank, in one display updated in place
+  const progressText = () => page.evaluate(() => window.jupyterapp.shell.currentWidget.node
+    .querySelectorAll('.jp-Cell')[3]?.querySelector('.jp-OutputArea')?.textContent || '');
+  await step('progress_bars_live', async () => {
     await kernelIdle();
     runCell(3).catch((e) => logs.push(`run-cell: ${e}`));
     await page.waitForFunction(() => {
+      const text = window.jupyterapp.shell.currentWidget.node.querySelectorAll('.jp-Cell')[3]
+        ?.querySelector('.jp-OutputArea')?.textContent || '';
+      return /\[rank 0\] train:  30%/.test(text) && /\[rank 1\] train:  40%/.test(text);
+    }, null, { timeout: 30000 });
+    await showCell(3);
+    await page.screenshot({ path: shot('progress-bars.png') });
+    const text = await progressText();
+    const rows = (text.match(/\[rank [01]\] train:/g) || []).length;
+    const ok = rows === 2 && !/model not found|Error displaying widget/.test(text);
+    record('progress_bars_live', ok, `rows=${rows} text=${text.slice(0, 300)}`);
+  });
+  await step('progress_bars_final', async () => {
+    fs.writeFileSync(`${releaseFlag}.progress`, 'go');
+    await page.waitForFunction(() => {
+      const text = window.jupyterapp.shell.currentWidget.node.querySelectorAll('.jp-Cell')[3]
+        ?.querySelector('.jp-OutputArea')?.textContent || '';
+      return /\[ranks 0-1\] step 2/.test(text);
+    }, null, { timeout: 30000 });
+    await kernelIdle();
+    await showCell(3);
+    await page.screenshot({ path: shot('progress-bars-done.png') });
+    const text = await progressText();
+    // each rank's bar ends at 10/10 (one row for both when their final lines match, rates included);
+    // the live rows (30%, 40%) are gone
+    const done = /\[ranks 0-1\] train: 100%\|##########\| 10\/10/.test(text)
+      || [0, 1].every((r) => new RegExp(`\\[rank ${r}\\] train: 100%\\|##########\\| 10/10`).test(text));
+    const ok = done && !/train:\s+[1-9]0%/.test(text)
+      && !/model not found|Error displaying widget/.test(text) && !text.includes('\r');
+    record('progress_bars_final', ok, text.slice(0, 400));
+  });
+
+  await step('status_cluster_stop', async () => {
+    await kernelIdle();
+    runCell(4).catch((e) => logs.push(`run-cell: ${e}`));
+    await page.waitForFunction(() => {
       const cells = window.jupyterapp.shell.currentWidget.node.querySelectorAll('.jp-Cell');
-      return /cluster stopped/.test(cells[3]?.querySelector('.jp-OutputArea')?.textContent || '');
+      return /cluster stopped/.test(cells[4]?.querySelector('.jp-OutputArea')?.textContent || '');
     }, null, { timeout: 30000 });
     if (widgetPids.length !== 2) throw new Error(`no rank pids read from the widget: ${widgetPids}`);
     await waitGone(widgetPids, 20000);
