@@ -157,8 +157,8 @@ def scenario(tmp_path_factory):
     for old in ARTIFACTS.glob("*.png"):
         old.unlink()
     port, token = free_port(), secrets.token_hex(16)
-    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(config), "JUPYTER_RUNTIME_DIR": str(runtime),
-           "PYTHONPATH": str(ROOT)}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("OMPI_ALLOW_RUN_AS_ROOT")},  # panel_failed_card
+           "JUPYTER_CONFIG_DIR": str(config), "JUPYTER_RUNTIME_DIR": str(runtime), "PYTHONPATH": str(ROOT)}
     log = open(tmp / "lab.log", "w")
     lab = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
@@ -235,6 +235,15 @@ def test_panel_start_insert_stop(scenario):
 def test_panel_connect_code_runs_on_every_rank(scenario):
     check(scenario, "panel_connect_cell_runs")
     check(scenario, "panel_cluster_runs_distributed_cell")
+
+
+def test_panel_failed_cluster_card(scenario):
+    """A failed start: its card says failed, wraps and collapses the long error, offers Dismiss, not
+    "Use in notebook"; Dismiss removes it."""
+    check(scenario, "panel_failed_card")
+    if os.geteuid() == 0:
+        assert (ARTIFACTS / "panel-failed.png").stat().st_size > 10_000
+        assert (ARTIFACTS / "panel-failed-more.png").stat().st_size > 10_000
 
 
 def test_status_widget_in_the_browser(scenario):

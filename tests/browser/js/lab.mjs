@@ -287,6 +287,34 @@ try {
     return `ranks ${panelPids} gone`;
   });
 
+  // A start that fails (mpi as root: Open MPI's refusal, a long message): a failed card with its error
+  // wrapped and collapsed behind "more", no "Use in notebook", and Dismiss removes it.
+  await step('panel_failed_card', async () => {
+    if (process.getuid?.() !== 0) return 'skipped: not root (mpi starts as an ordinary user)';
+    const panel = page.locator('#mlx-jupyter-cluster-panel');
+    await panel.locator('select.mlxj-backend').selectOption('mpi');
+    await panel.locator('button.mlxj-start').click();
+    const card = panel.locator('.mlxj-card.mlxj-card-failed');
+    await card.waitFor({ timeout: 60000 });
+    await panel.locator('select.mlxj-backend').selectOption('');
+    const collapsed = await card.locator('details.mlxj-error-long').count();
+    const insert = await card.locator('button.mlxj-insert').count();
+    const dismiss = await card.locator('button.mlxj-dismiss').count();
+    const layoutClosed = await panelLayout();
+    await page.screenshot({ path: shot('panel-failed.png') });
+    await card.locator('details.mlxj-error-long summary').click();
+    const full = await card.locator('.mlxj-error-full').innerText();
+    const layoutOpen = await panelLayout();
+    await page.screenshot({ path: shot('panel-failed-more.png') });
+    await card.locator('button.mlxj-dismiss').click();
+    await card.waitFor({ state: 'detached', timeout: 20000 });
+    const message = await panel.locator('.mlxj-panel-message').innerText();
+    const ok = collapsed === 1 && insert === 0 && dismiss === 1 && layoutClosed.length === 0 && layoutOpen.length === 0
+      && /refuses to run as root/.test(full) && /hostfile/.test(full) && /removed/.test(message);
+    record('panel_failed_card', ok, `collapsed=${collapsed} insert=${insert} dismiss=${dismiss} `
+      + `layout=${layoutClosed}|${layoutOpen} message=${message} error=${full.slice(0, 120)}`);
+  });
+
   // A kernel's own cluster: the quickstart's status widget, and the panel listing it.
   let widgetPids = [];
   await step('status_widget_renders', async () => {
