@@ -25,6 +25,18 @@ def folder() -> Path:
     return Path(jupyter_runtime_dir()) / "mlx-jupyter" / "clusters"
 
 
+def profile_dir() -> str:
+    """The IPython profile our controllers keep their files in: ours, beside the cluster files.
+
+    Not in $IPYTHONDIR, where ipyparallel's own lab panel looks: it would list our clusters as its
+    (``default:mlx-…``, with a START button that cannot start them). Connecting goes through
+    :func:`describe`'s absolute connection-file path, so nothing else needs to find it.
+    """
+    from IPython.core.profiledir import ProfileDir
+
+    return ProfileDir.create_profile_dir(str(folder().parent / "ipython-profile")).location
+
+
 def describe(cluster: Any, owner: str = "kernel") -> dict[str, Any]:
     """What the panel needs to list a cluster and connect to it (no live query of the ranks)."""
     ranks = []
