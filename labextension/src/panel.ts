@@ -27,7 +27,7 @@ function memory(r: IRank): string {
 
 /** "2 of 2 ranks ok": the health summary written out, not only as a colour. */
 function healthSummary(ranks: IRank[]): string {
-  const ok = ranks.filter(r => r.health === 'ok' || r.health === 'running').length;
+  const ok = ranks.filter(r => ['ok', 'idle', 'running'].includes(r.health || '')).length;
   const remote = ranks.filter(r => r.health === 'remote').length;
   const bad = ranks.length - ok - remote;
   const parts = [`${ok} of ${ranks.length} ranks ok`];

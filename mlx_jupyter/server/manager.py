@@ -158,7 +158,7 @@ class ClusterManager:
             if item["id"] in seen:
                 continue
             states = {r.get("health") for r in item.get("ranks", [])}
-            item["state"] = "running" if states <= {"running", "remote"} else "degraded"
+            item["state"] = "running" if states <= {"idle", "running", "remote"} else "degraded"
             out.append(item)
         return out
 

@@ -346,14 +346,14 @@ try {
     const card = page.locator('#mlx-jupyter-cluster-panel .mlxj-card', { hasText: 'kernel pid' });
     await card.waitFor({ timeout: 20000 });
     await page.waitForFunction(() => document.querySelectorAll(
-      '#mlx-jupyter-cluster-panel .mlxj-card .mlxj-ranks tr.mlxj-health-running').length === 2, null, { timeout: 20000 });
+      '#mlx-jupyter-cluster-panel .mlxj-card .mlxj-ranks tr.mlxj-health-idle').length === 2, null, { timeout: 20000 });
     const rows = await rankRows('#mlx-jupyter-cluster-panel .mlxj-card .mlxj-ranks tr[data-pid]');
     const stop = await card.locator('button.mlxj-stop').count();
     const layout = await panelLayout();
     await page.screenshot({ path: shot('panel-kernel-cluster.png') });
     const pids = rows.map((r) => r.pid).sort();
     const ok = JSON.stringify(pids) === JSON.stringify([...widgetPids].sort()) && stop === 0 && layout.length === 0
-      && rows.every((r) => r.health === 'running');
+      && rows.every((r) => r.health === 'idle');  // no cell runs: idle, not "running"
     record('panel_lists_kernel_cluster', ok, `rows=${JSON.stringify(rows)} stop buttons=${stop} layout=${layout}`);
   });
 
@@ -365,6 +365,9 @@ try {
       return rows.length === 2 && rows.every((tr) => /^[1-9]\d* s$/.test(tr.querySelector('.mlxj-clock').textContent));
     }, null, { timeout: 30000 });
     await page.locator('.mlxj-status-widget').scrollIntoViewIfNeeded();
+    // the panel shows the kernel's ranks running while the cell runs (idle again after: progress_bars_live)
+    await page.waitForFunction(() => document.querySelectorAll(
+      '#mlx-jupyter-cluster-panel .mlxj-card .mlxj-ranks tr.mlxj-health-running').length === 2, null, { timeout: 20000 });
     await page.screenshot({ path: shot('status-widget-busy.png') });
     const clocks = await page.locator('.mlxj-status-widget .mlxj-clock').allInnerTexts();
     fs.writeFileSync(releaseFlag, 'go');
