@@ -383,13 +383,15 @@ class Cluster:
 
     def run_started(self, run: Any) -> None:
         self.supervisor.run_started(run)
-        self._publish(busy=run.ranks)
+        if self.running:  # never list again a cluster stopped meanwhile
+            self._publish(busy=run.ranks)
 
     def run_ended(self, run: Any) -> None:
         if run.failed:  # what it left is looked at before the next cell (RankNamespaces.settle)
             self.table.unsettled = True
         self.supervisor.run_ended(run)
-        self._publish()
+        if self.running:
+            self._publish()
 
     def mark_busy(self, rank: int, request: Any) -> None:
         """``rank`` still runs ``request`` (anything with ``done()``): no new cell goes there until it ends."""
