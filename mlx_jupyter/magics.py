@@ -14,6 +14,7 @@ from typing import Any, Optional
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from mlx_jupyter.magic_help import CLUSTER_ACTIONS, cluster_action_help, cluster_actions_text, plain_help
 from mlx_jupyter.cluster.cells.text import MODES, format_bytes, parse_targets
 
 #: the kernel's cluster (one per kernel)
@@ -116,9 +117,11 @@ class MLXMagics(Magics):
     # ------------------------------------------------------------ %mlx_cluster
 
     @magic_arguments()
-    @argument("action", choices=["start", "stop", "restart", "status", "connect", "where"], help="what to do")
+    @argument("action", nargs="?", default=None, choices=list(CLUSTER_ACTIONS),
+              help="what to do (none: list the actions; help ACTION: its options)")
     @argument("cluster_id", nargs="?", default=None,
               help="connect: the cluster to use (as the MLX Cluster panel lists it; default: the only one)")
+    @argument("-h", "--help", action="store_true", help="show the action's options")
     @argument("-n", "--repeat-hosts", type=int, default=None,
               help="ranks per host (default: 1 per host named, as mlx.launch; 2 when none is named)")
     @argument("--hosts", default=None, help="comma-separated hosts (default 127.0.0.1)")
@@ -142,6 +145,9 @@ class MLXMagics(Magics):
         """Start, stop, restart or show the MLX cluster of this kernel."""
         global _cluster
         args = parse_argstring(self.mlx_cluster, line)
+        if args.action is None or args.action == "help" or args.help:
+            self._cluster_help(args.cluster_id if args.action == "help" else args.action)
+            return None
         from mlx_jupyter.cluster import Cluster, ClusterError
 
         if args.cluster_id is not None and args.action != "connect":
@@ -217,6 +223,16 @@ class MLXMagics(Magics):
             self._show_status(_cluster.status())
         return None
 
+    def _cluster_help(self, action: Optional[str]) -> None:
+        """The actions (``action`` None) or one action's options."""
+        if action is None:
+            print(cluster_actions_text())
+            return
+        try:
+            print(cluster_action_help(self.mlx_cluster, action), end="")
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+
     def _show_status(self, rows: list[dict]) -> None:
         from IPython.display import publish_display_data
 
@@ -233,7 +249,8 @@ class MLXMagics(Magics):
 
     # ------------------------------------------------------------ %%mlx_distributed
 
-    @magic_arguments()
+    @magic_arguments("%mlx_distributed")  # IPython adds one %
+    @argument("-h", "--help", action="store_true", help="show these options (the cell is not run)")
     @argument("--targets", "-t", default="all", help="ranks to run on: all, 0, 0,2, 1-3, :2")
     @argument("--block", dest="block", action="store_true", default=True, help="wait and show output (default)")
     @argument("--noblock", dest="block", action="store_false", help="return a CellRun at once")
@@ -250,6 +267,9 @@ class MLXMagics(Magics):
         from mlx_jupyter.cluster.cells.display import show_run
 
         args = parse_argstring(self.mlx_distributed, line)
+        if args.help:
+            print(plain_help(self.mlx_distributed.parser.format_help()), end="")
+            return None
         cluster = self._need_cluster()
         try:
             targets = parse_targets(args.targets, cluster.size)

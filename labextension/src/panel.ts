@@ -27,7 +27,7 @@ function memory(r: IRank): string {
 
 /** "2 of 2 ranks ok": the health summary written out, not only as a colour. */
 function healthSummary(ranks: IRank[]): string {
-  const ok = ranks.filter(r => r.health === 'ok' || r.health === 'running').length;
+  const ok = ranks.filter(r => ['ok', 'idle', 'running'].includes(r.health || '')).length;
   const remote = ranks.filter(r => r.health === 'remote').length;
   const bad = ranks.length - ok - remote;
   const parts = [`${ok} of ${ranks.length} ranks ok`];
@@ -38,6 +38,23 @@ function healthSummary(ranks: IRank[]): string {
     parts.push(`${bad} not ok`);
   }
   return parts.join(', ');
+}
+
+/** Errors longer than this show their first part, with "more" to read the rest. */
+const ERROR_PREVIEW = 160;
+
+/** A cluster's error: wrapped to the sidebar's width; a long one collapsed behind "more". */
+function errorBox(error: string): HTMLElement {
+  if (error.length <= ERROR_PREVIEW) {
+    return el('pre', { class: 'mlxj-error' }, error);
+  }
+  const box = el('details', { class: 'mlxj-error mlxj-error-long' });
+  const summary = el('summary', { class: 'mlxj-error-summary' });
+  summary.appendChild(el('span', { class: 'mlxj-error-preview' }, `${error.slice(0, ERROR_PREVIEW).trimEnd()}…`));
+  summary.appendChild(el('span', { class: 'mlxj-more' }, ' more'));
+  box.appendChild(summary);
+  box.appendChild(el('pre', { class: 'mlxj-error-full' }, error));
+  return box;
 }
 
 /** The left sidebar panel "MLX Cluster". */
@@ -158,7 +175,7 @@ export class ClusterPanel extends Widget {
       const where = c.hosts.join(', ') + (c.owner === 'server' ? '' : ` · kernel pid ${c.owner_pid}`);
       card.appendChild(el('div', { class: 'mlxj-card-sub' }, `${c.backend} · ${c.size || '?'} ranks · ${where}`));
       if (c.error) {
-        card.appendChild(el('pre', { class: 'mlxj-error' }, c.error));
+        card.appendChild(errorBox(c.error));
       }
       if (c.ranks && c.ranks.length) {
         card.appendChild(el('div', { class: 'mlxj-card-health' }, healthSummary(c.ranks)));
@@ -174,6 +191,18 @@ export class ClusterPanel extends Widget {
         card.appendChild(el('div', { class: 'mlxj-card-sub' }, `${c.connected ?? 0} ranks connected…`));
       }
       const actions = el('div', { class: 'mlxj-card-actions' });
+      if (c.state === 'failed') {
+        // nothing runs: no code to connect to it, only its error and a way to clear the card
+        if (c.owner === 'server') {
+          const dismiss = el('button', { class: 'jp-mod-styled mlxj-dismiss', title: 'remove this failed cluster from the list' },
+            'Dismiss');
+          dismiss.addEventListener('click', () => void this.stop(c.id, 'dismissing'));
+          actions.appendChild(dismiss);
+        }
+        card.appendChild(actions);
+        this.list.appendChild(card);
+        continue;
+      }
       const insert = el('button', { class: 'jp-mod-styled mlxj-insert' }, 'Use in notebook');
       insert.addEventListener('click', () => void this.insert(c.id));
       actions.appendChild(insert);
@@ -216,13 +245,13 @@ export class ClusterPanel extends Widget {
     return table;
   }
 
-  private async stop(id: string): Promise<void> {
-    this.say(`stopping ${id}…`);
+  private async stop(id: string, doing = 'stopping'): Promise<void> {
+    this.say(`${doing} ${id}…`);
     try {
-      await stopCluster(id);
-      this.say(`${id} stopped`);
+      const reply = (await stopCluster(id)) as { state?: string };
+      this.say(`${id} ${reply?.state || 'stopped'}`);
     } catch (error) {
-      this.say(`stop failed: ${(error as Error).message}`, true);
+      this.say(`${doing === 'stopping' ? 'stop' : 'dismiss'} failed: ${(error as Error).message}`, true);
     }
     await this.refresh();
   }

@@ -201,11 +201,13 @@ class Cluster:
         self.processes.restart(progress, self.timeout if timeout is None else timeout)
         return self
 
-    def _publish(self) -> None:
-        """List this cluster for the lab panel (a file in Jupyter's runtime dir); never fails start."""
+    def _publish(self, busy: Sequence[int] = ()) -> None:
+        """List this cluster for the lab panel (a file in Jupyter's runtime dir); never fails start.
+        ``busy``: the ranks running a cell (the panel shows them running, the others idle)."""
         from mlx_jupyter.cluster import registry
 
-        registry.publish_quietly(self)
+        if self.owner is None:  # a connected notebook's view is not the owner's to publish
+            registry.publish_quietly(self, busy)
 
     def _unpublish(self) -> None:
         from mlx_jupyter.cluster import registry
@@ -417,6 +419,8 @@ class Cluster:
 
     def run_started(self, run: Any) -> None:
         self.supervisor.run_started(run)
+        if self.running:  # never list again a cluster stopped meanwhile
+            self._publish(busy=run.ranks)
 
     def run_ended(self, run: Any) -> None:
         if run.first_error is not None:
@@ -424,6 +428,8 @@ class Cluster:
         if run.failed:  # what it left is looked at before the next cell (RankNamespaces.settle)
             self.table.unsettled = True
         self.supervisor.run_ended(run)
+        if self.running:
+            self._publish()
 
     def mark_busy(self, rank: int, request: Any) -> None:
         """``rank`` still runs ``request`` (anything with ``done()``): no new cell goes there until it ends."""

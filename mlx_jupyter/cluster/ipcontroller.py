@@ -37,6 +37,8 @@ class MLXController(IPController):
     def init_hub(self) -> None:
         with init_hub_without_pause():
             super().init_hub()
+        dispatch = self.hub.dispatch_monitor_traffic
+        self.hub.monitor.on_recv(lambda msg: None if is_iopub_welcome(msg) else dispatch(msg))
 
     def save_connection_dict(self, fname: str, cdict: dict) -> None:
         path = os.path.join(self.profile_dir.security_dir, fname)
@@ -53,6 +55,16 @@ class MLXController(IPController):
             except OSError:
                 pass
             raise
+
+
+def is_iopub_welcome(frames: list) -> bool:
+    """An engine's greeting to a new IOPub subscriber (ipykernel's XPUB, JEP 65).
+
+    Meant for the subscriber, not traffic to record: ipyparallel 9's hub would log each one as
+    "Monitor message without topic" (an ERROR at every rank's start).
+    """
+    # [topic, signature, header, ...]: the header is within the first frames; content (user text) is not
+    return any(isinstance(f, bytes) and b'"msg_type": "iopub_welcome"' in f for f in frames[:4])
 
 
 def watch_parent(poll: float = 0.5) -> threading.Thread:

@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Protocol
 
 import ipyparallel as ipp
 
+from mlx_jupyter.cluster import registry
 from mlx_jupyter.cluster.cells.hub import CellHub
 from mlx_jupyter.cluster.controller_link import ControllerLink
 from mlx_jupyter.cluster.engineset import MLXEngineSetLauncher
@@ -154,6 +155,7 @@ class ClusterProcesses:
             self.hub = CellHub(self._hub_ip())
         self.ipp = ipp.Cluster(
             cluster_id=spec.cluster_id,
+            profile_dir=registry.profile_dir(),
             engine_launcher_class=MLXEngineSetLauncher,
             controller_args=list(FAST_CONTROLLER_ARGS),
             controller_ip=spec.controller_ip or "",

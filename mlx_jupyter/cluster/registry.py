@@ -11,7 +11,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from mlx_jupyter.net.hosts import is_local
 
@@ -25,8 +25,21 @@ def folder() -> Path:
     return Path(jupyter_runtime_dir()) / "mlx-jupyter" / "clusters"
 
 
-def describe(cluster: Any, owner: str = "kernel") -> dict[str, Any]:
-    """What the panel needs to list a cluster and connect to it (no live query of the ranks)."""
+def profile_dir() -> str:
+    """The IPython profile our controllers keep their files in: ours, beside the cluster files.
+
+    Not in $IPYTHONDIR, where ipyparallel's own lab panel looks: it would list our clusters as its
+    (``default:mlx-…``, with a START button that cannot start them). Connecting goes through
+    :func:`describe`'s absolute connection-file path, so nothing else needs to find it.
+    """
+    from IPython.core.profiledir import ProfileDir
+
+    return ProfileDir.create_profile_dir(str(folder().parent / "ipython-profile")).location
+
+
+def describe(cluster: Any, owner: str = "kernel", busy: Sequence[int] = ()) -> dict[str, Any]:
+    """What the panel needs to list a cluster and connect to it (no live query of the ranks);
+    ``busy``: the ranks running a cell now (the owner republishes at each cell's start and end)."""
     ranks = []
     try:
         infos = cluster.engine_set.launcher.ranks
@@ -39,6 +52,7 @@ def describe(cluster: Any, owner: str = "kernel") -> dict[str, Any]:
         "id": cluster.cluster_id, "owner": owner, "owner_pid": os.getpid(), "backend": cluster.backend,
         "hosts": list(cluster.hosts), "hostfile": cluster.hostfile, "size": cluster.size,
         "local": bool(getattr(cluster, "local", True)), "ranks": ranks, "published": time.time(),
+        "busy": sorted(busy),
     }
 
 
@@ -56,9 +70,9 @@ def _path(cluster_id: str) -> Path:
     return folder() / f"{cluster_id}.json"
 
 
-def publish(cluster: Any, owner: str = "kernel") -> Path:
+def publish(cluster: Any, owner: str = "kernel", busy: Sequence[int] = ()) -> Path:
     """Write (or refresh) the cluster's file; atomic, so readers never see half a file."""
-    data = describe(cluster, owner)
+    data = describe(cluster, owner, busy)
     path = _path(data["id"])
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
@@ -67,10 +81,10 @@ def publish(cluster: Any, owner: str = "kernel") -> Path:
     return path
 
 
-def publish_quietly(cluster: Any) -> None:
+def publish_quietly(cluster: Any, busy: Sequence[int] = ()) -> None:
     """:func:`publish`, logging a failure (a read-only runtime dir) instead of raising."""
     try:
-        publish(cluster)
+        publish(cluster, busy=busy)
     except Exception as exc:
         log.warning("could not publish cluster %s for the lab panel: %s", cluster.cluster_id, exc)
 
@@ -101,11 +115,13 @@ def pid_alive(pid: Optional[int]) -> bool:
     return True
 
 
-def rank_health(rank: dict) -> str:
-    """"running" / "exited" for ranks on this machine (by pid), "remote" for the others."""
+def rank_health(rank: dict, busy: Sequence[int] = ()) -> str:
+    """"running" (a cell) / "idle" / "exited" for ranks on this machine (by pid), "remote" for the others."""
     if not is_local(str(rank.get("host", ""))):
         return "remote"
-    return "running" if pid_alive(rank.get("pid")) else "exited"
+    if not pid_alive(rank.get("pid")):
+        return "exited"
+    return "running" if rank.get("rank") in busy else "idle"
 
 
 def published() -> list[dict[str, Any]]:
@@ -122,7 +138,8 @@ def published() -> list[dict[str, Any]]:
         if not pid_alive(data.get("owner_pid")):
             path.unlink(missing_ok=True)
             continue
+        busy = data.get("busy") if isinstance(data.get("busy"), list) else []
         for r in data.get("ranks", []):
-            r["health"] = rank_health(r)
+            r["health"] = rank_health(r, busy)
         out.append(data)
     return out

@@ -55,9 +55,10 @@ def check_root(env: Mapping[str, str], mpi_args: Sequence[str], euid: Optional[i
     raise LaunchError(
         "--backend mpi as root: Open MPI's mpirun refuses to run as root unless "
         f"{' and '.join(f'{v}=1' for v in ROOT_VARS)} are set (not set to 1: {', '.join(unset)}). "
-        "Run as an ordinary user, or if you mean it pass "
+        "Run as an ordinary user, or if you mean it set both: in a hostfile's \"envs\" (which works "
+        "everywhere, the MLX Cluster panel's hostfile field too), with "
         f"`{' '.join(f'--env {v}=1' for v in ROOT_VARS)}` "
-        "(to `mlx-jupyter launch` or `%mlx_cluster start`), or export both in the shell "
+        "(`mlx-jupyter launch`, `%mlx_cluster start`), or export both in the shell "
         "that starts the launcher or Jupyter."
     )
 

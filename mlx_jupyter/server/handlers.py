@@ -85,8 +85,9 @@ class ClusterHandler(_Base):
     @tornado.web.authenticated
     @authorized(EXECUTE)
     async def delete(self, cluster_id: str) -> None:
-        if await self.manager.stop(cluster_id):
-            self.reply({"id": cluster_id, "state": "stopped"})
+        done = await self.manager.stop(cluster_id)
+        if done:
+            self.reply({"id": cluster_id, "state": done})
             return
         found = await self.find(cluster_id)
         if found is None:
@@ -102,6 +103,11 @@ class ConnectHandler(_Base):
     async def get(self, cluster_id: str) -> None:
         if await self.find(cluster_id) is None:
             self.reply({"error": f"no cluster {cluster_id}"}, 404)
+            return
+        state = self.manager.state_of(cluster_id)
+        if state not in (None, "running"):  # a notebook could not connect: say why instead of giving code
+            why = "did not start (see its error); dismiss it" if state == "failed" else f"is {state}"
+            self.reply({"error": f"{cluster_id} {why}"}, 409)
             return
         self.reply({"id": cluster_id, "code": connect_code(cluster_id)})
 

@@ -103,22 +103,34 @@ class ClusterManager:
         await self._on_worker(lambda: self._start(entry))
         return entry
 
-    def _stop(self, entry: Entry) -> None:
+    def _stop(self, entry: Entry, failed: bool = False) -> None:
         registry.unpublish(entry.cluster.cluster_id)
         try:
             entry.cluster.stop()
+        except Exception as exc:
+            if not failed:
+                raise
+            # a cluster that did not start: whatever of it is left, its entry goes (Dismiss)
+            log.warning("cleaning up failed mlx cluster %s: %s", entry.cluster.cluster_id, exc)
         finally:
             self.entries.pop(entry.cluster.cluster_id, None)
             self.hostfiles.forget(entry.hostfile.copy if entry.hostfile else None)
 
-    async def stop(self, cluster_id: str) -> bool:
-        """Stop a cluster this server started; False if it is not ours."""
+    async def stop(self, cluster_id: str) -> Optional[str]:
+        """Stop a cluster this server started (or dismiss one that failed): "stopped" or "removed";
+        None if it is not ours."""
         entry = self.entries.get(cluster_id)
         if entry is None:
-            return False
-        entry.state = "stopping"
-        await self._on_worker(lambda: self._stop(entry))
-        return True
+            return None
+        failed = entry.state == "failed"
+        entry.state = "removing" if failed else "stopping"
+        await self._on_worker(lambda: self._stop(entry, failed))
+        return "removed" if failed else "stopped"
+
+    def state_of(self, cluster_id: str) -> Optional[str]:
+        """The state of a cluster this server started (None: not ours)."""
+        entry = self.entries.get(cluster_id)
+        return None if entry is None else entry.state
 
     def _status(self, entry: Entry) -> tuple[list[dict], str]:
         """Each rank's status row with ``where`` (its state as the notebook's live table says it), and
@@ -157,7 +169,7 @@ class ClusterManager:
             if item["id"] in seen:
                 continue
             states = {r.get("health") for r in item.get("ranks", [])}
-            item["state"] = "running" if states <= {"running", "remote"} else "degraded"
+            item["state"] = "running" if states <= {"idle", "running", "remote"} else "degraded"
             out.append(item)
         return out
 

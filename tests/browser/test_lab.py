@@ -84,8 +84,22 @@ def status_sources(release: Path) -> list[str]:
         f"deadline = time.monotonic() + 60\n"
         f"while not os.path.exists({str(release)!r}) and time.monotonic() < deadline:\n"
         "    time.sleep(0.05)\n",
+        progress_source(Path(f"{release}.progress")),
         "status.close()\n%mlx_cluster stop",
     ]
+
+
+def progress_source(flag: Path) -> str:
+    """A training loop's progress on both ranks: tqdm.auto held at 3/10 (rank 0) and 4/10 (rank 1)
+    until `flag` exists (60 s at most), then a line rewritten with \\r."""
+    return ("%%mlx_distributed\nimport os, time\nfrom tqdm.auto import tqdm\n"
+            "for i in tqdm(range(10), desc='train', mininterval=0, ascii=True):\n"
+            "    if i == 3 + world.rank():\n"
+            "        deadline = time.monotonic() + 60\n"
+            f"        while not os.path.exists({str(flag)!r}) and time.monotonic() < deadline:\n"
+            "            time.sleep(0.05)\n"
+            "for i in range(3):\n"
+            "    print(f'\\rstep {i}', end='')\n")
 
 
 def wait_http(url: str, proc: subprocess.Popen, timeout: float) -> None:
@@ -143,8 +157,8 @@ def scenario(tmp_path_factory):
     for old in ARTIFACTS.glob("*.png"):
         old.unlink()
     port, token = free_port(), secrets.token_hex(16)
-    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(config), "JUPYTER_RUNTIME_DIR": str(runtime),
-           "PYTHONPATH": str(ROOT)}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("OMPI_ALLOW_RUN_AS_ROOT")},  # panel_failed_card
+           "JUPYTER_CONFIG_DIR": str(config), "JUPYTER_RUNTIME_DIR": str(runtime), "PYTHONPATH": str(ROOT)}
     log = open(tmp / "lab.log", "w")
     lab = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
@@ -229,11 +243,27 @@ def test_panel_connect_code_runs_on_every_rank(scenario):
     check(scenario, "panel_cluster_runs_distributed_cell")
 
 
+def test_panel_failed_cluster_card(scenario):
+    """A failed start: its card says failed, wraps and collapses the long error, offers Dismiss, not
+    "Use in notebook"; Dismiss removes it."""
+    check(scenario, "panel_failed_card")
+    if os.geteuid() == 0:
+        assert (ARTIFACTS / "panel-failed.png").stat().st_size > 10_000
+        assert (ARTIFACTS / "panel-failed-more.png").stat().st_size > 10_000
+
+
 def test_status_widget_in_the_browser(scenario):
     check(scenario, "status_widget_renders")
     check(scenario, "status_widget_busy_clock")
     check(scenario, "status_cluster_stop")
     assert (ARTIFACTS / "status-widget.png").stat().st_size > 10_000
+
+
+def test_progress_bars_on_ranks(scenario):
+    """tqdm.auto on two ranks: a text bar per rank, labelled and updated in place; no widget error."""
+    check(scenario, "progress_bars_live")
+    check(scenario, "progress_bars_final")
+    assert (ARTIFACTS / "progress-bars.png").stat().st_size > 10_000
 
 
 def test_panel_lists_a_kernels_cluster(scenario):

@@ -23,6 +23,7 @@ def test_root_without_the_variables_is_refused_naming_them_and_the_fix():
     assert "OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" in msg
     assert "`--env OMPI_ALLOW_RUN_AS_ROOT=1 --env OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1`" in msg
     assert "export both" in msg and "\n" not in msg
+    assert "hostfile's \"envs\"" in msg and "panel" in msg  # what works from the panel, which has no --env
 
 
 def test_allowed_by_both_variables_or_mpiruns_flag_or_not_root():

@@ -16,6 +16,7 @@ from collections import deque
 from typing import Any, Callable, Optional
 
 from mlx_jupyter.cluster.cells.debug import DebugSessions
+from mlx_jupyter.cluster.cells.progress_lines import LiveLines, Show
 from mlx_jupyter.cluster.cells.outcome import ERROR, OK, RELEASED
 from mlx_jupyter.cluster.cells.text import LineGrouper, group_equal, rank_label, render_outcomes, summary
 
@@ -78,7 +79,7 @@ class Renderer:
 
     def __init__(self, ranks: list[int], mode: str = "grouped", hold: float = 0.25,
                  out: Optional[Callable[[str], None]] = None, err: Optional[Callable[[str], None]] = None,
-                 publish: Optional[Publish] = None):
+                 publish: Optional[Publish] = None, live: Optional[Show] = None):
         self.ranks = ranks
         self.mode = mode
         self.out = out or (lambda s: (sys.stdout.write(s), sys.stdout.flush()))
@@ -86,6 +87,7 @@ class Renderer:
         self.publish = publish or _publish
         self.streams = {"stdout": LineGrouper(ranks, hold), "stderr": LineGrouper(ranks, hold)}
         self.displays = _Displays(ranks, hold)
+        self.live = {name: LiveLines(live) for name in self.streams}  # progress lines ("\r"), in place
         self.noise: dict[str, int] = {}  # rank label -> MLX ring error lines not shown
 
     def _lines(self, name: str, lines: list) -> str:
@@ -139,6 +141,9 @@ class Renderer:
             text = self._lines(name, g.flush(force=force))
             if text:
                 write(text)
+            live = g.live()
+            rows = group_equal(live) if self.mode == "grouped" else [([r], line) for r, line in sorted(live.items())]
+            self.live[name].show([(self._label(ranks), line) for ranks, line in rows])
         for ranks, content in self.displays.flush(force=force):
             self.out(f"[{self._label(ranks)}]\n")
             self.publish(content["data"], content["metadata"])

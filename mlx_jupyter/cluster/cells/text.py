@@ -66,11 +66,20 @@ def parse_targets(spec: str, size: int) -> list[int]:
     return sorted(ranks)
 
 
+def overwrite(line: str) -> str:
+    """``line`` as a terminal shows it: text after a carriage return overwrites from the line's start."""
+    shown = ""
+    for part in line.split("\r"):
+        shown = part + shown[len(part):]
+    return shown
+
+
 @dataclass
 class _RankLines:
     lines: deque = field(default_factory=deque)  # (arrival time, line without "\n")
-    partial: str = ""
+    partial: str = ""  # the unfinished line: at most one "\r", before it what is shown
     done: bool = False
+    live: bool = False  # the unfinished line is rewritten in place ("\r"): a progress line
 
 
 class LineGrouper:
@@ -91,15 +100,24 @@ class LineGrouper:
         st = self._ranks.setdefault(rank, _RankLines())
         now = time.monotonic() if now is None else now
         parts = (st.partial + text).split("\n")
-        st.partial = parts.pop()
+        partial = parts.pop()
         for line in parts:
-            st.lines.append((now, line))
+            st.lines.append((now, overwrite(line)))
+        st.live = "\r" in partial or (st.live and not parts)
+        if "\r" in partial:  # kept short: what is shown, then what was written since the last \r (the cursor)
+            shown, _, since = partial.rpartition("\r")
+            partial = overwrite(shown) + "\r" + since
+        st.partial = partial
+
+    def live(self) -> dict[int, str]:
+        """Each rank's unfinished progress line (one rewritten with ``\\r``), as shown now."""
+        return {r: overwrite(st.partial) for r, st in self._ranks.items() if st.live and overwrite(st.partial)}
 
     def finish(self, rank: int, now: Optional[float] = None) -> None:
         st = self._ranks.setdefault(rank, _RankLines())
-        if st.partial:
-            st.lines.append((time.monotonic() if now is None else now, st.partial))
-            st.partial = ""
+        if overwrite(st.partial):
+            st.lines.append((time.monotonic() if now is None else now, overwrite(st.partial)))
+        st.partial, st.live = "", False
         st.done = True
 
     def pending(self) -> bool:

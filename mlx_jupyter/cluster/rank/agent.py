@@ -47,7 +47,7 @@ from IPython.core.error import InputRejected
 
 from mlx_jupyter.cluster.rank.kernel_compat import check_kernel, send_abort_reply
 from mlx_jupyter.cluster.rank.names import NAMES, WorldGuard
-from mlx_jupyter.cluster.rank.process import register_figure_png, rss
+from mlx_jupyter.cluster.rank.process import configure_output, rss
 from mlx_jupyter.cluster.rank.sockets import shutdown_sockets
 from mlx_jupyter.cluster.shared.wire import CHANNEL_SESSION
 from mlx_jupyter.cluster.shared.zmqwatch import watch_queues
@@ -118,7 +118,7 @@ class RankAgent:
         handlers = self.kernel.shell_handlers
         if "apply_request" in handlers:
             handlers["apply_request"] = self._tracked_apply(handlers["apply_request"])
-        register_figure_png(self.shell)
+        configure_output(self.shell)
         self.shell.ast_transformers.append(WorldGuard(self.shell.user_ns))
         stream = getattr(self.kernel, "shell_stream", None)
         if stream is not None:

@@ -1,7 +1,9 @@
-"""Small facts and settings of a rank's process: its memory, how it shows matplotlib figures."""
+"""Small facts and settings of a rank's process: its memory, how it shows figures and progress bars."""
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import sys
 from typing import Any
 
@@ -36,3 +38,35 @@ def register_figure_png(shell: Any) -> None:
         shell.display_formatter.formatters["image/png"].for_type_by_name("matplotlib.figure", "Figure", _figure_png)
     except Exception:  # no display formatter: nothing to show figures with anyway
         pass
+
+
+class _TextTqdm(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``tqdm.autonotebook`` (behind ``tqdm.auto``) gives tqdm's text bar on a rank.
+
+    A rank is an IPython kernel, so tqdm would choose its widget bar; but the widget's model lives
+    in the rank, which the notebook cannot reach ("model not found"). The text bar's ``\\r``
+    updates are shown in place, per rank, by the notebook side (cells.progress_lines).
+    """
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        return importlib.util.spec_from_loader(name, self) if name == "tqdm.autonotebook" else None
+
+    def create_module(self, spec: Any) -> None:
+        return None
+
+    def exec_module(self, module: Any) -> None:
+        from tqdm.std import tqdm, trange
+
+        module.tqdm, module.trange, module.__all__ = tqdm, trange, ["tqdm", "trange"]
+
+
+def text_progress_bars() -> None:
+    """Make ``tqdm.auto`` choose the text bar in this process (tqdm is imported only by a cell)."""
+    if not any(isinstance(f, _TextTqdm) for f in sys.meta_path):
+        sys.meta_path.insert(0, _TextTqdm())
+
+
+def configure_output(shell: Any) -> None:
+    """How a rank shows figures and progress bars (see the two functions above)."""
+    register_figure_png(shell)
+    text_progress_bars()

@@ -322,6 +322,34 @@ try {
     return `ranks ${panelPids} gone`;
   });
 
+  // A start that fails (mpi as root: Open MPI's refusal, a long message): a failed card with its error
+  // wrapped and collapsed behind "more", no "Use in notebook", and Dismiss removes it.
+  await step('panel_failed_card', async () => {
+    if (process.getuid?.() !== 0) return 'skipped: not root (mpi starts as an ordinary user)';
+    const panel = page.locator('#mlx-jupyter-cluster-panel');
+    await panel.locator('select.mlxj-backend').selectOption('mpi');
+    await panel.locator('button.mlxj-start').click();
+    const card = panel.locator('.mlxj-card.mlxj-card-failed');
+    await card.waitFor({ timeout: 60000 });
+    await panel.locator('select.mlxj-backend').selectOption('');
+    const collapsed = await card.locator('details.mlxj-error-long').count();
+    const insert = await card.locator('button.mlxj-insert').count();
+    const dismiss = await card.locator('button.mlxj-dismiss').count();
+    const layoutClosed = await panelLayout();
+    await page.screenshot({ path: shot('panel-failed.png') });
+    await card.locator('details.mlxj-error-long summary').click();
+    const full = await card.locator('.mlxj-error-full').innerText();
+    const layoutOpen = await panelLayout();
+    await page.screenshot({ path: shot('panel-failed-more.png') });
+    await card.locator('button.mlxj-dismiss').click();
+    await card.waitFor({ state: 'detached', timeout: 20000 });
+    const message = await panel.locator('.mlxj-panel-message').innerText();
+    const ok = collapsed === 1 && insert === 0 && dismiss === 1 && layoutClosed.length === 0 && layoutOpen.length === 0
+      && /refuses to run as root/.test(full) && /hostfile/.test(full) && /removed/.test(message);
+    record('panel_failed_card', ok, `collapsed=${collapsed} insert=${insert} dismiss=${dismiss} `
+      + `layout=${layoutClosed}|${layoutOpen} message=${message} error=${full.slice(0, 120)}`);
+  });
+
   // A kernel's own cluster: the quickstart's status widget, and the panel listing it.
   let widgetPids = [];
   await step('status_widget_renders', async () => {
@@ -353,14 +381,14 @@ try {
     const card = page.locator('#mlx-jupyter-cluster-panel .mlxj-card', { hasText: 'kernel pid' });
     await card.waitFor({ timeout: 20000 });
     await page.waitForFunction(() => document.querySelectorAll(
-      '#mlx-jupyter-cluster-panel .mlxj-card .mlxj-ranks tr.mlxj-health-running').length === 2, null, { timeout: 20000 });
+      '#mlx-jupyter-cluster-panel .mlxj-card .mlxj-ranks tr.mlxj-health-idle').length === 2, null, { timeout: 20000 });
     const rows = await rankRows('#mlx-jupyter-cluster-panel .mlxj-card .mlxj-ranks tr[data-pid]');
     const stop = await card.locator('button.mlxj-stop').count();
     const layout = await panelLayout();
     await page.screenshot({ path: shot('panel-kernel-cluster.png') });
     const pids = rows.map((r) => r.pid).sort();
     const ok = JSON.stringify(pids) === JSON.stringify([...widgetPids].sort()) && stop === 0 && layout.length === 0
-      && rows.every((r) => r.health === 'running');
+      && rows.every((r) => r.health === 'idle');  // no cell runs: idle, not "running"
     record('panel_lists_kernel_cluster', ok, `rows=${JSON.stringify(rows)} stop buttons=${stop} layout=${layout}`);
   });
 
@@ -372,6 +400,9 @@ try {
       return rows.length === 2 && rows.every((tr) => /^[1-9]\d* s$/.test(tr.querySelector('.mlxj-clock').textContent));
     }, null, { timeout: 30000 });
     await page.locator('.mlxj-status-widget').scrollIntoViewIfNeeded();
+    // the panel shows the kernel's ranks running while the cell runs (idle again after: progress_bars_live)
+    await page.waitForFunction(() => document.querySelectorAll(
+      '#mlx-jupyter-cluster-panel .mlxj-card .mlxj-ranks tr.mlxj-health-running').length === 2, null, { timeout: 20000 });
     await page.screenshot({ path: shot('status-widget-busy.png') });
     const clocks = await page.locator('.mlxj-status-widget .mlxj-clock').allInnerTexts();
     fs.writeFileSync(releaseFlag, 'go');
@@ -380,12 +411,53 @@ try {
     return `clocks while busy: ${clocks}`;
   });
 
-  await step('status_cluster_stop', async () => {
+  // cell i of the current notebook in view (other notebooks' cells are in the DOM too, hidden)
+  const showCell = (i) => page.evaluate((k) => window.jupyterapp.shell.currentWidget.node
+    .querySelectorAll('.jp-Cell')[k].scrollIntoView({ block: 'center' }), i);
+  // Progress bars on ranks (cell 3): tqdm.auto's text bar per rank, in one display updated in place
+  const progressText = () => page.evaluate(() => window.jupyterapp.shell.currentWidget.node
+    .querySelectorAll('.jp-Cell')[3]?.querySelector('.jp-OutputArea')?.textContent || '');
+  await step('progress_bars_live', async () => {
     await kernelIdle();
     runCell(3).catch((e) => logs.push(`run-cell: ${e}`));
     await page.waitForFunction(() => {
+      const text = window.jupyterapp.shell.currentWidget.node.querySelectorAll('.jp-Cell')[3]
+        ?.querySelector('.jp-OutputArea')?.textContent || '';
+      return /\[rank 0\] train:  30%/.test(text) && /\[rank 1\] train:  40%/.test(text);
+    }, null, { timeout: 30000 });
+    await showCell(3);
+    await page.screenshot({ path: shot('progress-bars.png') });
+    const text = await progressText();
+    const rows = (text.match(/\[rank [01]\] train:/g) || []).length;
+    const ok = rows === 2 && !/model not found|Error displaying widget/.test(text);
+    record('progress_bars_live', ok, `rows=${rows} text=${text.slice(0, 300)}`);
+  });
+  await step('progress_bars_final', async () => {
+    fs.writeFileSync(`${releaseFlag}.progress`, 'go');
+    await page.waitForFunction(() => {
+      const text = window.jupyterapp.shell.currentWidget.node.querySelectorAll('.jp-Cell')[3]
+        ?.querySelector('.jp-OutputArea')?.textContent || '';
+      return /\[ranks 0-1\] step 2/.test(text);
+    }, null, { timeout: 30000 });
+    await kernelIdle();
+    await showCell(3);
+    await page.screenshot({ path: shot('progress-bars-done.png') });
+    const text = await progressText();
+    // each rank's bar ends at 10/10 (one row for both when their final lines match, rates included);
+    // the live rows (30%, 40%) are gone
+    const done = /\[ranks 0-1\] train: 100%\|##########\| 10\/10/.test(text)
+      || [0, 1].every((r) => new RegExp(`\\[rank ${r}\\] train: 100%\\|##########\\| 10/10`).test(text));
+    const ok = done && !/train:\s+[1-9]0%/.test(text)
+      && !/model not found|Error displaying widget/.test(text) && !text.includes('\r');
+    record('progress_bars_final', ok, text.slice(0, 400));
+  });
+
+  await step('status_cluster_stop', async () => {
+    await kernelIdle();
+    runCell(4).catch((e) => logs.push(`run-cell: ${e}`));
+    await page.waitForFunction(() => {
       const cells = window.jupyterapp.shell.currentWidget.node.querySelectorAll('.jp-Cell');
-      return /cluster stopped/.test(cells[3]?.querySelector('.jp-OutputArea')?.textContent || '');
+      return /cluster stopped/.test(cells[4]?.querySelector('.jp-OutputArea')?.textContent || '');
     }, null, { timeout: 30000 });
     if (widgetPids.length !== 2) throw new Error(`no rank pids read from the widget: ${widgetPids}`);
     await waitGone(widgetPids, 20000);

@@ -1,0 +1,56 @@
+"""Progress bars on ranks through a real kernel: tqdm.auto's text bar and ``\\r`` lines, per rank, in place."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.cluster.kernel import Kernel
+
+pytestmark = pytest.mark.timeout(120)
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+#: a training loop's two kinds of progress: tqdm.auto, and a print that rewrites its line
+CELL = """%%mlx_distributed
+import time
+from tqdm.auto import tqdm
+for i in tqdm(range(5), desc=f"r{world.rank()}", mininterval=0, ascii=True):
+    time.sleep(0.1)  # a training step
+for i in range(5):
+    print(f"\\rstep {i}", end="", flush=True)
+    time.sleep(0.1)
+"""
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    k = Kernel()
+    try:
+        res = k.run("%load_ext mlx_jupyter\n%mlx_cluster start -n 2", 60)
+        assert res.status == "ok", res
+        yield k
+    finally:
+        k.close()
+
+
+def _live(res) -> list[str]:
+    """Every text the cell's live displays showed, in order."""
+    return [d["data"]["text/plain"] for d in res.displays if "transient" in d and "text/plain" in d.get("data", {})]
+
+
+def test_tqdm_auto_and_carriage_returns_on_ranks(kernel):
+    res = kernel.run(CELL, 60)
+    assert res.status == "ok", res
+    assert not any(WIDGET_VIEW in d.get("data", {}) for d in res.displays), res.displays  # no "model not found"
+    shown = _live(res)
+    # tqdm's bar on each rank, labelled, updated in place, then cleared for the final line
+    bars = [t for t in shown if "|" in t]
+    assert any("[rank 0] r0:" in t for t in bars) and any("[rank 1] r1:" in t for t in bars), shown
+    assert any("/5" in t and "5/5" not in t for t in bars), shown  # seen before the end: it updates
+    assert "[rank 0] r0: 100%|##########| 5/5" in res.stderr and "[rank 1] r1: 100%" in res.stderr, res.stderr
+    assert "\r" not in res.stderr and "\r" not in res.stdout
+    # the print's \r line keeps its prefix: shown live, and its last value ends the cell
+    assert any(t.startswith(("[ranks 0-1] step", "[rank 0] step")) for t in shown), shown
+    assert res.stdout == "[ranks 0-1] step 4\n", res.stdout
+    ids = {d["transient"]["display_id"] for d in res.displays if "transient" in d}
+    assert len(ids) == 2, ids  # one live display per stream (stderr: tqdm, stdout: the print)
+    assert shown[-1] == "" or "" in shown, shown  # cleared once the lines were final
