@@ -129,6 +129,8 @@ class MLXMagics(Magics):
     @argument("--env", action="append", default=[], metavar="K=V", help="environment for every rank (repeatable)")
     @argument("--cwd", default=None, help="working directory on every rank")
     @argument("--timeout", type=float, default=60.0, help="seconds to wait for the ranks")
+    @argument("--clean", action="store_true",
+              help="restart: start the ranks empty (default: each rank keeps its names)")
     @argument("--controller-ip", default=None, metavar="IP",
               help="remote hosts: an address of this machine they can reach (default: its name)")
     @argument("--accept-unknown-hosts", action="store_true",
@@ -203,11 +205,13 @@ class MLXMagics(Magics):
             progress = _RanksProgressBar(_cluster.size, "restarting")
             t0 = time.perf_counter()
             try:
-                _cluster.restart(progress=progress, timeout=args.timeout)
+                _cluster.restart(progress=progress, timeout=args.timeout, clean=args.clean, quiet=True)
             except ClusterError as exc:
                 progress.failed()
                 raise UsageError(f"restart failed: {exc}") from None
             progress.done(f"{_cluster.size} ranks restarted in {time.perf_counter() - t0:.2f} s (same ranks, same ids)")
+            if _cluster.last_restart:
+                print(_cluster.last_restart)
         else:
             self._show_status(_cluster.status())
         return None

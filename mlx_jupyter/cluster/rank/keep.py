@@ -1,0 +1,268 @@
+"""A rank's user variables across a restart: saved by the old rank into a host-local file, read
+back by the new rank of the same number on the same host.
+
+Arrays (numpy, MLX including bfloat16, torch CPU) travel as raw bytes: pickle protocol 5 with
+out-of-band buffers written straight to the data file, read back through an ``mmap`` of it (no
+copy of a numpy array's data, one copy into MLX or torch). Everything else goes through
+cloudpickle, one name at a time, so that one name that cannot be kept costs only itself.
+"""
+
+from __future__ import annotations
+
+import io
+import mmap
+import os
+import pickle
+import shutil
+import socket
+import sys
+import tempfile
+import types
+from pathlib import Path
+from typing import Any, MutableMapping, Optional
+
+import cloudpickle
+
+from mlx_jupyter.cluster.rank.names import NAMES, PRODUCT_NAMES
+
+#: IPython's own names in a user namespace, never kept
+IPYTHON_NAMES = frozenset({"In", "Out", "get_ipython", "exit", "quit", "__builtins__", "__builtin__", "__name__",
+                           "__doc__", "__package__", "__loader__", "__spec__"})
+
+
+class NotKept(Exception):
+    """A value that cannot outlive its rank (it holds the old world, a group or a socket)."""
+
+
+def keep_root() -> Path:
+    """Where this host keeps the files: shared memory when the OS has it (Linux), else the temp dir."""
+    shm = Path("/dev/shm")
+    if sys.platform.startswith("linux") and shm.is_dir() and os.access(shm, os.W_OK):
+        return shm
+    return Path(tempfile.gettempdir())
+
+
+def keep_dir(name: str) -> Path:
+    """The per-cluster folder ``name`` (a random name chosen by the notebook) on this host."""
+    if not name or "/" in name or name.startswith("."):
+        raise ValueError(f"bad keep folder name {name!r}")
+    return keep_root() / name
+
+
+def is_internal(name: str) -> bool:
+    """IPython's history and output names (``_``, ``__``, ``_i3``, ``_7``...) and its helpers."""
+    return name in IPYTHON_NAMES or name.startswith("_")
+
+
+def _unkeepable(obj: Any) -> Optional[str]:
+    """Why ``obj`` cannot be kept, for the kinds that hold the old processes' resources."""
+    kind = type(obj)
+    module = getattr(kind, "__module__", "") or ""
+    if module.startswith("mlx.core") and kind.__name__ == "Group":
+        return "holds MLX's old world"
+    if module.startswith("mlx_jupyter") and "Group" in kind.__name__:
+        return "holds the old core group"
+    if isinstance(obj, socket.socket):
+        return "a socket"
+    if isinstance(obj, types.GeneratorType):
+        return "a generator: cannot be pickled"
+    return None
+
+
+def _rebuild_mlx(buf: Any, dtype: str, shape: tuple, view: Optional[str]) -> Any:
+    import mlx.core as mx
+    import numpy as np
+
+    data = np.frombuffer(buf, dtype=np.dtype(view or dtype)).reshape(shape)
+    arr = mx.array(data)
+    return arr.view(getattr(mx, dtype)) if view else arr
+
+
+def _rebuild_torch(buf: Any, dtype: str, shape: tuple, view: Optional[str], requires_grad: bool) -> Any:
+    import numpy as np
+    import torch
+
+    data = np.frombuffer(buf, dtype=np.dtype(view or dtype)).reshape(shape)
+    t = torch.from_numpy(data)
+    if view:
+        t = t.view(getattr(torch, dtype))
+    return t.requires_grad_(requires_grad) if requires_grad else t
+
+
+#: dtypes numpy lacks, carried as an integer of the same width
+_NUMPY_LACKS = {"bfloat16": "uint16"}
+
+
+def _mlx_reduce(arr: Any) -> tuple:
+    import numpy as np
+
+    dtype = str(arr.dtype).rsplit(".", 1)[-1]
+    view = _NUMPY_LACKS.get(dtype)
+    raw = arr.view(getattr(sys.modules["mlx.core"], view)) if view else arr
+    data = np.ascontiguousarray(np.asarray(raw))
+    return _rebuild_mlx, (pickle.PickleBuffer(data), dtype, tuple(arr.shape), view)
+
+
+def _torch_reduce(t: Any) -> Any:
+    import torch
+
+    if t.device.type != "cpu" or t.is_sparse or t.is_quantized:
+        return NotImplemented
+    dtype = str(t.dtype).rsplit(".", 1)[-1]
+    view = _NUMPY_LACKS.get(dtype)
+    plain = t.detach().contiguous()
+    view = "int16" if view else None  # torch reads no uint16 from numpy
+    data = plain.view(torch.int16).numpy() if view else plain.numpy()
+    return _rebuild_torch, (pickle.PickleBuffer(data), dtype, tuple(t.shape), view, bool(t.requires_grad))
+
+
+class _Pickler(cloudpickle.CloudPickler):
+    """cloudpickle, with MLX arrays and torch CPU tensors as out-of-band buffers, and a clear
+    refusal for what holds the old processes' resources."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        why = _unkeepable(obj)
+        if why:
+            raise NotKept(why)
+        module = type(obj).__module__ or ""
+        if module.startswith("mlx.core") and type(obj).__name__ == "array":
+            return _mlx_reduce(obj)
+        if module == "torch" and type(obj).__name__ in ("Tensor", "Parameter"):
+            if type(obj).__name__ == "Tensor":
+                reduced = _torch_reduce(obj)
+                if reduced is not NotImplemented:
+                    return reduced
+        return super().reducer_override(obj)
+
+
+def _dumps(value: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
+    buffers: list[pickle.PickleBuffer] = []
+    out = io.BytesIO()
+    _Pickler(out, protocol=5, buffer_callback=buffers.append).dump(value)
+    return out.getvalue(), buffers
+
+
+def _reason(value: Any, exc: BaseException) -> str:
+    if isinstance(exc, NotKept):
+        return str(exc)
+    why = _unkeepable(value)
+    if why:
+        return why
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return f"{type(value).__name__}: {text[:80]}"
+
+
+def save(dirname: str, rank: int, ns: Optional[MutableMapping[str, Any]] = None) -> dict:
+    """Save this rank's user names into ``<keep_root>/<dirname>/rank<r>.*``; what was saved and not."""
+    if ns is None:
+        from mlx_jupyter.cluster.rank import agent as _agent
+
+        ns = _agent.AGENT.shell.user_ns if _agent.AGENT is not None else {}
+    folder = keep_dir(dirname)
+    folder.mkdir(mode=0o700, exist_ok=True)
+    records: list[tuple[str, bytes, list[tuple[int, int]]]] = []
+    modules: dict[str, str] = {}
+    not_kept: dict[str, str] = {}
+    data_path = folder / f"rank{rank}.data"
+    fd = os.open(data_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    offset = 0
+    try:
+        for name, value in list(ns.items()):
+            if is_internal(name) or (name in PRODUCT_NAMES and NAMES.owns(ns, name)):
+                continue
+            if isinstance(value, types.ModuleType):
+                modules[name] = value.__name__
+                continue
+            try:
+                payload, buffers = _dumps(value)
+            except BaseException as exc:  # noqa: BLE001 - any failure only means: not kept
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                not_kept[name] = _reason(value, exc)
+                continue
+            spans = []
+            for buf in buffers:
+                raw = buf.raw()
+                spans.append((offset, raw.nbytes))
+                _write_all(fd, raw)
+                offset += raw.nbytes
+                offset += _pad(fd, offset)
+            records.append((name, payload, spans))
+    finally:
+        os.close(fd)
+    index = {"records": records, "modules": modules, "not_kept": not_kept}
+    index_path = folder / f"rank{rank}.index"
+    with open(os.open(index_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
+        pickle.dump(index, f, protocol=5)
+    nbytes = offset + sum(len(p) for _, p, _ in records)
+    return {"kept": [r[0] for r in records] + list(modules), "not_kept": not_kept, "bytes": nbytes}
+
+
+def _write_all(fd: int, raw: memoryview) -> None:
+    view = raw.cast("B") if raw.format != "B" or raw.ndim != 1 else raw
+    while view.nbytes:
+        done = os.write(fd, view)
+        view = view[done:]
+
+
+def _pad(fd: int, offset: int, align: int = 64) -> int:
+    """Align the next buffer (numpy and MLX like aligned data)."""
+    extra = (-offset) % align
+    if extra:
+        os.write(fd, b"\0" * extra)
+    return extra
+
+
+def restore(dirname: str, rank: int, ns: Optional[MutableMapping[str, Any]] = None) -> dict:
+    """Bind the names rank ``rank`` saved into this rank's namespace; then remove its files."""
+    import importlib
+
+    if ns is None:
+        from mlx_jupyter.cluster.rank import agent as _agent
+
+        ns = _agent.AGENT.shell.user_ns if _agent.AGENT is not None else {}
+    folder = keep_dir(dirname)
+    index_path, data_path = folder / f"rank{rank}.index", folder / f"rank{rank}.data"
+    try:
+        with open(index_path, "rb") as f:
+            index = pickle.load(f)
+        restored, failed = [], {}
+        for name, module in index["modules"].items():
+            try:
+                ns[name] = importlib.import_module(module)
+                restored.append(name)
+            except Exception as exc:  # noqa: BLE001
+                failed[name] = f"module {module} did not import again: {exc}"
+        mapped = None
+        if data_path.stat().st_size:
+            with open(data_path, "rb") as f:
+                mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        view = memoryview(mapped) if mapped is not None else memoryview(b"")
+        for name, payload, spans in index["records"]:
+            try:
+                ns[name] = pickle.loads(payload, buffers=[view[o:o + n] for o, n in spans])
+                restored.append(name)
+            except Exception as exc:  # noqa: BLE001 - one name's failure costs only that name
+                failed[name] = f"could not be restored: {type(exc).__name__}: {str(exc)[:80]}"
+    finally:
+        discard(dirname, rank)
+    return {"restored": restored, "failed": failed}
+
+
+def discard(dirname: str, rank: int) -> None:
+    """Remove rank ``rank``'s files, and the folder once it is empty (mapped data stays readable)."""
+    folder = keep_dir(dirname)
+    for suffix in ("index", "data"):
+        try:
+            (folder / f"rank{rank}.{suffix}").unlink()
+        except FileNotFoundError:
+            pass
+    try:
+        folder.rmdir()
+    except OSError:
+        pass
+
+
+def remove_all(dirname: str) -> None:
+    """Remove this host's whole folder (the notebook's cleanup, for local ranks)."""
+    shutil.rmtree(keep_dir(dirname), ignore_errors=True)
