@@ -135,11 +135,36 @@ class _Pickler(cloudpickle.CloudPickler):
         return super().reducer_override(obj)
 
 
-def _dumps(value: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
-    buffers: list[pickle.PickleBuffer] = []
+class _UserGlobals(dict):
+    """Stands for the user's namespace as the globals of the functions defined in it: they are
+    rebuilt with the new rank's namespace as their globals, as if defined there."""
+
+    def __reduce__(self) -> tuple:
+        return _target_namespace, ()
+
+
+#: the namespace being restored into (set by :func:`restore` while it unpickles)
+_TARGET: dict[str, Any] = {}
+
+
+def _target_namespace() -> Any:
+    return _TARGET["ns"]
+
+
+def _dumps(value: Any, ns: MutableMapping[str, Any], buffer_callback: Any) -> bytes:
     out = io.BytesIO()
-    _Pickler(out, protocol=5, buffer_callback=buffers.append).dump(value)
-    return out.getvalue(), buffers
+    pickler = _Pickler(out, protocol=5, buffer_callback=buffer_callback)
+    pickler.globals_ref[id(ns)] = _UserGlobals(__name__="__main__")
+    pickler.dump(value)
+    return out.getvalue()
+
+
+def _address(buf: pickle.PickleBuffer) -> tuple[int, int]:
+    """Where a buffer's memory is: the same array met by two pickles is written once."""
+    import numpy as np
+
+    raw = buf.raw()
+    return (np.frombuffer(raw, dtype=np.uint8).__array_interface__["data"][0] if raw.nbytes else 0), raw.nbytes
 
 
 def _reason(value: Any, exc: BaseException) -> str:
@@ -160,41 +185,51 @@ def save(dirname: str, rank: int, ns: Optional[MutableMapping[str, Any]] = None)
         ns = _agent.AGENT.shell.user_ns if _agent.AGENT is not None else {}
     folder = keep_dir(dirname)
     folder.mkdir(mode=0o700, exist_ok=True)
-    records: list[tuple[str, bytes, list[tuple[int, int]]]] = []
     modules: dict[str, str] = {}
     not_kept: dict[str, str] = {}
-    data_path = folder / f"rank{rank}.data"
-    fd = os.open(data_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    singles: dict[str, tuple[bytes, list[pickle.PickleBuffer]]] = {}
+    for name, value in list(ns.items()):
+        if is_internal(name) or (name in PRODUCT_NAMES and NAMES.owns(ns, name)):
+            continue
+        if isinstance(value, types.ModuleType):
+            modules[name] = value.__name__
+            continue
+        found: list[pickle.PickleBuffer] = []
+        try:
+            singles[name] = (_dumps(value, ns, found.append), found)
+        except BaseException as exc:  # noqa: BLE001 - any failure only means: not kept
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            not_kept[name] = _reason(value, exc)
+    # all names in one pickle, so that what they share stays shared (a function and the optimizer
+    # it updates); each name alone as well, for a restore that fails on one of them
+    together: list[pickle.PickleBuffer] = []
+    whole = _dumps({name: ns[name] for name in singles}, ns, together.append)
+    spans: dict[tuple[int, int], tuple[int, int]] = {}
+    fd = os.open(folder / f"rank{rank}.data", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     offset = 0
+
+    def span(buf: pickle.PickleBuffer) -> tuple[int, int]:
+        nonlocal offset
+        key = _address(buf)
+        if key not in spans or key[0] == 0:
+            raw = buf.raw()
+            spans[key] = (offset, raw.nbytes)
+            _write_all(fd, raw)
+            offset += raw.nbytes
+            offset += _pad(fd, offset)
+        return spans[key]
+
     try:
-        for name, value in list(ns.items()):
-            if is_internal(name) or (name in PRODUCT_NAMES and NAMES.owns(ns, name)):
-                continue
-            if isinstance(value, types.ModuleType):
-                modules[name] = value.__name__
-                continue
-            try:
-                payload, buffers = _dumps(value)
-            except BaseException as exc:  # noqa: BLE001 - any failure only means: not kept
-                if isinstance(exc, KeyboardInterrupt):
-                    raise
-                not_kept[name] = _reason(value, exc)
-                continue
-            spans = []
-            for buf in buffers:
-                raw = buf.raw()
-                spans.append((offset, raw.nbytes))
-                _write_all(fd, raw)
-                offset += raw.nbytes
-                offset += _pad(fd, offset)
-            records.append((name, payload, spans))
+        whole_spans = [span(b) for b in together]
+        records = [(name, payload, [span(b) for b in found]) for name, (payload, found) in singles.items()]
     finally:
         os.close(fd)
-    index = {"records": records, "modules": modules, "not_kept": not_kept}
+    index = {"whole": (whole, whole_spans), "records": records, "modules": modules, "not_kept": not_kept}
     index_path = folder / f"rank{rank}.index"
     with open(os.open(index_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
         pickle.dump(index, f, protocol=5)
-    nbytes = offset + sum(len(p) for _, p, _ in records)
+    nbytes = offset + len(whole)
     return {"kept": [r[0] for r in records] + list(modules), "not_kept": not_kept, "bytes": nbytes}
 
 
@@ -238,12 +273,21 @@ def restore(dirname: str, rank: int, ns: Optional[MutableMapping[str, Any]] = No
             with open(data_path, "rb") as f:
                 mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
         view = memoryview(mapped) if mapped is not None else memoryview(b"")
-        for name, payload, spans in index["records"]:
-            try:
-                ns[name] = pickle.loads(payload, buffers=[view[o:o + n] for o, n in spans])
-                restored.append(name)
-            except Exception as exc:  # noqa: BLE001 - one name's failure costs only that name
-                failed[name] = f"could not be restored: {type(exc).__name__}: {str(exc)[:80]}"
+        _TARGET["ns"] = ns
+        try:
+            whole, whole_spans = index["whole"]
+            values = pickle.loads(whole, buffers=[view[o:o + n] for o, n in whole_spans])
+            ns.update(values)
+            restored.extend(values)
+        except Exception:  # noqa: BLE001 - then name by name: one name's failure costs only that name
+            for name, payload, spans in index["records"]:
+                try:
+                    ns[name] = pickle.loads(payload, buffers=[view[o:o + n] for o, n in spans])
+                    restored.append(name)
+                except Exception as exc:  # noqa: BLE001
+                    failed[name] = f"could not be restored: {type(exc).__name__}: {str(exc)[:80]}"
+        finally:
+            _TARGET.pop("ns", None)
     finally:
         discard(dirname, rank)
     return {"restored": restored, "failed": failed}
