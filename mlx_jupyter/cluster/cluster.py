@@ -117,6 +117,7 @@ class Cluster:
             cell_channel = os.environ.get(rank_env.CELL_CHANNEL, "1") != "0"  # "0": through the controller
         self.cell_channel = cell_channel
         self.owner: Optional[dict[str, Any]] = None  # set by connect(): the process that owns the ranks
+        self.publish_as = "kernel"  # who owns it, as the lab panel's registry says ("server" for the panel's)
         #: how the user restarts the ranks from where our messages are shown (the magics set theirs)
         self.restart_command = "cluster.restart()"
         self.ready_time: Optional[float] = None
