@@ -155,7 +155,10 @@ class Cluster:
     def restart_advice(self) -> str:
         """How to get fresh ranks, as it works from where the message is shown."""
         if self.owner is not None:
-            return f"{self.owner_restart_advice()} (this notebook is only connected to {self.cluster_id})"
+            from mlx_jupyter.cluster.attach import stopped_advice
+
+            return stopped_advice(self) or (f"{self.owner_restart_advice()} "
+                                            f"(this notebook is only connected to {self.cluster_id})")
         return f"restart the ranks: {self.restart_command}"
 
     def expected_size(self) -> int:
@@ -196,7 +199,10 @@ class Cluster:
         own host, restored into the new rank of the same number: :mod:`.kept_state`) and one line
         says what was kept and what was not; ``clean=True`` starts the ranks empty."""
         if self.owner is not None:
-            raise ClusterError(f"{self.cluster_id} belongs to {self.owner_text()}: {self.owner_restart_advice()}")
+            from mlx_jupyter.cluster.attach import stopped_advice
+
+            raise ClusterError(stopped_advice(self) or
+                               f"{self.cluster_id} belongs to {self.owner_text()}: {self.owner_restart_advice()}")
         if self.processes.ipp is None or self.link.client is None:
             return self.start(progress, timeout)
         wait = self.timeout if timeout is None else timeout

@@ -177,12 +177,17 @@ def _reason(value: Any, exc: BaseException) -> str:
     return f"{type(value).__name__}: {text[:80]}"
 
 
-def save(dirname: str, rank: int, ns: Optional[MutableMapping[str, Any]] = None) -> dict:
-    """Save this rank's user names into ``<keep_root>/<dirname>/rank<r>.*``; what was saved and not."""
+def save(dirname: str, rank: int, ns: Optional[MutableMapping[str, Any]] = None,
+         hidden: Optional[MutableMapping[str, Any]] = None) -> dict:
+    """Save this rank's user names into ``<keep_root>/<dirname>/rank<r>.*``; what was saved and not.
+    ``hidden``: what IPython itself put in the namespace (its ``open``...), left out while unchanged."""
     if ns is None:
         from mlx_jupyter.cluster.rank import agent as _agent
 
-        ns = _agent.AGENT.shell.user_ns if _agent.AGENT is not None else {}
+        shell = _agent.AGENT.shell if _agent.AGENT is not None else None
+        ns = shell.user_ns if shell is not None else {}
+        hidden = getattr(shell, "user_ns_hidden", None)
+    hidden = hidden or {}
     folder = keep_dir(dirname)
     folder.mkdir(mode=0o700, exist_ok=True)
     modules: dict[str, str] = {}
@@ -190,6 +195,8 @@ def save(dirname: str, rank: int, ns: Optional[MutableMapping[str, Any]] = None)
     singles: dict[str, tuple[bytes, list[pickle.PickleBuffer]]] = {}
     for name, value in list(ns.items()):
         if is_internal(name) or (name in PRODUCT_NAMES and NAMES.owns(ns, name)):
+            continue
+        if name in hidden and hidden[name] is value:
             continue
         if isinstance(value, types.ModuleType):
             modules[name] = value.__name__
