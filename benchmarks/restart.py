@@ -19,7 +19,6 @@ import os
 import platform
 import sys
 import time
-from contextlib import redirect_stdout
 
 BUILD = """
 import numpy as np
@@ -92,10 +91,14 @@ def main() -> None:
             return len(s)
 
     tee = Tee()
-    print(f"restart benchmark: {platform.platform()}, {os.cpu_count()} cores, python {platform.python_version()}",
-          file=tee)
+    import mlx.core as mx
+
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"restart benchmark: {platform.platform()}, {os.cpu_count()} cores, python {platform.python_version()}, "
+          f"mlx {mx.__version__}; load average at the start: {load}", file=tee)
     for n in (int(x) for x in args.ranks.split(",")):
         one(n, args.gib, tee)
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", file=tee)
     if args.save:
         with open(args.save, "w") as f:
             f.write(buf.getvalue())

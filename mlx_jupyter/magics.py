@@ -161,6 +161,9 @@ class MLXMagics(Magics):
             return None
         if args.action == "start":
             if _cluster is not None and _cluster.running:
+                if _cluster.owner is not None:
+                    raise UsageError(f"this notebook is connected to {_cluster.cluster_id}: %mlx_cluster stop "
+                                     "first (it only disconnects)")
                 raise UsageError("a cluster is already running: %mlx_cluster restart, or %mlx_cluster stop first")
             if args.hosts and args.hostfile:
                 raise UsageError("--hosts and --hostfile together: give one (the hostfile lists the hosts)")
@@ -199,8 +202,10 @@ class MLXMagics(Magics):
             owner = _cluster.owner
             _cluster.stop()
             _cluster = None
-            print("cluster stopped" if owner is None else
-                  f"disconnected from {owner['id']}; it keeps running (stop it where it was started)")
+            where = ("with the MLX Cluster panel's Stop button" if owner and owner.get("owner") == "server" else
+                     "in the notebook that started it, with %mlx_cluster stop")
+            print("cluster stopped" if owner is None else f"disconnected from {owner['id']}; it keeps running "
+                  f"(stop it {where})")
         elif args.action == "restart":
             progress = _RanksProgressBar(_cluster.size, "restarting")
             t0 = time.perf_counter()
