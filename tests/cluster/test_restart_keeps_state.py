@@ -134,6 +134,12 @@ def test_the_files_are_private_and_on_this_hosts_shared_memory(tmp_path):
         back: dict = {}
         keep.restore(name, 3, back)
         assert (back["a"] == ns["a"]).all() and not folder.exists()
+        folder.mkdir(mode=0o755)   # made by someone else, or readable by others: never read
+        folder.chmod(0o755)
+        with pytest.raises(PermissionError, match="not a private folder"):
+            keep.save(name, 3, ns)
+        with pytest.raises(PermissionError, match="not a private folder"):
+            keep.restore(name, 3, {})
     finally:
         keep.remove_all(name)
 

@@ -49,6 +49,19 @@ def keep_dir(name: str) -> Path:
     return keep_root() / name
 
 
+def private_dir(folder: Path, create: bool) -> Path:
+    """``folder``, made if asked, checked to be ours alone (a folder another user made or can
+    read is refused: we unpickle what is in it)."""
+    if create:
+        folder.mkdir(mode=0o700, exist_ok=True)
+    st = folder.lstat()
+    import stat
+
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise PermissionError(f"{folder} is not a private folder of this user: not used")
+    return folder
+
+
 def is_internal(name: str) -> bool:
     """IPython's history and output names (``_``, ``__``, ``_i3``, ``_7``...) and its helpers."""
     return name in IPYTHON_NAMES or name.startswith("_")
@@ -188,8 +201,7 @@ def save(dirname: str, rank: int, ns: Optional[MutableMapping[str, Any]] = None,
         ns = shell.user_ns if shell is not None else {}
         hidden = getattr(shell, "user_ns_hidden", None)
     hidden = hidden or {}
-    folder = keep_dir(dirname)
-    folder.mkdir(mode=0o700, exist_ok=True)
+    folder = private_dir(keep_dir(dirname), create=True)
     modules: dict[str, str] = {}
     not_kept: dict[str, str] = {}
     singles: dict[str, tuple[bytes, list[pickle.PickleBuffer]]] = {}
@@ -263,7 +275,7 @@ def restore(dirname: str, rank: int, ns: Optional[MutableMapping[str, Any]] = No
         from mlx_jupyter.cluster.rank import agent as _agent
 
         ns = _agent.AGENT.shell.user_ns if _agent.AGENT is not None else {}
-    folder = keep_dir(dirname)
+    folder = private_dir(keep_dir(dirname), create=False)
     index_path, data_path = folder / f"rank{rank}.index", folder / f"rank{rank}.data"
     try:
         with open(index_path, "rb") as f:
