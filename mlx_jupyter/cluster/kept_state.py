@@ -42,7 +42,9 @@ def report_line(saved: dict[int, dict], restored: dict[int, dict], lost: dict[in
         parts.append(f"{name}{on} ({reason})")
     for r, reason in sorted(lost.items()):
         parts.append(f"everything on rank {r} ({reason})")
-    line = f"restart: kept {len(kept)} names on {len(restored)} ranks ({format_bytes(size)})"
+    names = f"{len(kept)} name{'' if len(kept) == 1 else 's'}"
+    ranks_ = f"{len(restored)} rank{'' if len(restored) == 1 else 's'}"
+    line = f"restart: kept {names} on {ranks_} ({format_bytes(size)})"
     return line + ("; not kept: " + ", ".join(parts) if parts else "")
 
 
