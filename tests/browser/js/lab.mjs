@@ -306,7 +306,7 @@ try {
     }, index, { timeout: 60000 });
     const text = (await page.locator('.jp-Notebook .jp-Cell').nth(index).locator('.jp-OutputArea-output')
       .allInnerTexts()).join('\n');
-    const ok = /restart: kept \d+ names on 2 ranks/.test(message) && fresh.length === 2
+    const ok = /restart: kept \d+ names? on 2 ranks/.test(message) && fresh.length === 2
       && fresh.every((p) => p > 0 && !panelPids.includes(p)) && panelPids.every((p) => !alive(p))
       && text.includes('rank 0: kept x = 3, new all_sum = 3') && text.includes('rank 1: kept x = 3, new all_sum = 3');
     const old = panelPids;
