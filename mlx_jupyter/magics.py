@@ -132,6 +132,8 @@ class MLXMagics(Magics):
     @argument("--env", action="append", default=[], metavar="K=V", help="environment for every rank (repeatable)")
     @argument("--cwd", default=None, help="working directory on every rank")
     @argument("--timeout", type=float, default=60.0, help="seconds to wait for the ranks")
+    @argument("--clean", action="store_true",
+              help="restart: start the ranks empty (default: each rank keeps its names)")
     @argument("--controller-ip", default=None, metavar="IP",
               help="remote hosts: an address of this machine they can reach (default: its name)")
     @argument("--accept-unknown-hosts", action="store_true",
@@ -165,6 +167,9 @@ class MLXMagics(Magics):
             return None
         if args.action == "start":
             if _cluster is not None and _cluster.running:
+                if _cluster.owner is not None:
+                    raise UsageError(f"this notebook is connected to {_cluster.cluster_id}: %mlx_cluster stop "
+                                     "first (it only disconnects)")
                 raise UsageError("a cluster is already running: %mlx_cluster restart, or %mlx_cluster stop first")
             if args.hosts and args.hostfile:
                 raise UsageError("--hosts and --hostfile together: give one (the hostfile lists the hosts)")
@@ -203,17 +208,21 @@ class MLXMagics(Magics):
             owner = _cluster.owner
             _cluster.stop()
             _cluster = None
-            print("cluster stopped" if owner is None else
-                  f"disconnected from {owner['id']}; it keeps running (stop it where it was started)")
+            where = ("with the MLX Cluster panel's Stop button" if owner and owner.get("owner") == "server" else
+                     "in the notebook that started it, with %mlx_cluster stop")
+            print("cluster stopped" if owner is None else f"disconnected from {owner['id']}; it keeps running "
+                  f"(stop it {where})")
         elif args.action == "restart":
             progress = _RanksProgressBar(_cluster.size, "restarting")
             t0 = time.perf_counter()
             try:
-                _cluster.restart(progress=progress, timeout=args.timeout)
+                _cluster.restart(progress=progress, timeout=args.timeout, clean=args.clean, quiet=True)
             except ClusterError as exc:
                 progress.failed()
                 raise UsageError(f"restart failed: {exc}") from None
             progress.done(f"{_cluster.size} ranks restarted in {time.perf_counter() - t0:.2f} s (same ranks, same ids)")
+            if _cluster.last_restart:
+                print(_cluster.last_restart)
         elif args.action == "where":
             from IPython.display import publish_display_data
 

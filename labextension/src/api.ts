@@ -69,5 +69,9 @@ export const listBackends = async (): Promise<string[]> =>
 export const stopCluster = (id: string): Promise<unknown> =>
   requestAPI(`clusters/${encodeURIComponent(id)}`, { method: 'DELETE' });
 
+/** Restart a cluster this server started, keeping its ranks' names; the one-line report. */
+export const restartCluster = async (id: string): Promise<string> =>
+  (await requestAPI<{ report: string }>(`clusters/${encodeURIComponent(id)}/restart`, { method: 'POST' })).report;
+
 export const connectCode = async (id: string): Promise<string> =>
   (await requestAPI<{ code: string }>(`clusters/${encodeURIComponent(id)}/connect`)).code;

@@ -1,6 +1,6 @@
 import { Widget } from '@lumino/widgets';
 
-import { ICluster, IRank, connectCode, listBackends, listClusters, startCluster, stopCluster } from './api';
+import { ICluster, IRank, connectCode, listBackends, listClusters, restartCluster, startCluster, stopCluster } from './api';
 
 /** How often the panel refreshes while it is visible (and never while hidden). */
 const REFRESH_MS = 2000;
@@ -206,6 +206,13 @@ export class ClusterPanel extends Widget {
       const insert = el('button', { class: 'jp-mod-styled mlxj-insert' }, 'Use in notebook');
       insert.addEventListener('click', () => void this.insert(c.id));
       actions.appendChild(insert);
+      if (c.owner === 'server' && c.state === 'running') {
+        // the server owns it: it restarts it, keeping the ranks' names (a kernel's: in that notebook)
+        const restart = el('button', { class: 'jp-mod-styled mlxj-restart', title: "fresh ranks, the same names on them" },
+          'Restart');
+        restart.addEventListener('click', () => void this.restart(c.id));
+        actions.appendChild(restart);
+      }
       if (c.owner === 'server' && c.state !== 'stopping') {
         const stop = el('button', { class: 'jp-mod-styled jp-mod-warn mlxj-stop' }, 'Stop');
         stop.addEventListener('click', () => void this.stop(c.id));
@@ -252,6 +259,17 @@ export class ClusterPanel extends Widget {
       this.say(`${id} ${reply?.state || 'stopped'}`);
     } catch (error) {
       this.say(`${doing === 'stopping' ? 'stop' : 'dismiss'} failed: ${(error as Error).message}`, true);
+    }
+    await this.refresh();
+  }
+
+  private async restart(id: string): Promise<void> {
+    this.followed = '';
+    this.say(`restarting ${id}, keeping its ranks' names…`);
+    try {
+      this.say(`${id}: ${await restartCluster(id)}`);
+    } catch (error) {
+      this.say(`restart failed: ${(error as Error).message}`, true);
     }
     await this.refresh();
   }

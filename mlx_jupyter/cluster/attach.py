@@ -76,31 +76,79 @@ def connect(cls: Any, cluster_id: Optional[str], timeout: float) -> Any:
     client = connect_client(entry, timeout)
     cluster.link.attach(client)
     cluster.table.reset(int(entry.get("size") or len(client.ids)))
-    cluster._rank_watch = RankWatch(rank_infos(entry), cluster.processes.rank_exited)
+    cluster._rank_watch = RankWatch(rank_infos(entry), lambda rank, code: owner_rank_exited(cluster, rank, code),
+                                    entry, lambda new: owner_restarted(cluster, new))
     cluster._rank_watch.start()
     return cluster
 
 
+def owner_rank_exited(cluster: Any, rank: int, returncode: Optional[int]) -> None:
+    """One of the owner's ranks ended: the connected runs waiting on it end (the owner, not this
+    handle, tells the controller: its new rank may already have taken the id)."""
+    cluster.table.died(rank, returncode)
+    cluster.supervisor.rank_died(rank, returncode)
+    cluster.table.announce_exit(rank, returncode)
+
+
+def owner_restarted(cluster: Any, entry: dict[str, Any]) -> None:
+    """The owner restarted the ranks (the panel's Restart): same ids, new processes; the product's
+    names are set up on them again before the next cell (the user's came back with them)."""
+    cluster.owner = entry
+    cluster.table.reset(int(entry.get("size") or cluster.table.size))
+    cluster.namespaces.forget()
+
+
+def stopped_advice(cluster: Any) -> Optional[str]:
+    """For a connected handle whose owner stopped the cluster: what works from here, else None."""
+    from mlx_jupyter.cluster import registry
+
+    if cluster.owner is None or registry.entry(cluster.cluster_id) is not None:
+        return None
+    if cluster.restart_command.startswith("%"):
+        return (f"{cluster.cluster_id} was stopped where it was started: %mlx_cluster stop here, then "
+                "%mlx_cluster start (or start one in the MLX Cluster panel and connect to it)")
+    return (f"{cluster.cluster_id} was stopped where it was started: cluster.stop(), then start a Cluster "
+            "of your own or Cluster.connect() to another")
+
+
 class RankWatch(threading.Thread):
-    """Reports the death of a connected cluster's local ranks (by pid) to ``on_exit(rank, None)``."""
+    """Reports the death of a connected cluster's local ranks (by pid) to ``on_exit(rank, None)``;
+    after one, and once the owner published the cluster again (it restarted the ranks), watches the
+    new ones and tells ``on_restart(entry)``. Ends when the owner no longer publishes the cluster."""
 
-    def __init__(self, infos: list[SimpleNamespace], on_exit: Any, period: float = 0.2) -> None:
+    def __init__(self, infos: list[SimpleNamespace], on_exit: Any, entry: Optional[dict[str, Any]] = None,
+                 on_restart: Any = None, period: float = 0.2) -> None:
         super().__init__(name="mlx-attached-rank-watch", daemon=True)
-        from mlx_jupyter.net.hosts import is_local
-
-        self.local = [i for i in infos if i.pid and is_local(i.host)]
-        self.on_exit, self.period = on_exit, period
+        self.local = self._local(infos)
+        self.on_exit, self.on_restart, self.period = on_exit, on_restart, period
+        self.cluster_id = (entry or {}).get("id")
+        self.published = (entry or {}).get("published", 0)
+        self.gone: set[int] = set()
         self.stopped = threading.Event()
 
-    def run(self) -> None:
-        from mlx_jupyter.cluster.registry import pid_alive
+    @staticmethod
+    def _local(infos: list[SimpleNamespace]) -> list[SimpleNamespace]:
+        from mlx_jupyter.net.hosts import is_local
 
-        left = list(self.local)
-        while left and not self.stopped.wait(self.period):
-            for info in list(left):
-                if not pid_alive(info.pid):
-                    left.remove(info)
+        return [i for i in infos if i.pid and is_local(i.host)]
+
+    def run(self) -> None:
+        from mlx_jupyter.cluster import registry
+
+        while self.local and not self.stopped.wait(self.period):
+            for info in self.local:
+                if info.rank not in self.gone and not registry.pid_alive(info.pid):
+                    self.gone.add(info.rank)
                     self.on_exit(info.rank, None)
+            if not self.gone or self.on_restart is None or self.cluster_id is None:
+                continue
+            entry = registry.entry(self.cluster_id)
+            if entry is None:
+                if len(self.gone) == len(self.local):
+                    return  # stopped by its owner
+            elif entry.get("published", 0) > self.published:
+                self.published, self.local, self.gone = entry["published"], self._local(rank_infos(entry)), set()
+                self.on_restart(entry)
 
     def stop(self) -> None:
         self.stopped.set()

@@ -118,9 +118,11 @@ class Cluster:
             cell_channel = os.environ.get(rank_env.CELL_CHANNEL, "1") != "0"  # "0": through the controller
         self.cell_channel = cell_channel
         self.owner: Optional[dict[str, Any]] = None  # set by connect(): the process that owns the ranks
+        self.publish_as = "kernel"  # who owns it, as the lab panel's registry says ("server" for the panel's)
         #: how the user restarts the ranks from where our messages are shown (the magics set theirs)
         self.restart_command = "cluster.restart()"
         self.ready_time: Optional[float] = None
+        self.last_restart: Optional[str] = None  # the last restart's one-line report
         self._rank_watch: Any = None  # a connected cluster's watch on the owner's ranks (attach.RankWatch)
         # the parts, each given what it uses
         self.table = RankTable(output=lambda: self.engine_set.rank_output)
@@ -155,8 +157,10 @@ class Cluster:
     def restart_advice(self) -> str:
         """How to get fresh ranks, as it works from where the message is shown."""
         if self.owner is not None:
-            return (f"restart the ranks where they were started: {self.owner_text()} "
-                    "(this notebook is only connected to them)")
+            from mlx_jupyter.cluster.attach import stopped_advice
+
+            return stopped_advice(self) or (f"{self.owner_restart_advice()} "
+                                            f"(this notebook is only connected to {self.cluster_id})")
         return f"restart the ranks: {self.restart_command}"
 
     def expected_size(self) -> int:
@@ -190,16 +194,42 @@ class Cluster:
             self.table.reset(0)
         self.namespaces.forget()
 
-    def restart(self, progress: Optional[ProgressCallback] = None, timeout: Optional[float] = None) -> "Cluster":
-        """Fresh processes for every rank, same ranks, same engine ids; the controller stays."""
+    def restart(self, progress: Optional[ProgressCallback] = None, timeout: Optional[float] = None,
+                clean: bool = False, quiet: bool = False) -> "Cluster":
+        """Fresh processes for every rank (a new MLX ``world``, a new ``group``), same ranks, same
+        engine ids; the controller stays. By default each rank's user names are kept (saved on its
+        own host, restored into the new rank of the same number: :mod:`.kept_state`) and one line
+        says what was kept and what was not; ``clean=True`` starts the ranks empty."""
         if self.owner is not None:
-            raise ClusterError(f"{self.cluster_id} belongs to {self.owner_text()}: restart it there "
-                               "(the MLX Cluster panel, or that kernel's %mlx_cluster restart)")
+            from mlx_jupyter.cluster.attach import stopped_advice
+
+            raise ClusterError(stopped_advice(self) or
+                               f"{self.cluster_id} belongs to {self.owner_text()}: {self.owner_restart_advice()}")
         if self.processes.ipp is None or self.link.client is None:
             return self.start(progress, timeout)
-        self.namespaces.forget()
-        self.processes.restart(progress, self.timeout if timeout is None else timeout)
+        wait = self.timeout if timeout is None else timeout
+
+        def fresh_ranks() -> None:
+            self.namespaces.forget()
+            self.processes.restart(progress, wait)
+
+        self.last_restart = None
+        if clean:
+            fresh_ranks()
+            self.last_restart = f"restart: {self.size} ranks started empty (--clean)"
+            return self
+        from mlx_jupyter.cluster.kept_state import restart_keeping
+
+        self.last_restart = restart_keeping(self, fresh_ranks)
+        if not quiet:
+            self.namespaces.out(self.last_restart)
         return self
+
+    def owner_restart_advice(self) -> str:
+        """How a notebook connected to this cluster gets fresh ranks: only where the owner is."""
+        if (self.owner or {}).get("owner") == "server":
+            return "restart it with the Restart button of the MLX Cluster panel (it keeps the ranks' names)"
+        return "restart it in that kernel's notebook with %mlx_cluster restart"
 
     def _publish(self, busy: Sequence[int] = ()) -> None:
         """List this cluster for the lab panel (a file in Jupyter's runtime dir); never fails start.

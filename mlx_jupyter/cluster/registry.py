@@ -84,7 +84,7 @@ def publish(cluster: Any, owner: str = "kernel", busy: Sequence[int] = ()) -> Pa
 def publish_quietly(cluster: Any, busy: Sequence[int] = ()) -> None:
     """:func:`publish`, logging a failure (a read-only runtime dir) instead of raising."""
     try:
-        publish(cluster, busy=busy)
+        publish(cluster, getattr(cluster, "publish_as", "kernel"), busy=busy)
     except Exception as exc:
         log.warning("could not publish cluster %s for the lab panel: %s", cluster.cluster_id, exc)
 
@@ -101,6 +101,14 @@ def unpublish(cluster_id: str) -> None:
         _path(cluster_id).unlink()
     except FileNotFoundError:
         pass
+
+
+def entry(cluster_id: str) -> Optional[dict[str, Any]]:
+    """The published entry of ``cluster_id``, or None (not published, or unreadable)."""
+    try:
+        return json.loads(_path(cluster_id).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def pid_alive(pid: Optional[int]) -> bool:

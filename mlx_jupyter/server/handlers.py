@@ -6,6 +6,8 @@ POST   clusters               {"n", "hosts", "hostfile", "backend"}: start one h
                               backend null: the hostfile's, else ring
 GET    clusters/<id>          one cluster
 DELETE clusters/<id>          stop a cluster this server started (409 for a kernel's)
+POST   clusters/<id>/restart  restart a cluster this server started, keeping its ranks' names:
+                              {"report"} (the one line); 409 for a kernel's, 404 for none
 GET    clusters/<id>/connect  {"code"}: the code that connects a notebook to it
 GET    backends               {"backends"}: the backends a cluster can start with (the panel's choices)
 
@@ -97,6 +99,26 @@ class ClusterHandler(_Base):
                                  "stop it there with %mlx_cluster stop"}, 409)
 
 
+class RestartHandler(_Base):
+    @tornado.web.authenticated
+    @authorized(EXECUTE)
+    async def post(self, cluster_id: str) -> None:
+        try:
+            report = await self.manager.restart(cluster_id)
+        except Exception as exc:  # the cluster's own message; the card shows it
+            self.reply({"error": f"{cluster_id} did not restart: {exc}"}, 500)
+            return
+        if report is not None:
+            self.reply({"id": cluster_id, "state": "running", "report": report})
+            return
+        found = await self.find(cluster_id)
+        if found is None:
+            self.reply({"error": f"no cluster {cluster_id}"}, 404)
+        else:
+            self.reply({"error": f"{cluster_id} belongs to a kernel (pid {found.get('owner_pid')}): "
+                                 "restart it in that kernel's notebook with %mlx_cluster restart"}, 409)
+
+
 class ConnectHandler(_Base):
     @tornado.web.authenticated
     @authorized
@@ -128,5 +150,6 @@ def setup_handlers(web_app: Any, manager: ClusterManager) -> None:
         (url_path_join(base, "clusters"), ClustersHandler),
         (url_path_join(base, "clusters", ident), ClusterHandler),
         (url_path_join(base, "clusters", ident, "connect"), ConnectHandler),
+        (url_path_join(base, "clusters", ident, "restart"), RestartHandler),
         (url_path_join(base, "backends"), BackendsHandler),
     ])

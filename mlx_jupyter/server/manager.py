@@ -82,6 +82,7 @@ class ClusterManager:
         except BaseException:
             self.hostfiles.forget(checked.copy if checked else None)
             raise
+        cluster.publish_as = "server"  # a restart publishes it again as the panel's
         entry = Entry(cluster, hostfile=checked)
         self.entries[cluster.cluster_id] = entry
         return entry
@@ -131,6 +132,25 @@ class ClusterManager:
         """The state of a cluster this server started (None: not ours)."""
         entry = self.entries.get(cluster_id)
         return None if entry is None else entry.state
+
+    def _restart(self, entry: Entry) -> str:
+        try:
+            entry.cluster.restart(quiet=True)
+        except Exception as exc:
+            entry.state, entry.error = "failed", str(exc)
+            log.warning("mlx cluster %s did not restart: %s", entry.cluster.cluster_id, exc)
+            raise
+        entry.state = "running"
+        return entry.cluster.last_restart or "restarted"
+
+    async def restart(self, cluster_id: str) -> Optional[str]:
+        """Restart a cluster this server started, keeping its ranks' names; the one-line report,
+        or None if it is not ours. A failure raises (the cluster is then marked failed)."""
+        entry = self.entries.get(cluster_id)
+        if entry is None:
+            return None
+        entry.state = "restarting"
+        return await self._on_worker(lambda: self._restart(entry))
 
     def _status(self, entry: Entry) -> tuple[list[dict], str]:
         """Each rank's status row with ``where`` (its state as the notebook's live table says it), and

@@ -252,6 +252,11 @@ def test_panel_failed_cluster_card(scenario):
         assert (ARTIFACTS / "panel-failed-more.png").stat().st_size > 10_000
 
 
+def test_panel_restart_keeps_the_connected_notebooks_names(scenario):
+    check(scenario, "panel_restart")
+    assert (ARTIFACTS / "panel-restarted.png").stat().st_size > 10_000
+
+
 def test_status_widget_in_the_browser(scenario):
     check(scenario, "status_widget_renders")
     check(scenario, "status_widget_busy_clock")

@@ -65,7 +65,7 @@ def test_unknown_id_names_the_running_ones(owner):
 def test_restart_and_start_stay_with_the_owner(owner):
     c = Cluster.connect(owner.cluster_id, timeout=30)
     try:
-        with pytest.raises(ClusterError, match="restart it there"):
+        with pytest.raises(ClusterError, match="restart it in that kernel.s notebook with %mlx_cluster restart"):
             c.restart()
         with pytest.raises(ClusterError, match="already running"):
             c.start()

@@ -312,6 +312,43 @@ try {
       `${text.slice(0, 600)} | panel: ${panelSays}`);
   });
 
+  await step('panel_restart', async () => {
+    // the panel's Restart: fresh ranks, the connected notebook's `x` still there, MLX's world works
+    const panel = page.locator('#mlx-jupyter-cluster-panel');
+    await panel.locator('button.mlxj-restart').click();
+    await page.waitForFunction(() => /restart: kept|restart failed/.test(
+      document.querySelector('#mlx-jupyter-cluster-panel .mlxj-panel-message').textContent), null, { timeout: 90000 });
+    const message = await panel.locator('.mlxj-panel-message').innerText();
+    await page.waitForFunction(() => document.querySelectorAll('#mlx-jupyter-cluster-panel .mlxj-ranks tr.mlxj-health-ok').length === 2,
+                               null, { timeout: 30000 });
+    const rows = await rankRows('#mlx-jupyter-cluster-panel .mlxj-ranks tr[data-pid]');
+    const fresh = rows.map((r) => r.pid);
+    await page.screenshot({ path: shot('panel-restarted.png') });
+    const code = '%%mlx_distributed\ny = mx.distributed.all_sum(mx.array([world.rank() + 1.0]), group=world)\n'
+      + 'print(f"rank {world.rank()}: kept x = {x.item():g}, new all_sum = {y.item():g}")';
+    const index = await page.evaluate((src) => {
+      const nb = window.jupyterapp.shell.currentWidget.content;
+      return window.jupyterapp.commands.execute('notebook:insert-cell-below').then(() => {
+        nb.activeCell.model.sharedModel.setSource(src);
+        return nb.activeCellIndex;
+      });
+    }, code);
+    await runCell(index);
+    await page.waitForFunction((i) => {
+      const cell = window.jupyterapp.shell.currentWidget.node.querySelectorAll('.jp-Cell')[i];
+      const t = cell?.querySelector('.jp-OutputArea')?.textContent || '';
+      return /rank 1: kept/.test(t) && /rank 0: kept/.test(t) || /Error/.test(t);
+    }, index, { timeout: 60000 });
+    const text = (await page.locator('.jp-Notebook .jp-Cell').nth(index).locator('.jp-OutputArea-output')
+      .allInnerTexts()).join('\n');
+    const ok = /restart: kept \d+ names? on 2 ranks/.test(message) && fresh.length === 2
+      && fresh.every((p) => p > 0 && !panelPids.includes(p)) && panelPids.every((p) => !alive(p))
+      && text.includes('rank 0: kept x = 3, new all_sum = 3') && text.includes('rank 1: kept x = 3, new all_sum = 3');
+    const old = panelPids;
+    panelPids = fresh;
+    record('panel_restart', ok, `message=${message} pids ${old} -> ${fresh} text=${text.slice(0, 400)}`);
+  });
+
   await step('panel_stop', async () => {
     const panel = page.locator('#mlx-jupyter-cluster-panel');
     await panel.locator('button.mlxj-stop').click();

@@ -1,0 +1,331 @@
+"""A rank's user variables across a restart: saved by the old rank into a host-local file, read
+back by the new rank of the same number on the same host.
+
+Arrays (numpy, MLX including bfloat16, torch CPU) travel as raw bytes: pickle protocol 5 with
+out-of-band buffers written straight to the data file, read back through an ``mmap`` of it (no
+copy of a numpy array's data, one copy into MLX or torch). Everything else goes through
+cloudpickle, one name at a time, so that one name that cannot be kept costs only itself.
+"""
+
+from __future__ import annotations
+
+import io
+import mmap
+import os
+import pickle
+import shutil
+import socket
+import sys
+import tempfile
+import types
+from pathlib import Path
+from typing import Any, MutableMapping, Optional
+
+import cloudpickle
+
+from mlx_jupyter.cluster.rank.names import NAMES, PRODUCT_NAMES
+
+#: IPython's own names in a user namespace, never kept
+IPYTHON_NAMES = frozenset({"In", "Out", "get_ipython", "exit", "quit", "__builtins__", "__builtin__", "__name__",
+                           "__doc__", "__package__", "__loader__", "__spec__"})
+
+
+class NotKept(Exception):
+    """A value that cannot outlive its rank (it holds the old world, a group or a socket)."""
+
+
+def keep_root() -> Path:
+    """Where this host keeps the files: shared memory when the OS has it (Linux), else the temp dir."""
+    shm = Path("/dev/shm")
+    if sys.platform.startswith("linux") and shm.is_dir() and os.access(shm, os.W_OK):
+        return shm
+    return Path(tempfile.gettempdir())
+
+
+def keep_dir(name: str) -> Path:
+    """The per-cluster folder ``name`` (a random name chosen by the notebook) on this host."""
+    if not name or "/" in name or name.startswith("."):
+        raise ValueError(f"bad keep folder name {name!r}")
+    return keep_root() / name
+
+
+def private_dir(folder: Path, create: bool) -> Path:
+    """``folder``, made if asked, checked to be ours alone (a folder another user made or can
+    read is refused: we unpickle what is in it)."""
+    if create:
+        folder.mkdir(mode=0o700, exist_ok=True)
+    st = folder.lstat()
+    import stat
+
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise PermissionError(f"{folder} is not a private folder of this user: not used")
+    return folder
+
+
+def is_internal(name: str) -> bool:
+    """IPython's history and output names (``_``, ``__``, ``_i3``, ``_7``...) and its helpers."""
+    return name in IPYTHON_NAMES or name.startswith("_")
+
+
+def _unkeepable(obj: Any) -> Optional[str]:
+    """Why ``obj`` cannot be kept, for the kinds that hold the old processes' resources."""
+    kind = type(obj)
+    module = getattr(kind, "__module__", "") or ""
+    if module.startswith("mlx.core") and kind.__name__ == "Group":
+        return "holds MLX's old world"
+    if module.startswith("mlx_jupyter") and "Group" in kind.__name__:
+        return "holds the old core group"
+    if isinstance(obj, socket.socket):
+        return "a socket"
+    if isinstance(obj, types.GeneratorType):
+        return "a generator: cannot be pickled"
+    return None
+
+
+def _rebuild_mlx(buf: Any, dtype: str, shape: tuple, view: Optional[str]) -> Any:
+    import mlx.core as mx
+    import numpy as np
+
+    data = np.frombuffer(buf, dtype=np.dtype(view or dtype)).reshape(shape)
+    arr = mx.array(data)
+    return arr.view(getattr(mx, dtype)) if view else arr
+
+
+def _rebuild_torch(buf: Any, dtype: str, shape: tuple, view: Optional[str], requires_grad: bool) -> Any:
+    import numpy as np
+    import torch
+
+    data = np.frombuffer(buf, dtype=np.dtype(view or dtype)).reshape(shape)
+    t = torch.from_numpy(data)
+    if view:
+        t = t.view(getattr(torch, dtype))
+    return t.requires_grad_(requires_grad) if requires_grad else t
+
+
+#: dtypes numpy lacks, carried as an integer of the same width
+_NUMPY_LACKS = {"bfloat16": "uint16"}
+
+
+def _mlx_reduce(arr: Any) -> tuple:
+    import numpy as np
+
+    dtype = str(arr.dtype).rsplit(".", 1)[-1]
+    view = _NUMPY_LACKS.get(dtype)
+    raw = arr.view(getattr(sys.modules["mlx.core"], view)) if view else arr
+    data = np.ascontiguousarray(np.asarray(raw))
+    return _rebuild_mlx, (pickle.PickleBuffer(data), dtype, tuple(arr.shape), view)
+
+
+def _torch_reduce(t: Any) -> Any:
+    import torch
+
+    if t.device.type != "cpu" or t.is_sparse or t.is_quantized:
+        return NotImplemented
+    dtype = str(t.dtype).rsplit(".", 1)[-1]
+    view = _NUMPY_LACKS.get(dtype)
+    plain = t.detach().contiguous()
+    view = "int16" if view else None  # torch reads no uint16 from numpy
+    data = plain.view(torch.int16).numpy() if view else plain.numpy()
+    return _rebuild_torch, (pickle.PickleBuffer(data), dtype, tuple(t.shape), view, bool(t.requires_grad))
+
+
+class _Pickler(cloudpickle.CloudPickler):
+    """cloudpickle, with MLX arrays and torch CPU tensors as out-of-band buffers, and a clear
+    refusal for what holds the old processes' resources."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        why = _unkeepable(obj)
+        if why:
+            raise NotKept(why)
+        module = type(obj).__module__ or ""
+        if module.startswith("mlx.core") and type(obj).__name__ == "array":
+            return _mlx_reduce(obj)
+        if module == "torch" and type(obj).__name__ in ("Tensor", "Parameter"):
+            if type(obj).__name__ == "Tensor":
+                reduced = _torch_reduce(obj)
+                if reduced is not NotImplemented:
+                    return reduced
+        return super().reducer_override(obj)
+
+
+class _UserGlobals(dict):
+    """Stands for the user's namespace as the globals of the functions defined in it: they are
+    rebuilt with the new rank's namespace as their globals, as if defined there."""
+
+    def __reduce__(self) -> tuple:
+        return _target_namespace, ()
+
+
+#: the namespace being restored into (set by :func:`restore` while it unpickles)
+_TARGET: dict[str, Any] = {}
+
+
+def _target_namespace() -> Any:
+    return _TARGET["ns"]
+
+
+def _dumps(value: Any, ns: MutableMapping[str, Any], buffer_callback: Any) -> bytes:
+    out = io.BytesIO()
+    pickler = _Pickler(out, protocol=5, buffer_callback=buffer_callback)
+    pickler.globals_ref[id(ns)] = _UserGlobals(__name__="__main__")
+    pickler.dump(value)
+    return out.getvalue()
+
+
+def _address(buf: pickle.PickleBuffer) -> tuple[int, int]:
+    """Where a buffer's memory is: the same array met by two pickles is written once."""
+    import numpy as np
+
+    raw = buf.raw()
+    return (np.frombuffer(raw, dtype=np.uint8).__array_interface__["data"][0] if raw.nbytes else 0), raw.nbytes
+
+
+def _reason(value: Any, exc: BaseException) -> str:
+    if isinstance(exc, NotKept):
+        return str(exc)
+    why = _unkeepable(value)
+    if why:
+        return why
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return f"{type(value).__name__}: {text[:80]}"
+
+
+def save(dirname: str, rank: int, ns: Optional[MutableMapping[str, Any]] = None,
+         hidden: Optional[MutableMapping[str, Any]] = None) -> dict:
+    """Save this rank's user names into ``<keep_root>/<dirname>/rank<r>.*``; what was saved and not.
+    ``hidden``: what IPython itself put in the namespace (its ``open``...), left out while unchanged."""
+    if ns is None:
+        from mlx_jupyter.cluster.rank import agent as _agent
+
+        shell = _agent.AGENT.shell if _agent.AGENT is not None else None
+        ns = shell.user_ns if shell is not None else {}
+        hidden = getattr(shell, "user_ns_hidden", None)
+    hidden = hidden or {}
+    folder = private_dir(keep_dir(dirname), create=True)
+    modules: dict[str, str] = {}
+    not_kept: dict[str, str] = {}
+    singles: dict[str, tuple[bytes, list[pickle.PickleBuffer]]] = {}
+    for name, value in list(ns.items()):
+        if is_internal(name) or (name in PRODUCT_NAMES and NAMES.owns(ns, name)):
+            continue
+        if name in hidden and hidden[name] is value:
+            continue
+        if isinstance(value, types.ModuleType):
+            modules[name] = value.__name__
+            continue
+        found: list[pickle.PickleBuffer] = []
+        try:
+            singles[name] = (_dumps(value, ns, found.append), found)
+        except BaseException as exc:  # noqa: BLE001 - any failure only means: not kept
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            not_kept[name] = _reason(value, exc)
+    # all names in one pickle, so that what they share stays shared (a function and the optimizer
+    # it updates); each name alone as well, for a restore that fails on one of them
+    together: list[pickle.PickleBuffer] = []
+    whole = _dumps({name: ns[name] for name in singles}, ns, together.append)
+    spans: dict[tuple[int, int], tuple[int, int]] = {}
+    fd = os.open(folder / f"rank{rank}.data", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    offset = 0
+
+    def span(buf: pickle.PickleBuffer) -> tuple[int, int]:
+        nonlocal offset
+        key = _address(buf)
+        if key not in spans or key[0] == 0:
+            raw = buf.raw()
+            spans[key] = (offset, raw.nbytes)
+            _write_all(fd, raw)
+            offset += raw.nbytes
+            offset += _pad(fd, offset)
+        return spans[key]
+
+    try:
+        whole_spans = [span(b) for b in together]
+        records = [(name, payload, [span(b) for b in found]) for name, (payload, found) in singles.items()]
+    finally:
+        os.close(fd)
+    index = {"whole": (whole, whole_spans), "records": records, "modules": modules, "not_kept": not_kept}
+    index_path = folder / f"rank{rank}.index"
+    with open(os.open(index_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
+        pickle.dump(index, f, protocol=5)
+    nbytes = offset + len(whole)
+    return {"kept": [r[0] for r in records] + list(modules), "not_kept": not_kept, "bytes": nbytes}
+
+
+def _write_all(fd: int, raw: memoryview) -> None:
+    view = raw.cast("B") if raw.format != "B" or raw.ndim != 1 else raw
+    while view.nbytes:
+        done = os.write(fd, view)
+        view = view[done:]
+
+
+def _pad(fd: int, offset: int, align: int = 64) -> int:
+    """Align the next buffer (numpy and MLX like aligned data)."""
+    extra = (-offset) % align
+    if extra:
+        os.write(fd, b"\0" * extra)
+    return extra
+
+
+def restore(dirname: str, rank: int, ns: Optional[MutableMapping[str, Any]] = None) -> dict:
+    """Bind the names rank ``rank`` saved into this rank's namespace; then remove its files."""
+    import importlib
+
+    if ns is None:
+        from mlx_jupyter.cluster.rank import agent as _agent
+
+        ns = _agent.AGENT.shell.user_ns if _agent.AGENT is not None else {}
+    folder = private_dir(keep_dir(dirname), create=False)
+    index_path, data_path = folder / f"rank{rank}.index", folder / f"rank{rank}.data"
+    try:
+        with open(index_path, "rb") as f:
+            index = pickle.load(f)
+        restored, failed = [], {}
+        for name, module in index["modules"].items():
+            try:
+                ns[name] = importlib.import_module(module)
+                restored.append(name)
+            except Exception as exc:  # noqa: BLE001
+                failed[name] = f"module {module} did not import again: {exc}"
+        mapped = None
+        if data_path.stat().st_size:
+            with open(data_path, "rb") as f:
+                mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        view = memoryview(mapped) if mapped is not None else memoryview(b"")
+        _TARGET["ns"] = ns
+        try:
+            whole, whole_spans = index["whole"]
+            values = pickle.loads(whole, buffers=[view[o:o + n] for o, n in whole_spans])
+            ns.update(values)
+            restored.extend(values)
+        except Exception:  # noqa: BLE001 - then name by name: one name's failure costs only that name
+            for name, payload, spans in index["records"]:
+                try:
+                    ns[name] = pickle.loads(payload, buffers=[view[o:o + n] for o, n in spans])
+                    restored.append(name)
+                except Exception as exc:  # noqa: BLE001
+                    failed[name] = f"could not be restored: {type(exc).__name__}: {str(exc)[:80]}"
+        finally:
+            _TARGET.pop("ns", None)
+    finally:
+        discard(dirname, rank)
+    return {"restored": restored, "failed": failed}
+
+
+def discard(dirname: str, rank: int) -> None:
+    """Remove rank ``rank``'s files, and the folder once it is empty (mapped data stays readable)."""
+    folder = keep_dir(dirname)
+    for suffix in ("index", "data"):
+        try:
+            (folder / f"rank{rank}.{suffix}").unlink()
+        except FileNotFoundError:
+            pass
+    try:
+        folder.rmdir()
+    except OSError:
+        pass
+
+
+def remove_all(dirname: str) -> None:
+    """Remove this host's whole folder (the notebook's cleanup, for local ranks)."""
+    shutil.rmtree(keep_dir(dirname), ignore_errors=True)

@@ -1,0 +1,171 @@
+"""A restart keeps the ranks' names: real ranks, real MLX, and for the magic a real kernel.
+
+Values come back bit for bit (numpy float16/int64, MLX float32/bfloat16, torch, an nn.Module with
+its optimizer, a dict of arrays, a plain object); one line names what was not kept and why;
+``--clean`` starts empty; a name that fails to come back costs only itself; and after MLX's world
+died on one rank's error, ``%mlx_cluster restart`` brings the state back with a working world.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from mlx_jupyter.cluster import Cluster
+from mlx_jupyter.cluster.cells.display import show_run
+from mlx_jupyter.cluster.kept_state import report_line
+from mlx_jupyter.cluster.rank import keep
+from tests.cluster.kernel import Kernel
+
+pytestmark = pytest.mark.timeout(150)
+
+BUILD = """
+import numpy as np, torch, socket
+import mlx.nn as nn, mlx.optimizers as optim
+r = world.rank()
+h = np.random.default_rng(r).standard_normal(1000).astype(np.float16)
+i = np.arange(10 ** 6, dtype=np.int64) * (r + 3) - 2 ** 40
+xf = mx.random.normal((64, 33), key=mx.random.key(r))
+xb = (mx.random.normal((17, 5), key=mx.random.key(r + 9)) * 1e3).astype(mx.bfloat16)
+t = torch.randn(4, 7, generator=torch.Generator().manual_seed(r))
+tb = torch.randn(9, generator=torch.Generator().manual_seed(r + 1)).to(torch.bfloat16)
+d = {"w": np.full(5, r, dtype=np.float32), "m": mx.ones((2, 2)) * r}
+
+class Plain:
+    def __init__(self, v):
+        self.v = v
+
+p = Plain([r, "x"])
+model = nn.Linear(6, 3)
+opt = optim.Adam(learning_rate=1e-2)
+loss = lambda m, x: (m(x) ** 2).sum()
+step = lambda: opt.update(model, nn.value_and_grad(model, loss)(model, mx.ones((2, 6)))[1])
+step(); mx.eval(model.parameters(), opt.state)
+gen = (k for k in range(3))
+sock = socket.socket()
+"""
+
+#: each value as bytes and dtype, the same before and after
+FINGERPRINT = """
+import hashlib
+def _fp(v):
+    if isinstance(v, mx.array):
+        raw = v.view(mx.uint16) if v.dtype == mx.bfloat16 else v
+        return (str(v.dtype), v.shape, hashlib.sha1(np.array(raw).tobytes()).hexdigest())
+    if isinstance(v, torch.Tensor):
+        raw = v.view(torch.int16) if v.dtype == torch.bfloat16 else v
+        return (str(v.dtype), tuple(v.shape), hashlib.sha1(raw.numpy().tobytes()).hexdigest())
+    if isinstance(v, np.ndarray):
+        return (str(v.dtype), v.shape, hashlib.sha1(v.tobytes()).hexdigest())
+    return repr(v)
+from mlx.utils import tree_flatten
+fp = {k: _fp(globals()[k]) for k in ("h", "i", "xf", "xb", "t", "tb")}
+fp.update({"d." + k: _fp(v) for k, v in d.items()})
+fp.update({"model." + k: _fp(v) for k, v in tree_flatten(model.parameters())})
+fp.update({"opt." + k: _fp(v) for k, v in tree_flatten(opt.state)})
+fp["p"] = p.v
+"""
+
+
+def _keep_folders() -> set[str]:
+    return {p.name for p in keep.keep_root().glob("mlx-jupyter-keep-*")}
+
+
+def test_the_report_is_one_line_naming_what_was_not_kept_and_where():
+    saved = {0: {"bytes": 2 ** 30, "not_kept": {"f": "a generator: cannot be pickled", "s": "a socket"}},
+             1: {"bytes": 2 ** 30, "not_kept": {"s": "a socket"}}}
+    restored = {0: {"restored": ["a", "b"], "failed": {}}, 1: {"restored": ["a", "b"], "failed": {"c": "boom"}}}
+    line = report_line(saved, restored, {})
+    assert line == ("restart: kept 2 names on 2 ranks (2.0 GiB); not kept: c on rank 1 (boom), "
+                    "f on rank 0 (a generator: cannot be pickled), s (a socket)")
+    assert "\n" not in line
+
+
+def test_restart_brings_every_kind_of_value_back_bit_for_bit_and_clean_empties(capsys):
+    before_folders = _keep_folders()
+    with Cluster(n=2) as c:
+        show_run(c.run(BUILD), timeout=60)
+        show_run(c.run(FINGERPRINT), timeout=30)
+        before = c.pull("fp")
+        capsys.readouterr()
+        c.restart(timeout=60)
+        line = capsys.readouterr().out.strip()
+        assert line.startswith("restart: kept ") and " on 2 ranks (" in line, line
+        assert "gen (a generator: cannot be pickled)" in line and "sock (a socket)" in line, line
+        assert "\n" not in line and c.last_restart == line
+        show_run(c.run(FINGERPRINT), timeout=30)
+        assert c.pull("fp") == before
+        # modules came back by name, the model and its optimizer still train, `world` is new and works
+        show_run(c.run("step(); mx.eval(model.parameters()); n = int(opt.state['step'])\n"
+                       "s = mx.distributed.all_sum(mx.ones(2) * (r + 1), group=world).tolist()\n"
+                       "z = np.zeros(1).tolist()"), timeout=30)
+        assert c.pull("n") == [2, 2] and c.pull("s") == [[3.0, 3.0]] * 2 and c.pull("z") == [[0.0]] * 2
+        assert _keep_folders() == before_folders  # removed after the restore
+        c.restart(timeout=60, clean=True)
+        show_run(c.run("gone = [k for k in ('h', 'model', 'opt', 'np') if k in globals()]"), timeout=30)
+        assert c.pull("gone") == [[], []]
+        assert c.last_restart == "restart: 2 ranks started empty (--clean)"
+
+
+def test_a_name_that_fails_to_come_back_costs_only_itself():
+    """A value whose restore raises on the new rank: the others come back, the line says which and
+    why, the folder is gone and the cluster runs cells."""
+    with Cluster(n=2) as c:
+        show_run(c.run("class Fussy:\n    x = 0\n    def __init__(self):\n        self.x = 1\n    def __setstate__(self, state):\n        raise RuntimeError('no way back')\n"
+                       "f = Fussy()\nkeepme = world.rank() * 10"), timeout=30)
+        c.restart(timeout=60, quiet=True)
+        assert ("not kept: f (could not be restored: RuntimeError: no way back)" in c.last_restart), c.last_restart
+        assert c.pull("keepme") == [0, 10]
+        show_run(c.run("s = mx.distributed.all_sum(mx.ones(1), group=world).item()"), timeout=30)
+        assert c.pull("s") == [2.0, 2.0]
+
+
+def test_the_files_are_private_and_on_this_hosts_shared_memory(tmp_path):
+    ns = {"a": __import__("numpy").arange(4)}
+    name = f"mlx-jupyter-keep-test-{os.getpid()}"
+    try:
+        keep.save(name, 3, ns)
+        folder = keep.keep_dir(name)
+        assert folder.parent == (Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(__import__("tempfile").gettempdir()))
+        assert folder.stat().st_mode & 0o777 == 0o700
+        assert all(f.stat().st_mode & 0o777 == 0o600 for f in folder.iterdir())
+        back: dict = {}
+        keep.restore(name, 3, back)
+        assert (back["a"] == ns["a"]).all() and not folder.exists()
+        folder.mkdir(mode=0o755)   # made by someone else, or readable by others: never read
+        folder.chmod(0o755)
+        with pytest.raises(PermissionError, match="not a private folder"):
+            keep.save(name, 3, ns)
+        with pytest.raises(PermissionError, match="not a private folder"):
+            keep.restore(name, 3, {})
+    finally:
+        keep.remove_all(name)
+
+
+def test_after_mlxs_world_died_the_magics_restart_brings_the_state_and_a_working_world_back():
+    """Rank 1 raises while rank 0 waits in MLX's all_sum: the world is dead; `%mlx_cluster restart`
+    keeps `model` and the data, and MLX's `world` sums correctly again."""
+    k = Kernel()
+    try:
+        assert k.run("%load_ext mlx_jupyter\n%mlx_cluster start -n 2", 60).status == "ok"
+        built = k.run("%%mlx_distributed\nimport mlx.nn as nn\nimport numpy as np\nmodel = nn.Linear(3, 2)\n"
+                      "data = np.arange(6.0) + world.rank()\nw = np.array(model.weight).tolist()", 60)
+        assert built.status == "ok", built
+        died = k.run("%%mlx_distributed\nimport mlx_jupyter.distributed as d\nd.init().barrier()\n"
+                     "if world.rank() == 1:\n    1/0\nmx.eval(mx.distributed.all_sum(mx.ones(3), group=world))", 60)
+        assert died.status == "error" and "%mlx_cluster restart" in died.stdout + died.traceback, died
+        refused = k.run("%%mlx_distributed\nmx.distributed.all_sum(mx.ones(2), group=world)", 30)
+        assert "MLX's `world` is shut down" in refused.stdout + refused.traceback, refused
+        restarted = k.run("%mlx_cluster restart", 90)
+        assert restarted.status == "ok", restarted
+        assert "restart: kept " in restarted.stdout and "on 2 ranks" in restarted.stdout, restarted.stdout
+        after = k.run("%%mlx_distributed\nprint('sum', mx.distributed.all_sum(mx.ones(2) * (world.rank() + 1), "
+                      "group=world).tolist(), data.tolist()[:2], np.array(model.weight).tolist() == w)", 60)
+        assert after.status == "ok", after
+        assert "sum [3.0, 3.0] [0.0, 1.0] True" in after.stdout and "sum [3.0, 3.0] [1.0, 2.0] True" in after.stdout, \
+            after.stdout
+        assert k.run("%mlx_cluster stop", 30).status == "ok"
+    finally:
+        k.close()
