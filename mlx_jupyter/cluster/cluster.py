@@ -69,6 +69,10 @@ class Cluster:
     that name does not resolve to such an address on the hosts.
     ``cell_channel``: send cells straight to the ranks, beside the controller
     (:mod:`mlx_jupyter.cluster.cells.hub`); default on unless ``MLX_JUPYTER_CELL_CHANNEL=0``.
+    ``scheduler="slurm"``: the ranks run as one srun step on ``nodes`` nodes (``n`` per node) of a
+    Slurm job held for the cluster (``partition``, ``time``, ``account``, ``slurm_args``: sbatch's;
+    ``slurm``: a whole :class:`~mlx_jupyter.launch.slurm.SlurmOptions`), the controller here;
+    ``on_failure``: after a rank died, ``"release"`` the job or ``"keep"`` it for :meth:`restart`.
     """
 
     def __init__(
@@ -86,9 +90,22 @@ class Cluster:
         log_level: int = logging.WARNING,
         ssh_options: Optional[Any] = None,
         cell_channel: Optional[bool] = None,
+        scheduler: Optional[str] = None,
+        nodes: Optional[int] = None,
+        partition: Optional[str] = None,
+        time: Optional[str] = None,
+        account: Optional[str] = None,
+        slurm_args: Sequence[str] = (),
+        on_failure: str = "release",
+        slurm: Optional[Any] = None,
     ):
         if hosts and hostfile:
             raise ValueError("give hosts or hostfile, not both (the hostfile lists the hosts)")
+        from mlx_jupyter.cluster.slurm_allocation import for_cluster
+
+        self.allocation = for_cluster(scheduler, slurm, bool(hosts or hostfile), n=n, nodes=nodes,
+                                      partition=partition, time=time, account=account, args=slurm_args,
+                                      on_failure=on_failure)
         if isinstance(hosts, str):
             hosts = [h.strip() for h in hosts.split(",")]
         self.hosts = list(hosts or ["127.0.0.1"])
@@ -96,6 +113,8 @@ class Cluster:
             raise ValueError("empty host name in hosts")
         self.hostfile = hostfile
         self.n = default_ranks_per_host(bool(hosts or hostfile)) if n is None else int(n)
+        if self.allocation is not None:
+            self.n = self.allocation.opts.ranks_per_node
         if self.n < 1:
             raise ValueError(f"n must be at least 1 rank per host, got {n}")
         self.python = python or sys.executable
@@ -107,7 +126,8 @@ class Cluster:
             print(f"mlx-jupyter: {notice}", file=sys.stderr)
         self.cwd = cwd
         self.starting_port = starting_port
-        self.local = all_local([h.ssh for h in self.hostfile_hosts] if self.hostfile_hosts is not None else self.hosts)
+        self.local = self.allocation is None and all_local(
+            [h.ssh for h in self.hostfile_hosts] if self.hostfile_hosts is not None else self.hosts)
         self.controller_ip = controller_ip or (None if self.local else "*")
         self.timeout = timeout
         self.log_level = log_level
@@ -159,6 +179,8 @@ class Cluster:
 
     def expected_size(self) -> int:
         """How many ranks :meth:`start` will start."""
+        if self.allocation is not None:
+            return (self.allocation.opts.nodes or 1) * self.n
         return len(self.hostfile_hosts if self.hostfile_hosts is not None else self.hosts) * self.n
 
     # ------------------------------------------------------------ the processes
@@ -168,7 +190,12 @@ class Cluster:
         if self.owner is not None:
             raise ClusterError(f"{self.cluster_id} was started by {self.owner_text()}: it is already running")
         t0 = time.perf_counter()
-        self.processes.start(progress, self.timeout if timeout is None else timeout)
+        try:
+            self.processes.start(progress, self.timeout if timeout is None else timeout)
+        except BaseException:
+            if self.allocation is not None:   # a failed start holds no nodes
+                self.allocation.release()
+            raise
         self.ready_time = time.perf_counter() - t0
         return self
 
@@ -179,6 +206,8 @@ class Cluster:
         if self.owner is None:
             self._unpublish()
             self.processes.stop(timeout)
+            if self.allocation is not None:
+                self.allocation.release()
         else:
             if self._rank_watch is not None:
                 self._rank_watch.stop()
@@ -198,6 +227,22 @@ class Cluster:
         self.namespaces.forget()
         self.processes.restart(progress, self.timeout if timeout is None else timeout)
         return self
+
+    def death_note(self, rank: int) -> str:
+        """Why Slurm ended ``rank`` (time limit, node failure), in a few words; empty when it did not."""
+        if self.allocation is None:
+            return ""
+        infos = self.rank_infos()
+        node = infos[rank].host if rank < len(infos) else "?"
+        try:
+            output = list(self.engine_set.rank_output.get(rank, []))
+        except Exception:
+            output = []
+        return self.allocation.death_note(node, output)
+
+    def slurm_info(self) -> Optional[dict[str, Any]]:
+        """The Slurm job's id, state, nodes and time left (None without Slurm)."""
+        return self.allocation.info() if self.allocation is not None else None
 
     def _publish(self) -> None:
         """List this cluster for the lab panel (a file in Jupyter's runtime dir); never fails start."""

@@ -220,7 +220,8 @@ class CellRun:
             outcome.note = f"process died ({describe_exit(returncode)}); {self.cluster.restart_advice}"
             self._replied.add(rank)
             self._idle.add(rank)
-        self._fail(f"rank {rank} died ({describe_exit(returncode)})")
+        why = getattr(self.cluster, "death_note", lambda r: "")(rank)   # Slurm's reason, if it ended the rank
+        self._fail(f"rank {rank} died ({describe_exit(returncode)})" + (f": {why}" if why else ""))
         self._maybe_end(rank)
 
     def _maybe_end(self, rank: int) -> None:

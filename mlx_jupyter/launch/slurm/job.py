@@ -105,7 +105,10 @@ class SlurmJob(Ending):
             self._guard = await LocalWatchdog.start(slurm_env)
         except OSError as exc:
             raise LaunchError(f"cannot start the launcher's watchdog (/bin/sh): {exc}") from None
-        current = None if self.opts.allocate else Allocation.current(os.environ)
+        if self.opts.job_id is not None:
+            current: Optional[Allocation] = Allocation(self.opts.job_id, owned=False)
+        else:
+            current = None if self.opts.allocate else Allocation.current(os.environ)
         if current is not None:
             self.allocation = current
             self.log(f"running inside Slurm job {current.job_id}")
@@ -157,7 +160,8 @@ class SlurmJob(Ending):
         env = {**os.environ, **self._plan()}
         if c.backend != "mpi":   # mpi ranks share output lines: unbuffered fragments would interleave
             env.setdefault("PYTHONUNBUFFERED", "1")
-        explicit = self.allocation is not None and not self.allocation.owned
+        # the current allocation (not ours, not one held for us): --slurm-arg options are srun's
+        explicit = self.allocation is not None and not self.allocation.owned and self.opts.job_id is None
         try:
             extra = split_args(self.opts.srun_args, "--srun-arg") + (split_args(self.opts.args) if explicit else [])
         except ValueError as exc:
