@@ -84,10 +84,12 @@ class ClusterAllocation:
         self.allocation = Allocation.submit(self.opts, self.name)
         guard.register_job(str(self.allocation.job_id))
 
+        show = on_state or self.opts.on_state
+
         def seen(state: JobState) -> None:
             self.last_state = state.describe()
-            if on_state is not None:
-                on_state(state)
+            if show is not None:
+                show(state)
 
         try:   # on this thread: a KeyboardInterrupt (the stop button) lands in its wait
             self.allocation.wait_running(threading.Event(), self.opts.poll_interval, seen)
@@ -159,12 +161,10 @@ class ClusterAllocation:
 
     def info(self) -> dict[str, Any]:
         """For status and the panel: the job id, its state, nodes and time left."""
-        state = self.state()
-        left = state.time_left if state is not None else None
-        return {"job_id": self.job_id, "state": state.describe() if state else "gone",
-                "nodes": state.nodes if state and state.nodes else ",".join(self.nodes),
-                "time_left": left, "time_left_text": format_duration(left) if state else "",
-                "on_failure": self.on_failure}
+        if self.job_id is None:
+            return {"job_id": None, "state": "released", "nodes": "", "time_left": None, "time_left_text": "",
+                    "on_failure": self.on_failure}
+        return {**job_info(self.job_id), "on_failure": self.on_failure}
 
     def summary(self) -> str:
         """``Slurm job 12 RUNNING on node[1-2], 4 min 10 s left``."""
@@ -214,3 +214,15 @@ def for_cluster(scheduler: Optional[str], slurm: Optional[SlurmOptions], hosts: 
                    partition=partition or base.partition, time=time or base.time, account=account or base.account,
                    args=[*base.args, *args])
     return ClusterAllocation(opts, on_failure)
+
+
+def job_info(job_id: int) -> dict[str, Any]:
+    """The job's id, state, nodes and time left, as squeue shows them now (``state: gone`` once forgotten)."""
+    try:
+        state = commands.job_state(job_id)
+    except SlurmError as exc:
+        return {"job_id": job_id, "state": f"unknown ({exc})", "nodes": "", "time_left": None, "time_left_text": ""}
+    if state is None:
+        return {"job_id": job_id, "state": "gone", "nodes": "", "time_left": None, "time_left_text": ""}
+    return {"job_id": job_id, "state": state.describe(), "nodes": state.nodes, "time_left": state.time_left,
+            "time_left_text": format_duration(state.time_left) if state.running else ""}

@@ -174,6 +174,10 @@ class CellRun:
 
     def channel_reply(self, rank: int, content: dict) -> None:
         """The rank's reply, after all its outputs (one socket, in order): the rank's end."""
+        if content.get("ename") == "ChannelError":   # the rank went away: Slurm may say why (time limit, node)
+            why = getattr(self.cluster, "death_note", lambda r: "")(rank)
+            if why:
+                content = {**content, "evalue": f"{content.get('evalue', '')}; {why}"}
         self._record_reply(rank, content)
         self._on_idle(rank)
 
