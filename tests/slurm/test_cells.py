@@ -148,3 +148,34 @@ def test_a_rank_failure_keeps_or_releases_the_allocation(slurm, kernel):
     assert res.status == "error" and "rank 1 died" in res.traceback, res.traceback
     assert wait_until(lambda: job_state(slurm, job) in ("CANCELLED", "COMPLETED", ""), 10), job_state(slurm, job)
     assert kernel.run("%mlx_cluster stop", 30).status == "ok"
+
+
+CUT_CELL = """%%mlx_distributed
+import numpy as np, pathlib, time, mlx_jupyter.distributed as d
+group.barrier(timeout=30)
+pathlib.Path({ready!r}, f"ready-{{world.rank()}}").touch()
+if world.rank() == 2:
+    time.sleep(100)
+d.all_sum(np.ones(4, np.float32), group=group)
+"""
+
+
+def test_node_cut_mid_cell_fails_it_within_the_bound_naming_the_node(slurm, kernel, tmp_path):
+    """node3's cable is pulled while ranks 0 and 1 wait for rank 2 (on node3) in an all_sum."""
+    dead_peer = 2.0
+    job = start(kernel, f"--nodes 3 --env MLX_JUPYTER_DEAD_PEER_TIMEOUT={dead_peer:g}")
+    try:
+        msg_id = kernel.submit(CUT_CELL.format(ready=str(tmp_path)))
+        assert wait_until(lambda: len(list(tmp_path.glob("ready-*"))) == 3, 30)
+        slurm.cut(3)
+        cut = time.monotonic()
+        res = kernel.collect(msg_id, 30)
+        elapsed = time.monotonic() - cut
+        assert res.status == "error"
+        assert elapsed < dead_peer + 2 + 3, (elapsed, res.traceback)   # dead peer, the release deadline, slack
+        assert "rank 2 on node3 stopped responding" in res.traceback, res.traceback
+        assert re.search(r"rank 2: .*lost: node3 stopped responding", res.traceback), res.traceback
+        assert kernel.run("%mlx_cluster stop", 30).status == "ok"
+        assert wait_until(lambda: job_state(slurm, job) in ("CANCELLED", "COMPLETING", "NODE_FAIL", ""), 10)
+    finally:
+        slurm.heal(3)
