@@ -175,6 +175,7 @@ class ClusterProcesses:
         try:
             self.ipp.start_controller_sync()
             self._controller_pids = process_tree(self.ipp.controller.pid)
+            self.ipp.controller.on_stop(self._controller_stopped)
             if spec.local:  # engines start now and pick up the connection file when it appears
                 self.start_engines()
                 self.connect_client()
@@ -186,6 +187,17 @@ class ClusterProcesses:
             self.stop()
             raise
         self.started()
+
+    def _controller_stopped(self, data: Any) -> None:
+        """The controller ended without a stop: the ranks cannot be reached, so a Slurm job is released."""
+        alloc = self.spec.allocation
+        if self.stopping or alloc is None or alloc.job_id is None:
+            return
+        print(f"mlx-jupyter: the controller ended unexpectedly ({data}); releasing Slurm job {alloc.job_id} "
+              "(%mlx_cluster stop, then start, for new ranks)", file=sys.stderr)
+        import threading
+
+        threading.Thread(target=alloc.release, name="mlx-slurm-release", daemon=True).start()
 
     def _hub_ip(self) -> str:
         """Where the cell channel listens: beside the controller (all interfaces for remote ranks)."""

@@ -8,6 +8,7 @@ import re
 import signal
 import time
 
+import psutil
 import pytest
 
 from slurm_helpers import ROOT, wait_until
@@ -46,7 +47,10 @@ def kernel(slurm):
         assert k.run("%load_ext mlx_jupyter", 30).status == "ok"
         yield k
     finally:
-        k.close()
+        if k.km.has_kernel:
+            k.close()
+        else:   # the test shut it down
+            k.kc.stop_channels()
 
 
 def start(k: Kernel, options: str, timeout: float = 60) -> int:
@@ -84,6 +88,9 @@ def test_cells_status_and_stop_on_a_slurm_cluster(slurm, kernel):
     assert kernel.run("%mlx_cluster stop", 30).status == "ok"
     assert wait_until(lambda: job_state(slurm, job) in ("CANCELLED", "COMPLETED", ""), 10), job_state(slurm, job)
     assert not live_jobs(slurm)
+    job = start(kernel, "--nodes 1")
+    kernel.km.shutdown_kernel(now=False)   # a kernel shut down with its cluster running
+    assert wait_until(lambda: job_state(slurm, job) in ("CANCELLED", "COMPLETED", ""), 10), job_state(slurm, job)
 
 
 def test_pending_then_running_and_a_cancel_while_pending(slurm, kernel):
@@ -109,7 +116,14 @@ def test_pending_then_running_and_a_cancel_while_pending(slurm, kernel):
     assert kernel.run("%mlx_cluster stop", 30).status == "ok"
 
 
-def test_kernel_killed_ends_the_job(slurm, kernel):
+def test_lost_controller_and_killed_kernel_end_the_job(slurm, kernel):
+    job = start(kernel, "--nodes 2")
+    controller = [p for p in psutil.Process(kernel.pid).children()
+                  if "mlx_jupyter.cluster.ipcontroller" in " ".join(p.cmdline())]
+    assert len(controller) == 1, controller
+    controller[0].kill()
+    assert wait_until(lambda: job_state(slurm, job) in ("CANCELLED", "COMPLETED", ""), 10), job_state(slurm, job)
+    assert kernel.run("%mlx_cluster stop", 30).status == "ok"
     job = start(kernel, "--nodes 2")
     os.kill(kernel.pid, signal.SIGKILL)
     assert wait_until(lambda: job_state(slurm, job) in ("CANCELLED", "COMPLETED", ""), 10), job_state(slurm, job)
