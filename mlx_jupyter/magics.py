@@ -196,16 +196,16 @@ class MLXMagics(Magics):
             except (OSError, ValueError) as exc:
                 raise UsageError(f"--hostfile {args.hostfile}: {exc}" if args.hostfile else str(exc)) from None
             progress = _RanksProgressBar(total, "starting")
-            if cluster.allocation is not None:
-                cluster.allocation.opts.on_state = progress.slurm_state
+            allocation = getattr(cluster, "allocation", None)
+            if allocation is not None:
+                allocation.opts.on_state = progress.slurm_state
             try:
                 cluster.start(progress=progress)
             except (ClusterError, Exception) as exc:
                 progress.failed()
                 raise UsageError(f"the cluster did not start: {exc}") from None
             _cluster = _adopt(cluster)
-            where = f"; Slurm job {cluster.allocation.job_id} on {','.join(cluster.allocation.nodes)}" \
-                if cluster.allocation is not None else ""
+            where = f"; Slurm job {allocation.job_id} on {','.join(allocation.nodes)}" if allocation is not None else ""
             progress.done(f"{cluster.size} ranks ready in {cluster.ready_time:.2f} s "
                           f"({cluster.backend}; engine id = rank{where})")
             return None

@@ -45,8 +45,11 @@ class ClusterAllocation:
         return self.allocation.job_id if self.allocation is not None and not self.allocation.released else None
 
     def step_options(self) -> SlurmOptions:
-        """What the engine set's launcher gets: the ranks in our job, its first ``nodes`` nodes."""
-        return replace(self.opts, job_id=self.job_id, nodes=len(self.nodes) or self.opts.nodes, on_state=None)
+        """What the engine set's launcher gets: the ranks in our job, its first ``nodes`` nodes (in the
+        allocation we run inside, the launcher finds it itself, with ``--overlap`` inside a step)."""
+        owned = self.allocation is not None and self.allocation.owned
+        return replace(self.opts, job_id=self.job_id if owned else None, nodes=len(self.nodes) or self.opts.nodes,
+                       on_state=None)
 
     # ------------------------------------------------------------ getting it
 
