@@ -230,19 +230,7 @@ class Cluster:
 
     def death_note(self, rank: int) -> str:
         """Why Slurm ended ``rank`` (time limit, node failure), in a few words; empty when it did not."""
-        if self.allocation is None:
-            return ""
-        infos = self.rank_infos()
-        node = infos[rank].host if rank < len(infos) else "?"
-        try:
-            output = list(self.engine_set.rank_output.get(rank, []))
-        except Exception:
-            output = []
-        return self.allocation.death_note(node, output)
-
-    def slurm_info(self) -> Optional[dict[str, Any]]:
-        """The Slurm job's id, state, nodes and time left (None without Slurm)."""
-        return self.allocation.info() if self.allocation is not None else None
+        return self.allocation.rank_note(self, rank) if self.allocation is not None else ""
 
     def _publish(self) -> None:
         """List this cluster for the lab panel (a file in Jupyter's runtime dir); never fails start."""
@@ -380,8 +368,14 @@ class Cluster:
         return self.startup.forming_world()
 
     def check_ranks(self, ranks: Sequence[int]) -> None:
-        """Raise a clear error if a rank is dead or still busy with an earlier cell."""
-        self.supervisor.check_ranks(ranks)
+        """Raise a clear error if a rank is dead or still busy with an earlier cell (and why, if Slurm ended it)."""
+        try:
+            self.supervisor.check_ranks(ranks)
+        except ClusterError as exc:
+            notes = sorted({self.death_note(r) for r in self.dead if r in ranks} - {""})
+            if not notes:
+                raise
+            raise ClusterError("\n".join([*notes, str(exc)])) from None
 
     def wait(self, ar: Any, timeout: Optional[float], ranks: Sequence[int], what: str = "the request") -> Any:
         """Wait for an AsyncResult; fail at once if one of ``ranks`` dies; see :meth:`Supervisor.wait`."""

@@ -177,6 +177,15 @@ class ClusterAllocation:
         left = f", {i['time_left_text']} left" if i["time_left_text"] else ""
         return f"Slurm job {i['job_id']} {i['state']}{left} (on failure: {self.on_failure})"
 
+    def rank_note(self, cluster: Any, rank: int) -> str:
+        """:meth:`death_note` for ``cluster``'s ``rank``: its node and its last output."""
+        infos = cluster.rank_infos()
+        try:
+            output = list(cluster.engine_set.rank_output.get(rank, []))
+        except Exception:
+            output = []
+        return self.death_note(infos[rank].host if rank < len(infos) else "?", output)
+
     def death_note(self, node: str, output: list[str]) -> str:
         """One line on why a rank on ``node`` ended, when Slurm ended it (time limit, node failure)."""
         job = self.job_id

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import queue
 import re
@@ -11,6 +12,7 @@ import time
 import psutil
 import pytest
 
+from mlx_jupyter.server.manager import ClusterManager
 from slurm_helpers import ROOT, wait_until
 from tests.cluster.kernel import Kernel
 
@@ -83,6 +85,10 @@ def test_cells_status_and_stop_on_a_slurm_cluster(slurm, kernel):
     for r in range(4):
         assert f"sums {r} 4 {expected(4)} {expected(4)}" in res.stdout, res.stdout
     status = kernel.run("%mlx_cluster status", 30)
+    listing = asyncio.run(ClusterManager().listing())   # the panel's: the kernel's cluster, from its registry file
+    assert [i["slurm"] for i in listing if i.get("slurm")] == [
+        {"job_id": job, "nodes": "node[1-2]", "on_failure": "release", "state": "RUNNING on node[1-2]",
+         "time_left": None, "time_left_text": "unlimited"}], listing
     assert re.search(rf"Slurm job {job} RUNNING on node\[1-2\], unlimited left", status.stdout), text_of(status)
     assert "node1" in text_of(status) and "node2" in text_of(status)   # each rank's host in the table
     assert kernel.run("%mlx_cluster stop", 30).status == "ok"
@@ -140,6 +146,11 @@ def test_time_limit_ends_a_running_cell_naming_the_job(slurm, kernel):
     assert res.status == "error"
     assert re.search(rf"rank \d .*Slurm job {job} reached its time limit on node[12]", res.traceback), \
         res.traceback
+    dead = "import mlx_jupyter.magics as m; print(len(m.current().dead))"
+    assert wait_until(lambda: kernel.run(dead, 10).stdout.strip() == "2", 15)   # srun has told of both ends
+    res = kernel.run("%%mlx_distributed\nprint(1)", 30)   # the next cell says it again, first
+    assert res.status == "error" and "is dead" in res.traceback, res.traceback
+    assert re.search(rf"Slurm job {job} reached its time limit on node[12]\n", res.traceback), res.traceback
 
 
 def test_a_rank_failure_keeps_or_releases_the_allocation(slurm, kernel):
