@@ -38,6 +38,7 @@ class ClusterAllocation:
         self.nodes: list[str] = []
         self.ips: dict[str, str] = {}
         self.last_state = ""
+        self.last_job_id: Optional[int] = None   # kept after a release: a dead rank's note still names the job
         self._guard: Any = None
 
     @property
@@ -73,6 +74,7 @@ class ClusterAllocation:
                 raise ClusterError(f"--nodes {want}: Slurm job {self.allocation.job_id} has only "
                                    f"{len(nodes)} node(s) ({', '.join(nodes)})")
             self.nodes = nodes[:want]
+            self.last_job_id = self.allocation.job_id
             info = commands.nodes_info(self.nodes)
             self.ips = {n: commands.node_ip(info[n]) for n in self.nodes}
         except SlurmError as exc:
@@ -188,14 +190,17 @@ class ClusterAllocation:
 
     def death_note(self, node: str, output: list[str]) -> str:
         """One line on why a rank on ``node`` ended, when Slurm ended it (time limit, node failure)."""
-        job = self.job_id
+        job = self.job_id or self.last_job_id
         for line in reversed(output[-20:]):
             note = parse_srun_line(line)
             if note is not None and note.kind == "cancelled" and note.what:
                 if "TIME LIMIT" in note.what:
                     return f"Slurm job {job} reached its time limit on {note.node or node}"
                 return f"Slurm job {job} was cancelled on {note.node or node} ({note.what.lower()})"
-        state = self.state()
+        try:
+            state = commands.job_state(job) if job is not None else None
+        except SlurmError:
+            state = None
         if state is None:
             return ""
         if state.state == "TIMEOUT" or state.reason == "TimeLimit":
