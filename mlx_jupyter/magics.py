@@ -65,6 +65,7 @@ class _RanksProgressBar:
         self.handle: Any = None
         self.title = title
         self.have, self.total = 0, total_hint
+        self.slurm = ""
         try:
             from IPython import get_ipython
 
@@ -77,7 +78,14 @@ class _RanksProgressBar:
             self.handle = None
 
     def _line(self) -> str:
-        return f"{self.title}: {self.have}/{self.total} ranks connected"
+        if self.slurm and not self.have:
+            return f"{self.title}: {self.slurm}"
+        return f"{self.title}: {self.have}/{self.total} ranks connected" + (f" ({self.slurm})" if self.slurm else "")
+
+    def slurm_state(self, state: Any) -> None:
+        """The Slurm job's state while it waits for nodes (``Slurm job 12 PENDING (Resources)``)."""
+        self.slurm = f"Slurm job {state.job_id} {state.describe()}"
+        self(self.have, self.total)
 
     def _data(self) -> dict[str, str]:
         return {"text/plain": self._line(),
@@ -142,6 +150,14 @@ class MLXMagics(Magics):
     @argument("--known-hosts", metavar="F", help="ssh: known_hosts file instead of ~/.ssh/known_hosts")
     @argument("-i", "--identity", action="append", metavar="F", help="ssh: private key file(s)")
     @argument("--connect-timeout", type=float, default=10.0, metavar="S", help="ssh: connect timeout (default 10)")
+    @argument("--slurm", action="store_true", help="the ranks as Slurm tasks (-n: ranks per node), the controller here")
+    @argument("--nodes", type=int, default=None, metavar="N", help="Slurm: nodes (default 1)")
+    @argument("--partition", default=None, metavar="P", help="Slurm: partition")
+    @argument("--time", default=None, metavar="T", help="Slurm: time limit (30, 1:00:00, 1-0)")
+    @argument("--account", default=None, metavar="A", help="Slurm: account")
+    @argument("--slurm-arg", action="append", default=[], metavar="ARG", help="Slurm: more sbatch options (repeatable)")
+    @argument("--keep-allocation", action="store_true",
+              help="Slurm: keep the job after a rank fails, for %%mlx_cluster restart (default: release it)")
     @line_magic
     def mlx_cluster(self, line: str) -> Any:
         """Start, stop, restart or show the MLX cluster of this kernel."""
@@ -185,19 +201,24 @@ class MLXMagics(Magics):
                 cluster = Cluster(n=args.repeat_hosts, hosts=args.hosts, hostfile=args.hostfile, backend=args.backend,
                                   python=args.python, env=env, cwd=args.cwd, timeout=args.timeout,
                                   controller_ip=args.controller_ip,
-                                  ssh_options=None if ssh_options == SSHOptions() else ssh_options)
+                                  ssh_options=None if ssh_options == SSHOptions() else ssh_options,
+                                  **slurm_kwargs(args))
                 total = cluster.expected_size()
             except (OSError, ValueError) as exc:
-                raise UsageError(f"--hostfile {args.hostfile}: {exc}") from None
+                raise UsageError(f"--hostfile {args.hostfile}: {exc}" if args.hostfile else str(exc)) from None
             progress = _RanksProgressBar(total, "starting")
+            allocation = getattr(cluster, "allocation", None)
+            if allocation is not None:
+                allocation.opts.on_state = progress.slurm_state
             try:
                 cluster.start(progress=progress)
             except (ClusterError, Exception) as exc:
                 progress.failed()
                 raise UsageError(f"the cluster did not start: {exc}") from None
             _cluster = _adopt(cluster)
+            where = f"; Slurm job {allocation.job_id} on {','.join(allocation.nodes)}" if allocation is not None else ""
             progress.done(f"{cluster.size} ranks ready in {cluster.ready_time:.2f} s "
-                          f"({cluster.backend}; engine id = rank)")
+                          f"({cluster.backend}; engine id = rank{where})")
             return None
         if _cluster is None or not _cluster.running:
             if args.action == "stop":
@@ -230,6 +251,8 @@ class MLXMagics(Magics):
             publish_display_data({"text/plain": str(where), "text/html": where._repr_html_()})
         else:
             self._show_status(_cluster.status())
+            if getattr(_cluster, "allocation", None) is not None:
+                print(_cluster.allocation.summary())
         return None
 
     def _cluster_help(self, action: Optional[str]) -> None:
@@ -378,6 +401,22 @@ class MLXMagics(Magics):
         if args.into:
             self.shell.user_ns[args.into] = value
         return value
+
+
+def slurm_kwargs(args: Any) -> dict[str, Any]:
+    """``Cluster``'s Slurm arguments from ``%mlx_cluster start``'s (a usage error without --slurm)."""
+    given = [f for f, v in (("--nodes", args.nodes), ("--partition", args.partition), ("--time", args.time),
+                            ("--account", args.account), ("--slurm-arg", args.slurm_arg),
+                            ("--keep-allocation", args.keep_allocation)) if v]
+    if not args.slurm:
+        if given:
+            raise UsageError(f"{', '.join(given)} only mean something with --slurm")
+        return {}
+    if args.hosts or args.hostfile:
+        raise UsageError("--slurm takes its nodes from Slurm: no --hosts or --hostfile")
+    return {"scheduler": "slurm", "nodes": args.nodes, "partition": args.partition, "time": args.time,
+            "account": args.account, "slurm_args": list(args.slurm_arg),
+            "on_failure": "keep" if args.keep_allocation else "release"}
 
 
 def load_ipython_extension(ip: Any) -> None:

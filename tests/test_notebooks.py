@@ -56,7 +56,9 @@ def test_every_notebook_is_tested():
     assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted(
         ["01-quickstart.ipynb", "02-cabling-a-mac-cluster.ipynb", "03-data-parallel-training.ipynb",
          "04-remote-cluster-over-ssh.ipynb", "05-launch-from-a-notebook.ipynb",
-         "06-when-a-cell-hangs.ipynb", "buffers_and_backends.ipynb"])
+         "06-when-a-cell-hangs.ipynb",
+         "07-slurm-cluster.ipynb",   # needs Slurm: run on the Slurm bed by tests/slurm/test_notebook_slurm.py
+         "buffers_and_backends.ipynb"])
 
 
 @pytest.mark.timeout(240)

@@ -70,6 +70,10 @@ class Cluster:
     that name does not resolve to such an address on the hosts.
     ``cell_channel``: send cells straight to the ranks, beside the controller
     (:mod:`mlx_jupyter.cluster.cells.hub`); default on unless ``MLX_JUPYTER_CELL_CHANNEL=0``.
+    ``scheduler="slurm"``: the ranks run as one srun step on ``nodes`` nodes (``n`` per node) of a
+    Slurm job held for the cluster (``partition``, ``time``, ``account``, ``slurm_args``: sbatch's;
+    ``slurm``: a whole :class:`~mlx_jupyter.launch.slurm.SlurmOptions`), the controller here;
+    ``on_failure``: after a rank died, ``"release"`` the job or ``"keep"`` it for :meth:`restart`.
     """
 
     def __init__(
@@ -87,9 +91,22 @@ class Cluster:
         log_level: int = logging.WARNING,
         ssh_options: Optional[Any] = None,
         cell_channel: Optional[bool] = None,
+        scheduler: Optional[str] = None,
+        nodes: Optional[int] = None,
+        partition: Optional[str] = None,
+        time: Optional[str] = None,
+        account: Optional[str] = None,
+        slurm_args: Sequence[str] = (),
+        on_failure: str = "release",
+        slurm: Optional[Any] = None,
     ):
         if hosts and hostfile:
             raise ValueError("give hosts or hostfile, not both (the hostfile lists the hosts)")
+        from mlx_jupyter.cluster.slurm_allocation import for_cluster
+
+        self.allocation = for_cluster(scheduler, slurm, bool(hosts or hostfile), n=n, nodes=nodes,
+                                      partition=partition, time=time, account=account, args=slurm_args,
+                                      on_failure=on_failure)
         if isinstance(hosts, str):
             hosts = [h.strip() for h in hosts.split(",")]
         self.hosts = list(hosts or ["127.0.0.1"])
@@ -97,6 +114,8 @@ class Cluster:
             raise ValueError("empty host name in hosts")
         self.hostfile = hostfile
         self.n = default_ranks_per_host(bool(hosts or hostfile)) if n is None else int(n)
+        if self.allocation is not None:
+            self.n = self.allocation.opts.ranks_per_node
         if self.n < 1:
             raise ValueError(f"n must be at least 1 rank per host, got {n}")
         self.python = python or sys.executable
@@ -108,7 +127,8 @@ class Cluster:
             print(f"mlx-jupyter: {notice}", file=sys.stderr)
         self.cwd = cwd
         self.starting_port = starting_port
-        self.local = all_local([h.ssh for h in self.hostfile_hosts] if self.hostfile_hosts is not None else self.hosts)
+        self.local = self.allocation is None and all_local(
+            [h.ssh for h in self.hostfile_hosts] if self.hostfile_hosts is not None else self.hosts)
         self.controller_ip = controller_ip or (None if self.local else "*")
         self.timeout = timeout
         self.log_level = log_level
@@ -165,6 +185,8 @@ class Cluster:
 
     def expected_size(self) -> int:
         """How many ranks :meth:`start` will start."""
+        if self.allocation is not None:
+            return (self.allocation.opts.nodes or 1) * self.n
         return len(self.hostfile_hosts if self.hostfile_hosts is not None else self.hosts) * self.n
 
     # ------------------------------------------------------------ the processes
@@ -174,7 +196,12 @@ class Cluster:
         if self.owner is not None:
             raise ClusterError(f"{self.cluster_id} was started by {self.owner_text()}: it is already running")
         t0 = time.perf_counter()
-        self.processes.start(progress, self.timeout if timeout is None else timeout)
+        try:
+            self.processes.start(progress, self.timeout if timeout is None else timeout)
+        except BaseException:
+            if self.allocation is not None:   # a failed start holds no nodes
+                self.allocation.release()
+            raise
         self.ready_time = time.perf_counter() - t0
         return self
 
@@ -185,6 +212,8 @@ class Cluster:
         if self.owner is None:
             self._unpublish()
             self.processes.stop(timeout)
+            if self.allocation is not None:
+                self.allocation.release()
         else:
             if self._rank_watch is not None:
                 self._rank_watch.stop()
@@ -230,6 +259,10 @@ class Cluster:
         if (self.owner or {}).get("owner") == "server":
             return "restart it with the Restart button of the MLX Cluster panel (it keeps the ranks' names)"
         return "restart it in that kernel's notebook with %mlx_cluster restart"
+
+    def death_note(self, rank: int) -> str:
+        """Why Slurm ended ``rank`` (time limit, node failure), in a few words; empty when it did not."""
+        return self.allocation.rank_note(self, rank) if self.allocation is not None else ""
 
     def _publish(self, busy: Sequence[int] = ()) -> None:
         """List this cluster for the lab panel (a file in Jupyter's runtime dir); never fails start.
@@ -378,8 +411,14 @@ class Cluster:
         return self.startup.forming_world()
 
     def check_ranks(self, ranks: Sequence[int]) -> None:
-        """Raise a clear error if a rank is dead or still busy with an earlier cell."""
-        self.supervisor.check_ranks(ranks)
+        """Raise a clear error if a rank is dead or still busy with an earlier cell (and why, if Slurm ended it)."""
+        try:
+            self.supervisor.check_ranks(ranks)
+        except ClusterError as exc:
+            notes = sorted({self.death_note(r) for r in self.dead if r in ranks} - {""})
+            if not notes:
+                raise
+            raise ClusterError("\n".join([*notes, str(exc)])) from None
 
     def wait(self, ar: Any, timeout: Optional[float], ranks: Sequence[int], what: str = "the request") -> Any:
         """Wait for an AsyncResult; fail at once if one of ``ranks`` dies; see :meth:`Supervisor.wait`."""

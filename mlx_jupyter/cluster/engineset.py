@@ -53,6 +53,9 @@ class MLXEngineSetLauncher(EngineLauncher):
     ssh_options = TAny(None, allow_none=True, config=True,
                        help="mlx_jupyter.net.ssh.SSHOptions for remote hosts (None: OpenSSH defaults)")
 
+    slurm = TAny(None, allow_none=True, config=True,
+                 help="mlx_jupyter.launch.slurm.SlurmOptions: the ranks as one srun step (nodes x ranks_per_node)")
+
     launcher = TAny(None, allow_none=True)
 
     @default("backend")
@@ -76,6 +79,8 @@ class MLXEngineSetLauncher(EngineLauncher):
     def layout(self, n: Optional[int] = None) -> tuple[int, int]:
         """(ranks per host, ranks) for ``n`` engines asked for: ``repeat_hosts`` wins, a
         hostfile repeats its hosts, else ``n`` is spread over ``hosts`` (at least one each)."""
+        if self.slurm is not None:
+            return self.slurm.ranks_per_node, (self.slurm.nodes or 1) * self.slurm.ranks_per_node
         if self.hostfile or self.hostfile_hosts is not None:
             repeat = max(self.repeat_hosts, 1)
             return repeat, len(self.file_hosts()) * repeat
@@ -100,8 +105,10 @@ class MLXEngineSetLauncher(EngineLauncher):
         # the launcher's to read, with its backend and envs
         hosts: Any = self.file_hosts() if from_file else (self.hostfile or ",".join(self.hosts))
         self.n = count
-        port = self.starting_port
-        if not port:
+        port: Optional[int] = self.starting_port
+        if self.slurm is not None:
+            hosts, port = None, port or None   # the nodes are the allocation's; ports derived from the job id
+        elif not port:
             names = [h.ssh for h in self.file_hosts()] if (from_file or self.hostfile) else self.hosts
             port = free_port_block(count * max(self.connections_per_ip, 1)) if all_local(names) \
                 else DEFAULT_STARTING_PORT
@@ -124,6 +131,7 @@ class MLXEngineSetLauncher(EngineLauncher):
             on_exit=self._on_exit,
             terminate_on_failure=False,
             ssh_options=self.ssh_options,
+            slurm=self.slurm,
         )
         self.launcher.start()
         pids = [r.pid for r in self.launcher.ranks]

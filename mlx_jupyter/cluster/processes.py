@@ -50,6 +50,7 @@ class ClusterSpec(Protocol):
     log_level: int
     ssh_options: Any
     cell_channel: bool
+    allocation: Any  # a ClusterAllocation (scheduler="slurm"), else None
 
 
 def process_tree(pid: Optional[int]) -> list[int]:
@@ -116,6 +117,7 @@ class ClusterProcesses:
         self.stopping = False
         self._engine_set_id: Optional[str] = None
         self._controller_pids: list[int] = []
+        self.controller_ip: Optional[str] = spec.controller_ip
 
     def engine_config(self) -> Any:
         """The traitlets config of ipyparallel's Cluster: our engine set with ``spec``, our controller."""
@@ -135,6 +137,8 @@ class ClusterProcesses:
         if self.hub is not None:
             es.environment.update(rank_env.variables(cell_port=self.hub.port))
         es.starting_port = spec.starting_port
+        if spec.allocation is not None:
+            es.slurm = spec.allocation.step_options()
         if spec.cwd:
             es.rank_cwd = spec.cwd
         if spec.ssh_options is not None:
@@ -151,6 +155,11 @@ class ClusterProcesses:
         check_ipyparallel()
         spec = self.spec
         self.stopping = False
+        self.controller_ip = spec.controller_ip
+        if spec.allocation is not None:   # the nodes first: the controller listens where they reach it
+            spec.allocation.ensure()
+            if self.controller_ip in (None, "", "*", "0.0.0.0"):
+                self.controller_ip = spec.allocation.controller_ip()
         if spec.cell_channel and self.hub is None:
             self.hub = CellHub(self._hub_ip())
         self.ipp = ipp.Cluster(
@@ -158,7 +167,7 @@ class ClusterProcesses:
             profile_dir=registry.profile_dir(),
             engine_launcher_class=MLXEngineSetLauncher,
             controller_args=list(FAST_CONTROLLER_ARGS),
-            controller_ip=spec.controller_ip or "",
+            controller_ip=self.controller_ip or "",
             send_engines_connection_env=not spec.local,
             log_level=spec.log_level,
             config=self.engine_config(),
@@ -168,6 +177,7 @@ class ClusterProcesses:
         try:
             self.ipp.start_controller_sync()
             self._controller_pids = process_tree(self.ipp.controller.pid)
+            self.ipp.controller.on_stop(self._controller_stopped)
             if spec.local:  # engines start now and pick up the connection file when it appears
                 self.start_engines()
                 self.connect_client()
@@ -180,11 +190,22 @@ class ClusterProcesses:
             raise
         self.started()
 
+    def _controller_stopped(self, data: Any) -> None:
+        """The controller ended without a stop: the ranks cannot be reached, so a Slurm job is released."""
+        alloc = self.spec.allocation
+        if self.stopping or alloc is None or alloc.job_id is None:
+            return
+        print(f"mlx-jupyter: the controller ended unexpectedly ({data}); releasing Slurm job {alloc.job_id} "
+              "(%mlx_cluster stop, then start, for new ranks)", file=sys.stderr)
+        import threading
+
+        threading.Thread(target=alloc.release, name="mlx-slurm-release", daemon=True).start()
+
     def _hub_ip(self) -> str:
         """Where the cell channel listens: beside the controller (all interfaces for remote ranks)."""
         if self.spec.local:
             return "127.0.0.1"
-        ip = self.spec.controller_ip
+        ip = self.controller_ip
         return ip if ip not in (None, "", "*", "0.0.0.0") else "*"
 
     def await_controller(self, timeout: float = 30.0) -> None:
@@ -235,6 +256,11 @@ class ClusterProcesses:
         self.link.unregister([rank])
         self.supervisor.rank_died(rank, returncode)
         self.table.announce_exit(rank, returncode)
+        alloc = self.spec.allocation
+        if alloc is not None and alloc.on_failure == "release" and alloc.job_id is not None:
+            import threading
+
+            threading.Thread(target=alloc.release, name="mlx-slurm-release", daemon=True).start()
 
     def pids(self) -> set[int]:
         """Every process of this cluster on this machine: the controller's tree and the ranks'."""
@@ -283,6 +309,9 @@ class ClusterProcesses:
         if self.link.ids():
             raise ClusterError(f"the controller still lists engines {self.link.ids()} after stopping them")
         self.stopping = False
+        if self.spec.allocation is not None:   # a kept allocation is reused; a released one asked for again
+            self.spec.allocation.ensure()
+            self.ipp.config.MLXEngineSetLauncher.slurm = self.spec.allocation.step_options()
         self.start_engines()
         self.startup.run(progress, timeout)
         self.started()

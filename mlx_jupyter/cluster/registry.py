@@ -53,7 +53,16 @@ def describe(cluster: Any, owner: str = "kernel", busy: Sequence[int] = ()) -> d
         "hosts": list(cluster.hosts), "hostfile": cluster.hostfile, "size": cluster.size,
         "local": bool(getattr(cluster, "local", True)), "ranks": ranks, "published": time.time(),
         "busy": sorted(busy),
+        "slurm": _slurm(cluster),
     }
+
+
+def _slurm(cluster: Any) -> Optional[dict[str, Any]]:
+    """The Slurm job a cluster's ranks run in (its live state is squeue's: ``slurm_allocation.job_info``)."""
+    alloc = getattr(cluster, "allocation", None)
+    if alloc is None or alloc.job_id is None:
+        return None
+    return {"job_id": alloc.job_id, "nodes": list(alloc.nodes), "on_failure": alloc.on_failure}
 
 
 def _client_file(cluster: Any) -> Optional[str]:

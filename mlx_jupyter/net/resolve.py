@@ -79,3 +79,16 @@ async def resolve_host(name: str, options: Optional[ssh.SSHOptions] = None, look
     if ip is None:
         raise UnresolvedHost(f"{via}: the resolver gave no usable address")
     return Address(name, hostname, ip)
+
+
+def source_ip_toward(ip: str) -> str:
+    """The address of this machine that traffic to ``ip`` leaves from (the routing table's choice).
+
+    A UDP socket's connect sends nothing: the kernel only picks the route and the source address.
+    """
+    import socket
+
+    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        s.connect((ip, 9))
+        return s.getsockname()[0]

@@ -191,6 +191,12 @@ class ClusterManager:
             states = {r.get("health") for r in item.get("ranks", [])}
             item["state"] = "running" if states <= {"idle", "running", "remote"} else "degraded"
             out.append(item)
+        for item in out:   # a Slurm cluster's job, as squeue shows it now: state, nodes, time left
+            job = (item.get("slurm") or {}).get("job_id")
+            if job is not None:
+                from mlx_jupyter.cluster.slurm_allocation import job_info
+
+                item["slurm"].update(await loop.run_in_executor(None, job_info, int(job)))
         return out
 
     def shutdown(self) -> None:

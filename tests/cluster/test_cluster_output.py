@@ -88,3 +88,44 @@ def test_a_rank_that_cannot_be_released_under_mpi_is_told_to_restart():
     assert "blocked mpi collective, which cannot be cancelled; restart the ranks: %mlx_cluster restart" in mpi
     ring = CellRun(SimpleNamespace(backend="ring", restart_advice=advice), "x", [0])._no_reply_note()
     assert "interrupt again, or restart the ranks: %mlx_cluster restart" in ring
+
+
+def test_a_peer_that_stopped_responding_is_given_up_on_naming_its_host():
+    """Rank 0's PeerError says rank 2's host stopped answering: rank 2 is aborted, and, silent, given
+    up on after the release deadline as lost on its host; the cell's cause names rank and host."""
+    from types import SimpleNamespace
+
+    from mlx_jupyter.cluster.cells.outcome import NO_REPLY
+    from mlx_jupyter.cluster.cells.run import CellRun
+
+    aborted = []
+    host = SimpleNamespace(backend="ring", restart_advice="restart the ranks: %mlx_cluster restart",
+                           rank_infos=lambda: [SimpleNamespace(host=f"node{r + 1}") for r in range(3)],
+                           send_abort=lambda reason, ranks, ids: aborted.append(list(ranks)) or {},
+                           run_ended=lambda run: None)
+    run = CellRun(host, "x", [0, 1, 2], release_deadline=2.0)
+    peer = {"status": "error", "ename": "PeerError",
+            "evalue": "rank 2 (10.201.7.13:21005) stopped responding (its host is down or the network is cut): "
+                      "nothing was acknowledged for 2.000 s (MLX_JUPYTER_DEAD_PEER_TIMEOUT)"}
+    for rank in (0, 1):
+        run.channel_reply(rank, peer)
+    assert run.outcomes[0].status == RELEASED and aborted == [[1, 2]]   # every rank still running
+    assert run.cause == "rank 2 on node3 stopped responding (its host is down or the network is cut)"
+    run.check_deadlines(now=run._abort_sent[2] + 2.0)
+    assert run.done.is_set() and run.outcomes[2].status == NO_REPLY
+    assert run.outcomes[2].note.startswith("lost: node3 stopped responding")
+
+
+def test_a_peer_error_about_a_rank_that_already_ended_aborts_nothing():
+    from types import SimpleNamespace
+
+    from mlx_jupyter.cluster.cells.run import CellRun
+
+    aborted = []
+    host = SimpleNamespace(backend="ring", restart_advice="", rank_infos=lambda: [],
+                           send_abort=lambda reason, ranks, ids: aborted.append(list(ranks)) or {},
+                           run_ended=lambda run: None)
+    run = CellRun(host, "x", [0, 1])
+    run.channel_reply(1, {"status": "ok"})
+    run.channel_reply(0, {"status": "error", "ename": "PeerError", "evalue": "rank 1 (10.0.0.2:1) stopped responding"})
+    assert aborted == [] and run.cause is None and run.done.is_set()

@@ -107,3 +107,36 @@ def test_unreadable_hostfile_is_named_before_starting(start, tmp_path):
     m = magics.MLXMagics(shell=None)
     with pytest.raises(UsageError, match="--hostfile .*missing.json"):
         m.mlx_cluster(f"start --hostfile {tmp_path / 'missing.json'}")
+
+
+def test_slurm_flags_become_cluster_arguments(start):
+    kw = start("start --slurm --nodes 3 -n 2 --partition gpu --time 30 --account lab "
+               "--slurm-arg=--gres=gpu:1 --keep-allocation")
+    assert kw["scheduler"] == "slurm" and kw["nodes"] == 3 and kw["n"] == 2
+    assert (kw["partition"], kw["time"], kw["account"]) == ("gpu", "30", "lab")
+    assert kw["slurm_args"] == ["--gres=gpu:1"] and kw["on_failure"] == "keep"
+    assert REAL_CLUSTER(**kw).expected_size() == 6
+    assert start("start --slurm")["on_failure"] == "release"
+
+
+@pytest.mark.parametrize("line, message", [
+    ("start --nodes 2", "--nodes only mean something with --slurm"),
+    ("start --keep-allocation", "--keep-allocation only mean something with --slurm"),
+    ("start --slurm --hosts a,b", "no --hosts or --hostfile"),
+    ("start --slurm --nodes 0", "nodes must be at least 1"),
+])
+def test_slurm_flags_misused_are_usage_errors(monkeypatch, line, message):
+    monkeypatch.setattr(magics, "_cluster", None)
+    with pytest.raises(UsageError, match=message):
+        magics.MLXMagics(shell=None).mlx_cluster(line)
+
+
+def test_cluster_slurm_arguments_are_checked():
+    with pytest.raises(ValueError, match="only scheduler is 'slurm'"):
+        REAL_CLUSTER(scheduler="pbs")
+    with pytest.raises(ValueError, match="need scheduler='slurm'"):
+        REAL_CLUSTER(nodes=2)
+    with pytest.raises(ValueError, match="on_failure='never'"):
+        REAL_CLUSTER(scheduler="slurm", on_failure="never")
+    c = REAL_CLUSTER(scheduler="slurm", nodes=2, time="5")
+    assert c.n == 1 and c.expected_size() == 2 and not c.local and c.allocation.opts.time == "5"

@@ -35,3 +35,25 @@ def test_the_test_bed_session_runs_as_written(slurm):
     res = cli(argv, env={**slurm.env(), "PYTHONPATH": str(ROOT)})
     assert res.returncode == 0, res.stderr
     assert sorted(res.stdout.splitlines()) == [f"[rank {r}] {r} [4.0, 4.0]" for r in range(4)]
+
+
+def cell_blocks() -> list[str]:
+    """The notebook cells of the section on cells (python blocks with % lines)."""
+    section = DOC.split("## Cells on a Slurm cluster", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, flags=re.S)
+
+
+def test_the_cells_section_runs_as_written_on_the_bed(slurm):
+    from tests.cluster.kernel import Kernel
+
+    cells = cell_blocks()
+    assert len(cells) == 3 and cells[0].startswith("%load_ext mlx_jupyter")
+    k = Kernel(env={**slurm.env(), "PYTHONPATH": str(ROOT)})
+    try:
+        res = [k.run(cell, 60) for cell in cells]
+        assert all(r.status == "ok" for r in res), [r.traceback for r in res]
+        assert all(f"{r} [4.0, 4.0]" in res[1].stdout for r in range(4)), res[1].stdout
+        assert re.search(r"Slurm job \d+ RUNNING on node\[1-2\], (30 min|29 min \d+ s) left", res[2].stdout), \
+            res[2].stdout
+    finally:
+        k.close()

@@ -21,6 +21,7 @@ thread; :meth:`next_event` is called from the notebook's thread.
 from __future__ import annotations
 
 import queue
+import re
 import threading
 import time
 import uuid
@@ -55,6 +56,8 @@ RELEASE_TEXT = ("connection to a peer was lost",)
 ENDED_WORDS = {OK: "done", ERROR: "raised", RELEASED: "released", DIED: "dead", NO_REPLY: "no reply"}
 #: a rank's answer for a cell aborted before it started there (rank.agent.CellAborted)
 NOT_STARTED = "CellAborted"
+#: our core's PeerError for a peer whose host stopped acknowledging (down, or the network cut)
+_SILENT_PEER = re.compile(r"rank (\d+) \([^)]*\) stopped responding")
 
 
 def is_release_error(ename: str, evalue: str, stopped: bool) -> bool:
@@ -130,6 +133,7 @@ class CellRun:
         self._idle: set[int] = set()
         self._ended: set[int] = set()
         self._abort_sent: dict[int, float] = {}
+        self._silent: set[int] = set()   # ranks a peer found unreachable: their host is down or cut off
         self._abort_replies: dict[int, Any] = {}
         self.msg_ids: dict[int, str] = {}
         self._futures: dict[int, Any] = {}
@@ -202,6 +206,10 @@ class CellRun:
 
     def channel_reply(self, rank: int, content: dict) -> None:
         """The rank's reply, after all its outputs (one socket, in order): the rank's end."""
+        if content.get("ename") == "ChannelError":   # the rank went away: Slurm may say why (time limit, node)
+            why = getattr(self.cluster, "death_note", lambda r: "")(rank)
+            if why:
+                content = {**content, "evalue": f"{content.get('evalue', '')}; {why}"}
         self._record_reply(rank, content)
         self._on_idle(rank)
 
@@ -234,7 +242,26 @@ class CellRun:
                 if self.first_error is None:
                     self.first_error = rank
             self._fail(f"rank {rank} raised {outcome.ename}: {outcome.evalue}".rstrip(": "))
+        elif outcome.ename == "PeerError":
+            self._peer_silent(outcome.evalue)
         self._maybe_end(rank)
+
+    def _peer_silent(self, evalue: str) -> None:
+        """A peer's host stopped answering: nothing will come from it, so the run gives up on it
+        after the release deadline, like a rank that does not stop."""
+        m = _SILENT_PEER.search(evalue)
+        silent = int(m.group(1)) if m else -1
+        if silent not in self.outcomes or self.outcomes[silent].status != RUNNING:
+            return
+        with self._lock:
+            self._silent.add(silent)
+        self._fail(f"rank {silent} on {self._host(silent)} stopped responding (its host is down or the network is cut)")
+
+    def _host(self, rank: int) -> str:
+        try:
+            return str(self.cluster.rank_infos()[rank].host)
+        except Exception:
+            return "its host"
 
     def _on_idle(self, rank: int, fut: Any = None) -> None:
         with self._lock:
@@ -253,7 +280,8 @@ class CellRun:
             outcome.note = f"process died ({describe_exit(returncode)}); {self.cluster.restart_advice}"
             self._replied.add(rank)
             self._idle.add(rank)
-        self._fail(f"rank {rank} died ({describe_exit(returncode)})")
+        why = getattr(self.cluster, "death_note", lambda r: "")(rank)   # Slurm's reason, if it ended the rank
+        self._fail(f"rank {rank} died ({describe_exit(returncode)})" + (f": {why}" if why else ""))
         self._maybe_end(rank)
 
     def _maybe_end(self, rank: int) -> None:
@@ -305,7 +333,9 @@ class CellRun:
                     outcome = self.outcomes[rank]
                     if outcome.status == RUNNING:
                         outcome.status = NO_REPLY
-                        outcome.note = self._no_reply_note()
+                        outcome.note = self._no_reply_note() if rank not in self._silent else (
+                            f"lost: {self._host(rank)} stopped responding (down, or cut off); "
+                            f"{self.cluster.restart_advice}")
                         if rank in self._futures:
                             self.cluster.mark_busy(rank, self._futures[rank])
                     self._replied.add(rank)

@@ -65,6 +65,9 @@ class Ending:
         if trouble and not self._stopping_by_us() and self.job_id is not None:
             await self._explain(notes, failed_nodes)
         self._lost_why = await self._lost_reasons(failed_nodes)
+        for info in self.ranks:   # the ends heard of only now (srun's notes, the silent): on_exit too
+            if info.state != PENDING:
+                self._tell_exit(info.rank, info.returncode)
 
     def _settle_failures(self, notes: list[SrunNote]) -> None:
         """The ranks that failed by themselves, first first. Reports travel on two channels (the wrapper's
@@ -94,7 +97,9 @@ class Ending:
             state = None
         cancelled = [n for n in notes if n.kind == "cancelled"]
         why = {n.what for n in cancelled}
-        where = (state.nodes if state and state.nodes else "") or next((n.node for n in cancelled if n.node), "")
+        # our own job's nodes are the step's; squeue's shrink while the job completes, node by node
+        ours = self.allocation.nodelist if self.allocation is not None and self.allocation.owned else ""
+        where = ours or (state.nodes if state and state.nodes else "") or next((n.node for n in cancelled if n.node), "")
         on = f" on {where}" if where else ""
         job = f"Slurm job {self.job_id}"
         ended = (state.state, state.reason) if state else ("", "")

@@ -74,6 +74,7 @@ class SlurmJob(Ending):
         self._fail_timer: Optional[asyncio.TimerHandle] = None
         self._tasks: list[asyncio.Task] = []
         self.end_note = ""                         # how Slurm ended the job, if it did
+        self._told: set[int] = set()               # ranks whose end on_exit has heard of
 
     # ------------------------------------------------------------- starting --
     @property
@@ -105,7 +106,10 @@ class SlurmJob(Ending):
             self._guard = await LocalWatchdog.start(slurm_env)
         except OSError as exc:
             raise LaunchError(f"cannot start the launcher's watchdog (/bin/sh): {exc}") from None
-        current = None if self.opts.allocate else Allocation.current(os.environ)
+        if self.opts.job_id is not None:
+            current: Optional[Allocation] = Allocation(self.opts.job_id, owned=False)
+        else:
+            current = None if self.opts.allocate else Allocation.current(os.environ)
         if current is not None:
             self.allocation = current
             self.log(f"running inside Slurm job {current.job_id}")
@@ -157,7 +161,8 @@ class SlurmJob(Ending):
         env = {**os.environ, **self._plan()}
         if c.backend != "mpi":   # mpi ranks share output lines: unbuffered fragments would interleave
             env.setdefault("PYTHONUNBUFFERED", "1")
-        explicit = self.allocation is not None and not self.allocation.owned
+        # the current allocation (not ours, not one held for us): --slurm-arg options are srun's
+        explicit = self.allocation is not None and not self.allocation.owned and self.opts.job_id is None
         try:
             extra = split_args(self.opts.srun_args, "--srun-arg") + (split_args(self.opts.args) if explicit else [])
         except ValueError as exc:
@@ -213,11 +218,7 @@ class SlurmJob(Ending):
             info.state = EXITED
         if code != 0 and (info.state != KILLED or self._fail_timer is not None):
             self.failures.append(rank)   # kept in order; settled at the end (ending._settle_failures)
-        if self.config.on_exit is not None:
-            try:
-                self.config.on_exit(rank, code)
-            except Exception as exc:  # noqa: BLE001 - a user callback must not kill the launcher
-                print(f"{PROG}: on_exit callback failed: {exc!r}", file=sys.stderr)
+        self._tell_exit(rank, code)
         if (code != 0 and info.state == EXITED and self.config.terminate_on_failure and not self._stopping
                 and self._fail_timer is None):
             # srun's --kill-on-bad-exit ends the others (terminated, not failed, as Job's stop marks them);
@@ -228,6 +229,17 @@ class SlurmJob(Ending):
             loop = asyncio.get_running_loop()
             self._fail_timer = loop.call_later(self.opts.failure_grace,
                                                lambda: self._tasks.append(asyncio.ensure_future(self.stop())))
+
+    def _tell_exit(self, rank: int, code: Optional[int]) -> None:
+        """``on_exit(rank, code)`` once per rank; None when no code is known (a rank lost, or ended by Slurm
+        with its wrapper: "exit status unknown", not a made-up signal)."""
+        if rank in self._told or self.config.on_exit is None:
+            return
+        self._told.add(rank)
+        try:
+            self.config.on_exit(rank, code)
+        except Exception as exc:  # noqa: BLE001 - a user callback must not kill the launcher
+            print(f"{PROG}: on_exit callback failed: {exc!r}", file=sys.stderr)
 
     async def _watch_srun(self) -> None:
         assert self._srun is not None

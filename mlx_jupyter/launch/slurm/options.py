@@ -41,6 +41,8 @@ class SlurmOptions:
     job_name: Optional[str] = None
     #: None: use the current allocation when SLURM_JOB_ID is set; True: always ask for a new one
     allocate: Optional[bool] = None
+    #: run in this job (one held by someone else, e.g. a notebook's cluster): never released here
+    job_id: Optional[int] = None
     #: seconds between squeue probes while the job waits for its nodes
     poll_interval: float = 1.0
     #: after a rank fails, seconds srun gets to end the others before we stop the step ourselves
