@@ -28,6 +28,8 @@ export interface ICluster {
   ranks: IRank[];
   /** One line when the ranks are in different places (who waits for whom). */
   diagnosis?: string;
+  /** The Slurm job the ranks run in, as squeue shows it now. */
+  slurm?: { job_id: number; state?: string; nodes?: string | string[]; time_left_text?: string };
 }
 
 /** Call the server extension's REST API under <base_url>/mlx-jupyter/. */

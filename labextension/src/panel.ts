@@ -174,6 +174,13 @@ export class ClusterPanel extends Widget {
       card.appendChild(head);
       const where = c.hosts.join(', ') + (c.owner === 'server' ? '' : ` · kernel pid ${c.owner_pid}`);
       card.appendChild(el('div', { class: 'mlxj-card-sub' }, `${c.backend} · ${c.size || '?'} ranks · ${where}`));
+      if (c.slurm) {
+        const s = c.slurm;
+        const nodes = Array.isArray(s.nodes) ? s.nodes.join(',') : (s.nodes || '');
+        const parts = [`Slurm job ${s.job_id}`, s.state || '', nodes ? `on ${nodes}` : '',
+                       s.time_left_text ? `${s.time_left_text} left` : ''];
+        card.appendChild(el('div', { class: 'mlxj-card-sub mlxj-card-slurm' }, parts.filter(p => p).join(' · ')));
+      }
       if (c.error) {
         card.appendChild(errorBox(c.error));
       }
