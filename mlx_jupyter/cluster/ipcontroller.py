@@ -37,8 +37,10 @@ class MLXController(IPController):
     def init_hub(self) -> None:
         with init_hub_without_pause():
             super().init_hub()
-        dispatch = self.hub.dispatch_monitor_traffic
-        self.hub.monitor.on_recv(lambda msg: None if is_iopub_welcome(msg) else dispatch(msg))
+        hub = getattr(self, "hub", None)   # None: ipyparallel made no hub (nothing to filter)
+        if hub is not None:
+            dispatch = hub.dispatch_monitor_traffic
+            hub.monitor.on_recv(lambda msg: None if is_iopub_welcome(msg) else dispatch(msg))
 
     def save_connection_dict(self, fname: str, cdict: dict) -> None:
         path = os.path.join(self.profile_dir.security_dir, fname)

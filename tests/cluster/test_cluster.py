@@ -50,7 +50,7 @@ def test_cluster_is_published_for_the_lab_panel(cluster):
     [item] = _published(cluster)
     assert item["owner"] == "kernel" and item["owner_pid"] == os.getpid() and item["size"] == 2
     assert [(r["rank"], r["pid"], r["health"]) for r in item["ranks"]] == \
-        [(row["rank"], row["pid"], "running") for row in cluster.status()]
+        [(row["rank"], row["pid"], "idle") for row in cluster.status()]   # no cell runs: idle
 
 
 def test_start_uses_our_controller_and_begins_mlx_world_after_the_probe(cluster):
