@@ -106,7 +106,7 @@ class FakeSSH:
             raise self.SSHError(f"ssh to {host}: connection refused")
         return SimpleNamespace(close=lambda: None)
 
-    async def run(self, conn, command, timeout, host):
+    async def run(self, conn, command, timeout, host, stdin=""):
         return SimpleNamespace(exit_status=0, stdout=f"{host}:{command}".encode(), stderr=b"")
 
 
