@@ -308,6 +308,9 @@ def _unstarted_cluster(monkeypatch, tmp_path):
     class Controller:
         pid = None
 
+        def on_stop(self, callback):   # the lost-controller watch (Slurm) registers here
+            pass
+
     class Ipp:
         controller = Controller()
         engines = {}
