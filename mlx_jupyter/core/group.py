@@ -230,7 +230,7 @@ class CoreGroup(Group):
     def all_reduce(self, op: str, x: Any, out: Any, timeout: float | None) -> Any:
         v = arrays.view(x)
         o = _prepare_out(out, v.shape, v.dtype, f"all_{op}")
-        self._core.all_reduce(v.core, o.core, op, self.timeout(timeout))
+        self._core.all_reduce(v.core, o.core, OPS[op], self.timeout(timeout))
         return _result(o, v.kind, out)
 
     def all_gather(self, x: Any, out: Any, timeout: float | None) -> Any:
@@ -242,7 +242,7 @@ class CoreGroup(Group):
     def sum_scatter(self, x: Any, out: Any, timeout: float | None) -> Any:
         v = arrays.view(x)
         o = _prepare_out(out, _scatter_shape(v.shape, self.size()), v.dtype, "sum_scatter")
-        self._core.reduce_scatter(v.core, o.core, "sum", self.timeout(timeout))
+        self._core.reduce_scatter(v.core, o.core, OPS["sum"], self.timeout(timeout))
         return _result(o, v.kind, out)
 
     def send(self, x: Any, dst: int, timeout: float | None) -> None:

@@ -92,11 +92,11 @@ CallOptions call(double timeout) {
 
 namespace {
 
-ReduceOp parse_op(const std::string& s) {
-  if (s == "sum") return ReduceOp::Sum;
-  if (s == "max") return ReduceOp::Max;
-  if (s == "min") return ReduceOp::Min;
-  throw std::invalid_argument("unknown reduction '" + s + "' (sum, max, min)");
+// The one representation of a reduction across the binding: its code (0 sum, 1 max, 2 min),
+// as mlx_jupyter.core.group.OPS maps the names.
+ReduceOp reduce_op(int op) {
+  if (op < 0 || op > 2) throw std::invalid_argument("unknown reduction code " + std::to_string(op) + " (0 sum, 1 max, 2 min)");
+  return ReduceOp(op);
 }
 
 // A C-contiguous view through the buffer protocol, released on destruction;
@@ -277,10 +277,10 @@ void bind_group(nb::module_& m) {
         nb::gil_scoped_release rel;
         g.barrier(o);
       }, "timeout"_a)
-      .def("all_reduce", [](Group& g, InArray in, AnyArray out, const std::string& op, double timeout) {
+      .def("all_reduce", [](Group& g, InArray in, AnyArray out, int op, double timeout) {
         Dtype t = check_in_out(in, out, out.size() == in.size(), "the input's dtype and size");
         CallOptions o = call(timeout);
-        ReduceOp rop = parse_op(op);
+        ReduceOp rop = reduce_op(op);
         nb::gil_scoped_release rel;
         g.all_reduce(in.data(), out.data(), in.size(), t, rop, o);
       }, "input"_a, "out"_a, "op"_a, "timeout"_a)
@@ -297,11 +297,11 @@ void bind_group(nb::module_& m) {
         nb::gil_scoped_release rel;
         g.all_gather(in.data(), out.data(), in.size() * dtype_size(t), t, o);
       }, "input"_a, "out"_a, "timeout"_a)
-      .def("reduce_scatter", [](Group& g, InArray in, AnyArray out, const std::string& op, double timeout) {
+      .def("reduce_scatter", [](Group& g, InArray in, AnyArray out, int op, double timeout) {
         Dtype t = check_in_out(in, out, out.size() * size_t(g.size()) == in.size(),
                                "the input's dtype and 1/size() of its size");
         CallOptions o = call(timeout);
-        ReduceOp rop = parse_op(op);
+        ReduceOp rop = reduce_op(op);
         nb::gil_scoped_release rel;
         g.reduce_scatter(in.data(), out.data(), out.size(), t, rop, o);
       }, "input"_a, "out"_a, "op"_a, "timeout"_a)
