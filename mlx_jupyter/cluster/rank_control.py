@@ -61,24 +61,18 @@ class RankControl:
     def replies(self, timeout: float = 1.0, ranks: Optional[Sequence[int]] = None) -> dict[int, dict]:
         """Each live rank's ``mlx_status_reply`` content (see ``RankAgent.status``), within ``timeout`` s;
         a rank that did not answer is left out."""
-        ids = self.link.ids()
-        futures = {rank: self.link.send_control(rank, "mlx_status_request", {})
-                   for rank in (self.table.ranks if ranks is None else ranks)
-                   if rank not in self.table.dead and rank in ids}
-        deadline = time.monotonic() + timeout
-        out = {}
-        for rank, fut in futures.items():
-            try:
-                out[rank] = fut.result(max(0.0, deadline - time.monotonic()))["content"]
-            except Exception:
-                pass
-        return out
+        return self._ask("mlx_status_request", ranks, timeout)
 
     def where_samples(self, ranks: Optional[Sequence[int]] = None, timeout: float = 1.0) -> dict[int, dict]:
         """Each live rank's sample of where it is now (``mlx_where_request``; answered while a cell
         runs too); a rank that did not answer within ``timeout`` s is left out."""
-        ids = self.link.ids() if self.link.client is not None else []
-        futures = {rank: self.link.send_control(rank, "mlx_where_request", {})
+        return self._ask("mlx_where_request", ranks, timeout)
+
+    def _ask(self, msg_type: str, ranks: Optional[Sequence[int]], timeout: float) -> dict[int, dict]:
+        """``msg_type`` to each live rank on the control channel; the replies' content within
+        ``timeout`` s in all (a rank that did not answer is left out)."""
+        ids = self.link.ids()
+        futures = {rank: self.link.send_control(rank, msg_type, {})
                    for rank in (self.table.ranks if ranks is None else ranks)
                    if rank not in self.table.dead and rank in ids}
         deadline = time.monotonic() + timeout

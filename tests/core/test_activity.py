@@ -16,34 +16,23 @@ from mlx_jupyter.core import activity
 from mlx_jupyter.core.activity import OpActivity
 from mlx_jupyter.core.call_tracker import CallTracker
 from mlx_jupyter.core.group import CoreGroup
-from mlx_jupyter.net.hosts import Address
-from mlx_jupyter.net.ports import free_port_block
+
+import thread_ranks
 
 TIMEOUT = 20.0
 
 
 def in_threads(options: Sequence[_core.CoreOptions], body: Callable[[CoreGroup], Any],
                watch: Callable[[], Any]) -> tuple[list[Any], Any]:
-    """Forms a world of len(options) ranks as threads, runs body(group) on each and, meanwhile,
-    watch() in this thread; returns the bodies' results and watch()'s."""
-    n = len(options)
-    base = free_port_block(n)
-    addresses = [[Address("127.0.0.1", base + r)] for r in range(n)]
-
-    def rank(r: int) -> Any:
-        group = CoreGroup(_core.Group.world(r, addresses, options[r], TIMEOUT), "ring", TIMEOUT)
+    """thread_ranks.in_threads with watch() in this thread; whatever watch() does, ``release`` is set
+    afterwards so that ranks held on it go on."""
+    def watched() -> Any:
         try:
-            return body(group)
-        finally:
-            group.close("test over")
-
-    with ThreadPoolExecutor(n) as pool:
-        futures = [pool.submit(rank, r) for r in range(n)]
-        try:
-            seen = watch()
+            return watch()
         finally:
             release.set()
-        return [f.result(timeout=2 * TIMEOUT) for f in futures], seen
+
+    return thread_ranks.in_threads(options, body, TIMEOUT, watched)
 
 
 release = threading.Event()

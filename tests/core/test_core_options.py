@@ -16,25 +16,15 @@ from mlx_jupyter.launch.rank_env import read
 from mlx_jupyter.net.hosts import Address
 from mlx_jupyter.net.ports import free_port_block
 
+import thread_ranks
+
 TIMEOUT = 30.0
 
 
 def in_threads(options: Sequence[_core.CoreOptions], body: Callable[[CoreGroup], Any]) -> list[Any]:
     """Forms a world of len(options) ranks, rank r a thread of this process with options[r], runs
     body(group) on each, closes the world; returns the bodies' results in rank order."""
-    n = len(options)
-    base = free_port_block(n)
-    addresses = [[Address("127.0.0.1", base + r)] for r in range(n)]
-
-    def rank(r: int) -> Any:
-        group = CoreGroup(_core.Group.world(r, addresses, options[r], TIMEOUT), "ring", TIMEOUT)
-        try:
-            return body(group)
-        finally:
-            group.close("test over")
-
-    with ThreadPoolExecutor(n) as pool:
-        return [f.result(timeout=2 * TIMEOUT) for f in [pool.submit(rank, r) for r in range(n)]]
+    return thread_ranks.in_threads(options, body, TIMEOUT)[0]
 
 
 def summed(group: CoreGroup, count: int = 16) -> tuple[list[str], bool]:
