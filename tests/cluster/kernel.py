@@ -34,6 +34,26 @@ class CellResult:
         tb = "\n".join(self.error["traceback"]) if self.error else ""
         return re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", tb)
 
+    def absorb(self, kind: str, content: dict) -> bool:
+        """Fold one iopub message of the cell into this result; True when it says the cell ended (idle)."""
+        if kind == "stream":
+            if content["name"] == "stdout":
+                self.stdout += content["text"]
+            else:
+                self.stderr += content["text"]
+        elif kind in ("display_data", "execute_result", "update_display_data"):
+            self.displays.append(content)
+        elif kind == "error":
+            self.error = content
+        elif kind in ("comm_open", "comm_msg"):
+            state = (content.get("data") or {}).get("state")
+            if state:
+                self.widget_states.append({**state, "comm_id": content.get("comm_id")})
+        elif kind == "status" and content["execution_state"] == "idle":
+            self.ended_at = time.monotonic()
+            return True
+        return False
+
 
 class Kernel:
     """Start with ``Kernel()``, run cells with :meth:`run`, ``close()`` at the end."""
@@ -69,23 +89,9 @@ class Kernel:
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
             kind, content = msg["msg_type"], msg["content"]
-            if kind == "stream":
-                if content["name"] == "stdout":
-                    res.stdout += content["text"]
-                else:
-                    res.stderr += content["text"]
-                if on_output:
-                    on_output(content["name"], content["text"])
-            elif kind in ("display_data", "execute_result", "update_display_data"):
-                res.displays.append(content)
-            elif kind == "error":
-                res.error = content
-            elif kind in ("comm_open", "comm_msg"):
-                state = (content.get("data") or {}).get("state")
-                if state:
-                    res.widget_states.append({**state, "comm_id": content.get("comm_id")})
-            elif kind == "status" and content["execution_state"] == "idle":
-                res.ended_at = time.monotonic()
+            if kind == "stream" and on_output:
+                on_output(content["name"], content["text"])
+            if res.absorb(kind, content):
                 break
         reply = self.kc.get_shell_msg(timeout=max(1.0, deadline - time.monotonic()))
         while reply["parent_header"].get("msg_id") != msg_id:

@@ -48,15 +48,7 @@ def run_answering(k: Kernel, code: str, answers: list[Answer], timeout: float = 
                 break
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
-            kind, content = msg["msg_type"], msg["content"]
-            if kind == "stream":
-                if content["name"] == "stdout":
-                    res.stdout += content["text"]
-                else:
-                    res.stderr += content["text"]
-            elif kind == "error":
-                res.error = content
-            elif kind == "status" and content["execution_state"] == "idle":
+            if res.absorb(msg["msg_type"], msg["content"]):
                 idle = True
                 break
     reply = k.kc.get_shell_msg(timeout=10)
