@@ -74,6 +74,14 @@ const runAbove = (upto) => page.evaluate((i) => {
   window.jupyterapp.shell.currentWidget.content.activeCellIndex = i;
   return window.jupyterapp.commands.execute('notebook:run-all-above');
 }, upto);
+// a new cell below the active one holding ``src``; its index
+const insertCellBelow = (src) => page.evaluate((code) => {
+  const nb = window.jupyterapp.shell.currentWidget.content;
+  return window.jupyterapp.commands.execute('notebook:insert-cell-below').then(() => {
+    nb.activeCell.model.sharedModel.setSource(code);
+    return nb.activeCellIndex;
+  });
+}, src);
 const runCell = (i) => page.evaluate((k) => {
   window.jupyterapp.shell.currentWidget.content.activeCellIndex = k;
   return window.jupyterapp.commands.execute('notebook:run-cell');
@@ -257,13 +265,7 @@ try {
     // a %%mlx_distributed cell below it runs MLX's all_sum on both of the panel's ranks
     const code = '%%mlx_distributed\nx = mx.distributed.all_sum(mx.array([world.rank() + 1.0]), group=world)\n'
       + 'print(f"rank {world.rank()}: all_sum = {x.item():g}")';
-    const index = await page.evaluate((src) => {
-      const nb = window.jupyterapp.shell.currentWidget.content;
-      return window.jupyterapp.commands.execute('notebook:insert-cell-below').then(() => {
-        nb.activeCell.model.sharedModel.setSource(src);
-        return nb.activeCellIndex;
-      });
-    }, code);
+    const index = await insertCellBelow(code);
     await runCell(index);
     await page.waitForFunction((i) => {
       const cell = window.jupyterapp.shell.currentWidget.node.querySelectorAll('.jp-Cell')[i];
@@ -282,13 +284,7 @@ try {
     // table of where the ranks are shows under the cell while it runs (and the panel shows the same states)
     const code = '%%mlx_distributed\nimport time\nif world.rank() == 1:\n    time.sleep(4)\n'
       + 'mx.eval(mx.distributed.all_sum(mx.ones(2), group=world))';
-    const index = await page.evaluate((src) => {
-      const nb = window.jupyterapp.shell.currentWidget.content;
-      return window.jupyterapp.commands.execute('notebook:insert-cell-below').then(() => {
-        nb.activeCell.model.sharedModel.setSource(src);
-        return nb.activeCellIndex;
-      });
-    }, code);
+    const index = await insertCellBelow(code);
     runCell(index).catch((e) => logs.push(`run-cell: ${e}`));
     await page.waitForFunction((i) => {
       const cell = window.jupyterapp.shell.currentWidget.node.querySelectorAll('.jp-Cell')[i];
@@ -326,13 +322,7 @@ try {
     await page.screenshot({ path: shot('panel-restarted.png') });
     const code = '%%mlx_distributed\ny = mx.distributed.all_sum(mx.array([world.rank() + 1.0]), group=world)\n'
       + 'print(f"rank {world.rank()}: kept x = {x.item():g}, new all_sum = {y.item():g}")';
-    const index = await page.evaluate((src) => {
-      const nb = window.jupyterapp.shell.currentWidget.content;
-      return window.jupyterapp.commands.execute('notebook:insert-cell-below').then(() => {
-        nb.activeCell.model.sharedModel.setSource(src);
-        return nb.activeCellIndex;
-      });
-    }, code);
+    const index = await insertCellBelow(code);
     await runCell(index);
     await page.waitForFunction((i) => {
       const cell = window.jupyterapp.shell.currentWidget.node.querySelectorAll('.jp-Cell')[i];
