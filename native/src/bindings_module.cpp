@@ -42,13 +42,7 @@ NB_MODULE(_core, m) {
       "it sent; raises MismatchError or SetupError when the locator is refused.");
   m.def("dtypes", [] {
     nb::list out;
-    std::string all = dtype_names();
-    for (size_t start = 0; start <= all.size();) {
-      size_t end = all.find(", ", start);
-      if (end == std::string::npos) end = all.size();
-      out.append(all.substr(start, end - start));
-      start = end + 2;
-    }
+    for (const char* name : dtype_list()) out.append(name);
     return nb::tuple(out);
   }, "The dtype names the core reduces and moves (its one table, native/src/dtype.cpp), in its order.");
   m.def("random_token", [] {

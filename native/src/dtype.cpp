@@ -52,9 +52,15 @@ const char* dtype_name(Dtype t) { return kInfo[static_cast<int>(t)].name; }
 uint8_t dtype_dlpack_code(Dtype t) { return kInfo[static_cast<int>(t)].dlpack; }
 const char* dtype_format(Dtype t) { return kInfo[static_cast<int>(t)].format; }
 
+std::vector<const char*> dtype_list() {
+  std::vector<const char*> names;
+  for (const auto& i : kInfo) names.push_back(i.name);
+  return names;
+}
+
 std::string dtype_names() {
   std::string all;
-  for (const auto& i : kInfo) all += std::string(all.empty() ? "" : ", ") + i.name;
+  for (const char* name : dtype_list()) all += std::string(all.empty() ? "" : ", ") + name;
   return all;
 }
 

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace mlxj {
 
@@ -16,6 +17,8 @@ size_t dtype_size(Dtype t);
 const char* dtype_name(Dtype t);
 // Parses a name such as "float32" or "bfloat16"; throws std::invalid_argument.
 Dtype dtype_from_name(const std::string& name);
+// Every supported dtype's name, in the table's order.
+std::vector<const char*> dtype_list();
 // "bool, int8, ..." for messages.
 std::string dtype_names();
 
