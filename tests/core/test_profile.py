@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 import xml.etree.ElementTree as ET
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 import numpy as np
@@ -15,26 +14,15 @@ import mlx_jupyter.distributed as dist
 from mlx_jupyter import _core
 from mlx_jupyter.core.group import CoreGroup
 from mlx_jupyter.core.profile import OpRecord, summarize, timeline_svg
-from mlx_jupyter.net.hosts import Address
-from mlx_jupyter.net.ports import free_port_block
+
+import thread_ranks
 
 TIMEOUT = 20.0
 
 
 def in_threads(n: int, body: Callable[[CoreGroup], Any], **settings: Any) -> list[Any]:
-    base = free_port_block(n)
-    addresses = [[Address("127.0.0.1", base + r)] for r in range(n)]
-
-    def rank(r: int) -> Any:
-        group = CoreGroup(_core.Group.world(r, addresses, _core.CoreOptions(token="t", **settings), TIMEOUT),
-                          "ring", TIMEOUT)
-        try:
-            return body(group)
-        finally:
-            group.close("test over")
-
-    with ThreadPoolExecutor(n) as pool:
-        return [f.result(timeout=2 * TIMEOUT) for f in [pool.submit(rank, r) for r in range(n)]]
+    """``n`` ranks as threads, each with the CoreOptions ``settings`` (token "t"); the bodies' results."""
+    return thread_ranks.in_threads([_core.CoreOptions(token="t", **settings) for _ in range(n)], body, TIMEOUT)[0]
 
 
 def workload(g: CoreGroup) -> str:
