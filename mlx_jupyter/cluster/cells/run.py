@@ -214,7 +214,11 @@ class CellRun:
         self._on_idle(rank)
 
     def _on_reply(self, rank: int, fut: Any) -> None:
-        self._record_reply(rank, _reply_content(fut))
+        content = _reply_content(fut)
+        if content.get("ename") == "EngineError":   # ipyparallel saw the engine die before the launcher told us
+            self.rank_died(rank, None)
+            return
+        self._record_reply(rank, content)
 
     def _record_reply(self, rank: int, content: dict) -> None:
         outcome = self.outcomes[rank]
