@@ -1,9 +1,12 @@
-"""``mlx-jupyter launch --where-on-signal``: SIGUSR1 to the launcher prints where every rank is."""
+"""``mlx-jupyter launch --where-on-signal``: SIGUSR1 to the launcher prints where every rank is, for ranks the
+launcher starts itself and for ranks mpirun starts (``--backend mpi``: mpirun passes SIGUSR1 on). Slurm's
+step: tests/slurm/test_where_slurm.py."""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,7 +21,7 @@ pytestmark = pytest.mark.timeout(60)
 
 SCRIPT = textwrap.dedent("""\
     import time, mlx.core as mx
-    world = mx.distributed.init(backend="ring", strict=True)
+    world = mx.distributed.init(backend=BACKEND, strict=True)
     print("ready", flush=True)
     if world.rank() == 1:
         time.sleep(6)
@@ -26,11 +29,18 @@ SCRIPT = textwrap.dedent("""\
 """)
 
 
-def test_sigusr1_names_each_ranks_line(tmp_path):
+#: Open MPI refuses root unless told (the tests run as root)
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
+@pytest.mark.parametrize("backend", ["ring", pytest.param("mpi", marks=pytest.mark.skipif(
+    shutil.which("mpirun") is None, reason="needs Open MPI's mpirun"))])
+def test_sigusr1_names_each_ranks_line(tmp_path, backend):
     script = tmp_path / "hang.py"
-    script.write_text(SCRIPT)
-    proc = subprocess.Popen([sys.executable, "-m", "mlx_jupyter", "launch", "-n", "2", "--where-on-signal", "--",
-                             "python", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    script.write_text(SCRIPT.replace("BACKEND", repr(backend)))
+    proc = subprocess.Popen([sys.executable, "-m", "mlx_jupyter", "launch", "-n", "2", "--backend", backend,
+                             "--where-on-signal", "--", "python", str(script)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **MPI_ENV})
     ready, err = [], []
     both = threading.Event()
 
