@@ -228,3 +228,25 @@ def test_the_live_table_and_where_name_the_rank_in_pdb_and_the_timeout_of_who_wa
     assert re.match(r"in all_sum #\d+ at line 5 waiting on rank 1 \(in pdb\) for \d+\.\d s; times out after 60 s$",
                     where.state(0)), where
     works(kernel)
+
+
+def test_post_mortem_shows_in_where_as_the_raising_frame(kernel):
+    """%mlx_debug's prompt waiting on rank 1: where() from another process says post-mortem, in scale()."""
+    assert kernel.run(RAISE_CELL, 30).status == "error"
+    cluster_id = kernel.run("import mlx_jupyter.magics as _m\nprint(_m.current().cluster_id)", 10).stdout.strip()
+    from mlx_jupyter.cluster import Cluster
+
+    other = Cluster.connect(cluster_id, timeout=30)
+    try:
+        msg_id = kernel.kc.execute("%mlx_debug 1", allow_stdin=True)
+        prompt = kernel.kc.get_stdin_msg(timeout=30)
+        assert prompt["content"]["prompt"] == "(Pdb rank 1) ", prompt
+        where = other.where(timeout=5)
+        kernel.kc.input("q")
+        reply = kernel.kc.get_shell_msg(timeout=30)
+        while reply["parent_header"].get("msg_id") != msg_id:
+            reply = kernel.kc.get_shell_msg(timeout=30)
+    finally:
+        other.stop()
+    assert where.state(1) == "in pdb post-mortem (line 3 in scale)", where  # the raise, in scale()
+    works(kernel)

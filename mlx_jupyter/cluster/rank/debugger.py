@@ -94,7 +94,9 @@ class RankPdb(pdb.Pdb):
         if self.unanswered:
             return self.fallback + "\n"
         self.channel.post({"t": "dbg", "id": self.cell_id, "text": text, "prompt": self.prompt})
-        sample.set_debugger(getattr(self, "curframe", None), self.post_mortem)  # "in pdb" while it waits
+        # "in pdb" while it waits, at the frame where the rank stopped (not the one `up` shows)
+        stack = getattr(self, "stack", None)
+        sample.set_debugger(stack[-1][0] if stack else getattr(self, "curframe", None), self.post_mortem)
         try:
             line = self.channel.wait_debug_line()
         finally:
