@@ -83,8 +83,9 @@ def rows(samples: Mapping[int, Mapping], ended: Mapping[int, str], ranks: Sequen
     """A row per rank of ``ranks``: its end (``ended``) or what its sample says."""
     live = {r: samples[r] for r in ranks
             if r in samples and r not in ended and samples[r].get("running") is not False}
-    places = {r: place_of(s) for r, s in live.items()}
     in_pdb = {r for r, s in live.items() if s.get("debugger")}
+    # a rank at a pdb prompt is there, whatever line it stopped at (the same as a waiting rank's, maybe)
+    places = {r: _pdb_place(s) if r in in_pdb else place_of(s) for r, s in live.items()}
     out = []
     for r in ranks:
         s = samples.get(r) or {}
@@ -100,8 +101,7 @@ def rows(samples: Mapping[int, Mapping], ended: Mapping[int, str], ranks: Sequen
             out.append(RankRow(r, "running (no sample yet)", "", cpu, mem))
             continue
         if r in in_pdb:
-            state = debugger_state(s["debugger"])
-            out.append(RankRow(r, state, state, cpu, mem))
+            out.append(RankRow(r, places[r][0], places[r][1], cpu, mem))
             continue
         words, key = places[r]
         op = _op_activity(s)
@@ -119,6 +119,11 @@ def rows(samples: Mapping[int, Mapping], ended: Mapping[int, str], ranks: Sequen
                 state += "; " + timeout_words(op)
         out.append(RankRow(r, state, key, cpu, mem, waiting=coll))
     return out
+
+
+def _pdb_place(sample: Mapping) -> tuple[str, str]:
+    state = debugger_state(sample["debugger"])
+    return state, state
 
 
 def debugger_state(debugger: Mapping) -> str:

@@ -91,3 +91,50 @@ def test_a_python_without_mlx_jupyter_falls_back_to_faulthandler(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["['a'] __main__", "after"], out
     assert "Current thread" in out.stderr or "Thread" in out.stderr, out.stderr
+
+
+PDB_SCRIPT = textwrap.dedent("""\
+    import mlx.core as mx
+    world = mx.distributed.init(backend="ring", strict=True)
+    print("ready", flush=True)
+    if world.rank() == 1:
+        breakpoint()
+    mx.eval(mx.distributed.all_sum(mx.ones(3), group=world))
+""")
+
+
+def test_a_launched_rank_at_its_pdb_prompt_shows_as_in_pdb(tmp_path):
+    """``--stdin-rank 1``: rank 1 sits at its pdb prompt (a plain pdb, the script's own), rank 0 waits in MLX's
+    all_sum; SIGUSR1 says so, with MLX's lack of a timeout; then ``c`` from the launcher's stdin ends both."""
+    script = tmp_path / "stop.py"
+    script.write_text(PDB_SCRIPT)
+    proc = subprocess.Popen([sys.executable, "-m", "mlx_jupyter", "launch", "-n", "2", "--where-on-signal",
+                             "--stdin-rank", "1", "--", "python", str(script)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = [], []
+    prompt, table = threading.Event(), threading.Event()
+
+    def read(stream, into, event, done) -> None:
+        for line in stream:
+            into.append(line)
+            if done("".join(into)):
+                event.set()
+
+    threading.Thread(target=read, args=(proc.stdout, out, prompt, lambda t: "(Pdb)" in t), daemon=True).start()
+    threading.Thread(target=read, args=(proc.stderr, err, table, lambda t: "rank 1 is in pdb" in t),
+                     daemon=True).start()
+    try:
+        assert prompt.wait(30), "".join(out + err)
+        proc.send_signal(signal.SIGUSR1)
+        assert table.wait(10), "".join(err)
+        text = "".join(err)
+        assert re.search(r"^1\s+in pdb \(line 6\)", text, re.M), text
+        assert re.search(r"^0\s+in mx\.distributed\.all_sum at line 6 waiting on rank 1 \(in pdb\); no timeout "
+                         r"\(MLX's collectives have none", text, re.M), text
+        proc.stdin.write("c\n")
+        proc.stdin.close()
+        assert proc.wait(20) == 0, "".join(out + err)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -123,6 +123,14 @@ def test_the_timeout_words_say_when_nothing_ends_the_wait():
                             "no timeout (MLX's collectives have none; the stop button ends the wait)")
 
 
+def test_a_rank_in_pdb_on_the_very_line_of_the_collective_is_still_waited_on():
+    """pdb stops before the line runs: a rank stopped at the all_sum line is not in the all_sum."""
+    line6 = "mx.eval(mx.distributed.all_sum(x))"
+    samples = {0: s(6, line6, "mx.distributed.all_sum"), 1: {**s(6, line6), "debugger": {"line": 6}}}
+    rows = model.rows(samples, {}, [0, 1])
+    assert rows[0].state.startswith("in mx.distributed.all_sum at line 6 waiting on rank 1 (in pdb); no timeout")
+
+
 def test_of_several_ranks_waited_on_the_ones_in_pdb_are_named():
     pdb_at = {**s(2), "debugger": {"line": 2}}
     samples = {0: s(4, "dist.all_sum(x)", "dist.all_sum"), 1: pdb_at, 2: s(9, "time.sleep(1)")}
