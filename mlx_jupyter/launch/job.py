@@ -131,7 +131,7 @@ class Job:
             ended = {i.rank: where_ask.ended_words(i) for i in m.ranks if i.state != RUNNING}
         asked = running if self.config.where_on_signal else []
         samples = await m.where.ask(asked, lambda: self.signal(signal.SIGUSR1, targets), timeout)
-        return where_ask.table(samples, ended, ranks)
+        return where_ask.table(samples, ended, ranks, bool(asked) and m.where.booted)
 
     async def stop(self, timeout: float = 2.0) -> None:
         """SIGTERM every running rank, SIGKILL after ``grace``, wait up to ``timeout``, clean up."""
@@ -168,7 +168,7 @@ class Job:
             print(f"mlx-jupyter launch: {note}", file=sys.stderr)
         plans = self._plans()
         argv = self.monitor.argv = rank_argv(c.command, c.python, c.cwd)
-        argv = where_ask.boot_argv(argv, c)
+        argv = self.monitor.where.boot(argv, c)
         if any(h.is_local for h in self.hosts):
             await self.connections.start_local_watchdog()
         await self.connections.connect()
@@ -219,7 +219,7 @@ class Job:
     async def _start_mpi(self) -> None:
         c = self.config
         argv = self.monitor.argv = rank_argv(c.command, c.python, c.cwd)
-        argv = where_ask.boot_argv(argv, c)
+        argv = self.monitor.where.boot(argv, c)
         watchdog = await self.connections.start_local_watchdog()
         env = {**dict(c.env)}
         if c.rank_env:

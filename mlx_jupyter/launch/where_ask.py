@@ -20,17 +20,8 @@ from mlx_jupyter.where import boot, signal_report
 
 #: a running rank that sent no where line in time
 NO_ANSWER = "no answer (its stack, if printed, is above)"
-
-
-def boot_argv(argv: list[str], config: LaunchConfig) -> list[str]:
-    """``argv`` started through the where boot code when the launch asked for it (else unchanged)."""
-    if not config.where_on_signal:
-        return argv
-    wrapped = boot.wrap(argv)
-    if wrapped is None:
-        print(f"mlx-jupyter launch: --where-on-signal: {argv[0]} is not a Python script or module; "
-              "SIGUSR1 will show only the ranks' states", file=sys.stderr)
-    return wrapped or argv
+#: a running rank that was not started to answer (not Python, or no --where-on-signal): never signalled
+NOT_ASKED = "running (not started to answer SIGUSR1)"
 
 
 class WhereAnswers:
@@ -39,7 +30,20 @@ class WhereAnswers:
     def __init__(self) -> None:
         self.samples: dict[int, dict] = {}
         self.asked: set[int] = set()
+        self.booted = False  # the ranks run through the boot code: only then may they be signalled
         self._answered: Optional[asyncio.Event] = None
+
+    def boot(self, argv: list[str], config: LaunchConfig) -> list[str]:
+        """``argv`` started through the where boot code when the launch asked for it (else unchanged:
+        a rank that is not Python would die of SIGUSR1, so it is never sent one)."""
+        if not config.where_on_signal:
+            return argv
+        wrapped = boot.wrap(argv)
+        if wrapped is None:
+            print(f"mlx-jupyter launch: --where-on-signal: {argv[0]} is not a Python script or module; "
+                  "SIGUSR1 will show only the ranks' states", file=sys.stderr)
+        self.booted = wrapped is not None
+        return wrapped or argv
 
     def line(self, rank: int, stream: str, text: str) -> bool:
         """True when ``text`` (a line of rank ``rank``'s output) was its where answer, kept here."""
@@ -54,10 +58,11 @@ class WhereAnswers:
         return True
 
     async def ask(self, ranks: Sequence[int], send: Callable[[], Awaitable[None]], timeout: float) -> dict[int, dict]:
-        """``send()`` the signal, then the answers of ``ranks`` that came within ``timeout`` s."""
+        """``send()`` the signal (to ranks started through the boot code only), then the answers of ``ranks``
+        that came within ``timeout`` s."""
         self.samples, self.asked = {}, set(ranks)
         self._answered = asyncio.Event()
-        if ranks:
+        if ranks and self.booted:
             await send()
             try:
                 await asyncio.wait_for(self._answered.wait(), timeout)
@@ -73,10 +78,11 @@ def ended_words(info: RankInfo) -> str:
     return "done" if info.returncode == 0 else f"ended ({describe_exit(info.returncode)})"
 
 
-def table(samples: Mapping[int, dict], ended: Mapping[int, str], ranks: Sequence[int]) -> object:
-    """The :class:`~mlx_jupyter.where.model.Where` of a launch: a running rank without an answer says so."""
+def table(samples: Mapping[int, dict], ended: Mapping[int, str], ranks: Sequence[int], asked: bool = True) -> object:
+    """The :class:`~mlx_jupyter.where.model.Where` of a launch: a running rank without an answer says why
+    (``asked``: the ranks were signalled)."""
     from mlx_jupyter.where import model
 
     words = dict(ended)
-    words.update({r: NO_ANSWER for r in ranks if r not in samples and r not in words})
+    words.update({r: NO_ANSWER if asked else NOT_ASKED for r in ranks if r not in samples and r not in words})
     return model.Where(model.rows(samples, words, list(ranks)), "where the ranks are")

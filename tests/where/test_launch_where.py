@@ -138,3 +138,34 @@ def test_a_launched_rank_at_its_pdb_prompt_shows_as_in_pdb(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_rank_that_is_not_python_is_never_signalled():
+    """--where-on-signal with a shell command: SIGUSR1 (which would end it) is not sent; the table says why."""
+    proc = subprocess.Popen([sys.executable, "-m", "mlx_jupyter", "launch", "-n", "2", "--where-on-signal", "--",
+                             "sh", "-c", "echo ready; read line; echo done"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = [], []
+    ready, table = threading.Event(), threading.Event()
+
+    def read(stream, into, event, done) -> None:
+        for line in stream:
+            into.append(line)
+            if done("".join(into)):
+                event.set()
+
+    threading.Thread(target=read, args=(proc.stdout, out, ready, lambda t: t.count("ready") == 2), daemon=True).start()
+    threading.Thread(target=read, args=(proc.stderr, err, table, lambda t: "where the ranks are" in t and
+                                        t.count("not started to answer") == 2), daemon=True).start()
+    try:
+        assert ready.wait(20), "".join(out + err)
+        proc.send_signal(signal.SIGUSR1)
+        assert table.wait(10), "".join(err)
+        proc.stdin.write("go\ngo\n")
+        proc.stdin.close()
+        assert proc.wait(20) == 0, "".join(out + err)
+        assert "".join(out).count("done") == 2, out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -175,7 +175,7 @@ class SlurmJob(Ending):
         argv = step_argv(self.job_id or 0, nodes, self.opts.ranks_per_node, name=self.name, stdin=c.stdin,
                          kill_on_bad_exit=c.terminate_on_failure, subset=subset, mpi=mpi,
                          in_step=explicit and in_step(os.environ), extra=extra)
-        argv += wrapper_argv(where_ask.boot_argv(rank_argv(c.command, c.python, c.cwd), c))
+        argv += wrapper_argv(self.where_answers.boot(rank_argv(c.command, c.python, c.cwd), c))
         self.log(f"starting {self.size} rank(s) on {', '.join(nodes)} in Slurm job {self.job_id}")
         self._output = StepOutput(self.size, self._emit, self._on_start, self._on_rank_exit)
         out = LineSplitter(lambda line: self._output.line("stdout", line))
@@ -209,7 +209,7 @@ class SlurmJob(Ending):
         ended = {i.rank: where_ask.ended_words(i) for i in self.ranks if i.state != RUNNING}
         asked = running if self.config.where_on_signal else []
         samples = await self.where_answers.ask(asked, lambda: self.signal(_signal.SIGUSR1), timeout)
-        return where_ask.table(samples, ended, ranks)
+        return where_ask.table(samples, ended, ranks, bool(asked) and self.where_answers.booted)
 
     def _on_start(self, rank: int, step: str, pid: int) -> None:
         info = self.ranks[rank]
