@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Awaitable, Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Awaitable, Callable, Mapping, Optional, Sequence
 
 from mlx_jupyter.launch.launch_config import LaunchConfig
 from mlx_jupyter.launch.rankinfo import RankInfo, describe_exit
 from mlx_jupyter.where import boot, signal_report
+
+if TYPE_CHECKING:
+    from mlx_jupyter.where.model import Where
 
 #: a running rank that sent no where line in time
 NO_ANSWER = "no answer (its stack, if printed, is above)"
@@ -78,7 +81,7 @@ def ended_words(info: RankInfo) -> str:
     return "done" if info.returncode == 0 else f"ended ({describe_exit(info.returncode)})"
 
 
-def table(samples: Mapping[int, dict], ended: Mapping[int, str], ranks: Sequence[int], asked: bool = True) -> object:
+def table(samples: Mapping[int, dict], ended: Mapping[int, str], ranks: Sequence[int], asked: bool = True) -> "Where":
     """The :class:`~mlx_jupyter.where.model.Where` of a launch: a running rank without an answer says why
     (``asked``: the ranks were signalled)."""
     from mlx_jupyter.where import model
