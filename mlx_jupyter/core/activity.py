@@ -33,6 +33,7 @@ class OpActivity:
     moved: int  # payload bytes sent and received so far in this op
     backend: str = "ring"
     aborted: bool = False
+    timeout: Optional[float] = None  # the running op's timeout in seconds; None: none (or not known)
 
 
 _live: "weakref.WeakSet[Any]" = weakref.WeakSet()

@@ -186,7 +186,7 @@ class CoreGroup(Group):
         a = self._core.activity()
         return OpActivity(self.group_id, self._core.rank(), self._core.size(), a["state"], a["op"], a["seq"],
                           a["nbytes"], a["dtype"], a["elapsed"], a["waiting_on"], a["moved"], self.backend,
-                          self._core.aborted)
+                          self._core.aborted, a.get("timeout"))
 
     def take_profile(self, offset: float) -> list[OpRecord]:
         return recording.native_records(self._core, self.group_id, offset)

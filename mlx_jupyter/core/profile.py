@@ -142,7 +142,7 @@ def timeline_svg(records: Iterable[OpRecord], width: int = 900, row: int = 26) -
     the last peer to arrive. Each bar's ``<title>`` tells the op."""
     records = sorted(records, key=lambda r: (r.rank, r.start))
     ranks = sorted({r.rank for r in records})
-    left, top, right = 64, 24, 16
+    left, top, right = 64, 24, 40  # room for the last time label, centred on the axis's end
     height = top + row * max(1, len(ranks)) + 40
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',

@@ -279,8 +279,7 @@ async def run(config: LaunchConfig, output: str | None) -> int:
         print(f"{PROG}: {where}", file=sys.stderr, flush=True)
 
     loop.add_signal_handler(signal.SIGINT, on_sigint)
-    if hasattr(job, "where"):  # a Slurm step has no where yet
-        loop.add_signal_handler(signal.SIGUSR1, lambda: asyncio.ensure_future(print_where()))
+    loop.add_signal_handler(signal.SIGUSR1, lambda: asyncio.ensure_future(print_where()))
     for sig in (signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(sig, on_term, sig)
     stdin_task: Optional[asyncio.Task] = None

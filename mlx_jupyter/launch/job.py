@@ -18,7 +18,7 @@ from typing import Any, Optional, Sequence
 
 from mlx_jupyter.hostfile import (BACKENDS, Host, HostfileError, default_ranks_per_host, hostfile_path, merge_settings,
                                   read_hostfile, resolve_hosts)
-from mlx_jupyter.launch import contract, mpi
+from mlx_jupyter.launch import contract, mpi, where_ask
 from mlx_jupyter.launch.addresses import fill_addresses
 from mlx_jupyter.launch.connections import HostConnections
 from mlx_jupyter.launch.errors import LaunchError
@@ -26,13 +26,12 @@ from mlx_jupyter.net.ports import DEFAULT_STARTING_PORT
 from mlx_jupyter.launch.launch_config import ExitCallback, LaunchConfig, OutputCallback, rank_argv
 from mlx_jupyter.launch.local import LocalProcess
 from mlx_jupyter.launch.monitor import RankMonitor
-from mlx_jupyter.launch.rankinfo import RUNNING, RankInfo, describe_exit
+from mlx_jupyter.launch.rankinfo import RUNNING, RankInfo
 from mlx_jupyter.launch.remote import RemoteProcess
 from mlx_jupyter.launch.script import rank_script
 from mlx_jupyter.launch.stop import Teardown
 from mlx_jupyter.launch.streams import LineSplitter
 from mlx_jupyter.net import ssh
-from mlx_jupyter.where import boot
 
 __all__ = ["ExitCallback", "Job", "LaunchConfig", "OutputCallback", "make_job", "rank_argv"]
 
@@ -118,23 +117,21 @@ class Job:
 
     async def where(self, timeout: float = 2.0) -> Any:
         """Where every rank is: SIGUSR1 to the running ranks (started with ``where_on_signal``), their
-        answers within ``timeout`` s, as a :class:`mlx_jupyter.where.model.Where`."""
-        from mlx_jupyter.where import model
-
+        answers within ``timeout`` s, as a :class:`mlx_jupyter.where.model.Where`. With mpi the signal
+        goes to mpirun, which passes it on to every rank."""
         m = self.monitor
-        running = [i.rank for i in m.ranks if i.state == RUNNING]
-        m.where_samples, m.where_asked = {}, set(running)
-        m.where_answered = asyncio.Event()
-        if running and self.config.where_on_signal:
-            await self.signal(signal.SIGUSR1, running)
-            try:
-                await asyncio.wait_for(m.where_answered.wait(), timeout)
-            except asyncio.TimeoutError:
-                pass
-        ended = {i.rank: _ended_words(i) for i in m.ranks if i.state != RUNNING}
-        ended.update({r: "no answer (its stack, if printed, is above)" for r in running
-                      if r not in m.where_samples})
-        return model.Where(model.rows(m.where_samples, ended, [i.rank for i in m.ranks]), "where the ranks are")
+        if m.mpi_plan is not None:
+            ranks = list(range(m.mpi_plan.size))
+            running = ranks if m.ranks[0].state == RUNNING else []
+            ended = {} if running else {r: where_ask.ended_words(m.ranks[0]) for r in ranks}
+            targets: Optional[list[int]] = [0]
+        else:
+            ranks = [i.rank for i in m.ranks]
+            running = targets = [i.rank for i in m.ranks if i.state == RUNNING]
+            ended = {i.rank: where_ask.ended_words(i) for i in m.ranks if i.state != RUNNING}
+        asked = running if self.config.where_on_signal else []
+        samples = await m.where.ask(asked, lambda: self.signal(signal.SIGUSR1, targets), timeout)
+        return where_ask.table(samples, ended, ranks, bool(asked) and m.where.booted)
 
     async def stop(self, timeout: float = 2.0) -> None:
         """SIGTERM every running rank, SIGKILL after ``grace``, wait up to ``timeout``, clean up."""
@@ -171,12 +168,7 @@ class Job:
             print(f"mlx-jupyter launch: {note}", file=sys.stderr)
         plans = self._plans()
         argv = self.monitor.argv = rank_argv(c.command, c.python, c.cwd)
-        if c.where_on_signal:
-            wrapped = boot.wrap(argv)
-            if wrapped is None:
-                print(f"mlx-jupyter launch: --where-on-signal: {argv[0]} is not a Python script or module; "
-                      "SIGUSR1 will show only the ranks' states", file=sys.stderr)
-            argv = wrapped or argv
+        argv = self.monitor.where.boot(argv, c)
         if any(h.is_local for h in self.hosts):
             await self.connections.start_local_watchdog()
         await self.connections.connect()
@@ -227,6 +219,7 @@ class Job:
     async def _start_mpi(self) -> None:
         c = self.config
         argv = self.monitor.argv = rank_argv(c.command, c.python, c.cwd)
+        argv = self.monitor.where.boot(argv, c)
         watchdog = await self.connections.start_local_watchdog()
         env = {**dict(c.env)}
         if c.rank_env:
@@ -272,10 +265,3 @@ class Job:
         for r, p in self.monitor.procs.items():
             if r != others_than:
                 p.close_stdin()
-
-
-def _ended_words(info: RankInfo) -> str:
-    """A rank that is not running, in the where table's words."""
-    if info.returncode is None:
-        return info.state
-    return "done" if info.returncode == 0 else f"ended ({describe_exit(info.returncode)})"

@@ -9,8 +9,8 @@ from typing import Any, Callable, Optional
 from mlx_jupyter.launch import mpi
 from mlx_jupyter.launch.contract import MPIPlan
 from mlx_jupyter.launch.launch_config import LaunchConfig, interpreter_of
-from mlx_jupyter.where import signal_report
 from mlx_jupyter.launch.rankinfo import EXITED, KILLED, LOST, RankInfo, describe_exit, rank_prefix
+from mlx_jupyter.launch.where_ask import WhereAnswers
 
 #: how Python starts the line that names a module a rank could not import
 MISSING_MODULE = "ModuleNotFoundError: "
@@ -36,9 +36,7 @@ class RankMonitor:
         self.reaped = 0
         self.mpi_plan: Optional[MPIPlan] = None
         self.mpi_output: Optional[mpi.TaggedOutput] = None
-        self.where_samples: dict[int, dict] = {}   # rank -> its answer to the last where (SIGUSR1)
-        self.where_answered: Optional[asyncio.Event] = None   # set when every rank asked has answered
-        self.where_asked: set[int] = set()
+        self.where = WhereAnswers()           # the ranks' answers to SIGUSR1 (--where-on-signal)
 
     def begin(self) -> None:
         """Start of the launch (on its loop): the event that is set once every rank has ended."""
@@ -46,13 +44,8 @@ class RankMonitor:
 
     def emit(self, rank: int, stream: str, line: str) -> None:
         """One line of a rank's output, to ``on_output`` (default: printed with a ``[rank r]`` prefix)."""
-        if stream == "stderr" and line.startswith(signal_report.MARKER):
-            sample = signal_report.parse(line)
-            if sample is not None:
-                self.where_samples[rank] = sample
-                if self.where_answered is not None and self.where_asked <= set(self.where_samples):
-                    self.where_answered.set()
-                return
+        if self.where.line(rank, stream, line):
+            return
         if stream == "stderr" and line.startswith(MISSING_MODULE):
             self.missing_modules.setdefault(rank, line[len(MISSING_MODULE):].strip())
         emit_line(self.config, self.size, rank, stream, line)

@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 #: the code run first (self-contained: the rank's Python may lack mlx_jupyter)
 BOOT = """\
 import os, runpy, signal, sys
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})  # held, not fatal, while the imports run
 args = sys.argv[1:]
 try:
     from mlx_jupyter.where.signal_report import install
@@ -22,6 +23,7 @@ try:
 except Exception:
     import faulthandler
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
 if args[:1] == ["-m"]:
     sys.argv = args[1:]
     runpy.run_module(args[1], run_name="__main__", alter_sys=True)

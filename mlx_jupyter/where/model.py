@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from typing import Collection, Mapping, Optional, Sequence
 
 #: how a rank's cell ended, as the table says it
 ENDED = ("done", "raised", "dead", "released", "no reply")
@@ -81,8 +81,11 @@ def place_of(sample: Mapping) -> tuple[str, str]:
 def rows(samples: Mapping[int, Mapping], ended: Mapping[int, str], ranks: Sequence[int],
          now: Optional[float] = None) -> list[RankRow]:
     """A row per rank of ``ranks``: its end (``ended``) or what its sample says."""
-    places = {r: place_of(samples[r]) for r in ranks
-              if r in samples and r not in ended and samples[r].get("running") is not False}
+    live = {r: samples[r] for r in ranks
+            if r in samples and r not in ended and samples[r].get("running") is not False}
+    in_pdb = {r for r, s in live.items() if s.get("debugger")}
+    # a rank at a pdb prompt is there, whatever line it stopped at (the same as a waiting rank's, maybe)
+    places = {r: _pdb_place(s) if r in in_pdb else place_of(s) for r, s in live.items()}
     out = []
     for r in ranks:
         s = samples.get(r) or {}
@@ -97,20 +100,47 @@ def rows(samples: Mapping[int, Mapping], ended: Mapping[int, str], ranks: Sequen
         if r not in places:
             out.append(RankRow(r, "running (no sample yet)", "", cpu, mem))
             continue
+        if r in in_pdb:
+            out.append(RankRow(r, places[r][0], places[r][1], cpu, mem))
+            continue
         words, key = places[r]
         op = _op_activity(s)
         coll = op is not None or _collective_call(s) is not None
         state = words if coll else (f"running line {s['line']}" + _source_note(s)
                                     if s.get("line") is not None else words)
         if coll:
-            waiting_on = _waiting_on(r, s, op, places, key, ranks, ended)
+            waiting_on = _waiting_on(r, s, op, places, key, ranks, ended, in_pdb)
             if waiting_on:
                 state += f" waiting on {waiting_on}"
             elapsed = op.get("elapsed") if op is not None else None
             if isinstance(elapsed, (int, float)):
                 state += f" for {elapsed:.1f} s"
+            if in_pdb:  # a debug session has no timeout of its own; the collectives waiting on it do
+                state += "; " + timeout_words(op)
         out.append(RankRow(r, state, key, cpu, mem, waiting=coll))
     return out
+
+
+def _pdb_place(sample: Mapping) -> tuple[str, str]:
+    state = debugger_state(sample["debugger"])
+    return state, state
+
+
+def debugger_state(debugger: Mapping) -> str:
+    """``in pdb (line 4)``, ``in pdb post-mortem (line 3 in scale)``."""
+    func = debugger.get("func")
+    where = f"line {debugger.get('line', '?')}" + (f" in {func}" if func and func != "<module>" else "")
+    return f"in pdb{' post-mortem' if debugger.get('post_mortem') else ''} ({where})"
+
+
+def timeout_words(op: Optional[Mapping]) -> str:
+    """When the wait of ``op`` (our core's record; None: an MLX call seen on the stack) ends by itself."""
+    if op is None or str(op.get("group", "")).startswith("mlx-"):
+        return "no timeout (MLX's collectives have none; the stop button ends the wait)"
+    timeout = op.get("timeout")
+    if isinstance(timeout, (int, float)):
+        return f"times out after {timeout:g} s"
+    return "no timeout set (timeout= or MLX_JUPYTER_TIMEOUT; the stop button ends the wait)"
 
 
 def _source_note(sample: Mapping) -> str:
@@ -122,12 +152,20 @@ def _source_note(sample: Mapping) -> str:
 
 
 def _waiting_on(rank: int, sample: Mapping, op: Optional[Mapping], places: Mapping[int, tuple[str, str]],
-                key: str, ranks: Sequence[int], ended: Mapping[int, str]) -> str:
-    """``rank j`` (the core's record says, or the ranks not at this collective)."""
+                key: str, ranks: Sequence[int], ended: Mapping[int, str], in_pdb: Collection[int] = ()) -> str:
+    """``rank j`` (the core's record says, or the ranks not at this collective), ``(in pdb)`` if it is."""
     if op is not None and op.get("waiting_on") is not None:
-        return f"rank {op['waiting_on']}"
-    others = [r for r in ranks if r != rank and (r in ended or places.get(r, ("", ""))[1] != key)]
-    return rank_words(others) if others else ""
+        others = [int(op["waiting_on"])]
+    else:
+        others = [r for r in ranks if r != rank and (r in ended or places.get(r, ("", ""))[1] != key)]
+    if not others:
+        return ""
+    debugging = [r for r in others if r in in_pdb]
+    if not debugging:
+        return rank_words(others)
+    if debugging == others:
+        return f"{rank_words(others)} (in pdb)"
+    return f"{rank_words(others)} ({rank_words(debugging)} in pdb)"
 
 
 def rank_words(ranks: Sequence[int]) -> str:

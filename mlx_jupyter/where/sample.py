@@ -26,6 +26,16 @@ NAMED = (("mlx_jupyter.distributed", "dist"), ("mlx_jupyter.core", "core"), ("ml
 #: the most frames of the stack looked at
 MAX_DEPTH = 200
 
+#: the pdb session this process is stopped in, waiting for a line (set by the rank's debugger)
+_debugger: Optional[dict] = None
+
+
+def set_debugger(frame: Any = None, post_mortem: bool = False) -> None:
+    """This process waits at a pdb prompt in ``frame`` (None: it does not any more)."""
+    global _debugger
+    _debugger = None if frame is None else {
+        "line": frame.f_lineno, "func": frame.f_code.co_name, "post_mortem": post_mortem}
+
 
 def _named(module: str) -> Optional[str]:
     for prefix, short in NAMED:
@@ -52,9 +62,14 @@ def stack_where(frame: Any, cell_files: tuple[str, ...] = ()) -> dict:
     if frames:
         out["func"] = frames[0].f_code.co_name
     cell_at = None
+    in_pdb = False
     for i, f in enumerate(frames):
+        # a plain pdb (a launched script's) waits in Pdb.interaction; its frame's line is the cell's below
+        in_pdb = in_pdb or (f.f_code.co_name == "interaction" and f.f_globals.get("__name__") == "pdb")
         if _is_cell(f.f_code.co_filename, cell_files):
             cell_at = i
+            if in_pdb:
+                out["debugger"] = {"line": f.f_lineno, "func": f.f_code.co_name, "post_mortem": False}
             out.update(line=f.f_lineno, file=f.f_code.co_filename,
                        source=linecache.getline(f.f_code.co_filename, f.f_lineno, f.f_globals).strip()[:120])
             break
@@ -99,7 +114,8 @@ def activity() -> list[dict]:
         for a in snapshot():
             out.append({"group": str(a.group_id), "rank": int(a.rank), "size": int(a.size), "state": str(a.state),
                         "op": a.op, "seq": int(a.seq), "nbytes": int(a.nbytes), "dtype": str(a.dtype),
-                        "elapsed": round(float(a.elapsed), 3), "waiting_on": a.waiting_on, "moved": int(a.moved)})
+                        "elapsed": round(float(a.elapsed), 3), "waiting_on": a.waiting_on, "moved": int(a.moved),
+                        "backend": str(getattr(a, "backend", "")), "timeout": getattr(a, "timeout", None)})
     except Exception:  # a sampler never fails the rank
         return []
     return out
@@ -114,5 +130,9 @@ def take(thread_id: Optional[int], rank: int, cpu: Optional[CpuMeter] = None, rs
         where = stack_where(frame, cell_files) if frame is not None else {}
     finally:
         del frame
-    return {"rank": rank, "pid": os.getpid(), "running": running, "time": time.time(), **where,
-            "activity": activity() if running else [], "cpu": cpu.percent() if cpu else None, "rss": rss}
+    out = {"rank": rank, "pid": os.getpid(), "running": running, "time": time.time(), **where,
+           "activity": activity() if running else [], "cpu": cpu.percent() if cpu else None, "rss": rss}
+    debugger = _debugger
+    if running and debugger is not None:
+        out["debugger"] = debugger  # the debugger's own word: the frame it shows, a post-mortem's too
+    return out

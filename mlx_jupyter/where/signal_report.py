@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import threading
-from typing import Optional
+from typing import Mapping, Optional
 
 from mlx_jupyter.where import sample
 
@@ -44,13 +44,23 @@ def _rss() -> int:
         return 0
 
 
+def _rank_of(env: Mapping[str, str]) -> int:
+    """This process's rank as its launcher said it (MLX's variable, else mpirun's or Slurm's); 0 if none."""
+    from mlx_jupyter.launch.rank_env import OTHER_RANKS, RANK
+
+    for var in (RANK, *OTHER_RANKS):
+        if (env.get(var) or "").isdigit():
+            return int(env[var])
+    return 0
+
+
 def install(rank: Optional[int] = None) -> threading.Thread:
     """Block SIGUSR1 here (threads started later inherit it) and answer it from a thread of ours.
 
     Call from the main thread before other threads start.
     """
     if rank is None:
-        rank = int(os.environ.get("MLX_RANK", "0") or 0)
+        rank = _rank_of(os.environ)
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
     cpu = sample.CpuMeter()
 

@@ -45,6 +45,7 @@ ActivityView Activity::read() const {
       a.nbytes = nbytes_.load(std::memory_order_acquire);
       a.moved = moved_.load(std::memory_order_acquire);
       a.start_ns = start_ns_.load(std::memory_order_acquire);
+      a.timeout_us = timeout_us_.load(std::memory_order_acquire);
       a.waiting_on = waiting_on_.load(std::memory_order_acquire);
       if (version_.load(std::memory_order_acquire) == v1) return a;
     }

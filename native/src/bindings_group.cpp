@@ -241,9 +241,11 @@ void bind_group(nb::module_& m) {
         d["elapsed"] = idle ? 0.0 : double(steady_ns() - a.start_ns) * 1e-9;
         d["waiting_on"] = a.waiting_on < 0 ? nb::none() : nb::object(nb::int_(a.waiting_on));
         d["moved"] = a.moved;
+        d["timeout"] = idle || a.timeout_us < 0 ? nb::none() : nb::object(nb::float_(double(a.timeout_us) * 1e-6));
         return d;
       }, "What the group does now: a dict of state (idle, running, waiting), op (None when idle), seq, "
-         "nbytes, dtype, elapsed (s), waiting_on (a group rank or None), moved (bytes); never blocks.")
+         "nbytes, dtype, elapsed (s), waiting_on (a group rank or None), moved (bytes), timeout (the op's, "
+         "s, or None); never blocks.")
       .def("take_profile", [](Group& g) {
         uint64_t dropped = 0;
         std::vector<ProfileRecord> records = g.take_profile(&dropped);

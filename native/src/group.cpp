@@ -160,7 +160,7 @@ void Group::unlock_op() {
   op_free_.notify_one();
 }
 
-Group::OpScope::OpScope(Group& group, const OpStart& start) : g(group) {
+Group::OpScope::OpScope(Group& group, const OpStart& start, double timeout) : g(group) {
   if (start.collective) ++g.seq_;
   g.op_ = start;
   g.op_seq_ = start.collective ? g.seq_ : start.kind == OpKind::Init ? 0 : ++g.p2p_ops_;
@@ -168,7 +168,9 @@ Group::OpScope::OpScope(Group& group, const OpStart& start) : g(group) {
   g.op_wait_ns_ = 0;
   g.op_waited_on_ = -1;
   g.op_start_ns_ = steady_ns();
-  g.activity_.begin(start.kind, g.op_seq_, start.nbytes, start.dtype, g.op_start_ns_);
+  bool bounded = timeout >= 0 && timeout < kNoDeadline;  // as make_wait's deadline
+  g.activity_.begin(start.kind, g.op_seq_, start.nbytes, start.dtype, g.op_start_ns_,
+                    bounded ? int64_t(timeout * 1e6) : -1);
 }
 
 Group::OpScope::~OpScope() {

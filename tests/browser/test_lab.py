@@ -231,6 +231,13 @@ def test_live_where_table_under_a_running_cell(scenario):
     check(scenario, "live_where_table")
 
 
+def test_profile_timeline_under_a_profiled_cell(scenario):
+    """``%%mlx_distributed --profile`` on the panel's cluster: the timeline picture, one lane per rank, and the
+    summary (screenshot: test-artifacts/browser/profile-timeline.png)."""
+    check(scenario, "profile_timeline")
+    assert (ARTIFACTS / "profile-timeline.png").stat().st_size > 5_000
+
+
 def test_panel_start_insert_stop(scenario):
     check(scenario, "panel_start")
     check(scenario, "panel_insert_code")

@@ -162,3 +162,91 @@ def test_post_mortem_commands(kernel):
     assert res.status == "ok", res
     assert "'secret': 21" in res.stdout and "'v': 7" in res.stdout, res.stdout
     assert "(Pdb rank 1) p locals()" in res.stdout
+
+
+WAIT_ON_PDB_CELL = """%%mlx_distributed
+import numpy as np
+from mlx_jupyter import distributed as dist
+if group.rank() == 1:
+    breakpoint()
+total = dist.all_sum(np.array([group.rank() + 1]), group=group, timeout=60)
+print('total', int(total[0]))
+"""
+#: the live table's rows while rank 1 sits at its prompt and rank 0 waits for it in all_sum (timeout=60)
+IN_PDB = re.compile(r"^1\s+in pdb \(line 5\)", re.M)
+WAITING_ON_PDB = re.compile(r"^0\s+in all_sum #\d+ at line 5 waiting on rank 1 \(in pdb\) for \d+\.\d s; "
+                            r"times out after 60 s", re.M)
+
+
+def test_the_live_table_and_where_name_the_rank_in_pdb_and_the_timeout_of_who_waits(kernel):
+    """Rank 1 stops at breakpoint(), rank 0 blocks in all_sum on it: while the prompt waits, the table under
+    the cell and where() from another process (as the lab panel asks) say so; then c lets both finish."""
+    cluster_id = kernel.run("import mlx_jupyter.magics as _m\nprint(_m.current().cluster_id)", 10).stdout.strip()
+    from mlx_jupyter.cluster import Cluster
+
+    other = Cluster.connect(cluster_id, timeout=30)  # a second handle, as the panel's server holds
+    try:
+        msg_id = kernel.kc.execute(WAIT_ON_PDB_CELL, allow_stdin=True)
+        res, prompts, tables = CellResult(), [], []
+        where = None
+        deadline = time.monotonic() + 45
+        idle = False
+        while not idle:
+            assert time.monotonic() < deadline, f"no table naming the rank in pdb; tables {tables[-2:]}, {res}"
+            try:
+                msg = kernel.kc.get_stdin_msg(timeout=0.02)
+                prompts.append(msg["content"]["prompt"])
+            except queue.Empty:
+                pass
+            while True:
+                try:
+                    msg = kernel.kc.get_iopub_msg(timeout=0.01)
+                except queue.Empty:
+                    break
+                if msg["parent_header"].get("msg_id") != msg_id:
+                    continue
+                if msg["msg_type"] in ("display_data", "update_display_data"):
+                    tables.append(msg["content"].get("data", {}).get("text/plain", ""))
+                if res.absorb(msg["msg_type"], msg["content"]):
+                    idle = True
+                    break
+            seen = next((t for t in tables if IN_PDB.search(t) and WAITING_ON_PDB.search(t)), None)
+            if prompts and seen and where is None:
+                where = other.where(timeout=5)
+                kernel.kc.input("c")
+        reply = kernel.kc.get_shell_msg(timeout=10)
+        while reply["parent_header"].get("msg_id") != msg_id:
+            reply = kernel.kc.get_shell_msg(timeout=10)
+    finally:
+        other.stop()
+    assert reply["content"]["status"] == "ok", (res, tables[-1:])
+    assert prompts == ["(Pdb rank 1) "], prompts
+    out = ANSI.sub("", res.stdout)
+    assert "[ranks 0-1] total 3" in out, out
+    assert seen and "rank 1 is in pdb (line 5)" in seen, seen  # the one-line diagnosis too
+    assert where.state(1) == "in pdb (line 5)", where
+    assert re.match(r"in all_sum #\d+ at line 5 waiting on rank 1 \(in pdb\) for \d+\.\d s; times out after 60 s$",
+                    where.state(0)), where
+    works(kernel)
+
+
+def test_post_mortem_shows_in_where_as_the_raising_frame(kernel):
+    """%mlx_debug's prompt waiting on rank 1: where() from another process says post-mortem, in scale()."""
+    assert kernel.run(RAISE_CELL, 30).status == "error"
+    cluster_id = kernel.run("import mlx_jupyter.magics as _m\nprint(_m.current().cluster_id)", 10).stdout.strip()
+    from mlx_jupyter.cluster import Cluster
+
+    other = Cluster.connect(cluster_id, timeout=30)
+    try:
+        msg_id = kernel.kc.execute("%mlx_debug 1", allow_stdin=True)
+        prompt = kernel.kc.get_stdin_msg(timeout=30)
+        assert prompt["content"]["prompt"] == "(Pdb rank 1) ", prompt
+        where = other.where(timeout=5)
+        kernel.kc.input("q")
+        reply = kernel.kc.get_shell_msg(timeout=30)
+        while reply["parent_header"].get("msg_id") != msg_id:
+            reply = kernel.kc.get_shell_msg(timeout=30)
+    finally:
+        other.stop()
+    assert where.state(1) == "in pdb post-mortem (line 3 in scale)", where  # the raise, in scale()
+    works(kernel)

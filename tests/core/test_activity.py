@@ -78,13 +78,28 @@ def test_a_rank_blocked_in_all_sum_shows_the_peer_it_waits_for(shm):
     a = mine(snap, gid, 0)
     assert (a.state, a.op, a.seq, a.nbytes, a.dtype, a.waiting_on, a.size) == (
         "waiting", "all_sum", 1, 4096, "float32", 1, 2), a
-    assert 0 < a.elapsed < TIMEOUT
+    assert 0 < a.elapsed < TIMEOUT and a.timeout == TIMEOUT  # no timeout= given: the group's default
     late = mine(snap, gid, 1)
     assert (late.state, late.op) == ("idle", None), late  # between init and its all_sum
     # once done: idle, the last op's number and bytes kept, both ways moved
     for after, _ in results:
         assert (after.state, after.op, after.seq, after.nbytes, after.waiting_on) == ("idle", None, 2, 4096, None)
         assert after.moved == 2 * 4096, after
+
+
+def test_a_waiting_op_carries_its_own_timeout():
+    """The timeout the op was given (or the group's default) is in the record; none is None."""
+    def body(g: CoreGroup) -> Any:
+        if g.rank() == 1:
+            release.wait(TIMEOUT)
+        g.all_reduce("sum", np.ones(4, np.float32), None, 45.0)
+        return g.activity(), g.group_id
+
+    results, snap = in_threads([_core.CoreOptions(token="t")] * 2, body,
+                               lambda: wait_for(lambda a: a.rank == 0 and a.state == "waiting"))
+    a = mine(snap, results[0][1], 0)
+    assert (a.state, a.timeout) == ("waiting", 45.0), a
+    assert all(after.timeout is None for after, _ in results)  # idle: no op, no timeout
 
 
 def test_three_ranks_on_the_board_wait_for_the_missing_one():

@@ -88,10 +88,82 @@ def test_a_call_written_on_the_cell_line_is_named_when_mlx_has_no_frame():
     "activity": st.lists(st.fixed_dictionaries({
         "state": st.sampled_from(["idle", "running", "waiting"]), "op": st.none() | st.sampled_from(["all_sum", "recv"]),
         "seq": st.integers(0, 1 << 40), "waiting_on": st.none() | st.integers(0, 7),
-        "elapsed": st.floats(0, 1e6)}), max_size=2)}), max_size=4),
+        "elapsed": st.floats(0, 1e6)}, optional={"timeout": st.none() | st.floats(0, 1e9),
+                                               "group": st.sampled_from(["core:1", "mlx-ring:1"])}), max_size=2)},
+    optional={"debugger": st.fixed_dictionaries({"line": st.integers(1, 500)}, optional={
+        "func": st.text(max_size=10), "post_mortem": st.booleans()})}), max_size=4),
     st.dictionaries(st.integers(0, 7), st.sampled_from(["done", "raised", "dead"])))
 def test_any_samples_make_a_row_per_rank_and_a_one_line_diagnosis(samples, ended):
     rows = model.rows(samples, ended, list(range(8)))
     assert [r.rank for r in rows] == list(range(8))
     assert "\n" not in model.diagnosis(rows)
     assert model.text_table(rows)
+
+
+def waiting(timeout=None, group="core:1", on=1):
+    return {"state": "waiting", "op": "all_sum", "seq": 4, "waiting_on": on, "elapsed": 12.04, "timeout": timeout,
+            "group": group}
+
+
+def test_a_rank_in_pdb_and_the_one_waiting_on_it_with_its_timeout():
+    samples = {0: s(5, activity=[waiting(60.0)]), 1: {**s(5), "debugger": {"line": 5, "func": "<module>"}}}
+    rows = model.rows(samples, {}, [0, 1])
+    assert rows[1].state == "in pdb (line 5)"
+    assert rows[0].state == "in all_sum #4 at line 5 waiting on rank 1 (in pdb) for 12.0 s; times out after 60 s"
+    assert model.diagnosis(rows).endswith("; rank 1 is in pdb (line 5)")
+
+
+def test_the_timeout_words_say_when_nothing_ends_the_wait():
+    pm = {**s(2), "debugger": {"line": 3, "func": "scale", "post_mortem": True}}
+    rows = model.rows({0: s(5, activity=[waiting(None)]), 1: pm}, {}, [0, 1])
+    assert rows[1].state == "in pdb post-mortem (line 3 in scale)"
+    assert rows[0].state.endswith("; no timeout set (timeout= or MLX_JUPYTER_TIMEOUT; the stop button ends the wait)")
+    mlx = model.rows({0: s(6, "mx.eval(mx.distributed.all_sum(x))", "mx.distributed.all_sum"), 1: pm}, {}, [0, 1])
+    assert mlx[0].state == ("in mx.distributed.all_sum at line 6 waiting on rank 1 (in pdb); "
+                            "no timeout (MLX's collectives have none; the stop button ends the wait)")
+
+
+def test_a_rank_in_pdb_on_the_very_line_of_the_collective_is_still_waited_on():
+    """pdb stops before the line runs: a rank stopped at the all_sum line is not in the all_sum."""
+    line6 = "mx.eval(mx.distributed.all_sum(x))"
+    samples = {0: s(6, line6, "mx.distributed.all_sum"), 1: {**s(6, line6), "debugger": {"line": 6}}}
+    rows = model.rows(samples, {}, [0, 1])
+    assert rows[0].state.startswith("in mx.distributed.all_sum at line 6 waiting on rank 1 (in pdb); no timeout")
+
+
+def test_of_several_ranks_waited_on_the_ones_in_pdb_are_named():
+    pdb_at = {**s(2), "debugger": {"line": 2}}
+    samples = {0: s(4, "dist.all_sum(x)", "dist.all_sum"), 1: pdb_at, 2: s(9, "time.sleep(1)")}
+    rows = model.rows(samples, {}, [0, 1, 2])
+    assert rows[0].state.startswith("in all_sum at line 4 waiting on ranks 1 and 2 (rank 1 in pdb); no timeout")
+
+
+def test_a_plain_pdb_at_its_prompt_is_seen_on_the_stack(tmp_path):
+    """A launched script's own pdb (no debugger of ours to say so): its Pdb.interaction frame gives it away."""
+    import pdb
+    import threading
+
+    answer = threading.Event()
+
+    class Stdin:
+        def readline(self) -> str:
+            answer.wait(10)
+            return "c\n"
+
+    script = str(tmp_path / "script.py")
+    code = compile("x = 1\ndebugger.set_trace()\ny = 2\n", script, "exec")
+    debugger = pdb.Pdb(stdin=Stdin(), stdout=open("/dev/null", "w"))
+    debugger.use_rawinput = False
+    t = threading.Thread(target=exec, args=(code, {"debugger": debugger}))
+    t.start()
+    try:
+        for _ in range(200):  # polling the other thread's stack until it is at the prompt (bounded)
+            got = sample.take(t.ident, 0, cell_files=(script,))
+            if got.get("debugger"):
+                break
+            answer.wait(0.01)
+        assert got.get("debugger") == {"line": 3, "func": "<module>", "post_mortem": False}, got
+        assert model.rows({0: got}, {}, [0])[0].state == "in pdb (line 3)"
+    finally:
+        answer.set()
+        t.join(10)

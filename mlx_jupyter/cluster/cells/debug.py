@@ -7,12 +7,15 @@ session ends (continue without breakpoints, quit, or its cell ended), then
 shown in the order they came. Where nothing can answer (a kernel run with
 ``allow_stdin=False``, plain Python without a terminal) the rank is told so,
 one line says it, and the rank goes on (a breakpoint continues, a post-mortem
-quits): a session never hangs.
+quits): a session never hangs. While a prompt waits, the live table (``table``)
+goes on updating from a thread of its own: the notebook's thread is in ``input()``,
+and the table is what says which rank is in pdb and who waits on it.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any, Callable, Optional
 
 from mlx_jupyter.cluster.cells.text import rank_label
@@ -47,10 +50,13 @@ def ask(prompt: str) -> Optional[str]:
 class DebugSessions:
     """The ranks' pdb output and prompts during one run, shown through ``write``."""
 
-    def __init__(self, run: Any, write: Callable[[str], None], ask: Callable[[str], Optional[str]] = ask):
+    def __init__(self, run: Any, write: Callable[[str], None], ask: Callable[[str], Optional[str]] = ask,
+                 table: Any = None, period: float = 0.25):
         self.run = run
         self.write = write
         self.ask = ask
+        self.table = table  # the run's live table (anything with tick()), updated while a prompt waits
+        self.period = period
         self.active: Optional[int] = None  # the rank whose session has the notebook
         self.held: list[tuple[int, str, Optional[str], bool]] = []
         self.stopped = False  # the stop button was pressed: show, never prompt
@@ -82,11 +88,32 @@ class DebugSessions:
             return
         if prompt is None or self.stopped:
             return
-        line = self.ask(prompt)
+        line = self._ask_showing_where(prompt)
         if line is None:
             self.write(f"rank {rank}: pdb cannot prompt here (no stdin: allow_stdin is off, or no terminal); "
                        "the rank goes on without it (%mlx_debug RANK -c \"...\" runs commands)\n")
         self.run.answer_debug(rank, line)
+
+    def _ask_showing_where(self, prompt: str) -> Optional[str]:
+        """``ask(prompt)``, the live table ticking meanwhile (the only one ticking it: the notebook's thread waits)."""
+        if self.table is None:
+            return self.ask(prompt)
+        answered = threading.Event()
+
+        def tick() -> None:
+            while not answered.wait(self.period):
+                try:
+                    self.table.tick()
+                except Exception:  # the table never fails a debug session
+                    return
+
+        ticker = threading.Thread(target=tick, name="mlx-live-table-during-pdb", daemon=True)
+        ticker.start()
+        try:
+            return self.ask(prompt)
+        finally:
+            answered.set()
+            ticker.join()
 
     def _release(self) -> None:
         """The active session ended: show the held ones, in order, until one takes the notebook."""

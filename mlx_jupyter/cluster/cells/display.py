@@ -180,7 +180,7 @@ def show_run(run: Any, mode: str = "grouped", timeout: Optional[float] = None,
     """
     r = renderer or Renderer(run.ranks, mode)
     table = _live_table(run) if live is True else (live or None)
-    debug = DebugSessions(run, r.out)
+    debug = DebugSessions(run, r.out, table=table)
     deadline = None if timeout is None else time.monotonic() + timeout
     stops = 0
     while True:

@@ -18,6 +18,9 @@ import sys
 import sysconfig
 from typing import Any, Optional
 
+from mlx_jupyter.where import sample
+
+
 class _Output(io.TextIOBase):
     """pdb's stdout: text kept until the next prompt (or the session's end) sends it."""
 
@@ -70,6 +73,7 @@ class RankPdb(pdb.Pdb):
         self.prompt = f"(Pdb rank {self.rank}) "
         self.fallback = fallback
         self.unanswered = False
+        self.post_mortem = False  # %mlx_debug's session on a traceback (the where table says so)
 
     def is_skipped_module(self, module_name: str) -> bool:
         return bool(module_name) and (super().is_skipped_module(module_name) or _in_stdlib(module_name))
@@ -90,7 +94,13 @@ class RankPdb(pdb.Pdb):
         if self.unanswered:
             return self.fallback + "\n"
         self.channel.post({"t": "dbg", "id": self.cell_id, "text": text, "prompt": self.prompt})
-        line = self.channel.wait_debug_line()
+        # "in pdb" while it waits, at the frame where the rank stopped (not the one `up` shows)
+        stack = getattr(self, "stack", None)
+        sample.set_debugger(stack[-1][0] if stack else getattr(self, "curframe", None), self.post_mortem)
+        try:
+            line = self.channel.wait_debug_line()
+        finally:
+            sample.set_debugger(None)
         if line is None:  # the notebook cannot prompt: said there, once
             self.unanswered = True
             return self.fallback + "\n"
@@ -190,6 +200,7 @@ def post_mortem(commands: str = "") -> None:
         return
     else:
         debugger = RankPdb(chan, cell_id, fallback="q")
+        debugger.post_mortem = True
     debugger.reset()
     debugger.interaction(None, tb)  # pdb shows the frame that raised
 

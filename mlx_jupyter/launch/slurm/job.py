@@ -19,7 +19,7 @@ import sys
 import threading
 from typing import Any, Optional
 
-from mlx_jupyter.launch import contract
+from mlx_jupyter.launch import contract, where_ask
 from mlx_jupyter.launch.launch_config import LaunchConfig, rank_argv
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.launch.local_watchdog import LocalWatchdog
@@ -34,6 +34,7 @@ from mlx_jupyter.launch.slurm.plan import derived_port, plan_step, rank_hosts
 from mlx_jupyter.launch.slurm.wrapper import wrapper_argv
 from mlx_jupyter.launch.streams import LineSplitter
 from mlx_jupyter.launch.monitor import emit_line
+from mlx_jupyter.launch.where_ask import WhereAnswers
 
 PROG = "mlx-jupyter launch"
 #: Backends whose contract srun can give (jaccl needs each host's RDMA devices from a hostfile).
@@ -75,6 +76,7 @@ class SlurmJob(Ending):
         self._tasks: list[asyncio.Task] = []
         self.end_note = ""                         # how Slurm ended the job, if it did
         self._told: set[int] = set()               # ranks whose end on_exit has heard of
+        self.where_answers = WhereAnswers()        # the ranks' answers to SIGUSR1 (--where-on-signal)
 
     # ------------------------------------------------------------- starting --
     @property
@@ -173,7 +175,7 @@ class SlurmJob(Ending):
         argv = step_argv(self.job_id or 0, nodes, self.opts.ranks_per_node, name=self.name, stdin=c.stdin,
                          kill_on_bad_exit=c.terminate_on_failure, subset=subset, mpi=mpi,
                          in_step=explicit and in_step(os.environ), extra=extra)
-        argv += wrapper_argv(rank_argv(c.command, c.python, c.cwd))
+        argv += wrapper_argv(self.where_answers.boot(rank_argv(c.command, c.python, c.cwd), c))
         self.log(f"starting {self.size} rank(s) on {', '.join(nodes)} in Slurm job {self.job_id}")
         self._output = StepOutput(self.size, self._emit, self._on_start, self._on_rank_exit)
         out = LineSplitter(lambda line: self._output.line("stdout", line))
@@ -196,7 +198,18 @@ class SlurmJob(Ending):
 
     # -------------------------------------------------------------- running --
     def _emit(self, rank: int, stream: str, line: str) -> None:
-        emit_line(self.config, self.size, rank, stream, line)
+        if not self.where_answers.line(rank, stream, line):
+            emit_line(self.config, self.size, rank, stream, line)
+
+    async def where(self, timeout: float = 2.0) -> Any:
+        """Where every rank is: SIGUSR1 to the step (``scancel --signal=USR1``; the task wrapper lets it
+        pass), the answers of the ranks started with ``where_on_signal`` within ``timeout`` s."""
+        ranks = [i.rank for i in self.ranks]
+        running = [i.rank for i in self.ranks if i.state == RUNNING]
+        ended = {i.rank: where_ask.ended_words(i) for i in self.ranks if i.state != RUNNING}
+        asked = running if self.config.where_on_signal else []
+        samples = await self.where_answers.ask(asked, lambda: self.signal(_signal.SIGUSR1), timeout)
+        return where_ask.table(samples, ended, ranks, bool(asked) and self.where_answers.booted)
 
     def _on_start(self, rank: int, step: str, pid: int) -> None:
         info = self.ranks[rank]

@@ -13,7 +13,8 @@ The wrapper checks that Slurm placed the rank on the node the plan put it on,
 reports ``MARKER-start STEP PID`` and ``MARKER-exit CODE`` on stderr (read back
 by :mod:`.output`), and runs the command in the foreground, in the task's
 process group, so that Slurm's signals reach it directly (the wrapper ignores
-them and stays to clean up and report).
+them and stays to clean up and report; SIGUSR1 too, which asks a rank started
+with ``--where-on-signal`` where it is).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ if [ "${MLX_JUPYTER_SLURM_GPU:-}" = 1 ] && [ -z "${SLURM_STEP_GPUS:-}" ] && [ -z
 fi
 d=
 trap '[ -n "$d" ] && rm -rf "$d"' EXIT
-trap : INT TERM HUP
+trap : INT TERM HUP USR1
 fd=9
 for v in ${MLX_JUPYTER_SLURM_FILES:-}; do
   f=$(mktemp "${TMPDIR:-/tmp}/mlx-jupyter.XXXXXX") || die "cannot create a temp file in ${TMPDIR:-/tmp}"

@@ -29,6 +29,7 @@ struct ActivityView {
   Dtype dtype = Dtype::UInt8;
   uint64_t seq = 0, nbytes = 0, moved = 0;
   int64_t start_ns = 0;
+  int64_t timeout_us = -1;  // the op's own timeout, or -1 for none
   int32_t waiting_on = -1;  // group rank, or -1
 };
 
@@ -37,13 +38,15 @@ struct ActivityView {
 // the version went odd also sees that odd version when it looks again, and retries.
 class Activity {
  public:
-  void begin(OpKind op, uint64_t seq, uint64_t nbytes, Dtype t, int64_t start_ns) {
+  // `timeout_us`: the op's timeout (-1: none), so that a reader can say when a wait ends.
+  void begin(OpKind op, uint64_t seq, uint64_t nbytes, Dtype t, int64_t start_ns, int64_t timeout_us = -1) {
     open();
     op_.store(uint8_t(op), std::memory_order_release);
     seq_.store(seq, std::memory_order_release);
     nbytes_.store(nbytes, std::memory_order_release);
     dtype_.store(uint8_t(t), std::memory_order_release);
     start_ns_.store(start_ns, std::memory_order_release);
+    timeout_us_.store(timeout_us, std::memory_order_release);
     moved_.store(0, std::memory_order_release);
     waiting_on_.store(-1, std::memory_order_release);
     state_.store(uint8_t(OpState::Running), std::memory_order_release);
@@ -74,7 +77,7 @@ class Activity {
   std::atomic<uint8_t> state_{0}, op_{0}, dtype_{0};
   std::atomic<int32_t> waiting_on_{-1};
   std::atomic<uint64_t> seq_{0}, nbytes_{0}, moved_{0};
-  std::atomic<int64_t> start_ns_{0};
+  std::atomic<int64_t> start_ns_{0}, timeout_us_{-1};
 };
 
 // One op of a profile. wait_ns: how long the op had nothing to move (see Group::run).

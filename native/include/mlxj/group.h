@@ -129,7 +129,7 @@ class Group : public std::enable_shared_from_this<Group> {
   struct OpScope {
     Group& g;
     bool ok = false;
-    OpScope(Group& group, const OpStart& start);
+    OpScope(Group& group, const OpStart& start, double timeout);
     ~OpScope();
   };
   // Runs one op under the op lock; any failure in the op aborts the group, then propagates.
@@ -138,7 +138,7 @@ class Group : public std::enable_shared_from_this<Group> {
     Wait wait = make_wait(opts, what);
     lock_op(wait);
     OpLock held{*this};
-    OpScope scope(*this, start);
+    OpScope scope(*this, start, opts.timeout);
     try {
       wait.check_abort();
       body(static_cast<const Wait&>(wait));

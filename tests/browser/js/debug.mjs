@@ -69,8 +69,19 @@ try {
     if (!/2 ranks ready/.test(text)) throw new Error(`the cluster did not start: ${text}`);
   });
 
-  await step('debug_prompt_answered', async () => {
+  await step('debug_live_table_names_pdb', async () => {
+    // while rank 1's prompt waits, the live table under the cell names it in pdb and rank 0 waiting on it
     runCell(1).catch(() => {});
+    await page.locator('input.jp-Stdin-input').last().waitFor({ state: 'visible', timeout: 60000 });
+    await page.waitForFunction(() => {
+      const t = window.jupyterapp.shell.currentWidget.content.widgets[1].node.querySelector('.mlxj-where')?.textContent || '';
+      return /in pdb \(line 6\)/.test(t) && /waiting on rank 1 \(in pdb\) for [\d.]+ s; times out after 60 s/.test(t);
+    }, null, { timeout: 30000 });
+    await page.locator('.mlxj-where').last().scrollIntoViewIfNeeded();
+    await page.screenshot({ path: path.join(shots, 'live-where-pdb.png') });
+  });
+
+  await step('debug_prompt_answered', async () => {
     const first = await answer('p x');
     if (!first.includes('(Pdb rank 1)')) throw new Error(`prompt ${JSON.stringify(first)}`);
     await page.locator('input.jp-Stdin-input').last().waitFor({ state: 'visible', timeout: 60000 });
@@ -78,8 +89,8 @@ try {
     await answer('c');
     await kernelIdle();
     const text = await cellText(1);
-    const wants = [/--- pdb on rank 1/, /\(Pdb rank 1\)\s+p x\n/, /^20$/m, /^\[rank 0\] rank 0 y 11$/m,
-                   /^\[rank 1\] rank 1 y 21$/m];
+    const wants = [/--- pdb on rank 1/, /\(Pdb rank 1\)\s+p x\n/, /^20$/m, /^\[rank 0\] rank 0 y 11 total 32$/m,
+                   /^\[rank 1\] rank 1 y 21 total 32$/m];
     for (const want of wants) {
       if (!want.test(text)) throw new Error(`no ${want} in: ${JSON.stringify(text.slice(-600))}`);
     }

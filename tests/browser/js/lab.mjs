@@ -308,6 +308,33 @@ try {
       `${text.slice(0, 600)} | panel: ${panelSays}`);
   });
 
+  await step('profile_timeline', async () => {
+    // a profiled cell on the panel's cluster: under it, the timeline picture with one lane per rank (SVG,
+    // which JupyterLab shows as an image) and the text summary
+    const code = '%%mlx_distributed --profile\nimport numpy as np\nfrom mlx_jupyter import distributed as dist\n'
+      + 'for i in range(20):\n    dist.all_sum(np.ones(4096), group=group)';
+    const index = await insertCellBelow(code);
+    runCell(index).catch((e) => logs.push(`run-cell: ${e}`));
+    const found = await page.waitForFunction((i) => {
+      const cell = window.jupyterapp.shell.currentWidget.node.querySelectorAll('.jp-Cell')[i];
+      const img = cell?.querySelector('.jp-RenderedSVG img');
+      if (img && img.complete && img.naturalWidth > 0) return decodeURIComponent(img.src.slice(img.src.indexOf(',') + 1));
+      return /Error|no profile/.test(cell?.querySelector('.jp-OutputArea')?.textContent || '') ? 'ERROR' : false;
+    }, index, { timeout: 60000 });
+    const svg = await found.jsonValue();
+    await kernelIdle();
+    const lanes = svg.match(/>rank \d+<\/text>/g) || [];
+    const bars = (svg.match(/<title>all_sum/g) || []).length + (svg.match(/<title>\d+ ops \(all_sum/g) || []).length;
+    const picture = page.locator('.jp-Notebook .jp-Cell').nth(index).locator('.jp-RenderedSVG').first();
+    await picture.scrollIntoViewIfNeeded();
+    await picture.screenshot({ path: shot('profile-timeline.png') });
+    const text = (await page.locator('.jp-Notebook .jp-Cell').nth(index).locator('.jp-OutputArea-output')
+      .allInnerTexts()).join('\n');
+    record('profile_timeline', JSON.stringify(lanes) === JSON.stringify(['>rank 0</text>', '>rank 1</text>'])
+      && bars >= 2 && /op records on 2 ranks/.test(text) && /straggler:/.test(text),
+      `lanes=${lanes} bars=${bars} text=${text.slice(0, 300)}`);
+  });
+
   await step('panel_restart', async () => {
     // the panel's Restart: fresh ranks, the connected notebook's `x` still there, MLX's world works
     const panel = page.locator('#mlx-jupyter-cluster-panel');

@@ -1,0 +1,91 @@
+"""Asking a launch's ranks where they are (``--where-on-signal``): a signal out, one line back from each.
+
+Every kind of launch reaches its ranks with SIGUSR1 its own way (local and ssh ranks: their
+process groups, remote ones through each host's watchdog; ``--backend mpi``: mpirun, which
+passes SIGUSR1 on to every rank; Slurm: ``scancel --signal=USR1`` on the step). A rank started
+through :mod:`mlx_jupyter.where.boot` answers with one line on its stderr
+(:mod:`mlx_jupyter.where.signal_report`), which comes back with the rest of that rank's output:
+the launch's output reader hands every line to :meth:`WhereAnswers.line` first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import TYPE_CHECKING, Awaitable, Callable, Mapping, Optional, Sequence
+
+from mlx_jupyter.launch.launch_config import LaunchConfig
+from mlx_jupyter.launch.rankinfo import RankInfo, describe_exit
+from mlx_jupyter.where import boot, signal_report
+
+if TYPE_CHECKING:
+    from mlx_jupyter.where.model import Where
+
+#: a running rank that sent no where line in time
+NO_ANSWER = "no answer (its stack, if printed, is above)"
+#: a running rank that was not started to answer (not Python, or no --where-on-signal): never signalled
+NOT_ASKED = "running (not started to answer SIGUSR1)"
+
+
+class WhereAnswers:
+    """The ranks' answers to the last where signal (rank -> sample)."""
+
+    def __init__(self) -> None:
+        self.samples: dict[int, dict] = {}
+        self.asked: set[int] = set()
+        self.booted = False  # the ranks run through the boot code: only then may they be signalled
+        self._answered: Optional[asyncio.Event] = None
+
+    def boot(self, argv: list[str], config: LaunchConfig) -> list[str]:
+        """``argv`` started through the where boot code when the launch asked for it (else unchanged:
+        a rank that is not Python would die of SIGUSR1, so it is never sent one)."""
+        if not config.where_on_signal:
+            return argv
+        wrapped = boot.wrap(argv)
+        if wrapped is None:
+            print(f"mlx-jupyter launch: --where-on-signal: {argv[0]} is not a Python script or module; "
+                  "SIGUSR1 will show only the ranks' states", file=sys.stderr)
+        self.booted = wrapped is not None
+        return wrapped or argv
+
+    def line(self, rank: int, stream: str, text: str) -> bool:
+        """True when ``text`` (a line of rank ``rank``'s output) was its where answer, kept here."""
+        if stream != "stderr" or not text.startswith(signal_report.MARKER):
+            return False
+        sample = signal_report.parse(text)
+        if sample is None:
+            return False
+        self.samples[rank] = sample
+        if self._answered is not None and self.asked <= set(self.samples):
+            self._answered.set()
+        return True
+
+    async def ask(self, ranks: Sequence[int], send: Callable[[], Awaitable[None]], timeout: float) -> dict[int, dict]:
+        """``send()`` the signal (to ranks started through the boot code only), then the answers of ``ranks``
+        that came within ``timeout`` s."""
+        self.samples, self.asked = {}, set(ranks)
+        self._answered = asyncio.Event()
+        if ranks and self.booted:
+            await send()
+            try:
+                await asyncio.wait_for(self._answered.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass
+        return dict(self.samples)
+
+
+def ended_words(info: RankInfo) -> str:
+    """A rank that is not running, in the where table's words."""
+    if info.returncode is None:
+        return info.state
+    return "done" if info.returncode == 0 else f"ended ({describe_exit(info.returncode)})"
+
+
+def table(samples: Mapping[int, dict], ended: Mapping[int, str], ranks: Sequence[int], asked: bool = True) -> "Where":
+    """The :class:`~mlx_jupyter.where.model.Where` of a launch: a running rank without an answer says why
+    (``asked``: the ranks were signalled)."""
+    from mlx_jupyter.where import model
+
+    words = dict(ended)
+    words.update({r: NO_ANSWER if asked else NOT_ASKED for r in ranks if r not in samples and r not in words})
+    return model.Where(model.rows(samples, words, list(ranks)), "where the ranks are")
