@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <uuid/uuid.h>
 
@@ -67,6 +68,16 @@ void wait_word(std::atomic<uint32_t>* word, uint32_t seen, int64_t micros) {
 }
 
 void wake_word(std::atomic<uint32_t>*) {}
+
+void* map_shared_populated(int fd, size_t size) {
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return nullptr;
+  // No MAP_POPULATE: a read of each page maps it (its contents are the creator's, left as they are).
+  const long page = ::sysconf(_SC_PAGESIZE);
+  const auto* bytes = static_cast<const volatile uint8_t*>(p);
+  for (size_t at = 0; at < size; at += size_t(page > 0 ? page : 4096)) (void)bytes[at];
+  return p;
+}
 
 bool has_anonymous_segments() { return false; }
 

@@ -54,6 +54,11 @@ void wake_word(std::atomic<uint32_t>* word) {
   ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
+void* map_shared_populated(int fd, size_t size) {
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
 bool has_anonymous_segments() { return true; }
 
 Fd create_anonymous_segment(size_t size, std::string* path) {

@@ -49,8 +49,8 @@ void SharedSegment::release_name(bool peer_unlinked) {
 namespace {
 
 void* map(int fd, size_t size) {
-  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) fail(ErrorKind::Config, "cannot map shared memory: " + errno_text(errno));
+  void* p = platform::map_shared_populated(fd, size);
+  if (!p) fail(ErrorKind::Config, "cannot map shared memory: " + errno_text(errno));
   return p;
 }
 
