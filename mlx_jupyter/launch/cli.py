@@ -20,6 +20,7 @@ from mlx_jupyter.net import ssh
 from mlx_jupyter.net.ports import CORE_PORT_OFFSET, DEFAULT_STARTING_PORT, free_port_block
 from mlx_jupyter.hostfile import (BACKENDS, HostfileError, default_ranks_per_host, merge_settings, parse_env,
                                   parse_host_list, read_hostfile, repeat_hosts)
+from mlx_jupyter.launch import binding
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.launch.launch_config import local_script
 from mlx_jupyter.launch.job import LaunchConfig, make_job
@@ -95,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stdin-rank", type=int, metavar="R",
                    help="send this terminal's stdin to rank R only (the others read EOF at once), e.g. to answer "
                         "rank R's breakpoint(); default: every rank gets a copy")
+    p.add_argument("--bind-to", choices=binding.POLICIES, default="cores",
+                   help="cores (default): each rank started on this machine runs on its own equal share of "
+                        "its CPUs, when there are at least as many as ranks (Linux; as mpirun binds); none: "
+                        "leave placement to the OS (e.g. for two jobs on one machine)")
     p.add_argument("--output", choices=("prefix", "raw"), help="prefix lines with [rank r] (default with >1 rank)")
     ssh.add_arguments(p)
     slurm_cli.add_arguments(p, _positive)
@@ -187,7 +192,7 @@ def make_config(args: argparse.Namespace, command: list[str]) -> LaunchConfig:
         cwd=args.cwd, cwd_required=args.cwd is not None, python=args.python, starting_port=_starting_port(args, hosts),
         connections_per_ip=args.connections_per_ip, nccl_port=args.nccl_port, ssh_options=opts, stdin=True,
         stdin_rank=args.stdin_rank, verbose=args.verbose, mpi_args=list(args.mpi_arg),
-        where_on_signal=args.where_on_signal,
+        where_on_signal=args.where_on_signal, bind_to=args.bind_to,
         slurm=slurm_cli.options_from_args(args) if args.slurm else None,
     )
 

@@ -18,7 +18,7 @@ from typing import Any, Optional, Sequence
 
 from mlx_jupyter.hostfile import (BACKENDS, Host, HostfileError, default_ranks_per_host, hostfile_path, merge_settings,
                                   read_hostfile, resolve_hosts)
-from mlx_jupyter.launch import contract, mpi, where_ask
+from mlx_jupyter.launch import binding, contract, mpi, where_ask
 from mlx_jupyter.launch.addresses import fill_addresses
 from mlx_jupyter.launch.connections import HostConnections
 from mlx_jupyter.launch.errors import LaunchError
@@ -65,6 +65,7 @@ class Job:
         self.monitor = RankMonitor(config, [RankInfo(r, h.ssh) for r, h in enumerate(self.hosts)], len(self.hosts),
                                    on_failure=self._fail_fast, local=[h.is_local for h in self.hosts])
         self.teardown = Teardown(self.monitor, self.connections, config.grace, self.log)
+        self._cpu_shares: dict[int, frozenset[int]] = {}   # local rank -> the CPUs it is bound to
 
     def _apply_hostfile(self) -> None:
         """A hostfile path given as ``hosts`` brings its backend and envs (explicit ones win, with a notice)."""
@@ -177,6 +178,9 @@ class Job:
             p.env.update(extra)
             p.env.setdefault("PYTHONUNBUFFERED", "1")   # rank output arrives as it is printed
         self.log(f"starting {len(plans)} rank(s): {ssh.join(argv)}")
+        local = [p.rank for p in plans if p.host.is_local]
+        shares = binding.plan(c.bind_to, len(local)) or []
+        self._cpu_shares = dict(zip(local, shares))
         spawned = await asyncio.gather(*(self._spawn(p, argv) for p in plans), return_exceptions=True)
         for r, res in enumerate(spawned):
             if not isinstance(res, BaseException):
@@ -200,8 +204,11 @@ class Job:
             cwd = c.cwd if c.cwd is not None else None
             if c.cwd is not None and not os.path.isdir(c.cwd):
                 raise LaunchError(f"{label}: working directory {c.cwd!r} does not exist (--cwd)")
+            share = self._cpu_shares.get(rank)
             proc: Any = await LocalProcess.spawn(argv, env, cwd, c.stdin, out, err, label,
-                                                 self.connections.local_watchdog)
+                                                 self.connections.local_watchdog, cpus=share)
+            if proc.bound:
+                self.log(f"{label}: bound to {binding.describe(share)} (--bind-to none: unbound)")
         else:
             cwd = c.cwd if c.cwd is not None else os.getcwd()
             conn = self.connections.rank_conn[rank]

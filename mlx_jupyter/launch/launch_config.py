@@ -48,6 +48,7 @@ class LaunchConfig:
     verbose: bool = False
     mpi_args: list[str] = field(default_factory=list)
     where_on_signal: bool = False   # Python ranks answer SIGUSR1 with where they are (mlx_jupyter.where.boot)
+    bind_to: str = "cores"   # local ranks: each on its own share of the CPUs (launch.binding), or "none"
     slurm: Optional["SlurmOptions"] = None   # run the ranks as a Slurm job step (mlx_jupyter.launch.slurm)
 
 

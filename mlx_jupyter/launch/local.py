@@ -5,11 +5,25 @@ from __future__ import annotations
 import asyncio
 import os
 import signal as _signal
+import weakref
 from typing import Mapping, Optional, Sequence
 
+from mlx_jupyter.launch import binding
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.launch.local_watchdog import LocalWatchdog
 from mlx_jupyter.launch.streams import LineSplitter, pump
+
+
+_SPAWN_LOCKS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]" = weakref.WeakKeyDictionary()
+
+
+def _spawn_lock() -> asyncio.Lock:
+    """The running loop's lock around a spawn (a lock belongs to one loop)."""
+    loop = asyncio.get_running_loop()
+    lock = _SPAWN_LOCKS.get(loop)
+    if lock is None:
+        lock = _SPAWN_LOCKS[loop] = asyncio.Lock()
+    return lock
 
 
 class LocalProcess:
@@ -22,6 +36,7 @@ class LocalProcess:
         self._watchdog = watchdog
         self._watchdog_session = watchdog_session
         self.pid: int = proc.pid
+        self.bound = False   # runs on the CPUs it was given (spawn's cpus=)
 
     @classmethod
     async def spawn(
@@ -35,23 +50,28 @@ class LocalProcess:
         label: str,
         watchdog: Optional[LocalWatchdog] = None,
         watchdog_session: bool = False,
+        cpus: Optional[frozenset[int]] = None,
     ) -> "LocalProcess":
         """Start ``argv`` with exactly ``env``; raise :class:`LaunchError` naming ``label``.
 
         ``watchdog`` kills its group if the launcher dies; with ``watchdog_session``
         it stays registered after exit, so that ``watchdog.close()`` kills what is
-        left of its session (mpirun's ranks, each in a group of its own).
+        left of its session (mpirun's ranks, each in a group of its own). ``cpus``: the
+        CPUs it runs on from its first instruction (launch.binding).
         """
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=dict(env),
-                cwd=cwd,
-                start_new_session=True,   # own process group: signal the rank and its children
-            )
+            # One spawn at a time in this thread: its CPUs are the next child's for the while.
+            async with _spawn_lock():
+                with binding.for_children(cpus) as bound:
+                    proc = await asyncio.create_subprocess_exec(
+                        *argv,
+                        stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
+                        stdout=asyncio.subprocess.PIPE,
+                        stderr=asyncio.subprocess.PIPE,
+                        env=dict(env),
+                        cwd=cwd,
+                        start_new_session=True,   # own process group: signal the rank and its children
+                    )
         except FileNotFoundError:
             if cwd is not None and not os.path.isdir(cwd):
                 raise LaunchError(f"{label}: working directory {cwd!r} does not exist") from None
@@ -69,7 +89,9 @@ class LocalProcess:
                 raise LaunchError(f"{label}: cannot register it with the launcher's watchdog: {exc}") from None
         assert proc.stdout is not None and proc.stderr is not None
         pumps = [asyncio.ensure_future(pump(proc.stdout, out)), asyncio.ensure_future(pump(proc.stderr, err))]
-        return cls(proc, pumps, watchdog, watchdog_session)
+        self = cls(proc, pumps, watchdog, watchdog_session)
+        self.bound = bound
+        return self
 
     async def wait(self) -> Optional[int]:
         """Wait for exit and the end of its output; kill what is left of its group."""
