@@ -1,0 +1,85 @@
+"""Local ranks each on their own share of the CPUs (launch.binding, `--bind-to`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+from hypothesis import given, strategies as st
+
+from launch_helpers import PY, cli, collector
+from mlx_jupyter.launch import Launcher, binding
+
+pytestmark = pytest.mark.timeout(120)
+
+AFFINITY = "import os, json; print(json.dumps(sorted(os.sched_getaffinity(0))))"
+needs_affinity = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU binding on this OS")
+two_cpus = pytest.mark.skipif(len(binding.allowed_cpus() or []) < 2, reason="needs 2 CPUs")
+
+
+@given(st.sets(st.integers(0, 255), max_size=64), st.integers(0, 80))
+def test_shares_are_disjoint_equal_blocks_of_the_allowed_cpus(allowed, ranks):
+    shares = binding.cpu_shares(sorted(allowed), ranks)
+    if ranks < 2 or len(allowed) < ranks:
+        assert shares is None
+        return
+    assert shares is not None and len(shares) == ranks
+    assert len({len(s) for s in shares}) == 1 and len(shares[0]) == len(allowed) // ranks
+    assert set().union(*shares) <= allowed and sum(map(len, shares)) == len(set().union(*shares))
+    cpus = sorted(allowed)   # contiguous blocks of the sorted CPUs, in rank order
+    assert [sorted(s) for s in shares] == [cpus[r * len(shares[0]):(r + 1) * len(shares[0])] for r in range(ranks)]
+
+
+def test_policy_names_the_flag_on_a_bad_value():
+    with pytest.raises(ValueError, match="--bind-to 'sockets'.*cores, none"):
+        binding.plan("sockets", 2)
+    assert binding.plan("none", 2) is None
+
+
+@needs_affinity
+def test_a_child_spawned_inside_runs_on_the_share_and_the_thread_gets_its_cpus_back():
+    before = os.sched_getaffinity(0)
+    share = frozenset([min(before)])
+    with binding.for_children(share) as bound:
+        child = subprocess.run([PY, "-c", AFFINITY], capture_output=True, text=True, timeout=30)
+    assert bound and json.loads(child.stdout) == sorted(share)
+    assert os.sched_getaffinity(0) == before
+
+
+def _affinities(args: list[str]) -> dict[int, list[int]]:
+    done = cli([*args, PY, "-c", AFFINITY], timeout=60)
+    assert done.returncode == 0, done.stderr
+    rows = [line.split("] ", 1) for line in done.stdout.splitlines() if line.startswith("[rank ")]
+    return {int(tag[len("[rank "):]): json.loads(cpus) for tag, cpus in rows}
+
+
+@needs_affinity
+@two_cpus
+def test_launched_ranks_are_bound_to_disjoint_shares():
+    got = _affinities(["-n", "2"])
+    assert sorted(got) == [0, 1]
+    assert got[0] and got[1] and not set(got[0]) & set(got[1]), got
+    assert set(got[0]) | set(got[1]) <= set(binding.allowed_cpus())
+
+
+@needs_affinity
+@two_cpus
+def test_bind_to_none_and_more_ranks_than_cpus_leave_ranks_unbound():
+    every = binding.allowed_cpus()
+    assert _affinities(["-n", "2", "--bind-to", "none"]) == {0: every, 1: every}
+    n = len(every) + 1
+    assert _affinities(["-n", str(n)]) == {r: every for r in range(n)}
+
+
+@needs_affinity
+@two_cpus
+def test_api_launch_binds_and_logs_the_share(capfd):
+    out, on_output = collector()
+    launcher = Launcher([PY, "-c", AFFINITY], repeat_hosts=2, on_output=on_output, verbose=True).start()
+    assert launcher.wait(30) == 0
+    cpus = {r: json.loads(line) for r, s, line in out if s == "stdout"}
+    assert not set(cpus[0]) & set(cpus[1])
+    logs = capfd.readouterr().err.splitlines()
+    assert any("rank 0 on" in line and "bound to cpu" in line for line in logs), logs
