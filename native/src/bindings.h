@@ -39,11 +39,28 @@ void require_contiguous(const A& a, const char* what) {
   }
 }
 
+// Releases the GIL around a blocking core call (instead of nb::gil_scoped_release): a thread
+// that returns while the interpreter exits parks instead of taking it back (bindings_exit.cpp).
+class GilRelease {
+ public:
+  GilRelease();
+  ~GilRelease();
+  GilRelease(const GilRelease&) = delete;
+  GilRelease& operator=(const GilRelease&) = delete;
+
+ private:
+  PyThreadState* state_;
+};
+
+// Whether this is Python's main thread (the only one that runs signal handlers); no GIL needed.
+bool on_main_thread();
+
 // Options for a blocking core call: `timeout` seconds (-1 = wait), interrupted by Ctrl-C.
 CallOptions call(double timeout);
 
 void bind_errors(nb::module_& m);
 void bind_group(nb::module_& m);
 void bind_buffer(nb::module_& m);
+void bind_exit(nb::module_& m);
 
 }  // namespace mlxj::py

@@ -64,6 +64,9 @@ bool signal_pending() {
   t_sigints_seen = count;
   t_next_full_check = now + std::chrono::seconds(1);
   chain_sigint();
+  // Python runs signal handlers on its main thread only: another thread has nothing to check
+  // (and taking the GIL there could end it, were the interpreter exiting).
+  if (!on_main_thread()) return false;
   nb::gil_scoped_acquire gil;
   return PyErr_CheckSignals() != 0;  // sets KeyboardInterrupt; the translator leaves it in place
 }
@@ -148,7 +151,7 @@ bool all_reduce_buffers(Group& g, nb::handle in, nb::handle out, int op, double 
   NumpyPair p(in, out);
   if (!p.ok || p.in_bytes() != p.out_bytes()) return false;
   CallOptions o = call(timeout);
-  nb::gil_scoped_release rel;
+  GilRelease rel;
   g.all_reduce(p.in->buf.buf, p.out->buf.buf, p.in_bytes() / dtype_size(p.t), p.t, ReduceOp(op), o);
   return true;
 }
@@ -158,7 +161,7 @@ bool all_gather_buffers(Group& g, nb::handle in, nb::handle out, double timeout)
   NumpyPair p(in, out);
   if (!p.ok || p.out_bytes() != p.in_bytes() * size_t(g.size())) return false;
   CallOptions o = call(timeout);
-  nb::gil_scoped_release rel;
+  GilRelease rel;
   g.all_gather(p.in->buf.buf, p.out->buf.buf, p.in_bytes(), p.t, o);
   return true;
 }
@@ -217,7 +220,7 @@ void bind_group(nb::module_& m) {
             }
             if (rank < 0 || rank >= int(eps.size())) throw std::invalid_argument("rank out of range");
             CallOptions o = call(timeout);
-            nb::gil_scoped_release rel;
+            GilRelease rel;
             return Group::world(rank, std::move(eps), options, o);
           },
           "rank"_a, "addresses"_a, "options"_a, "timeout"_a,
@@ -260,30 +263,30 @@ void bind_group(nb::module_& m) {
       .def_prop_ro("abort_reason", &Group::abort_reason)
       .def("link_kinds", &Group::link_kinds, "Per link \"side:kind\" (kind shm or tcp), and \"board:shm\" once the group shares a board.")
       .def("abort", [](Group& g, const std::string& reason) {
-        nb::gil_scoped_release rel;
+        GilRelease rel;
         g.abort(reason);
       }, "reason"_a)
       .def("close", [](Group& g, const std::string& reason) {
-        nb::gil_scoped_release rel;
+        GilRelease rel;
         g.close(reason);
       }, "reason"_a)
       .def("split", [](Group& g, int color, int key, double timeout, std::optional<CoreOptions> options) {
         CallOptions o = call(timeout);
-        nb::gil_scoped_release rel;
+        GilRelease rel;
         return g.split(color, key, o, options ? &*options : nullptr);
       }, "color"_a, "key"_a, "timeout"_a, "options"_a = nb::none(),
       "Ranks calling with the same color form a new group; `options` (the same on each of them) replace "
       "this group's, except the connections' token, verbosity and dead-peer timeout.")
       .def("barrier", [](Group& g, double timeout) {
         CallOptions o = call(timeout);
-        nb::gil_scoped_release rel;
+        GilRelease rel;
         g.barrier(o);
       }, "timeout"_a)
       .def("all_reduce", [](Group& g, InArray in, AnyArray out, int op, double timeout) {
         Dtype t = check_in_out(in, out, out.size() == in.size(), "the input's dtype and size");
         CallOptions o = call(timeout);
         ReduceOp rop = reduce_op(op);
-        nb::gil_scoped_release rel;
+        GilRelease rel;
         g.all_reduce(in.data(), out.data(), in.size(), t, rop, o);
       }, "input"_a, "out"_a, "op"_a, "timeout"_a)
       .def("all_reduce_buffers", &all_reduce_buffers, "input"_a, "out"_a, "op"_a, "timeout"_a,
@@ -296,7 +299,7 @@ void bind_group(nb::module_& m) {
         Dtype t = check_in_out(in, out, out.size() == in.size() * size_t(g.size()),
                                "the input's dtype and size() times its size");
         CallOptions o = call(timeout);
-        nb::gil_scoped_release rel;
+        GilRelease rel;
         g.all_gather(in.data(), out.data(), in.size() * dtype_size(t), t, o);
       }, "input"_a, "out"_a, "timeout"_a)
       .def("reduce_scatter", [](Group& g, InArray in, AnyArray out, int op, double timeout) {
@@ -304,21 +307,21 @@ void bind_group(nb::module_& m) {
                                "the input's dtype and 1/size() of its size");
         CallOptions o = call(timeout);
         ReduceOp rop = reduce_op(op);
-        nb::gil_scoped_release rel;
+        GilRelease rel;
         g.reduce_scatter(in.data(), out.data(), out.size(), t, rop, o);
       }, "input"_a, "out"_a, "op"_a, "timeout"_a)
       .def("send", [](Group& g, InArray in, int dst, double timeout) {
         Dtype t = dtype_of(in);
         require_contiguous(in, "input");
         CallOptions o = call(timeout);
-        nb::gil_scoped_release rel;
+        GilRelease rel;
         g.send(in.data(), in.size() * dtype_size(t), t, dst, o);
       }, "input"_a, "dst"_a, "timeout"_a)
       .def("recv", [](Group& g, AnyArray out, int src, double timeout) {
         Dtype t = dtype_of(out);
         require_contiguous(out, "out");
         CallOptions o = call(timeout);
-        nb::gil_scoped_release rel;
+        GilRelease rel;
         g.recv(out.data(), out.size() * dtype_size(t), t, src, o);
       }, "out"_a, "src"_a, "timeout"_a);
 }

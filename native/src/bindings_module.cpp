@@ -18,6 +18,7 @@ NB_MODULE(_core, m) {
   py::bind_errors(m);
   py::bind_group(m);
   py::bind_buffer(m);
+  py::bind_exit(m);
 
   m.def("backends", [](const std::string& mpi_libname) {
     nb::list out;
