@@ -4,10 +4,11 @@ Per size (4 B and 4 KiB of float32, `out=` reused), on each rank: the call as Py
 (perf_counter around `dist.all_sum`), and the core's own record of the op (the native profile:
 from taking the op to its end). The difference is the Python call and the binding (argument
 checks, the buffers, the GIL). The 4 B op is one synchronisation between the ranks; what 4 KiB
-adds to it is moving and reducing the bytes across cores. Neither ring rings its doorbell while
-the peer is spinning; the doorbell and the wake-up are measured apart: rank 1 arrives 200 µs late
-(longer than the 50 µs spin), so rank 0 sleeps and is woken by it; the wake-up is how much later
-rank 0 returns than rank 1 (one clock: same machine), beyond the same gap without a sleep.
+adds to it is moving and reducing the bytes across cores. No doorbell rings while the peer
+spins; the doorbell and the wake-up are measured apart: rank 1 arrives late, 200 µs (within the
+core's spin, spin.h) or 2 ms (beyond it: rank 0 sleeps and rank 1's doorbell wakes it); the cost
+is how much later rank 0 returns than rank 1 (one clock: same machine), beyond the same gap when
+both arrive together.
 
     .venv/bin/python benchmarks/small_op_breakdown.py [--ops 20000] [--save benchmarks/results/small_op_breakdown.txt]
 """
@@ -51,7 +52,7 @@ for nbytes in (4, 4096):
 # The wake-up: rank 1 arrives `late` after rank 0 (busy-waiting, to be exact); both note when they return.
 x = np.ones(1024, np.float32)
 out = np.empty_like(x)
-for late in (0.0, 200e-6):
+for late in (0.0, 200e-6, 2e-3):
     ends = []
     for _ in range(int(os.environ["BENCH_WAKES"])):
         g.barrier()
@@ -106,10 +107,10 @@ def main() -> int:
     lines.append(f"moving and reducing 4 KiB across cores (4 KiB op - 4 B op, in the core): "
                  f"{moving[0]:.2f} / {moving[1]:.2f}")
     gaps = {late: us([a - b for a, b in zip(ranks[0][f"ends_{late}"], ranks[1][f"ends_{late}"])])
-            for late in (0.0, 200e-6)}
-    lines.append(f"rank 0 returns after rank 1 by {gaps[0.0]:.2f} µs when both spin, {gaps[200e-6]:.2f} µs when "
-                 f"rank 0 slept (rank 1 200 µs late): the doorbell and the wake-up cost "
-                 f"{gaps[200e-6] - gaps[0.0]:.2f} µs")
+            for late in (0.0, 200e-6, 2e-3)}
+    lines.append(f"rank 0 returns after rank 1 by {gaps[0.0]:.2f} µs when both arrive together; with rank 1 "
+                 f"200 µs late (rank 0 spins) {gaps[200e-6]:.2f} µs; 2 ms late (rank 0 sleeps) {gaps[2e-3]:.2f} µs: "
+                 f"the doorbell and the wake-up cost {gaps[2e-3] - gaps[0.0]:.2f} µs")
     lines.append(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     text = "\n".join(lines)
     print(text)
