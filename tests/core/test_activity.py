@@ -110,8 +110,15 @@ def test_three_ranks_on_the_board_wait_for_the_missing_one():
         return g.group_id
 
     def watch() -> list[OpActivity]:
-        return wait_for(lambda a: a.rank in (0, 1) and a.state == "waiting"
-                        and all(b.state == "waiting" for b in activity.snapshot() if b.rank in (0, 1) and b.op))
+        # One snapshot must show both ranks waiting on rank 2 (rank 1 may still be forming the world
+        # while rank 0 already waits, on its neighbour, in the board's join).
+        end = time.monotonic() + 10
+        while True:
+            snap = activity.snapshot()
+            both = {a.rank: a.waiting_on for a in snap if a.rank in (0, 1) and a.state == "waiting"}
+            if both == {0: 2, 1: 2} or time.monotonic() > end:
+                return snap
+            time.sleep(0.01)  # polling a condition with a deadline, not synchronising
 
     results, snap = in_threads([_core.CoreOptions(token="t")] * 3, body, watch)
     waiting = {a.rank: a.waiting_on for a in snap if a.group_id == results[0] and a.state == "waiting"}
