@@ -1,4 +1,5 @@
-"""`python -m mlx_jupyter.cluster.ipcontroller`: ipyparallel's controller, minus a fixed start-up pause.
+"""`python -m mlx_jupyter.cluster.ipcontroller`: ipyparallel's controller, minus a fixed start-up pause
+and with a heart monitor that beats quickly only while ranks are being admitted (``cluster/heartbeat.py``).
 
 ipyparallel 9's ``IPController.init_hub`` sleeps 0.25 s after opening its task
 database (a wait for a database server; ``--nodb`` has none) before it writes
@@ -28,14 +29,15 @@ if __name__ == "__main__":
 
 from ipyparallel.controller.app import IPController
 
-from mlx_jupyter.cluster.shared.ipp_compat import exit_unless_usable, init_hub_without_pause
+from mlx_jupyter.cluster import heartbeat
+from mlx_jupyter.cluster.shared.ipp_compat import exit_unless_usable, heart_monitor_target, init_hub_without_pause
 
 
 class MLXController(IPController):
-    """IPController without the pause in ``init_hub``; connection files written atomically."""
+    """IPController without the pause in ``init_hub``; connection files written atomically; our heart monitor."""
 
     def init_hub(self) -> None:
-        with init_hub_without_pause():
+        with init_hub_without_pause(), heart_monitor_target(heartbeat.start_heartmonitor):
             super().init_hub()
         hub = getattr(self, "hub", None)   # None: ipyparallel made no hub (nothing to filter)
         if hub is not None:
