@@ -157,7 +157,9 @@ class ClusterProcesses:
             es.rank_cwd = spec.cwd
         if spec.ssh_options is not None:
             es.ssh_options = spec.ssh_options
-        es.engine_args = ["--IPEngine.wait_for_url_file=30", "--IPEngine.timeout=30"]
+        # an engine gives up on a silent controller after 11 checks of (period + 0.5 s): 27.5 s
+        es.engine_args = ["--IPEngine.wait_for_url_file=30", "--IPEngine.timeout=30",
+                          "--IPEngine.max_heartbeat_misses=11"]
         cfg.LocalControllerLauncher.controller_cmd = [sys.executable, "-m", "mlx_jupyter.cluster.ipcontroller"]
         cfg.LocalControllerLauncher.stop_seconds_until_kill = 2
         return cfg
