@@ -258,9 +258,13 @@ class ClusterProcesses:
         assert self.ipp is not None and self._engine_set_id is not None
         return self.ipp.engines[self._engine_set_id]
 
+    def has_engine_set(self) -> bool:
+        """Whether the ranks' engine set exists (not after a restart whose new ranks failed to start)."""
+        return self.ipp is not None and self._engine_set_id is not None and self._engine_set_id in self.ipp.engines
+
     def rank_infos(self) -> list[Any]:
         """Each rank's launch record (rank, host, pid, state)."""
-        return list(self.engine_set.launcher.ranks) if self.ipp is not None and self._engine_set_id else []
+        return list(self.engine_set.launcher.ranks) if self.has_engine_set() and self.engine_set.launcher else []
 
     def rank_exited(self, rank: int, returncode: Optional[int]) -> None:
         """A rank's process ended (launcher thread): the runs waiting on it end, the hub and the
@@ -314,7 +318,7 @@ class ClusterProcesses:
         """Fresh processes for every rank, same ranks, same engine ids; the controller stays."""
         self.stopping = True
         self.supervisor.interrupt_runs("the cluster is restarting")
-        pids = rank_pids(self.engine_set)
+        pids = rank_pids(self.engine_set) if self.has_engine_set() else set()   # none: the last restart failed
         if self.hub is not None:
             self.hub.forget()
         self.ipp.stop_engines_sync()
