@@ -92,3 +92,29 @@ def test_a_server_cluster_used_under_load_logs_no_heartbeat_lines(tmp_path, monk
     took = _admission_ms(controller)
     assert len(took) == 4, controller[-3000:]   # 2 ranks at the start, 2 after the restart
     assert max(took[2:]) < 1500, took   # the restart's ranks too were admitted at the quick pace
+
+
+def test_hearts_that_stop_after_their_engine_left_are_handled_without_a_warning():
+    """The heart monitor's news that a restart's old hearts stopped is dropped quietly (the hub
+    would only warn); a heart the hub did not expect to stop is left to the hub (its unregistration),
+    and the message stays readable by the hub (signatures are checked once)."""
+    from collections import deque
+    from types import SimpleNamespace
+
+    from jupyter_client.session import Session
+
+    from mlx_jupyter.cluster.ipcontroller import expected_stops
+
+    session = Session(key=b"k")
+    hub = SimpleNamespace(session=session, expect_stopped_hearts=deque([b"old-1", b"old-2"]))
+
+    def news(kind: str, hearts: list[str]) -> list:
+        return [b"heartmonitor"] + session.serialize(session.msg(kind, content={"hearts": hearts}),
+                                                     ident=[b"heartmonitor", b""])[1:]
+
+    assert expected_stops(hub, news("stopped_heart", ["old-1", "old-2"]))
+    unexpected = news("stopped_heart", ["old-1", "live-3"])
+    assert not expected_stops(hub, unexpected)   # one the hub must hear of
+    assert session.deserialize(session.feed_identities(unexpected[1:])[1])["content"]["hearts"] == ["old-1", "live-3"]
+    assert not expected_stops(hub, news("new_heart", ["old-1"]))
+    assert not expected_stops(hub, [b"iopub", b"x"])

@@ -63,6 +63,9 @@ _SUBCLASS_NEEDS = {
     "engine": ("ipyparallel.engine.app", "IPEngine", ("init_engine", "register", "complete_registration",
                                                       "find_connection_file", "init_signal", "restore_output",
                                                       "start_heartbeat", "bident", "session")),
+    # what cluster/ipcontroller.py's filter of the hub's monitor traffic uses
+    "hub": ("ipyparallel.controller.hub", "Hub", ("dispatch_monitor_traffic", "expect_stopped_hearts",
+                                                  "session")),
     # cluster/heartbeat.py's monitor, in the controller's heart monitor process
     "heartmonitor": ("ipyparallel.controller.heartmonitor", "HeartMonitor",
                      ("start", "beat", "handle_pong", "handle_new_hearts", "handle_heart_failure", "hearts",
@@ -86,7 +89,7 @@ def subclass_problems(which: str) -> list[str]:
             missing.append(f"{module_name}.time")
         if not callable(getattr(module, "start_heartmonitor", None)):  # init_hub's heart monitor target
             missing.append(f"{module_name}.start_heartmonitor")
-        missing += subclass_problems("heartmonitor")
+        missing += subclass_problems("heartmonitor") + subclass_problems("hub")
     return missing
 
 
