@@ -168,8 +168,12 @@ class KeptState:
 
     def failure(self, exc: BaseException) -> str:
         """What a restart that ended with ``exc`` kept and lost, and what to do next (cleanup first)."""
-        cause = "interrupted" if isinstance(exc, KeyboardInterrupt) else \
-            (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        step = {"saving": "saving the ranks' names", "restarting": "starting the new ranks",
+                "restoring": "restoring the names"}.get(self.phase, self.phase)
+        if isinstance(exc, KeyboardInterrupt):
+            head = f"interrupted while {step}"
+        else:
+            head = f"{step} failed ({(str(exc).strip().splitlines() or [type(exc).__name__])[0]})"
         names = sorted({n for s in self.saved.values() for n in s.get("kept", [])})
         size = format_bytes(sum(s.get("bytes", 0) for s in self.saved.values()))
         if self.phase == "saving":
@@ -185,7 +189,7 @@ class KeptState:
         left = "; ".join(f"could not remove {self.dirname} on {h} ({why}): remove it by hand"
                          for h, why in sorted(self.left.items()))
         nxt = getattr(self.cluster, "failed_restart_advice", None) or next_step(self.cluster.restart_command)
-        return f"the restart failed while {self.phase} ({cause}); {what}{'; ' + left if left else ''}. Next: {nxt}"
+        return f"{head}; {what}{'; ' + left if left else ''}. Next: {nxt}"
 
 
 def next_step(restart_command: str) -> str:

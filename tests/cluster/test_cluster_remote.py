@@ -113,7 +113,7 @@ def test_a_failed_keep_state_restart_on_ssh_hosts_leaves_no_files(testbed):
             c.restart(timeout=30)
         msg = str(failed.value)
         assert len(saw) == 1 and len(saw[0]) == 1, saw   # there was a folder to remove
-        assert msg.startswith("the restart failed while restarting (") and "lost: the 2 names saved on 2 ranks" \
+        assert msg.startswith("starting the new ranks failed (") and "lost: the 2 names saved on 2 ranks" \
             in msg and "the saved files were removed" in msg and "Next: fix the cause, then cluster.restart()" in msg, msg
         assert set(keep_files.folders_here()) == before
         launcher.python = good

@@ -61,3 +61,25 @@ def test_local_folders_are_removed_without_ssh():
     keep_files.private_dir(keep_files.keep_root() / name, create=True)
     assert remove_on_hosts({"127.0.0.1": [name]}) == {}
     assert not (keep_files.keep_root() / name).exists()
+
+
+def test_a_failures_message_says_what_was_kept_and_lost_and_what_works_from_where_it_is_shown():
+    magics = SimpleNamespace(cluster_id="mlx-d", restart_command="%mlx_cluster restart", failed_restart_advice=None)
+    state = KeptState(magics)
+    state.saved = {0: {"kept": ["model", "opt"], "bytes": 3 << 20}, 1: {"kept": ["model", "opt"], "bytes": 3 << 20}}
+    assert state.failure(KeyboardInterrupt()) == (
+        "interrupted while saving the ranks' names; nothing was lost: the ranks were not restarted and keep "
+        "their names. Next: fix the cause, then %mlx_cluster restart (the ranks start empty), "
+        "or %mlx_cluster stop and %mlx_cluster start")
+    state.phase, state.left = "restarting", {"h2": "ssh: connection refused"}
+    assert state.failure(RuntimeError("rank 1 on h2: exited 1\nmore")).startswith(
+        "starting the new ranks failed (rank 1 on h2: exited 1); lost: the 2 names saved on 2 ranks (6.0 MiB), "
+        f"as the old ranks are gone; the saved files were removed; could not remove {state.dirname} on h2 "
+        "(ssh: connection refused): remove it by hand. Next: ")
+    panel = SimpleNamespace(cluster_id="mlx-e", restart_command="cluster.restart()",
+                            failed_restart_advice="dismiss it in the MLX Cluster panel and start a new cluster")
+    state = KeptState(panel)
+    state.phase, state.restored = "restoring", {0: {"restored": ["model"]}}
+    assert state.failure(RuntimeError("boom")) == (
+        "restoring the names failed (boom); kept: the names restored on rank 0; lost: the rest, and the saved "
+        "files were removed. Next: dismiss it in the MLX Cluster panel and start a new cluster")

@@ -217,7 +217,7 @@ def test_a_restart_whose_new_ranks_fail_leaves_no_files_and_says_what_was_lost_a
         with pytest.raises(ClusterError) as failed:
             c.restart(timeout=30)
         msg = str(failed.value)
-        assert msg.startswith("the restart failed while restarting (rank 0 on 127.0.0.1: command "
+        assert msg.startswith("starting the new ranks failed (rank 0 on 127.0.0.1: command "
                               "'/nonexistent/python3' not found"), msg
         assert "lost: the 2 names saved on 2 ranks (" in msg and "the saved files were removed" in msg, msg
         assert msg.endswith("Next: fix the cause, then cluster.restart() (the ranks start empty), "
@@ -248,7 +248,7 @@ def test_an_interrupt_or_a_failed_restore_leaves_no_files(capsys):
         with pytest.raises(KeyboardInterrupt):
             restart_keeping(c, fresh_then_interrupted)
         err = capsys.readouterr().err
-        assert "the restart failed while restarting (interrupted); lost: the 1 name saved on 2 ranks" in err, err
+        assert "interrupted while starting the new ranks; lost: the 1 name saved on 2 ranks" in err, err
         assert _keep_folders() == before
         show_run(c.run("w = world.rank() + 1"), timeout=30)
 

@@ -61,8 +61,8 @@ def process_started(pid: int) -> Optional[int]:
         except PermissionError:
             pass
         return 0
-    except Exception:  # psutil.NoSuchProcess, AccessDenied...
-        return None
+    except Exception as exc:  # psutil.NoSuchProcess, ZombieProcess: it has ended
+        return 0 if type(exc).__name__ == "AccessDenied" else None   # denied: it runs, its start unknown
 
 
 def this_owner() -> Owner:
