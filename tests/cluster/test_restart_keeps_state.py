@@ -161,6 +161,7 @@ def test_after_mlxs_world_died_the_magics_restart_brings_the_state_and_a_working
         restarted = k.run("%mlx_cluster restart", 90)
         assert restarted.status == "ok", restarted
         assert "restart: kept " in restarted.stdout and "on 2 ranks" in restarted.stdout, restarted.stdout
+        assert "heart" not in (restarted.stdout + restarted.stderr).lower(), restarted   # the controller's log stays its own
         after = k.run("%%mlx_distributed\nprint('sum', mx.distributed.all_sum(mx.ones(2) * (world.rank() + 1), "
                       "group=world).tolist(), data.tolist()[:2], np.array(model.weight).tolist() == w)", 60)
         assert after.status == "ok", after
