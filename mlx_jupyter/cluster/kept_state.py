@@ -184,8 +184,8 @@ class KeptState:
             what = f"lost: the {saved}, as the old ranks are gone; the saved files were removed"
         else:
             back = sorted(self.restored)
-            what = (f"kept: the names restored on {rank_label(back)}; lost: the rest, and the saved files "
-                    "were removed" if back else "lost: the saved names (none was restored); the saved files were removed")
+            what = (f"kept: the names restored on {rank_label(back)}; lost: the rest, and the saved files were removed"
+                    if back else "lost: the saved names (none was restored); the saved files were removed")
         left = "; ".join(f"could not remove {self.dirname} on {h} ({why}): remove it by hand"
                          for h, why in sorted(self.left.items()))
         nxt = getattr(self.cluster, "failed_restart_advice", None) or next_step(self.cluster.restart_command)
