@@ -141,6 +141,8 @@ class Cluster:
         self.publish_as = "kernel"  # who owns it, as the lab panel's registry says ("server" for the panel's)
         #: how the user restarts the ranks from where our messages are shown (the magics set theirs)
         self.restart_command = "cluster.restart()"
+        #: what a failed restart's message says to do next (None: from ``restart_command``)
+        self.failed_restart_advice: Optional[str] = None
         self.ready_time: Optional[float] = None
         self.last_restart: Optional[str] = None  # the last restart's one-line report
         self._rank_watch: Any = None  # a connected cluster's watch on the owner's ranks (attach.RankWatch)
@@ -203,6 +205,9 @@ class Cluster:
                 self.allocation.release()
             raise
         self.ready_time = time.perf_counter() - t0
+        from mlx_jupyter.cluster.rank.keep_files import sweep_stale
+
+        sweep_stale()   # what a restart whose kernel was killed left here (a listing of one folder)
         return self
 
     def stop(self, timeout: float = 10.0) -> None:

@@ -1,4 +1,5 @@
-"""`python -m mlx_jupyter.cluster.ipcontroller`: ipyparallel's controller, minus a fixed start-up pause.
+"""`python -m mlx_jupyter.cluster.ipcontroller`: ipyparallel's controller, minus a fixed start-up pause
+and with a heart monitor that beats quickly only while ranks are being admitted (``cluster/heartbeat.py``).
 
 ipyparallel 9's ``IPController.init_hub`` sleeps 0.25 s after opening its task
 database (a wait for a database server; ``--nodb`` has none) before it writes
@@ -28,19 +29,21 @@ if __name__ == "__main__":
 
 from ipyparallel.controller.app import IPController
 
-from mlx_jupyter.cluster.shared.ipp_compat import exit_unless_usable, init_hub_without_pause
+from mlx_jupyter.cluster import heartbeat
+from mlx_jupyter.cluster.shared.ipp_compat import exit_unless_usable, heart_monitor_target, init_hub_without_pause
 
 
 class MLXController(IPController):
-    """IPController without the pause in ``init_hub``; connection files written atomically."""
+    """IPController without the pause in ``init_hub``; connection files written atomically; our heart monitor."""
 
     def init_hub(self) -> None:
-        with init_hub_without_pause():
+        with init_hub_without_pause(), heart_monitor_target(heartbeat.start_heartmonitor):
             super().init_hub()
         hub = getattr(self, "hub", None)   # None: ipyparallel made no hub (nothing to filter)
         if hub is not None:
             dispatch = hub.dispatch_monitor_traffic
-            hub.monitor.on_recv(lambda msg: None if is_iopub_welcome(msg) else dispatch(msg))
+            hub.monitor.on_recv(lambda msg: None if is_iopub_welcome(msg) or expected_stops(hub, msg)
+                                else dispatch(msg))   # neither is news to the hub
 
     def save_connection_dict(self, fname: str, cdict: dict) -> None:
         path = os.path.join(self.profile_dir.security_dir, fname)
@@ -67,6 +70,23 @@ def is_iopub_welcome(frames: list) -> bool:
     """
     # [topic, signature, header, ...]: the header is within the first frames; content (user text) is not
     return any(isinstance(f, bytes) and b'"msg_type": "iopub_welcome"' in f for f in frames[:4])
+
+
+def expected_stops(hub: object, frames: list) -> bool:
+    """Whether these are the heart monitor's news that hearts stopped which all belong to engines
+    unregistered on purpose (a restart's or a stop's): the hub would only log a warning for each,
+    every restart, and do nothing else. Read without the signature check (the hub checks, once,
+    what it is given; a message is signed once), as nothing is done with them."""
+    if not frames or frames[0] != b"heartmonitor":
+        return False
+    try:
+        _, parts = hub.session.feed_identities(frames[1:])   # type: ignore[attr-defined]
+        header, content = hub.session.unpack(parts[1]), hub.session.unpack(parts[4])   # type: ignore[attr-defined]
+        hearts = [h.encode("utf8") for h in content["hearts"]]
+    except Exception:   # the hub's own handling reports what is wrong with it
+        return False
+    expected = hub.expect_stopped_hearts   # type: ignore[attr-defined]
+    return header.get("msg_type") == "stopped_heart" and bool(hearts) and all(h in expected for h in hearts)
 
 
 def watch_parent(poll: float = 0.5) -> threading.Thread:

@@ -9,10 +9,14 @@ ranks' short answers.
 from __future__ import annotations
 
 import secrets
+import sys
 from typing import Any, Callable, Optional
 
 from mlx_jupyter.cluster.cells.text import rank_label
+from mlx_jupyter.cluster.keep_cleanup import remove_on_hosts
+from mlx_jupyter.cluster.rank import keep_files
 from mlx_jupyter.cluster.shared.errors import ClusterError
+from mlx_jupyter.net.hosts import is_local
 
 
 def format_bytes(n: float) -> str:
@@ -48,20 +52,39 @@ def report_line(saved: dict[int, dict], restored: dict[int, dict], lost: dict[in
     return line + ("; not kept: " + ", ".join(parts) if parts else "")
 
 
+def rank_error_line(exc: BaseException) -> str:
+    """A rank's error as one line, its own type and message (not ipyparallel's wrapper's)."""
+    elist = getattr(exc, "elist", None)   # ipyparallel's CompositeError: (ename, evalue, tb, info) per engine
+    if elist:
+        name, value = elist[0][0], elist[0][1]
+    else:
+        name, value = getattr(exc, "ename", type(exc).__name__), getattr(exc, "evalue", str(exc))
+    text = str(value or "").strip().splitlines()
+    return f"{name}: {text[0][:160]}" if text else str(name)
+
+
 class KeptState:
-    """One keep-state restart of ``cluster``: :meth:`save` on the old ranks, :meth:`restore` on the new."""
+    """One keep-state restart of ``cluster``: :meth:`save` on the old ranks, :meth:`restore` on the
+    new, :meth:`cleanup` on every path (success, failure, interrupt), :meth:`failure` the message."""
 
     def __init__(self, cluster: Any, timeout: float = 120.0) -> None:
         self.cluster = cluster
         self.timeout = timeout
-        self.dirname = f"mlx-jupyter-keep-{cluster.cluster_id}-{secrets.token_hex(8)}"
+        self.dirname = keep_files.folder_name(cluster.cluster_id, secrets.token_hex(8))
         self.saved: dict[int, dict] = {}
         self.lost: dict[int, str] = {}
+        self.restored: dict[int, dict] = {}
+        self.hosts: dict[int, str] = {}          # rank -> its host (as reached), for the ranks asked to save
+        self.stale: dict[str, list[str]] = {}    # host -> folders there whose owner (on this host) is gone
+        self.phase = "saving"                    # then "restarting", "restoring", "done"
+        self.left: dict[str, str] = {}           # host -> why its folder could not be removed
+        self.cleaned = False
 
-    def _each_rank(self, fn: Callable[..., Any], ranks: list[int], what: str) -> dict[int, Any]:
-        """``fn(dirname, rank)`` on every rank at once; rank -> answer, or the reason it gave none."""
+    def _each_rank(self, fn: Callable[..., Any], ranks: list[int], what: str, *args: Any) -> dict[int, Any]:
+        """``fn(*args)`` (default ``fn(dirname, rank)``) on every rank at once; rank -> answer, or
+        the reason it gave none."""
         link, supervisor = self.cluster.link, self.cluster.supervisor
-        pending = {r: link.view([r]).apply_async(fn, self.dirname, r) for r in ranks}
+        pending = {r: link.view([r]).apply_async(fn, *(args or (self.dirname, r))) for r in ranks}
         answers: dict[int, Any] = {}
         for r, ar in pending.items():
             try:
@@ -69,53 +92,130 @@ class KeptState:
             except ClusterError as exc:
                 answers[r] = ClusterError(str(exc).splitlines()[0])
             except Exception as exc:  # noqa: BLE001 - the rank's own error, as one line
-                answers[r] = ClusterError(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+                answers[r] = ClusterError(rank_error_line(exc))
         return answers
 
     def save(self) -> None:
         """Every live rank saves its names; a dead or silent rank keeps nothing (and says why)."""
         from mlx_jupyter.cluster.rank import keep
 
+        keep_files.sweep_stale()   # this host's folders of restarts whose driver is gone
         table = self.cluster.table
         alive = [r for r in table.ranks if r not in table.dead]
         for r in table.ranks:
             if r in table.dead:
                 self.lost[r] = "the rank had died"
+        self.hosts = {i.rank: i.host for i in self.cluster.processes.rank_infos() if i.rank in alive}
         for r, answer in self._each_rank(keep.save, alive, "saving the ranks' names").items():
             if isinstance(answer, ClusterError):
                 self.lost[r] = f"saving failed: {answer}"
             else:
                 self.saved[r] = answer
+                self._note_stale(r, answer.get("others", []))
+
+    def _note_stale(self, rank: int, names: list[str]) -> None:
+        """Of the folders another host's rank saw there, those this host's gone processes left."""
+        host = self.hosts.get(rank)
+        if host is None or is_local(host):
+            return   # this host's own were swept above
+        gone = [n for n in names if (o := keep_files.owner_of(n)) is not None and keep_files.owner_gone(o)]
+        if gone:
+            self.stale[host] = sorted(set(self.stale.get(host, [])) | set(gone))
 
     def restore(self) -> str:
         """The new ranks read their old rank's names; the one-line report."""
         from mlx_jupyter.cluster.rank import keep
 
-        restored: dict[int, dict] = {}
+        self.phase = "restoring"
         for r, answer in self._each_rank(keep.restore, sorted(self.saved), "restoring the ranks' names").items():
             if isinstance(answer, ClusterError):
                 self.lost[r] = f"restoring failed: {answer}"
                 self.saved.pop(r, None)
             else:
-                restored[r] = answer
-        return report_line(self.saved, restored, self.lost)
+                self.restored[r] = answer
+        self._sweep_remote_stale()
+        self.phase = "done"
+        if not self.saved and not self.lost:   # e.g. after a restart whose new ranks failed to start
+            return f"restart: {self.cluster.size} ranks started empty (no rank was running to keep names from)"
+        return report_line(self.saved, self.restored, self.lost)
+
+    def _sweep_remote_stale(self) -> None:
+        """Stale folders on other hosts, removed by a new rank there (only when there are any)."""
+        for host, names in list(self.stale.items()):
+            rank = next((r for r, h in self.hosts.items() if h == host and r in self.restored), None)
+            if rank is None or not names:
+                continue
+            answer = self._each_rank(keep_files.remove_folders, [rank], "removing stale folders", names)[rank]
+            if not isinstance(answer, ClusterError):
+                self.stale[host] = [n for n in names if n not in answer]
 
     def cleanup(self) -> None:
-        """Remove the folder wherever this machine can: here, for local ranks (the ranks remove
-        their own files after restoring; see :func:`mlx_jupyter.cluster.rank.keep.restore`)."""
-        from mlx_jupyter.cluster.rank import keep
-
+        """Remove what is left of the folder on every host (the ranks that restored removed their
+        own files), and the stale folders not removed yet; what could not be removed is in ``left``."""
+        if self.cleaned:
+            return
+        self.cleaned = True
+        by_host: dict[str, list[str]] = {h: list(n) for h, n in self.stale.items() if n}
+        done = set(self.restored)
+        for r, host in self.hosts.items():
+            if r not in done or is_local(host):
+                by_host.setdefault(host, [])
+                if self.dirname not in by_host[host]:
+                    by_host[host].append(self.dirname)
         if self.cluster.local:
-            keep.remove_all(self.dirname)
+            keep_files.remove_all(self.dirname)
+        self.left = remove_on_hosts(by_host, getattr(self.cluster, "ssh_options", None))
+
+    def failure(self, exc: BaseException) -> str:
+        """What a restart that ended with ``exc`` kept and lost, and what to do next (cleanup first)."""
+        step = {"saving": "saving the ranks' names", "restarting": "starting the new ranks",
+                "restoring": "restoring the names"}.get(self.phase, self.phase)
+        if isinstance(exc, KeyboardInterrupt):
+            head = f"interrupted while {step}"
+        else:
+            head = f"{step} failed ({(str(exc).strip().splitlines() or [type(exc).__name__])[0]})"
+        names = sorted({n for s in self.saved.values() for n in s.get("kept", [])})
+        size = format_bytes(sum(s.get("bytes", 0) for s in self.saved.values()))
+        if self.phase == "saving":
+            what = "nothing was lost: the ranks were not restarted and keep their names"
+        elif self.phase == "restarting":
+            saved = f"{len(names)} name{'' if len(names) == 1 else 's'} saved on {len(self.saved)} " \
+                    f"rank{'' if len(self.saved) == 1 else 's'} ({size})"
+            what = f"lost: the {saved}, as the old ranks are gone; the saved files were removed"
+        else:
+            back = sorted(self.restored)
+            what = (f"kept: the names restored on {rank_label(back)}; lost: the rest, and the saved files were removed"
+                    if back else "lost: the saved names (none was restored); the saved files were removed")
+        left = "; ".join(f"could not remove {self.dirname} on {h} ({why}): remove it by hand"
+                         for h, why in sorted(self.left.items()))
+        nxt = getattr(self.cluster, "failed_restart_advice", None) or next_step(self.cluster.restart_command)
+        return f"{head}; {what}{'; ' + left if left else ''}. Next: {nxt}"
+
+
+def next_step(restart_command: str) -> str:
+    """What works after a failed restart, in the words of where it is shown."""
+    if restart_command.startswith("%"):
+        return ("fix the cause, then %mlx_cluster restart (the ranks start empty), "
+                "or %mlx_cluster stop and %mlx_cluster start")
+    return f"fix the cause, then {restart_command} (the ranks start empty), or cluster.stop() and cluster.start()"
 
 
 def restart_keeping(cluster: Any, restart: Callable[[], None], timeout: Optional[float] = None) -> str:
-    """Save, ``restart()`` the processes, restore; the report line. The folder is removed even if
-    the restart fails."""
+    """Save, ``restart()`` the processes, restore; the report line. The folders are removed on
+    every path; a failure raises :class:`ClusterError` saying what was kept and lost and what to do
+    (an interrupt prints that line and goes on as an interrupt)."""
     state = KeptState(cluster, timeout or 120.0)
     try:
         state.save()
+        state.phase = "restarting"
         restart()
         return state.restore()
+    except BaseException as exc:
+        state.cleanup()
+        message = state.failure(exc)
+        if isinstance(exc, KeyboardInterrupt):
+            print(f"mlx-jupyter: {message}", file=sys.stderr)
+            raise
+        raise ClusterError(message) from exc
     finally:
         state.cleanup()

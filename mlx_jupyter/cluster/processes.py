@@ -3,6 +3,7 @@ engine per rank) and the cell channel's hub; start, restart, and a stop that lea
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from typing import Any, Callable, Iterable, Mapping, Optional, Protocol
@@ -22,13 +23,15 @@ from mlx_jupyter.launch import rank_env
 from mlx_jupyter.net.hosts import is_local
 
 #: controller options for fast admission: schedulers in threads (one process,
-#: quick start), a 100 ms heartbeat (an engine is admitted on its first beat),
-#: tolerant failure detection (5 s; rank deaths come from our launcher), no task DB.
+#: quick start); a heart monitor that pings every 50 ms while ranks are being admitted (an
+#: engine is admitted at its first answer) and every 2 s otherwise (cluster/heartbeat.py: quick
+#: beats kept up filled the logs with late answers under load); tolerant failure detection
+#: (6 s of silence; rank deaths come from our launcher); no task DB.
 FAST_CONTROLLER_ARGS = [
     "--usethreads",
     "--nodb",
-    "--HeartMonitor.period=50",
-    "--HeartMonitor.max_heartmonitor_misses=100",
+    "--HeartMonitor.period=2000",
+    "--HeartMonitor.max_heartmonitor_misses=3",
 ]
 
 
@@ -51,6 +54,17 @@ class ClusterSpec(Protocol):
     ssh_options: Any
     cell_channel: bool
     allocation: Any  # a ClusterAllocation (scheduler="slurm"), else None
+
+
+def ipp_log(cluster_id: str, level: int) -> logging.Logger:
+    """ipyparallel's log for one cluster: its own logger at ``level``, passed on to the application's.
+
+    Left to choose, ipyparallel takes a Jupyter server's own log, whose logger passes everything
+    (its handlers filter), and at that level its launcher copies the controller's whole log
+    (every request, every heartbeat) into the server's log."""
+    log = logging.getLogger(f"ipyparallel.cluster.cluster.{cluster_id}")
+    log.setLevel(level)
+    return log
 
 
 def process_tree(pid: Optional[int]) -> list[int]:
@@ -143,7 +157,9 @@ class ClusterProcesses:
             es.rank_cwd = spec.cwd
         if spec.ssh_options is not None:
             es.ssh_options = spec.ssh_options
-        es.engine_args = ["--IPEngine.wait_for_url_file=30", "--IPEngine.timeout=30"]
+        # an engine gives up on a silent controller after 11 checks of (period + 0.5 s): 27.5 s
+        es.engine_args = ["--IPEngine.wait_for_url_file=30", "--IPEngine.timeout=30",
+                          "--IPEngine.max_heartbeat_misses=11"]
         cfg.LocalControllerLauncher.controller_cmd = [sys.executable, "-m", "mlx_jupyter.cluster.ipcontroller"]
         cfg.LocalControllerLauncher.stop_seconds_until_kill = 2
         return cfg
@@ -170,6 +186,7 @@ class ClusterProcesses:
             controller_ip=self.controller_ip or "",
             send_engines_connection_env=not spec.local,
             log_level=spec.log_level,
+            log=ipp_log(spec.cluster_id, spec.log_level),
             config=self.engine_config(),
             shutdown_atexit=True,
         )
@@ -241,9 +258,13 @@ class ClusterProcesses:
         assert self.ipp is not None and self._engine_set_id is not None
         return self.ipp.engines[self._engine_set_id]
 
+    def has_engine_set(self) -> bool:
+        """Whether the ranks' engine set exists (not after a restart whose new ranks failed to start)."""
+        return self.ipp is not None and self._engine_set_id is not None and self._engine_set_id in self.ipp.engines
+
     def rank_infos(self) -> list[Any]:
         """Each rank's launch record (rank, host, pid, state)."""
-        return list(self.engine_set.launcher.ranks) if self.ipp is not None and self._engine_set_id else []
+        return list(self.engine_set.launcher.ranks) if self.has_engine_set() and self.engine_set.launcher else []
 
     def rank_exited(self, rank: int, returncode: Optional[int]) -> None:
         """A rank's process ended (launcher thread): the runs waiting on it end, the hub and the
@@ -297,7 +318,7 @@ class ClusterProcesses:
         """Fresh processes for every rank, same ranks, same engine ids; the controller stays."""
         self.stopping = True
         self.supervisor.interrupt_runs("the cluster is restarting")
-        pids = rank_pids(self.engine_set)
+        pids = rank_pids(self.engine_set) if self.has_engine_set() else set()   # none: the last restart failed
         if self.hub is not None:
             self.hub.forget()
         self.ipp.stop_engines_sync()

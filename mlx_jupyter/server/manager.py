@@ -83,6 +83,8 @@ class ClusterManager:
             self.hostfiles.forget(checked.copy if checked else None)
             raise
         cluster.publish_as = "server"  # a restart publishes it again as the panel's
+        # a failed restart leaves a failed card, which offers Dismiss: what its message says to do
+        cluster.failed_restart_advice = "dismiss it in the MLX Cluster panel and start a new cluster"
         entry = Entry(cluster, hostfile=checked)
         self.entries[cluster.cluster_id] = entry
         return entry

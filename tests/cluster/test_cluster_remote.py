@@ -84,3 +84,41 @@ def test_cluster_on_four_ssh_hosts(testbed, caplog, descendants):
     left = [p for p in descendants() - before if psutil.pid_exists(p)]
     assert not left, f"local processes left behind: {left}"
     assert time.monotonic() - t0 < 60
+
+
+def test_a_failed_keep_state_restart_on_ssh_hosts_leaves_no_files(testbed):
+    """The ranks on two ssh hosts save their names, then the new ranks cannot start: nothing is left
+    in the hosts' shared memory (removed over ssh, no rank of ours being left there), and the error
+    says what was lost and what to do next."""
+    from mlx_jupyter.cluster import ClusterError
+    from mlx_jupyter.cluster.rank import keep_files
+
+    bed = testbed
+    c = Cluster(n=1, hosts=bed.ips[:2], ssh_options=bed.ssh_options(), controller_ip=f"{bed.net}.1", timeout=30)
+    try:
+        c.start()
+        before = set(keep_files.folders_here())   # the bed's hosts share this machine's /dev/shm
+        show_run(c.run("import numpy as np\nv = np.arange(4) + world.rank()"), timeout=20)
+        launcher = c.processes.ipp.config.MLXEngineSetLauncher
+        good, launcher.python = launcher.python, "/nonexistent/python3"
+        saw: list[set] = []
+        real_restart = c.processes.restart
+
+        def restart_seen(*args, **kwargs):   # the old ranks' files exist when the new ranks start
+            saw.append(set(keep_files.folders_here()) - before)
+            return real_restart(*args, **kwargs)
+
+        c.processes.restart = restart_seen
+        with pytest.raises(ClusterError) as failed:
+            c.restart(timeout=30)
+        msg = str(failed.value)
+        assert len(saw) == 1 and len(saw[0]) == 1, saw   # there was a folder to remove
+        assert msg.startswith("starting the new ranks failed (") and "lost: the 2 names saved on 2 ranks" \
+            in msg and "the saved files were removed" in msg and "Next: fix the cause, then cluster.restart()" in msg, msg
+        assert set(keep_files.folders_here()) == before
+        launcher.python = good
+        c.restart(timeout=30, quiet=True)
+        show_run(c.run("s = mx.distributed.all_sum(mx.ones(1)).item()"), timeout=20)
+        assert c.pull("s") == [2.0, 2.0]
+    finally:
+        c.stop()

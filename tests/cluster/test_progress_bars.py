@@ -1,4 +1,5 @@
-"""Progress bars on ranks through a real kernel: tqdm.auto's text bar and ``\\r`` lines, per rank, in place."""
+"""Progress bars on ranks through a real kernel: tqdm.auto's text bar and ``\\r`` lines, per rank, in place;
+the explicit notebook bars (``tqdm.notebook``, ``tqdm.autonotebook``) fall back to the same text bar."""
 
 from __future__ import annotations
 
@@ -56,3 +57,34 @@ def test_tqdm_auto_and_carriage_returns_on_ranks(kernel):
     ids = {d["transient"]["display_id"] for d in res.displays if "transient" in d} - where
     assert len(ids) == 2, ids  # one live display per stream (stderr: tqdm, stdout: the print); where's table aside
     assert shown[-1] == "" or "" in shown, shown  # cleared once the lines were final
+
+
+#: a cell that asks for tqdm's notebook widget explicitly, in each way tqdm offers it
+NOTEBOOK_CELL = """%%mlx_distributed
+import time
+from tqdm.notebook import tqdm, trange
+import tqdm.autonotebook as auto
+r = world.rank()
+for i in tqdm(range(3), desc=f"nb{r}", mininterval=0, ascii=True):
+    time.sleep(0.05)
+for i in trange(4, desc=f"tr{r}", mininterval=0, ascii=True, display=True):
+    time.sleep(0.05)
+for i in auto.tqdm(range(2), desc=f"an{r}", mininterval=0, ascii=True):
+    time.sleep(0.05)
+"""
+
+
+def test_tqdm_notebook_falls_back_to_the_text_bar_on_ranks(kernel):
+    res = kernel.run(NOTEBOOK_CELL, 60)
+    assert res.status == "ok", res
+    assert not any(WIDGET_VIEW in d.get("data", {}) for d in res.displays), res.displays  # no widget
+    everything = res.stdout + res.stderr + "".join(_live(res))
+    for bad in ("model not found", "IProgress", "ImportError", "Error displaying widget", "TqdmKeyError"):
+        assert bad not in everything, everything
+    for rank in (0, 1):  # each bar's final line, per rank, after its in-place updates
+        assert f"[rank {rank}] nb{rank}: 100%|##########| 3/3" in res.stderr, res.stderr
+        assert f"[rank {rank}] tr{rank}: 100%|##########| 4/4" in res.stderr, res.stderr
+        assert f"[rank {rank}] an{rank}: 100%|##########| 2/2" in res.stderr, res.stderr
+    shown = [t for t in _live(res) if "|" in t]
+    assert any("nb0:" in t and "3/3" not in t for t in shown), shown  # updated in place before the end
+    assert "\r" not in res.stderr

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mlx_jupyter.cluster import Cluster
+from mlx_jupyter.cluster import Cluster, ClusterError
 from mlx_jupyter.cluster.cells.display import show_run
 from mlx_jupyter.cluster.kept_state import report_line
 from mlx_jupyter.cluster.rank import keep
@@ -161,6 +161,7 @@ def test_after_mlxs_world_died_the_magics_restart_brings_the_state_and_a_working
         restarted = k.run("%mlx_cluster restart", 90)
         assert restarted.status == "ok", restarted
         assert "restart: kept " in restarted.stdout and "on 2 ranks" in restarted.stdout, restarted.stdout
+        assert "heart" not in (restarted.stdout + restarted.stderr).lower(), restarted   # the controller's log stays its own
         after = k.run("%%mlx_distributed\nprint('sum', mx.distributed.all_sum(mx.ones(2) * (world.rank() + 1), "
                       "group=world).tolist(), data.tolist()[:2], np.array(model.weight).tolist() == w)", 60)
         assert after.status == "ok", after
@@ -169,3 +170,98 @@ def test_after_mlxs_world_died_the_magics_restart_brings_the_state_and_a_working
         assert k.run("%mlx_cluster stop", 30).status == "ok"
     finally:
         k.close()
+
+
+def _dead_owner_folder() -> str:
+    """A restart folder as a kernel killed in the middle of a restart left it on this host."""
+    import subprocess
+    import sys
+
+    from mlx_jupyter.cluster.rank import keep_files
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    owner = keep_files.Owner(keep_files.host_tag(), gone.pid, keep_files.process_started(gone.pid) or 1)
+    gone.wait(10)
+    name = keep_files.folder_name("mlx-stale", "ab" * 8, owner)
+    keep_files.private_dir(keep_files.keep_root() / name, create=True)
+    (keep_files.keep_root() / name / "rank0.data").write_bytes(b"x" * 64)
+    return name
+
+
+def test_folders_name_their_owner_and_only_a_gone_owners_are_swept():
+    from mlx_jupyter.cluster.rank import keep_files
+
+    stale, live = _dead_owner_folder(), keep_files.folder_name("mlx-live", "cd" * 8)
+    keep_files.private_dir(keep_files.keep_root() / live, create=True)
+    try:
+        assert keep_files.owner_of(live) == keep_files.this_owner()
+        elsewhere = keep_files.folder_name("mlx-x", "ef" * 8, keep_files.Owner(keep_files.host_tag("other"), 1, 5))
+        assert not keep_files.owner_gone(keep_files.owner_of(elsewhere))   # another host's: not judged here
+        assert keep_files.owner_of("mlx-jupyter-keep-../../etc") is None
+        assert keep_files.sweep_stale() == [stale]
+        assert {stale, live} & set(keep_files.folders_here()) == {live}
+    finally:
+        keep_files.remove_all(stale)
+        keep_files.remove_all(live)
+
+
+def test_a_restart_whose_new_ranks_fail_leaves_no_files_and_says_what_was_lost_and_what_next():
+    """Saved, then the new ranks cannot start: the files are removed, the error says what was lost
+    and what to do, and doing it works. A folder a killed kernel left is swept at the start."""
+    stale = _dead_owner_folder()
+    before = _keep_folders() - {stale}
+    with Cluster(n=2) as c:
+        assert stale not in _keep_folders()   # swept when the cluster started
+        show_run(c.run("import numpy as np\nv = np.arange(5)"), timeout=30)
+        launcher = c.processes.ipp.config.MLXEngineSetLauncher
+        good, launcher.python = launcher.python, "/nonexistent/python3"
+        with pytest.raises(ClusterError) as failed:
+            c.restart(timeout=30)
+        msg = str(failed.value)
+        assert msg.startswith("starting the new ranks failed (rank 0 on 127.0.0.1: command "
+                              "'/nonexistent/python3' not found"), msg
+        assert "lost: the 2 names saved on 2 ranks (" in msg and "the saved files were removed" in msg, msg
+        assert msg.endswith("Next: fix the cause, then cluster.restart() (the ranks start empty), "
+                            "or cluster.stop() and cluster.start()"), msg
+        assert _keep_folders() == before
+        launcher.python = good
+        c.restart(timeout=60, quiet=True)   # what the message said
+        assert c.last_restart == "restart: 2 ranks started empty (no rank was running to keep names from)"
+        show_run(c.run("s = mx.distributed.all_sum(mx.ones(1), group=world).item()\nhas_v = 'v' in globals()"),
+                 timeout=30)
+        assert c.pull("s") == [2.0, 2.0] and c.pull("has_v") == [False, False]
+
+
+def test_an_interrupt_or_a_failed_restore_leaves_no_files(capsys):
+    """Ctrl-C after the new ranks started (before the restore), and a restore that raises on every
+    rank: no file is left on either path, and each says what was kept and lost."""
+    from mlx_jupyter.cluster.kept_state import restart_keeping
+
+    before = _keep_folders()
+    with Cluster(n=2) as c:
+        show_run(c.run("w = world.rank() + 1"), timeout=30)
+
+        def fresh_then_interrupted() -> None:
+            c.namespaces.forget()
+            c.processes.restart(None, 60)
+            raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            restart_keeping(c, fresh_then_interrupted)
+        err = capsys.readouterr().err
+        assert "interrupted while starting the new ranks; lost: the 1 name saved on 2 ranks" in err, err
+        assert _keep_folders() == before
+        show_run(c.run("w = world.rank() + 1"), timeout=30)
+
+        def fresh_with_an_unusable_folder() -> None:
+            c.namespaces.forget()
+            c.processes.restart(None, 60)
+            for folder in keep.keep_root().glob("mlx-jupyter-keep-*"):
+                if folder.name not in before:
+                    folder.chmod(0o755)   # the new ranks refuse it: their restore raises before reading
+
+        line = restart_keeping(c, fresh_with_an_unusable_folder)
+        assert "everything on rank 0 (restoring failed: PermissionError" in line, line
+        assert _keep_folders() == before
+        show_run(c.run("has_w = 'w' in globals()"), timeout=30)
+        assert c.pull("has_w") == [False, False]

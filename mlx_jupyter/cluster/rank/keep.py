@@ -13,17 +13,17 @@ import io
 import mmap
 import os
 import pickle
-import shutil
 import socket
 import sys
-import tempfile
 import types
-from pathlib import Path
 from typing import Any, MutableMapping, Optional
 
 import cloudpickle
 
+from mlx_jupyter.cluster.rank.keep_files import folders_here, keep_dir, keep_root, private_dir, remove_all
 from mlx_jupyter.cluster.rank.names import NAMES, PRODUCT_NAMES
+
+__all__ = ["save", "restore", "discard", "remove_all", "keep_root", "keep_dir", "NotKept"]
 
 #: IPython's own names in a user namespace, never kept
 IPYTHON_NAMES = frozenset({"In", "Out", "get_ipython", "exit", "quit", "__builtins__", "__builtin__", "__name__",
@@ -32,34 +32,6 @@ IPYTHON_NAMES = frozenset({"In", "Out", "get_ipython", "exit", "quit", "__builti
 
 class NotKept(Exception):
     """A value that cannot outlive its rank (it holds the old world, a group or a socket)."""
-
-
-def keep_root() -> Path:
-    """Where this host keeps the files: shared memory when the OS has it (Linux), else the temp dir."""
-    shm = Path("/dev/shm")
-    if sys.platform.startswith("linux") and shm.is_dir() and os.access(shm, os.W_OK):
-        return shm
-    return Path(tempfile.gettempdir())
-
-
-def keep_dir(name: str) -> Path:
-    """The per-cluster folder ``name`` (a random name chosen by the notebook) on this host."""
-    if not name or "/" in name or name.startswith("."):
-        raise ValueError(f"bad keep folder name {name!r}")
-    return keep_root() / name
-
-
-def private_dir(folder: Path, create: bool) -> Path:
-    """``folder``, made if asked, checked to be ours alone (a folder another user made or can
-    read is refused: we unpickle what is in it)."""
-    if create:
-        folder.mkdir(mode=0o700, exist_ok=True)
-    st = folder.lstat()
-    import stat
-
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise PermissionError(f"{folder} is not a private folder of this user: not used")
-    return folder
 
 
 def is_internal(name: str) -> bool:
@@ -249,7 +221,9 @@ def save(dirname: str, rank: int, ns: Optional[MutableMapping[str, Any]] = None,
     with open(os.open(index_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
         pickle.dump(index, f, protocol=5)
     nbytes = offset + len(whole)
-    return {"kept": [r[0] for r in records] + list(modules), "not_kept": not_kept, "bytes": nbytes}
+    others = [n for n in folders_here() if n != dirname]   # the notebook tells which are stale
+    return {"kept": [r[0] for r in records] + list(modules), "not_kept": not_kept, "bytes": nbytes,
+            "folder": str(folder), "others": others}
 
 
 def _write_all(fd: int, raw: memoryview) -> None:
@@ -325,7 +299,3 @@ def discard(dirname: str, rank: int) -> None:
     except OSError:
         pass
 
-
-def remove_all(dirname: str) -> None:
-    """Remove this host's whole folder (the notebook's cleanup, for local ranks)."""
-    shutil.rmtree(keep_dir(dirname), ignore_errors=True)

@@ -40,28 +40,57 @@ def register_figure_png(shell: Any) -> None:
         pass
 
 
+def _text_notebook_bar() -> type:
+    """tqdm's text bar, accepting what ``tqdm.notebook``'s bar takes beyond it (``display``)."""
+    from tqdm.std import tqdm
+
+    class tqdm_notebook(tqdm):  # noqa: N801 - tqdm's own name, as user code spells it
+        """tqdm's text bar in place of its notebook widget (a rank cannot show a widget)."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.pop("display", None)
+            super().__init__(*args, **kwargs)
+
+    tqdm_notebook.__module__, tqdm_notebook.__qualname__ = "tqdm.notebook", "tqdm_notebook"
+    return tqdm_notebook
+
+
 class _TextTqdm(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """``tqdm.autonotebook`` (behind ``tqdm.auto``) gives tqdm's text bar on a rank.
+    """``tqdm.notebook`` and ``tqdm.autonotebook`` (behind ``tqdm.auto``) give tqdm's text bar on a rank.
 
     A rank is an IPython kernel, so tqdm would choose its widget bar; but the widget's model lives
     in the rank, which the notebook cannot reach ("model not found"). The text bar's ``\\r``
     updates are shown in place, per rank, by the notebook side (cells.progress_lines).
     """
 
+    MODULES = ("tqdm.autonotebook", "tqdm.notebook")
+
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        return importlib.util.spec_from_loader(name, self) if name == "tqdm.autonotebook" else None
+        return importlib.util.spec_from_loader(name, self) if name in self.MODULES else None
 
     def create_module(self, spec: Any) -> None:
         return None
 
     def exec_module(self, module: Any) -> None:
-        from tqdm.std import tqdm, trange
+        if module.__name__ == "tqdm.autonotebook":
+            from tqdm.std import tqdm, trange
 
-        module.tqdm, module.trange, module.__all__ = tqdm, trange, ["tqdm", "trange"]
+            module.tqdm, module.trange, module.__all__ = tqdm, trange, ["tqdm", "trange"]
+            return
+        bar = _text_notebook_bar()
+
+        def tnrange(*args: Any, **kwargs: Any) -> Any:
+            """``tqdm.notebook.trange``: the text bar over ``range(*args)``."""
+            return bar(range(*args), **kwargs)
+
+        module.tqdm = module.tqdm_notebook = bar
+        module.trange = module.tnrange = tnrange
+        module.__all__ = ["tqdm_notebook", "tnrange", "tqdm", "trange"]
 
 
 def text_progress_bars() -> None:
-    """Make ``tqdm.auto`` choose the text bar in this process (tqdm is imported only by a cell)."""
+    """Make ``tqdm.auto``, ``tqdm.autonotebook`` and ``tqdm.notebook`` give the text bar in this
+    process (tqdm is imported only by a cell)."""
     if not any(isinstance(f, _TextTqdm) for f in sys.meta_path):
         sys.meta_path.insert(0, _TextTqdm())
 

@@ -63,6 +63,13 @@ _SUBCLASS_NEEDS = {
     "engine": ("ipyparallel.engine.app", "IPEngine", ("init_engine", "register", "complete_registration",
                                                       "find_connection_file", "init_signal", "restore_output",
                                                       "start_heartbeat", "bident", "session")),
+    # what cluster/ipcontroller.py's filter of the hub's monitor traffic uses
+    "hub": ("ipyparallel.controller.hub", "Hub", ("dispatch_monitor_traffic", "expect_stopped_hearts",
+                                                  "session")),
+    # cluster/heartbeat.py's monitor, in the controller's heart monitor process
+    "heartmonitor": ("ipyparallel.controller.heartmonitor", "HeartMonitor",
+                     ("start", "beat", "handle_pong", "handle_new_hearts", "handle_heart_failure", "hearts",
+                      "responses", "lifetime", "last_ping", "tic", "period", "max_heartmonitor_misses")),
 }
 
 
@@ -77,8 +84,12 @@ def subclass_problems(which: str) -> list[str]:
     if cls is None:
         return [f"{module_name}.{cls_name}"]
     missing = [f"{cls_name}.{name}" for name in names if not hasattr(cls, name)]
-    if which == "controller" and getattr(module, "time", None) is not time:  # init_hub's pause is skipped there
-        missing.append(f"{module_name}.time")
+    if which == "controller":
+        if getattr(module, "time", None) is not time:  # init_hub's pause is skipped there
+            missing.append(f"{module_name}.time")
+        if not callable(getattr(module, "start_heartmonitor", None)):  # init_hub's heart monitor target
+            missing.append(f"{module_name}.start_heartmonitor")
+        missing += subclass_problems("heartmonitor") + subclass_problems("hub")
     return missing
 
 
@@ -105,6 +116,20 @@ def init_hub_without_pause() -> Iterator[None]:
         yield
     finally:
         app.time = real
+
+
+@contextlib.contextmanager
+def heart_monitor_target(target: Callable[..., None]) -> Iterator[None]:
+    """While ``IPController.init_hub`` runs: the heart monitor process it makes runs ``target``
+    (called with ``start_heartmonitor``'s keyword arguments) instead of ipyparallel's own."""
+    from ipyparallel.controller import app
+
+    real = app.start_heartmonitor
+    app.start_heartmonitor = target  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        app.start_heartmonitor = real
 
 
 class _NoPause:
