@@ -7,7 +7,11 @@
 
 namespace mlxj {
 
-constexpr auto kSpin = std::chrono::microseconds(50);  // longest busy wait before sleeping
+// Longest busy wait before sleeping. A sleeping rank is woken by its peer's doorbell, which costs
+// it 15-60 µs (the OS waking an idle core); a peer that arrives within the spin costs a fraction of
+// a µs. 250 µs covers the short compute between the collectives of a training step (measured by
+// benchmarks/small_op_breakdown.py); a longer wait spends at most this much CPU before sleeping.
+constexpr auto kSpin = std::chrono::microseconds(250);
 // The first part of the spin keeps the core: a peer running on another core answers within
 // about a microsecond, and sched_yield() (a system call) would add its own cost to that.
 constexpr auto kHotSpin = std::chrono::microseconds(2);
