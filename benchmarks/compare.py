@@ -51,21 +51,26 @@ def build(rev: str, rebuild: bool = False) -> tuple[str, str]:
     python = home / "venv" / "bin" / "python"
     label = f"{rev} ({sha[:7]})" if not sha.startswith(rev) else sha[:7]
     if (home / "built").is_file() and not rebuild:
+        _link_deps(python)   # the venv that made the build may be gone: dependencies come from ours
         return label, str(python)
     shutil.rmtree(home, ignore_errors=True)
     (home / "src").mkdir(parents=True)
     archive = subprocess.run(["git", "-C", str(REPO), "archive", sha], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(home / "src")], input=archive, check=True)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(home / "venv")], check=True)
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True).stdout.strip())
-    # The running venv's packages come after the build's own: dependencies without a download.
-    (site / "_compare_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    _link_deps(python)
     isolation = ["--no-build-isolation"] if _has_build_tools() else []
     print(f"building {label} into {home} ...", flush=True)
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", *isolation, str(home / "src")], check=True)
     (home / "built").write_text(sha + "\n")
     return label, str(python)
+
+
+def _link_deps(python: Path) -> None:
+    """The running venv's packages come after the build's own: dependencies without a download."""
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    (site / "_compare_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
 
 
 def _has_build_tools() -> bool:
