@@ -140,6 +140,8 @@ class MLXMagics(Magics):
     @argument("--env", action="append", default=[], metavar="K=V", help="environment for every rank (repeatable)")
     @argument("--cwd", default=None, help="working directory on every rank")
     @argument("--timeout", type=float, default=60.0, help="seconds to wait for the ranks")
+    @argument("--bind-to", default="cores", choices=["cores", "none"],
+              help="cores (default): each rank on this machine runs on its own share of its CPUs; none")
     @argument("--clean", action="store_true",
               help="restart: start the ranks empty (default: each rank keeps its names)")
     @argument("--controller-ip", default=None, metavar="IP",
@@ -200,7 +202,7 @@ class MLXMagics(Magics):
             try:  # an unreadable hostfile: say so now, before starting anything
                 cluster = Cluster(n=args.repeat_hosts, hosts=args.hosts, hostfile=args.hostfile, backend=args.backend,
                                   python=args.python, env=env, cwd=args.cwd, timeout=args.timeout,
-                                  controller_ip=args.controller_ip,
+                                  controller_ip=args.controller_ip, bind_to=args.bind_to,
                                   ssh_options=None if ssh_options == SSHOptions() else ssh_options,
                                   **slurm_kwargs(args))
                 total = cluster.expected_size()

@@ -30,6 +30,7 @@ from mlx_jupyter.cluster.engineset import MLXEngineSetLauncher
 from mlx_jupyter.cluster.namespaces import RankNamespaces
 from mlx_jupyter.cluster.processes import FAST_CONTROLLER_ARGS, ClusterProcesses
 from mlx_jupyter.cluster.profiling import RankProfiler
+from mlx_jupyter.launch.binding import check_policy
 from mlx_jupyter.cluster.rank_control import RankControl
 from mlx_jupyter.cluster.rank_table import RankTable
 from mlx_jupyter.cluster.shared.errors import ClusterError
@@ -74,6 +75,8 @@ class Cluster:
     Slurm job held for the cluster (``partition``, ``time``, ``account``, ``slurm_args``: sbatch's;
     ``slurm``: a whole :class:`~mlx_jupyter.launch.slurm.SlurmOptions`), the controller here;
     ``on_failure``: after a rank died, ``"release"`` the job or ``"keep"`` it for :meth:`restart`.
+    ``bind_to``: ``"cores"`` runs each rank on this machine on its own share of its CPUs (when
+    there are enough; :mod:`mlx_jupyter.launch.binding`), ``"none"`` leaves placement to the OS.
     """
 
     def __init__(
@@ -99,6 +102,7 @@ class Cluster:
         slurm_args: Sequence[str] = (),
         on_failure: str = "release",
         slurm: Optional[Any] = None,
+        bind_to: str = "cores",
     ):
         if hosts and hostfile:
             raise ValueError("give hosts or hostfile, not both (the hostfile lists the hosts)")
@@ -127,6 +131,7 @@ class Cluster:
             print(f"mlx-jupyter: {notice}", file=sys.stderr)
         self.cwd = cwd
         self.starting_port = starting_port
+        self.bind_to = check_policy(bind_to, "bind_to")
         self.local = self.allocation is None and all_local(
             [h.ssh for h in self.hostfile_hosts] if self.hostfile_hosts is not None else self.hosts)
         self.controller_ip = controller_ip or (None if self.local else "*")

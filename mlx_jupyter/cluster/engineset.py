@@ -47,6 +47,7 @@ class MLXEngineSetLauncher(EngineLauncher):
     rank_cwd = Unicode("", config=True, help="working directory on every rank")
     starting_port = Integer(0, config=True, help="ring: first port (0: a free block, local hosts only)")
     connections_per_ip = Integer(1, config=True)
+    bind_to = Unicode("cores", config=True, help="cores: each local rank on its own share of the CPUs; none")
     rank_exit_callbacks = List(help="called as f(rank, returncode) when a rank's process ends")
     rank_output = Dict(help="rank -> last lines of its process output (engine logs, native stderr)")
     output_lines = Integer(200, config=True, help="lines of output kept per rank")
@@ -126,6 +127,7 @@ class MLXEngineSetLauncher(EngineLauncher):
             cwd=self.rank_cwd or None,
             python=self.python,
             starting_port=port,
+            bind_to=self.bind_to,
             connections_per_ip=self.connections_per_ip,
             on_output=self._on_output,
             on_exit=self._on_exit,

@@ -48,6 +48,7 @@ class ClusterSpec(Protocol):
     python: str
     cwd: Optional[str]
     starting_port: int
+    bind_to: str  # launch.binding policy for ranks on this machine
     controller_ip: Optional[str]
     local: bool  # every rank runs on this machine
     log_level: int
@@ -151,6 +152,7 @@ class ClusterProcesses:
         if self.hub is not None:
             es.environment.update(rank_env.variables(cell_port=self.hub.port))
         es.starting_port = spec.starting_port
+        es.bind_to = spec.bind_to
         if spec.allocation is not None:
             es.slurm = spec.allocation.step_options()
         if spec.cwd:

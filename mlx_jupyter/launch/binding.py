@@ -36,11 +36,16 @@ def allowed_cpus() -> Optional[list[int]]:
     return sorted(os.sched_getaffinity(0))
 
 
+def check_policy(policy: str, name: str = "--bind-to") -> str:
+    """``policy`` if it is one of :data:`POLICIES`; else ValueError naming ``name`` and the choices."""
+    if policy not in POLICIES:
+        raise ValueError(f"{name} {policy!r}: choose one of {', '.join(POLICIES)}")
+    return policy
+
+
 def plan(policy: str, local_ranks: int) -> Optional[list[frozenset[int]]]:
     """The share of each local rank under ``policy``, or None to leave placement to the OS."""
-    if policy not in POLICIES:
-        raise ValueError(f"--bind-to {policy!r}: choose one of {', '.join(POLICIES)}")
-    if policy == "none":
+    if check_policy(policy) == "none":
         return None
     cpus = allowed_cpus()
     return cpu_shares(cpus, local_ranks) if cpus else None

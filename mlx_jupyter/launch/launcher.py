@@ -20,6 +20,7 @@ from typing import Any, Callable, Coroutine, Mapping, Optional, Sequence, TypeVa
 
 from mlx_jupyter.net import ssh
 from mlx_jupyter.hostfile import Host
+from mlx_jupyter.launch import binding
 from mlx_jupyter.launch.job import ExitCallback, LaunchConfig, OutputCallback, make_job
 from mlx_jupyter.launch.slurm.options import SlurmOptions
 from mlx_jupyter.launch.rankinfo import RankInfo
@@ -62,6 +63,8 @@ class Launcher:
     defaults to 32323 (under Slurm: a block derived from the job id).
     ``slurm=SlurmOptions(...)`` runs the ranks as one srun step of a Slurm job
     (the current allocation, or a new one held for the launch): no ``hosts``.
+    ``bind_to="cores"`` (default) runs each rank started on this machine on its own share of its
+    CPUs (:mod:`~mlx_jupyter.launch.binding`); ``"none"`` leaves placement to the OS.
     No rank outlives this process: if it dies, even by SIGKILL, a watchdog
     (one here, one per ssh connection) kills the ranks and removes their temp files.
     """
@@ -89,6 +92,7 @@ class Launcher:
         verbose: bool = False,
         mpi_args: Sequence[str] = (),
         slurm: Optional[SlurmOptions] = None,
+        bind_to: str = "cores",
     ):
         self.config = LaunchConfig(
             command=list(command), hosts=hosts, repeat_hosts=repeat_hosts, backend=backend,
@@ -96,7 +100,7 @@ class Launcher:
             starting_port=starting_port, connections_per_ip=connections_per_ip, nccl_port=nccl_port,
             rank_env=rank_env, on_output=on_output, on_exit=on_exit, ssh_options=ssh_options, stdin=stdin,
             terminate_on_failure=terminate_on_failure, start_timeout=start_timeout, verbose=verbose,
-            mpi_args=list(mpi_args), slurm=slurm,
+            mpi_args=list(mpi_args), slurm=slurm, bind_to=binding.check_policy(bind_to, "bind_to"),
         )
         self._job: Optional[Any] = None
 

@@ -83,3 +83,28 @@ def test_api_launch_binds_and_logs_the_share(capfd):
     assert not set(cpus[0]) & set(cpus[1])
     logs = capfd.readouterr().err.splitlines()
     assert any("rank 0 on" in line and "bound to cpu" in line for line in logs), logs
+
+
+def test_api_and_cluster_refuse_an_unknown_policy_by_name():
+    from mlx_jupyter import Cluster
+
+    with pytest.raises(ValueError, match="bind_to 'socket': choose one of cores, none"):
+        Launcher([PY, "-c", "pass"], bind_to="socket")
+    with pytest.raises(ValueError, match="bind_to 'socket'"):
+        Cluster(n=2, bind_to="socket")
+
+
+@needs_affinity
+@two_cpus
+def test_cluster_ranks_are_bound_unless_told_not_to():
+    from mlx_jupyter import Cluster
+
+    every = binding.allowed_cpus()
+    for policy in ("cores", "none"):
+        with Cluster(n=2, bind_to=policy, timeout=60) as cluster:
+            cluster.view.execute("import os; cpus = sorted(os.sched_getaffinity(0))", block=True)
+            got = cluster.pull("cpus")
+        if policy == "none":
+            assert got == [every, every]
+        else:
+            assert got[0] and got[1] and not set(got[0]) & set(got[1]), got
