@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 from typing import Callable
@@ -14,6 +15,12 @@ for _p in (ROOT / "tests", ROOT):
         sys.path.insert(0, str(_p))
 
 from testbed import TestBed, missing_requirements  # noqa: E402
+
+# A shell without job control starts background commands with SIGINT ignored, and Python then
+# installs no KeyboardInterrupt handler: the tests of the stop button (SIGINT to this process)
+# would see nothing. Give this process the handler an interactive session has.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
