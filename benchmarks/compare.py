@@ -25,13 +25,13 @@ import statistics
 import subprocess
 import sys
 import sysconfig
-import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 from allreduce import human, saved_output  # noqa: E402
+from launcher_layout import launch_ranks  # noqa: E402
 
 CACHE = Path(os.environ.get("MLX_JUPYTER_COMPARE_CACHE", Path.home() / ".cache" / "mlx-jupyter-compare"))
 LAYOUTS = {"full": [(2, [4 << 10, 1 << 20, 64 << 20]), (3, [4 << 10])], "small": [(2, [4 << 10])],
@@ -84,18 +84,8 @@ def _has_build_tools() -> bool:
 
 def launch(python: str, n: int, sizes: list[int], scale: float, mode: str, timeout: float = 900) -> list[dict]:
     """Starts n local ranks of compare_rank.py with our launcher; returns what each rank wrote."""
-    with tempfile.TemporaryDirectory() as out:
-        env = {"BENCH_SIZES": json.dumps(sizes), "BENCH_SCALE": str(scale), "BENCH_OUT": out, "BENCH_MODE": mode}
-        cmd = [sys.executable, "-m", "mlx_jupyter", "launch", "-n", str(n), "--python", python,
-               *[f"--env={k}={v}" for k, v in env.items()], str(HERE / "compare_rank.py")]
-        done = subprocess.run(cmd, cwd=out, capture_output=True, text=True, timeout=timeout)
-        if done.returncode:
-            raise SystemExit(f"ranks of {python} failed (exit {done.returncode}):\n{done.stdout}{done.stderr}")
-        per_rank = []
-        for r in range(n):
-            with open(os.path.join(out, f"rank-{r}.json")) as fh:
-                per_rank.append(json.load(fh))
-    return per_rank
+    env = {"BENCH_SIZES": json.dumps(sizes), "BENCH_SCALE": str(scale), "BENCH_MODE": mode}
+    return launch_ranks(n, env, HERE / "compare_rank.py", python=python, timeout=timeout)
 
 
 def slower_rank_medians(per_rank: list[dict]) -> dict[int, float]:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 HERE = Path(__file__).resolve().parent
 
@@ -60,16 +61,29 @@ def _collect(out: str, n: int) -> list[dict]:
     return per_rank
 
 
-def run_ours(n: int, sizes: list[int], scale: float, timeout: float = 900) -> list[dict]:
-    """n ranks of compare_rank.py started by our launcher, with this interpreter."""
+def launch_ranks(n: int, env: dict[str, str], script: Optional[Path] = None, code: Optional[str] = None,
+                 python: str = sys.executable, timeout: float = 900) -> list[dict]:
+    """n local ranks started by our launcher (ranks run by ``python``) of ``script``, or of ``code``
+    written to a file, in a temp folder given as BENCH_OUT (with ``env``); what rank r wrote to
+    BENCH_OUT/rank-r.json, in rank order. Exits naming the interpreter, with the ranks' output,
+    if they fail."""
     with tempfile.TemporaryDirectory() as out:
-        env = {"BENCH_SIZES": json.dumps(sizes), "BENCH_SCALE": str(scale), "BENCH_OUT": out}
-        cmd = [sys.executable, "-m", "mlx_jupyter", "launch", "-n", str(n), "--python", sys.executable,
-               *[f"--env={k}={v}" for k, v in env.items()], str(HERE / "compare_rank.py")]
+        if code is not None:
+            script = Path(out, "rank.py")
+            script.write_text(code)
+        env = {**env, "BENCH_OUT": out}
+        cmd = [sys.executable, "-m", "mlx_jupyter", "launch", "-n", str(n), "--python", python,
+               *[f"--env={k}={v}" for k, v in env.items()], str(script)]
         done = subprocess.run(cmd, cwd=out, capture_output=True, text=True, timeout=timeout)
         if done.returncode:
-            raise SystemExit(f"our ranks failed (exit {done.returncode}):\n{done.stdout}{done.stderr}")
+            raise SystemExit(f"ranks of {python} failed (exit {done.returncode}):\n{done.stdout}{done.stderr}")
         return _collect(out, n)
+
+
+def run_ours(n: int, sizes: list[int], scale: float, timeout: float = 900) -> list[dict]:
+    """n ranks of compare_rank.py started by our launcher, with this interpreter."""
+    return launch_ranks(n, {"BENCH_SIZES": json.dumps(sizes), "BENCH_SCALE": str(scale)},
+                        HERE / "compare_rank.py", timeout=timeout)
 
 
 def run_mpi(mpirun: list[str], n: int, sizes: list[int], scale: float, timeout: float = 900) -> list[dict]:

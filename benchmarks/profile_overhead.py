@@ -13,14 +13,13 @@ The difference on - off is what recording adds to an op (the budget: 1 µs).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
+
+from allreduce import saved_output
+from launcher_layout import launch_ranks
 
 RANK = r"""
 import json, os, time
@@ -56,13 +55,8 @@ with open(os.path.join(os.environ["BENCH_OUT"], f"rank-{rank}.json"), "w") as fh
 
 def run(python: str, per: int, blocks: int) -> dict[str, float]:
     """One launch of 2 ranks with ``python``: mode -> the slower rank's seconds per op, median over blocks."""
-    with tempfile.TemporaryDirectory() as out:
-        script = Path(out, "rank.py")
-        script.write_text(RANK)
-        env = {**os.environ, "BENCH_OUT": out, "BENCH_PER": str(per), "BENCH_BLOCKS": str(blocks)}
-        cmd = [sys.executable, "-m", "mlx_jupyter", "launch", "-n", "2", "--python", python, "--", str(script)]
-        subprocess.run(cmd, env=env, check=True, timeout=600, stdout=subprocess.DEVNULL)
-        ranks = [json.loads(Path(out, f"rank-{r}.json").read_text()) for r in range(2)]
+    ranks = launch_ranks(2, {"BENCH_PER": str(per), "BENCH_BLOCKS": str(blocks)}, code=RANK, python=python,
+                         timeout=600)
     return {m: statistics.median(max(a, b) for a, b in zip(ranks[0][m], ranks[1][m])) for m in ranks[0]}
 
 
@@ -118,10 +112,8 @@ def main() -> int:
         base = run(args.baseline, per, blocks)
         lines.append(f"  baseline ({args.baseline}): {base['off'] * 1e6:8.2f} µs   "
                      f"off/baseline {ours['off'] / base['off']:.3f}")
-    text = "\n".join(lines)
-    print(text)
-    if args.save:
-        Path(args.save).write_text(text + "\n")
+    with saved_output(args.save):
+        print("\n".join(lines))
     return 0
 
 

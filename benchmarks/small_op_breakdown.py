@@ -16,14 +16,13 @@ both arrive together.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
+
+from allreduce import saved_output
+from launcher_layout import launch_ranks
 
 RANK = r"""
 import json, os, time
@@ -69,16 +68,7 @@ with open(os.path.join(os.environ["BENCH_OUT"], f"rank-{rank}.json"), "w") as fh
 
 
 def run(ops: int, wakes: int) -> list[dict]:
-    with tempfile.TemporaryDirectory() as out:
-        script = Path(out, "rank.py")
-        script.write_text(RANK)
-        env = {"BENCH_OPS": str(ops), "BENCH_WAKES": str(wakes), "BENCH_OUT": out}
-        cmd = [sys.executable, "-m", "mlx_jupyter", "launch", "-n", "2",
-               *[f"--env={k}={v}" for k, v in env.items()], str(script)]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        if done.returncode:
-            raise SystemExit(f"ranks failed (exit {done.returncode}):\n{done.stdout}{done.stderr}")
-        return [json.loads(Path(out, f"rank-{r}.json").read_text()) for r in range(2)]
+    return launch_ranks(2, {"BENCH_OPS": str(ops), "BENCH_WAKES": str(wakes)}, code=RANK, timeout=600)
 
 
 def us(values: list[float]) -> float:
@@ -112,10 +102,8 @@ def main() -> int:
                  f"200 µs late (rank 0 spins) {gaps[200e-6]:.2f} µs; 2 ms late (rank 0 sleeps) {gaps[2e-3]:.2f} µs: "
                  f"the doorbell and the wake-up cost {gaps[2e-3] - gaps[0.0]:.2f} µs")
     lines.append(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    text = "\n".join(lines)
-    print(text)
-    if args.save:
-        Path(args.save).write_text(text + "\n")
+    with saved_output(args.save):
+        print("\n".join(lines))
     return 0
 
 
