@@ -93,12 +93,31 @@ class Kernel:
                 on_output(content["name"], content["text"])
             if res.absorb(kind, content):
                 break
-        reply = self.kc.get_shell_msg(timeout=max(1.0, deadline - time.monotonic()))
-        while reply["parent_header"].get("msg_id") != msg_id:
-            reply = self.kc.get_shell_msg(timeout=max(1.0, deadline - time.monotonic()))
-        res.status = reply["content"]["status"]
+        res.status = self.reply(msg_id, max(1.0, deadline - time.monotonic()))["content"]["status"]
         res.elapsed = time.monotonic() - t0
         return res
+
+    def reply(self, msg_id: str, timeout: float = 10) -> dict:
+        """The shell channel's reply to ``msg_id`` (replies to earlier requests are skipped)."""
+        reply = self.kc.get_shell_msg(timeout=timeout)
+        while reply["parent_header"].get("msg_id") != msg_id:
+            reply = self.kc.get_shell_msg(timeout=timeout)
+        return reply
+
+    def drain(self, msg_id: str, res: CellResult, on_msg: Optional[Callable[[dict], None]] = None) -> bool:
+        """Absorbs into ``res`` the iopub messages of ``msg_id`` already here (``on_msg`` sees each);
+        True once the cell went idle."""
+        while True:
+            try:
+                msg = self.kc.get_iopub_msg(timeout=0.01)
+            except queue.Empty:
+                return False
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            if on_msg is not None:
+                on_msg(msg)
+            if res.absorb(msg["msg_type"], msg["content"]):
+                return True
 
     def run(self, code: str, timeout: float = 30) -> CellResult:
         return self.collect(self.submit(code), timeout)

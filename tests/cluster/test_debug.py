@@ -41,20 +41,8 @@ def run_answering(k: Kernel, code: str, answers: list[Answer], timeout: float = 
                 k.interrupt()
             else:
                 k.kc.input(str(answer))
-        while True:
-            try:
-                msg = k.kc.get_iopub_msg(timeout=0.01)
-            except queue.Empty:
-                break
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            if res.absorb(msg["msg_type"], msg["content"]):
-                idle = True
-                break
-    reply = k.kc.get_shell_msg(timeout=10)
-    while reply["parent_header"].get("msg_id") != msg_id:
-        reply = k.kc.get_shell_msg(timeout=10)
-    res.status = reply["content"]["status"]
+        idle = k.drain(msg_id, res)
+    res.status = k.reply(msg_id)["content"]["status"]
     return res, prompts
 
 
@@ -188,6 +176,11 @@ def test_the_live_table_and_where_name_the_rank_in_pdb_and_the_timeout_of_who_wa
     try:
         msg_id = kernel.kc.execute(WAIT_ON_PDB_CELL, allow_stdin=True)
         res, prompts, tables = CellResult(), [], []
+
+        def keep_table(msg: dict) -> None:
+            if msg["msg_type"] in ("display_data", "update_display_data"):
+                tables.append(msg["content"].get("data", {}).get("text/plain", ""))
+
         where = None
         deadline = time.monotonic() + 45
         idle = False
@@ -198,25 +191,12 @@ def test_the_live_table_and_where_name_the_rank_in_pdb_and_the_timeout_of_who_wa
                 prompts.append(msg["content"]["prompt"])
             except queue.Empty:
                 pass
-            while True:
-                try:
-                    msg = kernel.kc.get_iopub_msg(timeout=0.01)
-                except queue.Empty:
-                    break
-                if msg["parent_header"].get("msg_id") != msg_id:
-                    continue
-                if msg["msg_type"] in ("display_data", "update_display_data"):
-                    tables.append(msg["content"].get("data", {}).get("text/plain", ""))
-                if res.absorb(msg["msg_type"], msg["content"]):
-                    idle = True
-                    break
+            idle = kernel.drain(msg_id, res, keep_table)
             seen = next((t for t in tables if IN_PDB.search(t) and WAITING_ON_PDB.search(t)), None)
             if prompts and seen and where is None:
                 where = other.where(timeout=5)
                 kernel.kc.input("c")
-        reply = kernel.kc.get_shell_msg(timeout=10)
-        while reply["parent_header"].get("msg_id") != msg_id:
-            reply = kernel.kc.get_shell_msg(timeout=10)
+        reply = kernel.reply(msg_id)
     finally:
         other.stop()
     assert reply["content"]["status"] == "ok", (res, tables[-1:])
@@ -243,9 +223,7 @@ def test_post_mortem_shows_in_where_as_the_raising_frame(kernel):
         assert prompt["content"]["prompt"] == "(Pdb rank 1) ", prompt
         where = other.where(timeout=5)
         kernel.kc.input("q")
-        reply = kernel.kc.get_shell_msg(timeout=30)
-        while reply["parent_header"].get("msg_id") != msg_id:
-            reply = kernel.kc.get_shell_msg(timeout=30)
+        kernel.reply(msg_id, 30)
     finally:
         other.stop()
     assert where.state(1) == "in pdb post-mortem (line 3 in scale)", where  # the raise, in scale()

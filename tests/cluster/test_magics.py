@@ -345,10 +345,7 @@ def _run_seeing_everything(k: Kernel, code: str, timeout: float, seen: list) -> 
             seen.append((parent, "error", "\n".join(msg["content"]["traceback"])))
         elif msg["msg_type"] == "status" and parent == msg_id and msg["content"]["execution_state"] == "idle":
             break
-    reply = k.kc.get_shell_msg(timeout=10)
-    while reply["parent_header"].get("msg_id") != msg_id:
-        reply = k.kc.get_shell_msg(timeout=10)
-    return reply["content"]
+    return k.reply(msg_id)["content"]
 
 
 def test_stop_and_restart_on_purpose_are_quiet():

@@ -39,7 +39,7 @@ def _first_table_matching(k: Kernel, msg_id: str, pattern: re.Pattern, timeout: 
                 found, text = time.monotonic() - started, plain
         elif kind == "status" and content["execution_state"] == "idle":
             break
-    k.kc.get_shell_msg(timeout=10)
+    k.reply(msg_id)
     assert found is not None, f"no live table matched {pattern.pattern}; saw {seen}"
     return found, text, seen
 
