@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -14,6 +16,8 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
+#: the first line of each table ``--where-on-signal`` prints
+WHERE_HEADER = "where the ranks are"
 
 
 def cli_env(extra: Optional[dict] = None) -> dict:
@@ -44,22 +48,42 @@ def cli(args: Sequence[str], timeout: float = 60, stdin: Optional[str] = None, *
 class LiveCLI:
     """A running ``mlx-jupyter launch ARGS`` (or any ``argv``); lines of its stdout/stderr are collected as they come."""
 
-    def __init__(self, args: Sequence[str], env: Optional[dict] = None, argv: Optional[Sequence[str]] = None):
+    def __init__(self, args: Sequence[str], env: Optional[dict] = None, argv: Optional[Sequence[str]] = None,
+                 stdin: bool = False):
         cmd = list(argv) if argv is not None else [PY, "-m", "mlx_jupyter", "launch", *args]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env(env), cwd=ROOT)
         self.lines: list[str] = []
+        self.streams: dict[str, list[str]] = {"stdout": [], "stderr": []}
         self._cond = threading.Condition()
-        self._threads = [threading.Thread(target=self._read, args=(s,), daemon=True)
-                         for s in (self.proc.stdout, self.proc.stderr)]
+        self._threads = [threading.Thread(target=self._read, args=(s, name), daemon=True)
+                         for s, name in ((self.proc.stdout, "stdout"), (self.proc.stderr, "stderr"))]
         for t in self._threads:
             t.start()
 
-    def _read(self, stream) -> None:
+    def _read(self, stream, name: str) -> None:
         for raw in iter(stream.readline, b""):
+            line = raw.decode(errors="replace").rstrip("\n")
             with self._cond:
-                self.lines.append(raw.decode(errors="replace").rstrip("\n"))
+                self.lines.append(line)
+                self.streams[name].append(line)
                 self._cond.notify_all()
+
+    def write(self, text: str, close: bool = False) -> None:
+        """Send ``text`` to the launcher's stdin (opened with ``stdin=True``); ``close`` ends it."""
+        self.proc.stdin.write(text.encode())
+        self.proc.stdin.flush()
+        if close:
+            self.proc.stdin.close()
+
+    def wait_until(self, done: Callable[[str], bool], stream: str = "stderr", timeout: float = 30) -> str:
+        """Block until ``done(text of stream so far)``; return that text; raise on timeout."""
+        with self._cond:
+            ok = self._cond.wait_for(lambda: done("\n".join(self.streams[stream])), timeout)
+            text = "\n".join(self.streams[stream])
+        if not ok:
+            raise TimeoutError(f"waited {timeout} s on {stream}; got:\n" + self.text)
+        return text
 
     def wait_for(self, pattern: str, count: int = 1, timeout: float = 30) -> list[str]:
         """Block until ``count`` lines match ``pattern`` (regex); raise on timeout."""
@@ -81,6 +105,33 @@ class LiveCLI:
         finally:
             for t in self._threads:
                 t.join(5)
+
+    def where_showing(self, want: Sequence[str], timeout: float = 15, per_ask: float = 4.0) -> str:
+        """SIGUSR1 to the launcher (``--where-on-signal``) until one table on stderr matches every regex in
+        ``want``; that table. A rank that has printed "ready" may still be a line short of where it will wait
+        when the first signal lands, so it asks again rather than trusting one sample."""
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            seen = self.wait_until(lambda t: True).count(WHERE_HEADER)
+
+            def shown(text: str) -> bool:
+                last = text.rsplit(WHERE_HEADER, 1)[-1]
+                return text.count(WHERE_HEADER) > seen and all(re.search(p, last, re.M) for p in want)
+
+            self.proc.send_signal(signal.SIGUSR1)
+            try:
+                return self.wait_until(shown, timeout=min(per_ask, left)).rsplit(WHERE_HEADER, 1)[1]
+            except TimeoutError:
+                continue
+        raise AssertionError(f"no table showed {list(want)} within {timeout} s:\n{self.text}")
+
+    def __enter__(self) -> "LiveCLI":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
 
     @property
     def text(self) -> str:
