@@ -206,7 +206,8 @@ class Job:
                 raise LaunchError(f"{label}: working directory {c.cwd!r} does not exist (--cwd)")
             share = self._cpu_shares.get(rank)
             proc: Any = await LocalProcess.spawn(argv, env, cwd, c.stdin, out, err, label,
-                                                 self.connections.local_watchdog, cpus=share)
+                                                 self.connections.local_watchdog, cpus=share,
+                                                 hold_usr1=self.monitor.where.booted)
             if proc.bound:
                 self.log(f"{label}: bound to {binding.describe(share)} (--bind-to none: unbound)")
         else:
@@ -214,7 +215,7 @@ class Job:
             conn = self.connections.rank_conn[rank]
             try:
                 start = rank_script(argv, plan.env, plan.files, cwd, c.cwd is not None, label,
-                                    self.connections.watchdogs[conn].path)
+                                    self.connections.watchdogs[conn].path, hold_usr1=self.monitor.where.booted)
             except ValueError as exc:
                 raise LaunchError(f"{label}: {exc}") from None
             proc = await RemoteProcess.spawn(conn, start.script, c.stdin, out, err, label, c.start_timeout,

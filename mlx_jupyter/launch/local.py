@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal as _signal
 import weakref
-from typing import Mapping, Optional, Sequence
+from typing import Iterator, Mapping, Optional, Sequence
 
 from mlx_jupyter.launch import binding
 from mlx_jupyter.launch.errors import LaunchError
@@ -24,6 +25,20 @@ def _spawn_lock() -> asyncio.Lock:
     if lock is None:
         lock = _SPAWN_LOCKS[loop] = asyncio.Lock()
     return lock
+
+
+@contextlib.contextmanager
+def _blocked_for_children(hold_usr1: bool) -> Iterator[None]:
+    """While inside, this thread blocks SIGUSR1, and so does every process it spawns: the signal mask
+    survives fork and exec, so a SIGUSR1 before the child's boot code runs stays pending."""
+    if not hold_usr1:
+        yield
+        return
+    before = _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGUSR1})
+    try:
+        yield
+    finally:
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, before)
 
 
 class LocalProcess:
@@ -51,18 +66,20 @@ class LocalProcess:
         watchdog: Optional[LocalWatchdog] = None,
         watchdog_session: bool = False,
         cpus: Optional[frozenset[int]] = None,
+        hold_usr1: bool = False,
     ) -> "LocalProcess":
         """Start ``argv`` with exactly ``env``; raise :class:`LaunchError` naming ``label``.
 
         ``watchdog`` kills its group if the launcher dies; with ``watchdog_session``
         it stays registered after exit, so that ``watchdog.close()`` kills what is
         left of its session (mpirun's ranks, each in a group of its own). ``cpus``: the
-        CPUs it runs on from its first instruction (launch.binding).
+        CPUs it runs on from its first instruction (launch.binding). ``hold_usr1``: it starts with
+        SIGUSR1 blocked (pending, not fatal) until its boot code waits for it (``--where-on-signal``).
         """
         try:
             # One spawn at a time in this thread: its CPUs are the next child's for the while.
             async with _spawn_lock():
-                with binding.for_children(cpus) as bound:
+                with binding.for_children(cpus) as bound, _blocked_for_children(hold_usr1):
                     proc = await asyncio.create_subprocess_exec(
                         *argv,
                         stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,

@@ -26,13 +26,28 @@ MARKER = "\x1emlx-jupyter-pid"
 #: Exit code of the wrapper when it could not start the command.
 SETUP_FAILED = 125
 
-# Start "$@" in a new session and print the new pid first. setsid(1) is
-# util-linux (Linux); macOS has none, so fall back to perl's setpgrp.
+# Start "$@" in a new session and print the new pid first. An asynchronous list of a shell without job
+# control starts with SIGINT and SIGQUIT ignored, and a shell cannot undo that, so perl (in macOS and
+# Debian's perl-base) starts the rank: it resets both to their defaults (Ctrl-C forwarded by the launcher
+# must raise KeyboardInterrupt as it does locally) and, for a rank that will answer where-signals
+# (_mj_hold_usr1 set), ignores SIGUSR1 until the rank's boot code takes it over: a SIGUSR1 in its first
+# milliseconds would otherwise end it. Without perl, setsid(1) (util-linux), with those limits.
 _SPAWN = r"""
-if command -v setsid >/dev/null 2>&1; then
-  setsid /bin/sh -c 'printf "%s %s\n" "$0" "$$"; exec "$@"' "$_mj_marker" "$@" <&3 3<&- &
+if command -v perl >/dev/null 2>&1; then
+  perl -e '
+    use POSIX ();
+    POSIX::setsid() or setpgrp(0, 0);
+    $SIG{INT} = $SIG{QUIT} = "DEFAULT";
+    my $marker = shift(@ARGV);
+    $SIG{USR1} = "IGNORE" if shift(@ARGV);
+    $| = 1;
+    printf("%s %d\n", $marker, $$);
+    exec { $ARGV[0] } @ARGV;
+    print STDERR "$ARGV[0]: $!\n";
+    exit($!{ENOENT} ? 127 : 126);
+  ' "$_mj_marker" "$_mj_hold_usr1" "$@" <&3 3<&- &
 else
-  perl -e 'setpgrp(0, 0); printf("%s %d\n", shift(@ARGV), $$); $|=1; exec { $ARGV[0] } @ARGV or die "exec $ARGV[0]: $!\n"' "$_mj_marker" "$@" <&3 3<&- &
+  setsid /bin/sh -c 'printf "%s %s\n" "$0" "$$"; exec "$@"' "$_mj_marker" "$@" <&3 3<&- &
 fi
 _mj_pid=$!
 exec 3<&-
@@ -130,10 +145,12 @@ def rank_script(
     cwd_required: bool,
     label: str,
     guard: str | None = None,
+    hold_usr1: bool = False,
 ) -> RankStart:
     """Script and stdin setup for one rank; ``label`` (e.g. "rank 2 on h3") prefixes its error messages.
 
-    ``guard`` is the watchdog's registry dir on that host (None: unwatched).
+    ``guard`` is the watchdog's registry dir on that host (None: unwatched). ``hold_usr1``: the
+    command answers SIGUSR1 once started (``--where-on-signal``): ignore it until then.
     Write ``setup`` to the session's stdin first; the rank's own stdin follows.
     """
     if not argv:
@@ -144,6 +161,7 @@ def rank_script(
         f"die() {fail}",
         f"_mj_marker={quote(MARKER)}",
         f"_mj_guard={quote(guard or '')}",
+        f"_mj_hold_usr1={'1' if hold_usr1 else ''}",
         '_mj_d=$(mktemp -d "${TMPDIR:-/tmp}/mlx-jupyter.XXXXXX") || die "cannot create a temp dir in ${TMPDIR:-/tmp}"',
         "_mj_pid=",
         "trap 'rm -rf \"$_mj_d\"' EXIT",

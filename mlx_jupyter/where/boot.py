@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 BOOT = """\
 import os, runpy, signal, sys
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})  # held, not fatal, while the imports run
+signal.signal(signal.SIGUSR1, signal.SIG_DFL)  # a remote rank starts with it ignored (launch.script)
 args = sys.argv[1:]
 try:
     from mlx_jupyter.where.signal_report import install

@@ -536,3 +536,30 @@ def test_more_ranks_per_host_than_sshd_sessions(testbed):
     assert launcher.wait(60) == 0, out
     assert sorted(int(lines[0]) for lines in stdout_of(out).values()) == list(range(12))
     assert {conn for r, conn in launcher.job.connections.rank_conn.items()}.__len__() == 4  # 3 ranks + the watchdog session each
+
+
+def test_remote_python_ranks_get_ctrl_c_as_keyboard_interrupt(testbed):
+    """A remote rank starts with SIGINT at its default, as a local one does (a shell's ``&`` would leave it
+    ignored), so the launcher's forwarded Ctrl-C raises KeyboardInterrupt in a plain script."""
+    code = "import time; print('ready', flush=True); time.sleep(60)"
+    run = LiveCLI([*testbed.cli_ssh_args(), "--hosts", ",".join(testbed.ips[:2]), PY, "-c", code])
+    run.wait_for("ready", 2)
+    run.proc.send_signal(signal.SIGINT)
+    run.wait_for(r"^\[rank \d\] KeyboardInterrupt$", 2, timeout=10)
+    assert run.finish(15) != 0, run.text
+
+
+#: a sitecustomize that sends its rank a SIGUSR1 before any code of ours runs (not the launcher: no MLX_RANK)
+EARLY_USR1 = "import os, signal\nif 'MLX_RANK' in os.environ:\n    os.kill(os.getpid(), signal.SIGUSR1)\n"
+
+
+def test_a_remote_rank_survives_a_where_signal_before_its_boot_code(testbed, tmp_path):
+    """--where-on-signal: a SIGUSR1 that reaches a remote rank before its boot code runs (here: sent by
+    the rank to itself from sitecustomize) is ignored, not fatal."""
+    (tmp_path / "sitecustomize.py").write_text(EARLY_USR1)
+    script = tmp_path / "s.py"
+    script.write_text("print('alive', flush=True)\n")
+    run = LiveCLI([*testbed.cli_ssh_args(), "--hosts", ",".join(testbed.ips[:2]), "--where-on-signal",
+                   "--env", f"PYTHONPATH={tmp_path}{os.pathsep}{ROOT}", PY, str(script)])
+    assert run.finish(30) == 0, run.text
+    assert len(run.wait_for(r"^\[rank \d\] alive$", 2)) == 2, run.text

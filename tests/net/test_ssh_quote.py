@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -16,12 +18,13 @@ HOSTILE = ["a'b", 'a"b', "$(touch /tmp/pwned)", "`id`", "a;b", "a\nb", "a b", "\
 _text = st.text(alphabet=st.characters(blacklist_characters="\0", blacklist_categories=("Cs",)), max_size=30)
 
 
-def sh(script: "str | RankStart", stdin: str = "", argv0: str = "/bin/sh") -> subprocess.CompletedProcess:
+def sh(script: "str | RankStart", stdin: str = "", argv0: str = "/bin/sh", env: "dict | None" = None
+       ) -> subprocess.CompletedProcess:
     """Run a script (a rank's: its setup first on stdin); bytes in and out, so no newline translation hides
     a quoting bug."""
     if isinstance(script, RankStart):
         script, stdin = script.script, script.setup + stdin
-    res = subprocess.run([argv0, "-c", script], input=stdin.encode(), capture_output=True, timeout=20)
+    res = subprocess.run([argv0, "-c", script], input=stdin.encode(), capture_output=True, timeout=20, env=env)
     res.stdout, res.stderr = res.stdout.decode(), res.stderr.decode()
     return res
 
@@ -123,6 +126,38 @@ def test_an_env_var_named_like_the_scripts_own_cannot_redirect_its_cleanup(tmp_p
 def test_missing_or_garbled_settings_stop_the_rank_with_a_message(stdin, why):
     res = sh(rank_script(["true"], {}, {}, None, False, "rank 2 on h3").script, stdin=stdin)
     assert res.returncode == 125 and f"rank 2 on h3: {why}" in res.stderr
+
+
+#: prints how the rank starts with SIGINT, SIGQUIT and SIGUSR1: "dfl" (default) or "ign" (ignored)
+DISPOSITIONS = ("import signal; print(*['ign' if signal.getsignal(s) == signal.SIG_IGN else 'dfl' "
+                "for s in (signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1)])")
+
+
+@pytest.mark.parametrize("hold_usr1, want", [(False, "dfl dfl dfl"), (True, "dfl dfl ign")])
+def test_the_rank_starts_with_ctrl_c_at_its_default(hold_usr1, want):
+    """Not ignored as a shell's ``&`` leaves it: the launcher's forwarded Ctrl-C must reach a remote rank.
+    ``hold_usr1`` (--where-on-signal): SIGUSR1 ignored until the rank's boot code takes it."""
+    res = sh(rank_script([sys.executable, "-c", DISPOSITIONS], {}, {}, None, False, "r", hold_usr1=hold_usr1))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split("\n")[1] == want
+
+
+def test_without_perl_setsid_starts_the_rank(tmp_path):
+    """A host without perl (a slim Linux image) starts ranks with setsid(1): they run, only with the shell's
+    ignored SIGINT (the documented limit)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("sh", "mktemp", "rm", "setsid"):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    res = sh(rank_script([sys.executable, "-c", DISPOSITIONS], {}, {}, None, False, "r"), env={"PATH": str(bin_dir)})
+    assert res.returncode == 0, res.stderr
+    first, rest = res.stdout.split("\n", 1)
+    assert first.startswith(MARKER + " ") and rest == "ign ign dfl\n"
+
+
+def test_a_command_that_cannot_start_exits_127_naming_it():
+    res = sh(rank_script(["no-such-cmd-xyz"], {}, {}, None, False, "r"))
+    assert res.returncode == 127 and "no-such-cmd-xyz: No such file or directory" in res.stderr, res
 
 
 # ---------------------------------------------------------------- watchdog --

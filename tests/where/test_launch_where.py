@@ -15,7 +15,7 @@ import textwrap
 import pytest
 
 from mlx_jupyter.where import boot
-from tests.launch.launch_helpers import PY, LiveCLI
+from tests.launch.launch_helpers import PY, ROOT, LiveCLI
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -99,3 +99,16 @@ def test_a_rank_that_is_not_python_is_never_signalled():
         job.write("go\ngo\n", close=True)
         assert job.finish(20) == 0, job.text
         assert "\n".join(job.streams["stdout"]).count("done") == 2, job.text
+
+
+def test_a_local_rank_survives_a_where_signal_before_its_boot_code(tmp_path):
+    """A local rank starts with SIGUSR1 blocked: one that comes before the boot code waits for it (here: sent
+    by the rank to itself from sitecustomize) stays pending, is answered, and ends nothing."""
+    (tmp_path / "sitecustomize.py").write_text("import os, signal\nif 'MLX_RANK' in os.environ:\n"
+                                               "    os.kill(os.getpid(), signal.SIGUSR1)  # a rank, not the launcher\n")
+    script = tmp_path / "s.py"
+    script.write_text("print('alive', flush=True)\n")
+    with LiveCLI(["-n", "2", "--where-on-signal", "--", "python", str(script)],
+                 env={"PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}) as job:
+        assert job.finish(30) == 0, job.text
+        assert "\n".join(job.streams["stdout"]).count("alive") == 2, job.text
