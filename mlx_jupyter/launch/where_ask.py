@@ -43,8 +43,9 @@ class WhereAnswers:
             return argv
         wrapped = boot.wrap(argv)
         if wrapped is None:
-            print(f"mlx-jupyter launch: --where-on-signal: {argv[0]} is not a Python script or module; "
-                  "SIGUSR1 will show only the ranks' states", file=sys.stderr)
+            shown = " ".join(argv[:3]) + (" ..." if len(argv) > 3 else "")
+            print(f"mlx-jupyter launch: --where-on-signal: {shown!r} does not run a Python script, module or -c "
+                  "command; SIGUSR1 will show only the ranks' states", file=sys.stderr)
         self.booted = wrapped is not None
         return wrapped or argv
 

@@ -25,7 +25,7 @@ MARKER = "\x1emlx-jupyter-where "
 def _main_file() -> tuple[str, ...]:
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
-    return (os.path.abspath(path), path) if path else ()
+    return (os.path.abspath(path), path) if path else ("<string>",)   # python -c CODE
 
 
 def report(rank: int, cpu: Optional[sample.CpuMeter] = None) -> None:

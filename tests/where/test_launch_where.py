@@ -13,6 +13,8 @@ import sys
 import textwrap
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from mlx_jupyter.where import boot
 from tests.launch.launch_helpers import PY, ROOT, LiveCLI
@@ -46,10 +48,53 @@ def test_sigusr1_names_each_ranks_line(tmp_path, backend):
         assert job.finish(20) == 0, job.text
 
 
-def test_boot_wraps_only_python_scripts_and_modules():
-    assert boot.wrap(["/usr/bin/python3", "t.py", "--x"]) == ["/usr/bin/python3", "-c", boot.BOOT, "t.py", "--x"]
-    assert boot.wrap(["python", "-m", "pkg.mod", "a"])[3:] == ["-m", "pkg.mod", "a"]
-    assert boot.wrap(["./run.sh", "a"]) is None and boot.wrap(["python3", "-u", "t.py"]) is None
+def test_boot_wraps_python_scripts_modules_and_c_commands_keeping_options():
+    b = boot.BOOT
+    assert boot.wrap(["/usr/bin/python3", "t.py", "--x"]) == ["/usr/bin/python3", "-c", b, "t.py", "--x"]
+    assert boot.wrap(["python", "-m", "pkg.mod", "a"]) == ["python", "-c", b, "-m", "pkg.mod", "a"]
+    assert boot.wrap(["python3", "-c", "print(1)", "a"]) == ["python3", "-c", b, "-c", "print(1)", "a"]
+    assert (boot.wrap(["python3", "-u", "-X", "dev", "-Wignore", "-OB", "t.py"])
+            == ["python3", "-u", "-X", "dev", "-Wignore", "-OB", "-c", b, "t.py"])
+    for left in (["./run.sh", "a"], ["python3"], ["python3", "-"], ["python3", "--", "t.py"], ["python3", "-u"],
+                 ["python3", "-m"], ["python3", "-X"], ["python3", "--help"], ["python3", "-Z", "t.py"]):
+        assert boot.wrap(left) is None, left
+
+
+_OPTIONS = st.lists(st.sampled_from([["-u"], ["-B"], ["-OO"], ["-uB"], ["-X", "dev"], ["-Xutf8"], ["-W", "ignore"],
+                                     ["-Wdefault"], ["-s"], ["-q"]]), max_size=4)
+
+
+@given(_OPTIONS, st.sampled_from([["t.py"], ["-m", "pkg.mod"], ["-c", "x = 1"]]),
+       st.lists(st.text(min_size=0, max_size=5), max_size=3))
+def test_wrapping_keeps_the_options_in_front_and_the_rest_as_given(options, target, args):
+    argv = ["python3", *sum(options, []), *target, *args]
+    assert boot.wrap(argv) == ["python3", *sum(options, []), "-c", boot.BOOT, *target, *args]
+
+
+PROBE = "import sys; print(sys.argv, __name__, sys.flags.optimize, sys.flags.dont_write_bytecode)"
+
+
+@pytest.mark.parametrize("target", [["probe.py"], ["-m", "probe"], ["-c", PROBE]])
+def test_a_wrapped_command_sees_what_it_would_see_unwrapped(tmp_path, target):
+    (tmp_path / "probe.py").write_text(PROBE + "\n")
+    argv = [PY, "-OB", *target, "a", "-b"]
+    plain = subprocess.run(argv, capture_output=True, text=True, timeout=20, cwd=tmp_path)
+    booted = subprocess.run(boot.wrap(argv), capture_output=True, text=True, timeout=20, cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert plain.returncode == booted.returncode == 0, booted.stderr
+    assert booted.stdout == plain.stdout
+
+
+def test_where_shows_the_line_of_a_python_u_script_and_of_a_c_command(tmp_path):
+    script = tmp_path / "wait.py"
+    script.write_text("import time\nprint('ready', flush=True)\ntime.sleep(30)\n")
+    for command in (["python", "-u", str(script)], ["python", "-c", script.read_text()]):
+        with LiveCLI(["-n", "2", "--where-on-signal", "--", *command]) as job:
+            job.wait_until(lambda t: t.count("ready") == 2, stream="stdout", timeout=30)
+            job.where_showing([r"^0\s+running line 3: time\.sleep\(30\)", r"^1\s+running line 3: time\.sleep\(30\)"])
+            assert "does not run a Python script" not in job.text, job.text
+            job.proc.send_signal(signal.SIGTERM)
+            job.finish(20)
 
 
 def test_a_python_without_mlx_jupyter_falls_back_to_faulthandler(tmp_path):
