@@ -49,6 +49,12 @@ def report_line(saved: dict[int, dict], restored: dict[int, dict], lost: dict[in
     names = f"{len(kept)} name{'' if len(kept) == 1 else 's'}"
     ranks_ = f"{len(restored)} rank{'' if len(restored) == 1 else 's'}"
     line = f"restart: kept {names} on {ranks_} ({format_bytes(size)})"
+    renewed = {(n, k) for r, s in saved.items() for n, k in s.get("renewed", {}).items()
+               if n in restored.get(r, {}).get("restored", [])}
+    for kind, words in (("world", "MLX's new world"), ("group", "our core's new group")):
+        held = sorted(n for n, k in renewed if k == kind)
+        if held:
+            line += f"; {', '.join(held)} now {'holds' if len(held) == 1 else 'hold'} {words}"
     return line + ("; not kept: " + ", ".join(parts) if parts else "")
 
 
@@ -127,6 +133,7 @@ class KeptState:
         from mlx_jupyter.cluster.rank import keep
 
         self.phase = "restoring"
+        self._form_new_groups()
         for r, answer in self._each_rank(keep.restore, sorted(self.saved), "restoring the ranks' names").items():
             if isinstance(answer, ClusterError):
                 self.lost[r] = f"restoring failed: {answer}"
@@ -138,6 +145,16 @@ class KeptState:
         if not self.saved and not self.lost:   # e.g. after a restart whose new ranks failed to start
             return f"restart: {self.cluster.size} ranks started empty (no rank was running to keep names from)"
         return report_line(self.saved, self.restored, self.lost)
+
+    def _form_new_groups(self) -> None:
+        """A kept name holds MLX's world or our core's group: form the new ones first, on every rank
+        (as the next cell would); if they do not form, only those names fail to come back."""
+        if not any(s.get("needs") for s in self.saved.values()):
+            return
+        try:
+            self.cluster.namespaces.prepare()
+        except ClusterError:
+            pass
 
     def _sweep_remote_stale(self) -> None:
         """Stale folders on other hosts, removed by a new rank there (only when there are any)."""

@@ -122,6 +122,31 @@ def test_a_name_that_fails_to_come_back_costs_only_itself():
         assert c.pull("s") == [2.0, 2.0]
 
 
+def test_a_users_own_handles_on_the_world_and_group_come_back_as_the_new_ones():
+    """The usual idiom ``group = mx.distributed.init(...)``, a function using it and a dict holding our
+    core's group come back holding the new rank's world and group; a split group is named, with the fix."""
+    with Cluster(n=2) as c:
+        show_run(c.run("import numpy as np, mlx_jupyter.distributed as dist\n"
+                       "group = mx.distributed.init(backend='ring', strict=True)\n"
+                       "total = lambda x: mx.distributed.all_sum(x, group=group)\n"
+                       "mine = {'g': dist.init()}\n"
+                       "alone = dist.init().split(world.rank())"), timeout=30)
+        c.restart(timeout=60, quiet=True)
+        line = c.last_restart
+        assert "; group now holds MLX's new world" in line, line
+        assert "alone (holds a group split from the old core group: split the new `group` again)" in line, line
+        show_run(c.run("ok = [group is world, total(mx.ones(2) * (world.rank() + 1)).tolist(),\n"
+                       "      mine['g'].size(), dist.all_sum(np.ones(1), group=mine['g']).tolist()]"), timeout=30)
+        assert c.pull("ok") == [[True, [3.0, 3.0], 2, [2.0]]] * 2
+
+
+def test_the_report_says_which_names_now_hold_the_new_world_or_group():
+    saved = {r: {"bytes": 10, "renewed": {"group": "world", "g2": "world", "core": "group"}} for r in (0, 1)}
+    restored = {r: {"restored": ["group", "g2", "core"], "failed": {}} for r in (0, 1)}
+    assert report_line(saved, restored, {}) == ("restart: kept 3 names on 2 ranks (20 B); g2, group now hold "
+                                                "MLX's new world; core now holds our core's new group")
+
+
 def test_the_files_are_private_and_on_this_hosts_shared_memory(tmp_path):
     ns = {"a": __import__("numpy").arange(4)}
     name = f"mlx-jupyter-keep-test-{os.getpid()}"

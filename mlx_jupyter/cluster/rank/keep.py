@@ -4,7 +4,9 @@ back by the new rank of the same number on the same host.
 Arrays (numpy, MLX including bfloat16, torch CPU) travel as raw bytes: pickle protocol 5 with
 out-of-band buffers written straight to the data file, read back through an ``mmap`` of it (no
 copy of a numpy array's data, one copy into MLX or torch). Everything else goes through
-cloudpickle, one name at a time, so that one name that cannot be kept costs only itself.
+cloudpickle, one name at a time, so that one name that cannot be kept costs only itself. MLX's
+world and our core's group (any group of every rank) come back as the new rank's: a user's
+``group = mx.distributed.init()``, or a function or model holding it, keeps working.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ IPYTHON_NAMES = frozenset({"In", "Out", "get_ipython", "exit", "quit", "__builti
 
 
 class NotKept(Exception):
-    """A value that cannot outlive its rank (it holds the old world, a group or a socket)."""
+    """A value that cannot outlive its rank (it holds a split group or a socket)."""
 
 
 def is_internal(name: str) -> bool:
@@ -39,19 +41,47 @@ def is_internal(name: str) -> bool:
     return name in IPYTHON_NAMES or name.startswith("_")
 
 
-def _unkeepable(obj: Any) -> Optional[str]:
-    """Why ``obj`` cannot be kept, for the kinds that hold the old processes' resources."""
+def _group_kind(obj: Any) -> Optional[str]:
+    """"world" for an MLX group, "group" for one of our core's, else None."""
     kind = type(obj)
     module = getattr(kind, "__module__", "") or ""
     if module.startswith("mlx.core") and kind.__name__ == "Group":
-        return "holds MLX's old world"
-    if module.startswith("mlx_jupyter") and "Group" in kind.__name__:
-        return "holds the old core group"
+        return "world"
+    if module.startswith("mlx_jupyter") and "Group" in kind.__name__ and hasattr(obj, "size"):
+        return "group"
+    return None
+
+
+def _of_every_rank(obj: Any) -> bool:
+    """A group of all the ranks: it comes back as the new rank's (MLX's world, our core's group)."""
+    from mlx_jupyter.cluster.rank.world import this_rank_env
+
+    try:
+        return int(obj.size()) == this_rank_env().size
+    except Exception:  # noqa: BLE001 - a group that cannot say: not kept
+        return False
+
+
+def _unkeepable(obj: Any) -> Optional[str]:
+    """Why ``obj`` cannot be kept, for the kinds that hold the old processes' resources."""
+    kind = _group_kind(obj)
+    if kind == "world":
+        return "holds an MLX group split from the old world: split the new `world` again"
+    if kind == "group":
+        return "holds a group split from the old core group: split the new `group` again"
     if isinstance(obj, socket.socket):
         return "a socket"
     if isinstance(obj, types.GeneratorType):
         return "a generator: cannot be pickled"
     return None
+
+
+def _new_group(kind: str) -> Any:
+    """The new rank's MLX world (``kind`` "world") or core group ("group"), for an old one of every rank."""
+    value = NAMES.world if kind == "world" else NAMES.group
+    if value is None:
+        raise NotKept(f"the new {'MLX world' if kind == 'world' else 'core group'} did not form on this rank")
+    return value
 
 
 def _rebuild_mlx(buf: Any, dtype: str, shape: tuple, view: Optional[str]) -> Any:
@@ -105,7 +135,14 @@ class _Pickler(cloudpickle.CloudPickler):
     """cloudpickle, with MLX arrays and torch CPU tensors as out-of-band buffers, and a clear
     refusal for what holds the old processes' resources."""
 
+    #: the kinds of group ("world", "group") met, each to be replaced by the new rank's
+    renewed: set[str]
+
     def reducer_override(self, obj: Any) -> Any:
+        kind = _group_kind(obj)
+        if kind is not None and _of_every_rank(obj):
+            self.renewed.add(kind)
+            return _new_group, (kind,)
         why = _unkeepable(obj)
         if why:
             raise NotKept(why)
@@ -136,9 +173,11 @@ def _target_namespace() -> Any:
     return _TARGET["ns"]
 
 
-def _dumps(value: Any, ns: MutableMapping[str, Any], buffer_callback: Any) -> bytes:
+def _dumps(value: Any, ns: MutableMapping[str, Any], buffer_callback: Any, renewed: Optional[set] = None) -> bytes:
+    """``value`` pickled; ``renewed`` gets the kinds of group in it that the new rank's replace."""
     out = io.BytesIO()
     pickler = _Pickler(out, protocol=5, buffer_callback=buffer_callback)
+    pickler.renewed = renewed if renewed is not None else set()
     pickler.globals_ref[id(ns)] = _UserGlobals(__name__="__main__")
     pickler.dump(value)
     return out.getvalue()
@@ -177,6 +216,8 @@ def save(dirname: str, rank: int, ns: Optional[MutableMapping[str, Any]] = None,
     modules: dict[str, str] = {}
     not_kept: dict[str, str] = {}
     singles: dict[str, tuple[bytes, list[pickle.PickleBuffer]]] = {}
+    needs: set[str] = set()      # the new groups the restore needs formed first
+    renewed: dict[str, str] = {}  # name -> "world" / "group": it is the old one, and will be the new one
     for name, value in list(ns.items()):
         if is_internal(name) or (name in PRODUCT_NAMES and NAMES.owns(ns, name)):
             continue
@@ -186,8 +227,13 @@ def save(dirname: str, rank: int, ns: Optional[MutableMapping[str, Any]] = None,
             modules[name] = value.__name__
             continue
         found: list[pickle.PickleBuffer] = []
+        kinds: set[str] = set()
         try:
-            singles[name] = (_dumps(value, ns, found.append), found)
+            singles[name] = (_dumps(value, ns, found.append, kinds), found)
+            needs |= kinds
+            kind = _group_kind(value)
+            if kind in kinds:
+                renewed[name] = kind
         except BaseException as exc:  # noqa: BLE001 - any failure only means: not kept
             if isinstance(exc, KeyboardInterrupt):
                 raise
@@ -223,7 +269,7 @@ def save(dirname: str, rank: int, ns: Optional[MutableMapping[str, Any]] = None,
     nbytes = offset + len(whole)
     others = [n for n in folders_here() if n != dirname]   # the notebook tells which are stale
     return {"kept": [r[0] for r in records] + list(modules), "not_kept": not_kept, "bytes": nbytes,
-            "folder": str(folder), "others": others}
+            "folder": str(folder), "others": others, "needs": sorted(needs), "renewed": renewed}
 
 
 def _write_all(fd: int, raw: memoryview) -> None:
