@@ -238,7 +238,8 @@ class Cluster:
         """Fresh processes for every rank (a new MLX ``world``, a new ``group``), same ranks, same
         engine ids; the controller stays. By default each rank's user names are kept (saved on its
         own host, restored into the new rank of the same number: :mod:`.kept_state`) and one line
-        says what was kept and what was not; ``clean=True`` starts the ranks empty."""
+        says what was kept and what was not (cells still running are stopped first); ``clean=True``
+        starts the ranks empty."""
         if self.owner is not None:
             from mlx_jupyter.cluster.attach import stopped_advice
 

@@ -84,6 +84,7 @@ class KeptState:
         self.stale: dict[str, list[str]] = {}    # host -> folders there whose owner (on this host) is gone
         self.phase = "saving"                    # then "restarting", "restoring", "done"
         self.left: dict[str, str] = {}           # host -> why its folder could not be removed
+        self.stopped_cells = 0                   # cells still running that were stopped first
         self.cleaned = False
 
     def _each_rank(self, fn: Callable[..., Any], ranks: list[int], what: str, *args: Any) -> dict[int, Any]:
@@ -101,16 +102,28 @@ class KeptState:
                 answers[r] = ClusterError(rank_error_line(exc))
         return answers
 
+    def stop_cells(self) -> None:
+        """Stop the cells still running (``--noblock``, another thread), as an interrupt would: a busy
+        rank would save only after its cell ends, and a restart is what one does to a hung cell."""
+        runs = list(self.cluster.supervisor.runs)
+        for run in runs:
+            run.interrupt("the ranks are being restarted")
+        for run in runs:
+            run.wait(getattr(run, "release_deadline", 2.0) + 1.0)
+        self.stopped_cells = len(runs)
+
     def save(self) -> None:
-        """Every live rank saves its names; a dead or silent rank keeps nothing (and says why)."""
+        """Every live rank saves its names; a dead, busy or silent rank keeps nothing (and says why)."""
         from mlx_jupyter.cluster.rank import keep
 
         keep_files.sweep_stale()   # this host's folders of restarts whose driver is gone
         table = self.cluster.table
-        alive = [r for r in table.ranks if r not in table.dead]
         for r in table.ranks:
             if r in table.dead:
                 self.lost[r] = "the rank had died"
+            elif r in table.busy and not table.busy[r].done():
+                self.lost[r] = "it was still busy with a cell that did not stop: native code, perhaps"
+        alive = [r for r in table.ranks if r not in self.lost]
         self.hosts = {i.rank: i.host for i in self.cluster.processes.rank_infos() if i.rank in alive}
         for r, answer in self._each_rank(keep.save, alive, "saving the ranks' names").items():
             if isinstance(answer, ClusterError):
@@ -144,7 +157,10 @@ class KeptState:
         self.phase = "done"
         if not self.saved and not self.lost:   # e.g. after a restart whose new ranks failed to start
             return f"restart: {self.cluster.size} ranks started empty (no rank was running to keep names from)"
-        return report_line(self.saved, self.restored, self.lost)
+        line = report_line(self.saved, self.restored, self.lost)
+        if self.stopped_cells:
+            line += f" (after stopping the cell{'s' if self.stopped_cells > 1 else ''} still running)"
+        return line
 
     def _form_new_groups(self) -> None:
         """A kept name holds MLX's world or our core's group: form the new ones first, on every rank
@@ -223,6 +239,7 @@ def restart_keeping(cluster: Any, restart: Callable[[], None], timeout: Optional
     (an interrupt prints that line and goes on as an interrupt)."""
     state = KeptState(cluster, timeout or 120.0)
     try:
+        state.stop_cells()
         state.save()
         state.phase = "restarting"
         restart()

@@ -140,6 +140,30 @@ def test_a_users_own_handles_on_the_world_and_group_come_back_as_the_new_ones():
         assert c.pull("ok") == [[True, [3.0, 3.0], 2, [2.0]]] * 2
 
 
+def test_a_restart_stops_the_cells_still_running_first(tmp_path):
+    """A --noblock cell still running when the restart comes is stopped as an interrupt would; a rank
+    that does not stop (SIGINT blocked, as native code can be) loses its names, the others keep theirs."""
+    import time
+
+    with Cluster(n=2) as c:
+        show_run(c.run("x = 41 + world.rank()"), timeout=30)
+        run = c.run("import time, signal, pathlib\n"
+                    "if world.rank() == 1:\n    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})\n"
+                    f"pathlib.Path({str(tmp_path)!r}, str(world.rank())).touch()\ntime.sleep(60)")
+        deadline = time.monotonic() + 20
+        while not all((tmp_path / r).exists() for r in ("0", "1")):   # both ranks are in the cell
+            assert time.monotonic() < deadline and not run.done.is_set(), "the cell did not start on both ranks"
+            run.done.wait(0.05)
+        c.restart(timeout=60, quiet=True)
+        assert run.done.is_set()
+        line = c.last_restart
+        assert line.startswith("restart: kept 4 names on 1 rank "), line   # x and the three modules
+        assert "not kept: everything on rank 1 (it was still busy with a cell that did not stop" in line, line
+        assert line.endswith("(after stopping the cell still running)"), line
+        show_run(c.run("have = globals().get('x')"), timeout=30)
+        assert c.pull("have") == [41, None]
+
+
 def test_the_report_says_which_names_now_hold_the_new_world_or_group():
     saved = {r: {"bytes": 10, "renewed": {"group": "world", "g2": "world", "core": "group"}} for r in (0, 1)}
     restored = {r: {"restored": ["group", "g2", "core"], "failed": {}} for r in (0, 1)}
