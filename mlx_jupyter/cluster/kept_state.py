@@ -12,19 +12,11 @@ import secrets
 import sys
 from typing import Any, Callable, Optional
 
-from mlx_jupyter.cluster.cells.text import rank_label
+from mlx_jupyter.cluster.cells.text import format_bytes, rank_label
 from mlx_jupyter.cluster.keep_cleanup import remove_on_hosts
 from mlx_jupyter.cluster.rank import keep_files
 from mlx_jupyter.cluster.shared.errors import ClusterError
 from mlx_jupyter.net.hosts import is_local
-
-
-def format_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"  # pragma: no cover
 
 
 def report_line(saved: dict[int, dict], restored: dict[int, dict], lost: dict[int, str]) -> str:
@@ -125,12 +117,15 @@ class KeptState:
                 self.lost[r] = "it was still busy with a cell that did not stop: native code, perhaps"
         alive = [r for r in table.ranks if r not in self.lost]
         self.hosts = {i.rank: i.host for i in self.cluster.processes.rank_infos() if i.rank in alive}
+        failed = {}
         for r, answer in self._each_rank(keep.save, alive, "saving the ranks' names").items():
             if isinstance(answer, ClusterError):
-                self.lost[r] = f"saving failed: {answer}"
+                failed[r] = str(answer)
             else:
                 self.saved[r] = answer
                 self._note_stale(r, answer.get("others", []))
+        if failed:   # a live rank's names would be lost: restart nothing
+            raise ClusterError("; ".join(f"rank {r}: {why}" for r, why in sorted(failed.items())))
 
     def _note_stale(self, rank: int, names: list[str]) -> None:
         """Of the folders another host's rank saw there, those this host's gone processes left."""
@@ -221,7 +216,10 @@ class KeptState:
                     if back else "lost: the saved names (none was restored); the saved files were removed")
         left = "; ".join(f"could not remove {self.dirname} on {h} ({why}): remove it by hand"
                          for h, why in sorted(self.left.items()))
-        nxt = getattr(self.cluster, "failed_restart_advice", None) or next_step(self.cluster.restart_command)
+        if self.phase == "saving":
+            nxt = clean_step(self.cluster.restart_command, getattr(self.cluster, "failed_restart_advice", None))
+        else:
+            nxt = getattr(self.cluster, "failed_restart_advice", None) or next_step(self.cluster.restart_command)
         return f"{head}; {what}{'; ' + left if left else ''}. Next: {nxt}"
 
 
@@ -231,6 +229,18 @@ def next_step(restart_command: str) -> str:
         return ("fix the cause, then %mlx_cluster restart (the ranks start empty), "
                 "or %mlx_cluster stop and %mlx_cluster start")
     return f"fix the cause, then {restart_command} (the ranks start empty), or cluster.stop() and cluster.start()"
+
+
+def clean_step(restart_command: str, panel_advice: Optional[str]) -> str:
+    """What works after a restart that failed before it restarted anything (the ranks keep their names)."""
+    if panel_advice is not None:   # the panel's cluster: its Restart button keeps names, Stop ends it
+        return "press Restart again once the cause is gone, or Stop it and start a new cluster"
+    clean = "%mlx_cluster restart --clean" if restart_command.startswith("%") else "cluster.restart(clean=True)"
+    return f"restart again once the cause is gone (it keeps the names), or {clean} to start the ranks empty"
+
+
+class RestartNotStarted(ClusterError):
+    """A keep-state restart that failed before it stopped any rank: the ranks run on, names intact."""
 
 
 def restart_keeping(cluster: Any, restart: Callable[[], None], timeout: Optional[float] = None) -> str:
@@ -250,6 +260,6 @@ def restart_keeping(cluster: Any, restart: Callable[[], None], timeout: Optional
         if isinstance(exc, KeyboardInterrupt):
             print(f"mlx-jupyter: {message}", file=sys.stderr)
             raise
-        raise ClusterError(message) from exc
+        raise (RestartNotStarted if state.phase == "saving" else ClusterError)(message) from exc
     finally:
         state.cleanup()

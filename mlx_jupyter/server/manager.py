@@ -136,8 +136,13 @@ class ClusterManager:
         return None if entry is None else entry.state
 
     def _restart(self, entry: Entry) -> str:
+        from mlx_jupyter.cluster.kept_state import RestartNotStarted
+
         try:
             entry.cluster.restart(quiet=True)
+        except RestartNotStarted:   # nothing was stopped: the cluster runs on as it was
+            entry.state = "running"
+            raise
         except Exception as exc:
             entry.state, entry.error = "failed", str(exc)
             log.warning("mlx cluster %s did not restart: %s", entry.cluster.cluster_id, exc)

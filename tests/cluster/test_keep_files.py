@@ -69,8 +69,8 @@ def test_a_failures_message_says_what_was_kept_and_lost_and_what_works_from_wher
     state.saved = {0: {"kept": ["model", "opt"], "bytes": 3 << 20}, 1: {"kept": ["model", "opt"], "bytes": 3 << 20}}
     assert state.failure(KeyboardInterrupt()) == (
         "interrupted while saving the ranks' names; nothing was lost: the ranks were not restarted and keep "
-        "their names. Next: fix the cause, then %mlx_cluster restart (the ranks start empty), "
-        "or %mlx_cluster stop and %mlx_cluster start")
+        "their names. Next: restart again once the cause is gone (it keeps the names), or "
+        "%mlx_cluster restart --clean to start the ranks empty")
     state.phase, state.left = "restarting", {"h2": "ssh: connection refused"}
     assert state.failure(RuntimeError("rank 1 on h2: exited 1\nmore")).startswith(
         "starting the new ranks failed (rank 1 on h2: exited 1); lost: the 2 names saved on 2 ranks (6.0 MiB), "

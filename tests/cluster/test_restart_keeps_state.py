@@ -164,6 +164,68 @@ def test_a_restart_stops_the_cells_still_running_first(tmp_path):
         assert c.pull("have") == [41, None]
 
 
+@pytest.fixture
+def small_and_big_roots(tmp_path, monkeypatch):
+    """Two places to keep files: a 1 MiB tmpfs first (as a container's small /dev/shm), then a folder."""
+    import subprocess
+
+    from mlx_jupyter.cluster.rank import keep_files
+
+    small, big = tmp_path / "shm", tmp_path / "tmp"
+    small.mkdir()
+    big.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)], capture_output=True).returncode:
+        pytest.skip("needs to mount a tmpfs (root)")
+    monkeypatch.setattr(keep_files, "keep_roots", lambda: [small, big])
+    monkeypatch.setattr(keep, "keep_roots", lambda: [small, big])
+    monkeypatch.setattr(keep, "_MARGIN", 0)
+    try:
+        yield small, big
+    finally:
+        subprocess.run(["umount", str(small)], check=False)
+
+
+def test_names_too_big_for_shared_memory_go_to_the_next_place(small_and_big_roots, monkeypatch):
+    import numpy as np
+
+    small, big = small_and_big_roots
+    name = f"mlx-jupyter-keep-test-{os.getpid()}"
+    ns = {"a": np.arange(2 ** 20, dtype=np.float32), "b": "small"}   # 4 MiB: more than the tmpfs holds
+    answer = keep.save(name, 0, ns)
+    assert answer["folder"] == str(big / name) and answer["kept"] == ["a", "b"]
+    back: dict = {}
+    assert sorted(keep.restore(name, 0, back)["restored"]) == ["a", "b"]
+    assert (back["a"] == ns["a"]).all() and not (big / name).exists()
+    # the estimate was low (the tmpfs looked roomy): the write that fills it up moves on, leaving nothing
+    monkeypatch.setattr(keep, "_free", lambda root: None)
+    assert keep.save(name, 1, ns)["folder"] == str(big / name) and not (small / name).exists()
+    keep.discard(name, 1)
+    monkeypatch.setattr(keep, "keep_roots", lambda: [small])
+    with pytest.raises(keep.NoRoom, match=r"no room for this rank's 4\.0 MiB of names \(.* filled up\): "
+                                          "delete large names first, or restart with --clean"):
+        keep.save(name, 2, ns)
+    assert not (small / name).exists()
+
+
+def test_a_rank_that_cannot_save_stops_the_restart_before_any_rank_is_lost():
+    before = _keep_folders()
+    with Cluster(n=2) as c:
+        show_run(c.run("x = 41 + world.rank()\nimport os\npid = os.getpid()\n"
+                       "if world.rank() == 1:\n"
+                       "    import mlx_jupyter.cluster.rank.keep as k\n"
+                       "    def full(*a):\n        raise k.NoRoom(28, 'no room for this rank (test)')\n"
+                       "    k._Files.write_somewhere = full"), timeout=30)
+        pids = c.pull("pid")
+        with pytest.raises(ClusterError, match=r"saving the ranks' names failed \(rank 1: NoRoom: no room for this "
+                                               r"rank \(test\)\); nothing was lost: the ranks were not restarted and "
+                                               r"keep their names\. Next: restart again once the cause is gone \(it keeps the names\), or "
+                                               r"cluster\.restart\(clean=True\) to start the ranks empty"):
+            c.restart(timeout=60, quiet=True)
+        show_run(c.run("y = x + 1"), timeout=30)
+        assert c.pull("pid") == pids and c.pull("y") == [42, 43]
+        assert _keep_folders() == before   # rank 0's saved files were removed
+
+
 def test_the_report_says_which_names_now_hold_the_new_world_or_group():
     saved = {r: {"bytes": 10, "renewed": {"group": "world", "g2": "world", "core": "group"}} for r in (0, 1)}
     restored = {r: {"restored": ["group", "g2", "core"], "failed": {}} for r in (0, 1)}

@@ -396,6 +396,45 @@ def test_manager_start_list_stop(tmp_path, monkeypatch):
     assert connect_code("mlx-1") == "%load_ext mlx_jupyter\n%mlx_cluster connect mlx-1"
 
 
+def test_a_panel_restart_that_restarted_nothing_leaves_the_cluster_running(tmp_path, monkeypatch):
+    """A keep-state restart that failed while saving (no rank stopped) keeps the card running; one
+    that failed after the old ranks were gone marks it failed (its message says: dismiss it)."""
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
+    from mlx_jupyter.cluster import ClusterError
+    from mlx_jupyter.cluster.kept_state import RestartNotStarted
+    from mlx_jupyter.server.manager import ClusterManager
+
+    class Fake(FakeCluster):
+        def __init__(self, **kw):
+            super().__init__()
+            self.cluster_id = f"mlx-{id(self):x}"
+            self.fail: Exception = RestartNotStarted("saving failed; nothing was lost")
+
+        def start(self, progress=None):
+            self.running = True
+
+        def stop(self):
+            self.running = False
+
+        def restart(self, quiet=False):
+            raise self.fail
+
+    async def go():
+        m = ClusterManager(factory=Fake)
+        entry = await m.create(n=2, hosts="127.0.0.1", backend="ring")
+        await m.start(entry)
+        with pytest.raises(RestartNotStarted):
+            await m.restart(entry.cluster.cluster_id)
+        assert m.state_of(entry.cluster.cluster_id) == "running"
+        entry.cluster.fail = ClusterError("starting the new ranks failed")
+        with pytest.raises(ClusterError):
+            await m.restart(entry.cluster.cluster_id)
+        assert m.state_of(entry.cluster.cluster_id) == "failed"
+        m.shutdown()
+
+    asyncio.run(go())
+
+
 def test_manager_takes_a_hostfile_and_checks_it_first(tmp_path, monkeypatch):
     """The panel's hostfile field: the factory gets a private copy of the checked file and no backend
     (the file's is used); an unreadable one is a RequestError naming it (the panel shows it), before

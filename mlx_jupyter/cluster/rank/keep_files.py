@@ -34,12 +34,22 @@ class Owner:
     started: int
 
 
-def keep_root() -> Path:
-    """Where this host keeps the files: shared memory when the OS has it (Linux), else the temp dir."""
+def keep_roots() -> list[Path]:
+    """Where this host may keep the files, best first: shared memory when the OS has it (Linux),
+    then the temp dir (a small /dev/shm, as Docker gives by default, leaves room for little)."""
+    roots = []
     shm = Path("/dev/shm")
     if sys.platform.startswith("linux") and shm.is_dir() and os.access(shm, os.W_OK):
-        return shm
-    return Path(tempfile.gettempdir())
+        roots.append(shm)
+    tmp = Path(tempfile.gettempdir())
+    if tmp not in roots:
+        roots.append(tmp)
+    return roots
+
+
+def keep_root() -> Path:
+    """The best place this host has for the files (:func:`keep_roots`' first)."""
+    return keep_roots()[0]
 
 
 def host_tag(hostname: Optional[str] = None) -> str:
@@ -90,11 +100,24 @@ def owner_gone(owner: Owner) -> bool:
     return started is None or (owner.started != 0 and started not in (0, owner.started))
 
 
-def keep_dir(name: str) -> Path:
-    """The folder ``name`` (a random name chosen by the notebook) on this host."""
+def check_name(name: str) -> str:
+    """``name`` if it is a keep folder's name (chosen by the notebook), else ValueError."""
     if not name or "/" in name or name.startswith(".") or not name.startswith(PREFIX):
         raise ValueError(f"bad keep folder name {name!r}")
-    return keep_root() / name
+    return name
+
+
+def keep_dir(name: str, root: Optional[Path] = None) -> Path:
+    """The folder ``name`` under ``root`` (default: the best place, :func:`keep_root`)."""
+    return (root or keep_root()) / check_name(name)
+
+
+def rank_folder(name: str, rank: int) -> Path:
+    """The folder that holds rank ``rank``'s files of restart ``name`` (where its save found room)."""
+    for root in keep_roots():
+        if (keep_dir(name, root) / f"rank{rank}.index").exists():
+            return keep_dir(name, root)
+    return keep_dir(name)
 
 
 def private_dir(folder: Path, create: bool) -> Path:
@@ -110,24 +133,26 @@ def private_dir(folder: Path, create: bool) -> Path:
 
 def folders_here() -> list[str]:
     """The names of every restart folder of this user on this host."""
-    try:
-        entries = list(os.scandir(keep_root()))
-    except OSError:
-        return []
-    mine = []
-    for e in entries:
-        if e.name.startswith(PREFIX):
-            try:
-                if e.stat(follow_symlinks=False).st_uid == os.getuid():
-                    mine.append(e.name)
-            except OSError:
-                pass
+    mine: list[str] = []
+    for root in keep_roots():
+        try:
+            entries = list(os.scandir(root))
+        except OSError:
+            continue
+        for e in entries:
+            if e.name.startswith(PREFIX) and e.name not in mine:
+                try:
+                    if e.stat(follow_symlinks=False).st_uid == os.getuid():
+                        mine.append(e.name)
+                except OSError:
+                    pass
     return mine
 
 
 def remove_all(name: str) -> None:
-    """Remove this host's folder ``name`` (nothing when it is gone already)."""
-    shutil.rmtree(keep_dir(name), ignore_errors=True)
+    """Remove this host's folder ``name``, wherever it is (nothing when it is gone already)."""
+    for root in keep_roots():
+        shutil.rmtree(keep_dir(name, root), ignore_errors=True)
 
 
 def sweep_stale(names: Optional[list[str]] = None) -> list[str]:
@@ -147,7 +172,7 @@ def remove_folders(names: list[str]) -> list[str]:
     them stale: their owner ran there); the names removed."""
     removed = []
     for name in names:
-        if owner_of(name) is not None and (keep_root() / name).exists():
+        if owner_of(name) is not None and any((root / name).exists() for root in keep_roots()):
             remove_all(name)
             removed.append(name)
     return removed
