@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional, Sequence
 
 from mlx_jupyter.cluster.cells.outcome import DIED, ERROR, NO_REPLY, RELEASED, RankOutcome
+from mlx_jupyter.cluster.shared.units import format_bytes  # noqa: F401 - the one size text, used from here too
 from mlx_jupyter.launch.rankinfo import describe_exit  # noqa: F401 - the one exit text, used from here too
 
 MODES = ("grouped", "rank", "raw")
@@ -197,15 +198,3 @@ def summary(outcomes: Sequence[RankOutcome]) -> str:
 
 
 Writer = Callable[[str], None]
-
-
-def format_bytes(n: Optional[int]) -> str:
-    """A rank's memory as every view shows it (the magic, the status widget, the lab panel): ``50.0 MiB``, ``?``."""
-    if n is None:
-        return "?"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return "?"

@@ -25,7 +25,7 @@ from typing import Any, MutableMapping, Optional
 
 import cloudpickle
 
-from mlx_jupyter.cluster.cells.text import format_bytes
+from mlx_jupyter.cluster.shared.units import format_bytes
 from mlx_jupyter.cluster.rank.keep_files import (folders_here, keep_dir, keep_root, keep_roots, private_dir, rank_folder,
                                                  remove_all)
 from mlx_jupyter.cluster.rank.names import NAMES, PRODUCT_NAMES
