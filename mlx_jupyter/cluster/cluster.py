@@ -188,7 +188,7 @@ class Cluster:
 
             return stopped_advice(self) or (f"{self.owner_restart_advice()} "
                                             f"(this notebook is only connected to {self.cluster_id})")
-        return f"restart the ranks: {self.restart_command}"
+        return f"restart the ranks: {self.restart_command} (the live ranks keep their variables)"
 
     def expected_size(self) -> int:
         """How many ranks :meth:`start` will start."""
@@ -269,7 +269,7 @@ class Cluster:
         """How a notebook connected to this cluster gets fresh ranks: only where the owner is."""
         if (self.owner or {}).get("owner") == "server":
             return "restart it with the Restart button of the MLX Cluster panel (it keeps the ranks' names)"
-        return "restart it in that kernel's notebook with %mlx_cluster restart"
+        return "restart it in that kernel's notebook with %mlx_cluster restart (it keeps the ranks' names)"
 
     def death_note(self, rank: int) -> str:
         """Why Slurm ended ``rank`` (time limit, node failure), in a few words; empty when it did not."""

@@ -19,9 +19,11 @@ from mlx_jupyter.cluster.shared.errors import ClusterError
 from mlx_jupyter.net.hosts import is_local
 
 
-def report_line(saved: dict[int, dict], restored: dict[int, dict], lost: dict[int, str]) -> str:
+def report_line(saved: dict[int, dict], restored: dict[int, dict], lost: dict[int, str],
+                imported: Optional[dict[int, list[str]]] = None) -> str:
     """One line: how many names came back on how many ranks (and their size), and each name that
-    did not, with why and, when not on every rank, where. ``lost``: rank -> why it kept nothing."""
+    did not, with why and, when not on every rank, where. ``lost``: rank -> why it kept nothing;
+    ``imported``: such a rank -> the other ranks' imports it was given."""
     ranks = sorted(set(saved) | set(lost))
     kept = {n for r in restored.values() for n in r.get("restored", [])}
     size = sum(s.get("bytes", 0) for s in saved.values())
@@ -37,7 +39,8 @@ def report_line(saved: dict[int, dict], restored: dict[int, dict], lost: dict[in
         on = "" if len(where) == len(ranks) else f" on {rank_label(where)}"
         parts.append(f"{name}{on} ({reason})")
     for r, reason in sorted(lost.items()):
-        parts.append(f"everything on rank {r} ({reason})")
+        got = (imported or {}).get(r)
+        parts.append(f"everything on rank {r} ({reason}{'; its imports were redone: ' + ', '.join(got) if got else ''})")
     names = f"{len(kept)} name{'' if len(kept) == 1 else 's'}"
     ranks_ = f"{len(restored)} rank{'' if len(restored) == 1 else 's'}"
     line = f"restart: kept {names} on {ranks_} ({format_bytes(size)})"
@@ -77,6 +80,7 @@ class KeptState:
         self.phase = "saving"                    # then "restarting", "restoring", "done"
         self.left: dict[str, str] = {}           # host -> why its folder could not be removed
         self.stopped_cells = 0                   # cells still running that were stopped first
+        self.imported: dict[int, list[str]] = {}  # rank that kept nothing -> the others' imports it got
         self.cleaned = False
 
     def _each_rank(self, fn: Callable[..., Any], ranks: list[int], what: str, *args: Any) -> dict[int, Any]:
@@ -148,14 +152,33 @@ class KeptState:
                 self.saved.pop(r, None)
             else:
                 self.restored[r] = answer
+        self._import_on_lost_ranks()
         self._sweep_remote_stale()
         self.phase = "done"
         if not self.saved and not self.lost:   # e.g. after a restart whose new ranks failed to start
             return f"restart: {self.cluster.size} ranks started empty (no rank was running to keep names from)"
-        line = report_line(self.saved, self.restored, self.lost)
+        line = report_line(self.saved, self.restored, self.lost, self.imported)
         if self.stopped_cells:
             line += f" (after stopping the cell{'s' if self.stopped_cells > 1 else ''} still running)"
         return line
+
+    def _import_on_lost_ranks(self) -> None:
+        """A rank that kept nothing (it had died, or was stuck) gets the imports the others had, so
+        that the next cell fails on it only for the data it lost, not for ``np``."""
+        votes: dict[str, set[str]] = {}
+        for s in self.saved.values():
+            for name, module in s.get("modules", {}).items():
+                votes.setdefault(name, set()).add(module)
+        modules = {n: next(iter(m)) for n, m in votes.items() if len(m) == 1}
+        lost = [r for r in sorted(self.lost) if r not in self.restored]
+        if not modules or not lost:
+            return
+        from mlx_jupyter.cluster.rank import keep
+
+        for r, answer in self._each_rank(keep.import_modules, lost, "importing on the ranks that kept nothing",
+                                         modules).items():
+            if not isinstance(answer, ClusterError) and answer.get("restored"):
+                self.imported[r] = sorted(answer["restored"])
 
     def _form_new_groups(self) -> None:
         """A kept name holds MLX's world or our core's group: form the new ones first, on every rank

@@ -162,7 +162,7 @@ def test_rank_raising_while_its_peer_is_in_an_mlx_all_sum():
         assert stopped_ranks(tb) == {0}, tb
         assert "MLX's `world` was shut down on rank 0 to release it" in tb, tb
         assert "MLX operations on `world` fail on every rank; our `group` keeps working" in tb, tb
-        assert "For a new `world`, restart the ranks: %mlx_cluster restart (it keeps the ranks' variables that can be saved" in tb, tb
+        assert "For a new `world`, restart the ranks: %mlx_cluster restart (the live ranks keep their variables)." in tb, tb
         assert "re-formed" not in tb  # nothing was: our group was never inside an op
         # the next cell using `world` fails with one line, not MLX's "[ring] Sending to socket N failed" noise
         again = k.run("%%mlx_distributed\nmx.eval(mx.distributed.all_sum(mx.ones(3)))", 30)
@@ -170,7 +170,7 @@ def test_rank_raising_while_its_peer_is_in_an_mlx_all_sum():
         assert again.traceback.strip().splitlines() == [
             "DistributedCellError: MLX's `world` is shut down (shut down on rank 0 after: rank 1 raised "
             "ZeroDivisionError: division by zero), so this cell, which uses it, did not run; restart the ranks: "
-            "%mlx_cluster restart"], again.traceback
+            "%mlx_cluster restart (the live ranks keep their variables)"], again.traceback
         assert "[ring]" not in again.stderr + again.stdout, again
         ok = k.run("%%mlx_distributed\nimport numpy as np, mlx_jupyter.distributed as d\n"
                    "print(d.all_sum(np.ones(2)))", 30)  # our group is fine meanwhile

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mlx_jupyter.cluster import Cluster, ClusterError
-from mlx_jupyter.cluster.cells.display import show_run
+from mlx_jupyter.cluster.cells.display import DistributedCellError, show_run
 from mlx_jupyter.cluster.kept_state import report_line
 from mlx_jupyter.cluster.rank import keep
 from tests.cluster.kernel import Kernel
@@ -224,6 +224,20 @@ def test_a_rank_that_cannot_save_stops_the_restart_before_any_rank_is_lost():
         show_run(c.run("y = x + 1"), timeout=30)
         assert c.pull("pid") == pids and c.pull("y") == [42, 43]
         assert _keep_folders() == before   # rank 0's saved files were removed
+
+
+def test_a_rank_that_died_comes_back_with_the_others_imports():
+    """Its data is lost; the imports every other rank had (``np``) are redone there, and the line says so."""
+    with Cluster(n=2) as c:
+        show_run(c.run("import os, numpy as np\nx = world.rank()"), timeout=30)
+        with pytest.raises(DistributedCellError, match="rank 1 died"):
+            show_run(c.run("if world.rank() == 1:\n    os.kill(os.getpid(), 9)\nimport time\ntime.sleep(30)"),
+                     timeout=30)
+        c.restart(timeout=60, quiet=True)
+        assert "not kept: everything on rank 1 (the rank had died; its imports were redone: np, os, time)" \
+            in c.last_restart, c.last_restart
+        show_run(c.run("ok = [np.ones(1).tolist(), os.getpid() > 0, globals().get('x')]"), timeout=30)
+        assert c.pull("ok") == [[[1.0], True, 0], [[1.0], True, None]]
 
 
 def test_the_report_says_which_names_now_hold_the_new_world_or_group():

@@ -223,14 +223,6 @@ def show_run(run: Any, mode: str = "grouped", timeout: Optional[float] = None,
     return run
 
 
-#: what a restart does with the ranks' variables, said wherever one is offered
-KEEPS = "it keeps the ranks' variables that can be saved, and names any it cannot"
-
-
-def with_keeps(advice: str) -> str:
-    """``advice`` (how to restart, from here) saying that the restart keeps the ranks' variables."""
-    return advice if "keeps" in advice else f"{advice} ({KEEPS})"
-
 #: a rank's answer for a cell refused because it uses MLX's dead world (rank.names.WorldClosedError)
 WORLD_CLOSED = "WorldClosedError"
 
@@ -253,12 +245,12 @@ def failure(run: Any) -> DistributedCellError:
             f"MLX's `world` was shut down on {rank_label(now)} to release {'it' if len(now) == 1 else 'them'} "
             "from a blocked MLX operation (MLX cannot cancel its collectives). From now on MLX operations "
             "on `world` fail on every rank; our `group` keeps working. For a new `world`, "
-            f"{with_keeps(advice)}."
+            f"{advice}."
         )
     elif earlier:
         hints.append(
             f"MLX's `world` has been shut down since an earlier cell ({rank_label(earlier)}: "
-            f"{closed[earlier[0]]}), so MLX operations on it fail. For a new `world`, {with_keeps(advice)}."
+            f"{closed[earlier[0]]}), so MLX operations on it fail. For a new `world`, {advice}."
         )
     cause = f"{run.cause}" if run.cause else summary(outcomes)
     if earlier and not now and lost:

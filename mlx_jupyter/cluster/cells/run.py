@@ -355,8 +355,8 @@ class CellRun:
                     f"it keeps running: interrupt again, or {advice}")
         # measured with MPI: a blocked collective ignores interrupts and has no sockets we may close
         return (f"did not stop within {self.release_deadline:g} s: busy in native code, e.g. a blocked "
-                f"{backend} collective, which cannot be cancelled; {advice} (a rank stuck there cannot save "
-                "its variables: the restart names what it kept)")
+                f"{backend} collective, which cannot be cancelled; {advice}; a rank stuck there cannot save "
+                "its variables")
 
     def _finish(self) -> None:
         for rank, outcome in self.outcomes.items():

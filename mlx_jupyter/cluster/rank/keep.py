@@ -254,7 +254,8 @@ def save(dirname: str, rank: int, ns: Optional[MutableMapping[str, Any]] = None,
     nbytes = files.write_somewhere(dirname, rank)
     others = [n for n in folders_here() if n != dirname]   # the notebook tells which are stale
     return {"kept": list(singles) + list(modules), "not_kept": not_kept, "bytes": nbytes,
-            "folder": str(files.folder), "others": others, "needs": sorted(needs), "renewed": renewed}
+            "folder": str(files.folder), "others": others, "needs": sorted(needs), "renewed": renewed,
+            "modules": modules}
 
 
 class NoRoom(OSError):
@@ -398,6 +399,27 @@ def restore(dirname: str, rank: int, ns: Optional[MutableMapping[str, Any]] = No
             _TARGET.pop("ns", None)
     finally:
         discard(dirname, rank)
+    return {"restored": restored, "failed": failed}
+
+
+def import_modules(modules: dict[str, str], ns: Optional[MutableMapping[str, Any]] = None) -> dict:
+    """Bind each name to its module (``np`` -> numpy), for a rank that kept nothing: the other ranks'
+    imports, which are the same everywhere; what came back and what did not."""
+    import importlib
+
+    if ns is None:
+        from mlx_jupyter.cluster.rank import agent as _agent
+
+        ns = _agent.AGENT.shell.user_ns if _agent.AGENT is not None else {}
+    restored, failed = [], {}
+    for name, module in modules.items():
+        if name in ns:
+            continue
+        try:
+            ns[name] = importlib.import_module(module)
+            restored.append(name)
+        except Exception as exc:  # noqa: BLE001
+            failed[name] = f"module {module} did not import: {exc}"
     return {"restored": restored, "failed": failed}
 
 
