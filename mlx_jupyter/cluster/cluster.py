@@ -251,6 +251,7 @@ class Cluster:
 
         def fresh_ranks() -> None:
             self.namespaces.forget()
+            self.last_error_rank = None   # the tracebacks went with the old ranks
             self.processes.restart(progress, wait)
 
         self.last_restart = None
@@ -471,7 +472,8 @@ class Cluster:
         if rank is None:
             rank = getattr(self, "last_error_rank", None)
             if rank is None:
-                raise ClusterError("no cell has raised on a rank yet: name the rank (%mlx_debug RANK)")
+                raise ClusterError("no cell has raised on a rank since the ranks started: name the rank "
+                                   "(%mlx_debug RANK)")
         if rank not in self.ranks:
             raise ClusterError(f"no rank {rank}: the ranks are 0-{self.size - 1}")
         code = ("__import__('mlx_jupyter.cluster.rank.debugger', fromlist=['post_mortem'])"
