@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import secrets
 import sys
+import time
 from typing import Any, Callable, Optional
 
 from mlx_jupyter.cluster.cells.text import format_bytes, rank_label
@@ -80,12 +81,14 @@ class KeptState:
         self.phase = "saving"                    # then "restarting", "restoring", "done"
         self.left: dict[str, str] = {}           # host -> why its folder could not be removed
         self.stopped_cells = 0                   # cells still running that were stopped first
+        self.still_busy: list[int] = []          # ranks whose cell did not stop
         self.imported: dict[int, list[str]] = {}  # rank that kept nothing -> the others' imports it got
         self.cleaned = False
 
     def _each_rank(self, fn: Callable[..., Any], ranks: list[int], what: str, *args: Any) -> dict[int, Any]:
         """``fn(*args)`` (default ``fn(dirname, rank)``) on every rank at once; rank -> answer, or
-        the reason it gave none."""
+        the reason it gave none: :class:`RankRaised` when the rank's call raised, else a
+        :class:`ClusterError` (it died, or did not answer in time)."""
         link, supervisor = self.cluster.link, self.cluster.supervisor
         pending = {r: link.view([r]).apply_async(fn, *(args or (self.dirname, r))) for r in ranks}
         answers: dict[int, Any] = {}
@@ -95,18 +98,32 @@ class KeptState:
             except ClusterError as exc:
                 answers[r] = ClusterError(str(exc).splitlines()[0])
             except Exception as exc:  # noqa: BLE001 - the rank's own error, as one line
-                answers[r] = ClusterError(rank_error_line(exc))
+                answers[r] = RankRaised(rank_error_line(exc))
         return answers
 
-    def stop_cells(self) -> None:
-        """Stop the cells still running (``--noblock``, another thread), as an interrupt would: a busy
-        rank would save only after its cell ends, and a restart is what one does to a hung cell."""
+    def stop_cells(self, grace: float = 3.0) -> None:
+        """Stop the cells still running, as an interrupt would: ours (``--noblock``, another thread)
+        and those of other clients (a connected notebook's, on the panel's cluster). A busy rank would
+        save only after its cell ends, and a restart is what one does to a hung cell. A rank still
+        busy after ``grace`` s keeps nothing (:meth:`save`)."""
         runs = list(self.cluster.supervisor.runs)
         for run in runs:
             run.interrupt("the ranks are being restarted")
+        control, table = self.cluster.control, self.cluster.table
+        live = [r for r in table.ranks if r not in table.dead]
+        busy = [r for r, rep in control.replies(1.0, live).items() if rep.get("executing")]
+        ours = {r for run in runs for r in run.ranks}
+        others = bool(set(busy) - ours)   # a cell another client sent
+        if busy:
+            control.send_abort("the ranks are being restarted", busy)
+        deadline = time.monotonic() + grace
+        while busy and time.monotonic() < deadline:
+            time.sleep(0.1)   # the abort's effect shows only in the ranks' next status
+            busy = [r for r, rep in control.replies(1.0, busy).items() if rep.get("executing")]
+        self.still_busy = busy
         for run in runs:
-            run.wait(getattr(run, "release_deadline", 2.0) + 1.0)
-        self.stopped_cells = len(runs)
+            run.wait(max(0.0, deadline - time.monotonic()) + 0.5)
+        self.stopped_cells = len(runs) + int(others)
 
     def save(self) -> None:
         """Every live rank saves its names; a dead, busy or silent rank keeps nothing (and says why)."""
@@ -117,14 +134,16 @@ class KeptState:
         for r in table.ranks:
             if r in table.dead:
                 self.lost[r] = "the rank had died"
-            elif r in table.busy and not table.busy[r].done():
+            elif r in self.still_busy or (r in table.busy and not table.busy[r].done()):
                 self.lost[r] = "it was still busy with a cell that did not stop: native code, perhaps"
         alive = [r for r in table.ranks if r not in self.lost]
         self.hosts = {i.rank: i.host for i in self.cluster.processes.rank_infos() if i.rank in alive}
         failed = {}
         for r, answer in self._each_rank(keep.save, alive, "saving the ranks' names").items():
-            if isinstance(answer, ClusterError):
+            if isinstance(answer, RankRaised):   # it cannot save (no room...): its names would be lost
                 failed[r] = str(answer)
+            elif isinstance(answer, ClusterError):   # it died or hangs: a restart is the way out
+                self.lost[r] = f"saving failed: {answer}"
             else:
                 self.saved[r] = answer
                 self._note_stale(r, answer.get("others", []))
@@ -260,6 +279,10 @@ def clean_step(restart_command: str, panel_advice: Optional[str]) -> str:
         return "press Restart again once the cause is gone, or Stop it and start a new cluster"
     clean = "%mlx_cluster restart --clean" if restart_command.startswith("%") else "cluster.restart(clean=True)"
     return f"restart again once the cause is gone (it keeps the names), or {clean} to start the ranks empty"
+
+
+class RankRaised(ClusterError):
+    """A rank's own error in a restart step (not its death or silence)."""
 
 
 class RestartNotStarted(ClusterError):

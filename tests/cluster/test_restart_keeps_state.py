@@ -240,6 +240,29 @@ def test_a_rank_that_died_comes_back_with_the_others_imports():
         assert c.pull("ok") == [[[1.0], True, 0], [[1.0], True, None]]
 
 
+def test_a_restart_stops_a_cell_another_client_runs(tmp_path, monkeypatch):
+    """A connected notebook's cell (the owner does not track it) is stopped too, through the ranks'
+    control channel: the names are saved at once, not after the cell (it would sleep 10 minutes)."""
+    import time
+
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    with Cluster(n=2) as c:
+        show_run(c.run("x = world.rank() + 7"), timeout=30)
+        other = Cluster.connect(c.cluster_id, timeout=30)
+        try:
+            run = other.run("import time, pathlib\n"
+                            f"pathlib.Path({str(tmp_path)!r}, str(world.rank())).touch()\ntime.sleep(600)")
+            deadline = time.monotonic() + 20
+            while not all((tmp_path / r).exists() for r in ("0", "1")):
+                assert time.monotonic() < deadline and not run.done.is_set(), "the cell did not start on both ranks"
+                run.done.wait(0.05)
+            c.restart(timeout=60, quiet=True)
+        finally:
+            other.stop()
+        assert c.last_restart.endswith("(after stopping the cell still running)"), c.last_restart
+        assert c.pull("x") == [7, 8]
+
+
 def test_the_report_says_which_names_now_hold_the_new_world_or_group():
     saved = {r: {"bytes": 10, "renewed": {"group": "world", "g2": "world", "core": "group"}} for r in (0, 1)}
     restored = {r: {"restored": ["group", "g2", "core"], "failed": {}} for r in (0, 1)}
