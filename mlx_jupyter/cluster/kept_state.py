@@ -111,15 +111,21 @@ class KeptState:
             run.interrupt("the ranks are being restarted")
         control, table = self.cluster.control, self.cluster.table
         live = [r for r in table.ranks if r not in table.dead]
-        busy = [r for r, rep in control.replies(1.0, live).items() if rep.get("executing")]
-        ours = {r for run in runs for r in run.ranks}
-        others = bool(set(busy) - ours)   # a cell another client sent
+
+        def not_idle(ranks: list[int]) -> list[int]:   # busy, or silent (its GIL held by native code)
+            replies = control.replies(1.0, ranks)
+            return [r for r in ranks if r not in replies or replies[r].get("executing")]
+
+        replies = control.replies(1.0, live)
+        executing = [r for r in live if r in replies and replies[r].get("executing")]
+        busy = sorted(set(executing) | {r for r in live if r not in replies})
+        others = bool(set(executing) - {r for run in runs for r in run.ranks})   # a cell another client sent
         if busy:
             control.send_abort("the ranks are being restarted", busy)
         deadline = time.monotonic() + grace
         while busy and time.monotonic() < deadline:
             time.sleep(0.1)   # the abort's effect shows only in the ranks' next status
-            busy = [r for r, rep in control.replies(1.0, busy).items() if rep.get("executing")]
+            busy = [r for r in not_idle(busy) if r not in table.dead]
         self.still_busy = busy
         for run in runs:
             run.wait(max(0.0, deadline - time.monotonic()) + 0.5)
@@ -135,7 +141,7 @@ class KeptState:
             if r in table.dead:
                 self.lost[r] = "the rank had died"
             elif r in self.still_busy or (r in table.busy and not table.busy[r].done()):
-                self.lost[r] = "it was still busy with a cell that did not stop: native code, perhaps"
+                self.lost[r] = "it was still busy with a cell that did not stop, or did not answer: native code, perhaps"
         alive = [r for r in table.ranks if r not in self.lost]
         self.hosts = {i.rank: i.host for i in self.cluster.processes.rank_infos() if i.rank in alive}
         failed = {}
