@@ -240,6 +240,27 @@ def test_a_rank_that_died_comes_back_with_the_others_imports():
         assert c.pull("ok") == [[[1.0], True, 0], [[1.0], True, None]]
 
 
+def test_a_rank_that_holds_its_gil_does_not_hold_the_restart_up(tmp_path):
+    """Rank 1 sleeps in C with its GIL held (ctypes.PyDLL): it answers nothing, not even the control
+    channel. The restart gives it the grace, then goes on without its names; rank 0 keeps its own."""
+    import time
+
+    with Cluster(n=2) as c:
+        show_run(c.run("x = world.rank() + 5"), timeout=30)
+        run = c.run("import ctypes, pathlib\n"
+                    f"pathlib.Path({str(tmp_path)!r}, str(world.rank())).touch()\n"
+                    "if world.rank() == 1:\n    ctypes.PyDLL(None).sleep(600)")
+        deadline = time.monotonic() + 20
+        while not (tmp_path / "1").exists():
+            assert time.monotonic() < deadline, "the cell did not start on rank 1"
+            run.done.wait(0.05)
+        c.restart(timeout=60, quiet=True)
+        assert "everything on rank 1 (it was still busy with a cell that did not stop, or did not answer" \
+            in c.last_restart, c.last_restart
+        show_run(c.run("have = globals().get('x')"), timeout=30)
+        assert c.pull("have") == [5, None]
+
+
 def test_a_restart_stops_a_cell_another_client_runs(tmp_path, monkeypatch):
     """A connected notebook's cell (the owner does not track it) is stopped too, through the ranks'
     control channel: the names are saved at once, not after the cell (it would sleep 10 minutes)."""
