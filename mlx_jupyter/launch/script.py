@@ -35,8 +35,7 @@ SETUP_FAILED = 125
 _SPAWN = r"""
 if command -v perl >/dev/null 2>&1; then
   perl -e '
-    use POSIX ();
-    POSIX::setsid() or setpgrp(0, 0);
+    eval { require POSIX; POSIX::setsid() } or setpgrp(0, 0);
     $SIG{INT} = $SIG{QUIT} = "DEFAULT";
     my $marker = shift(@ARGV);
     $SIG{USR1} = "IGNORE" if shift(@ARGV);
