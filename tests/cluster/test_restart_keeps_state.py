@@ -229,10 +229,9 @@ def test_a_rank_that_cannot_save_stops_the_restart_before_any_rank_is_lost():
 def test_a_rank_that_died_comes_back_with_the_others_imports():
     """Its data is lost; the imports every other rank had (``np``) are redone there, and the line says so."""
     with Cluster(n=2) as c:
-        show_run(c.run("import os, numpy as np\nx = world.rank()"), timeout=30)
+        show_run(c.run("import os, time, numpy as np\nx = world.rank()"), timeout=30)
         with pytest.raises(DistributedCellError, match="rank 1 died"):
-            show_run(c.run("if world.rank() == 1:\n    os.kill(os.getpid(), 9)\nimport time\ntime.sleep(30)"),
-                     timeout=30)
+            show_run(c.run("if world.rank() == 1:\n    os.kill(os.getpid(), 9)\ntime.sleep(30)"), timeout=30)
         c.restart(timeout=60, quiet=True)
         assert "not kept: everything on rank 1 (the rank had died; its imports were redone: np, os, time)" \
             in c.last_restart, c.last_restart
