@@ -125,6 +125,7 @@ class RankWatch(threading.Thread):
         self.published = (entry or {}).get("published", 0)
         self.gone: set[int] = set()
         self.stopped = threading.Event()
+        self._lock = threading.Lock()
 
     @staticmethod
     def _local(infos: list[SimpleNamespace]) -> list[SimpleNamespace]:
@@ -133,22 +134,31 @@ class RankWatch(threading.Thread):
         return [i for i in infos if i.pid and is_local(i.host)]
 
     def run(self) -> None:
+        while self.local and not self.stopped.wait(self.period):
+            if self.poll() == "stopped":
+                return
+
+    def poll(self) -> str:
+        """Look once (the watch's thread, or a caller about to refuse a cell on a dead rank, so that
+        a restart the owner just finished is seen at once): "stopped" when the owner stopped the
+        cluster, "restarted" when it published new ranks, else ""."""
         from mlx_jupyter.cluster import registry
 
-        while self.local and not self.stopped.wait(self.period):
+        with self._lock:
             for info in self.local:
                 if info.rank not in self.gone and not registry.pid_alive(info.pid):
                     self.gone.add(info.rank)
                     self.on_exit(info.rank, None)
             if not self.gone or self.on_restart is None or self.cluster_id is None:
-                continue
+                return ""
             entry = registry.entry(self.cluster_id)
             if entry is None:
-                if len(self.gone) == len(self.local):
-                    return  # stopped by its owner
-            elif entry.get("published", 0) > self.published:
+                return "stopped" if len(self.gone) == len(self.local) else ""
+            if entry.get("published", 0) > self.published:
                 self.published, self.local, self.gone = entry["published"], self._local(rank_infos(entry)), set()
                 self.on_restart(entry)
+                return "restarted"
+            return ""
 
     def stop(self) -> None:
         self.stopped.set()

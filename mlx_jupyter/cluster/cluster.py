@@ -424,6 +424,8 @@ class Cluster:
 
     def check_ranks(self, ranks: Sequence[int]) -> None:
         """Raise a clear error if a rank is dead or still busy with an earlier cell (and why, if Slurm ended it)."""
+        if self._rank_watch is not None and any(r in self.dead for r in ranks):
+            self._rank_watch.poll()   # the owner may have just restarted them (the panel's Restart)
         try:
             self.supervisor.check_ranks(ranks)
         except ClusterError as exc:
