@@ -13,7 +13,8 @@ import sys
 import time
 from typing import Any, Callable, Optional
 
-from mlx_jupyter.cluster.cells.text import format_bytes, rank_label
+from mlx_jupyter.cluster.cells.text import rank_label
+from mlx_jupyter.cluster.shared.units import format_bytes
 from mlx_jupyter.cluster.keep_cleanup import remove_on_hosts
 from mlx_jupyter.cluster.rank import keep_files
 from mlx_jupyter.cluster.shared.errors import ClusterError
@@ -41,7 +42,8 @@ def report_line(saved: dict[int, dict], restored: dict[int, dict], lost: dict[in
         parts.append(f"{name}{on} ({reason})")
     for r, reason in sorted(lost.items()):
         got = (imported or {}).get(r)
-        parts.append(f"everything on rank {r} ({reason}{'; its imports were redone: ' + ', '.join(got) if got else ''})")
+        redone = f"; its imports were redone: {', '.join(got)}" if got else ""
+        parts.append(f"everything on rank {r} ({reason}{redone})")
     names = f"{len(kept)} name{'' if len(kept) == 1 else 's'}"
     ranks_ = f"{len(restored)} rank{'' if len(restored) == 1 else 's'}"
     line = f"restart: kept {names} on {ranks_} ({format_bytes(size)})"
@@ -112,20 +114,21 @@ class KeptState:
         control, table = self.cluster.control, self.cluster.table
         live = [r for r in table.ranks if r not in table.dead]
 
-        def not_idle(ranks: list[int]) -> list[int]:   # busy, or silent (its GIL held by native code)
+        def not_idle(ranks: list[int]) -> tuple[list[int], list[int]]:
+            """Of ``ranks``, those running a cell, and those silent (their GIL held by native code)."""
             replies = control.replies(1.0, ranks)
-            return [r for r in ranks if r not in replies or replies[r].get("executing")]
+            return ([r for r in ranks if r in replies and replies[r].get("executing")],
+                    [r for r in ranks if r not in replies and r not in table.dead])
 
-        replies = control.replies(1.0, live)
-        executing = [r for r in live if r in replies and replies[r].get("executing")]
-        busy = sorted(set(executing) | {r for r in live if r not in replies})
+        executing, silent = not_idle(live)
+        busy = sorted(executing + silent)
         others = bool(set(executing) - {r for run in runs for r in run.ranks})   # a cell another client sent
         if busy:
             control.send_abort("the ranks are being restarted", busy)
         deadline = time.monotonic() + grace
         while busy and time.monotonic() < deadline:
             time.sleep(0.1)   # the abort's effect shows only in the ranks' next status
-            busy = [r for r in not_idle(busy) if r not in table.dead]
+            busy = sorted(sum(not_idle(busy), []))
         self.still_busy = busy
         for run in runs:
             run.wait(max(0.0, deadline - time.monotonic()) + 0.5)
@@ -141,7 +144,8 @@ class KeptState:
             if r in table.dead:
                 self.lost[r] = "the rank had died"
             elif r in self.still_busy or (r in table.busy and not table.busy[r].done()):
-                self.lost[r] = "it was still busy with a cell that did not stop, or did not answer: native code, perhaps"
+                self.lost[r] = ("it was still busy with a cell that did not stop, or did not answer: "
+                                "native code, perhaps")
         alive = [r for r in table.ranks if r not in self.lost]
         self.hosts = {i.rank: i.host for i in self.cluster.processes.rank_infos() if i.rank in alive}
         failed = {}

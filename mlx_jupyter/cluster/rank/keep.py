@@ -15,8 +15,8 @@ import errno
 import io
 import mmap
 import os
-import shutil
 import pickle
+import shutil
 import socket
 import sys
 import types
@@ -25,10 +25,10 @@ from typing import Any, MutableMapping, Optional
 
 import cloudpickle
 
-from mlx_jupyter.cluster.shared.units import format_bytes
-from mlx_jupyter.cluster.rank.keep_files import (folders_here, keep_dir, keep_root, keep_roots, private_dir, rank_folder,
-                                                 remove_all)
+from mlx_jupyter.cluster.rank.keep_files import (folders_here, keep_dir, keep_root, keep_roots, private_dir,
+                                                 rank_folder, remove_all)
 from mlx_jupyter.cluster.rank.names import NAMES, PRODUCT_NAMES
+from mlx_jupyter.cluster.shared.units import format_bytes
 
 __all__ = ["save", "restore", "discard", "remove_all", "keep_root", "keep_dir", "NotKept"]
 
@@ -359,24 +359,15 @@ def _pad(fd: int, offset: int, align: int = 64) -> int:
 
 def restore(dirname: str, rank: int, ns: Optional[MutableMapping[str, Any]] = None) -> dict:
     """Bind the names rank ``rank`` saved into this rank's namespace; then remove its files."""
-    import importlib
-
     if ns is None:
-        from mlx_jupyter.cluster.rank import agent as _agent
-
-        ns = _agent.AGENT.shell.user_ns if _agent.AGENT is not None else {}
+        ns = _user_ns()
     folder = private_dir(rank_folder(dirname, rank), create=False)
     index_path, data_path = folder / f"rank{rank}.index", folder / f"rank{rank}.data"
     try:
         with open(index_path, "rb") as f:
             index = pickle.load(f)
-        restored, failed = [], {}
-        for name, module in index["modules"].items():
-            try:
-                ns[name] = importlib.import_module(module)
-                restored.append(name)
-            except Exception as exc:  # noqa: BLE001
-                failed[name] = f"module {module} did not import again: {exc}"
+        back = import_modules(index["modules"], ns, overwrite=True)
+        restored, failed = back["restored"], back["failed"]
         mapped = None
         if data_path.stat().st_size:
             with open(data_path, "rb") as f:
@@ -402,24 +393,31 @@ def restore(dirname: str, rank: int, ns: Optional[MutableMapping[str, Any]] = No
     return {"restored": restored, "failed": failed}
 
 
-def import_modules(modules: dict[str, str], ns: Optional[MutableMapping[str, Any]] = None) -> dict:
-    """Bind each name to its module (``np`` -> numpy), for a rank that kept nothing: the other ranks'
-    imports, which are the same everywhere; what came back and what did not."""
+def _user_ns() -> MutableMapping[str, Any]:
+    """This rank's user namespace (the engine's shell's; an empty dict outside an engine)."""
+    from mlx_jupyter.cluster.rank import agent as _agent
+
+    return _agent.AGENT.shell.user_ns if _agent.AGENT is not None else {}
+
+
+def import_modules(modules: dict[str, str], ns: Optional[MutableMapping[str, Any]] = None,
+                   overwrite: bool = False) -> dict:
+    """Bind each name to its module (``np`` -> numpy): a rank's own saved imports (:func:`restore`,
+    ``overwrite``), or, for a rank that kept nothing, the other ranks' imports, which are the same
+    everywhere (names it has bound already stay); what came back and what did not."""
     import importlib
 
     if ns is None:
-        from mlx_jupyter.cluster.rank import agent as _agent
-
-        ns = _agent.AGENT.shell.user_ns if _agent.AGENT is not None else {}
+        ns = _user_ns()
     restored, failed = [], {}
     for name, module in modules.items():
-        if name in ns:
+        if name in ns and not overwrite:
             continue
         try:
             ns[name] = importlib.import_module(module)
             restored.append(name)
         except Exception as exc:  # noqa: BLE001
-            failed[name] = f"module {module} did not import: {exc}"
+            failed[name] = f"module {module} did not import again: {exc}"
     return {"restored": restored, "failed": failed}
 
 
