@@ -73,6 +73,21 @@ def _keep_folders() -> set[str]:
     return {p.name for p in keep.keep_root().glob("mlx-jupyter-keep-*")}
 
 
+def _in_cell(folder: Path) -> str:
+    """A cell line marking its rank as inside the cell: a file named after the rank in ``folder``."""
+    return f"pathlib.Path({str(folder)!r}, str(world.rank())).touch()\n"
+
+
+def _wait_in_cell(run, folder: Path, ranks: tuple[int, ...], timeout: float = 20.0) -> None:
+    """Until each of ``ranks`` has run the :func:`_in_cell` line, the cell still running."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not all((folder / str(r)).exists() for r in ranks):
+        assert time.monotonic() < deadline and not run.done.is_set(), f"the cell did not start on ranks {ranks}"
+        run.done.wait(0.05)
+
+
 def test_the_report_is_one_line_naming_what_was_not_kept_and_where():
     saved = {0: {"bytes": 2 ** 30, "not_kept": {"f": "a generator: cannot be pickled", "s": "a socket"}},
              1: {"bytes": 2 ** 30, "not_kept": {"s": "a socket"}}}
@@ -143,17 +158,12 @@ def test_a_users_own_handles_on_the_world_and_group_come_back_as_the_new_ones():
 def test_a_restart_stops_the_cells_still_running_first(tmp_path):
     """A --noblock cell still running when the restart comes is stopped as an interrupt would; a rank
     that does not stop (SIGINT blocked, as native code can be) loses its names, the others keep theirs."""
-    import time
-
     with Cluster(n=2) as c:
         show_run(c.run("x = 41 + world.rank()"), timeout=30)
         run = c.run("import time, signal, pathlib\n"
                     "if world.rank() == 1:\n    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})\n"
-                    f"pathlib.Path({str(tmp_path)!r}, str(world.rank())).touch()\ntime.sleep(60)")
-        deadline = time.monotonic() + 20
-        while not all((tmp_path / r).exists() for r in ("0", "1")):   # both ranks are in the cell
-            assert time.monotonic() < deadline and not run.done.is_set(), "the cell did not start on both ranks"
-            run.done.wait(0.05)
+                    + _in_cell(tmp_path) + "time.sleep(60)")
+        _wait_in_cell(run, tmp_path, (0, 1))
         c.restart(timeout=60, quiet=True)
         assert run.done.is_set()
         line = c.last_restart
@@ -218,7 +228,8 @@ def test_a_rank_that_cannot_save_stops_the_restart_before_any_rank_is_lost():
         pids = c.pull("pid")
         with pytest.raises(ClusterError, match=r"saving the ranks' names failed \(rank 1: NoRoom: no room for this "
                                                r"rank \(test\)\); nothing was lost: the ranks were not restarted and "
-                                               r"keep their names\. Next: restart again once the cause is gone \(it keeps the names\), or "
+                                               r"keep their names\. Next: restart again once the cause is gone "
+                                               r"\(it keeps the names\), or "
                                                r"cluster\.restart\(clean=True\) to start the ranks empty"):
             c.restart(timeout=60, quiet=True)
         show_run(c.run("y = x + 1"), timeout=30)
@@ -242,17 +253,11 @@ def test_a_rank_that_died_comes_back_with_the_others_imports():
 def test_a_rank_that_holds_its_gil_does_not_hold_the_restart_up(tmp_path):
     """Rank 1 sleeps in C with its GIL held (ctypes.PyDLL): it answers nothing, not even the control
     channel. The restart gives it the grace, then goes on without its names; rank 0 keeps its own."""
-    import time
-
     with Cluster(n=2) as c:
         show_run(c.run("x = world.rank() + 5"), timeout=30)
-        run = c.run("import ctypes, pathlib\n"
-                    f"pathlib.Path({str(tmp_path)!r}, str(world.rank())).touch()\n"
-                    "if world.rank() == 1:\n    ctypes.PyDLL(None).sleep(600)")
-        deadline = time.monotonic() + 20
-        while not (tmp_path / "1").exists():
-            assert time.monotonic() < deadline, "the cell did not start on rank 1"
-            run.done.wait(0.05)
+        run = c.run("import ctypes, pathlib\n" + _in_cell(tmp_path)
+                    + "if world.rank() == 1:\n    ctypes.PyDLL(None).sleep(600)")
+        _wait_in_cell(run, tmp_path, (1,))
         c.restart(timeout=60, quiet=True)
         assert "everything on rank 1 (it was still busy with a cell that did not stop, or did not answer" \
             in c.last_restart, c.last_restart
@@ -263,19 +268,13 @@ def test_a_rank_that_holds_its_gil_does_not_hold_the_restart_up(tmp_path):
 def test_a_restart_stops_a_cell_another_client_runs(tmp_path, monkeypatch):
     """A connected notebook's cell (the owner does not track it) is stopped too, through the ranks'
     control channel: the names are saved at once, not after the cell (it would sleep 10 minutes)."""
-    import time
-
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
     with Cluster(n=2) as c:
         show_run(c.run("x = world.rank() + 7"), timeout=30)
         other = Cluster.connect(c.cluster_id, timeout=30)
         try:
-            run = other.run("import time, pathlib\n"
-                            f"pathlib.Path({str(tmp_path)!r}, str(world.rank())).touch()\ntime.sleep(600)")
-            deadline = time.monotonic() + 20
-            while not all((tmp_path / r).exists() for r in ("0", "1")):
-                assert time.monotonic() < deadline and not run.done.is_set(), "the cell did not start on both ranks"
-                run.done.wait(0.05)
+            run = other.run("import time, pathlib\n" + _in_cell(tmp_path) + "time.sleep(600)")
+            _wait_in_cell(run, tmp_path, (0, 1))
             c.restart(timeout=60, quiet=True)
         finally:
             other.stop()
