@@ -14,10 +14,10 @@ import time
 from typing import Any, Callable, Optional
 
 from mlx_jupyter.cluster.cells.text import rank_label
-from mlx_jupyter.cluster.shared.units import format_bytes
 from mlx_jupyter.cluster.keep_cleanup import remove_on_hosts
 from mlx_jupyter.cluster.rank import keep_files
 from mlx_jupyter.cluster.shared.errors import ClusterError
+from mlx_jupyter.cluster.shared.units import format_bytes
 from mlx_jupyter.net.hosts import is_local
 
 
