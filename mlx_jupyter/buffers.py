@@ -16,4 +16,12 @@ Buffer = _core.Buffer
 
 Buffer.to_mlx = buffer_to_mlx  # type: ignore[attr-defined]  # a real mlx.core.array (see mlx_arrays)
 
+
+def _buffer_repr(buf: Buffer) -> str:
+    """``Buffer(shape=(2, 3), dtype=float32)``: the shape written as Python writes a tuple."""
+    return f"Buffer(shape={tuple(buf.shape)!r}, dtype={buf.dtype})"
+
+
+Buffer.__repr__ = _buffer_repr  # type: ignore[method-assign]  # the core's reads (2,3,)
+
 __all__ = ["Buffer"]

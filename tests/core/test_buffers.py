@@ -57,6 +57,11 @@ def test_mlx_views_a_buffer() -> None:
         memoryview(bf)
 
 
+def test_repr_writes_the_shape_as_a_tuple() -> None:
+    assert repr(Buffer.wrap(np.zeros((2, 3), np.float32))) == "Buffer(shape=(2, 3), dtype=float32)"
+    assert repr(Buffer.wrap(np.zeros(4, np.int64))) == "Buffer(shape=(4,), dtype=int64)"
+
+
 def test_buffer_as_out_for_a_single_rank_group() -> None:
     from mlx_jupyter import distributed as dist
 
