@@ -52,6 +52,12 @@ def mimetypes(nb: nbformat.NotebookNode) -> set[str]:
     return {m for cell in nb.cells for out in cell.get("outputs", []) for m in out.get("data", {})}
 
 
+def test_every_notebook_is_listed_in_the_docs():
+    listed = (NOTEBOOKS.parent / "docs" / "notebooks-and-widgets.md").read_text().split("## ", 2)[1]
+    missing = [p.name for p in NOTEBOOKS.glob("*.ipynb") if f"`{p.name}`" not in listed]
+    assert not missing, f"docs/notebooks-and-widgets.md does not list {missing}"
+
+
 def test_every_notebook_is_tested():
     assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted(
         ["01-quickstart.ipynb", "02-cabling-a-mac-cluster.ipynb", "03-data-parallel-training.ipynb",
