@@ -101,3 +101,25 @@ def test_with_the_core_record_rank_0_says_its_op_number_and_how_long(kernel):
             "y = dist.all_sum(x)")
     took, text, _ = _first_table_matching(kernel, kernel.submit(cell), pattern, 30)
     assert took <= WITHIN + 0.5, text
+
+
+def test_a_healthy_loop_of_two_seconds_shows_no_table(kernel):
+    """Ranks that move on (each all_sum a new op) never wait on a peer at one place: no table, no line."""
+    cell = ("%%mlx_distributed\nfor i in range(100):\n    dist.all_sum(np.ones(4))\n    time.sleep(0.02)\n"
+            "print('looped', i)")
+    msg_id = kernel.submit(cell)
+    displays, deadline = [], time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            msg = kernel.kc.get_iopub_msg(timeout=0.5)
+        except queue.Empty:
+            continue
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] in ("display_data", "update_display_data"):
+            displays.append(msg["content"].get("data", {}).get("text/plain", ""))
+        elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            break
+    reply = kernel.reply(msg_id)
+    assert reply["content"]["status"] == "ok", reply
+    assert not displays, displays

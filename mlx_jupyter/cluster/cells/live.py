@@ -1,6 +1,7 @@
 """The live table under a running cell: where each rank is, updated in place.
 
-Shown once the cell has run :data:`THRESHOLD` s (a short cell shows nothing), updated when
+Shown once the cell has run :data:`THRESHOLD` s and a rank has not progressed: it has waited on
+a peer at the same place for :data:`STUCK` s (a short cell, or a healthy loop, shows nothing), updated when
 what it says changes (at most every :data:`PERIOD` s), from the samples the ranks send
 (:meth:`CellRun.channel_where`). When the cell ends the table collapses to one line: the
 cell's own output (and its error, which lists every rank) says the rest, and a table frozen
@@ -18,6 +19,8 @@ from mlx_jupyter.where import model
 THRESHOLD = 1.0
 #: seconds between two updates at most
 PERIOD = 0.25
+#: seconds a rank waits on a peer at the same place before the table shows (watched from THRESHOLD / 2)
+STUCK = 0.5
 
 
 def _display(data: dict) -> Any:
@@ -39,12 +42,13 @@ class LiveTable:
         self.last: Optional[dict] = None
         self._next = 0.0
         self.shown = 0  # updates made (tests)
+        self._waits: dict[int, tuple[str, float]] = {}  # rank -> (the place it waits on a peer at, since)
 
     def tick(self, now: Optional[float] = None) -> None:
         """Show or update the table if it is time (called by the display loop)."""
         now = time.monotonic() if now is None else now
         elapsed = now - self.run.started
-        if elapsed < self.threshold or now < self._next or self.run.done.is_set():
+        if elapsed < self.threshold / 2 or now < self._next or self.run.done.is_set():
             return
         self._next = now + PERIOD
         samples = self.run.samples
@@ -53,7 +57,10 @@ class LiveTable:
                 samples = self.poll()
             except Exception:
                 samples = {}
-        data = model.bundle(self.run.where_rows(samples), f"where the ranks are, {elapsed:.0f} s into the cell")
+        rows = self.run.where_rows(samples)
+        if self.handle is None and not self._stuck(rows, now) or elapsed < self.threshold:
+            return
+        data = model.bundle(rows, f"where the ranks are, {elapsed:.0f} s into the cell")
         if data == self.last:
             return
         self.last = data
@@ -66,6 +73,16 @@ class LiveTable:
         except Exception:  # a front end without display updates: no live table
             self.handle = None
             self._next = float("inf")
+
+    def _stuck(self, rows: list, now: float) -> bool:
+        """Has a rank waited on a peer at the same place for :data:`STUCK` s (a healthy loop moves on)?"""
+        waits = {}
+        for row in rows:
+            if " waiting on " in row.state:
+                place, since = self._waits.get(row.rank, (row.place, now))
+                waits[row.rank] = (row.place, since if place == row.place else now)
+        self._waits = waits
+        return any(now - since >= STUCK for _, since in waits.values())
 
     def finish(self) -> None:
         """The cell ended: collapse the table to one line (nothing if it never showed)."""
