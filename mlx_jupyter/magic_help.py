@@ -6,6 +6,7 @@ so the help can never drift from what the parser accepts.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from IPython.core.magic_arguments import MagicArgumentParser, argument
@@ -47,3 +48,18 @@ def cluster_action_help(magic_func: Any, action: str) -> str:
 def plain_help(text: str) -> str:
     """IPython's magic help without its reST ``::`` block marker: ``usage: %magic ...``."""
     return "usage: " + text[len("::\n\n  "):] if text.startswith("::\n\n  ") else text
+
+
+#: ``%%mlx_distributed`` with ``-h``/``--help`` among its options (the rest of the line)
+_DISTRIBUTED_HELP = re.compile(r"%%mlx_distributed\b(?=.*\s(?:-h|--help)(?:\s|$))")
+
+
+def help_without_body(lines: list[str]) -> list[str]:
+    """An input transformer: ``%%mlx_distributed --help`` alone in a cell gets an empty line as its body.
+
+    IPython refuses a cell magic whose body is empty before the magic sees its options
+    ("the cell body is empty"); with a body line the magic shows its help.
+    """
+    if len(lines) == 1 and _DISTRIBUTED_HELP.match(lines[0].rstrip() + " "):
+        return [lines[0].rstrip("\n") + "\n", "\n"]
+    return lines

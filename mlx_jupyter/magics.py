@@ -14,7 +14,8 @@ from typing import Any, Optional
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from mlx_jupyter.magic_help import CLUSTER_ACTIONS, cluster_action_help, cluster_actions_text, plain_help
+from mlx_jupyter.magic_help import (CLUSTER_ACTIONS, cluster_action_help, cluster_actions_text, help_without_body,
+                                   plain_help)
 from mlx_jupyter.cluster.cells.text import MODES, format_bytes, parse_targets
 
 #: the kernel's cluster (one per kernel)
@@ -424,11 +425,17 @@ def slurm_kwargs(args: Any) -> dict[str, Any]:
 def load_ipython_extension(ip: Any) -> None:
     """Register the magics (``%load_ext mlx_jupyter``)."""
     ip.register_magics(MLXMagics)
+    cleanup = getattr(ip, "input_transformers_cleanup", None)
+    if cleanup is not None and help_without_body not in cleanup:
+        cleanup.append(help_without_body)
 
 
 def unload_ipython_extension(ip: Any) -> None:
     """Stop the cluster when the extension is unloaded."""
     global _cluster
+    cleanup = getattr(ip, "input_transformers_cleanup", None)
+    if cleanup is not None and help_without_body in cleanup:
+        cleanup.remove(help_without_body)
     if _cluster is not None:
         _cluster.stop()
         _cluster = None

@@ -31,6 +31,14 @@ def test_distributed_help_lists_its_options_and_runs_nothing(kernel):
     assert kernel.run("%%mlx_distributed -h\npass").stdout == res.stdout
 
 
+@pytest.mark.parametrize("cell", ["%%mlx_distributed --help", "%%mlx_distributed -h\n", "%%mlx_distributed -t 0 --help"])
+def test_distributed_help_with_an_empty_body_shows_the_help(kernel, cell):
+    res = kernel.run(cell)
+    assert res.status == "ok" and not res.error, res
+    assert res.stdout.startswith("usage: %%mlx_distributed") and "--targets" in res.stdout, res.stdout
+    assert "body is empty" not in res.stdout + res.stderr
+
+
 def test_cluster_alone_lists_every_action_with_a_line(kernel):
     res = kernel.run("%mlx_cluster")
     assert res.status == "ok", res
