@@ -142,8 +142,10 @@ class CellHub:
             for rank, msg_id in msg_ids.items():
                 pending[rank] = self.pending[msg_id] = Pending(rank, sink)  # before a reply can come
                 targets.append((rank, msg_id, self.idents.get(rank)))
+        count = notebook_count()
         for rank, msg_id, conn in targets:
-            data = wire.frame(wire.encode(self.session, {"t": "cell", "id": msg_id, "code": code}))
+            msg = {"t": "cell", "id": msg_id, "code": code, **({"count": count} if count else {})}
+            data = wire.frame(wire.encode(self.session, msg))
             if conn is None or not conn.writer.send(data):
                 self._unreachable(msg_id, rank)
         return pending
@@ -318,3 +320,15 @@ class CellHub:
             if self._thread is not threading.current_thread():
                 self._thread.join(timeout)
         os.close(self._wake_w)
+
+
+def notebook_count() -> int:
+    """The number of the notebook cell being run (``In[3]``: 3; 0 outside IPython): the ranks number
+    the cell the same way, so their tracebacks say ``Cell In[3]``."""
+    try:
+        from IPython import get_ipython
+
+        ip = get_ipython()
+        return int(getattr(ip, "execution_count", 0) or 0) if ip is not None else 0
+    except Exception:
+        return 0

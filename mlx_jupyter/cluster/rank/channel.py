@@ -215,6 +215,7 @@ class RankChannel:
         kernel = self.kernel
         msg_id = str(msg.get("id", ""))
         code = str(msg.get("code", ""))
+        count = msg.get("count")
         request = {
             "header": {"msg_id": msg_id, "msg_type": "execute_request", "session": wire.CHANNEL_SESSION,
                        "username": "mlx_jupyter", "date": datetime.now(timezone.utc), "version": "5.3"},
@@ -228,7 +229,11 @@ class RankChannel:
         reply: Optional[dict] = None
         try:
             async with lock:
-                reply = await self._run(request, code)
+                number_cells_as(kernel.shell, count if isinstance(count, int) else 0)
+                try:
+                    reply = await self._run(request, code)
+                finally:
+                    number_cells_as(kernel.shell, 0)
         except BaseException as exc:  # never leave the notebook without a reply
             reply = {"status": "error", "ename": type(exc).__name__, "evalue": str(exc), "traceback": []}
         finally:
@@ -266,6 +271,25 @@ class RankChannel:
         """Stop connecting or reading, and close the connection (on the main loop)."""
         self._closed = True
         self._detach()
+
+
+def number_cells_as(shell: Any, count: int) -> None:
+    """Name the next cells' code ``In[count]`` in tracebacks (``Cell In[3]``, the notebook's number; 0: the rank's own).
+
+    IPython names a cell by the number it caches its code under (the rank's execution count,
+    which is not the notebook's). The count itself stays: the rank's history is keyed on it.
+    """
+    compiler = getattr(shell, "compile", None)
+    if compiler is None or not hasattr(compiler, "cache"):
+        return
+    if not hasattr(compiler, "_mlxj_cache"):
+        compiler._mlxj_cache, compiler._mlxj_count = compiler.cache, 0
+
+        def cache(transformed_code: str, number: int = 0, raw_code: Optional[str] = None) -> str:
+            return compiler._mlxj_cache(transformed_code, compiler._mlxj_count or number, raw_code)
+
+        compiler.cache = cache
+    compiler._mlxj_count = count
 
 
 #: this rank's channel, once connected; why it could not be, if it could not
