@@ -11,6 +11,10 @@ call `init()` again on every rank to form a new group.
 send/recv work between any two ranks: ring neighbours reuse the ring's
 connections, other pairs get a direct connection on first use (the lower rank
 dials the higher rank's first hostfile address).
+
+Code written for MLX runs as is: every op takes `stream=` (MLX's meaning on MLX's groups;
+checked on ours, which compute on the calling thread), and `send` sends at once and returns
+`x`, so `mx.eval(dist.send(x, 1))` works as `mx.eval(mx.distributed.send(x, 1))` does.
 """
 
 from __future__ import annotations
@@ -23,9 +27,9 @@ import numpy as np
 
 from mlx_jupyter import _core
 from mlx_jupyter.hostfile import BACKENDS  # the one list of backends, re-exported here
-from mlx_jupyter.core.auth_warning import warn_if_unauthenticated
 from mlx_jupyter.core import arrays
-from mlx_jupyter.core.group import OPS, CoreGroup, Group, MlxGroup, core_options, seconds
+from mlx_jupyter.core.group import OPS, CoreGroup, Group, MlxGroup, check_stream, core_options, form_ring
+from mlx_jupyter.core.side_channel import all_gather_factory, mlx_world
 from mlx_jupyter.core.recording import profile, start as start_profile, stop as stop_profile
 from mlx_jupyter.core.profile import OpRecord
 from mlx_jupyter.launch import rank_env
@@ -41,7 +45,7 @@ SetupError = _core.SetupError
 VALID = ("any",) + BACKENDS
 
 __all__ = [
-    "init", "is_available", "backends", "shutdown", "Group",
+    "init", "is_available", "backends", "shutdown", "Group", "all_gather_factory",
     "all_sum", "all_max", "all_min", "all_gather", "sum_scatter", "send", "recv", "recv_like",
     "start_profile", "stop_profile", "profile", "OpRecord",
     "DistributedError", "PeerError", "CommTimeoutError", "AbortedError", "MismatchError", "SetupError",
@@ -75,31 +79,23 @@ def _singleton(env: RankEnv) -> Group:
     return CoreGroup(_core.Group.world(0, [[]], core_options(env), -1.0), "singleton", env.timeout)
 
 
-def _form_ring(env: RankEnv, ring: RingEnv | None, timeout: float | None) -> Group:
-    ring = ring or rank_env.load_ring(env)
-    if ring is None:
-        raise SetupError(f"the ring backend needs {rank_env.RANK} and {rank_env.HOSTFILE} "
-                         "(set by `mlx-jupyter launch` or mlx.launch)")
-    t = seconds(timeout, env.timeout)
-    if t < 0:  # forming the ring must not wait forever for a peer that never starts
-        t = env.connect_timeout
-    try:
-        core = _core.Group.world(ring.rank, ring.addresses, core_options(env), t)
-    except SetupError as exc:
-        raise SetupError(f"{exc} [rank {ring.rank}, {ring.source}]") from None
-    warn_if_unauthenticated(env, ring.addresses)
-    return CoreGroup(core, "ring", env.timeout)
+_form_ring = form_ring
 
 
-def init(strict: bool = False, backend: str = "any", *, timeout: float | None = None) -> Group:
+def init(strict: bool = False, backend: str = "any", *, timeout: float | None = None,
+         all_gather_factory: Any = None) -> Group:
     """The world group, formed on the first call and cached (re-formed if it was aborted).
 
     `backend="any"` uses the ring when MLX_RANK/MLX_HOSTFILE are set, else MLX's
     own mpi/nccl/jaccl groups when their launch environment is present. If none
     can form: `strict=True` raises, and so does a launched rank (MLX_RANK or
-    MLX_HOSTFILE set); otherwise a singleton group (rank 0 of 1)."""
+    MLX_HOSTFILE set); otherwise a singleton group (rank 0 of 1). `all_gather_factory`
+    (jaccl only, as MLX's): JACCL's bootstrap channel; without it and without a coordinator,
+    JACCL bootstraps over our core's ring (:func:`all_gather_factory`)."""
     global _world
     _check_name(backend)
+    if all_gather_factory is not None and backend not in ("jaccl", "jaccl-ring"):
+        raise ValueError(f"all_gather_factory is only supported with backend='jaccl' (as in MLX), not {backend!r}")
     with _lock:
         if _world is not None:
             if not _world.aborted:
@@ -113,7 +109,7 @@ def init(strict: bool = False, backend: str = "any", *, timeout: float | None = 
         errors: list[str] = []
         for name in names:
             try:
-                _world = _form(name, env, ring, timeout)
+                _world = _form(name, env, ring, timeout, all_gather_factory)
                 return _world
             except (RankEnvError, SetupError, RuntimeError) as exc:
                 if strict and backend != "any":
@@ -130,8 +126,8 @@ def init(strict: bool = False, backend: str = "any", *, timeout: float | None = 
 
 
 _NOTHING_CONFIGURED = ("nothing is configured: the ring needs MLX_RANK and MLX_HOSTFILE (start the ranks with "
-                       "`mlx-jupyter launch` or mlx.launch), mpi a start by mpirun, nccl and jaccl their launch "
-                       "environment (MLX_WORLD_SIZE/NCCL_HOST_IP, MLX_JACCL_COORDINATOR)")
+                       "`mlx-jupyter launch` or mlx.launch), mpi a start by mpirun with 2 or more processes, nccl "
+                       "and jaccl their launch environment (MLX_WORLD_SIZE/NCCL_HOST_IP, MLX_IBV_DEVICES)")
 
 
 def _candidates(backend: str, env: RankEnv) -> list[str]:
@@ -143,13 +139,13 @@ def _candidates(backend: str, env: RankEnv) -> list[str]:
     return names + [name for name in ("mpi", "jaccl") if name in env.launchers]
 
 
-def _form(name: str, env: RankEnv, ring: RingEnv | None, timeout: float | None) -> Group:
+def _form(name: str, env: RankEnv, ring: RingEnv | None, timeout: float | None, factory: Any = None) -> Group:
     if name == "ring":
         return _form_ring(env, ring, timeout)
     status = next(b for b in backends() if b["name"] == name)
     if not status["available"]:
         raise SetupError(f"the {name} backend is not available here: {status['detail']}; fix: {status['fix']}")
-    return MlxGroup.form(name, env.timeout)
+    return MlxGroup.wrap(mlx_world(strict=True, backend=name, factory=factory, env=env), name, env.timeout)
 
 
 def shutdown() -> None:
@@ -171,47 +167,56 @@ def _group(group: Group | None) -> Group:
 # all_sum/max/min and all_gather with out= first try the group's hot path (small messages
 # are dominated by Python): on our core it takes numpy arrays, contiguous, of one dtype
 # and the op's sizes, and checks all that itself; anything else returns False and goes the general way.
-def _reduce(op: str, x: Any, group: Group | None, timeout: float | None, out: Any) -> Any:
+def _reduce(op: str, x: Any, group: Group | None, timeout: float | None, out: Any, stream: Any) -> Any:
     g = _world if group is None else group
-    if out is not None and timeout is None and g is not None and g.fast_reduce(x, out, OPS[op], g.default_timeout):
+    if (out is not None and timeout is None and stream is None and g is not None
+            and g.fast_reduce(x, out, OPS[op], g.default_timeout)):
         return out
-    return _group(group).all_reduce(op, x, out, timeout)
+    return _group(group).all_reduce(op, x, out, timeout, check_stream(stream))
 
 
-def all_sum(x: Any, *, group: Group | None = None, timeout: float | None = None, out: Any = None) -> Any:
+def all_sum(x: Any, *, group: Group | None = None, stream: Any = None, timeout: float | None = None,
+            out: Any = None) -> Any:
     """Element-wise sum across ranks (integers exact, floats identical on every rank)."""
     g = _world if group is None else group
-    if out is not None and timeout is None and g is not None and g.fast_reduce(x, out, 0, g.default_timeout):
+    if (out is not None and timeout is None and stream is None and g is not None
+            and g.fast_reduce(x, out, 0, g.default_timeout)):
         return out
-    return _group(group).all_reduce("sum", x, out, timeout)
+    return _group(group).all_reduce("sum", x, out, timeout, check_stream(stream))
 
 
-def all_max(x: Any, *, group: Group | None = None, timeout: float | None = None, out: Any = None) -> Any:
+def all_max(x: Any, *, group: Group | None = None, stream: Any = None, timeout: float | None = None,
+            out: Any = None) -> Any:
     """Element-wise maximum across ranks."""
-    return _reduce("max", x, group, timeout, out)
+    return _reduce("max", x, group, timeout, out, stream)
 
 
-def all_min(x: Any, *, group: Group | None = None, timeout: float | None = None, out: Any = None) -> Any:
+def all_min(x: Any, *, group: Group | None = None, stream: Any = None, timeout: float | None = None,
+            out: Any = None) -> Any:
     """Element-wise minimum across ranks."""
-    return _reduce("min", x, group, timeout, out)
+    return _reduce("min", x, group, timeout, out, stream)
 
 
-def all_gather(x: Any, *, group: Group | None = None, timeout: float | None = None, out: Any = None) -> Any:
+def all_gather(x: Any, *, group: Group | None = None, stream: Any = None, timeout: float | None = None,
+               out: Any = None) -> Any:
     """Concatenation of every rank's `x` along axis 0, in rank order."""
     g = _world if group is None else group
-    if out is not None and timeout is None and g is not None and g.fast_gather(x, out, g.default_timeout):
+    if out is not None and timeout is None and stream is None and g is not None and g.fast_gather(x, out, g.default_timeout):
         return out
-    return _group(group).all_gather(x, out, timeout)
+    return _group(group).all_gather(x, out, timeout, check_stream(stream))
 
 
-def sum_scatter(x: Any, *, group: Group | None = None, timeout: float | None = None, out: Any = None) -> Any:
+def sum_scatter(x: Any, *, group: Group | None = None, stream: Any = None, timeout: float | None = None,
+                out: Any = None) -> Any:
     """Sum across ranks, then rank r keeps the r-th slice of axis 0 (its length must divide evenly)."""
-    return _group(group).sum_scatter(x, out, timeout)
+    return _group(group).sum_scatter(x, out, timeout, check_stream(stream))
 
 
-def send(x: Any, dst: int, *, group: Group | None = None, timeout: float | None = None) -> None:
-    """Sends `x` to rank `dst`; returns once the data is handed to the transport."""
-    _group(group).send(x, dst, timeout)
+def send(x: Any, dst: int, *, group: Group | None = None, stream: Any = None, timeout: float | None = None) -> Any:
+    """Sends `x` to rank `dst` now and returns `x` (MLX returns a lazy array to evaluate; ours has sent when it
+    returns, once the data is handed to the transport, so `mx.eval(send(...))` and a bare call both work)."""
+    _group(group).send(x, dst, timeout, check_stream(stream))
+    return x
 
 
 def _kind_of_dtype(dtype: Any) -> str:
@@ -219,15 +224,18 @@ def _kind_of_dtype(dtype: Any) -> str:
     return "mlx" if mod.startswith("mlx") else "torch" if mod.startswith("torch") else "numpy"
 
 
-def recv(shape: Sequence[int] | int, dtype: Any, src: int, *, group: Group | None = None,
+def recv(shape: Sequence[int] | int, dtype: Any, src: int, *, group: Group | None = None, stream: Any = None,
          timeout: float | None = None, out: Any = None) -> Any:
     """Receives an array of `shape` and `dtype` (numpy, MLX or torch dtype, or a name) from rank `src`."""
+    stream = check_stream(stream)
     g = _group(group)
     shape_t = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
-    return g.recv(shape_t, arrays.dtype_name(dtype), _kind_of_dtype(dtype), src, timeout, out)
+    return g.recv(shape_t, arrays.dtype_name(dtype), _kind_of_dtype(dtype), src, timeout, out, stream)
 
 
-def recv_like(x: Any, src: int, *, group: Group | None = None, timeout: float | None = None, out: Any = None) -> Any:
+def recv_like(x: Any, src: int, *, group: Group | None = None, stream: Any = None, timeout: float | None = None,
+              out: Any = None) -> Any:
     """Receives an array shaped and typed like `x` from rank `src`, in `x`'s array type."""
+    stream = check_stream(stream)
     v = arrays.view(x)
-    return _group(group).recv(v.shape, v.dtype, v.kind, src, timeout, out)
+    return _group(group).recv(v.shape, v.dtype, v.kind, src, timeout, out, stream)

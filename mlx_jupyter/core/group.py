@@ -3,14 +3,15 @@
 
 `mlx_jupyter.distributed` picks the group and calls these methods; it never asks
 which kind of group it holds. MLX's collectives have no timeout and cannot be
-aborted from outside: `timeout=` is not honoured on an MlxGroup.
+aborted from outside: `timeout=` is not honoured on an MlxGroup. `stream=` has MLX's meaning on
+an MlxGroup (the stream MLX computes the result on); our core moves the bytes itself, on the
+calling thread, and gives back an evaluated array, so there it is only checked.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-import os
 import weakref
 from typing import Any, Callable
 
@@ -21,7 +22,8 @@ from mlx_jupyter.core import activity, arrays, recording
 from mlx_jupyter.core.activity import OpActivity
 from mlx_jupyter.core.call_tracker import CallTracker
 from mlx_jupyter.core.profile import OpRecord
-from mlx_jupyter.launch.rank_env import RankEnv, check_seconds
+from mlx_jupyter.core.auth_warning import warn_if_unauthenticated
+from mlx_jupyter.launch.rank_env import RankEnv, RingEnv, check_seconds, load_ring
 
 #: reduction name -> the core's op code (the hot path takes codes, not strings)
 OPS = {"sum": 0, "max": 1, "min": 2}
@@ -43,6 +45,45 @@ def seconds(timeout: float | None, default: float) -> float:
 
 def _no_fast_path(*_: Any) -> bool:
     return False
+
+
+def check_stream(stream: Any) -> Any:
+    """``stream=`` as MLX's ops take it (None, an ``mx.Stream``, an ``mx.Device`` or ``mx.cpu``/``mx.gpu``), else TypeError."""
+    if stream is None:
+        return None
+    try:
+        import mlx.core as mx
+    except ImportError:
+        raise TypeError("stream= names an MLX stream or device, but MLX is not installed") from None
+    if not isinstance(stream, (mx.Stream, mx.Device, mx.DeviceType)):
+        raise TypeError(f"stream= takes an mx.Stream or mx.Device (as MLX's ops), or None, "
+                        f"not {type(stream).__name__}")
+    return stream
+
+
+#: What MLX's backends lack (MLX's own table); each with what works instead on that backend
+LACKS = {
+    ("jaccl", "split"): "JACCL has one group of every rank: use `if rank in ranks:` around the calls, or our core's "
+                        "group (mlx_jupyter.distributed.init(backend=\"ring\")), which has split",
+    ("nccl", "send"): "NCCL's backend in MLX has no point to point: all_gather and take rank src's slice, or use "
+                      "our core's group (mlx_jupyter.distributed.init(backend=\"ring\") on a ring launch), which has send/recv",
+    ("mpi", "sum_scatter"): "all_sum then this rank's slice of axis 0 (done for you by mlx_jupyter.distributed.sum_scatter)",
+    ("ring", "split"): "our core's group (mlx_jupyter.distributed.init()) has split",
+    ("ring", "sum_scatter"): "all_sum then this rank's slice of axis 0 (done for you by mlx_jupyter.distributed.sum_scatter)",
+}
+LACKS[("jaccl-ring", "split")] = LACKS[("jaccl", "split")]
+LACKS[("nccl", "recv")] = LACKS[("nccl", "send")]
+
+
+def lacks(backend: str, op: str, exc: BaseException) -> Exception:
+    """MLX's "not supported" for ``op`` on ``backend`` as one error saying what works instead."""
+    instead = LACKS.get((backend, op), "our core's group (mlx_jupyter.distributed.init()) has every op")
+    return NotImplementedError(f"{op}: MLX's {backend} backend has no {op} ({exc}); instead: {instead}")
+
+
+def _unsupported(exc: BaseException) -> bool:
+    text = str(exc)
+    return "not supported" in text or "not yet implemented" in text
 
 
 class Group:
@@ -99,20 +140,21 @@ class Group:
     def aborted(self) -> bool:
         raise NotImplementedError
 
-    def all_reduce(self, op: str, x: Any, out: Any, timeout: float | None) -> Any:
+    def all_reduce(self, op: str, x: Any, out: Any, timeout: float | None, stream: Any = None) -> Any:
         """Element-wise `op` ("sum", "max", "min") across ranks, in `x`'s type (or into `out`)."""
         raise NotImplementedError
 
-    def all_gather(self, x: Any, out: Any, timeout: float | None) -> Any:
+    def all_gather(self, x: Any, out: Any, timeout: float | None, stream: Any = None) -> Any:
         raise NotImplementedError
 
-    def sum_scatter(self, x: Any, out: Any, timeout: float | None) -> Any:
+    def sum_scatter(self, x: Any, out: Any, timeout: float | None, stream: Any = None) -> Any:
         raise NotImplementedError
 
-    def send(self, x: Any, dst: int, timeout: float | None) -> None:
+    def send(self, x: Any, dst: int, timeout: float | None, stream: Any = None) -> None:
         raise NotImplementedError
 
-    def recv(self, shape: tuple[int, ...], dtype: str, kind: str, src: int, timeout: float | None, out: Any) -> Any:
+    def recv(self, shape: tuple[int, ...], dtype: str, kind: str, src: int, timeout: float | None, out: Any,
+             stream: Any = None) -> Any:
         """An array of `shape`/`dtype` from `src`, of array `kind` (numpy, mlx, torch) or into `out`."""
         raise NotImplementedError
 
@@ -227,34 +269,52 @@ class CoreGroup(Group):
         """Per link "side:kind" (shm or tcp), and "board:shm" once the group shares a board; for tests and benchmarks."""
         return self._core.link_kinds()
 
-    def all_reduce(self, op: str, x: Any, out: Any, timeout: float | None) -> Any:
+    def all_reduce(self, op: str, x: Any, out: Any, timeout: float | None, stream: Any = None) -> Any:
         v = arrays.view(x)
         o = _prepare_out(out, v.shape, v.dtype, f"all_{op}")
         self._core.all_reduce(v.core, o.core, OPS[op], self.timeout(timeout))
         return _result(o, v.kind, out)
 
-    def all_gather(self, x: Any, out: Any, timeout: float | None) -> Any:
+    def all_gather(self, x: Any, out: Any, timeout: float | None, stream: Any = None) -> Any:
         v = arrays.view(x)
         o = _prepare_out(out, _gather_shape(v.shape, self.size()), v.dtype, "all_gather")
         self._core.all_gather(v.core, o.core, self.timeout(timeout))
         return _result(o, v.kind, out)
 
-    def sum_scatter(self, x: Any, out: Any, timeout: float | None) -> Any:
+    def sum_scatter(self, x: Any, out: Any, timeout: float | None, stream: Any = None) -> Any:
         v = arrays.view(x)
         o = _prepare_out(out, _scatter_shape(v.shape, self.size()), v.dtype, "sum_scatter")
         self._core.reduce_scatter(v.core, o.core, OPS["sum"], self.timeout(timeout))
         return _result(o, v.kind, out)
 
-    def send(self, x: Any, dst: int, timeout: float | None) -> None:
+    def send(self, x: Any, dst: int, timeout: float | None, stream: Any = None) -> None:
         dst = check_peer(dst, self.size(), "dst")
         v = arrays.view(x)
         self._core.send(v.core, dst, self.timeout(timeout))
 
-    def recv(self, shape: tuple[int, ...], dtype: str, kind: str, src: int, timeout: float | None, out: Any) -> Any:
+    def recv(self, shape: tuple[int, ...], dtype: str, kind: str, src: int, timeout: float | None, out: Any,
+             stream: Any = None) -> Any:
         src = check_peer(src, self.size(), "src")
         o = _prepare_out(out, shape, dtype, "recv")
         self._core.recv(o.core, src, self.timeout(timeout))
         return _result(o, kind, out)
+
+
+def form_ring(env: RankEnv, ring: RingEnv | None = None, timeout: float | None = None) -> CoreGroup:
+    """Our core's ring group from the rank's environment (``ring``: its hostfile, already read)."""
+    ring = ring or load_ring(env)
+    if ring is None:
+        raise _core.SetupError("the ring backend needs MLX_RANK and MLX_HOSTFILE (set by `mlx-jupyter launch` or "
+                               "mlx.launch)")
+    t = seconds(timeout, env.timeout)
+    if t < 0:  # forming the ring must not wait forever for a peer that never starts
+        t = env.connect_timeout
+    try:
+        core = _core.Group.world(ring.rank, ring.addresses, core_options(env), t)
+    except _core.SetupError as exc:
+        raise _core.SetupError(f"{exc} [rank {ring.rank}, {ring.source}]") from None
+    warn_if_unauthenticated(env, ring.addresses)
+    return CoreGroup(core, "ring", env.timeout)
 
 
 def _hand_over(core: _core.Group, group_id: str) -> None:
@@ -289,15 +349,13 @@ class MlxGroup(Group):
         return self.calls.take(offset)
 
     @classmethod
-    def form(cls, backend: str, default_timeout: float = -1.0) -> "MlxGroup":
-        import mlx.core as mx
-
-        if backend == "jaccl-ring":
-            os.environ.setdefault("MLX_JACCL_RING", "1")
-            backend_mx = "jaccl"
-        else:
-            backend_mx = backend
-        return cls(mx.distributed.init(strict=True, backend=backend_mx), backend, default_timeout)
+    def wrap(cls, g: Any, backend: str, default_timeout: float = -1.0) -> "MlxGroup":
+        """MLX's world group ``g`` of ``backend`` (from ``init(strict=True)``); an MPI world of one process is
+        refused, as MLX does since 0.31 (an older MLX gives one)."""
+        if backend == "mpi" and g.size() < 2:
+            raise RuntimeError("[mpi] The world has a single process: launch with mpirun -n 2 or more "
+                               "(mlx-jupyter launch --backend mpi) to form an mpi group")
+        return cls(g, backend, default_timeout)
 
     def rank(self) -> int:
         return self._g.rank()
@@ -306,8 +364,14 @@ class MlxGroup(Group):
         return self._g.size()
 
     def split(self, color: int, key: int = -1, *, timeout: float | None = None) -> "MlxGroup":
-        return MlxGroup(self._g.split(check_int32(color, "color"), check_int32(key, "key")), self.backend,
-                        self.default_timeout)
+        color, key = check_int32(color, "color"), check_int32(key, "key")
+        try:
+            g = self._g.split(color, key)
+        except RuntimeError as exc:
+            if not _unsupported(exc):
+                raise
+            raise lacks(self.backend, "split", exc) from None
+        return MlxGroup(g, self.backend, self.default_timeout)
 
     def barrier(self, *, timeout: float | None = None) -> None:
         with self._op("barrier"):
@@ -327,50 +391,52 @@ class MlxGroup(Group):
         if self._aborted:
             raise _core.AbortedError(f"the group was aborted: {self._aborted}")
 
-    def _collective(self, name: str, x: Any, out: Any, shape: tuple[int, ...] | None = None) -> Any:
-        """MLX's ``name`` on ``x``; the result (of ``shape``) into ``out`` or in ``x``'s array type."""
+    def _collective(self, name: str, x: Any, out: Any, shape: tuple[int, ...] | None = None,
+                    stream: Any = None) -> Any:
+        """MLX's ``name`` on ``x`` (on ``stream``); the result (of ``shape``) into ``out`` or in ``x``'s array type."""
         import mlx.core as mx
 
         self._check()
         v = arrays.view(x)
         o = None if out is None else _prepare_out(out, v.shape if shape is None else shape, v.dtype, name)
-        r = getattr(mx.distributed, name)(x if v.kind == "mlx" else arrays.to_kind(v, "mlx"), group=self._g)
+        r = getattr(mx.distributed, name)(x if v.kind == "mlx" else arrays.to_kind(v, "mlx"), group=self._g,
+                                          stream=stream)
         mx.eval(r)
         if o is not None:
             _fill(o, r)
             return out
         return r if v.kind == "mlx" else arrays.to_kind(_host_view(r, v.dtype), v.kind)
 
-    def all_reduce(self, op: str, x: Any, out: Any, timeout: float | None) -> Any:
+    def all_reduce(self, op: str, x: Any, out: Any, timeout: float | None, stream: Any = None) -> Any:
         with self._op(f"all_{op}", x):
-            return self._collective(f"all_{op}", x, out)
+            return self._collective(f"all_{op}", x, out, stream=stream)
 
-    def all_gather(self, x: Any, out: Any, timeout: float | None) -> Any:
+    def all_gather(self, x: Any, out: Any, timeout: float | None, stream: Any = None) -> Any:
         with self._op("all_gather", x):
-            return self._collective("all_gather", x, out, _gather_shape(arrays.view(x).shape, self.size()))
+            return self._collective("all_gather", x, out, _gather_shape(arrays.view(x).shape, self.size()), stream)
 
-    def sum_scatter(self, x: Any, out: Any, timeout: float | None) -> Any:
+    def sum_scatter(self, x: Any, out: Any, timeout: float | None, stream: Any = None) -> Any:
         with self._op("sum_scatter", x):
-            return self._sum_scatter(x, out)
+            return self._sum_scatter(x, out, stream)
 
-    def _sum_scatter(self, x: Any, out: Any) -> Any:
+    def _sum_scatter(self, x: Any, out: Any, stream: Any = None) -> Any:
         shape = _scatter_shape(arrays.view(x).shape, self.size())
         if not self._no_sum_scatter:
             try:
-                return self._collective("sum_scatter", x, out, shape)
+                return self._collective("sum_scatter", x, out, shape, stream)
             except RuntimeError as exc:   # "[ring] ... not supported.", "[mpi] ... not yet implemented.": before any transfer
-                if "not supported" not in str(exc) and "not yet implemented" not in str(exc):
+                if not _unsupported(exc):
                     raise
                 self._no_sum_scatter = True
-        return self._slice_of_sum(x, out, shape)
+        return self._slice_of_sum(x, out, shape, stream)
 
-    def _slice_of_sum(self, x: Any, out: Any, shape: tuple[int, ...]) -> Any:
+    def _slice_of_sum(self, x: Any, out: Any, shape: tuple[int, ...], stream: Any = None) -> Any:
         """sum_scatter where MLX's backend has none: the whole sum, then this rank's slice of axis 0."""
         import mlx.core as mx
 
         v = arrays.view(x)
         o = None if out is None else _prepare_out(out, shape, v.dtype, "sum_scatter")
-        total = self._collective("all_sum", x if v.kind == "mlx" else arrays.to_kind(v, "mlx"), None)
+        total = self._collective("all_sum", x if v.kind == "mlx" else arrays.to_kind(v, "mlx"), None, stream=stream)
         k = shape[0] if shape else 0
         part = total[self.rank() * k:(self.rank() + 1) * k] if shape else total
         mx.eval(part)
@@ -379,24 +445,37 @@ class MlxGroup(Group):
             return out
         return part if v.kind == "mlx" else arrays.to_kind(_host_view(part, v.dtype), v.kind)
 
-    def send(self, x: Any, dst: int, timeout: float | None) -> None:
+    def send(self, x: Any, dst: int, timeout: float | None, stream: Any = None) -> None:
         import mlx.core as mx
 
         dst = check_peer(dst, self.size(), "dst")
         self._check()
         v = arrays.view(x)
         with self._op("send", x):
-            mx.eval(mx.distributed.send(x if v.kind == "mlx" else arrays.to_kind(v, "mlx"), dst, group=self._g))
+            try:
+                mx.eval(mx.distributed.send(x if v.kind == "mlx" else arrays.to_kind(v, "mlx"), dst, group=self._g,
+                                            stream=stream))
+            except RuntimeError as exc:
+                if not _unsupported(exc):
+                    raise
+                raise lacks(self.backend, "send", exc) from None
 
-    def recv(self, shape: tuple[int, ...], dtype: str, kind: str, src: int, timeout: float | None, out: Any) -> Any:
+    def recv(self, shape: tuple[int, ...], dtype: str, kind: str, src: int, timeout: float | None, out: Any,
+             stream: Any = None) -> Any:
         import mlx.core as mx
 
         src = check_peer(src, self.size(), "src")
         self._check()
         o = None if out is None else _prepare_out(out, shape, dtype, "recv")
         with self._op("recv"):
-            r = mx.distributed.recv(shape, getattr(mx, "bool_" if dtype == "bool" else dtype), src, group=self._g)
-            mx.eval(r)
+            try:
+                r = mx.distributed.recv(shape, getattr(mx, "bool_" if dtype == "bool" else dtype), src,
+                                        group=self._g, stream=stream)
+                mx.eval(r)
+            except RuntimeError as exc:
+                if not _unsupported(exc):
+                    raise
+                raise lacks(self.backend, "recv", exc) from None
         if o is not None:
             _fill(o, r)
             return out

@@ -16,7 +16,10 @@ from typing import Mapping, Sequence
 from mlx_jupyter.net.hosts import format_addr
 from mlx_jupyter.hostfile import BACKENDS, Host, HostfileError, ring_ports
 from mlx_jupyter.launch import rank_env
-from mlx_jupyter.net.ports import DEFAULT_STARTING_PORT
+from mlx_jupyter.net.ports import CORE_PORT_OFFSET, DEFAULT_STARTING_PORT
+
+#: MLX's nccl takes its bootstrap timeout in ms in an int: "wait" (-1, inf) is the largest it holds
+_NCCL_WAIT_MS = 2**31 - 1
 
 
 class ContractError(ValueError):
@@ -94,8 +97,12 @@ def plan_ranks(
     connections_per_ip: int = 1,
     nccl_port: int = 12345,
     verbose: bool = False,
+    coordinator: bool = True,
 ) -> list[RankPlan]:
-    """Per-rank env and files for ``backend`` (ring, jaccl, jaccl-ring, nccl)."""
+    """Per-rank env and files for ``backend`` (ring, jaccl, jaccl-ring, nccl).
+
+    jaccl: ``coordinator=False`` opens no bootstrap port (no ``MLX_JACCL_COORDINATOR``): JACCL then
+    bootstraps over our core's ring (``MLX_JUPYTER_HOSTFILE``, planned whenever every host has an IP)."""
     if backend not in BACKENDS or backend == "mpi":
         valid = ", ".join(b for b in BACKENDS if b != "mpi")
         raise ContractError(f"backend {backend!r}: plan_ranks handles {valid} (mpi goes through plan_mpi)")
@@ -124,14 +131,22 @@ def plan_ranks(
         ring = backend == "jaccl-ring"
         ip = _need_rank0_ip(hosts, backend)
         matrix = check_rdma(hosts, ring) if n > 1 else [[None]]
-        common[rank_env.JACCL_COORDINATOR] = format_addr(ip, starting_port)
+        if coordinator:
+            common[rank_env.JACCL_COORDINATOR] = format_addr(ip, starting_port)
         if ring:
             common["MLX_JACCL_RING"] = "1"
         files["MLX_IBV_DEVICES"] = json.dumps(matrix)
+        core = _core_ring(hosts, starting_port, connections_per_ip)
+        if core:  # our core's signed ring: JACCL's bootstrap can run over it (core.side_channel)
+            files[rank_env.OWN_HOSTFILE] = core
+        elif not coordinator:
+            raise ContractError(f"{backend} without a coordinator bootstraps over our core's ring, which needs an "
+                                "IP for every host; add \"ips\" to each hostfile entry")
     elif backend == "nccl":
         common[rank_env.NCCL_HOST_IP] = _need_rank0_ip(hosts, backend)
         common["NCCL_PORT"] = str(nccl_port)
         common[rank_env.WORLD_SIZE] = str(n)
+        common.setdefault(rank_env.NCCL_TIMEOUT, nccl_timeout_ms(common.get(rank_env.CONNECT_TIMEOUT)))
         if verbose:
             common.setdefault("NCCL_DEBUG", "INFO")
         for r in range(n):
@@ -141,6 +156,30 @@ def plan_ranks(
         RankPlan(r, hosts[r], {**common, **per_rank[r], rank_env.RANK: str(r)}, dict(files))
         for r in range(n)
     ]
+
+
+def _core_ring(hosts: Sequence[Host], starting_port: int, connections_per_ip: int) -> str:
+    """Our core's own ring hostfile (ports past MLX's by CORE_PORT_OFFSET), or "" when a host has no IP."""
+    if len(hosts) < 2 or any(not h.ips for h in hosts):
+        return ""
+    try:
+        plan = ring_ports(hosts, starting_port + CORE_PORT_OFFSET, connections_per_ip)
+    except HostfileError:
+        return ""
+    return json.dumps(plan)
+
+
+def nccl_timeout_ms(connect_timeout: str | None) -> str:
+    """MLX_NCCL_TIMEOUT for our connect timeout (seconds as MLX_JUPYTER_CONNECT_TIMEOUT writes it; default 120 s)."""
+    seconds = 120.0
+    if connect_timeout:
+        try:
+            seconds = float(connect_timeout)
+        except ValueError:
+            raise ContractError(f"{rank_env.CONNECT_TIMEOUT}={connect_timeout!r} is not a number of seconds") from None
+    if seconds < 0 or seconds * 1000 >= _NCCL_WAIT_MS or seconds != seconds:
+        return str(_NCCL_WAIT_MS)
+    return str(max(1, int(seconds * 1000)))
 
 
 def plan_mpi(

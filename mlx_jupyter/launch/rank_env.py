@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Callable, Mapping, Optional
 
 from mlx_jupyter.net.hosts import Address, split_addr
@@ -26,6 +26,12 @@ RING_VERBOSE = "MLX_RING_VERBOSE"
 WORLD_SIZE = "MLX_WORLD_SIZE"
 NCCL_HOST_IP = "NCCL_HOST_IP"
 JACCL_COORDINATOR = "MLX_JACCL_COORDINATOR"
+#: JACCL reads each setting under two names; the first (JACCL_*) wins when both are set, as in MLX
+JACCL_RANKS = (JACCL_RANK, RANK)
+JACCL_DEVICES = ("JACCL_IBV_DEVICES", "MLX_IBV_DEVICES")
+JACCL_COORDINATORS = ("JACCL_COORDINATOR", JACCL_COORDINATOR)
+JACCL_RINGS = ("JACCL_RING", "MLX_JACCL_RING")
+NCCL_TIMEOUT = "MLX_NCCL_TIMEOUT"            # ms a nccl rank retries reaching rank 0 (MLX's default 300000)
 MPI_LIBNAME = "MLX_MPI_LIBNAME"              # the MPI library MLX loads (the backend probe tries it first)
 #: where other launchers put a process's rank, after MLX's (MPI, PMIx, Slurm)
 OTHER_RANKS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
@@ -64,7 +70,7 @@ class RankEnvError(ValueError):
 class RankEnv:
     """Everything a rank reads from its environment, validated (see the variables above)."""
 
-    rank: Optional[int] = None        # MLX_RANK (or JACCL_RANK): the ring's rank; None when unset
+    rank: Optional[int] = None        # JACCL_RANK, else MLX_RANK (JACCL's order): the ring's rank; None when unset
     process_rank: int = 0             # the first rank any launcher set (MLX, JACCL, MPI, Slurm), else 0
     launched: bool = False            # MLX_RANK or MLX_HOSTFILE set: a single-rank fallback would be wrong
     hostfile: str = ""                # the ring hostfile our core reads ("" when none)
@@ -86,11 +92,28 @@ class RankEnv:
     size: int = 1
     early_world: bool = True
     cell_port: Optional[int] = None
+    jaccl: "JacclEnv" = field(default_factory=lambda: JacclEnv())
 
     @property
     def ring_configured(self) -> bool:
         """Whether this process was started as a ring rank (a rank or a ring hostfile is set)."""
         return self.rank is not None or bool(self.hostfile)
+
+
+@dataclass(frozen=True)
+class JacclEnv:
+    """What MLX's JACCL reads, each from the first of its two names that is set (JACCL_* wins)."""
+
+    devices: str = ""                 # the device matrix file (JACCL_IBV_DEVICES / MLX_IBV_DEVICES)
+    devices_var: str = ""
+    coordinator: str = ""             # ip:port of rank 0's bootstrap socket ("" : none)
+    coordinator_var: str = ""
+    ring: bool = False                # JACCL_RING / MLX_JACCL_RING set: prefer a ring over a mesh
+
+    @property
+    def configured(self) -> bool:
+        """Launched for JACCL: a device file or a coordinator is set (the coordinator is optional in MLX)."""
+        return bool(self.devices or self.coordinator)
 
 
 @dataclass(frozen=True)
@@ -156,11 +179,25 @@ def _switch(env: Mapping[str, str], var: str) -> bool:
     return text != "0"
 
 
+def first_set(env: Mapping[str, str], names: tuple[str, ...]) -> tuple[str, str]:
+    """(variable, value) of the first of ``names`` set in ``env`` (JACCL's rule: the first name wins), else ("", "")."""
+    for var in names:
+        if env.get(var) is not None:
+            return var, env[var]
+    return "", ""
+
+
+def _jaccl(env: Mapping[str, str]) -> JacclEnv:
+    devices_var, devices = first_set(env, JACCL_DEVICES)
+    coordinator_var, coordinator = first_set(env, JACCL_COORDINATORS)
+    return JacclEnv(devices, devices_var if devices else "", coordinator, coordinator_var if coordinator else "",
+                    bool(first_set(env, JACCL_RINGS)[0]))
+
+
 def _rank(env: Mapping[str, str]) -> Optional[int]:
-    text = env.get(RANK, env.get(JACCL_RANK))
-    if text is None:
+    var, text = first_set(env, JACCL_RANKS)
+    if not var:
         return None
-    var = RANK if RANK in env else JACCL_RANK
     try:
         value = int(text)
     except ValueError:
@@ -183,11 +220,20 @@ def _launchers(env: Mapping[str, str]) -> tuple[str, ...]:
     found = []
     if _text(env, WORLD_SIZE) and _text(env, NCCL_HOST_IP):
         found.append("nccl")
-    if _text(env, "OMPI_COMM_WORLD_SIZE") or _text(env, "PMI_SIZE"):
+    # mpirun -n 1 (or a lone PMI process) is no distributed group: MLX skips an MPI world of one too
+    if _mpi_size(env) > 1:
         found.append("mpi")
-    if _text(env, JACCL_COORDINATOR) or _text(env, "JACCL_COORDINATOR"):
+    if _jaccl(env).configured:
         found.append("jaccl")
     return tuple(found)
+
+
+def _mpi_size(env: Mapping[str, str]) -> int:
+    for var in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
+        text = _text(env, var).strip()
+        if text:
+            return int(text) if text.isdigit() else 2   # a garbled size is still an MPI launch: let MPI say
+    return 0
 
 
 def read(env: Mapping[str, str]) -> RankEnv:
@@ -220,6 +266,7 @@ def read(env: Mapping[str, str]) -> RankEnv:
         size=_int(env, SIZE, 1, 1, 1 << 20) or 1,
         early_world=_switch(env, EARLY_WORLD),
         cell_port=cell_port or None,
+        jaccl=_jaccl(env),
     )
 
 

@@ -13,6 +13,7 @@ from mlx_jupyter.cluster.rank.names import NAMES
 from mlx_jupyter.cluster.rank.sockets import ring_ports_to_await, socket_fds, wait_listening, world_socket_fds
 from mlx_jupyter.launch import rank_env
 from mlx_jupyter.launch.rank_env import RankEnv
+from mlx_jupyter.where import mlx_calls
 
 
 def this_rank_env() -> RankEnv:
@@ -100,6 +101,7 @@ def setup(backend: str, world: bool = True, group: bool = True, timeout: float =
         if agent:
             agent.world_sockets = sockets
     if world and NAMES.world is not None:
+        mlx_calls.install(NAMES.world)  # the where table's record of MLX's collectives
         NAMES.bind(ns, "world", NAMES.world)
         info["world"] = [NAMES.world.rank(), NAMES.world.size()]
     if group:
@@ -121,11 +123,11 @@ def _form_world(backend: str, timeout: float) -> tuple[Any, dict[int, int]]:
             EARLY_WORLD = None  # the next cell tries again, in the foreground
             raise early.error
         return early.group, early.sockets
-    import mlx.core as mx
+    from mlx_jupyter.core.side_channel import mlx_world  # JACCL without a coordinator: over our core's ring
 
     env = this_rank_env()
     before = socket_fds()
-    w = mx.distributed.init(strict=env.size > 1, backend=backend or "any")
+    w = mlx_world(strict=env.size > 1, backend=backend or "any", env=env)
     return w, world_socket_fds(before, env.mlx_hostfile)
 
 

@@ -1,0 +1,91 @@
+"""JACCL's bootstrap over our core's signed ring instead of a coordinator port.
+
+MLX's ``mx.distributed.init(backend="jaccl", all_gather_factory=factory)`` calls
+``factory(rank, size)`` once and then ``gather(src, n_bytes)`` a few times while it forms the
+group: each call must return every rank's ``n_bytes`` in rank order (``size * n_bytes`` bytes).
+:func:`all_gather_factory` gives such a factory over our core's ring (HMAC-authenticated), and
+:func:`mlx_world` is ``mx.distributed.init`` with it supplied when no coordinator is set.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from mlx_jupyter.launch import rank_env
+from mlx_jupyter.launch.rank_env import RankEnv
+
+Gather = Callable[[bytes, int], bytes]
+Factory = Callable[[int, int], Gather]
+
+_NO_FACTORY = ("this MLX has no init(all_gather_factory=...) (MLX >= 0.31 has): pip install -U mlx, or set "
+               "MLX_JACCL_COORDINATOR to rank 0's ip:port (mlx-jupyter launch sets it)")
+
+
+def all_gather_factory(group: Any = None, *, timeout: Optional[float] = None) -> Factory:
+    """A factory for ``init(backend="jaccl", all_gather_factory=...)`` whose gathers run on ``group``
+    (one of our groups, of the same ranks as JACCL's), or on our core's ring, formed from this rank's
+    environment when JACCL first asks (``MLX_JUPYTER_HOSTFILE`` or ``MLX_HOSTFILE``)."""
+
+    def factory(rank: int, size: int) -> Gather:
+        g = group if group is not None else _core_ring(timeout)
+        if (rank, size) != (g.rank(), g.size()):
+            raise RuntimeError(f"JACCL is rank {rank} of {size} but our core's group is rank {g.rank()} of "
+                               f"{g.size()}: the launch gave JACCL (JACCL_RANK/MLX_RANK, its device file) and our "
+                               "core (its ring hostfile) different ranks; start the ranks with mlx-jupyter launch")
+
+        def gather(src: bytes, n_bytes: int) -> bytes:
+            if len(src) != n_bytes:
+                raise ValueError(f"all-gather: got {len(src)} bytes but n_bytes={n_bytes}")
+            out = g.all_gather(np.frombuffer(src, dtype=np.uint8), None, timeout)
+            return np.ascontiguousarray(out).tobytes()
+
+        return gather
+
+    return factory
+
+
+def _core_ring(timeout: Optional[float]) -> Any:
+    """A core group of its own for the bootstrap (the world ``distributed.init()`` caches is left alone)."""
+    from mlx_jupyter import _core
+    from mlx_jupyter.core.group import form_ring
+
+    env = rank_env.current()
+    if not env.ring_configured:
+        raise _core.SetupError(
+            "JACCL without a coordinator bootstraps over our core's ring, but this rank has none: start it with "
+            "`mlx-jupyter launch` or a cluster (they plan MLX_JUPYTER_HOSTFILE), or set MLX_JACCL_COORDINATOR")
+    return form_ring(env, None, timeout)
+
+
+def wants_side_channel(backend: str, env: RankEnv) -> bool:
+    """Whether JACCL should bootstrap over our core: asked for (or the only launch found), no coordinator set,
+    and our core's ring configured."""
+    jaccl = backend in ("jaccl", "jaccl-ring") or (backend == "any" and env.launchers == ("jaccl",))
+    return jaccl and not env.jaccl.coordinator and env.ring_configured
+
+
+def mlx_world(strict: bool = False, backend: str = "any", factory: Optional[Factory] = None,
+              env: Optional[RankEnv] = None) -> Any:
+    """``mx.distributed.init(strict, backend)``; JACCL bootstraps over our core's ring when no coordinator is set
+    (or over ``factory``'s channel), and ``jaccl-ring`` is MLX's jaccl with ``MLX_JACCL_RING``."""
+    import mlx.core as mx
+
+    env = env or rank_env.current()
+    if factory is None and wants_side_channel(backend, env):
+        factory = all_gather_factory()
+    if backend == "jaccl-ring":
+        os.environ.setdefault("MLX_JACCL_RING", "1")
+    name = "jaccl" if backend == "jaccl-ring" or (factory is not None and backend == "any") else backend
+    if factory is None:
+        return mx.distributed.init(strict=strict, backend=name)
+    if name != "jaccl":
+        raise ValueError(f"all_gather_factory works with the jaccl backend only (as in MLX), not {backend!r}")
+    try:
+        return mx.distributed.init(strict=strict, backend=name, all_gather_factory=factory)
+    except TypeError as exc:
+        if "all_gather_factory" not in str(exc) and "incompatible function arguments" not in str(exc):
+            raise
+        raise RuntimeError(_NO_FACTORY) from None
