@@ -47,16 +47,20 @@ def test_tqdm_auto_and_carriage_returns_on_ranks(kernel):
     bars = [t for t in shown if "|" in t]
     assert any("[rank 0] r0:" in t for t in bars) and any("[rank 1] r1:" in t for t in bars), shown
     assert any("/5" in t and "5/5" not in t for t in bars), shown  # seen before the end: it updates
-    assert "[rank 0] r0: 100%|##########| 5/5" in res.stderr and "[rank 1] r1: 100%" in res.stderr, res.stderr
+    # the finished bars are a success's output (stdout), not on the error stream's background
+    assert "[rank 0] r0: 100%|##########| 5/5" in res.stdout and "[rank 1] r1: 100%" in res.stdout, res.stdout
+    assert "100%" not in res.stderr, res.stderr
     assert "\r" not in res.stderr and "\r" not in res.stdout
     # the print's \r line keeps its prefix: shown live, and its last value ends the cell
     assert any(t.startswith(("[ranks 0-1] step", "[rank 0] step")) for t in shown), shown
-    assert res.stdout == "[ranks 0-1] step 4\n", res.stdout
+    assert res.stdout.endswith("[ranks 0-1] step 4\n") and res.stdout.count("\n") == 3, res.stdout
     where = {d["transient"]["display_id"] for d in res.displays if "transient" in d
              and d.get("data", {}).get("text/plain", "").startswith(("where the ranks are", "the cell ran"))}
     ids = {d["transient"]["display_id"] for d in res.displays if "transient" in d} - where
     assert len(ids) == 2, ids  # one live display per stream (stderr: tqdm, stdout: the print); where's table aside
-    assert shown[-1] == "" or "" in shown, shown  # cleared once the lines were final
+    last = {d["transient"]["display_id"]: d.get("data", {}).get("text/plain") for d in res.displays
+            if d.get("transient", {}).get("display_id") in ids}
+    assert last == dict.fromkeys(ids, ""), (last, shown)  # each live display cleared once its lines were final
 
 
 #: a cell that asks for tqdm's notebook widget explicitly, in each way tqdm offers it
@@ -82,9 +86,9 @@ def test_tqdm_notebook_falls_back_to_the_text_bar_on_ranks(kernel):
     for bad in ("model not found", "IProgress", "ImportError", "Error displaying widget", "TqdmKeyError"):
         assert bad not in everything, everything
     for rank in (0, 1):  # each bar's final line, per rank, after its in-place updates
-        assert f"[rank {rank}] nb{rank}: 100%|##########| 3/3" in res.stderr, res.stderr
-        assert f"[rank {rank}] tr{rank}: 100%|##########| 4/4" in res.stderr, res.stderr
-        assert f"[rank {rank}] an{rank}: 100%|##########| 2/2" in res.stderr, res.stderr
+        assert f"[rank {rank}] nb{rank}: 100%|##########| 3/3" in res.stdout, res.stdout
+        assert f"[rank {rank}] tr{rank}: 100%|##########| 4/4" in res.stdout, res.stdout
+        assert f"[rank {rank}] an{rank}: 100%|##########| 2/2" in res.stdout, res.stdout
     shown = [t for t in _live(res) if "|" in t]
     assert any("nb0:" in t and "3/3" not in t for t in shown), shown  # updated in place before the end
     assert "\r" not in res.stderr

@@ -89,3 +89,23 @@ def test_no_display_is_made_for_output_without_carriage_returns():
         r.stream(rank, "stdout", "hello\n")
     r.flush(force=True)
     assert shown == [] and "".join(out) == "[ranks 0-1] hello\n"
+
+
+def test_a_finished_bar_on_stderr_is_written_as_ordinary_output():
+    """tqdm writes on stderr; its last line, once the bar ends, belongs with a success's output."""
+    out, err = [], []
+    r = Renderer([0, 1], out=out.append, err=err.append, publish=lambda d, m: None, live=lambda h, t: "h")
+    for rank in (0, 1):
+        r.stream(rank, "stderr", "steps:  50%|#  | 1/2\r")
+        r.stream(rank, "stderr", "steps: 100%|###| 2/2\n")
+        r.stream(rank, "stderr", "a warning\n")
+        r.end(rank)
+    r.flush(force=True)
+    assert "".join(out) == "[ranks 0-1] steps: 100%|###| 2/2\n", out
+    assert "".join(err) == "[ranks 0-1] a warning\n", err
+
+
+def test_a_line_ending_in_crlf_is_no_bar():
+    g = LineGrouper([0], hold=0)
+    g.feed(0, "Traceback\r\n", now=0)
+    assert [type(line) for _, line in g.flush(now=0)] == [str]

@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 from mlx_jupyter.cluster.cells.debug import DebugSessions
 from mlx_jupyter.cluster.cells.progress_lines import LiveLines, Show
 from mlx_jupyter.cluster.cells.outcome import ERROR, OK, RELEASED
-from mlx_jupyter.cluster.cells.text import LineGrouper, group_equal, rank_label, render_outcomes, summary
+from mlx_jupyter.cluster.cells.text import FinishedBar, LineGrouper, group_equal, rank_label, render_outcomes, summary
 
 Publish = Callable[[dict, dict], None]
 
@@ -138,7 +138,12 @@ class Renderer:
             return
         for name, g in self.streams.items():
             write = self.out if name == "stdout" else self.err
-            text = self._lines(name, g.flush(force=force))
+            lines = g.flush(force=force)
+            bars = [x for x in lines if isinstance(x[1], FinishedBar)] if name == "stderr" else []
+            if bars:  # a finished bar (tqdm writes on stderr) is a success's output, not an error's
+                self.out(self._lines("stdout", bars))
+                lines = [x for x in lines if not isinstance(x[1], FinishedBar)]
+            text = self._lines(name, lines)
             if text:
                 write(text)
             live = g.live()

@@ -75,6 +75,10 @@ def overwrite(line: str) -> str:
     return shown
 
 
+class FinishedBar(str):
+    """A progress line that ended (a finished tqdm bar): ordinary output, whichever stream wrote it."""
+
+
 @dataclass
 class _RankLines:
     lines: deque = field(default_factory=deque)  # (arrival time, line without "\n")
@@ -102,8 +106,9 @@ class LineGrouper:
         now = time.monotonic() if now is None else now
         parts = (st.partial + text).split("\n")
         partial = parts.pop()
-        for line in parts:
-            st.lines.append((now, overwrite(line)))
+        for i, line in enumerate(parts):
+            was_live = "\r" in line.rstrip("\r") or (i == 0 and st.live)  # "text\r\n" is no bar
+            st.lines.append((now, FinishedBar(overwrite(line)) if was_live else overwrite(line)))
         st.live = "\r" in partial or (st.live and not parts)
         if "\r" in partial:  # kept short: what is shown, then what was written since the last \r (the cursor)
             shown, _, since = partial.rpartition("\r")
@@ -117,7 +122,8 @@ class LineGrouper:
     def finish(self, rank: int, now: Optional[float] = None) -> None:
         st = self._ranks.setdefault(rank, _RankLines())
         if overwrite(st.partial):
-            st.lines.append((time.monotonic() if now is None else now, overwrite(st.partial)))
+            line = overwrite(st.partial)
+            st.lines.append((time.monotonic() if now is None else now, FinishedBar(line) if st.live else line))
         st.partial, st.live = "", False
         st.done = True
 
