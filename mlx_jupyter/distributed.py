@@ -29,7 +29,7 @@ from mlx_jupyter import _core
 from mlx_jupyter.hostfile import BACKENDS  # the one list of backends, re-exported here
 from mlx_jupyter.core import arrays
 from mlx_jupyter.core.group import OPS, CoreGroup, Group, MlxGroup, check_stream, core_options, form_ring
-from mlx_jupyter.core.side_channel import all_gather_factory, mlx_world
+from mlx_jupyter.core.side_channel import all_gather_factory, bootstrap_group, mlx_world
 from mlx_jupyter.core.recording import profile, start as start_profile, stop as stop_profile
 from mlx_jupyter.core.profile import OpRecord
 from mlx_jupyter.launch import rank_env
@@ -141,7 +141,7 @@ def _candidates(backend: str, env: RankEnv) -> list[str]:
 
 def _form(name: str, env: RankEnv, ring: RingEnv | None, timeout: float | None, factory: Any = None) -> Group:
     if name == "ring":
-        return _form_ring(env, ring, timeout)
+        return bootstrap_group() or _form_ring(env, ring, timeout)
     status = next(b for b in backends() if b["name"] == name)
     if not status["available"]:
         raise SetupError(f"the {name} backend is not available here: {status['detail']}; fix: {status['fix']}")

@@ -134,6 +134,7 @@ class MLXEngineSetLauncher(EngineLauncher):
             terminate_on_failure=False,
             ssh_options=self.ssh_options,
             slurm=self.slurm,
+            jaccl_coordinator=False,   # JACCL bootstraps over our core's signed ring: no coordinator port
         )
         self.launcher.start()
         pids = [r.pid for r in self.launcher.ranks]

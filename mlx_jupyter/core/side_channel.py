@@ -47,24 +47,38 @@ def all_gather_factory(group: Any = None, *, timeout: Optional[float] = None) ->
     return factory
 
 
+#: our core's ring formed for a bootstrap: JACCL keeps it, and distributed.init(backend="ring") takes it
+#: as its world (a second ring on the same ports could not listen)
+_BOOT: Any = None
+
+
+def bootstrap_group() -> Any:
+    """The live core group a JACCL bootstrap formed, or None."""
+    return _BOOT if _BOOT is not None and not _BOOT.aborted else None
+
+
 def _core_ring(timeout: Optional[float]) -> Any:
-    """A core group of its own for the bootstrap (the world ``distributed.init()`` caches is left alone)."""
+    """Our core's ring for the bootstrap, formed once per process (see :func:`bootstrap_group`)."""
+    global _BOOT
     from mlx_jupyter import _core
     from mlx_jupyter.core.group import form_ring
 
+    if bootstrap_group() is not None:
+        return _BOOT
     env = rank_env.current()
-    if not env.ring_configured:
+    if not env.hostfile:
         raise _core.SetupError(
             "JACCL without a coordinator bootstraps over our core's ring, but this rank has none: start it with "
             "`mlx-jupyter launch` or a cluster (they plan MLX_JUPYTER_HOSTFILE), or set MLX_JACCL_COORDINATOR")
-    return form_ring(env, None, timeout)
+    _BOOT = form_ring(env, None, timeout)
+    return _BOOT
 
 
 def wants_side_channel(backend: str, env: RankEnv) -> bool:
     """Whether JACCL should bootstrap over our core: asked for (or the only launch found), no coordinator set,
     and our core's ring configured."""
     jaccl = backend in ("jaccl", "jaccl-ring") or (backend == "any" and env.launchers == ("jaccl",))
-    return jaccl and not env.jaccl.coordinator and env.ring_configured
+    return jaccl and not env.jaccl.coordinator and bool(env.hostfile)
 
 
 def mlx_world(strict: bool = False, backend: str = "any", factory: Optional[Factory] = None,

@@ -102,7 +102,8 @@ def plan_ranks(
     """Per-rank env and files for ``backend`` (ring, jaccl, jaccl-ring, nccl).
 
     jaccl: ``coordinator=False`` opens no bootstrap port (no ``MLX_JACCL_COORDINATOR``): JACCL then
-    bootstraps over our core's ring (``MLX_JUPYTER_HOSTFILE``, planned whenever every host has an IP)."""
+    bootstraps over our core's ring (``MLX_JUPYTER_HOSTFILE``, planned whenever every host has an IP;
+    without one, the coordinator is set after all)."""
     if backend not in BACKENDS or backend == "mpi":
         valid = ", ".join(b for b in BACKENDS if b != "mpi")
         raise ContractError(f"backend {backend!r}: plan_ranks handles {valid} (mpi goes through plan_mpi)")
@@ -139,9 +140,8 @@ def plan_ranks(
         core = _core_ring(hosts, starting_port, connections_per_ip)
         if core:  # our core's signed ring: JACCL's bootstrap can run over it (core.side_channel)
             files[rank_env.OWN_HOSTFILE] = core
-        elif not coordinator:
-            raise ContractError(f"{backend} without a coordinator bootstraps over our core's ring, which needs an "
-                                "IP for every host; add \"ips\" to each hostfile entry")
+        elif not coordinator and n > 1:  # a host without an IP: no core ring, so MLX's coordinator after all
+            common[rank_env.JACCL_COORDINATOR] = format_addr(ip, starting_port)
     elif backend == "nccl":
         common[rank_env.NCCL_HOST_IP] = _need_rank0_ip(hosts, backend)
         common["NCCL_PORT"] = str(nccl_port)

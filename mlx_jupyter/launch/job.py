@@ -159,6 +159,7 @@ class Job:
                 c.backend, self.hosts, env=dict(c.env), token=self.token,
                 starting_port=c.starting_port or DEFAULT_STARTING_PORT,
                 connections_per_ip=c.connections_per_ip, nccl_port=c.nccl_port, verbose=c.verbose,
+                coordinator=c.jaccl_coordinator,
             )
         except ValueError as exc:
             raise LaunchError(str(exc)) from None

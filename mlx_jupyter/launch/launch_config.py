@@ -46,6 +46,7 @@ class LaunchConfig:
     grace: float = 1.0                # SIGTERM -> SIGKILL when tearing down after a failure
     start_timeout: float = 30.0
     verbose: bool = False
+    jaccl_coordinator: bool = True   # False: JACCL bootstraps over our core's ring, no coordinator port (contract)
     mpi_args: list[str] = field(default_factory=list)
     where_on_signal: bool = False   # Python ranks answer SIGUSR1 with where they are (mlx_jupyter.where.boot)
     bind_to: str = "cores"   # local ranks: each on its own share of the CPUs (launch.binding), or "none"

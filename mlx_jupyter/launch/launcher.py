@@ -93,6 +93,7 @@ class Launcher:
         mpi_args: Sequence[str] = (),
         slurm: Optional[SlurmOptions] = None,
         bind_to: str = "cores",
+        jaccl_coordinator: bool = True,
     ):
         self.config = LaunchConfig(
             command=list(command), hosts=hosts, repeat_hosts=repeat_hosts, backend=backend,
@@ -101,6 +102,7 @@ class Launcher:
             rank_env=rank_env, on_output=on_output, on_exit=on_exit, ssh_options=ssh_options, stdin=stdin,
             terminate_on_failure=terminate_on_failure, start_timeout=start_timeout, verbose=verbose,
             mpi_args=list(mpi_args), slurm=slurm, bind_to=binding.check_policy(bind_to, "bind_to"),
+            jaccl_coordinator=jaccl_coordinator,
         )
         self._job: Optional[Any] = None
 
