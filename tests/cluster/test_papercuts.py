@@ -34,3 +34,20 @@ def test_a_rank_traceback_names_the_notebook_cell(kernel):
     tb = res.traceback
     assert f"Cell In[{cell_no}], line 3" in tb and f"Cell In[{cell_no}], line 2, in f" in tb, tb
     assert not re.search(rf"Cell In\[(?!{cell_no}\])\d+\]", tb), tb
+
+
+def test_the_cause_comes_first_and_mlx_socket_noise_is_folded_below_it(kernel):
+    """Rank 1 raises while rank 0 is inside MLX's all_sum on `world`: the error says so first; MLX's
+    ring lines (its sockets closing as rank 0 is released) are at most one line per rank, after it."""
+    res = kernel.run("%%mlx_distributed\nimport time\nif world.rank() == 1:\n    time.sleep(0.5)\n"
+                     "    raise RuntimeError('the cause')\nmx.eval(mx.distributed.all_sum(mx.ones(1 << 20), group=world))",
+                     60)
+    assert res.status == "error", res
+    assert "[ring]" not in res.stdout + res.stderr, res.stderr  # nothing of MLX's before the error
+    tb = res.traceback
+    first = tb.splitlines()[0]
+    assert first.startswith("DistributedCellError: rank 1 raised RuntimeError: the cause"), tb
+    ring = [line for line in tb.splitlines() if "[ring]" in line]
+    assert len(ring) <= 1 and all(tb.index(line) > tb.index("RuntimeError: the cause\n") for line in ring), tb
+    restart = kernel.run("%mlx_cluster restart", 90)  # a new `world` for the next tests
+    assert restart.status == "ok", restart

@@ -88,18 +88,17 @@ class Renderer:
         self.streams = {"stdout": LineGrouper(ranks, hold), "stderr": LineGrouper(ranks, hold)}
         self.displays = _Displays(ranks, hold)
         self.live = {name: LiveLines(live) for name in self.streams}  # progress lines ("\r"), in place
-        self.noise: dict[str, int] = {}  # rank label -> MLX ring error lines not shown
+        self.noise: dict[str, list] = {}  # rank label -> [MLX's first ring error line, how many more]
 
     def _lines(self, name: str, lines: list) -> str:
-        """``[label] line`` for each line; MLX's repeated ring errors shown once per label."""
+        """``[label] line`` for each line; MLX's ring errors kept for :meth:`folded_noise`."""
         out = []
         for ranks, line in lines:
             label = self._label(ranks)
             if name == "stderr" and RING_NOISE.match(line.strip()):
-                seen = self.noise.get(label)
-                self.noise[label] = 0 if seen is None else seen + 1
-                if seen is not None:
-                    continue
+                seen = self.noise.setdefault(label, [line.strip(), -1])
+                seen[1] += 1
+                continue
             out.append(f"[{label}] {line}\n")
         return "".join(out)
 
@@ -152,12 +151,13 @@ class Renderer:
         for ranks, content in self.displays.flush(force=force):
             self.out(f"[{self._label(ranks)}]\n")
             self.publish(content["data"], content["metadata"])
-        if force:
-            hidden = {label: n for label, n in self.noise.items() if n}
-            if hidden:
-                self.err("".join(f"[{label}] ({n} more MLX ring socket errors like the above)\n"
-                                 for label, n in hidden.items()))
-            self.noise = {label: 0 for label in self.noise}
+
+    def folded_noise(self) -> list[str]:
+        """MLX's ring errors (its sockets closing after a rank's error), one line per label; then forgotten."""
+        lines = [f"[{label}] {first}" + (f" (and {n} more MLX ring socket errors like it)" if n else "")
+                 for label, (first, n) in self.noise.items()]
+        self.noise = {}
+        return lines
 
 
 def _live_table(run: Any) -> Any:
@@ -223,8 +223,13 @@ def show_run(run: Any, mode: str = "grouped", timeout: Optional[float] = None,
     r.flush(force=True)
     if table is not None:
         table.finish()
+    noise = r.folded_noise()
     if run.failed:
-        raise failure(run)
+        error = failure(run)
+        error.lines.extend(noise)  # the cause first, MLX's socket noise folded below it
+        raise error
+    if noise:
+        r.err("".join(f"{line}\n" for line in noise))
     return run
 
 
