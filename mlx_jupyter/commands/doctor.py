@@ -23,18 +23,47 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def launch_notes(env) -> dict[str, str]:
+    """Per backend, what this process's environment launches (JACCL with or without a coordinator)."""
+    notes = {}
+    if env.mlx_hostfile and env.rank is not None:
+        notes["ring"] = f"launched: rank {env.rank}, MLX_HOSTFILE={env.mlx_hostfile}"
+    j = env.jaccl
+    if j.configured:
+        where = f"rank {env.rank if env.rank is not None else 0}, devices {j.devices_var or 'none'}" + \
+                (f"={j.devices}" if j.devices else "")
+        if j.coordinator:
+            notes["jaccl"] = f"launched: {where}, coordinator {j.coordinator_var}={j.coordinator}"
+        elif env.hostfile:
+            notes["jaccl"] = (f"launched without a coordinator: {where}; the bootstrap runs over mlx-jupyter's "
+                              f"signed ring ({env.hostfile_var}={env.hostfile})")
+        else:
+            notes["jaccl"] = (f"launched without a coordinator: {where}; mx.distributed.init(backend='jaccl') "
+                              "needs all_gather_factory=mlx_jupyter.distributed.all_gather_factory() over a ring "
+                              "of ours, or MLX_JACCL_COORDINATOR")
+        notes["jaccl-ring" if j.ring else "jaccl"] = notes.pop("jaccl")
+    if "nccl" in env.launchers:
+        notes["nccl"] = "launched: MLX_WORLD_SIZE and NCCL_HOST_IP set"
+    if "mpi" in env.launchers:
+        notes["mpi"] = "launched by mpirun"
+    return notes
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="mlx-jupyter doctor", description=__doc__)
     parser.add_argument("--json", action="store_true", help="print the table as JSON")
     args = parser.parse_args(argv)
     from mlx_jupyter.distributed import backends
-    from mlx_jupyter.launch.rank_env import RankEnvError
+    from mlx_jupyter.launch.rank_env import RankEnvError, current
 
     try:
         rows = backends()
+        notes = launch_notes(current())
     except RankEnvError as exc:
         print(f"mlx-jupyter doctor: {exc}", file=sys.stderr)
         return 2
+    for row in rows:
+        row["launch"] = notes.get(row["name"], "")
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -47,4 +76,9 @@ def main(argv: list[str]) -> int:
         print("MLX not installed: pip install 'mlx[cpu]' (Linux) or 'mlx' (macOS)")
     print()
     print(table(rows))
+    print()
+    print("this process's launch environment:" if notes else "this process's launch environment: none "
+          "(not started as a rank)")
+    for name, note in notes.items():
+        print(f"  {name}: {note}")
     return 0
