@@ -14,6 +14,7 @@ for _p in (ROOT / "tests", ROOT):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
+from needs import require  # noqa: E402
 from testbed import TestBed, missing_requirements  # noqa: E402
 
 # A shell without job control starts background commands with SIGINT ignored, and Python then
@@ -26,9 +27,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 @pytest.fixture(scope="session")
 def testbed(tmp_path_factory):
     """Four ssh hosts h1..h4 (network namespaces with their own IP and sshd), shared by the session."""
-    why = missing_requirements()
-    if why:
-        pytest.skip(why)
+    require("the namespace test bed (root, ip netns, sshd)", missing_requirements())
     bed = TestBed(tmp_path_factory.mktemp("testbed"), n=4).up()
     try:
         yield bed

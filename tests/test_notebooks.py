@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from needs import require_module
+
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
@@ -152,7 +154,7 @@ def test_launch_from_a_notebook():
 
 @pytest.mark.timeout(240)
 def test_buffers_and_backends():
-    pytest.importorskip("mlx_jupyter._mlx_bridge")
+    require_module("mlx_jupyter._mlx_bridge", "the MLX bridge module (pip install -e . builds it)")
     nb = run("buffers_and_backends.ipynb")
     out = text_of(nb)
     assert "same memory as the numpy array: True" in out, out

@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from needs import require_core
 from mlx_jupyter.cluster import Cluster
 from mlx_jupyter.cluster.cells.display import show_run
 
@@ -46,7 +47,7 @@ def _non_sshd(bed) -> dict[int, list[int]]:
 
 
 def test_cluster_on_four_ssh_hosts(testbed, caplog, descendants):
-    pytest.importorskip("mlx_jupyter._core", reason="native core not built")
+    require_core()
     bed = testbed
     n = len(bed.ips)
     before = descendants()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from needs import require
 from mlx_jupyter.cluster import Cluster, ClusterError
 from mlx_jupyter.cluster.cells.display import DistributedCellError, show_run
 from mlx_jupyter.cluster.kept_state import report_line
@@ -185,7 +186,7 @@ def small_and_big_roots(tmp_path, monkeypatch):
     small.mkdir()
     big.mkdir()
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)], capture_output=True).returncode:
-        pytest.skip("needs to mount a tmpfs (root)")
+        require("a tmpfs mount", "needs to mount a tmpfs (root)")
     monkeypatch.setattr(keep_files, "keep_roots", lambda: [small, big])
     monkeypatch.setattr(keep, "keep_roots", lambda: [small, big])
     monkeypatch.setattr(keep, "_MARGIN", 0)

@@ -13,10 +13,11 @@ import time
 import numpy as np
 import pytest
 
+from needs import require_core
 from mlx_jupyter.net.ports import free_port_block
 from ranks import run
 
-_core = pytest.importorskip("mlx_jupyter._core", reason="native core not built")
+_core = require_core()
 
 BAD_PEER = r"""
 g = dist.init(strict=True, backend="ring", timeout=30)

@@ -8,6 +8,7 @@ import gc
 import numpy as np
 import pytest
 
+from needs import require_module
 from mlx_jupyter import Buffer
 
 
@@ -124,7 +125,7 @@ def test_from_pointer_refuses_a_deleter_it_cannot_call() -> None:
 
 
 def test_out_is_never_silently_a_copy() -> None:
-    torch = pytest.importorskip("torch")
+    torch = require_module("torch", "torch (the interop tests; .ci/run installs it)")
     from mlx_jupyter import distributed as dist
 
     x = np.ones(4, np.float32)

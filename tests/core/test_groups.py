@@ -3,6 +3,7 @@ sub-groups, recv dtypes, and Buffers as out= on several ranks."""
 
 import pytest
 
+from needs import require_module
 from ranks import run
 
 GROUPS = r"""
@@ -146,6 +147,6 @@ report(checked=checked, links=g._core.link_kinds())
 
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_sum_scatter_split_recv_and_buffers(n: int) -> None:
-    pytest.importorskip("torch", reason="the ranks check bfloat16 and DLPack through torch (.ci/run installs it)")
+    require_module("torch", "torch (the ranks check bfloat16 and DLPack through it; .ci/run installs it)")
     results = run(n, GROUPS, timeout=240)
     assert all(r["checked"] == 14 * 2 + 4 for r in results), results

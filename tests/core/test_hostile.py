@@ -16,6 +16,7 @@ import time
 import psutil
 import pytest
 
+from needs import require
 from mlx_jupyter.core.auth_warning import is_loopback, needs_warning
 from mlx_jupyter.launch.rank_env import RankEnv
 from mlx_jupyter.net.hosts import split_addr
@@ -305,14 +306,14 @@ def _netns_skip_reason() -> str | None:
     return None
 
 
-@pytest.mark.skipif(_netns_skip_reason() is not None, reason=str(_netns_skip_reason()))
 @pytest.mark.timeout(180)
 def test_warning_once_without_a_token_on_a_non_loopback_address(tmp_path) -> None:
+    require("a network namespace", _netns_skip_reason())
     ns = f"mjw{os.getpid()}"
     addr = f"10.251.{os.getpid() % 250}.1"  # exists only inside the namespace we create
     run = lambda *argv: subprocess.run(argv, capture_output=True, text=True, timeout=20)  # noqa: E731
     if run("ip", "netns", "add", ns).returncode != 0:
-        pytest.skip("`ip netns add` does not work here")
+        require("a network namespace", "`ip netns add` does not work here")
     try:
         # A non-loopback address on the namespace's own lo: no kernel module (dummy, veth) needed.
         for argv in (["ip", "link", "set", "lo", "up"], ["ip", "addr", "add", f"{addr}/32", "dev", "lo"]):

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from launch_helpers import collector, PY, ROOT, LiveCLI, cli, cpu_seconds
+from needs import require_core
 from mlx_jupyter.hostfile import Host
 from mlx_jupyter.launch import LaunchError, Launcher
 
@@ -107,7 +108,7 @@ def test_real_mlx_ring_all_sum_on_four_hosts(testbed):
 
 
 def test_our_core_all_sum_on_four_hosts(testbed, env_pythonpath):
-    pytest.importorskip("mlx_jupyter._core", reason="native core not built")
+    require_core()
     out, on_output = collector()
     code = ("import numpy as np; from mlx_jupyter import distributed as d; g = d.init(backend='ring', strict=True); "
             "x = d.all_sum(np.arange(4, dtype=np.int64) + g.rank()); print(g.rank(), g.size(), list(map(int, x)))")
@@ -119,7 +120,7 @@ def test_our_core_all_sum_on_four_hosts(testbed, env_pythonpath):
 
 
 def test_cli_one_rank_over_ssh_with_our_core(testbed):
-    pytest.importorskip("mlx_jupyter._core", reason="native core not built")
+    require_core()
     code = ("import numpy as np, socket; from mlx_jupyter import distributed as d; g = d.init(backend='ring', strict=True); "
             "print(socket.gethostname(), g.rank(), g.size(), list(map(int, d.all_sum(np.arange(3) + 1))))")
     res = cli([*testbed.cli_ssh_args(), "--hosts", testbed.ips[1], "--env", f"PYTHONPATH={ROOT}", PY, "-c", code])

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from launch_helpers import collector, PY, ROOT, LiveCLI, cli, cpu_seconds, wait_pids_gone, watcher_of
+from needs import require_core
 from mlx_jupyter.launch import LaunchError, Launcher
 from mlx_jupyter.launch.cli import build_parser, split_argv
 from mlx_jupyter.net.ssh import SSHOptions
@@ -396,7 +397,7 @@ def test_cli_plain_list_hostfile(tmp_path, port_block):
 
 
 def test_cli_one_rank_with_our_core():
-    pytest.importorskip("mlx_jupyter._core", reason="native core not built")
+    require_core()
     code = ("import numpy as np; from mlx_jupyter import distributed as d; g = d.init(backend='ring', strict=True); "
             "print(g.rank(), g.size(), list(map(int, d.all_sum(np.arange(3) + 1))))")
     res = cli(["-n", "1", PY, "-c", code], timeout=60)

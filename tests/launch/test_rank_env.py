@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 from hypothesis import given
@@ -68,7 +69,8 @@ def test_the_launch_plan_is_read_as_planned(tmp_path):
 def test_a_bad_value_names_its_variable_and_the_fix(var, value):
     with pytest.raises(RankEnvError) as info:
         read({var: value})
-    assert f"{var}=" in str(info.value) and ("set" in str(info.value) or "unset" in str(info.value)), str(info.value)
+    msg = str(info.value)   # the variable and its value, then the fix: what to set it to, or to unset it
+    assert msg.startswith(f"{var}=") and value in msg and re.search(r"[;:] (set|unset) ", msg), msg
 
 
 @given(st.dictionaries(st.sampled_from([rank_env.TIMEOUT, rank_env.SIZE, rank_env.BOARD, rank_env.CELL_PORT,

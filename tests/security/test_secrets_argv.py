@@ -15,6 +15,7 @@ import threading
 import pytest
 
 from argv_scan import ArgvScan
+from needs import require_core
 from mlx_jupyter.hostfile import Host
 from mlx_jupyter.launch import Launcher
 
@@ -105,7 +106,7 @@ def test_no_secret_in_argv_during_a_local_mpi_launch():
 def test_no_secret_in_argv_during_a_remote_cluster_start(testbed):
     """A Cluster over ssh: its engines get ipyparallel's connection info (with the HMAC key) in
     their environment; neither that key, the job token nor an env value shows in any argv."""
-    pytest.importorskip("mlx_jupyter._core", reason="native core not built")
+    require_core()
     from mlx_jupyter.cluster import Cluster
 
     value = "secret-" + secrets.token_hex(12)

@@ -13,15 +13,14 @@ for _p in (ROOT / "tests", ROOT / "tests" / "launch", ROOT / "tests" / "slurm", 
         sys.path.insert(0, str(_p))
 
 from slurm_helpers import rank_temp_files, wait_until  # noqa: E402
+from needs import require  # noqa: E402
 from slurmbed import SlurmBed, missing_requirements  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def slurmbed(tmp_path_factory):
     """slurmctld, munged and 4 slurmds (node1..node4, 2 CPUs each), shared by the session."""
-    why = missing_requirements()
-    if why:
-        pytest.skip(why)
+    require("the Slurm test bed (root, slurmctld, slurmd, munge)", missing_requirements())
     bed = SlurmBed(tmp_path_factory.mktemp("slurmbed"), n=4, cpus=2).up()
     try:
         yield bed

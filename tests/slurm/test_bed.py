@@ -8,14 +8,14 @@ import sys
 import pytest
 
 from slurm_helpers import ROOT
+from needs import require
 from slurmbed import SlurmBed, missing_requirements
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def test_up_status_down_leaves_nothing(tmp_path):
-    if why := missing_requirements():
-        pytest.skip(why)
+    require("the Slurm test bed (root, slurmctld, slurmd, munge)", missing_requirements())
     bed_dir = tmp_path / "bed"
     run = lambda *a: subprocess.run([sys.executable, str(ROOT / "tests" / "slurmbed.py"), *a, "--dir", str(bed_dir)],  # noqa: E731
                                     capture_output=True, text=True, timeout=90)

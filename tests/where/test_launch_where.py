@@ -106,7 +106,7 @@ def test_a_python_without_mlx_jupyter_falls_back_to_faulthandler(tmp_path):
                          text=True, timeout=20, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["['a'] __main__", "after"], out
-    assert "Current thread" in out.stderr or "Thread" in out.stderr, out.stderr
+    assert "Current thread" in out.stderr and f'File "{script}", line 3' in out.stderr, out.stderr  # the dump of where it was
 
 
 PDB_SCRIPT = textwrap.dedent("""\
