@@ -56,6 +56,8 @@ RELEASE_TEXT = ("connection to a peer was lost",)
 ENDED_WORDS = {OK: "done", ERROR: "raised", RELEASED: "released", DIED: "dead", NO_REPLY: "no reply"}
 #: a rank's answer for a cell aborted before it started there (rank.agent.CellAborted)
 NOT_STARTED = "CellAborted"
+#: the event put once the whole run has ended (after ``done`` is set), waking a reader that waits
+FINISHED = "finished"
 #: our core's PeerError for a peer whose host stopped acknowledging (down, or the network cut)
 _SILENT_PEER = re.compile(r"rank (\d+) \([^)]*\) stopped responding")
 
@@ -106,7 +108,8 @@ def _safe(fn: Any) -> Any:
 @dataclass
 class Event:
     """``kind`` is ``stream`` (payload: (name, text)), ``display``, ``result`` (payload: content),
-    ``debug`` (payload: (text, prompt or None, done), a rank's pdb session) or ``end``."""
+    ``debug`` (payload: (text, prompt or None, done), a rank's pdb session), ``end`` (a rank's), or
+    :data:`FINISHED` (rank -1: the run is over, ``done`` is set; the last event of a run)."""
 
     kind: str
     rank: int
@@ -365,6 +368,8 @@ class CellRun:
                 outcome.note = f"stopped ({own}) because {self.cause}" if self.cause else f"stopped ({own})"
         self.cluster.run_ended(self)
         self.done.set()
+        # wakes a reader that took the last end before `done` was set: it must not sleep out its poll
+        self.events.put(Event(FINISHED, -1))
 
     # ------------------------------------------------------------ reading
 
