@@ -10,6 +10,7 @@ from mlx_jupyter.launch import mpi
 from mlx_jupyter.launch.contract import MPIPlan
 from mlx_jupyter.launch.launch_config import LaunchConfig, interpreter_of
 from mlx_jupyter.launch.rankinfo import EXITED, KILLED, LOST, RankInfo, describe_exit, rank_prefix
+from mlx_jupyter.launch.streams import EndingNoise
 from mlx_jupyter.launch.where_ask import WhereAnswers
 
 #: how Python starts the line that names a module a rank could not import
@@ -37,6 +38,7 @@ class RankMonitor:
         self.mpi_plan: Optional[MPIPlan] = None
         self.mpi_output: Optional[mpi.TaggedOutput] = None
         self.where = WhereAnswers()           # the ranks' answers to SIGUSR1 (--where-on-signal)
+        self.noise = EndingNoise()            # MLX's ring errors, CPython's exit dump: one line at a rank's end
 
     def begin(self) -> None:
         """Start of the launch (on its loop): the event that is set once every rank has ended."""
@@ -48,6 +50,8 @@ class RankMonitor:
             return
         if stream == "stderr" and line.startswith(MISSING_MODULE):
             self.missing_modules.setdefault(rank, line[len(MISSING_MODULE):].strip())
+        if stream == "stderr" and self.noise.hold(rank, line):
+            return
         emit_line(self.config, self.size, rank, stream, line)
 
     def watch(self, rank: int, proc: Any) -> None:
@@ -59,6 +63,9 @@ class RankMonitor:
         code = await proc.wait()
         if self.mpi_output is not None:
             self.mpi_output.flush()
+        noise = self.noise.line(rank)
+        if noise is not None:
+            emit_line(self.config, self.size, rank, "stderr", noise)
         info = self.ranks[rank]
         info.returncode = code
         lost = getattr(proc, "lost_reason", None)

@@ -1,10 +1,50 @@
-"""Bytes from a rank's pipe in, text lines out (a partial line is flushed after a short silence)."""
+"""Bytes from a rank's pipe in, text lines out (a partial line is flushed after a short silence);
+the noise a failing rank prints while it ends, held and said in one line."""
 
 from __future__ import annotations
 
 import asyncio
 import codecs
+import re
 from typing import Callable, Optional
+
+#: what MLX's ring prints (once per retry) when its sockets are gone, e.g. after a peer was stopped
+RING_NOISE = re.compile(r"^\[ring\] (Socket \d+ was closed by the peer|(Sending to|Receiving from) socket \d+ "
+                        r"failed with errno \d+|Too many send/recv errors\. Failing pending tasks\.\.\.)$")
+#: CPython's dump of an exception it could not print at exit (its sys.stderr was gone)
+EXIT_DUMP = re.compile(r"^(object (address|refcount|type|type name|repr) *:.*|lost sys\.std(err|out))$")
+
+
+class EndingNoise:
+    """A rank's ending noise on stderr (MLX's ring socket errors, CPython's exit dump): :meth:`hold`
+    keeps it back, :meth:`line` says it in one line when the rank has ended."""
+
+    def __init__(self) -> None:
+        self.ring: dict[int, tuple[str, int]] = {}   # rank -> (first ring error, how many)
+        self.dumped: dict[int, str] = {}             # rank -> the repr of the exception CPython dumped
+
+    def hold(self, rank: int, line: str) -> bool:
+        """Whether ``line`` (of stderr) is noise, now held."""
+        text = line.strip()
+        if RING_NOISE.match(text):
+            first, n = self.ring.get(rank, (text, 0))
+            self.ring[rank] = (first, n + 1)
+            return True
+        if EXIT_DUMP.match(text):
+            if text.startswith("object repr"):
+                self.dumped[rank] = text.split(":", 1)[1].strip()
+            return True
+        return False
+
+    def line(self, rank: int) -> Optional[str]:
+        """The one line for ``rank``'s held noise (None: none), then forgotten."""
+        ring, dumped = self.ring.pop(rank, None), self.dumped.pop(rank, None)
+        parts = [f"{dumped} at exit"] if dumped else []
+        if ring:
+            first, n = ring
+            parts.append(f"{first}" + (f" (and {n - 1} more MLX ring socket errors like it)" if n > 1 else "")
+                         if not parts else f"after {n} MLX ring socket errors ({first})")
+        return "; ".join(parts) or None
 
 
 class LineSplitter:

@@ -403,3 +403,42 @@ def test_cli_one_rank_with_our_core():
     res = cli(["-n", "1", PY, "-c", code], timeout=60)
     assert res.returncode == 0, res.stderr
     assert res.stdout == "0 1 [1, 2, 3]\n"   # one rank: no [rank 0] prefix
+
+
+def test_ctrl_c_on_a_hung_mlx_collective_ends_with_one_line_per_rank(tmp_path):
+    """Rank 0 waits in MLX's all_sum for rank 1, which sleeps; Ctrl-C: rank 1 stops, rank 0's ring
+    fails. MLX's repeated socket errors and CPython's exit dump come as one line for rank 0."""
+    script = tmp_path / "hang.py"
+    script.write_text(textwrap.dedent("""\
+        import time
+        import mlx.core as mx
+        world = mx.distributed.init(backend="ring", strict=True)
+        print("ready", flush=True)
+        if world.rank() == 1:
+            time.sleep(120)
+        mx.eval(mx.distributed.all_sum(mx.ones(1 << 20), group=world))
+    """))
+    with LiveCLI(["-n", "2", "--backend", "ring", "--", PY, str(script)]) as run:
+        run.wait_for(r"^\[rank \d\] ready$", count=2, timeout=60)
+        run.proc.send_signal(signal.SIGINT)
+        code = run.finish(timeout=60)
+    err = run.streams["stderr"]
+    assert code != 0, run.text
+    rank0 = [line for line in err if line.startswith("[rank 0]")]
+    assert len(rank0) == 1, "\n".join(err)  # one line: the ring's errors and the exit dump, folded
+    assert not any("object address" in line or "lost sys.stderr" in line for line in err), "\n".join(err)
+    assert sum("[ring]" in line for line in err) <= 1, "\n".join(err)
+    assert err[-1].startswith("mlx-jupyter launch: rank "), "\n".join(err)  # the summary: how each rank ended
+
+
+def test_ending_noise_is_held_and_said_in_one_line():
+    from mlx_jupyter.launch.streams import EndingNoise
+
+    noise = EndingNoise()
+    assert not noise.hold(0, "a real error")
+    assert all(noise.hold(0, "[ring] Socket 4 was closed by the peer") for _ in range(3))
+    assert noise.line(0) == "[ring] Socket 4 was closed by the peer (and 2 more MLX ring socket errors like it)"
+    for line in ("object address  : 0x7f151e8e86a0", "object refcount : 2", "object type name: RuntimeError",
+                 "object repr     : RuntimeError('[ring] connection to a peer was lost')", "lost sys.stderr"):
+        assert noise.hold(1, line)
+    assert noise.line(1) == "RuntimeError('[ring] connection to a peer was lost') at exit" and noise.line(1) is None
