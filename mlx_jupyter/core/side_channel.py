@@ -20,7 +20,7 @@ from mlx_jupyter.launch.rank_env import RankEnv
 Gather = Callable[[bytes, int], bytes]
 Factory = Callable[[int, int], Gather]
 
-_NO_FACTORY = ("this MLX has no init(all_gather_factory=...) (MLX >= 0.31 has): pip install -U mlx, or set "
+_NO_FACTORY = ("this MLX has no init(all_gather_factory=...) (MLX 0.32.4 has): pip install -U mlx, or set "
                "MLX_JACCL_COORDINATOR to rank 0's ip:port (mlx-jupyter launch sets it)")
 
 

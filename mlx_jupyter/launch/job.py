@@ -24,7 +24,7 @@ from mlx_jupyter.launch.connections import HostConnections
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.net.ports import DEFAULT_STARTING_PORT
 from mlx_jupyter.launch.launch_config import ExitCallback, LaunchConfig, OutputCallback, rank_argv
-from mlx_jupyter.launch.local import LocalProcess
+from mlx_jupyter.launch.local import LocalProcess, refuse_unavailable
 from mlx_jupyter.launch.monitor import RankMonitor
 from mlx_jupyter.launch.rankinfo import RUNNING, RankInfo
 from mlx_jupyter.launch.remote import RemoteProcess
@@ -169,6 +169,8 @@ class Job:
         for note in await fill_addresses(c.backend, self.hosts, c.ssh_options):
             print(f"mlx-jupyter launch: {note}", file=sys.stderr)
         plans = self._plans()
+        if any(p.host.is_local for p in plans):
+            refuse_unavailable(c.backend)   # ranks on this machine; a remote host's ranks fail with MLX's message
         argv = self.monitor.argv = rank_argv(c.command, c.python, c.cwd)
         argv = self.monitor.where.boot(argv, c)
         if any(h.is_local for h in self.hosts):

@@ -15,6 +15,25 @@ from mlx_jupyter.launch.local_watchdog import LocalWatchdog
 from mlx_jupyter.launch.streams import LineSplitter, pump
 
 
+#: backends a machine may lack (the ring is built in; mpi's ranks are mpirun's to start)
+CHECKED_BACKENDS = ("nccl", "jaccl", "jaccl-ring")
+
+
+def refuse_unavailable(backend: str, rows: Optional[list[dict]] = None) -> None:
+    """LaunchError, in one line, when ``backend`` cannot run on this machine (``rows``: ``distributed.backends()``):
+    its ranks would start and fail later on MLX's message about another backend."""
+    if backend not in CHECKED_BACKENDS:
+        return
+    if rows is None:
+        from mlx_jupyter.distributed import backends
+
+        rows = backends()
+    row = next((r for r in rows if r["name"] == backend), None)
+    if row is not None and not row["available"]:
+        raise LaunchError(f"the {backend} backend cannot run on this machine ({row['detail']}): "
+                          f"see `mlx-jupyter doctor`")
+
+
 _SPAWN_LOCKS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]" = weakref.WeakKeyDictionary()
 
 
