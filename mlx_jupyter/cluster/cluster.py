@@ -23,6 +23,7 @@ import sys
 import time
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from mlx_jupyter.cluster.busy_listing import BusyListing
 from mlx_jupyter.cluster.cells.hub import CellHub
 from mlx_jupyter.cluster.controller_link import ControllerLink
 from mlx_jupyter.cluster.data import DataMover
@@ -157,6 +158,7 @@ class Cluster:
         self.startup = StartupSequence(self.link, self.table, self.backend, hub=lambda: self.hub)
         self.control = RankControl(self.link, self.table, self.startup, self.backend, self.rank_infos)
         self.supervisor = Supervisor(self.link, self.table, self.control, lambda: self.restart_advice)
+        self.busy_listing = BusyListing(lambda busy: self._publish(busy=busy) if self.running else None)
         self.processes = ClusterProcesses(self, self.table, self.link, self.startup, self.supervisor,
                                           started=self._publish)
         self.data = DataMover(self.link, self.table, self.supervisor)
@@ -220,6 +222,7 @@ class Cluster:
 
         A connected cluster (:meth:`connect`) is only disconnected: its owner keeps it running."""
         if self.owner is None:
+            self.busy_listing.close()
             self._unpublish()
             self.processes.stop(timeout)
             if self.allocation is not None:
@@ -503,8 +506,8 @@ class Cluster:
 
     def run_started(self, run: Any) -> None:
         self.supervisor.run_started(run)
-        if self.running:  # never list again a cluster stopped meanwhile
-            self._publish(busy=run.ranks)
+        if self.owner is None:   # listed running only if it lasts (busy_listing): a short cell writes nothing
+            self.busy_listing.started(run)
 
     def run_ended(self, run: Any) -> None:
         if run.first_error is not None:
@@ -512,8 +515,7 @@ class Cluster:
         if run.failed:  # what it left is looked at before the next cell (RankNamespaces.settle)
             self.table.unsettled = True
         self.supervisor.run_ended(run)
-        if self.running:
-            self._publish()
+        self.busy_listing.ended(run)
 
     def mark_busy(self, rank: int, request: Any) -> None:
         """``rank`` still runs ``request`` (anything with ``done()``): no new cell goes there until it ends."""
