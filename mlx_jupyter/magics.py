@@ -173,9 +173,12 @@ class MLXMagics(Magics):
 
         if args.cluster_id is not None and args.action != "connect":
             raise UsageError(f"%mlx_cluster {args.action} takes no cluster id (only connect does)")
+        if args.action in ("connect", "start") and _cluster is not None and _cluster.running:
+            _leave_if_gone()
         if args.action == "connect":
             if _cluster is not None and _cluster.running:
-                raise UsageError("this kernel already uses a cluster: %mlx_cluster stop first")
+                raise UsageError(f"this kernel already uses a cluster ({_cluster.cluster_id}): %mlx_cluster stop "
+                                 "first" + (" (it only disconnects)" if _cluster.owner is not None else ""))
             try:
                 cluster = Cluster.connect(args.cluster_id, timeout=args.timeout)
             except ClusterError as exc:
@@ -229,13 +232,20 @@ class MLXMagics(Magics):
                 return None
             raise UsageError("no cluster running: %mlx_cluster start")
         if args.action == "stop":
+            from mlx_jupyter.cluster.attach import owner_gone
+
             owner = _cluster.owner
+            gone = owner_gone(_cluster) if owner is not None else None
             _cluster.stop()
             _cluster = None
             where = ("with the MLX Cluster panel's Stop button" if owner and owner.get("owner") == "server" else
                      "in the notebook that started it, with %mlx_cluster stop")
-            print("cluster stopped" if owner is None else f"disconnected from {owner['id']}; it keeps running "
-                  f"(stop it {where})")
+            if owner is None:
+                print("cluster stopped")
+            elif gone:
+                print(f"disconnected from {owner['id']}, which no longer runs: {gone}")
+            else:
+                print(f"disconnected from {owner['id']}; it keeps running (stop it {where})")
         elif args.action == "restart":
             progress = _RanksProgressBar(_cluster.size, "restarting")
             t0 = time.perf_counter()
@@ -404,6 +414,19 @@ class MLXMagics(Magics):
         if args.into:
             self.shell.user_ns[args.into] = value
         return value
+
+
+def _leave_if_gone() -> None:
+    """A connected cluster that no longer runs (stopped by its owner, or the owner died) is left, saying so."""
+    global _cluster
+    from mlx_jupyter.cluster.attach import owner_gone
+
+    gone = owner_gone(_cluster) if _cluster is not None else None
+    if gone:
+        left = _cluster.cluster_id
+        _cluster.stop()
+        _cluster = None
+        print(f"left {left}, which no longer runs: {gone}")
 
 
 def slurm_kwargs(args: Any) -> dict[str, Any]:

@@ -111,6 +111,24 @@ def stopped_advice(cluster: Any) -> Optional[str]:
             "of your own or Cluster.connect() to another")
 
 
+def owner_gone(cluster: Any) -> Optional[str]:
+    """For a connected handle whose cluster no longer runs: why (its owner ended, or stopped it), else None."""
+    from mlx_jupyter.cluster import registry
+
+    owner = getattr(cluster, "owner", None)
+    if owner is None:
+        return None
+    pid = owner.get("owner_pid")
+    server = owner.get("owner") == "server"
+    if pid and not registry.pid_alive(pid):
+        who = "the Jupyter server that started it" if server else f"the kernel that started it (pid {pid})"
+        return f"{who} has ended, and the cluster with it"
+    if registry.entry(cluster.cluster_id) is None:
+        return ("it was stopped with the MLX Cluster panel's Stop button" if server else
+                "it was stopped where it was started (the MLX Cluster panel's Stop, or %mlx_cluster stop there)")
+    return None
+
+
 class RankWatch(threading.Thread):
     """Reports the death of a connected cluster's local ranks (by pid) to ``on_exit(rank, None)``;
     after one, and once the owner published the cluster again (it restarted the ranks), watches the

@@ -133,3 +133,55 @@ def test_a_cell_right_after_the_owners_restart_runs_on_the_new_ranks(tmp_path, m
             assert c.pull("pid") == [i.pid for i in own.engine_set.launcher.ranks]
         finally:
             c.stop()
+
+
+OWNER_SCRIPT = """
+import sys, time
+from mlx_jupyter.cluster import Cluster
+c = Cluster(n=1, timeout=60).start()
+print(c.cluster_id, flush=True)
+time.sleep(300)
+"""
+
+
+def test_stop_and_connect_after_the_owner_stopped_or_died(tmp_path, monkeypatch, capsys):
+    """A connected cluster that no longer runs: `stop` does not say it keeps running, and `connect`
+    to another one is not refused as if the dead one were in use (issue 30 §4.6)."""
+    import subprocess
+    import sys
+
+    from IPython.testing.globalipapp import get_ipython
+
+    from mlx_jupyter import magics
+
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
+    ip = get_ipython()
+    ip.run_line_magic("load_ext", "mlx_jupyter")
+    magics.set_current(None)
+    dying = subprocess.Popen([sys.executable, "-c", OWNER_SCRIPT], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path)})
+    try:
+        with Cluster(n=1, timeout=60) as stopped:
+            ip.run_line_magic("mlx_cluster", f"connect {stopped.cluster_id}")
+            stopped.stop()   # as the panel's Stop does: the owner stops it, the notebook stays connected
+            capsys.readouterr()
+            ip.run_line_magic("mlx_cluster", "stop")
+            out = capsys.readouterr().out
+            assert "keeps running" not in out and "no longer runs: it was stopped where it was started" in out, out
+        dying_id = dying.stdout.readline().strip()
+        assert dying_id.startswith("mlx-"), dying_id
+        ip.run_line_magic("mlx_cluster", f"connect {dying_id}")
+        dying.kill()   # the owning kernel dies
+        dying.wait(10)
+        with Cluster(n=1, timeout=60) as other:
+            capsys.readouterr()
+            ip.run_line_magic("mlx_cluster", f"connect {other.cluster_id}")   # not "already uses a cluster"
+            out = capsys.readouterr().out
+            assert f"left {dying_id}, which no longer runs: the kernel that started it (pid {dying.pid}) has ended" \
+                in out and f"connected to {other.cluster_id}" in out, out
+            ip.run_line_magic("mlx_cluster", "stop")
+            assert "keeps running" in capsys.readouterr().out  # this one does
+    finally:
+        magics.set_current(None)
+        if dying.poll() is None:
+            dying.kill()
