@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import weakref
 from typing import Any, Callable
 
@@ -317,6 +318,30 @@ def form_ring(env: RankEnv, ring: RingEnv | None = None, timeout: float | None =
     return CoreGroup(core, "ring", env.timeout)
 
 
+_NO_FACTORY = ("this MLX has no init(all_gather_factory=...) (MLX 0.32.4 has): pip install -U mlx, or set "
+               "MLX_JACCL_COORDINATOR to rank 0's ip:port (mlx-jupyter launch sets it)")
+
+
+def mlx_init(strict: bool, backend: str, factory: Any = None) -> Any:
+    """``mx.distributed.init`` for our backend names (``jaccl-ring``: MLX's jaccl with ``MLX_JACCL_RING``);
+    ``factory``: JACCL's side channel (``all_gather_factory``), jaccl only, as in MLX."""
+    import mlx.core as mx
+
+    if backend == "jaccl-ring":
+        os.environ.setdefault("MLX_JACCL_RING", "1")
+    name = "jaccl" if backend == "jaccl-ring" else backend
+    if factory is None:
+        return mx.distributed.init(strict=strict, backend=name)
+    if name != "jaccl":
+        raise ValueError(f"all_gather_factory works with the jaccl backend only (as in MLX), not {backend!r}")
+    try:
+        return mx.distributed.init(strict=strict, backend=name, all_gather_factory=factory)
+    except TypeError as exc:
+        if "all_gather_factory" not in str(exc) and "incompatible function arguments" not in str(exc):
+            raise
+        raise RuntimeError(_NO_FACTORY) from None
+
+
 def _hand_over(core: _core.Group, group_id: str) -> None:
     if recording.recording():
         recording.keep_orphans(recording.native_records(core, group_id, 0.0))
@@ -347,6 +372,11 @@ class MlxGroup(Group):
 
     def take_profile(self, offset: float) -> list[OpRecord]:
         return self.calls.take(offset)
+
+    @classmethod
+    def form(cls, backend: str, default_timeout: float = -1.0, factory: Any = None) -> "MlxGroup":
+        """MLX's group of ``backend`` (strict), JACCL's over ``factory``'s channel when one is given."""
+        return cls.wrap(mlx_init(True, backend, factory), backend, default_timeout)
 
     @classmethod
     def wrap(cls, g: Any, backend: str, default_timeout: float = -1.0) -> "MlxGroup":

@@ -9,7 +9,6 @@ group: each call must return every rank's ``n_bytes`` in rank order (``size * n_
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -19,10 +18,6 @@ from mlx_jupyter.launch.rank_env import RankEnv
 
 Gather = Callable[[bytes, int], bytes]
 Factory = Callable[[int, int], Gather]
-
-_NO_FACTORY = ("this MLX has no init(all_gather_factory=...) (MLX 0.32.4 has): pip install -U mlx, or set "
-               "MLX_JACCL_COORDINATOR to rank 0's ip:port (mlx-jupyter launch sets it)")
-
 
 def all_gather_factory(group: Any = None, *, timeout: Optional[float] = None) -> Factory:
     """A factory for ``init(backend="jaccl", all_gather_factory=...)`` whose gathers run on ``group``
@@ -85,21 +80,10 @@ def mlx_world(strict: bool = False, backend: str = "any", factory: Optional[Fact
               env: Optional[RankEnv] = None) -> Any:
     """``mx.distributed.init(strict, backend)``; JACCL bootstraps over our core's ring when no coordinator is set
     (or over ``factory``'s channel), and ``jaccl-ring`` is MLX's jaccl with ``MLX_JACCL_RING``."""
-    import mlx.core as mx
+
+    from mlx_jupyter.core.group import mlx_init
 
     env = env or rank_env.current()
     if factory is None and wants_side_channel(backend, env):
         factory = all_gather_factory()
-    if backend == "jaccl-ring":
-        os.environ.setdefault("MLX_JACCL_RING", "1")
-    name = "jaccl" if backend == "jaccl-ring" or (factory is not None and backend == "any") else backend
-    if factory is None:
-        return mx.distributed.init(strict=strict, backend=name)
-    if name != "jaccl":
-        raise ValueError(f"all_gather_factory works with the jaccl backend only (as in MLX), not {backend!r}")
-    try:
-        return mx.distributed.init(strict=strict, backend=name, all_gather_factory=factory)
-    except TypeError as exc:
-        if "all_gather_factory" not in str(exc) and "incompatible function arguments" not in str(exc):
-            raise
-        raise RuntimeError(_NO_FACTORY) from None
+    return mlx_init(strict, "jaccl" if factory is not None and backend == "any" else backend, factory)
