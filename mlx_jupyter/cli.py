@@ -49,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        print(f"mlx-jupyter: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
+        from mlx_jupyter.suggest import did_you_mean
+
+        print(f"mlx-jupyter: unknown command {name!r}{did_you_mean(name, COMMANDS)}\n\n{usage()}", file=sys.stderr)
         return 2
     try:
         module = importlib.import_module(COMMANDS[name][0])

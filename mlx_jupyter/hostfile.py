@@ -1,21 +1,24 @@
 """Hosts and hostfiles: parse, validate and write both JSON forms; ring port plans.
 
-Pure: no I/O beyond reading/writing the hostfile itself. A hostfile is either a
-plain JSON list of hosts or the object form
-``{"backend": "...", "envs": ["K=V"], "hosts": [...]}``; each host is
-``{"ssh": "name", "ips": ["10.0.0.1"], "rdma": [null, "rdma_en5"]}``.
+Pure: no I/O beyond reading/writing the hostfile itself (read through :mod:`mlx_jupyter.safe_read`,
+the one reader of every entry point). A hostfile is either a plain JSON list of hosts or the object
+form ``{"backend": "...", "envs": ["K=V"], "hosts": [...]}``; each host is
+``{"ssh": "name", "ips": ["10.0.0.1"], "rdma": [null, "rdma_en5"]}``. Unknown fields are ignored
+with one warning, as MLX ignores them; a near miss of a known one (``"ip"``) is refused.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence, Union
 
 from mlx_jupyter.net.hosts import format_addr, is_ip, runs_here
 from mlx_jupyter.net.ports import CORE_PORT_OFFSET, DEFAULT_STARTING_PORT
+from mlx_jupyter.suggest import typo_of
 
 RdmaEntry = Union[str, list[str], None]
 
@@ -45,6 +48,12 @@ def default_ranks_per_host(hosts_named: bool) -> int:
 # leading "-" that ssh would read as an option) is refused.
 _SSH_NAME = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9._+-]*@)?(?:[A-Za-z0-9_][A-Za-z0-9._-]*|\[?[0-9A-Fa-f:.]+(?:%[A-Za-z0-9_.-]+)?\]?)$")
 _ENV_KEY = re.compile(r"^[A-Za-z0-9_]+$")
+TOP_FIELDS = ("backend", "envs", "hosts")
+HOST_FIELDS = ("ssh", "ips", "rdma")
+#: JSON nesting a hostfile may have (it needs 5; annotations under unknown fields may add some)
+MAX_DEPTH = 32
+_short = reprlib.Repr()
+_short.maxstring, _short.maxother, _short.maxlevel = 40, 40, 3
 
 
 class HostfileError(ValueError):
@@ -70,11 +79,8 @@ class Host:
         return runs_here(self.ssh)
 
     def to_json(self) -> dict[str, Any]:
-        """The hostfile entry for this host."""
-        out: dict[str, Any] = {"ssh": self.ssh, "ips": list(self.ips)}
-        if self.rdma:
-            out["rdma"] = list(self.rdma)
-        return out
+        """The hostfile entry for this host: ``rdma`` always written (``[]`` for none), as MLX writes it."""
+        return {"ssh": self.ssh, "ips": list(self.ips), "rdma": list(self.rdma)}
 
 
 @dataclass
@@ -84,6 +90,8 @@ class Hostfile:
     hosts: list[Host]
     backend: str | None = None
     envs: list[str] = field(default_factory=list)
+    #: what reading it warned about (unknown fields ignored); not part of what it says
+    warnings: list[str] = field(default_factory=list, compare=False)
 
 
 def check_ssh_name(name: Any, where: str = "host") -> str:
@@ -155,27 +163,38 @@ def _parse_rdma(value: Any, where: str) -> list[RdmaEntry]:
         elif isinstance(dev, list) and dev and all(isinstance(d, str) and d for d in dev):
             out.append(list(dev))
         else:
-            raise HostfileError(f"{where}: rdma[{j}] must be null, a device name or a list of names, got {dev!r}")
+            raise HostfileError(f"{where}: rdma[{j}] must be null, a device name or a list of names, "
+                            f"got {_short.repr(dev)}")
     return out
 
 
-def _parse_host(entry: Any, where: str) -> Host:
+def _unknown(data: dict, known: Sequence[str], where: str) -> list[str]:
+    """The fields of ``data`` not in ``known`` (ignored, as MLX does); a near miss of a known one is refused."""
+    unknown = [key for key in data if key not in known]
+    for key in unknown:
+        if (meant := typo_of(key, known)) is not None:
+            raise HostfileError(f"{where}: unknown field {_short.repr(key)}: did you mean {meant!r}? "
+                                f"(the fields are {', '.join(known)}; others are ignored)")
+    return unknown
+
+
+def _parse_host(entry: Any, where: str, ignored: dict[str, list[int]], index: int) -> Host:
     if isinstance(entry, str):  # tolerate a bare name, like --hosts
         entry = {"ssh": entry}
     if not isinstance(entry, dict):
-        raise HostfileError(f"{where}: expected an object like {{\"ssh\": \"host1\", \"ips\": [...]}}, got {entry!r}")
-    unknown = set(entry) - {"ssh", "ips", "rdma"}
-    if unknown:
-        raise HostfileError(f"{where}: unknown field(s) {sorted(unknown)}; allowed: ssh, ips, rdma")
+        raise HostfileError(f"{where}: expected an object like {{\"ssh\": \"host1\", \"ips\": [...]}}, "
+                            f"got {_short.repr(entry)}")
+    for key in _unknown(entry, HOST_FIELDS, where):
+        ignored.setdefault(key, []).append(index)
     if "ssh" not in entry:
         raise HostfileError(f"{where}: missing the 'ssh' field (the name to ssh into)")
     name = check_ssh_name(entry["ssh"], f"{where} field 'ssh'")
     ips = entry.get("ips", [])
     if not isinstance(ips, list):
-        raise HostfileError(f"{where}: 'ips' must be a list of IP addresses, got {ips!r}")
+        raise HostfileError(f"{where}: 'ips' must be a list of IP addresses, got {_short.repr(ips)}")
     for j, ip in enumerate(ips):
         if not isinstance(ip, str) or not is_ip(ip):
-            raise HostfileError(f"{where}: ips[{j}] = {ip!r} is not an IP address")
+            raise HostfileError(f"{where}: ips[{j}] = {_short.repr(ip)} is not an IP address")
     return Host(name, list(ips), _parse_rdma(entry.get("rdma", []), where))
 
 
@@ -183,15 +202,14 @@ def parse_hostfile(data: Any, source: str = "hostfile") -> Hostfile:
     """Build a :class:`Hostfile` from decoded JSON (plain list or object form)."""
     backend: str | None = None
     envs: list[str] = []
+    top: list[str] = []
     if isinstance(data, dict):
-        unknown = set(data) - {"backend", "envs", "hosts"}
-        if unknown:
-            raise HostfileError(f"{source}: unknown top-level field(s) {sorted(unknown)}; allowed: backend, envs, hosts")
+        top = _unknown(data, TOP_FIELDS, f"{source}: the top level")
         if "hosts" not in data:
             raise HostfileError(f"{source}: the object form needs a 'hosts' list")
         backend = data.get("backend") or None
         if backend is not None and backend not in BACKENDS:
-            raise HostfileError(f"{source}: backend {backend!r} is not one of {', '.join(BACKENDS)}")
+            raise HostfileError(f"{source}: backend {_short.repr(backend)} is not one of {', '.join(BACKENDS)}")
         envs = data.get("envs", [])
         if not isinstance(envs, list) or not all(isinstance(e, str) for e in envs):
             raise HostfileError(f"{source}: 'envs' must be a list of \"KEY=VALUE\" strings")
@@ -201,31 +219,73 @@ def parse_hostfile(data: Any, source: str = "hostfile") -> Hostfile:
     if not data:
         raise HostfileError(f"{source}: the host list is empty")
     hosts = []
+    ignored: dict[str, list[int]] = {}
     for i, h in enumerate(data):
         try:
-            hosts.append(_parse_host(h, f"{source}: host {i} (rank {i})"))
+            hosts.append(_parse_host(h, f"{source}: host {i} (rank {i})", ignored, i))
         except HostfileError as exc:
             exc.entry = i
             raise
-    return Hostfile(hosts, backend, list(envs))
+    return Hostfile(hosts, backend, list(envs), _ignored_warning(source, top, ignored))
 
 
-def loads_hostfile(text: str, source: str = "hostfile") -> Hostfile:
-    """Parse hostfile JSON text."""
+def _ignored_warning(source: str, top: list[str], hosts: dict[str, list[int]]) -> list[str]:
+    """One warning naming the unknown fields ignored (at most 8 of them), or none."""
+    named = [f"{_short.repr(key)} (top level)" for key in top]
+    for key, where in hosts.items():
+        which = ", ".join(map(str, where[:4])) + (", ..." if len(where) > 4 else "")
+        named.append(f"{_short.repr(key)} (host{'s' if len(where) > 1 else ''} {which})")
+    if not named:
+        return []
+    more = f" and {len(named) - 8} more" if len(named) > 8 else ""
+    return [f"{source}: ignored unknown field(s) {', '.join(named[:8])}{more}, as MLX ignores them "
+            f"(a hostfile's fields: {', '.join(TOP_FIELDS)}; a host's: {', '.join(HOST_FIELDS)})"]
+
+
+def _too_deep(data: Any) -> bool:
+    """Whether ``data`` nests deeper than MAX_DEPTH (walked without recursion)."""
+    stack = [(data, 1)]
+    while stack:
+        value, level = stack.pop()
+        if isinstance(value, (list, dict)):
+            if level > MAX_DEPTH:
+                return True
+            stack.extend((v, level + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return False
+
+
+def decode_json(text: str, source: str = "hostfile") -> Any:
+    """The JSON data of a hostfile's text; a HostfileError naming ``source`` (never quoting the text)
+    when it is not JSON or nests deeper than any hostfile."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise HostfileError(f"{source}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
-    return parse_hostfile(data, source)
+    except ValueError:   # e.g. an integer longer than Python converts
+        raise HostfileError(f"{source}: not valid JSON (a number too long to read)") from None
+    except RecursionError:   # deeper than the JSON parser goes
+        raise HostfileError(f"{source}: not a hostfile (nested deeper than {MAX_DEPTH} levels)") from None
+    if _too_deep(data):
+        raise HostfileError(f"{source}: not a hostfile (nested deeper than {MAX_DEPTH} levels)")
+    return data
 
 
-def read_hostfile(path: str | Path) -> Hostfile:
-    """Read and parse a hostfile from disk."""
+def loads_hostfile(text: str, source: str = "hostfile") -> Hostfile:
+    """Parse hostfile JSON text."""
+    return parse_hostfile(decode_json(text, source), source)
+
+
+def read_hostfile(path: str | Path, timeout: float | None = None) -> Hostfile:
+    """Read and parse a hostfile from disk, as every entry point does: a regular file of at most
+    1 MiB, read within ``timeout`` seconds (default :data:`mlx_jupyter.safe_read.READ_TIMEOUT`)."""
+    from mlx_jupyter import safe_read
+
+    source = f"hostfile {str(path)!r}"
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise HostfileError(f"hostfile {str(path)!r}: cannot read it ({exc.strerror or exc})") from None
-    return loads_hostfile(text, f"hostfile {str(path)!r}")
+        text = safe_read.read_text(str(path), source, safe_read.READ_TIMEOUT if timeout is None else timeout)
+    except safe_read.FileRefused as exc:
+        raise HostfileError(str(exc)) from None
+    return loads_hostfile(text, source)
 
 
 def hostfile_path(hosts: Any) -> str | None:
@@ -259,6 +319,7 @@ def merge_settings(hostfile: Hostfile | None, source: str, backend: str | None =
     if hostfile is None:
         return LaunchSettings(backend or default_backend(), explicit)
     merged, notices = parse_env(hostfile.envs, f"{source} envs")
+    notices[:0] = hostfile.warnings
     if backend and hostfile.backend and backend != hostfile.backend:
         notices.append(f"{source} says backend {hostfile.backend!r}; using {backend!r} as given explicitly")
     for key, value in explicit.items():

@@ -41,7 +41,9 @@ examples:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    from mlx_jupyter.suggest import ArgumentParser
+
+    p = ArgumentParser(
         prog="mlx-jupyter config",
         description="Discover Thunderbolt cabling, plan addresses, set up the hosts and write a hostfile.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -82,11 +84,17 @@ def ssh_options(args: argparse.Namespace) -> Any:
     return options_from_args(args)
 
 
-def host_names(args: argparse.Namespace) -> list[str]:
-    """The ssh names from --hosts or --hostfile (validated by the launcher's hostfile module)."""
+def host_names(args: argparse.Namespace, err: TextIO | None = None) -> list[str]:
+    """The ssh names from --hosts or --hostfile (read as every entry point reads one; its warnings to ``err``)."""
     from mlx_jupyter import hostfile
 
-    hosts = hostfile.read_hostfile(args.hostfile).hosts if args.hostfile else hostfile.parse_host_list(args.hosts)
+    if args.hostfile:
+        read = hostfile.read_hostfile(args.hostfile)
+        hosts = read.hosts
+        for w in read.warnings:
+            (err or sys.stderr).write(f"warning: {w}\n")
+    else:
+        hosts = hostfile.parse_host_list(args.hosts)
     names = [h.ssh for h in hosts]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -123,7 +131,7 @@ def save_hostfile(data: dict, path: str | None, out: TextIO, err: TextIO, form: 
 
 async def configure(args: argparse.Namespace, runner: Runner, out: TextIO, err: TextIO) -> int:
     """The whole command once arguments are parsed; returns the exit code."""
-    names = host_names(args)
+    names = host_names(args, err)
     envs = env_items(args.env, err)
     commands = THUNDERBOLT_DISCOVERY if args.over == "thunderbolt" else ETHERNET_DISCOVERY
     try:

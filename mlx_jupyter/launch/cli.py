@@ -16,6 +16,7 @@ import sys
 from functools import partial
 from typing import Optional, Sequence
 
+from mlx_jupyter import limits
 from mlx_jupyter.net import ssh
 from mlx_jupyter.net.ports import CORE_PORT_OFFSET, DEFAULT_STARTING_PORT, free_port_block
 from mlx_jupyter.hostfile import (BACKENDS, HostfileError, default_ranks_per_host, merge_settings, parse_env,
@@ -26,26 +27,13 @@ from mlx_jupyter.launch.launch_config import local_script
 from mlx_jupyter.launch.job import LaunchConfig, make_job
 from mlx_jupyter.launch.rankinfo import rank_prefix
 from mlx_jupyter.launch.slurm import cli as slurm_cli
+from mlx_jupyter.suggest import ArgumentParser
 
 PROG = "mlx-jupyter launch"
 
 
 class CommandLineError(Exception):
     """Bad command line: printed with the usage hint, exit status 2."""
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
-
-
-def _port(text: str) -> int:
-    value = int(text)
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a port in 1..65535, got {text}")
-    return value
 
 
 EXAMPLES = f"""\
@@ -63,14 +51,14 @@ examples:
 
 def build_parser() -> argparse.ArgumentParser:
     """The option parser (options only: the command is split off before parsing)."""
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog=PROG, allow_abbrev=False,
         usage=f"{PROG} [options] [--] command [args...]",
         description="Run a command on every rank, locally, over ssh or under Slurm, with MLX's distributed environment.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--hosts", help="comma-separated hosts (an IP entry is also its IP; default: this machine)")
-    p.add_argument("-n", "--repeat-hosts", type=_positive, metavar="N",
+    p.add_argument("-n", "--repeat-hosts", type=limits.arg_type(limits.ranks_per_host, "-n"), metavar="N",
                    help="ranks per host, per node under Slurm (default: 1 per host named, as mlx.launch; "
                         "2 when none is named)")
     p.add_argument("--hostfile", help="JSON hostfile (list or {backend, envs, hosts}); overrides --hosts")
@@ -78,12 +66,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", action="append", default=[], metavar="K=V",
                    help="set an env var on every rank; a bare KEY passes this environment's value on")
     p.add_argument("--mpi-arg", action="append", default=[], metavar="A", help="extra mpirun argument(s)")
-    p.add_argument("--connections-per-ip", type=_positive, default=1, metavar="N", help="ring: connections per IP")
-    p.add_argument("-p", "--starting-port", type=_port, metavar="P",
+    p.add_argument("--connections-per-ip", type=limits.arg_type(limits.count, "--connections-per-ip",
+                                                                high=limits.MAX_CONNECTIONS_PER_IP),
+                   default=1, metavar="N", help="ring: connections per IP")
+    p.add_argument("-p", "--starting-port", type=limits.arg_type(limits.port, "-p"), metavar="P",
                    help=f"ring: first port, default {DEFAULT_STARTING_PORT}, or a free block when every rank runs "
                         f"here, or one derived from the job id under Slurm (our core also uses "
                         f"port+{CORE_PORT_OFFSET}); jaccl: coordinator port")
-    p.add_argument("--nccl-port", type=_port, default=12345, metavar="P", help="nccl rendezvous port")
+    p.add_argument("--nccl-port", type=limits.arg_type(limits.port, "--nccl-port"), default=12345, metavar="P",
+                   help="nccl rendezvous port")
     p.add_argument("--cwd", help="working directory on every host (default: this one, if it exists there)")
     p.add_argument("--python", default=sys.executable,
                    help="interpreter for a .py script and for a bare python/python3 command (default: this one)")
@@ -93,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--where-on-signal", action="store_true",
                    help="Python ranks answer SIGUSR1: `kill -USR1 <launcher pid>` prints the line and "
                         "collective each rank is in")
-    p.add_argument("--stdin-rank", type=int, metavar="R",
+    p.add_argument("--stdin-rank", type=limits.arg_type(limits.count, "--stdin-rank", low=0, high=1 << 20,
+                                                        what="a rank", example="0"), metavar="R",
                    help="send this terminal's stdin to rank R only (the others read EOF at once), e.g. to answer "
                         "rank R's breakpoint(); default: every rank gets a copy")
     p.add_argument("--bind-to", choices=binding.POLICIES, default="cores",
@@ -102,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "leave placement to the OS (e.g. for two jobs on one machine)")
     p.add_argument("--output", choices=("prefix", "raw"), help="prefix lines with [rank r] (default with >1 rank)")
     ssh.add_arguments(p)
-    slurm_cli.add_arguments(p, _positive)
+    slurm_cli.add_arguments(p, limits.arg_type(limits.count, "--nodes", high=limits.MAX_NODES))
     return p
 
 

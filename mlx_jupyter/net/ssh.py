@@ -16,13 +16,33 @@ import os
 import re
 import shlex
 import sys
+import warnings
 import weakref
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
+from mlx_jupyter import limits
+
 #: Environment variable names we export on a remote host.
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _asyncssh() -> Any:
+    """asyncssh, imported without the 5 ``CryptographyDeprecationWarning: DSA is deprecated`` (10
+    lines) it prints as it names cryptography's DSA classes; only that warning, from asyncssh's
+    modules, is silenced. Every use of asyncssh here imports it through this."""
+    if "asyncssh" not in sys.modules:
+        try:
+            from cryptography.utils import CryptographyDeprecationWarning
+        except ImportError:   # no cryptography: asyncssh cannot load either, and says so below
+            pass
+        else:
+            warnings.filterwarnings("ignore", message=r"DSA is deprecated", category=CryptographyDeprecationWarning,
+                                    module=r"asyncssh(\.|$)")
+    import asyncssh
+
+    return asyncssh
 
 
 class SSHError(RuntimeError):
@@ -107,10 +127,13 @@ def add_arguments(parser: Any, title: str = "ssh", connect_timeout: float = 10.0
     g.add_argument("--known-hosts", metavar="F",
                    help="known_hosts file instead of the config's UserKnownHostsFile (default ~/.ssh/known_hosts)")
     g.add_argument("-i", "--identity", action="append", metavar="F", help="private key file(s)")
-    g.add_argument("--connect-timeout", type=float, default=connect_timeout, metavar="S",
-                   help=f"ssh connect timeout (default {connect_timeout:g})")
+    g.add_argument("--connect-timeout", type=limits.arg_type(limits.seconds, "--connect-timeout",
+                                                              high=limits.MAX_SSH_SECONDS, example="10"),
+                   default=connect_timeout, metavar="S", help=f"ssh connect timeout (default {connect_timeout:g})")
     if keepalive:
-        g.add_argument("--keepalive-interval", type=float, default=1.0, metavar="S",
+        g.add_argument("--keepalive-interval", type=limits.arg_type(limits.seconds, "--keepalive-interval",
+                                                                     high=limits.MAX_SSH_SECONDS, example="1"),
+                       default=1.0, metavar="S",
                        help="ssh keepalive interval; a host silent for 4 intervals is declared lost")
 
 
@@ -190,8 +213,7 @@ def resolve(dest: str, opts: SSHOptions) -> Target:
     UserKnownHostsFile, else ~/.ssh/known_hosts{,2}; then its GlobalKnownHostsFile,
     else /etc/ssh/ssh_known_hosts{,2}. ``none`` names no file; missing files are skipped.
     """
-    import asyncssh
-
+    asyncssh = _asyncssh()
     kw = _connect_kwargs(dest, opts)
     config = {k: kw[k] for k in ("host", "config", "username", "port") if k in kw}
     try:  # config only: no keys loaded, nothing dialled
@@ -210,8 +232,7 @@ class HostKeys:
     """The known_hosts entries that vouch for one destination, and why a key was refused."""
 
     def __init__(self, dest: str, target: Target, accept_unknown: bool):
-        import asyncssh
-
+        asyncssh = _asyncssh()
         self.dest, self.target, self.accept_unknown = dest, target, accept_unknown
         self.changed_in: list[str] = []   # files that record a different key for the host
         self.name = target.host           # the name the key was looked up by (HostKeyAlias, else HostName)
@@ -270,7 +291,7 @@ def lost_reason(conn: Any) -> str | None:
 
 def _client_class(keys: HostKeys) -> Any:
     """The asyncssh client: records why a connection was lost; host keys judged by ``keys``."""
-    import asyncssh
+    asyncssh = _asyncssh()
 
     class Client(asyncssh.SSHClient):
         def connection_made(self, conn: Any) -> None:
@@ -291,8 +312,7 @@ def _client_class(keys: HostKeys) -> Any:
 
 def describe_error(dest: str, exc: BaseException, opts: SSHOptions, keys: HostKeys | None = None) -> SSHError:
     """Turn an asyncssh/OS error into an :class:`SSHError` that says what to do."""
-    import asyncssh
-
+    asyncssh = _asyncssh()
     if isinstance(exc, asyncssh.HostKeyNotVerifiable):
         if keys is not None:
             return keys.refusal(exc.reason)
@@ -334,8 +354,7 @@ async def connect(dest: str, opts: SSHOptions | None = None, *, _tunnel: Any = N
     ProxyJump hops are connected here too (not by asyncssh), so every hop's
     host key is checked against the files OpenSSH would use for that hop.
     """
-    import asyncssh
-
+    asyncssh = _asyncssh()
     opts = opts or SSHOptions()
     target = resolve(dest, opts)
     keys = HostKeys(dest, target, opts.accept_unknown_hosts)

@@ -1,34 +1,34 @@
 """The panel's hostfile field: a file under the server's root directory, read off the event loop.
 
 The path is confined to the root the server serves (as the contents API is: no ``..`` out of it,
-no symlink out of it, no hidden file unless the contents manager allows them). The file must be
-a regular file of at most ``MAX_BYTES``, read in a thread of its own within ``READ_TIMEOUT``: a
-FIFO, a device or a hung network mount must not freeze the server. Errors name the file and the
-field, never what the file holds. The checked text is copied to a private file, so that what the
+no symlink out of it, no hidden file unless the contents manager allows them). The file is read
+as every entry point reads a hostfile (:mod:`mlx_jupyter.safe_read`: a regular file of at most
+``MAX_BYTES``, opened non-blocking), in a thread of its own within ``READ_TIMEOUT``: a FIFO, a
+device or a hung network mount must not freeze the server. Errors name the file and the field,
+never what the file holds. The checked text is copied to a private file, so that what the
 cluster reads later is what was checked.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
-import stat
 import tempfile
 import threading
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from mlx_jupyter.hostfile import Hostfile, HostfileError, parse_hostfile
+from mlx_jupyter.hostfile import Hostfile, HostfileError, decode_json, parse_hostfile
+from mlx_jupyter.safe_read import MAX_BYTES, READ_TIMEOUT, FileRefused, read_now
 from mlx_jupyter.server.requests import RequestError
 
-#: the largest hostfile read (a hostfile of 64 hosts with RDMA matrices is a few KiB)
-MAX_BYTES = 1 << 20
-#: seconds a read may take (a local file takes milliseconds)
-READ_TIMEOUT = 5.0
-#: reads at a time; a read stuck in the kernel (a hung mount) keeps its thread until it returns
+__all__ = ["MAX_BYTES", "READ_TIMEOUT", "READERS", "CheckedHostfile", "HostfileReader"]
+
+#: reads that outlived their timeout and still hold their thread (stuck in the kernel: a hung
+#: mount) before new reads are refused; reads that are merely running at once are not limited
 READERS = 2
 FIELD = "hostfile"
 
@@ -49,8 +49,9 @@ class HostfileReader:
         self.root = os.path.realpath(os.path.expanduser(root_dir))
         self.allow_hidden = allow_hidden
         self.timeout = timeout
-        self._busy = 0
+        self._hung = 0                      # reads given up on whose thread has not returned yet
         self._copies: Optional[str] = None   # a private dir (0700), made at the first copy
+        self._closed = False
 
     @property
     def root_path(self) -> "Path":
@@ -71,21 +72,21 @@ class HostfileReader:
     async def read(self, name: str) -> CheckedHostfile:
         """Check, read and parse the hostfile ``name``; RequestError (naming it) when it is not one."""
         path = self.locate(name)
-        if self._busy >= READERS:
-            raise RequestError(FIELD, f"{name!r}: earlier hostfile reads are still hanging (a FIFO or a hung "
+        if self._hung >= READERS:
+            raise RequestError(FIELD, f"{name!r}: {self._hung} earlier hostfile reads are still hanging (a hung "
                                       "network mount?); try again later, with a regular local file")
-        self._busy += 1
         fut = _in_thread(self._read, name, path)
-        fut.add_done_callback(self._done)   # the thread is counted until it really returns
         try:
             text = await asyncio.wait_for(asyncio.shield(fut), self.timeout)
         except asyncio.TimeoutError:
-            raise RequestError(FIELD, f"{name!r} could not be read within {self.timeout:g} s (a FIFO, a device "
-                                      "or a hung network mount?); give a regular local file") from None
+            self._hung += 1   # counted until its thread really returns
+            fut.add_done_callback(self._unhung)
+            raise RequestError(FIELD, f"{name!r} could not be read within {self.timeout:g} s (a device or a "
+                                      "hung network mount?); give a regular local file") from None
         return CheckedHostfile(name, _parse(name, text), self._copy(name, text))
 
-    def _done(self, fut: "asyncio.Future[str]") -> None:
-        self._busy -= 1
+    def _unhung(self, fut: "asyncio.Future[str]") -> None:
+        self._hung -= 1
         if not fut.cancelled():
             fut.exception()   # retrieved: a read that ended after its request gave up is not an error
 
@@ -98,35 +99,19 @@ class HostfileReader:
         if not self.allow_hidden and _hidden(real, self.root):
             raise RequestError(FIELD, f"{name!r} is hidden (or in a hidden directory); the server does not "
                                       "serve hidden files")
-        try:   # O_NONBLOCK: opening a FIFO must not wait for a writer
-            fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
-        except OSError as exc:
-            raise RequestError(FIELD, f"{name!r}: cannot open it ({exc.strerror or type(exc).__name__})") from None
         try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise RequestError(FIELD, f"{name!r} is not a regular file")
-            if st.st_size > MAX_BYTES:
-                raise RequestError(FIELD, f"{name!r} is larger than {MAX_BYTES // 1024} KiB: not a hostfile")
-            chunks, size = [], 0
-            while size <= MAX_BYTES and (chunk := os.read(fd, MAX_BYTES + 1 - size)):
-                chunks.append(chunk)
-                size += len(chunk)
-        except OSError as exc:
-            raise RequestError(FIELD, f"{name!r}: cannot read it ({exc.strerror or type(exc).__name__})") from None
-        finally:
-            os.close(fd)
-        data = b"".join(chunks)
-        if len(data) > MAX_BYTES:
-            raise RequestError(FIELD, f"{name!r} is larger than {MAX_BYTES // 1024} KiB: not a hostfile")
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise RequestError(FIELD, f"{name!r} is not UTF-8 text: not a hostfile") from None
+            return read_now(real, repr(name))
+        except FileRefused as exc:
+            raise RequestError(FIELD, str(exc)) from None
 
     def _copy(self, name: str, text: str) -> str:
+        if self._closed:   # the server is shutting down: nothing may be left behind
+            raise RequestError(FIELD, "the server is shutting down")
         if self._copies is None:
             self._copies = tempfile.mkdtemp(prefix="mlx-jupyter-server-")
+            # also at the interpreter's exit: jupyter_server (2.x) never calls a module extension's
+            # unload hook, so a server stopped while a cluster starts would leave the copy behind
+            self._finalizer = weakref.finalize(self, shutil.rmtree, self._copies, True)
         fd, path = tempfile.mkstemp(dir=self._copies, suffix="-" + os.path.basename(name)[-64:])
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
@@ -143,8 +128,9 @@ class HostfileReader:
 
     def close(self) -> None:
         """Remove every copy (a read still hanging keeps its daemon thread, which never blocks exit)."""
+        self._closed = True
         if self._copies is not None:
-            shutil.rmtree(self._copies, ignore_errors=True)
+            self._finalizer()
 
 
 def _in_thread(fn: Callable[..., Any], *args: Any) -> "asyncio.Future[Any]":
@@ -184,11 +170,9 @@ def _hidden(path: str, root: str) -> bool:
 def _parse(name: str, text: str) -> Hostfile:
     """The parsed hostfile; a refusal says where it is wrong without quoting it."""
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise RequestError(FIELD, f"{name!r} is not valid JSON (line {exc.lineno}, column {exc.colno})") from None
-    except RecursionError:
-        raise RequestError(FIELD, f"{name!r} is not a hostfile (nested too deeply)") from None
+        data = decode_json(text, repr(name))   # its messages quote nothing of the text
+    except HostfileError as exc:
+        raise RequestError(FIELD, str(exc)) from None
     try:
         return parse_hostfile(data, f"hostfile {name!r}")
     except HostfileError as exc:

@@ -73,11 +73,11 @@ class ClusterManager:
         default ranks per host; ``backend`` None: the hostfile's, else the default (see Cluster).
         A bad hostfile is a `RequestError` naming it (nothing starts)."""
         checked = await self.hostfiles.read(hostfile) if hostfile is not None else None
-        if checked is not None:
-            check_total(n or default_ranks_per_host(True), len(checked.hostfile.hosts), "hostfile")
         extra = {} if backend is None else {"backend": backend}
         kwargs = dict(n=n, hosts=hosts, hostfile=checked.copy if checked else None, timeout=self.start_timeout, **extra)
-        try:
+        try:   # from here on, a refusal removes the hostfile's copy
+            if checked is not None:
+                check_total(n or default_ranks_per_host(True), len(checked.hostfile.hosts), "hostfile")
             cluster = await asyncio.get_running_loop().run_in_executor(None, lambda: self.factory(**kwargs))
         except BaseException:
             self.hostfiles.forget(checked.copy if checked else None)

@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 import jsonschema
 
+from mlx_jupyter import limits
 from mlx_jupyter.hostfile import BACKENDS, HostfileError, check_ssh_name, default_ranks_per_host
 
 #: ranks one start may ask for in all (ranks per host x hosts)
@@ -25,7 +26,7 @@ SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        "n": {"type": "integer", "minimum": 1, "maximum": MAX_RANKS},
+        "n": {"type": "integer"},   # its range: limits.count, as for -n on the command line
         "hosts": {"anyOf": [
             {"type": "null"},
             {"type": "string", "maxLength": MAX_RANKS * (_NAME_MAX + 1)},
@@ -86,12 +87,22 @@ def parse_start(body: bytes) -> StartRequest:
                                + ", ".join(FIELDS) + ")")
         field = str(error.absolute_path[0]) if error.absolute_path else "body"
         raise RequestError(field, FIELDS.get(field, "not valid"))
-    req = StartRequest(None if data.get("n") is None else int(data["n"]), _hosts(data.get("hosts")), data.get("hostfile") or None,
+    req = StartRequest(_n(data.get("n")), _hosts(data.get("hosts")), data.get("hostfile") or None,
                        data.get("backend") or None)
     if req.hosts and req.hostfile:
         raise RequestError("hostfile", "give hosts or a hostfile, not both (the hostfile lists the hosts)")
     check_total(req.n or default_ranks_per_host(bool(req.hosts)), len(req.hosts or [None]), "hosts")
     return req
+
+
+def _n(value: Any) -> Optional[int]:
+    """Ranks per host, checked as every entry point checks ``-n``; None for the default."""
+    if value is None:
+        return None
+    try:
+        return limits.count("n", int(value), MAX_RANKS, what="ranks per host")
+    except limits.OptionError:
+        raise RequestError("n", FIELDS["n"]) from None
 
 
 def _hosts(value: Any) -> Optional[list[str]]:

@@ -64,13 +64,18 @@ def test_rdma_may_list_several_devices():
     ("{", "not valid JSON"),
     ("[]", "empty"),
     ("42", "expected a JSON list"),
-    ('{"hosts": [], "x": 1}', "unknown top-level"),
+    ('{"hosts": [{"ssh": "a"}], "host": 1}', "the top level: unknown field 'host': did you mean 'hosts'"),
     ('{"backend": "tcp", "hosts": [{"ssh": "a"}]}', "backend 'tcp'"),
     ('[{"ips": ["1.2.3.4"]}]', "missing the 'ssh' field"),
     ('[{"ssh": "a", "ips": ["nope"]}]', r"ips\[0\]"),
     ('[{"ssh": "a", "ips": "1.2.3.4"}]', "'ips' must be a list"),
     ('[{"ssh": "a", "rdma": [1]}]', r"rdma\[0\]"),
-    ('[{"ssh": "a", "colour": "red"}]', "unknown field"),
+    ('[{"ssh": "a", "ipz": ["1.2.3.4"]}]', "host 0 .*: unknown field 'ipz': did you mean 'ips'"),
+    ('[{"ssh": "a", "RDMA": []}]', "did you mean 'rdma'"),
+    ('{"hosts": [{"ssh": "a"}], "envv": []}', "did you mean 'envs'"),
+    ('[' * 100000, "nested deeper than"),
+    ('[' * 40 + ']' * 40, "nested deeper than"),
+    ('1' * 5000, "not valid JSON"),
     ('{"envs": "A=1", "hosts": [{"ssh": "a"}]}', "'envs'"),
 ])
 def test_malformed_hostfiles_name_the_field(text, match):
@@ -79,7 +84,7 @@ def test_malformed_hostfiles_name_the_field(text, match):
 
 
 def test_read_missing_file(tmp_path):
-    with pytest.raises(HostfileError, match="cannot read"):
+    with pytest.raises(HostfileError, match="nope.json': cannot open it"):
         read_hostfile(tmp_path / "nope.json")
 
 
