@@ -14,6 +14,7 @@ from typing import Any, Optional
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from mlx_jupyter import limits
 from mlx_jupyter.magic_help import (CLUSTER_ACTIONS, cluster_action_help, cluster_actions_text, help_without_body,
                                    plain_help)
 from mlx_jupyter.cluster.cells.text import MODES, format_bytes, parse_targets
@@ -52,6 +53,22 @@ class UsageError(Exception):
 
     def _render_traceback_(self) -> list[str]:
         return [f"\x1b[0;31mUsageError\x1b[0m: {self}"]
+
+
+def _parse(magic: Any, line: str) -> Any:
+    """``magic``'s options from ``line``; a line the shell cannot split (an unclosed quote) is a UsageError."""
+    from IPython.core.error import UsageError as ParseError
+
+    try:
+        return parse_argstring(magic, line)
+    except ValueError as exc:   # shlex: "No closing quotation", "No escaped character"
+        raise UsageError(f"cannot split the options {line.strip()[:80]!r} into words ({exc}): "
+                         "close the quote, or escape it with a backslash") from None
+    except ParseError as exc:   # argparse's: one kind of usage error for every mistake
+        raise UsageError(str(exc)) from None
+
+
+_SECONDS = limits.arg_type(limits.seconds, "--timeout", example="60")
 
 
 class _RanksProgressBar:
@@ -131,7 +148,7 @@ class MLXMagics(Magics):
     @argument("cluster_id", nargs="?", default=None,
               help="connect: the cluster to use (as the MLX Cluster panel lists it; default: the only one)")
     @argument("-h", "--help", action="store_true", help="show the action's options")
-    @argument("-n", "--repeat-hosts", type=int, default=None,
+    @argument("-n", "--repeat-hosts", type=limits.arg_type(limits.ranks_per_host, "-n"), default=None,
               help="ranks per host (default: 1 per host named, as mlx.launch; 2 when none is named)")
     @argument("--hosts", default=None, help="comma-separated hosts (default 127.0.0.1)")
     @argument("--hostfile", default=None, help="JSON hostfile (instead of --hosts)")
@@ -140,7 +157,7 @@ class MLXMagics(Magics):
     @argument("--python", default=None, help="interpreter on the ranks")
     @argument("--env", action="append", default=[], metavar="K=V", help="environment for every rank (repeatable)")
     @argument("--cwd", default=None, help="working directory on every rank")
-    @argument("--timeout", type=float, default=60.0, help="seconds to wait for the ranks")
+    @argument("--timeout", type=_SECONDS, default=60.0, help="seconds to wait for the ranks")
     @argument("--bind-to", default="cores", choices=["cores", "none"],
               help="cores (default): each rank on this machine runs on its own share of its CPUs; none")
     @argument("--clean", action="store_true",
@@ -152,9 +169,12 @@ class MLXMagics(Magics):
     @argument("--ssh-config", action="append", metavar="F", help="ssh: ssh_config file(s) instead of ~/.ssh/config")
     @argument("--known-hosts", metavar="F", help="ssh: known_hosts file instead of ~/.ssh/known_hosts")
     @argument("-i", "--identity", action="append", metavar="F", help="ssh: private key file(s)")
-    @argument("--connect-timeout", type=float, default=10.0, metavar="S", help="ssh: connect timeout (default 10)")
+    @argument("--connect-timeout", type=limits.arg_type(limits.seconds, "--connect-timeout", high=limits.MAX_SSH_SECONDS,
+                                                         example="10"),
+              default=10.0, metavar="S", help="ssh: connect timeout (default 10)")
     @argument("--slurm", action="store_true", help="the ranks as Slurm tasks (-n: ranks per node), the controller here")
-    @argument("--nodes", type=int, default=None, metavar="N", help="Slurm: nodes (default 1)")
+    @argument("--nodes", type=limits.arg_type(limits.count, "--nodes", high=limits.MAX_NODES), default=None,
+              metavar="N", help="Slurm: nodes (default 1)")
     @argument("--partition", default=None, metavar="P", help="Slurm: partition")
     @argument("--time", default=None, metavar="T", help="Slurm: time limit (30, 1:00:00, 1-0)")
     @argument("--account", default=None, metavar="A", help="Slurm: account")
@@ -165,7 +185,7 @@ class MLXMagics(Magics):
     def mlx_cluster(self, line: str) -> Any:
         """Start, stop, restart or show the MLX cluster of this kernel."""
         global _cluster
-        args = parse_argstring(self.mlx_cluster, line)
+        args = _parse(self.mlx_cluster, line)
         if args.action is None or args.action == "help" or args.help:
             self._cluster_help(args.cluster_id if args.action == "help" else args.action)
             return None
@@ -299,7 +319,7 @@ class MLXMagics(Magics):
     @argument("--targets", "-t", default="all", help="ranks to run on: all, 0, 0,2, 1-3, :2")
     @argument("--block", dest="block", action="store_true", default=True, help="wait and show output (default)")
     @argument("--noblock", dest="block", action="store_false", help="return a CellRun at once")
-    @argument("--timeout", type=float, default=None, help="interrupt every rank after S seconds")
+    @argument("--timeout", type=_SECONDS, default=None, help="interrupt every rank after S seconds")
     @argument("--output", choices=MODES, default="grouped", help="grouped (default), rank or raw")
     @argument("--no-init", dest="init", action="store_false", default=True,
               help="do not define mx/world/group on the ranks first (nor mend them after an abort)")
@@ -311,7 +331,7 @@ class MLXMagics(Magics):
         from mlx_jupyter.cluster import ClusterError
         from mlx_jupyter.cluster.cells.display import show_run
 
-        args = parse_argstring(self.mlx_distributed, line)
+        args = _parse(self.mlx_distributed, line)
         if args.help:
             print(plain_help(self.mlx_distributed.parser.format_help()), end="")
             return None
@@ -339,7 +359,8 @@ class MLXMagics(Magics):
         return None
 
     @magic_arguments()
-    @argument("rank", nargs="?", type=int, default=None,
+    @argument("rank", nargs="?", type=limits.arg_type(limits.count, "%mlx_debug", low=0, high=1 << 20, what="a rank",
+                                                      example="0"), default=None,
               help="the rank to debug (default: the first rank that raised in the last failed cell)")
     @argument("-c", "--commands", default="", metavar="COMMANDS",
               help='pdb commands separated by ";" run without prompting, e.g. -c "p locals(); where"')
@@ -349,7 +370,7 @@ class MLXMagics(Magics):
         from mlx_jupyter.cluster import ClusterError
         from mlx_jupyter.cluster.cells.display import show_run
 
-        args = parse_argstring(self.mlx_debug, line)
+        args = _parse(self.mlx_debug, line)
         cluster = self._need_cluster()
         try:
             commands = args.commands
@@ -373,7 +394,7 @@ class MLXMagics(Magics):
     @line_magic
     def mlx_push(self, line: str) -> None:
         """Send notebook variables to the ranks: ``%mlx_push x y`` or ``%mlx_push w=weights``."""
-        args = parse_argstring(self.mlx_push, line)
+        args = _parse(self.mlx_push, line)
         cluster = self._need_cluster()
         ns = {}
         for item in args.names:
@@ -397,7 +418,7 @@ class MLXMagics(Magics):
     @line_magic
     def mlx_pull(self, line: str) -> Any:
         """Fetch a variable from the ranks: a list in rank order (``--gather``: concatenated)."""
-        args = parse_argstring(self.mlx_pull, line)
+        args = _parse(self.mlx_pull, line)
         cluster = self._need_cluster()
         from mlx_jupyter.cluster import ClusterError
 

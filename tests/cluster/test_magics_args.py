@@ -123,7 +123,7 @@ def test_slurm_flags_become_cluster_arguments(start):
     ("start --nodes 2", "--nodes only mean something with --slurm"),
     ("start --keep-allocation", "--keep-allocation only mean something with --slurm"),
     ("start --slurm --hosts a,b", "no --hosts or --hostfile"),
-    ("start --slurm --nodes 0", "nodes must be at least 1"),
+    ("start --slurm --nodes 0", "argument --nodes: '0' must be a whole number from 1 to 65536"),
 ])
 def test_slurm_flags_misused_are_usage_errors(monkeypatch, line, message):
     monkeypatch.setattr(magics, "_cluster", None)
