@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import os
+import threading
 import time
 from typing import Any, Optional
 
@@ -343,6 +344,7 @@ class MLXMagics(Magics):
         if args.profile and not args.block:
             raise UsageError("--profile shows the profile after the cell: use it without --noblock "
                              "(or Cluster.run(code, profile=True), then Cluster.profile())")
+        timeout = _wait_for_owner_cell(cluster, targets, args.timeout)
         try:
             run = cluster.run(cell, targets, init=args.init, profile=args.profile)
         except ClusterError as exc:
@@ -350,7 +352,7 @@ class MLXMagics(Magics):
         if not args.block:
             return run
         try:
-            show_run(run, args.output, args.timeout)
+            show_run(run, args.output, timeout)
         finally:
             if args.profile:
                 from mlx_jupyter.cluster.cells.profile_view import show_profile
@@ -435,6 +437,33 @@ class MLXMagics(Magics):
         if args.into:
             self.shell.user_ns[args.into] = value
         return value
+
+
+def _wait_for_owner_cell(cluster: Any, targets: list[int], timeout: Optional[float]) -> Optional[float]:
+    """A connected notebook whose ranks run the owner's cell: say so at once, then wait for it to end
+    (at most ``timeout`` s: the cell is then not sent, and the owner's cell goes on). The timeout left."""
+    from mlx_jupyter.cluster.attach import owner_cell_holding
+
+    if cluster.owner is None:
+        return timeout
+    held = owner_cell_holding(cluster, targets)
+    if held is None:
+        return timeout
+    print(f"waiting: {held}; this cell runs once it ends "
+          f"({f'or gives up after --timeout {timeout:g} s' if timeout is not None else 'interrupt to give up'})",
+          flush=True)
+    t0 = time.monotonic()
+    deadline = None if timeout is None else t0 + timeout
+    pause = threading.Event()  # never set: a bounded wait between two looks at the owner's listing
+    try:
+        while held is not None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise UsageError(f"the cell did not run: {held}, and it did not end within --timeout {timeout:g} s")
+            pause.wait(0.2)
+            held = owner_cell_holding(cluster, targets)
+    except KeyboardInterrupt:
+        raise UsageError(f"the cell did not run (interrupted while waiting: {held})") from None
+    return None if timeout is None else max(timeout - (time.monotonic() - t0), 0.1)
 
 
 def _leave_if_gone() -> None:

@@ -129,6 +129,24 @@ def owner_gone(cluster: Any) -> Optional[str]:
     return None
 
 
+def owner_cell_holding(cluster: Any, ranks: Any) -> Optional[str]:
+    """For a connected handle: which of ``ranks`` run a cell of the owner now, whose and since when
+    (the owner lists its cells that last: :mod:`.busy_listing`); None when none does."""
+    from mlx_jupyter.cluster import registry
+    from mlx_jupyter.cluster.cells.text import rank_label
+
+    owner = getattr(cluster, "owner", None)
+    entry = registry.entry(cluster.cluster_id) if owner is not None else None
+    busy = sorted(set(entry.get("busy") or []) & set(ranks)) if entry else []
+    if not busy:
+        return None
+    since = float(entry.get("published") or time.time())
+    who = f"the {entry.get('owner', 'process')} with pid {entry.get('owner_pid', '?')}"
+    return (f"{rank_label(busy)} {'is' if len(busy) == 1 else 'are'} running a cell of {who} (the notebook that "
+            f"started {cluster.cluster_id}) since {time.strftime('%H:%M:%S', time.localtime(since))}, "
+            f"{max(time.time() - since, 0):.0f} s ago")
+
+
 class RankWatch(threading.Thread):
     """Reports the death of a connected cluster's local ranks (by pid) to ``on_exit(rank, None)``;
     after one, and once the owner published the cluster again (it restarted the ranks), watches the

@@ -185,3 +185,38 @@ def test_stop_and_connect_after_the_owner_stopped_or_died(tmp_path, monkeypatch,
         magics.set_current(None)
         if dying.poll() is None:
             dying.kill()
+
+
+def test_a_connected_cell_on_busy_ranks_says_whose_cell_holds_them_and_honours_timeout(owner, capsys):
+    """The owner's cell holds the ranks: the connected notebook says so at once (whose, since when),
+    gives up after --timeout without sending its cell, and the owner's cell goes on (issue 30 §4.1)."""
+    from IPython.testing.globalipapp import get_ipython
+
+    from mlx_jupyter import magics
+    from mlx_jupyter.cluster import registry
+
+    ip = get_ipython()
+    ip.run_line_magic("load_ext", "mlx_jupyter")
+    magics.set_current(None)
+    try:
+        ip.run_line_magic("mlx_cluster", f"connect {owner.cluster_id}")
+        held = owner.run("import time\ntime.sleep(6)\nheld = 'done'")
+        deadline = time.monotonic() + 10   # the owner lists a cell once it has run 0.3 s
+        while not (registry.entry(owner.cluster_id) or {}).get("busy") and time.monotonic() < deadline:
+            held.done.wait(0.05)
+        capsys.readouterr()
+        t0 = time.monotonic()
+        with pytest.raises(magics.UsageError, match=r"the cell did not run: ranks 0-1 are running a cell of the "
+                           rf"kernel with pid {os.getpid()} .*since \d\d:\d\d:\d\d.*within --timeout 1 s"):
+            ip.run_cell_magic("mlx_distributed", "--timeout 1", "mine = 1")
+        took = time.monotonic() - t0
+        assert took < 4, f"gave up only after {took:.1f} s"   # 1 s asked; the margin is for a loaded machine
+        out = capsys.readouterr().out
+        assert out.startswith("waiting: ranks 0-1 are running a cell of the kernel with pid"), out
+        assert held.wait(30) and not held.failed, "the owner's cell was disturbed"
+        assert owner.pull("held") == ["done", "done"]
+        ip.run_cell_magic("mlx_distributed", "--timeout 20", "mine = 2")   # free again: runs at once
+        assert owner.pull("mine") == [2, 2]
+        ip.run_line_magic("mlx_cluster", "stop")
+    finally:
+        magics.set_current(None)
