@@ -53,7 +53,8 @@ def test_doc_blocks_run_as_written(doc: str, tmp_path: Path) -> None:
     outcome = run_doc(doc, tmp_path)
     if doc == "README.md":
         assert "rank 0: [3.0, 3.0, 3.0, 3.0]" in outcome.of("%%mlx_distributed")
-        assert outcome.of("from mlx_jupyter import Cluster").strip() == "[[2.0, 4.0], [2.0, 4.0]]"
+        assert outcome.of("from mlx_jupyter import Cluster").strip() == ("['[2.0, 4.0]', '[2.0, 4.0]']\n"
+                                                                         "[[2.0, 4.0], [2.0, 4.0]]")
         launched = outcome.of("launch -n 2 -- python train.py")
         assert "rank 0 of 2: [3.0, 3.0] [2.0, 2.0]" in launched and "rank 1 of 2: [3.0, 3.0] [2.0, 2.0]" in launched
     if doc == "docs/debugging.md":

@@ -463,6 +463,14 @@ class Cluster:
             self.profiler.attach(run)
         return run.start()
 
+    def execute(self, code: str, targets: Optional[Sequence[int]] = None, timeout: Optional[float] = None,
+                init: bool = True) -> list[Optional[str]]:
+        """Run ``code`` on the ranks and block until it ended everywhere: each rank's result (the text of its
+        last expression, or None), or one error naming the rank that raised; see :mod:`.execute`."""
+        from mlx_jupyter.cluster.execute import execute
+
+        return execute(self, code, targets, timeout, init)
+
     def profile(self, timeout: float = 10.0) -> dict[int, list[Any]]:
         """The op records (:class:`~mlx_jupyter.core.profile.OpRecord`) of the last profiled cell, per
         rank; gathered from the ranks once that cell has ended ({} before any)."""

@@ -25,9 +25,12 @@ like cells, so an abort naming one (the notebook's KeyboardInterrupt) stops it t
 
 A cell that raises by itself is left to its supervisor when it has one (a
 ``%%mlx_distributed`` cell: the notebook releases the ranks still running, and decides
-what to form again from what the ranks say). A cell nobody supervises (``%px``) that
-raises while running aborts the product's core group at once, so peers blocked in
-our collectives are released; a cell that never ran (a SyntaxError) aborts nothing.
+what to form again from what the ranks say). A cell nobody supervises (``%px``,
+``view.execute``) that raises while running aborts the product's core group at once, so
+peers blocked in our collectives are released, and tells its peers' agents
+(:mod:`~mlx_jupyter.cluster.rank.peers`): each one still running the same request stops it
+as an abort would, closing MLX's world sockets under a blocked MLX collective. A cell that
+never ran (a SyntaxError) aborts nothing.
 """
 
 from __future__ import annotations
@@ -47,8 +50,9 @@ from IPython.core.error import InputRejected
 
 from mlx_jupyter.cluster.rank.kernel_compat import check_kernel, send_abort_reply
 from mlx_jupyter.cluster.rank.names import NAMES, WorldGuard
+from mlx_jupyter.cluster.rank.peers import open_link, request_key, same_request
 from mlx_jupyter.cluster.rank.process import configure_output, rss
-from mlx_jupyter.cluster.rank.sockets import shutdown_sockets
+from mlx_jupyter.cluster.rank.sockets import shutdown_sockets, world_socket_fds
 from mlx_jupyter.cluster.shared.wire import CHANNEL_SESSION
 from mlx_jupyter.cluster.shared.zmqwatch import watch_queues
 from mlx_jupyter.launch import rank_env
@@ -96,6 +100,7 @@ class RankAgent:
         self.returned = False  # the current apply request's handler has returned
         self.cell = 0
         self.cell_started: Optional[float] = None  # wall clock (time.time()) the current request began
+        self._begun = 0.0  # time.monotonic() of the same moment
         self.abort_reason: Optional[str] = None
         self.world_sockets: dict[int, int] = {}
         self.world_closed = ""
@@ -107,12 +112,19 @@ class RankAgent:
         self._not_started: "collections.OrderedDict[str, str]" = collections.OrderedDict()
         self._rejector: Optional[_RejectCell] = None
         self.queue_kicks = 0  # requests found waiting in the shell socket by the watch
+        self._silent_cell = False  # a silent cell is running (begun by pre_execute, not pre_run_cell)
+        self.peers: Any = None  # the link to the peers' agents (peers.PeerLink), once installed
+        #: (request key, reason) of peers' raised requests: one not begun here yet never runs
+        self._peer_notices: collections.deque = collections.deque(maxlen=16)
 
     # ------------------------------------------------------------ install
 
     def install(self) -> None:
         self.shell.events.register("pre_run_cell", self._pre_run_cell)
         self.shell.events.register("post_run_cell", self._post_run_cell)
+        # a silent execute_request (ipyparallel's view.execute default) triggers only these two
+        self.shell.events.register("pre_execute", self._pre_execute)
+        self.shell.events.register("post_execute", self._post_execute)
         self.kernel.control_handlers["mlx_abort_request"] = self._on_abort
         self.kernel.control_handlers["mlx_status_request"] = self._on_status
         handlers = self.kernel.shell_handlers
@@ -123,6 +135,9 @@ class RankAgent:
         stream = getattr(self.kernel, "shell_stream", None)
         if stream is not None:
             watch_queues([stream], self._kicked)
+        ring_rank = self.env.rank if self.env.rank is not None else self.rank
+        key = getattr(getattr(self.kernel, "session", None), "key", b"") or b""
+        self.peers = open_link(ring_rank, self.env.mlx_hostfile, key, self._on_peer_raised)
 
     def _kicked(self, stream: Any) -> None:
         self.queue_kicks += 1
@@ -152,8 +167,11 @@ class RankAgent:
             self.kind = kind
             self.cell += 1
             self.cell_started = time.time()
+            self._begun = time.monotonic()
             self.msg_id = msg_id
             reason = self._not_started.pop(msg_id, None) if msg_id else None
+            if reason is None and self._peer_notices and kind == "cell":
+                reason = self._peer_raised_reason()
             self.abort_reason = reason
             if reason is not None and kind == "cell":
                 self._rejector = _RejectCell(self, self.cell, reason)
@@ -175,6 +193,17 @@ class RankAgent:
 
     def _pre_run_cell(self, info: Any = None) -> None:
         self._begin(self._parent_msg_id())
+
+    def _pre_execute(self) -> None:
+        parent = self._parent()
+        if (parent.get("content") or {}).get("silent"):
+            self._silent_cell = True
+            self._begin(str(parent.get("header", {}).get("msg_id", "")))
+
+    def _post_execute(self) -> None:
+        if self._silent_cell:
+            self._silent_cell = False
+            self._post_run_cell(getattr(self.shell, "last_execution_result", None))
 
     def _tracked_apply(self, handler: Any) -> Any:
         """``apply_request`` wrapped in :meth:`_begin`/:meth:`_end`, so that an abort naming it stops it.
@@ -292,6 +321,38 @@ class RankAgent:
         # run releases the others and decides what to form again
         if getattr(result, "error_in_exec", None) is not None and not self._supervised():
             self.abort_group(f"rank {self.rank} raised {self.last_error}")
+            self._tell_peers()
+
+    # ------------------------------------------------------------ peers
+
+    def _tell_peers(self) -> None:
+        """Tell the peers' agents this request raised (before its reply goes out: no later call has begun)."""
+        key = request_key(self._parent()) if self.peers is not None else None
+        if key is not None:
+            key["ran"] = time.monotonic() - self._begun  # its peers tell this call from a later one by it
+            self.peers.tell_raised(key, self.last_error)
+
+    def _on_peer_raised(self, rank: int, key: dict, error: str) -> None:
+        """A peer's unsupervised request raised: stop ours if it is the same call, or keep it from
+        running if it has not begun here yet (peer link's thread)."""
+        reason = f"rank {rank} raised {error}"
+        with self._lock:
+            running = self.executing and self.kind == "cell"
+            msg_id = self.msg_id
+            # under the lock: a request beginning now either sees this notice or is running below
+            self._peer_notices.append((key, reason, time.monotonic()))
+        if running and not self._supervised() and same_request(request_key(self._parent()), key):
+            self.abort(reason, msg_id)
+
+    def _peer_raised_reason(self, keep: float = 3600.0) -> Optional[str]:
+        """Why the request beginning now must not run: a peer raised in the same call (under the lock)."""
+        if self._supervised():
+            return None
+        mine, now = request_key(self._parent()), time.monotonic()
+        for key, reason, when in self._peer_notices:
+            if now - when < keep and same_request(mine, key):
+                return reason
+        return None
 
     # ------------------------------------------------------------ group / world
 
@@ -307,7 +368,9 @@ class RankAgent:
 
     def close_world(self, reason: str) -> bool:
         """Shut down MLX's world sockets so that a blocked MLX collective raises; the world is dead."""
-        closed = shutdown_sockets(self.world_sockets)
+        # a world the cell formed itself (mx.distributed.init in the user's code) was never handed to
+        # us: its sockets are this process's sockets on the ring's ports
+        closed = shutdown_sockets(self.world_sockets or world_socket_fds({}, self.env.mlx_hostfile))
         if closed:
             self.world_closed = reason
             NAMES.world_is_dead(reason)
@@ -346,7 +409,7 @@ class RankAgent:
                 # to the main thread itself: a signal taken by another thread would not
                 # wake a blocking call there (sleep, select) until it returns by itself
                 signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
-        if running and self.world_sockets and self.kind == "cell":
+        if running and (self.world_sockets or self.env.mlx_hostfile) and self.kind == "cell":
             threading.Thread(target=self._release_native, args=(cell, reason), daemon=True).start()
         return running
 
