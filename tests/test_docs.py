@@ -31,6 +31,11 @@ def test_readme_opens_with_the_two_commands() -> None:
     first = (ROOT / "README.md").read_text().split("```")[1].strip().splitlines()
     assert first[0] == "bash" and len(first) == 3
     assert "mlx-jupyter demo" in first[1] and first[2].startswith("bash .ci/run ")
+    # the core is compiled once, with the notebooks extra, and the line says it compiles (issue 30 §4.10)
+    readme = (ROOT / "README.md").read_text()
+    assert 'pip install ".[notebooks]"' in first[1] and "compiles" in first[1], first[1]
+    assert len(re.findall(r"pip install (?:-q )?(?:-e )?\.(?:\s|$)|pip install [^\n]*\"\.\[", readme)) == 1, \
+        "the README installs the package once: a second `pip install .` compiles the core again"
     ci = (ROOT / ".ci/run").read_text().strip().splitlines()
     assert ci[-1] == "exec .venv/bin/pytest -q" and "`.venv/bin/pytest -q`" in (ROOT / "README.md").read_text()
 
