@@ -19,13 +19,16 @@ from mlx_jupyter.launch.rank_env import RankEnv
 Gather = Callable[[bytes, int], bytes]
 Factory = Callable[[int, int], Gather]
 
+
 def all_gather_factory(group: Any = None, *, timeout: Optional[float] = None) -> Factory:
     """A factory for ``init(backend="jaccl", all_gather_factory=...)`` whose gathers run on ``group``
     (one of our groups, of the same ranks as JACCL's), or on our core's ring, formed from this rank's
-    environment when JACCL first asks (``MLX_JUPYTER_HOSTFILE`` or ``MLX_HOSTFILE``)."""
+    environment when JACCL first asks (``MLX_JUPYTER_HOSTFILE`` or ``MLX_HOSTFILE``). A gather waits at most
+    ``timeout`` s (default: ``MLX_JUPYTER_CONNECT_TIMEOUT``, as forming a group does)."""
 
     def factory(rank: int, size: int) -> Gather:
-        g = group if group is not None else _core_ring(timeout)
+        wait = timeout if timeout is not None else rank_env.current().connect_timeout
+        g = group if group is not None else _core_ring(wait)
         if (rank, size) != (g.rank(), g.size()):
             raise RuntimeError(f"JACCL is rank {rank} of {size} but our core's group is rank {g.rank()} of "
                                f"{g.size()}: the launch gave JACCL (JACCL_RANK/MLX_RANK, its device file) and our "
@@ -34,7 +37,7 @@ def all_gather_factory(group: Any = None, *, timeout: Optional[float] = None) ->
         def gather(src: bytes, n_bytes: int) -> bytes:
             if len(src) != n_bytes:
                 raise ValueError(f"all-gather: got {len(src)} bytes but n_bytes={n_bytes}")
-            out = g.all_gather(np.frombuffer(src, dtype=np.uint8), None, timeout)
+            out = g.all_gather(np.frombuffer(src, dtype=np.uint8), None, wait)
             return np.ascontiguousarray(out).tobytes()
 
         return gather
@@ -80,7 +83,6 @@ def mlx_world(strict: bool = False, backend: str = "any", factory: Optional[Fact
               env: Optional[RankEnv] = None) -> Any:
     """``mx.distributed.init(strict, backend)``; JACCL bootstraps over our core's ring when no coordinator is set
     (or over ``factory``'s channel), and ``jaccl-ring`` is MLX's jaccl with ``MLX_JACCL_RING``."""
-
     from mlx_jupyter.core.group import mlx_init
 
     env = env or rank_env.current()

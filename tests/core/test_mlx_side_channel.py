@@ -91,3 +91,35 @@ def test_mlx_world_without_a_core_ring_leaves_jaccl_to_mlx(monkeypatch: pytest.M
     assert mlx_world(strict=False, backend="jaccl").size() == 1
     with pytest.raises(ValueError, match="jaccl backend only"):
         mlx_world(strict=False, backend="mpi", factory=lambda rank, size: None)
+
+
+LATE_PEER = """
+gather = dist.all_gather_factory(timeout=2)(RANK, 2)      # both ranks form the ring; only rank 0 gathers
+if RANK == 0:
+    t = time.monotonic()
+    try:
+        gather(b"x", 1)
+        err = ""
+    except dist.CommTimeoutError as exc:
+        err = str(exc)
+    report(err=err, took=time.monotonic() - t)
+else:
+    sys.stdin.read()                                          # until the test closes our stdin
+    report(err="")
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_gather_whose_peer_never_comes_times_out() -> None:
+    from ranks import Ranks
+
+    with Ranks(2, LATE_PEER) as ranks:
+        ranks.start()
+        out, _ = ranks.procs[0].communicate(timeout=60)
+        ranks.procs[1].stdin.close()
+        first = [line for line in out.splitlines() if line.startswith("RESULT ")]
+        assert first, out
+        import json
+
+        res = json.loads(first[-1][7:])
+        assert res["err"] and res["took"] < 30, res

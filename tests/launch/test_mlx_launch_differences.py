@@ -75,14 +75,19 @@ def test_a_backend_this_machine_cannot_run_is_refused_before_any_rank_starts(bac
     assert p.returncode != 0 and len(lines) == 1, p.stderr
     assert f"the {backend} backend cannot run on this machine" in lines[0] and "`mlx-jupyter doctor`" in lines[0]
     assert not marker.exists()
+    p = launch("--backend", backend, "-n", "1", "--", "python", "-c", f"open({str(marker)!r}, 'w')", cwd=tmp_path,
+               env={"MLX_JUPYTER_CHECK_BACKEND": "0"})
+    assert marker.exists(), p.stderr                       # the way round a probe that misses a custom install
 
 
 def test_the_refusal_follows_the_machine_probe() -> None:
     ok = [{"name": "nccl", "available": True, "detail": "NVIDIA driver and libnccl.so.2"}]
     refuse_unavailable("nccl", ok)
     refuse_unavailable("ring", [])                    # built in: never checked
+    missing = [{"name": "nccl", "available": False, "detail": "no GPU"}]
     with pytest.raises(LaunchError, match=r"^the nccl backend cannot run on this machine \(no GPU\): see"):
-        refuse_unavailable("nccl", [{"name": "nccl", "available": False, "detail": "no GPU"}])
+        refuse_unavailable("nccl", missing, environ={})
+    refuse_unavailable("nccl", missing, environ={"MLX_JUPYTER_CHECK_BACKEND": "0"})
 
 
 def test_nccl_gets_our_connect_timeout() -> None:
