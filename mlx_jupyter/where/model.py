@@ -11,6 +11,8 @@ import html
 from dataclasses import dataclass
 from typing import Collection, Mapping, Optional, Sequence
 
+from mlx_jupyter.where import mlx_model
+
 #: how a rank's cell ended, as the table says it
 ENDED = ("done", "raised", "dead", "released", "no reply")
 #: MLX calls in which a rank waits for its peers (a rank blocked there waits on the others)
@@ -40,6 +42,7 @@ class RankRow:
     cpu: str = "?"
     memory: str = "?"
     waiting: bool = False
+    says: str = ""    # the diagnosis's clause for this rank when it is not "rank N is <state>" (MLX's record)
 
 
 def _op_activity(sample: Mapping) -> Optional[Mapping]:
@@ -86,6 +89,9 @@ def rows(samples: Mapping[int, Mapping], ended: Mapping[int, str], ranks: Sequen
     in_pdb = {r for r, s in live.items() if s.get("debugger")}
     # a rank at a pdb prompt is there, whatever line it stopped at (the same as a waiting rank's, maybe)
     places = {r: _pdb_place(s) if r in in_pdb else place_of(s) for r, s in live.items()}
+    done = {r: samples[r] for r in ranks if ended.get(r) == "done" and r in samples}  # their last MLX record
+    mlx = mlx_model.states({**done, **{r: s for r, s in live.items() if r not in in_pdb}}, ranks, ended)
+    places.update({r: (m.state, m.place) for r, m in mlx.items()})
     out = []
     for r in ranks:
         s = samples.get(r) or {}
@@ -103,6 +109,10 @@ def rows(samples: Mapping[int, Mapping], ended: Mapping[int, str], ranks: Sequen
         if r in in_pdb:
             out.append(RankRow(r, places[r][0], places[r][1], cpu, mem))
             continue
+        if r in mlx:
+            m = mlx[r]
+            out.append(RankRow(r, m.state, m.place, cpu, mem, waiting=m.waiting, says=m.says))
+            continue
         words, key = places[r]
         op = _op_activity(s)
         coll = op is not None or _collective_call(s) is not None
@@ -119,6 +129,12 @@ def rows(samples: Mapping[int, Mapping], ended: Mapping[int, str], ranks: Sequen
                 state += "; " + timeout_words(op)
         out.append(RankRow(r, state, key, cpu, mem, waiting=coll))
     return out
+
+
+def waits_on_peer(row: RankRow) -> bool:
+    """The row says the rank waits on a peer: our core's or the stack's ``waiting on``, MLX's record's
+    ``waits in ... on rank 1`` or a mismatch."""
+    return " waiting on " in row.state or bool(row.says and row.waiting)
 
 
 def _pdb_place(sample: Mapping) -> tuple[str, str]:
@@ -181,10 +197,15 @@ def diagnosis(table: Sequence[RankRow]) -> str:
     groups: dict[str, list[RankRow]] = {}
     for row in table:
         groups.setdefault(row.place or f"?{row.rank}", []).append(row)
-    if len(groups) < 2 or not any(row.waiting for row in table):
+    if not any(row.waiting for row in table) or len(groups) < 2 and not any(row.says for row in table):
         return ""
     parts = []
+    for row in table:   # MLX's record: each rank says its own clause (a mismatch's is the same on both ranks)
+        if row.says and row.says not in parts:
+            parts.append(row.says)
     for rows_at in sorted(groups.values(), key=lambda rs: (not rs[0].waiting, rs[0].rank)):
+        if rows_at[0].says:
+            continue
         who = rank_words([r.rank for r in rows_at])
         verb = "is" if len(rows_at) == 1 else "are"
         state = rows_at[0].state if len(rows_at) == 1 else rows_at[0].state.split(" waiting on ")[0]

@@ -14,6 +14,8 @@ import threading
 import time
 from typing import Any, Optional
 
+from mlx_jupyter.where import mlx_calls
+
 try:
     from mlx_jupyter.core.activity import snapshot
 except ImportError:  # the native activity record is not built into this core yet
@@ -44,9 +46,7 @@ def _named(module: str) -> Optional[str]:
     return None
 
 
-def _is_cell(filename: str, cell_files: tuple[str, ...]) -> bool:
-    """A cell's code (IPython compiles each cell to a file of its own), or the launched script."""
-    return filename.startswith("<ipython-input-") or "/ipykernel_" in filename or filename in cell_files
+_is_cell = mlx_calls.is_cell
 
 
 def stack_where(frame: Any, cell_files: tuple[str, ...] = ()) -> dict:
@@ -94,6 +94,33 @@ def _call_in_source(source: str) -> Optional[str]:
     return None
 
 
+def _safe_evaluating(frame: Any) -> Optional[str]:
+    try:
+        return mlx_calls.evaluating(frame)
+    except Exception:  # a sampler never fails the rank
+        return None
+
+
+class _Still:
+    """How long a thread has been at the same instruction of the same frame, having made no MLX call
+    meanwhile (a native call blocks there; a loop passing the same line again has made calls)."""
+
+    def __init__(self) -> None:
+        self._at: dict[int, tuple[int, int, int, float]] = {}
+
+    def seconds(self, tid: int, frame: Any, calls: int = 0) -> float:
+        key = (id(frame), frame.f_lasti, calls)
+        now = time.monotonic()
+        last = self._at.get(tid)
+        if last is None or last[:3] != key:
+            self._at[tid] = (*key, now)
+            return 0.0
+        return round(now - last[3], 2)
+
+
+_STILL = _Still()
+
+
 class CpuMeter:
     """This process's CPU use between two readings, in percent of one core."""
 
@@ -128,6 +155,10 @@ def take(thread_id: Optional[int], rank: int, cpu: Optional[CpuMeter] = None, rs
     frame = sys._current_frames().get(tid) if running else None
     try:
         where = stack_where(frame, cell_files) if frame is not None else {}
+        if frame is not None and mlx_calls.RECORD is not None:
+            where["mlx"] = mlx_calls.snapshot(cell_files)
+            where["mlx_eval"] = _safe_evaluating(frame)
+            where["still"] = _STILL.seconds(tid, frame, len(mlx_calls.RECORD.calls))
     finally:
         del frame
     out = {"rank": rank, "pid": os.getpid(), "running": running, "time": time.time(), **where,

@@ -16,7 +16,7 @@ import sys
 import threading
 from typing import Mapping, Optional
 
-from mlx_jupyter.where import sample
+from mlx_jupyter.where import mlx_calls, sample
 
 #: how a where line starts on a rank's stderr
 MARKER = "\x1emlx-jupyter-where "
@@ -31,6 +31,7 @@ def _main_file() -> tuple[str, ...]:
 def report(rank: int, cpu: Optional[sample.CpuMeter] = None) -> None:
     """Write this process's where line to stderr (fd 2, unbuffered: the main thread may hold sys.stderr's lock)."""
     s = sample.take(None, rank, cpu, _rss(), cell_files=_main_file())
+    s.pop("still", None)  # one look: how long it has been there is not known (the table then trusts the look)
     os.write(2, (MARKER + json.dumps(s, default=str) + "\n").encode())
 
 
@@ -61,6 +62,7 @@ def install(rank: Optional[int] = None) -> threading.Thread:
     """
     if rank is None:
         rank = _rank_of(os.environ)
+    mlx_calls.install_when_imported()  # the script's MLX collectives, named in its answer
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
     cpu = sample.CpuMeter()
 

@@ -43,8 +43,9 @@ def test_sigusr1_names_each_ranks_line(tmp_path, backend):
     with LiveCLI(["-n", "2", "--backend", backend, "--where-on-signal", "--", "python", str(script)],
                  env=MPI_ENV) as job:
         job.wait_until(lambda t: t.count("ready") == 2, stream="stdout", timeout=30)
-        job.where_showing([r"^0\s+in mx\.distributed\.all_sum at line 6 waiting on rank 1",
-                            r"^1\s+running line 5: time\.sleep\(6\)"])
+        job.where_showing([r"^0\s+waits in MLX all_sum #1 \(float32\[3\], built at line 6, evaluated at line 6\) "
+                           r"on rank 1",
+                           r"^1\s+has called 0 MLX collectives and is at line 5: time\.sleep\(6\)"])
         assert job.finish(20) == 0, job.text
 
 
@@ -157,3 +158,56 @@ def test_a_local_rank_survives_a_where_signal_before_its_boot_code(tmp_path):
                  env={"PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}) as job:
         assert job.finish(30) == 0, job.text
         assert "\n".join(job.streams["stdout"]).count("alive") == 2, job.text
+
+
+FOUR = textwrap.dedent("""\
+    import time, mlx.core as mx, mlx.nn as nn
+    world = mx.distributed.init(backend="ring", strict=True)
+    print("ready", flush=True)
+    r = world.rank()
+    if r == 3:
+        time.sleep(6)
+    g = nn.average_gradients({"w": mx.ones((2, 3))})
+    mx.eval(g)
+""")
+
+
+def test_sigusr1_names_an_mlx_wait_inside_mlx_nn_on_four_ranks(tmp_path):
+    """Ranks 0-2 wait in an all_sum built inside mlx.nn on rank 3, which has called none."""
+    script = tmp_path / "four.py"
+    script.write_text(FOUR)
+    with LiveCLI(["-n", "4", "--backend", "ring", "--where-on-signal", "--", "python", str(script)]) as job:
+        job.wait_until(lambda t: t.count("ready") == 4, stream="stdout", timeout=40)
+        job.where_showing([
+            r"^0\s+waits in MLX all_sum #1 \(float32\[6\], built at line 7 through nn\.utils\.average_gradients, "
+            r"evaluated at line 8\) on rank 3",
+            r"^1\s+waits in MLX all_sum #1 .* on rank 3", r"^2\s+waits in MLX all_sum #1 .* on rank 3",
+            r"^3\s+has called 0 MLX collectives and is at line 6: time\.sleep\(6\)"], timeout=20)
+        assert job.finish(30) == 0, job.text
+
+
+MISMATCH = textwrap.dedent("""\
+    import time, mlx.core as mx
+    world = mx.distributed.init(backend="ring", strict=True)
+    print("ready", flush=True)
+    if world.rank() == 0: y = mx.distributed.all_sum(mx.ones(4), group=world)
+    else: y = mx.distributed.all_gather(mx.ones(8), group=world)
+    mx.eval(y)
+    time.sleep(6)  # the rank that got through stays, the other hangs
+""")
+
+
+def test_sigusr1_names_an_mlx_mismatch(tmp_path):
+    """MLX's ring lets one rank through an all_sum of float32[4] against the other's all_gather of float32[8]; the
+    other hangs until it ends. The table names the two calls."""
+    script = tmp_path / "mismatch.py"
+    script.write_text(MISMATCH)
+    with LiveCLI(["-n", "2", "--backend", "ring", "--where-on-signal", "--", "python", str(script)]) as job:
+        job.wait_until(lambda t: t.count("ready") == 2, stream="stdout", timeout=30)
+        job.where_showing([r"^1\s+in MLX all_gather #1 \(float32\[8\], built at line 5(, evaluated at line 6)?\), "
+                           r"which does not match rank 0's all_sum #1 \(float32\[4\], built at line 4\)",
+                           r"^0\s+in MLX all_sum #1 \(float32\[4\], built at line 4(, evaluated at line 6)?\), which does "
+                           r"not match rank 1's all_gather #1",
+                           r"^MLX collectives do not match: rank 0's all_sum #1 of float32\[4\] \(built at line 4\) "
+                           r"and rank 1's all_gather #1 of float32\[8\] \(built at line 5\)"])
+        job.finish(30)

@@ -75,8 +75,15 @@ def test_rank_0_in_our_all_sum_waits_on_rank_1_at_its_sleep(kernel):
 
 
 def test_the_same_through_mlx_world(kernel):
-    _check(kernel, "%%mlx_distributed\nx = mx.ones(4)\nif world.rank() == 1:\n    time.sleep(5)\n"
-                   "mx.eval(mx.distributed.all_sum(x, group=world))", "in mx.distributed.all_sum")
+    """MLX's record names the call, its number and shape (more in tests/where/test_mlx_world.py)."""
+    pattern = re.compile(r"^0\s+waits in MLX all_sum #1 \(float32\[4\], built at line 4, evaluated at line 4\) on rank 1"
+                         r".*\n1\s+has called 0 MLX collectives and is at line 3: time\.sleep\(5\)", re.M)
+    cell = ("%%mlx_distributed\nx = mx.ones(4)\nif world.rank() == 1:\n    time.sleep(5)\n"
+            "mx.eval(mx.distributed.all_sum(x, group=world))")
+    took, text, seen = _first_table_matching(kernel, kernel.submit(cell), pattern, 30)
+    assert took <= WITHIN + 0.5, f"the table said so only {took:.2f} s into the cell:\n{text}"
+    assert "; rank 1 has called 0 MLX collectives and is at line 3: time.sleep(5)" in text, text
+    assert re.match(r"the cell ran \d+\.\d s: ranks 0 and 1 done$", seen[-1]), seen[-1]
 
 
 def test_where_on_an_idle_cluster_and_from_another_thread_while_a_cell_runs(kernel):

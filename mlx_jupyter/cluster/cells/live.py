@@ -78,7 +78,7 @@ class LiveTable:
         """Has a rank waited on a peer at the same place for :data:`STUCK` s (a healthy loop moves on)?"""
         waits = {}
         for row in rows:
-            if " waiting on " in row.state:
+            if model.waits_on_peer(row):
                 place, since = self._waits.get(row.rank, (row.place, now))
                 waits[row.rank] = (row.place, since if place == row.place else now)
         self._waits = waits

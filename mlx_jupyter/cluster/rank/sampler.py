@@ -10,12 +10,14 @@ stops it. The first sample goes out only after :data:`FIRST` s, so short cells s
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 from typing import Any, Optional
 
 from mlx_jupyter.cluster.rank.process import rss
 from mlx_jupyter.cluster.shared.wire import CHANNEL_SESSION
-from mlx_jupyter.where import sample
+from mlx_jupyter.where import mlx_calls, sample
 
 #: seconds between two samples of a running cell
 INTERVAL = 0.25
@@ -33,6 +35,7 @@ class CellSampler:
         self.cpu = sample.CpuMeter()
         self._stop: Optional[threading.Event] = None
         self._running = False
+        self._cell: Optional[tuple[str, Any]] = None  # the running cell's id and channel post
         self._lock = threading.Lock()
 
     def install(self) -> "CellSampler":
@@ -53,11 +56,17 @@ class CellSampler:
     def _pre_run_cell(self, info: Any = None) -> None:
         with self._lock:
             self._running = True
+        if mlx_calls.RECORD is not None:
+            mlx_calls.new_cell()  # every rank starts the cell: the ranks' MLX collectives count from 1 again
+        elif "mlx.core" in sys.modules:
+            mlx_calls.install()
         parent = self.kernel.get_parent("shell") if hasattr(self.kernel, "get_parent") else {}
         header = (parent or {}).get("header", {})
         post = self._channel_post()
         if header.get("session") != CHANNEL_SESSION or post is None:
+            self._cell = None
             return
+        self._cell = (str(header.get("msg_id", "")), post)
         stop = self._stop = threading.Event()
         threading.Thread(target=self._loop, args=(str(header.get("msg_id", "")), stop, post),
                          name="mlx-where-sampler", daemon=True).start()
@@ -68,6 +77,15 @@ class CellSampler:
         if self._stop is not None:
             self._stop.set()
             self._stop = None
+        record, cell = mlx_calls.RECORD, self._cell
+        if record is not None and cell is not None and any(record.counts.values()):
+            # the cell made MLX collective calls: its last word on them, for a peer still waiting in one
+            # that does not match (MLX's ring lets one side finish a mismatched collective)
+            try:
+                cell[1]({"t": "where", "id": cell[0], "s": {"rank": self.rank, "time": time.time(), "final": True,
+                                                            "mlx": mlx_calls.snapshot()}})
+            except Exception:
+                pass
 
     def take(self) -> dict:
         """A sample now (any thread)."""

@@ -1,0 +1,361 @@
+"""A rank's record of its calls into MLX's collectives (``mx.distributed``), for the where table.
+
+:func:`install` wraps the functions of ``mlx.core.distributed`` (``all_sum``, ``all_gather``,
+``all_max``, ``all_min``, ``sum_scatter``, ``send``, ``recv``, ``recv_like``) and ``init`` and
+``Group.split``: each call is passed through unchanged and then noted (op, dtype, shape, group,
+peer, call site, sequence number). MLX is lazy: a call only builds the collective; the rank blocks
+where it is evaluated, which :func:`evaluating` tells from the main thread's stack. Sequence
+numbers count per group (and per sender and receiver for ``send``/``recv``), from the start of
+the cell on a cluster's rank (:func:`new_cell`), from the start of a launched script, so that the
+ranks' numbers compare: the rank with fewer calls is the one behind.
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+import sys
+import threading
+import time
+from collections import deque
+from typing import Any, Callable, Optional
+
+#: collectives every rank of the group makes (one sequence per group)
+COLLECTIVE_OPS = ("all_sum", "all_gather", "all_max", "all_min", "sum_scatter")
+#: point-to-point ops (one sequence per group, sender and receiver)
+P2P_OPS = ("send", "recv", "recv_like")
+#: the records kept (the newest), and sent in a sample
+KEEP = 64
+SENT = 8
+#: the label of the global group (``group=None`` and what ``init`` returns)
+WORLD = "world"
+
+
+class Record:
+    """What this rank called into MLX's collectives since the cell began."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {WORLD: 0}
+        self.groups: dict[str, tuple[int, int]] = {}   # label -> (this rank's rank in it, its size)
+        self.calls: deque = deque(maxlen=KEEP)          # (key, seq, op, dtype, shape, peer, code, line, via, t)
+        self.labels: dict[int, tuple[Any, str]] = {}    # id(group) -> (group, label): keeps the group alive
+        self.cell = 0
+
+    def label(self, group: Any) -> str:
+        if group is None:
+            return WORLD
+        known = self.labels.get(id(group))
+        if known is not None and known[0] is group:
+            return known[1]
+        return self.name(group, WORLD if _size(group) == self.groups.get(WORLD, (0, -1))[1] else f"group{len(self.labels)}")
+
+    def name(self, group: Any, label: str) -> str:
+        if len(self.labels) > 1024:  # a loop making groups: forget the oldest
+            self.labels.pop(next(iter(self.labels)))
+        self.labels[id(group)] = (group, label)
+        try:
+            self.groups[label] = (int(group.rank()), int(group.size()))
+        except Exception:
+            pass
+        self.counts.setdefault(label, 0)
+        return label
+
+    def add(self, op: str, dtype: Any, shape: Any, group: Any, peer: Optional[int], frame: Any) -> None:
+        label = self.label(group)
+        if peer is None:
+            key = label
+        else:
+            me = self.groups.get(label, (0, 0))[0]
+            key = f"{label}:{me}>{peer}" if op == "send" else f"{label}:{peer}>{me}"
+        seq = self.counts.get(key, 0) + 1
+        self.counts[key] = seq
+        via = None
+        while frame is not None and str(frame.f_globals.get("__name__", "")).startswith("mlx."):
+            via = via or f"{frame.f_globals['__name__']}.{frame.f_code.co_name}"   # mlx.nn.average_gradients
+            frame = frame.f_back
+        code, line = (frame.f_code, frame.f_lineno) if frame is not None else (None, None)
+        self.calls.append((key, seq, op, dtype, shape, peer, code, line, via, time.time()))
+
+    def new_cell(self) -> None:
+        """The numbers start again (a cell of a cluster: every rank starts it)."""
+        self.counts = {k: 0 for k in self.counts if ":" not in k}
+        self.calls.clear()
+        self.cell += 1
+
+    def snapshot(self, cell_files: tuple[str, ...] = ()) -> dict:
+        """The record as JSON-able data (any thread): counts, groups and the newest calls."""
+        calls = list(self.calls)[-SENT:]
+        return {"counts": dict(self.counts), "groups": {k: list(v) for k, v in self.groups.items()},
+                "calls": [_call_dict(c, cell_files) for c in calls]}
+
+
+def _size(group: Any) -> int:
+    try:
+        return int(group.size())
+    except Exception:
+        return -1
+
+
+def _call_dict(c: tuple, cell_files: tuple[str, ...]) -> dict:
+    key, seq, op, dtype, shape, peer, code, line, via, t = c
+    return {"key": key, "seq": seq, "op": op, "dtype": str(dtype).replace("mlx.core.", ""),
+            "shape": list(shape) if shape is not None else None, "peer": peer,
+            "at": site(code, line, cell_files), "via": via, "time": t}
+
+
+def is_cell(filename: str, cell_files: tuple[str, ...] = ()) -> bool:
+    """A cell's code (IPython compiles each cell to a file of its own), or the launched script."""
+    return filename.startswith("<ipython-input-") or "/ipykernel_" in filename or filename in cell_files
+
+
+def site(code: Any, line: Optional[int], cell_files: tuple[str, ...] = ()) -> str:
+    """``line 3`` (a cell's, or the launched script's), ``model.py:12 in step`` elsewhere."""
+    if code is None:
+        return "?"
+    if is_cell(code.co_filename, cell_files):
+        return f"line {line}" + (f" in {code.co_name}" if code.co_name != "<module>" else "")
+    name = code.co_filename.rsplit("/", 1)[-1]
+    return f"{name}:{line}" + (f" in {code.co_name}" if code.co_name != "<module>" else "")
+
+
+#: this process's record (None until :func:`install`)
+RECORD: Optional[Record] = None
+_lock = threading.Lock()
+
+
+def _wrap_collective(fn: Callable, op: str) -> Callable:
+    def call(x: Any, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
+        out = fn(x, *args, **kwargs)
+        try:
+            RECORD.add(op, x.dtype, x.shape, kwargs.get("group"), None, sys._getframe(1))  # type: ignore[union-attr]
+        except Exception:  # the record never changes what the call does
+            pass
+        return out
+    return _named(call, fn)
+
+
+def _wrap_send(fn: Callable) -> Callable:
+    def send(x: Any, dst: int, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
+        out = fn(x, dst, *args, **kwargs)
+        try:
+            RECORD.add("send", x.dtype, x.shape, kwargs.get("group"), int(dst), sys._getframe(1))  # type: ignore[union-attr]
+        except Exception:
+            pass
+        return out
+    return _named(send, fn)
+
+
+def _wrap_recv(fn: Callable) -> Callable:
+    def recv(shape: Any, dtype: Any, src: int, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
+        out = fn(shape, dtype, src, *args, **kwargs)
+        try:
+            RECORD.add("recv", dtype, tuple(shape), kwargs.get("group"), int(src), sys._getframe(1))  # type: ignore[union-attr]
+        except Exception:
+            pass
+        return out
+    return _named(recv, fn)
+
+
+def _wrap_recv_like(fn: Callable) -> Callable:
+    def recv_like(x: Any, src: int, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
+        out = fn(x, src, *args, **kwargs)
+        try:
+            RECORD.add("recv", x.dtype, x.shape, kwargs.get("group"), int(src), sys._getframe(1))  # type: ignore[union-attr]
+        except Exception:
+            pass
+        return out
+    return _named(recv_like, fn)
+
+
+def _wrap_init(fn: Callable) -> Callable:
+    def init(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
+        group = fn(*args, **kwargs)
+        try:
+            RECORD.name(group, WORLD)  # type: ignore[union-attr]
+        except Exception:
+            pass
+        return group
+    return _named(init, fn)
+
+
+def _wrap_split(fn: Callable) -> Callable:
+    def split(self: Any, color: int, key: int = -1) -> Any:
+        __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
+        group = fn(self, color, key)
+        try:
+            record = RECORD
+            record.name(group, f"{record.label(self)}/{color}")  # type: ignore[union-attr]
+        except Exception:
+            pass
+        return group
+    return _named(split, fn)
+
+
+def _named(wrapper: Callable, fn: Callable) -> Callable:
+    wrapper.__name__ = getattr(fn, "__name__", wrapper.__name__)
+    wrapper.__qualname__ = wrapper.__name__
+    wrapper.__doc__ = getattr(fn, "__doc__", None)
+    wrapper.__module__ = "mlx.core.distributed"   # what the where table and the world guard look for
+    wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
+    return wrapper
+
+
+def install(world: Any = None) -> Optional[Record]:
+    """Wrap ``mlx.core.distributed``'s functions once (None: MLX is not importable here); ``world``:
+    the global group, when it was formed before."""
+    global RECORD
+    with _lock:
+        if RECORD is not None:
+            if world is not None:
+                RECORD.name(world, WORLD)
+            return RECORD
+        try:
+            import mlx.core as mx
+        except Exception:
+            return None
+        dist = mx.distributed
+        RECORD = Record()
+        for op in COLLECTIVE_OPS:
+            if hasattr(dist, op):
+                setattr(dist, op, _wrap_collective(getattr(dist, op), op))
+        for op, wrap in (("send", _wrap_send), ("recv", _wrap_recv), ("recv_like", _wrap_recv_like),
+                         ("init", _wrap_init)):
+            if hasattr(dist, op):
+                setattr(dist, op, wrap(getattr(dist, op)))
+        try:
+            dist.Group.split = _wrap_split(dist.Group.split)
+        except Exception:  # a Group whose methods cannot be replaced: splits count as groups of their size
+            pass
+        if world is not None:
+            RECORD.name(world, WORLD)
+        return RECORD
+
+
+def install_when_imported() -> None:
+    """Install as soon as ``mlx.core`` is imported (a launched script imports it itself)."""
+    if "mlx.core" in sys.modules:
+        install()
+        return
+    sys.meta_path.insert(0, _Finder())
+
+
+class _Finder:
+    """Finds nothing itself: wraps the real loader of ``mlx.core`` to install the record after it ran."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "mlx.core":
+            return None
+        import importlib.util
+
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        exec_module = loader.exec_module
+
+        def run(module: Any) -> None:
+            exec_module(module)
+            install()
+        loader.exec_module = run  # type: ignore[method-assign]
+        return spec
+
+
+def new_cell() -> None:
+    """A cell begins on a cluster's rank: count again from 1."""
+    if RECORD is not None:
+        RECORD.new_cell()
+
+
+def snapshot(cell_files: tuple[str, ...] = ()) -> Optional[dict]:
+    """The record (None when not installed), for a sample."""
+    record = RECORD
+    if record is None:
+        return None
+    try:
+        return record.snapshot(cell_files)
+    except Exception:  # a deque changed size while read: the next sample has it
+        return None
+
+
+# ---------------------------------------------------------------- is the main thread in MLX's evaluation?
+
+#: calls that evaluate an array whatever their argument is called
+_EVALUATING = (".item(", ".tolist(", "mx.eval(", "mx.async_eval(", "np.array(", "np.asarray(", "mx.synchronize(")
+
+
+def evaluating(frame: Any) -> Optional[str]:
+    """The call the innermost ``frame`` is in, when it evaluates MLX arrays (``print(y)``, ``y.item()``,
+    ``mx.eval(loss)``, a call inside MLX's Python code); None otherwise (``time.sleep(5)``)."""
+    if frame is None:
+        return None
+    module = str(frame.f_globals.get("__name__", ""))
+    if _mlx_module(module):
+        return f"{module}.{frame.f_code.co_name}"
+    text = _call_text(frame)
+    if not text:
+        return None
+    if any(marker in text for marker in _EVALUATING):
+        return text
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError:
+        return None
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    if not names:
+        return None
+    scopes = [frame.f_globals, frame.f_builtins]
+    if frame.f_code.co_flags & 0x02:  # CO_NEWLOCALS: a function's frame, whose locals are its own
+        try:
+            scopes.insert(0, frame.f_locals)
+        except Exception:
+            pass
+    for name in names:
+        for scope in scopes:
+            if name in scope:
+                if _is_mlx(scope[name]):
+                    return text
+                break
+    return None
+
+
+def _is_mlx(value: Any) -> bool:
+    if _mlx_module(getattr(type(value), "__module__", None)):
+        return True   # an array, a Group, a model or optimizer of mlx.nn/mlx.optimizers
+    if isinstance(value, (list, tuple, dict)):
+        items = value.values() if isinstance(value, dict) else value
+        return any(_mlx_module(getattr(type(v), "__module__", None)) for v in list(items)[:8])
+    if isinstance(value, type):
+        return False
+    return _mlx_module(getattr(value, "__module__", None) or getattr(value, "__name__", None))
+
+
+def _mlx_module(name: Any) -> bool:
+    return isinstance(name, str) and (name == "mlx" or name.startswith("mlx."))
+
+
+def _call_text(frame: Any) -> str:
+    """The source of the expression ``frame`` is executing now (Python 3.11+), else its line."""
+    code, lineno = frame.f_code, frame.f_lineno
+    positions = getattr(code, "co_positions", None)
+    if positions is not None and frame.f_lasti >= 0:
+        try:
+            for i, pos in enumerate(positions()):
+                if i == frame.f_lasti // 2:
+                    start, end, col, end_col = pos
+                    if None in pos:
+                        break
+                    lines = [linecache.getline(code.co_filename, n, frame.f_globals) for n in range(start, end + 1)]
+                    if start == end:
+                        return lines[0].encode()[col:end_col].decode(errors="replace")
+                    lines[0] = lines[0].encode()[col:].decode(errors="replace")
+                    lines[-1] = lines[-1].encode()[:end_col].decode(errors="replace")
+                    return "".join(lines)
+        except Exception:
+            pass
+    return linecache.getline(code.co_filename, lineno, frame.f_globals).strip()
