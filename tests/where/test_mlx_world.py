@@ -155,6 +155,26 @@ def test_a_healthy_mlx_loop_names_no_wait(kernel):
     assert not any("waits in MLX" in t or "do not match" in t for t in seen), seen
 
 
+def test_mlx_cluster_where_names_the_same(kernel, tmp_path):
+    """``%mlx_cluster where`` (the control channel, on a cell run with --noblock) says the same words."""
+    flag = tmp_path / "go"
+    cell = ("%%mlx_distributed --noblock\na = mx.ones(6)\nif world.rank() == 1:\n    "
+            + LAG.format(flag=str(flag)) + "\ny = mx.distributed.all_sum(a, group=world)\nprint(y)")
+    assert kernel.run(cell, 30).status == "ok"
+    assert kernel.run("hung = _", 10).status == "ok"
+    try:
+        want = re.compile(r"rank 0 waits in MLX all_sum #1 \(float32\[6\], built at line 4, evaluated at line 5\) on "
+                          r"rank 1(?: for [0-9.]+ s)?; rank 1 has called 0 MLX collectives and is at line 3")
+        deadline, text = time.monotonic() + 20, ""
+        while time.monotonic() < deadline and not want.search(text):
+            res = kernel.run("%mlx_cluster where", 20)
+            text = res.displays[0]["data"]["text/plain"] if res.displays else res.stdout
+        assert want.search(text), text
+    finally:
+        flag.touch()
+    assert kernel.run("assert hung.wait(20)", 30).status == "ok"
+
+
 def test_a_mismatch_is_named_with_both_call_sites_and_in_the_error_after_the_stop_button(kernel):
     """MLX's ring lets rank 0 finish an all_sum of 4 against rank 1's all_gather of 8; rank 1 hangs."""
     cell = ("%%mlx_distributed\n"
@@ -172,3 +192,23 @@ def test_a_mismatch_is_named_with_both_call_sites_and_in_the_error_after_the_sto
     assert reply["content"]["status"] == "error"
     error = "\n".join(reply["content"].get("traceback") or []) + reply["content"].get("evalue", "")
     assert "do not match" in error, error
+
+
+def test_four_ranks_three_wait_on_the_one_behind(tmp_path):
+    k = start(4)
+    try:
+        cell = ("a = mx.ones((2, 3))\n"
+                "if world.rank() == 2:\n"
+                "    LAG\n"
+                "y = mx.distributed.all_sum(a, group=world)\n"
+                "y.tolist()")
+        text = _hang(k, tmp_path, cell, r"^3\s+waits in MLX all_sum #1 \(float32\[2,3\], built at line 4, evaluated at "
+                                        r"line 5\) on rank 2")
+        for r in (0, 1):
+            assert re.search(rf"^{r}\s+waits in MLX all_sum #1 .* on rank 2", text, re.M), text
+        assert re.search(r"^2\s+has called 0 MLX collectives and is at line 3: while not os\.path", text, re.M), text
+    finally:
+        try:
+            k.run("%mlx_cluster stop", 30)
+        finally:
+            k.close()
