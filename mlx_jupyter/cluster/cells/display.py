@@ -188,6 +188,7 @@ def show_run(run: Any, mode: str = "grouped", timeout: Optional[float] = None,
     debug = DebugSessions(run, r.out, table=table)
     deadline = None if timeout is None else time.monotonic() + timeout
     stops = 0
+    stopped_at = ""
     while True:
         try:
             ev = run.next_event(0.05)
@@ -213,10 +214,12 @@ def show_run(run: Any, mode: str = "grouped", timeout: Optional[float] = None,
                 table.tick()
             if deadline is not None and time.monotonic() > deadline:
                 deadline = None
+                stopped_at = stopped_at or where_words(run)
                 run.interrupt(f"the cell timed out after {timeout:g} s (--timeout)")
         except KeyboardInterrupt:
             debug.stopped = True  # no more prompts: the ranks in pdb are being interrupted
             stops += 1
+            stopped_at = stopped_at or where_words(run)
             run.interrupt("interrupted by the user")
             if stops >= 3:  # the user insists: stop waiting, whatever the ranks do
                 break
@@ -226,11 +229,23 @@ def show_run(run: Any, mode: str = "grouped", timeout: Optional[float] = None,
     noise = r.folded_noise()
     if run.failed:
         error = failure(run)
+        if stopped_at:  # who waited for whom when it was stopped (the live table is gone by now)
+            error.lines.insert(0, f"where the ranks were when stopped: {stopped_at}")
         error.lines.extend(noise)  # the cause first, MLX's socket noise folded below it
         raise error
     if noise:
         r.err("".join(f"{line}\n" for line in noise))
     return run
+
+
+def where_words(run: Any) -> str:
+    """The where table's one-line diagnosis of ``run`` now ("" when the ranks are together, or unknown)."""
+    try:
+        from mlx_jupyter.where import model
+
+        return model.diagnosis(run.where_rows())
+    except Exception:
+        return ""
 
 
 #: a rank's answer for a cell refused because it uses MLX's dead world (rank.names.WorldClosedError)
