@@ -72,7 +72,8 @@ class RankEnv:
 
     rank: Optional[int] = None        # JACCL_RANK, else MLX_RANK (JACCL's order): the ring's rank; None when unset
     process_rank: int = 0             # the first rank any launcher set (MLX, JACCL, MPI, Slurm), else 0
-    launched: bool = False            # MLX_RANK or MLX_HOSTFILE set: a single-rank fallback would be wrong
+    launched: bool = False            # MLX_RANK, MLX_HOSTFILE, JACCL_RANK or a JACCL device file set: a
+                                      # single-rank fallback would be wrong
     hostfile: str = ""                # the ring hostfile our core reads ("" when none)
     hostfile_var: str = HOSTFILE      # the variable that named it
     port_offset: int = CORE_PORT_OFFSET  # added to its ports (0 for MLX_JUPYTER_HOSTFILE)
@@ -242,11 +243,12 @@ def read(env: Mapping[str, str]) -> RankEnv:
     Pure: the ring hostfile is only named here; :func:`load_ring` reads it."""
     own = _text(env, OWN_HOSTFILE)
     rank = _rank(env)
+    jaccl = _jaccl(env)
     cell_port = _int(env, CELL_PORT, 0, 0, 65535)
     return RankEnv(
         rank=rank,
         process_rank=_process_rank(env, rank),
-        launched=bool(_text(env, RANK) or _text(env, HOSTFILE)),
+        launched=bool(_text(env, RANK) or _text(env, HOSTFILE) or _text(env, JACCL_RANK) or jaccl.devices),
         hostfile=own or _text(env, HOSTFILE),
         hostfile_var=OWN_HOSTFILE if own else HOSTFILE,
         port_offset=0 if own else _int(env, PORT_OFFSET, CORE_PORT_OFFSET, -65535, 65535) or 0,
@@ -266,7 +268,7 @@ def read(env: Mapping[str, str]) -> RankEnv:
         size=_int(env, SIZE, 1, 1, 1 << 20) or 1,
         early_world=_switch(env, EARLY_WORLD),
         cell_port=cell_port or None,
-        jaccl=_jaccl(env),
+        jaccl=jaccl,
     )
 
 

@@ -31,6 +31,8 @@ def test_jaccl_reads_both_names_and_the_jaccl_one_wins() -> None:
 def test_a_jaccl_launch_without_a_coordinator_is_still_a_jaccl_launch() -> None:
     env = read({"JACCL_IBV_DEVICES": "/a.json", "JACCL_RANK": "1"})
     assert env.launchers == ("jaccl",) and not env.jaccl.coordinator
+    # a JACCL rank that cannot form its group is an error, never a silent group of one
+    assert env.launched and read({"MLX_IBV_DEVICES": "/a.json"}).launched and read({"JACCL_RANK": "0"}).launched
 
 
 def mesh(n: int) -> list[Host]:
