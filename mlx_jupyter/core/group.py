@@ -64,8 +64,8 @@ def check_stream(stream: Any) -> Any:
 
 #: What MLX's backends lack (MLX's own table); each with what works instead on that backend
 LACKS = {
-    ("jaccl", "split"): "JACCL has one group of every rank: use `if rank in ranks:` around the calls, or our core's "
-                        "group (mlx_jupyter.distributed.init(backend=\"ring\")), which has split",
+    ("jaccl", "split"): "our core's group has split: mlx_jupyter.distributed.init(backend=\"ring\") forms it over the "
+                        "ring mlx-jupyter plans beside JACCL (MLX_JUPYTER_HOSTFILE)",
     ("nccl", "send"): "NCCL's backend in MLX has no point to point: all_gather and take rank src's slice, or use "
                       "our core's group (mlx_jupyter.distributed.init(backend=\"ring\") on a ring launch), which has send/recv",
     ("mpi", "sum_scatter"): "all_sum then this rank's slice of axis 0 (done for you by mlx_jupyter.distributed.sum_scatter)",
