@@ -15,7 +15,7 @@ from mlx_jupyter.cluster.shared.errors import ClusterError
 from mlx_jupyter.launch.slurm import commands
 from mlx_jupyter.launch.slurm.allocation import Allocation, WaitCancelled
 from mlx_jupyter.launch.slurm.commands import SlurmError
-from mlx_jupyter.launch.slurm.options import NAME_PREFIX, SlurmOptions
+from mlx_jupyter.launch.slurm.options import NAME_PREFIX, SlurmOptions, refuse_job_name
 from mlx_jupyter.launch.slurm.parse import JobState, format_duration, parse_srun_line
 
 #: what a cluster does with its allocation after a rank fails
@@ -86,7 +86,13 @@ class ClusterAllocation:
 
         guard = self._watchdog()
         guard.register_job(f"name={self.name}")   # before sbatch: the kernel may die before it answers
-        self.allocation = Allocation.submit(self.opts, self.name)
+        try:
+            self.allocation = Allocation.submit(self.opts, self.name)
+        except SlurmError as exc:
+            # sbatch failed or did not answer, yet the job may be queued: the watchdog, closed with its name
+            # still registered, cancels it by that name (as `mlx-jupyter launch --slurm` does)
+            self._close_watchdog(cancel=True)
+            raise SlurmError(f"{exc} (a job it may have queued, named {self.name}, was cancelled)") from None
         guard.register_job(str(self.allocation.job_id))
 
         show = on_state or self.opts.on_state
@@ -226,6 +232,7 @@ def for_cluster(scheduler: Optional[str], slurm: Optional[SlurmOptions], hosts: 
     if nodes is not None and nodes < 1:
         raise ValueError(f"nodes must be at least 1, got {nodes}")
     base = slurm or SlurmOptions()
+    refuse_job_name([*base.args, *args])
     opts = replace(base, nodes=nodes if nodes is not None else base.nodes,
                    ranks_per_node=int(n) if n is not None else base.ranks_per_node,
                    partition=partition or base.partition, time=time or base.time, account=account or base.account,

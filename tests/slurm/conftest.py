@@ -31,11 +31,15 @@ def slurmbed(tmp_path_factory):
 
 
 @pytest.fixture
-def slurm(slurmbed, monkeypatch):
+def slurm(slurmbed, monkeypatch, tmp_path_factory):
     """The bed, with SLURM_CONF set for this process; afterwards: no job left in the queue, every node
-    idle again, no temp file of a task wrapper left."""
+    idle again, no temp file of a task wrapper left. The tasks get a TMPDIR of this test's own (srun
+    exports our environment), so that what other users of this machine's /tmp make is not counted."""
     monkeypatch.setenv("SLURM_CONF", str(slurmbed.conf))
-    before = rank_temp_files()
+    tmp = tmp_path_factory.mktemp("task-tmp")
+    tmp.chmod(0o1777)   # the tasks may run as another user
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    before = rank_temp_files(tmp)
     yield slurmbed
     queue = lambda: slurmbed.slurm("squeue", "--noheader", "--format=%i %j %T", check=False).stdout.strip()  # noqa: E731
     left = "" if wait_until(lambda: not queue(), 10) else queue()
@@ -43,4 +47,4 @@ def slurm(slurmbed, monkeypatch):
         slurmbed.slurm("scancel", "--user=root", check=False)
     slurmbed.wait_idle()
     assert not left, f"jobs left in the queue: {left}"
-    assert rank_temp_files() <= before, f"temp files left: {rank_temp_files() - before}"
+    assert rank_temp_files(tmp) <= before, f"temp files left: {rank_temp_files(tmp) - before}"

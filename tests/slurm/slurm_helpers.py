@@ -9,9 +9,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def rank_temp_files() -> set[Path]:
-    """What task wrappers leave in /tmp (the nodes share this machine's /tmp)."""
-    return set(Path("/tmp").glob("mlx-jupyter.*"))
+def rank_temp_files(folder: Path = Path("/tmp")) -> set[Path]:
+    """What task wrappers leave in ``folder`` (their TMPDIR; the nodes share this machine's /tmp)."""
+    return set(folder.glob("mlx-jupyter.*"))
 
 
 def wait_until(pred, timeout: float) -> bool:

@@ -17,7 +17,7 @@ from typing import Mapping, Sequence
 
 from mlx_jupyter.hostfile import default_ranks_per_host
 from mlx_jupyter.launch.slurm.commands import TIMEOUT, SlurmError
-from mlx_jupyter.launch.slurm.options import NAME_PREFIX, SlurmOptions, split_args
+from mlx_jupyter.launch.slurm.options import NAME_PREFIX, SlurmOptions, refuse_job_name, split_args
 from mlx_jupyter.launch.slurm.parse import SlurmOutputError, parse_job_id
 
 #: Options that only mean something with --slurm.
@@ -48,7 +48,9 @@ def misused(args: argparse.Namespace) -> list[str]:
 
 
 def options_from_args(args: argparse.Namespace) -> SlurmOptions:
-    """:class:`SlurmOptions` from the parsed command line."""
+    """:class:`SlurmOptions` from the parsed command line (a job-name override is refused here, at once)."""
+    if not args.detach:   # a detached launch's batch job is not watched by name
+        refuse_job_name(args.slurm_arg)
     return SlurmOptions(nodes=args.nodes, ranks_per_node=args.repeat_hosts or default_ranks_per_host(True), partition=args.partition,
                         time=args.time, account=args.account, args=list(args.slurm_arg),
                         srun_args=list(args.srun_arg))

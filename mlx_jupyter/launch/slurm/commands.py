@@ -24,9 +24,11 @@ class SlurmError(LaunchError):
     """A Slurm command failed or printed what we cannot read; the message names the command and the fix."""
 
 
-def run(argv: Sequence[str], timeout: float = TIMEOUT) -> str:
-    """``argv``'s stdout; :class:`SlurmError` naming the command on failure, timeout or absence."""
+def run(argv: Sequence[str], timeout: Optional[float] = None) -> str:
+    """``argv``'s stdout; :class:`SlurmError` naming the command on failure, timeout (default
+    :data:`TIMEOUT`, read at each call) or absence."""
     name = " ".join(argv[:3] if argv[0] == "scontrol" else argv[:1])
+    timeout = TIMEOUT if timeout is None else timeout
     try:
         res = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     except FileNotFoundError:
@@ -120,7 +122,7 @@ def submit(argv: Sequence[str]) -> int:
         raise SlurmError(str(exc)) from None
 
 
-def cancel(target: str, signal: Optional[str] = None, timeout: float = TIMEOUT) -> bool:
+def cancel(target: str, signal: Optional[str] = None, timeout: Optional[float] = None) -> bool:
     """``scancel`` a job or step (``123``, ``123.0``), or send it ``signal`` (``INT``, ``TERM``...);
     False if scancel failed (the job had already ended, slurmctld did not answer)."""
     argv = ["scancel", "--quiet", *([f"--signal={signal}"] if signal else []), "--", target]

@@ -63,6 +63,23 @@ def split_args(items: Sequence[str], flag: str = "--slurm-arg") -> list[str]:
     return out
 
 
+def refuse_job_name(items: Sequence[str], flag: str = "--slurm-arg") -> None:
+    """An error naming the item of ``items`` (sbatch options) that would rename the job (``-J``, ``--job-name``).
+
+    The job's name is ours and unique: a launcher that dies before sbatch answers leaves its
+    watchdog only that name to cancel the job by, and a name of the user's would match nothing
+    (or cancel the user's other jobs of that name).
+    """
+    for item in items:
+        for word in split_args([item], flag):
+            long = word.split("=", 1)[0]
+            if word.startswith("-J") or (len(long) >= 5 and "--job-name".startswith(long)):
+                raise SlurmOptionsError(
+                    f"{flag} {item!r}: the job's name is mlx-jupyter's own ({NAME_PREFIX}…, unique), which its "
+                    "watchdog cancels the job by if this process dies before sbatch answers; a name of yours "
+                    "would match nothing (or your other jobs of that name). Drop -J/--job-name.")
+
+
 def _check(value: Optional[str], flag: str) -> list[str]:
     if value is None:
         return []
@@ -78,6 +95,7 @@ def allocation_argv(opts: SlurmOptions, name: str) -> list[str]:
     ``--export=NONE``: the holder needs none of our environment (Slurm would store it).
     """
     nodes = opts.nodes or 1
+    refuse_job_name(opts.args)
     return ["sbatch", "--parsable", f"--job-name={name}", f"--nodes={nodes}",
             f"--ntasks-per-node={opts.ranks_per_node}", "--no-requeue", "--export=NONE",
             "--output=/dev/null", "--error=/dev/null",
