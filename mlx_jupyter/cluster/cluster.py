@@ -155,6 +155,8 @@ class Cluster:
         # the parts, each given what it uses
         self.table = RankTable(output=lambda: self.engine_set.rank_output)
         self.link = ControllerLink()
+        self.link.gone_advice = lambda: (f"restart the cluster: {self.restart_command} (a new controller and new "
+                                         "ranks, started empty: variables cannot be saved without the controller)")
         self.startup = StartupSequence(self.link, self.table, self.backend, hub=lambda: self.hub)
         self.control = RankControl(self.link, self.table, self.startup, self.backend, self.rank_infos)
         self.supervisor = Supervisor(self.link, self.table, self.control, lambda: self.restart_advice)
@@ -258,9 +260,10 @@ class Cluster:
             self.processes.restart(progress, wait)
 
         self.last_restart = None
-        if clean:
+        if clean or self.link.controller_gone():
             fresh_ranks()
-            self.last_restart = f"restart: {self.size} ranks started empty (--clean)"
+            self.last_restart = f"restart: {self.size} ranks started empty " + (
+                "(--clean)" if clean else "with a new controller (the old one had died)")
             return self
         from mlx_jupyter.cluster.kept_state import restart_keeping
 

@@ -24,11 +24,18 @@ class ControllerLink:
         #: start's probes the controller dropped: never answered, they are not requests a cell could overtake
         self.stray_probes: set[str] = set()
         self.queue_kicks = 0  # messages the watch found left unread in the client's sockets
+        #: why the controller is gone ("" while it runs, or when unknowable: a connected handle's)
+        self.controller_gone: Callable[[], str] = lambda: ""
+        #: what to do about it, as it works where the message is shown
+        self.gone_advice: Callable[[], str] = lambda: ""
 
     def need(self) -> Any:
         """The client; a clear error when the cluster is not running."""
         if self.client is None:
             raise ClusterError("no cluster is running: start one with %mlx_cluster start (or Cluster.start())")
+        gone = self.controller_gone()
+        if gone:
+            raise ClusterError(f"{gone}: the ranks cannot be reached through it; {self.gone_advice()}")
         return self.client
 
     @property

@@ -132,6 +132,7 @@ class ClusterProcesses:
         self.stopping = False
         self._engine_set_id: Optional[str] = None
         self._controller_pids: list[int] = []
+        self.guard: Any = None  # the controller's ControllerGuard while it runs
         self.controller_ip: Optional[str] = spec.controller_ip
 
     def engine_config(self) -> Any:
@@ -196,6 +197,10 @@ class ClusterProcesses:
         try:
             self.ipp.start_controller_sync()
             self._controller_pids = process_tree(self.ipp.controller.pid)
+            from mlx_jupyter.cluster.controller_guard import ControllerGuard
+
+            self.guard = ControllerGuard(self.ipp.controller)
+            self.link.controller_gone = self.guard.gone
             self.ipp.controller.on_stop(self._controller_stopped)
             if spec.local:  # engines start now and pick up the connection file when it appears
                 self.start_engines()
@@ -211,6 +216,8 @@ class ClusterProcesses:
 
     def _controller_stopped(self, data: Any) -> None:
         """The controller ended without a stop: the ranks cannot be reached, so a Slurm job is released."""
+        if self.guard is not None and not self.stopping:
+            self.guard.stopped(data)
         alloc = self.spec.allocation
         if self.stopping or alloc is None or alloc.job_id is None:
             return
@@ -314,10 +321,19 @@ class ClusterProcesses:
                 pass
             self.ipp = None
         reap(pids, timeout)
+        if self.guard is not None:   # the controller's orphaned child too, if it was killed
+            self.guard.end()
+            self.guard = None
+        self.link.controller_gone = lambda: ""
         self.table.reset(0)
 
     def restart(self, progress: Optional[ProgressCallback], timeout: float) -> None:
-        """Fresh processes for every rank, same ranks, same engine ids; the controller stays."""
+        """Fresh processes for every rank, same ranks, same engine ids; the controller stays (a dead
+        one is replaced: the whole cluster starts again)."""
+        if self.guard is not None and self.guard.gone():
+            self.stop()
+            self.start(progress, timeout)
+            return
         self.stopping = True
         self.supervisor.interrupt_runs("the cluster is restarting")
         pids = rank_pids(self.engine_set) if self.has_engine_set() else set()   # none: the last restart failed

@@ -101,8 +101,10 @@ class RankControl:
         while ranks still form MLX's world, it first waits up to ``forming_grace`` s for them.
         """
         infos = {i.rank: i for i in self.rank_infos()}
-        self.startup.wait_world(forming_grace)
-        replies = self.replies(timeout) if self.link.client is not None else {}
+        gone = self.link.controller_gone() if self.link.client is not None else ""
+        if not gone:
+            self.startup.wait_world(forming_grace)
+        replies = self.replies(timeout) if self.link.client is not None and not gone else {}
         forming = self.startup.forming_world()
         rows = []
         for rank in self.table.ranks:
@@ -121,6 +123,8 @@ class RankControl:
                     row.update(state="forming MLX world", busy=False, cell_started=None)
             elif rank in self.table.dead:
                 row["state"] = f"dead ({describe_exit(self.table.dead[rank])})"
+            elif gone:
+                row["state"] = f"unreachable: {gone}; {self.link.gone_advice()}"
             elif self.link.client is not None and rank in self.link.ids():
                 row["state"] = "forming MLX world" if rank in forming else "no reply"
             rows.append(row)

@@ -1,0 +1,123 @@
+"""A controller killed under a live cluster: named at once (next cell, status), restart works, and no
+process of it (its forked child included) outlives ``stop()`` or the notebook's death."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from mlx_jupyter import Cluster
+from mlx_jupyter.cluster.shared.errors import ClusterError
+from tests.cluster.kernel import Kernel, alive, kill_leftovers
+
+pytestmark = pytest.mark.timeout(180)
+
+#: the issue's bound for naming the controller as the cause (HEAD waited 65 s, then blamed the setup)
+NAMED_WITHIN = 5.0
+
+
+def controller_group(c: Cluster) -> list[int]:
+    pid = c.ipp.controller.pid
+    return [pid] + [p.pid for p in psutil.Process(pid).children(recursive=True)]
+
+
+def wait_gone(pids: list[int], timeout: float) -> list[int]:
+    end = time.monotonic() + timeout
+    while alive(pids) and time.monotonic() < end:
+        time.sleep(0.05)
+    return alive(pids)
+
+
+def test_a_killed_controller_is_named_at_the_next_cell_and_in_status_and_restart_works():
+    c = Cluster(n=2, timeout=60).start()
+    group: list[int] = []
+    try:
+        group = controller_group(c)
+        assert len(group) >= 2, "the controller forks a child of its own (what was orphaned)"
+        os.kill(group[0], signal.SIGKILL)
+        t0 = time.monotonic()
+        with pytest.raises(ClusterError) as err:
+            c.run("x = 1")
+        assert time.monotonic() - t0 < NAMED_WITHIN
+        text = str(err.value)
+        assert f"controller (pid {group[0]}) is dead (killed by SIGKILL" in text, text
+        assert "cluster.restart()" in text, text
+        t0 = time.monotonic()
+        rows = c.status()
+        assert time.monotonic() - t0 < NAMED_WITHIN
+        assert [r["state"].split(":")[0] for r in rows] == ["unreachable", "unreachable"], rows
+        assert all("controller" in r["state"] and "restart" in r["state"] for r in rows), rows
+        c.restart()
+        assert "new controller" in c.last_restart
+        assert c.execute("1 + 1", timeout=60) == ["2", "2"]
+    finally:
+        c.stop()
+    assert wait_gone(group, 5) == [], "the old controller's child outlived the restart and stop"
+
+
+def test_the_controllers_orphaned_child_does_not_outlive_stop():
+    c = Cluster(n=2, timeout=60).start()
+    group = controller_group(c)
+    os.kill(group[0], signal.SIGKILL)
+    wait_gone(group[:1], 5)
+    c.stop()
+    assert wait_gone(group, 5) == []
+
+
+def test_no_process_of_the_controller_outlives_a_killed_notebook(tmp_path):
+    script = tmp_path / "owner.py"
+    script.write_text(textwrap.dedent("""
+        import sys, time, psutil
+        from mlx_jupyter import Cluster
+        c = Cluster(n=2, timeout=60).start()
+        pid = c.ipp.controller.pid
+        print(" ".join(str(p) for p in [pid] + [k.pid for k in psutil.Process(pid).children(recursive=True)]),
+              flush=True)
+        time.sleep(600)
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                            cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    group: list[int] = []
+    try:
+        line = proc.stdout.readline()
+        group = [int(p) for p in line.split()]
+        assert len(group) >= 2, line
+        os.kill(group[0], signal.SIGKILL)   # the controller first: its child is orphaned
+        wait_gone(group[:1], 5)
+        proc.kill()                         # then the notebook
+        proc.wait(10)
+        assert wait_gone(group, 10) == [], "a process of the controller outlived the notebook"
+    finally:
+        proc.kill()
+        kill_leftovers(group)
+
+
+def test_a_notebook_names_the_dead_controller_at_the_next_cell_and_in_status():
+    k = Kernel()
+    try:
+        res = k.run("%load_ext mlx_jupyter\n%mlx_cluster start -n 2", timeout=120)
+        assert res.status == "ok", res
+        res = k.run("from mlx_jupyter import magics\nimport os, signal\n"
+                    "os.kill(magics.current().ipp.controller.pid, signal.SIGKILL)", timeout=30)
+        assert res.status == "ok", res
+        res = k.run("%%mlx_distributed\nx = 1", timeout=30)
+        assert res.elapsed < NAMED_WITHIN, res.elapsed
+        text = res.traceback + res.stdout + res.stderr
+        assert "controller" in text and "is dead" in text and "%mlx_cluster restart" in text, text
+        res = k.run("%mlx_cluster status", timeout=30)
+        text = res.stdout + res.stderr + str(res.displays)
+        assert "controller" in text and "is dead" in text, text
+        res = k.run("%mlx_cluster restart", timeout=120)
+        assert res.status == "ok", res
+        res = k.run("%%mlx_distributed\nprint('back', world.rank())", timeout=60)
+        assert res.status == "ok" and "back 1" in res.stdout, res
+    finally:
+        k.run("%mlx_cluster stop", timeout=60)
+        k.close()
