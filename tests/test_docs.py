@@ -37,7 +37,10 @@ def test_readme_opens_with_the_two_commands() -> None:
     assert len(re.findall(r"pip install (?:-q )?(?:-e )?\.(?:\s|$)|pip install [^\n]*\"\.\[", readme)) == 1, \
         "the README installs the package once: a second `pip install .` compiles the core again"
     ci = (ROOT / ".ci/run").read_text().strip().splitlines()
-    assert ci[-1] == "exec .venv/bin/pytest -q" and "`.venv/bin/pytest -q`" in (ROOT / "README.md").read_text()
+    # the tests, then the speed guard once; either failing fails CI (issue 30 §2)
+    assert ci[-3:] == [".venv/bin/pytest -q || status=$?",
+                       ".venv/bin/python benchmarks/guard.py || status=$((status ? status : 1))", 'exit "$status"']
+    assert "`.venv/bin/pytest -q`" in (ROOT / "README.md").read_text()
 
 
 def test_every_block_has_a_language_and_every_skip_a_reason() -> None:
