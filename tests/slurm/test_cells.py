@@ -136,11 +136,38 @@ def test_lost_controller_and_killed_kernel_end_the_job(slurm, kernel):
     assert wait_until(lambda: not live_jobs(slurm), 10), live_jobs(slurm)
 
 
+def wait_printed(k: Kernel, msg_id: str, text: str, ranks: int, timeout: float) -> str:
+    """Read the cell's output until each of ``ranks`` ranks printed ``text`` (they are inside the cell's
+    code; ``[ranks 0-1] text`` or a line per rank); all of it so far."""
+    seen = ""
+    deadline = time.monotonic() + timeout
+
+    def labels() -> str:
+        return " ".join(line.split("]")[0] for line in seen.splitlines() if line.endswith(f"] {text}"))
+
+    while not all(str(r) in labels() for r in range(ranks)):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"the cell did not print {text!r} within {timeout} s; it printed {seen!r}")
+        try:
+            msg = k.kc.get_iopub_msg(timeout=min(left, 1))
+        except queue.Empty:
+            continue
+        if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "stream":
+            seen += msg["content"]["text"]
+        elif msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "error":
+            raise AssertionError(f"the cell failed before printing {text!r}: {msg['content']['evalue']}")
+    return seen
+
+
 def test_time_limit_ends_a_running_cell_naming_the_job(slurm, kernel):
-    """--time 1 (a minute); the test moves the job's end to now, as an admin could (slurmctld checks
-    time limits every 30 s)."""
-    job = start(kernel, "--nodes 2 --time 1")
-    msg_id = kernel.submit("%%mlx_distributed\nimport time\ntime.sleep(100)")
+    """The test moves the job's end to now, as an admin could (slurmctld checks time limits every 30 s),
+    once both ranks run the cell's code: before that they may still be forming their world (slow on a
+    loaded machine), and the limit would end the setup, not the cell. --time 10: the job's own limit is
+    far from the test's (10 min against the 150 s the test may take)."""
+    job = start(kernel, "--nodes 2 --time 10")
+    msg_id = kernel.submit("%%mlx_distributed\nimport time\nprint('in the cell', flush=True)\ntime.sleep(100)")
+    wait_printed(kernel, msg_id, "in the cell", 2, 60)   # forming the world: seconds, more under load
     slurm.slurm("scontrol", "update", f"JobId={job}", "EndTime=now")
     res = kernel.collect(msg_id, 50)
     assert res.status == "error"
