@@ -16,7 +16,6 @@ import ast
 import linecache
 import sys
 import threading
-import time
 from collections import deque
 from typing import Any, Callable, Optional
 
@@ -37,8 +36,10 @@ class Record:
     def __init__(self) -> None:
         self.counts: dict[str, int] = {WORLD: 0}
         self.groups: dict[str, tuple[int, int]] = {}   # label -> (this rank's rank in it, its size)
-        self.calls: deque = deque(maxlen=KEEP)          # (key, seq, op, dtype, shape, peer, code, line, via, t)
+        self.calls: deque = deque(maxlen=KEEP)          # (key, seq, op, dtype, shape, peer, code, lasti, via)
         self.labels: dict[int, tuple[Any, str]] = {}    # id(group) -> (group, label): keeps the group alive
+        self._last: tuple[Any, str] = (None, WORLD)      # the group of the last call and its label
+        self._user_globals: Any = None                   # the globals of the last caller outside MLX
         self.cell = 0
 
     def label(self, group: Any) -> str:
@@ -60,21 +61,45 @@ class Record:
         self.counts.setdefault(label, 0)
         return label
 
+    def collective(self, op: str, x: Any, group: Any, frame: Any) -> None:
+        """A collective of ``group`` on ``x``, called from ``frame`` (the hot path: kept short)."""
+        if group is None:
+            label = WORLD
+        else:
+            last = self._last
+            label = last[1] if group is last[0] else self._relabel(group)
+        counts = self.counts
+        seq = counts[label] = counts.get(label, 0) + 1
+        if frame.f_globals.get("__name__", "").startswith("mlx."):
+            self._from_mlx(label, seq, op, x.dtype, x.shape, None, frame)
+            return
+        # the instruction, not f_lineno: a line number is found by walking the code's line table
+        self.calls.append((label, seq, op, x.dtype, x.shape, None, frame.f_code, frame.f_lasti, None))
+
+    def _relabel(self, group: Any) -> str:
+        label = self.label(group)
+        self._last = (group, label)
+        return label
+
     def add(self, op: str, dtype: Any, shape: Any, group: Any, peer: Optional[int], frame: Any) -> None:
+        """A point-to-point op (or any call) with its peer in ``group``'s numbers."""
         label = self.label(group)
         if peer is None:
             key = label
         else:
             me = self.groups.get(label, (0, 0))[0]
             key = f"{label}:{me}>{peer}" if op == "send" else f"{label}:{peer}>{me}"
-        seq = self.counts.get(key, 0) + 1
-        self.counts[key] = seq
+        seq = self.counts[key] = self.counts.get(key, 0) + 1
+        self._from_mlx(key, seq, op, dtype, shape, peer, frame)
+
+    def _from_mlx(self, key: str, seq: int, op: str, dtype: Any, shape: Any, peer: Optional[int], frame: Any) -> None:
+        """Noted at the first frame outside MLX's Python code, naming the MLX function it went through."""
         via = None
         while frame is not None and str(frame.f_globals.get("__name__", "")).startswith("mlx."):
             via = via or f"{frame.f_globals['__name__']}.{frame.f_code.co_name}"   # mlx.nn.average_gradients
             frame = frame.f_back
-        code, line = (frame.f_code, frame.f_lineno) if frame is not None else (None, None)
-        self.calls.append((key, seq, op, dtype, shape, peer, code, line, via, time.time()))
+        code, lasti = (frame.f_code, frame.f_lasti) if frame is not None else (None, -1)
+        self.calls.append((key, seq, op, dtype, shape, peer, code, lasti, via))
 
     def new_cell(self) -> None:
         """The numbers start again (a cell of a cluster: every rank starts it)."""
@@ -97,10 +122,21 @@ def _size(group: Any) -> int:
 
 
 def _call_dict(c: tuple, cell_files: tuple[str, ...]) -> dict:
-    key, seq, op, dtype, shape, peer, code, line, via, t = c
+    key, seq, op, dtype, shape, peer, code, lasti, via = c
+    line = _line_of(code, lasti)
     return {"key": key, "seq": seq, "op": op, "dtype": str(dtype).replace("mlx.core.", ""),
             "shape": list(shape) if shape is not None else None, "peer": peer,
-            "at": site(code, line, cell_files), "via": via, "time": t}
+            "at": site(code, line, cell_files), "via": via}
+
+
+def _line_of(code: Any, lasti: int) -> Optional[int]:
+    """The line of instruction ``lasti`` of ``code``."""
+    if code is None:
+        return None
+    for start, end, line in code.co_lines():
+        if start <= lasti < end:
+            return line
+    return code.co_firstlineno
 
 
 def is_cell(filename: str, cell_files: tuple[str, ...] = ()) -> bool:
@@ -124,11 +160,30 @@ _lock = threading.Lock()
 
 
 def _wrap_collective(fn: Callable, op: str) -> Callable:
-    def call(x: Any, *args: Any, **kwargs: Any) -> Any:
+    getframe = sys._getframe
+
+    # MLX's signature spelled out: forwarding *args and **kwargs costs more than the whole record
+    def call(x: Any, *, group: Any = None, stream: Any = None) -> Any:
         __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
-        out = fn(x, *args, **kwargs)
-        try:
-            RECORD.add(op, x.dtype, x.shape, kwargs.get("group"), None, sys._getframe(1))  # type: ignore[union-attr]
+        out = fn(x, group=group, stream=stream)
+        record = RECORD
+        try:  # Record.collective, inlined: this runs on every call
+            if group is None:
+                label = WORLD
+            elif group is record._last[0]:
+                label = record._last[1]
+            else:
+                label = record._relabel(group)
+            counts = record.counts
+            seq = counts[label] = counts.get(label, 0) + 1
+            frame = getframe(1)
+            g = frame.f_globals
+            if g is not record._user_globals:   # a module other than the last caller's: is it MLX's?
+                if g.get("__name__", "").startswith("mlx."):
+                    record._from_mlx(label, seq, op, x.dtype, x.shape, None, frame)
+                    return out
+                record._user_globals = g
+            record.calls.append((label, seq, op, x.dtype, x.shape, None, frame.f_code, frame.f_lasti, None))
         except Exception:  # the record never changes what the call does
             pass
         return out
@@ -136,11 +191,11 @@ def _wrap_collective(fn: Callable, op: str) -> Callable:
 
 
 def _wrap_send(fn: Callable) -> Callable:
-    def send(x: Any, dst: int, *args: Any, **kwargs: Any) -> Any:
+    def send(x: Any, dst: int, *, group: Any = None, stream: Any = None) -> Any:
         __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
-        out = fn(x, dst, *args, **kwargs)
+        out = fn(x, dst, group=group, stream=stream)
         try:
-            RECORD.add("send", x.dtype, x.shape, kwargs.get("group"), int(dst), sys._getframe(1))  # type: ignore[union-attr]
+            RECORD.add("send", x.dtype, x.shape, group, int(dst), sys._getframe(1))  # type: ignore[union-attr]
         except Exception:
             pass
         return out
@@ -148,11 +203,11 @@ def _wrap_send(fn: Callable) -> Callable:
 
 
 def _wrap_recv(fn: Callable) -> Callable:
-    def recv(shape: Any, dtype: Any, src: int, *args: Any, **kwargs: Any) -> Any:
+    def recv(shape: Any, dtype: Any, src: int, *, group: Any = None, stream: Any = None) -> Any:
         __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
-        out = fn(shape, dtype, src, *args, **kwargs)
+        out = fn(shape, dtype, src, group=group, stream=stream)
         try:
-            RECORD.add("recv", dtype, tuple(shape), kwargs.get("group"), int(src), sys._getframe(1))  # type: ignore[union-attr]
+            RECORD.add("recv", dtype, tuple(shape), group, int(src), sys._getframe(1))  # type: ignore[union-attr]
         except Exception:
             pass
         return out
@@ -160,11 +215,11 @@ def _wrap_recv(fn: Callable) -> Callable:
 
 
 def _wrap_recv_like(fn: Callable) -> Callable:
-    def recv_like(x: Any, src: int, *args: Any, **kwargs: Any) -> Any:
+    def recv_like(x: Any, src: int, *, group: Any = None, stream: Any = None) -> Any:
         __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
-        out = fn(x, src, *args, **kwargs)
+        out = fn(x, src, group=group, stream=stream)
         try:
-            RECORD.add("recv", x.dtype, x.shape, kwargs.get("group"), int(src), sys._getframe(1))  # type: ignore[union-attr]
+            RECORD.add("recv", x.dtype, x.shape, group, int(src), sys._getframe(1))  # type: ignore[union-attr]
         except Exception:
             pass
         return out
@@ -220,20 +275,32 @@ def install(world: Any = None) -> Optional[Record]:
             return None
         dist = mx.distributed
         RECORD = Record()
-        for op in COLLECTIVE_OPS:
+        wraps = [(op, lambda fn, op=op: _wrap_collective(fn, op)) for op in COLLECTIVE_OPS]
+        wraps += [("send", _wrap_send), ("recv", _wrap_recv), ("recv_like", _wrap_recv_like), ("init", _wrap_init)]
+        for op, wrap in wraps:
             if hasattr(dist, op):
-                setattr(dist, op, _wrap_collective(getattr(dist, op), op))
-        for op, wrap in (("send", _wrap_send), ("recv", _wrap_recv), ("recv_like", _wrap_recv_like),
-                         ("init", _wrap_init)):
-            if hasattr(dist, op):
-                setattr(dist, op, wrap(getattr(dist, op)))
+                _SWAPS.append((dist, op, getattr(dist, op), wrap(getattr(dist, op))))
         try:
-            dist.Group.split = _wrap_split(dist.Group.split)
+            _SWAPS.append((dist.Group, "split", dist.Group.split, _wrap_split(dist.Group.split)))
         except Exception:  # a Group whose methods cannot be replaced: splits count as groups of their size
             pass
+        enable(True)
         if world is not None:
             RECORD.name(world, WORLD)
         return RECORD
+
+
+#: (owner, name, MLX's function, ours) for every function wrapped
+_SWAPS: list[tuple[Any, str, Callable, Callable]] = []
+
+
+def enable(on: bool) -> None:
+    """Record (True) or call MLX's functions directly (False: for measuring what the record costs)."""
+    for owner, name, original, wrapped in _SWAPS:
+        try:
+            setattr(owner, name, wrapped if on else original)
+        except Exception:
+            pass
 
 
 def install_when_imported() -> None:

@@ -1,0 +1,154 @@
+"""What the where table's record of MLX's collectives costs (:mod:`mlx_jupyter.where.mlx_calls`): on 2 local
+ranks started by `mlx-jupyter launch` (MLX's ring), the record on and off, side by side:
+
+- a 4 KiB ``mx.eval(mx.distributed.all_sum(x, group=world))``: the body of an MLX all_sum cell;
+- a training step of notebooks/03 (an MLP's value_and_grad, one all_sum per parameter tensor: 6 calls,
+  Adam's update, ``mx.eval``);
+- building one all_sum without evaluating it: the wrapper alone, per call.
+
+Timing: blocks of steps, on and off alternating within one launch (the same ranks, the same sockets), each
+block timed whole on each rank after an all_sum that lines the ranks up; the slower rank's time per step,
+median over blocks. The budget: 1 % or 2 µs per call, whichever is larger.
+
+    .venv/bin/python benchmarks/mlx_record.py [--quick] [--save benchmarks/results/mlx_record.txt]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+
+from allreduce import saved_output
+from launcher_layout import launch_ranks
+
+RANK = r"""
+import json, os, time
+import mlx.core as mx, mlx.nn as nn, mlx.optimizers as optim
+from mlx.utils import tree_map
+from mlx_jupyter.where import mlx_calls
+
+mlx_calls.install()
+world = mx.distributed.init(backend="ring", strict=True)
+rank, per, blocks = world.rank(), int(os.environ["BENCH_PER"]), int(os.environ["BENCH_BLOCKS"])
+
+x = mx.ones(1024)
+def cell():
+    mx.eval(mx.distributed.all_sum(x, group=world))
+
+mx.random.seed(0)
+X = mx.random.uniform(-3, 3, (512, 1))
+Y = mx.sin(X) + 0.1 * mx.random.normal(X.shape)
+Xs, Ys = X[rank::world.size()], Y[rank::world.size()]
+class MLP(nn.Module):
+    def __init__(self, hidden=32):
+        super().__init__()
+        self.l1, self.l2, self.l3 = nn.Linear(1, hidden), nn.Linear(hidden, hidden), nn.Linear(hidden, 1)
+    def __call__(self, x):
+        return self.l3(nn.relu(self.l2(nn.relu(self.l1(x)))))
+mx.random.seed(1)
+model = MLP()
+opt = optim.Adam(learning_rate=0.01)
+loss_and_grad = nn.value_and_grad(model, lambda m, x, y: nn.losses.mse_loss(m(x), y))
+def step():
+    loss, grads = loss_and_grad(model, Xs, Ys)
+    opt.update(model, tree_map(lambda g: mx.distributed.all_sum(g, group=world) / world.size(), grads))
+    mx.eval(model.parameters(), opt.state)
+
+def build():
+    mx.distributed.all_sum(x, group=world)
+
+times = {}
+for name, fn, n in (("cell", cell, per), ("step", step, max(per // 10, 20)), ("build", build, per * 10)):
+    for _ in range(max(n // 10, 20)):
+        fn()
+    t = times[name] = {"on": [], "off": []}
+    for b in range(blocks):
+        for mode in ("on", "off") if b % 2 == 0 else ("off", "on"):
+            mlx_calls.enable(mode == "on")
+            mx.eval(mx.distributed.all_sum(mx.ones(1), group=world))   # line the ranks up
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            t[mode].append((time.perf_counter() - t0) / n)
+            mlx_calls.new_cell()   # as each cell does: the record stays small
+mlx_calls.enable(True)
+with open(os.path.join(os.environ["BENCH_OUT"], f"rank-{rank}.json"), "w") as fh:
+    json.dump(times, fh)
+"""
+
+#: MLX collective calls per timed unit
+CALLS = {"cell": 1, "step": 6, "build": 1}
+WORDS = {"cell": "MLX all_sum cell (4 KiB, built and evaluated)",
+         "step": "training step of notebooks/03 (6 all_sums)",
+         "build": "one all_sum built, not evaluated (the wrapper alone)"}
+
+
+def run(per: int, blocks: int) -> dict[str, dict[str, float]]:
+    """name -> mode -> the slower rank's seconds per unit, median over blocks."""
+    ranks = launch_ranks(2, {"BENCH_PER": str(per), "BENCH_BLOCKS": str(blocks)}, code=RANK, timeout=900)
+    return {name: {m: statistics.median(max(a, b) for a, b in zip(ranks[0][name][m], ranks[1][name][m]))
+                   for m in ("on", "off")} for name in ranks[0]}
+
+
+def in_process(blocks: int) -> dict[str, float]:
+    """The wrapper alone in this process (MLX's 1-rank world: all_sum built, not evaluated), record on and off
+    alternating; the fastest block of each (the least disturbed by other processes). Mode -> seconds per call."""
+    import timeit
+
+    import mlx.core as mx
+
+    from mlx_jupyter.where import mlx_calls
+
+    mlx_calls.install()
+    world = mx.distributed.init()
+    x = mx.ones(1024)
+
+    def build() -> None:
+        mx.distributed.all_sum(x, group=world)
+
+    times: dict[str, list[float]] = {"on": [], "off": []}
+    for b in range(blocks * 5):
+        for mode in ("on", "off") if b % 2 == 0 else ("off", "on"):
+            mlx_calls.enable(mode == "on")
+            times[mode].append(timeit.timeit(build, number=20000) / 20000)
+            mlx_calls.new_cell()
+    mlx_calls.enable(True)
+    return {m: min(t) for m, t in times.items()}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="a smoke run: few blocks (noisy figures)")
+    ap.add_argument("--save", metavar="FILE", help="also write the output to FILE")
+    args = ap.parse_args()
+    per, blocks = (100, 4) if args.quick else (300, 12)
+    lines = [f"$ {' '.join([os.path.basename(sys.executable), 'benchmarks/mlx_record.py'] + sys.argv[1:])}",
+             f"{platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+             f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+             f"2 local ranks (mlx-jupyter launch, MLX ring), {blocks} blocks, record on and off alternating; "
+             "slower rank's time per unit, median over blocks"]
+    res = run(per, blocks)
+    lines.append(f"{'':52}{'off':>11}{'on':>11}{'on-off':>10}{'per call':>10}{'ratio':>8}")
+    ok = True
+    for name, t in res.items():
+        diff = t["on"] - t["off"]
+        per_call = diff / CALLS[name]
+        budget = max(0.01 * t["off"] / CALLS[name], 2e-6) if name != "build" else 2e-6
+        ok = ok and per_call <= budget
+        lines.append(f"{WORDS[name]:52}{t['off'] * 1e6:9.2f}µs{t['on'] * 1e6:9.2f}µs{diff * 1e6:+8.2f}µs"
+                     f"{per_call * 1e6:+8.2f}µs{t['on'] / t['off']:8.3f}")
+    one = in_process(blocks)
+    lines.append(f"{'the same wrapper alone in one process, fastest block':52}{one['off'] * 1e6:9.2f}µs"
+                 f"{one['on'] * 1e6:9.2f}µs{(one['on'] - one['off']) * 1e6:+8.2f}µs")
+    lines.append(f"budget (1 % or 2 µs per call, whichever is larger): {'met' if ok else 'NOT met'} "
+                 "(medians; on a loaded machine the cell and step differences are within their noise)")
+    with saved_output(args.save):
+        print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
