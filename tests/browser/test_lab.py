@@ -272,7 +272,8 @@ def test_status_widget_in_the_browser(scenario):
 
 
 def test_progress_bars_on_ranks(scenario):
-    """tqdm.auto on two ranks: a text bar per rank, labelled and updated in place; no widget error."""
+    """tqdm.auto on two ranks: a text bar per rank, labelled and updated in place; no widget error; the
+    finished bars are on stdout, not on stderr's background (screenshot: progress-bars-done.png)."""
     check(scenario, "progress_bars_live")
     check(scenario, "progress_bars_final")
     assert (ARTIFACTS / "progress-bars.png").stat().st_size > 10_000

@@ -501,9 +501,14 @@ try {
     // the live rows (30%, 40%) are gone
     const done = /\[ranks 0-1\] train: 100%\|##########\| 10\/10/.test(text)
       || [0, 1].every((r) => new RegExp(`\\[rank ${r}\\] train: 100%\\|##########\\| 10/10`).test(text));
-    const ok = done && !/train:\s+[1-9]0%/.test(text)
+    // a finished bar is a success's output: on stdout, not on stderr's (red) background (issue 30 §4.4)
+    const kinds = await page.evaluate(() => [...window.jupyterapp.shell.currentWidget.node.querySelectorAll('.jp-Cell')[3]
+      .querySelectorAll('.jp-OutputArea-output')].filter((o) => /train: 100%/.test(o.textContent))
+      .map((o) => o.getAttribute('data-mime-type')));
+    const onStdout = kinds.length > 0 && kinds.every((k) => k === 'application/vnd.jupyter.stdout');
+    const ok = done && onStdout && !/train:\s+[1-9]0%/.test(text)
       && !/model not found|Error displaying widget/.test(text) && !text.includes('\r');
-    record('progress_bars_final', ok, text.slice(0, 400));
+    record('progress_bars_final', ok, `final bar in ${kinds}: ${text.slice(0, 400)}`);
   });
 
   await step('status_cluster_stop', async () => {
