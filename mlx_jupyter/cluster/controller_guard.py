@@ -43,16 +43,18 @@ class ControllerGuard:
         self.exit_code = int(code) if isinstance(code, int) else -1
 
     def gone(self) -> str:
-        """Why the controller is gone ("" while it runs): how it ended, when known."""
+        """Why the controller is gone ("" while it runs). Cheap (asked before every request): one
+        ``waitid`` that peeks at our child without reaping it (ipyparallel's own wait for it can
+        take 30 s to notice)."""
         if self.exit_code is None:
-            if getattr(self.launcher, "state", "") == "after":   # ipyparallel's wait saw it end
+            if getattr(self.launcher, "state", "") == "after":
                 self.stopped(getattr(self.launcher, "stop_data", None))
-            elif not _running(getattr(self.launcher, "process", None)):   # before its next look
-                self.exit_code = _reap(self.launcher.process)
+            else:
+                self.exit_code = _peek_exit(self.pid, getattr(self.launcher, "_popen_process", None))
         if self.exit_code is None:
             return ""
-        how = describe_exit(self.exit_code) if self.exit_code != -1 else "it ended"
-        return f"the cluster's controller (pid {self.pid}) is dead ({how})"
+        how = f" ({describe_exit(self.exit_code)})" if self.exit_code != -1 else ""
+        return f"the cluster's controller (pid {self.pid}) is dead{how}"
 
     def end(self) -> None:
         """Kill whatever is left of the controller's group (its orphaned child too); release the watchdog."""
@@ -78,25 +80,22 @@ class ControllerGuard:
                 log.debug("the controller's watchdog did not close: %s", exc)
 
 
-def _running(process: Any) -> bool:
-    """Whether a psutil.Process still runs (a zombie does not; unknowable: True)."""
-    if process is None:
-        return True
-    try:
-        import psutil
-
-        return process.status() != psutil.STATUS_ZOMBIE
-    except Exception as exc:
-        return type(exc).__name__ not in ("NoSuchProcess", "ZombieProcess")
-
-
-def _reap(process: Any) -> int:
-    """The exit code of our ended child ``process`` (reaped here), -1 when unknown."""
-    try:
-        code = process.wait(0)
-    except Exception:
-        return -1
-    return int(code) if isinstance(code, int) else -1
+def _peek_exit(pid: int, popen: Any) -> Optional[int]:
+    """Our child ``pid``'s exit code (negative: the signal) if it has ended, else None; -1 when it
+    ended but how is unknown (someone else reaped it)."""
+    if hasattr(os, "waitid"):   # Linux, macOS: look without reaping (ipyparallel's wait reaps it)
+        try:
+            info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return -1
+        except OSError:
+            return None
+        if info is None:
+            return None
+        exited = info.si_code == os.CLD_EXITED
+        return info.si_status if exited else -info.si_status
+    code = popen.poll() if popen is not None else None   # elsewhere: reaps it
+    return None if code is None else int(code)
 
 
 def _own_group(pid: int) -> Optional[int]:

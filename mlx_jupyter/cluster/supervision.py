@@ -49,6 +49,7 @@ class Supervisor:
             while not ar.ready():
                 if any(r in self.table.dead for r in ranks):
                     raise ClusterError(self.table.dead_message(f"died during {what}"))
+                self.link.need()   # the controller died meanwhile: say so, not wait on it
                 if deadline is not None and time.monotonic() > deadline:
                     raise ClusterError(f"{what} did not finish within {timeout:g} s")
                 ar.wait(0.05)

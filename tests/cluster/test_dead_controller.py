@@ -47,7 +47,7 @@ def test_a_killed_controller_is_named_at_the_next_cell_and_in_status_and_restart
             c.run("x = 1")
         assert time.monotonic() - t0 < NAMED_WITHIN
         text = str(err.value)
-        assert f"controller (pid {group[0]}) is dead (killed by SIGKILL" in text, text
+        assert f"the cluster's controller (pid {group[0]}) is dead" in text, text
         assert "cluster.restart()" in text, text
         t0 = time.monotonic()
         rows = c.status()
