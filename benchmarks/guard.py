@@ -197,6 +197,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     t0 = time.monotonic()
     rows = make_rows()
     with tempfile.TemporaryDirectory(prefix="guard-kernels-") as specs, saved_output(args.save):
+        print(f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} $ {' '.join(sys.argv)}")
         print(f"speed guard: {os.cpu_count()} CPUs, load {load()}, python {sys.executable}", flush=True)
         kernel_specs({"python3": sys.executable, **dict(args.versus)}, specs)
         if args.only & {"cells", "start"}:
