@@ -113,6 +113,7 @@ class RankAgent:
         self._rejector: Optional[_RejectCell] = None
         self.queue_kicks = 0  # requests found waiting in the shell socket by the watch
         self._silent_cell = False  # a silent cell is running (begun by pre_execute, not pre_run_cell)
+        self._peer_stopped = 0  # the cell a peer's notice stopped (its interrupt names the peer)
         self.peers: Any = None  # the link to the peers' agents (peers.PeerLink), once installed
         #: (request key, reason) of peers' raised requests: one not begun here yet never runs
         self._peer_notices: collections.deque = collections.deque(maxlen=16)
@@ -293,6 +294,8 @@ class RankAgent:
             if self._showing_traceback(frame):
                 return  # the cell already failed by itself (a peer's abort): it is ending
         nxt = self._sigint_next
+        if target is not None and target == self._peer_stopped and nxt is signal.default_int_handler:
+            raise KeyboardInterrupt(f"stopped because {self.abort_reason}")  # which peer, and its error
         if callable(nxt) and nxt is not self._on_sigint:
             nxt(signum, frame)
         else:
@@ -342,6 +345,8 @@ class RankAgent:
             # under the lock: a request beginning now either sees this notice or is running below
             self._peer_notices.append((key, reason, time.monotonic()))
         if running and not self._supervised() and same_request(request_key(self._parent()), key):
+            with self._lock:
+                self._peer_stopped = self.cell
             self.abort(reason, msg_id)
 
     def _peer_raised_reason(self, keep: float = 3600.0) -> Optional[str]:
