@@ -109,12 +109,16 @@ def in_process(blocks: int) -> dict[str, float]:
     def build() -> None:
         mx.distributed.all_sum(x, group=world)
 
-    times: dict[str, list[float]] = {"on": [], "off": []}
+    def empty(a: object, *, group: object = None) -> None:
+        pass
+
+    times: dict[str, list[float]] = {"on": [], "off": [], "empty": []}
     for b in range(blocks * 5):
         for mode in ("on", "off") if b % 2 == 0 else ("off", "on"):
             mlx_calls.enable(mode == "on")
             times[mode].append(timeit.timeit(build, number=20000) / 20000)
             mlx_calls.new_cell()
+        times["empty"].append(timeit.timeit(lambda: empty(x, group=world), number=20000) / 20000)
     mlx_calls.enable(True)
     return {m: min(t) for m, t in times.items()}
 
@@ -143,6 +147,8 @@ def main() -> int:
     one = in_process(blocks)
     lines.append(f"{'the same wrapper alone in one process, fastest block':52}{one['off'] * 1e6:9.2f}µs"
                  f"{one['on'] * 1e6:9.2f}µs{(one['on'] - one['off']) * 1e6:+8.2f}µs")
+    lines.append(f"  (a Python call of an empty function took {one['empty'] * 1e9:.0f} ns in the same blocks: the record "
+                 f"costs {(one['on'] - one['off']) / one['empty']:.0f} such calls)")
     lines.append(f"budget (1 % or 2 µs per call, whichever is larger): {'met' if ok else 'NOT met'} "
                  "(medians; on a loaded machine the cell and step differences are within their noise)")
     with saved_output(args.save):

@@ -167,6 +167,9 @@ def test_buffers_and_backends():
     assert last == [], f"the last cell shows a stray result: {last}"
 
 
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 @pytest.mark.timeout(180)
 def test_when_a_cell_hangs():
     """A real mismatched-collective hang: where shows it, the live view collapses, the fix runs."""
@@ -180,3 +183,11 @@ def test_when_a_cell_hangs():
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert any("timed out after 3 s" in "".join(e["traceback"]) for e in errors), errors
     assert any("rank 1 raised ZeroDivisionError" in "".join(e["traceback"]) for e in errors), errors
+    # MLX's own collectives on world: the late rank named, then a mismatch named in the table and the error
+    assert re.search(r"rank 0 waits in MLX all_sum #1 \(float32\[6\], built at line 4, evaluated at line 5\) on rank 1"
+                     r"(?: for [0-9.]+ s)?; rank 1 has called 0 MLX collectives and is at line 3: if world", out), out
+    assert "[ranks 0-1] array([2, 2, 2, 2, 2, 2], dtype=float32)" in out, out
+    mismatch = ("MLX collectives do not match: rank 0's all_sum #1 of float32[4] (built at line 1) and "
+                "rank 1's all_gather #1 of float32[8] (built at line 2)")
+    assert any(mismatch in ANSI.sub("", "".join(e["traceback"])) for e in errors), errors
+    assert "'scale': 0" in out and "'_ih'" not in out and "'In'" not in out, out  # p locals(): the user's names

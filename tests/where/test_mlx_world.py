@@ -175,6 +175,18 @@ def test_mlx_cluster_where_names_the_same(kernel, tmp_path):
     assert kernel.run("assert hung.wait(20)", 30).status == "ok"
 
 
+def test_mlx_debug_p_locals_shows_the_users_names_not_ipythons(kernel):
+    res = kernel.run("%%mlx_distributed\nlearning_rate = 0.5\nif world.rank() == 1:\n    raise ValueError('nan')", 30)
+    assert res.status == "error", res
+    res = kernel.run('%mlx_debug 1 -c "p locals()"', 30)
+    assert res.status == "ok", res
+    out = res.stdout
+    assert "'learning_rate': 0.5" in out and "'world':" in out, out
+    for internal in ("'_ih'", "'In'", "'exit'", "'get_ipython'", "'__builtins__'", "'_i1'"):
+        assert internal not in out, out
+    assert len(out.splitlines()) < 8, out
+
+
 def test_a_mismatch_is_named_with_both_call_sites_and_in_the_error_after_the_stop_button(kernel):
     """MLX's ring lets rank 0 finish an all_sum of 4 against rank 1's all_gather of 8; rank 1 hangs."""
     cell = ("%%mlx_distributed\n"

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import io
 import pdb
+import pprint
+import re
 import sys
 import sysconfig
 from typing import Any, Optional
@@ -60,7 +62,55 @@ def _in_stdlib(module_name: str) -> bool:
     return path.startswith(_STDLIB) and "site-packages" not in path
 
 
-class RankPdb(pdb.Pdb):
+#: IPython's output cache and input history names (``_``, ``_i3``, ``_12``): the kernel's, not the user's
+_IPYTHON_CACHE = re.compile(r"_{1,3}|_i{1,3}|_i?\d+|_(?:ih|oh|dh)")
+#: what IPython binds in every namespace, for when its own list (``user_ns_hidden``) cannot be read
+_IPYTHON_NAMES = frozenset(("In", "Out", "exit", "quit", "get_ipython"))
+
+
+def user_names(ns: dict) -> dict:
+    """``ns`` without what IPython put in a cell's namespace (``In``, ``Out``, ``exit``, ``_ih``, ``_i3``,
+    dunders): what the user defined (and ``mx``/``world``/``group``, which the product gave them)."""
+    try:
+        from IPython import get_ipython
+
+        hidden = getattr(get_ipython(), "user_ns_hidden", {}) or {}
+    except Exception:
+        hidden = {}
+    return {k: v for k, v in ns.items()
+            if not (k.startswith("__") and k.endswith("__")) and not _IPYTHON_CACHE.fullmatch(k)
+            and not (k in hidden and hidden[k] is v) and not (not hidden and k in _IPYTHON_NAMES)}
+
+
+class UserNamesPdb(pdb.Pdb):
+    """pdb whose ``p locals()`` (``pp``, ``vars()``, ``globals()``) in a cell's own frame shows the user's names,
+    not the ~25 IPython puts there; everything else is pdb's."""
+
+    _WHOLE = ("locals()", "vars()", "globals()")
+
+    def _user_view(self, arg: str) -> Optional[dict]:
+        frame = getattr(self, "curframe", None)
+        if arg.strip() not in self._WHOLE or frame is None:
+            return None
+        ns = frame.f_globals if arg.strip() == "globals()" else self.curframe_locals
+        if ns is not frame.f_globals:   # a function's locals are all the user's
+            return None
+        return user_names(ns)
+
+    def do_p(self, arg: str) -> None:
+        view = self._user_view(arg)
+        if view is None:
+            return super().do_p(arg)
+        self.message(repr(view))
+
+    def do_pp(self, arg: str) -> None:
+        view = self._user_view(arg)
+        if view is None:
+            return super().do_pp(arg)
+        self.message(pprint.pformat(view))
+
+
+class RankPdb(UserNamesPdb):
     """A pdb whose prompt is labelled with the rank and answered by the notebook."""
 
     def __init__(self, channel: Any, cell_id: str, fallback: str = "c"):
@@ -192,7 +242,7 @@ def post_mortem(commands: str = "") -> None:
         return
     if commands:
         script = "".join(c.strip() + "\n" for c in commands.split(";") if c.strip()) + "q\n"
-        debugger = pdb.Pdb(stdin=_Script(script), stdout=sys.stdout, nosigint=True)
+        debugger = UserNamesPdb(stdin=_Script(script), stdout=sys.stdout, nosigint=True)
         debugger.use_rawinput = False
         debugger.prompt = f"(Pdb rank {rank}) "
     elif chan is None or not cell_id:
