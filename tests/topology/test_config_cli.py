@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sys
 
 import pytest
@@ -190,6 +191,39 @@ def test_hostfile_input(tmp_path):
     code = config.main(["--hostfile", str(src)], runner=FakeRunner(FIXTURES / "two-macs-one-cable"), out=out, err=err)
     assert code == 0, err
     assert '"192.168.0.1"' in out.getvalue()
+
+
+def test_hostfile_input_with_fields_mlx_ignores(tmp_path):
+    """Issue 35 §1: a host's "comment" and a top-level "note" are ignored with one warning naming them."""
+    src = tmp_path / "in.json"
+    src.write_text(json.dumps({"note": "rack 3", "hosts": [{"ssh": "mini-1", "comment": "left"}, {"ssh": "mini-2"}]}))
+    out, err = io.StringIO(), io.StringIO()
+    code = config.main(["--hostfile", str(src)], runner=FakeRunner(FIXTURES / "two-macs-one-cable"), out=out, err=err)
+    assert code == 0, err.getvalue()
+    assert '"192.168.0.1"' in out.getvalue()
+    warnings = [line for line in err.getvalue().splitlines() if "unknown field" in line]
+    assert warnings == [f"warning: hostfile {str(src)!r}: ignored unknown field(s) 'note' (top level), 'comment' "
+                        "(host 0), as MLX ignores them (a hostfile's fields: backend, envs, hosts; a host's: ssh, "
+                        "ips, rdma)"], err.getvalue()
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("deep", "not a hostfile (nested deeper than 32 levels)"),
+    ("fifo", "is not a regular file"),
+    ("typo", "unknown field 'hots': did you mean 'hosts'?"),
+])
+def test_a_hostile_hostfile_is_one_error_line(tmp_path, kind, message):
+    """Issue 31 §4: was a RecursionError traceback (deep) or a hang for good (a FIFO nobody writes)."""
+    src = tmp_path / "in.json"
+    if kind == "fifo":
+        os.mkfifo(src)
+    else:
+        src.write_text("[" * 100000 if kind == "deep" else json.dumps({"hots": [{"ssh": "mini-1"}]}))
+    out, err = io.StringIO(), io.StringIO()
+    code = config.main(["--hostfile", str(src)], runner=FakeRunner(FIXTURES / "two-macs-one-cable"), out=out, err=err)
+    assert code == 1
+    assert err.getvalue().startswith(f"error: hostfile {str(src)!r}") and message in err.getvalue(), err.getvalue()
+    assert len(err.getvalue().splitlines()) == 1
 
 
 def test_usage_errors_exit_2(capsys):
