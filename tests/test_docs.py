@@ -69,8 +69,8 @@ def test_doc_blocks_run_as_written(doc: str, tmp_path: Path) -> None:
         assert re.search(r"rank 0 is in all_sum #1 at line 3 waiting on rank 1 for [0-9.]+ s; rank 1 is idle",
                          outcome.of("hung.wait")), outcome.of("hung.wait")
         launched = outcome.of("--where-on-signal")
-        assert "in mx.distributed.all_sum at line 6 waiting on rank 1" in launched, launched
-        assert "running line 5: time.sleep(4)" in launched, launched
+        assert "waits in MLX all_sum #1 (float32[3], built at line 6, evaluated at line 6) on rank 1" in launched, launched
+        assert "has called 0 MLX collectives and is at line 5: time.sleep(4)" in launched, launched
     if doc == "docs/getting-started.md":
         assert "3, 3, 3, 3" in outcome.of("%%mlx_distributed").replace(".", "")
         assert outcome.of("launch -n 2 -- python train.py").count(": [3.0, 3.0]") == 2
