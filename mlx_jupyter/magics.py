@@ -284,7 +284,11 @@ class MLXMagics(Magics):
             where = _cluster.where()
             publish_display_data({"text/plain": str(where), "text/html": where._repr_html_()})
         else:
-            self._show_status(_cluster.status())
+            from mlx_jupyter.cluster.peer_restore import status_column
+
+            rows = _cluster.status()
+            status_column(_cluster, rows)   # where each rank's names came from at the last restart
+            self._show_status(rows)
             if getattr(_cluster, "allocation", None) is not None:
                 print(_cluster.allocation.summary())
         return None
@@ -306,6 +310,10 @@ class MLXMagics(Magics):
         table = [[str(r["rank"]), str(r["host"]), str(r["pid"]), str(r["state"]) +
                   (" (world closed)" if r.get("world_closed") else ""), str(r["backend"]), format_bytes(r["memory"])]
                  for r in rows]
+        if any("restart" in r for r in rows):   # after a keep-state restart: where each rank's names came from
+            cols.append("names at restart")
+            for t, r in zip(table, rows):
+                t.append(str(r.get("restart", "")))
         widths = [max(len(c), *(len(t[i]) for t in table)) for i, c in enumerate(cols)]
         text = "\n".join(["  ".join(c.ljust(w) for c, w in zip(cols, widths))] +
                          ["  ".join(v.ljust(w) for v, w in zip(t, widths)) for t in table])

@@ -260,6 +260,7 @@ class Cluster:
             self.processes.restart(progress, wait)
 
         self.last_restart = None
+        self.restart_origins: dict[int, str] = {}   # rank -> where its names came from (peer_restore)
         if clean or self.link.controller_gone():
             fresh_ranks()
             self.last_restart = f"restart: {self.size} ranks started empty " + (

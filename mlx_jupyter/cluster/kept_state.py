@@ -22,10 +22,11 @@ from mlx_jupyter.net.hosts import is_local
 
 
 def report_line(saved: dict[int, dict], restored: dict[int, dict], lost: dict[int, str],
-                imported: Optional[dict[int, list[str]]] = None) -> str:
+                imported: Optional[dict[int, list[str]]] = None, peers: Optional[list[str]] = None) -> str:
     """One line: how many names came back on how many ranks (and their size), and each name that
     did not, with why and, when not on every rank, where. ``lost``: rank -> why it kept nothing;
-    ``imported``: such a rank -> the other ranks' imports it was given."""
+    ``imported``: such a rank -> the other ranks' imports it was given; ``peers``: what each rank
+    that died got from its peers (:mod:`.peer_restore`)."""
     ranks = sorted(set(saved) | set(lost))
     kept = {n for r in restored.values() for n in r.get("restored", [])}
     size = sum(s.get("bytes", 0) for s in saved.values())
@@ -53,6 +54,8 @@ def report_line(saved: dict[int, dict], restored: dict[int, dict], lost: dict[in
         held = sorted(n for n, k in renewed if k == kind)
         if held:
             line += f"; {', '.join(held)} now {'holds' if len(held) == 1 else 'hold'} {words}"
+    for clause in peers or []:
+        line += f"; {clause}"
     return line + ("; not kept: " + ", ".join(parts) if parts else "")
 
 
@@ -85,6 +88,9 @@ class KeptState:
         self.stopped_cells = 0                   # cells still running that were stopped first
         self.still_busy: list[int] = []          # ranks whose cell did not stop
         self.imported: dict[int, list[str]] = {}  # rank that kept nothing -> the others' imports it got
+        self.died: list[int] = []                 # the ranks that had died: their peers' alike names
+        self.all_hosts: dict[int, str] = {}       # rank -> its host, the dead ones too
+        self.peers: Optional[Any] = None          # what the dead ranks got (peer_restore.PeerCopy)
         self.cleaned = False
 
     def _each_rank(self, fn: Callable[..., Any], ranks: list[int], what: str, *args: Any) -> dict[int, Any]:
@@ -147,9 +153,14 @@ class KeptState:
                 self.lost[r] = ("it was still busy with a cell that did not stop, or did not answer: "
                                 "native code, perhaps")
         alive = [r for r in table.ranks if r not in self.lost]
-        self.hosts = {i.rank: i.host for i in self.cluster.processes.rank_infos() if i.rank in alive}
+        self.all_hosts = {i.rank: i.host for i in self.cluster.processes.rank_infos()}
+        self.hosts = {r: h for r, h in self.all_hosts.items() if r in alive}
+        self.died = [r for r in table.ranks if r in table.dead]
+        from mlx_jupyter.cluster.rank import peer_copy
+
+        saver = peer_copy.save_digested if self.died and alive else keep.save   # digests only when needed
         failed = {}
-        for r, answer in self._each_rank(keep.save, alive, "saving the ranks' names").items():
+        for r, answer in self._each_rank(saver, alive, "saving the ranks' names").items():
             if isinstance(answer, RankRaised):   # it cannot save (no room...): its names would be lost
                 failed[r] = str(answer)
             elif isinstance(answer, ClusterError):   # it died or hangs: a restart is the way out
@@ -175,6 +186,14 @@ class KeptState:
 
         self.phase = "restoring"
         self._form_new_groups()
+        if self.died and self.saved:   # before the live ranks restore: that removes their files
+            from mlx_jupyter.cluster.peer_restore import restore_dead
+
+            self.peers = restore_dead(self, self.died, self.all_hosts)
+            for r in self.peers.no_peer:
+                self.lost[r] += "; no live rank on its host holds a copy: copying between hosts is not done yet"
+            for r, why in self.peers.errors.items():
+                self.lost[r] += f"; the copy from its peer failed: {why}"
         for r, answer in self._each_rank(keep.restore, sorted(self.saved), "restoring the ranks' names").items():
             if isinstance(answer, ClusterError):
                 self.lost[r] = f"restoring failed: {answer}"
@@ -186,7 +205,9 @@ class KeptState:
         self.phase = "done"
         if not self.saved and not self.lost:   # e.g. after a restart whose new ranks failed to start
             return f"restart: {self.cluster.size} ranks started empty (no rank was running to keep names from)"
-        line = report_line(self.saved, self.restored, self.lost, self.imported)
+        came = set(self.peers.got) if self.peers else set()
+        line = report_line(self.saved, self.restored, {r: why for r, why in self.lost.items() if r not in came},
+                           self.imported, [self.peers.clause(r) for r in self.died if r in came] if self.peers else None)
         if self.stopped_cells:
             line += f" (after stopping the cell{'s' if self.stopped_cells > 1 else ''} still running)"
         return line
@@ -199,7 +220,7 @@ class KeptState:
             for name, module in s.get("modules", {}).items():
                 votes.setdefault(name, set()).add(module)
         modules = {n: next(iter(m)) for n, m in votes.items() if len(m) == 1}
-        lost = [r for r in sorted(self.lost) if r not in self.restored]
+        lost = [r for r in sorted(self.lost) if r not in self.restored and r not in (self.peers.got if self.peers else {})]
         if not modules or not lost:
             return
         from mlx_jupyter.cluster.rank import keep
@@ -245,6 +266,12 @@ class KeptState:
         if self.cluster.local:
             keep_files.remove_all(self.dirname)
         self.left = remove_on_hosts(by_host, getattr(self.cluster, "ssh_options", None))
+
+    def origins(self) -> dict[int, str]:
+        """Rank -> where its names came from at this restart (``%mlx_cluster status`` shows it)."""
+        from mlx_jupyter.cluster.peer_restore import PeerCopy
+
+        return (self.peers or PeerCopy()).origins(list(self.cluster.table.ranks), list(self.restored))
 
     def failure(self, exc: BaseException) -> str:
         """What a restart that ended with ``exc`` kept and lost, and what to do next (cleanup first)."""
@@ -309,7 +336,9 @@ def restart_keeping(cluster: Any, restart: Callable[[], None], timeout: Optional
         state.save()
         state.phase = "restarting"
         restart()
-        return state.restore()
+        line = state.restore()
+        cluster.restart_origins = state.origins()
+        return line
     except BaseException as exc:
         state.cleanup()
         message = state.failure(exc)

@@ -78,7 +78,23 @@ def _unkeepable(obj: Any) -> Optional[str]:
         return "a socket"
     if isinstance(obj, types.GeneratorType):
         return "a generator: cannot be pickled"
+    if type(obj).__module__ == "mlx.core" and type(obj).__name__ == "_gc_func":
+        # pickled, it would come back as the plain function, without its transform
+        return "an MLX transform (mx.grad, mx.value_and_grad, mx.compile...): make it again"
     return None
+
+
+def _is_nn_value_and_grad(fn: types.FunctionType) -> bool:
+    """Whether ``fn`` is what ``mlx.nn.value_and_grad(model, f)`` made (it comes back made again)."""
+    code = fn.__code__
+    return (code.co_name == "wrapped_value_grad_fn" and code.co_filename.replace("\\", "/").endswith("mlx/nn/utils.py")
+            and "model" in code.co_freevars and hasattr(fn, "__wrapped__"))
+
+
+def _rebuild_value_and_grad(model: Any, fn: Any) -> Any:
+    import mlx.nn as nn
+
+    return nn.value_and_grad(model, fn)
 
 
 def _new_group(kind: str) -> Any:
@@ -154,6 +170,9 @@ class _Pickler(cloudpickle.CloudPickler):
         module = type(obj).__module__ or ""
         if module.startswith("mlx.core") and type(obj).__name__ == "array":
             return _mlx_reduce(obj)
+        if isinstance(obj, types.FunctionType) and _is_nn_value_and_grad(obj):
+            closure = dict(zip(obj.__code__.co_freevars, (c.cell_contents for c in obj.__closure__ or ())))
+            return _rebuild_value_and_grad, (closure["model"], obj.__wrapped__)
         if module == "torch" and type(obj).__name__ in ("Tensor", "Parameter"):
             if type(obj).__name__ == "Tensor":
                 reduced = _torch_reduce(obj)
@@ -207,9 +226,10 @@ def _reason(value: Any, exc: BaseException) -> str:
 
 
 def save(dirname: str, rank: int, ns: Optional[MutableMapping[str, Any]] = None,
-         hidden: Optional[MutableMapping[str, Any]] = None) -> dict:
+         hidden: Optional[MutableMapping[str, Any]] = None, digests: bool = False) -> dict:
     """Save this rank's user names into ``<keep_root>/<dirname>/rank<r>.*``; what was saved and not.
-    ``hidden``: what IPython itself put in the namespace (its ``open``...), left out while unchanged."""
+    ``hidden``: what IPython itself put in the namespace (its ``open``...), left out while unchanged;
+    ``digests``: also a digest per saved name (its pickle and its arrays' bytes), to compare across ranks."""
     if ns is None:
         from mlx_jupyter.cluster.rank import agent as _agent
 
@@ -253,9 +273,39 @@ def save(dirname: str, rank: int, ns: Optional[MutableMapping[str, Any]] = None,
     files = _Files(whole, together, singles, modules)
     nbytes = files.write_somewhere(dirname, rank)
     others = [n for n in folders_here() if n != dirname]   # the notebook tells which are stale
-    return {"kept": list(singles) + list(modules), "not_kept": not_kept, "bytes": nbytes,
-            "folder": str(files.folder), "others": others, "needs": sorted(needs), "renewed": renewed,
-            "modules": modules}
+    answer = {"kept": list(singles) + list(modules), "not_kept": not_kept, "bytes": nbytes,
+              "folder": str(files.folder), "others": others, "needs": sorted(needs), "renewed": renewed,
+              "modules": modules}
+    if digests:
+        ids = _class_ids()
+        answer["digests"] = {name: digest(payload, found, ids) for name, (payload, found) in singles.items()}
+    return answer
+
+
+def _class_ids() -> list[bytes]:
+    """The random ids cloudpickle gives the classes defined in cells (a rank's own, unlike the
+    class): left out of a digest, so that one model class on two ranks digests alike."""
+    tracker = getattr(cloudpickle.cloudpickle, "_DYNAMIC_CLASS_TRACKER_BY_ID", None)
+    try:
+        return [i.encode() for i in list(tracker or ()) if isinstance(i, str) and i]
+    except RuntimeError:   # changed while listed (another thread made a class): compare as they are
+        return []
+
+
+def digest(payload: bytes, buffers: list[pickle.PickleBuffer], class_ids: Optional[list[bytes]] = None) -> str:
+    """One saved name's digest: its pickle (without ``class_ids``) and the bytes of each array in
+    it (equal on two ranks exactly when the pickles and the arrays' bytes are)."""
+    import hashlib
+
+    for cid in class_ids or ():
+        if cid in payload:
+            payload = payload.replace(cid, b"0" * len(cid))
+    h = hashlib.blake2b(payload, digest_size=20)
+    for buf in buffers:
+        raw = buf.raw()
+        h.update(len(raw).to_bytes(8, "little"))
+        h.update(raw)
+    return h.hexdigest()
 
 
 class NoRoom(OSError):

@@ -1,0 +1,117 @@
+"""A rank that died comes back with what its live peers hold alike, from the notebook's side.
+
+At a keep-state restart after a rank died, each live rank saves its names with a digest per name
+(:func:`mlx_jupyter.cluster.rank.peer_copy.save_digested`); the names every live rank holds with
+the same digest (equal bytes for arrays, equal pickles for the rest) are bound on the dead rank's
+new process from one live peer's saved files on the same host (shared memory), before the peer
+restores its own. The notebook only compares digests and names the peer: no data passes through it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from mlx_jupyter.net.hosts import is_local
+
+#: how many names a report line lists before "…"
+SHOWN = 6
+
+
+def alike(saved: dict[int, dict]) -> tuple[list[str], list[str]]:
+    """The names every live rank saved with one digest, and those that differ (or some rank lacks)."""
+    digests = [s.get("digests") for s in saved.values()]
+    if not digests or any(d is None for d in digests):
+        return [], []
+    names: set[str] = set().union(*digests)
+    same = sorted(n for n in names if all(n in d for d in digests) and len({d[n] for d in digests}) == 1)
+    return same, sorted(names - set(same))
+
+
+def same_host(a: Optional[str], b: Optional[str]) -> bool:
+    """Whether two ranks' hosts (as reached) are one machine."""
+    if a is None or b is None:
+        return False
+    return a == b or (is_local(a) and is_local(b))
+
+
+def choose_peer(rank: int, live: list[int], hosts: dict[int, str]) -> Optional[int]:
+    """The live rank whose saved files ``rank``'s new process can read: the lowest on its host."""
+    return next((p for p in sorted(live) if same_host(hosts.get(p), hosts.get(rank))), None)
+
+
+@dataclass
+class PeerCopy:
+    """What the dead ranks got from their peers: rank -> the peer's answer (restored, failed, peer)."""
+
+    got: dict[int, dict] = field(default_factory=dict)
+    no_peer: list[int] = field(default_factory=list)      # dead ranks with no live peer on their host
+    differ: list[str] = field(default_factory=list)       # names not alike across the live ranks
+    errors: dict[int, str] = field(default_factory=dict)  # dead rank -> why its copy failed
+    live: int = 0                                          # how many live ranks were compared
+
+    def clause(self, rank: int) -> str:
+        """The report's words for dead rank ``rank`` (one that got names from a peer)."""
+        got = self.got[rank]
+        names = [n for n in got.get("restored", [])]
+        shown = ", ".join(names[:SHOWN]) + (", …" if len(names) > SHOWN else "")
+        text = f"rank {rank} died: {len(names)} name{'' if len(names) == 1 else 's'} restored from rank {got['peer']}"
+        text += f" ({shown})" if names else ""
+        text += " and its imports" if got.get("imports") else ""
+        if self.live == 1:
+            text += (f" (rank {got['peer']} was the only live rank: nothing to compare with, so a name that "
+                     f"differed across ranks holds rank {got['peer']}'s value)")
+        lost = self.differ + [f"{n} ({why})" for n, why in sorted(got.get("failed", {}).items())]
+        if self.differ:
+            lost[len(self.differ) - 1] += " (they differ across ranks)" if len(self.differ) > 1 \
+                else " (it differs across ranks)"
+        return text + (f"; lost: {', '.join(lost)}" if lost else "")
+
+    def origins(self, ranks: list[int], own: list[int]) -> dict[int, str]:
+        """Rank -> where its names came from at this restart (for ``%mlx_cluster status``)."""
+        out = {}
+        for r in ranks:
+            if r in self.got:
+                out[r] = f"from rank {self.got[r]['peer']} ({len(self.got[r].get('restored', []))} names)"
+            elif r in own:
+                out[r] = "its own names"
+            else:
+                out[r] = "empty"
+        return out
+
+
+def restore_dead(state: Any, dead: list[int], hosts: dict[int, str]) -> PeerCopy:
+    """Bind on each of ``dead`` (new processes) the names its live peers hold alike, each from one
+    live peer on its host; run before the live ranks restore (that removes their files)."""
+    from mlx_jupyter.cluster.rank import peer_copy
+    from mlx_jupyter.cluster.shared.errors import ClusterError
+
+    live = sorted(state.saved)
+    same, differ = alike(state.saved)
+    result = PeerCopy(differ=differ, live=len(live))
+    by_peer: dict[int, list[int]] = {}
+    for r in dead:
+        peer = choose_peer(r, live, hosts)
+        if peer is None:
+            result.no_peer.append(r)
+        else:
+            by_peer.setdefault(peer, []).append(r)
+    for peer, ranks in by_peer.items():
+        answers = state._each_rank(peer_copy.restore_from, ranks, "restoring a dead rank's names from its peer",
+                                   state.dirname, peer, same)
+        for r, answer in answers.items():
+            if isinstance(answer, ClusterError):
+                result.errors[r] = str(answer)
+            else:
+                result.got[r] = answer
+    return result
+
+
+def status_column(cluster: Any, rows: list[dict]) -> bool:
+    """Add to each status row where its names came from at the last restart (``"restart"``);
+    whether there was such a restart."""
+    origins = getattr(cluster, "restart_origins", None) or {}
+    for row in rows:
+        if row.get("rank") in origins:
+            row["restart"] = origins[row["rank"]]
+    return bool(origins)
