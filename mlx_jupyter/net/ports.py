@@ -47,7 +47,7 @@ def ephemeral_range() -> tuple[int, int]:
 def block_starts(n: int, offset: int, ephemeral: tuple[int, int]) -> list[range]:
     """Ranges of starts P whose blocks P..P+n-1 and P+offset.. stay clear of ``ephemeral``."""
     lo, hi = ephemeral
-    top = 65536 - offset - n  # exclusive bound on P
+    top = 65537 - offset - n  # exclusive bound on P (P + offset + n - 1 <= 65535)
     clear_below = range(LOWEST, min(top, lo - offset - n + 1))      # both blocks below lo
     clear_above = range(max(LOWEST, hi + 1), top)                   # both blocks above hi
     return [r for r in (clear_below, clear_above) if len(r) > 0]
@@ -81,7 +81,7 @@ def _reserve(ports: set[int]) -> bool:
 def free_port_block(n: int, offset: int = CORE_PORT_OFFSET, host: str = "127.0.0.1", tries: int = 200) -> int:
     """A port P such that P..P+n-1 and P+offset..P+offset+n-1 are all free on ``host`` now,
     and overlap no block this process returned in the last RESERVED_FOR_S seconds."""
-    ranges = block_starts(n, offset, ephemeral_range()) or [range(LOWEST, 65536 - offset - n)]
+    ranges = block_starts(n, offset, ephemeral_range()) or [range(LOWEST, 65537 - offset - n)]
     weights = [len(r) for r in ranges]
     for _ in range(tries):
         start = random.choice(random.choices(ranges, weights)[0])

@@ -76,11 +76,24 @@ def test_a_bad_value_names_its_variable_and_the_fix(var, value):
 @given(st.dictionaries(st.sampled_from([rank_env.TIMEOUT, rank_env.SIZE, rank_env.BOARD, rank_env.CELL_PORT,
                                         rank_env.TRANSPORT, rank_env.RANK, rank_env.PORT_OFFSET]),
                        st.text(max_size=8)))
-def test_any_text_is_read_or_refused_with_a_rank_env_error(env):
+def test_any_text_is_read_back_or_refused_naming_its_variable(env):
     try:
-        read(env)
-    except RankEnvError:
-        pass
+        got = read(env)
+    except RankEnvError as exc:
+        assert any(str(exc).startswith(f"{var}=") for var in env), (env, str(exc))
+        return
+    # each value set is the one read (unset or blank: the default)
+    text = {var: env.get(var, "").strip() for var in env}
+    assert got.size == (int(text[rank_env.SIZE]) if text.get(rank_env.SIZE) else 1)
+    assert got.cell_port == (int(text[rank_env.CELL_PORT]) or None if text.get(rank_env.CELL_PORT) else None)
+    assert got.port_offset == (int(text[rank_env.PORT_OFFSET]) if text.get(rank_env.PORT_OFFSET) else 1000)
+    assert got.timeout == (float(env[rank_env.TIMEOUT]) if env.get(rank_env.TIMEOUT) else -1)
+    assert got.transport == (env.get(rank_env.TRANSPORT) or "auto") and got.board == (env.get(rank_env.BOARD) != "0")
+    assert got.rank == (int(env[rank_env.RANK]) if rank_env.RANK in env else None)
+    # and what was read, written again by a launcher (variables), reads back the same
+    fields = ("timeout", "size", "board", "cell_port", "transport")
+    back = read(variables(**{f: getattr(got, f) for f in fields}))
+    assert [getattr(back, f) for f in fields] == [getattr(got, f) for f in fields]
 
 
 def test_the_one_timeout_rule():
@@ -134,9 +147,15 @@ def test_ring_hostfiles_of_any_shape_give_only_errors_naming_the_file(data):
     try:
         rows = rank_env.parse_ring_hostfile(json.dumps(data), "hf.json")
     except RankEnvError as exc:
-        assert "hf.json" in str(exc)
+        msg = str(exc)   # the file, and the rank whose entry is wrong when the list has entries
+        assert msg.startswith("hf.json"), msg
+        if isinstance(data, list) and data:
+            assert re.match(r"hf\.json: (entry \d+ \(rank \d+\) |rank \d+: )", msg), msg
         return
     assert rows and all(row and all(1 <= port <= 65535 for _, port in row) for row in rows)
+    assert rank_env.parse_ring_hostfile(json.dumps([[str(a) for a in row] for row in rows]), "hf.json") == rows
+    assert len(rows) == len(data) and [[str(a) for a in row] for row in rows] == [
+        [entry] if isinstance(entry, str) else entry for entry in data]
 
 
 address = st.builds(lambda a, b, p: f"{a}.{b}.0.1:{p}", st.integers(0, 255), st.integers(0, 255), st.integers(1, 65535))
@@ -151,6 +170,8 @@ def test_ring_hostfile_round_trip(rows):
 @given(st.text(max_size=200))
 def test_ring_hostfile_garbage_gives_only_errors_naming_the_file(text):
     try:
-        rank_env.parse_ring_hostfile(text, "hf.json")
+        rows = rank_env.parse_ring_hostfile(text, "hf.json")
     except RankEnvError as exc:
-        assert "hf.json" in str(exc)
+        assert str(exc).startswith("hf.json"), str(exc)
+    else:   # accepted: JSON of one list of "ip:port" per rank, which reads back the same
+        assert rank_env.parse_ring_hostfile(json.dumps([[str(a) for a in row] for row in rows]), "hf.json") == rows

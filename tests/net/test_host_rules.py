@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from mlx_jupyter.hostfile import Host
 from mlx_jupyter.launch.rank_env import RankEnvError, parse_ring_hostfile
-from mlx_jupyter.net.hosts import Address, bare_host, format_addr, is_local, runs_here, split_addr
+from mlx_jupyter.net.hosts import Address, all_local, bare_host, format_addr, is_local, runs_here, split_addr
 
 users = st.one_of(st.just(""), st.from_regex(r"[a-z_][a-z0-9_]{0,8}@", fullmatch=True))
 loopback_v4 = st.integers(0x7F000000, 0x7FFFFFFF).map(lambda n: str(ipaddress.IPv4Address(n)))
@@ -111,3 +111,40 @@ def test_ring_hostfile_parser_names_the_rank():
                                                                                  [("mac_2.local", 5001)]]
     with pytest.raises(RankEnvError, match="invalid host"):
         parse_ring_hostfile('[["bad host:5000"]]', "hf")
+
+
+def test_all_local_is_every_host_local():
+    assert all_local(["localhost", "127.0.0.2", "[::1]"]) and all_local([])
+    assert not all_local(["localhost", "10.0.0.1"]) and not all_local(["mac-1"])
+
+
+def test_the_machine_part_keeps_every_letter_and_drops_a_zone_for_loopback():
+    assert bare_host("Xserve") == "xserve" and bare_host("ann@XX") == "xx" and bare_host(" [::1] ") == "::1"
+    assert is_local("127.0.0.1%lo") and is_local("[::1%lo]") and not is_local("10.0.0.1%lo")
+
+
+@pytest.mark.parametrize("text, error", [
+    (80, r"80 is not an \"ip:port\" string"),
+    (":80", r"':80' is not ip:port \(as in 10.0.0.1:32323"),
+    ("mac-1:", r"'mac-1:' has no valid port \(a number in 1..65535"),
+    ("mac-1:000080", "'mac-1:000080' has no valid port"),
+    ("mac-1:0", "has no valid port"), ("mac-1:65536", "has no valid port"),
+    ("[::1:80", r"'\[::1:80': only an IPv6 address goes in brackets, as in \[::1\]:32323"),
+    ("::1]:80", r"'::1\]:80': only an IPv6 address goes in brackets"),
+    ("[10.0.0.1]:80", "only an IPv6 address goes in brackets"),
+    ("::1:80", r"'::1:80': an IPv6 address needs brackets, as in \[::1\]:32323"),
+    ("a..b:80", r"'a..b:80': invalid host 'a..b' \(a host name is letters, digits, '-' and '_' between dots\)"),
+    ("mac.1:80", r"'mac.1:80': invalid host 'mac.1' \(not an IPv4 address, and a host name does not end in a number\)"),
+])
+def test_each_bad_address_is_refused_with_its_own_reason(text, error):
+    with pytest.raises(ValueError, match=error):
+        split_addr(text)
+
+
+def test_ports_and_host_names_at_their_limits():
+    assert split_addr("mac-1:1") == ("mac-1", 1) and split_addr("mac-1:65535") == ("mac-1", 65535)
+    assert split_addr("mac-1:00080") == ("mac-1", 80)   # five digits at most, leading zeros allowed
+    name = ".".join(["a" * 63] * 4)[:253]   # the longest name DNS allows
+    assert split_addr(f"{name}:80") == (name, 80)
+    with pytest.raises(ValueError, match="invalid host"):
+        split_addr(f"{name}a:80")

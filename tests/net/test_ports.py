@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -44,3 +45,60 @@ def test_blocks_handed_out_one_after_another_never_overlap():
         block = {*range(start, start + n), *range(start + 1000, start + 1000 + n)}
         assert not block & seen, (start, n)
         seen |= block
+
+
+def test_block_starts_reach_the_edges_exactly():
+    # below: the last start's shifted block ends at lo - 1; above: the first start is hi + 1 and the
+    # last start's shifted block ends at port 65535 (the highest there is)
+    assert ports.block_starts(4, 1000, (49152, 65535)) == [range(ports.LOWEST, 49152 - 1000 - 4 + 1)]
+    assert ports.block_starts(1, 0, (1024, 20000)) == [range(20001, 65536)]
+    assert ports.block_starts(3, 7, (1024, 20000)) == [range(20001, 65536 - 7 - 3 + 1)]
+    # a range of one start is kept; none at all when the blocks cannot fit on either side
+    one = ports.LOWEST + 1000 + 4
+    assert ports.block_starts(4, 1000, (one, 65535)) == [range(ports.LOWEST, ports.LOWEST + 1)]
+    assert ports.block_starts(4, 1000, (one - 1, 65535)) == []
+    assert ports.block_starts(2, 0, (1024, 65533)) == [range(65534, 65535)]
+    assert ports.block_starts(2, 0, (1024, 65534)) == []
+
+
+def test_linux_range_is_the_one_in_proc():
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
+        want = tuple(int(v) for v in fh.read().split())
+    assert ports.ephemeral_range() == want
+
+
+def test_without_room_outside_the_ephemeral_range_blocks_come_from_all_ports_up_to_65535(monkeypatch):
+    # offset 65530 - LOWEST: no start clears this machine's ephemeral range, and the only starts that
+    # keep both blocks under 65536 are LOWEST..LOWEST+5 (the last one's shifted port is 65535)
+    monkeypatch.setattr(ports, "_reserved", [])
+    offset = 65535 - ports.LOWEST - 5
+    assert ports.block_starts(1, offset, ports.ephemeral_range()) == []
+    starts = {*range(ports.LOWEST, ports.LOWEST + 6)}
+    taken = socket.socket()
+    try:
+        try:   # a port already bound: the block that needs it is never returned
+            taken.bind(("127.0.0.1", ports.LOWEST + offset))
+        except OSError:
+            pass   # bound by someone else: still not free
+        got = {ports.free_port_block(1, offset=offset, tries=400) for _ in range(5)}
+        assert got == starts - {ports.LOWEST}, got
+        with pytest.raises(ports.PortError, match=rf"no block of 1 free ports \(and \+{offset}\) found on 127.0.0.1"):
+            ports.free_port_block(1, offset=offset, tries=50)
+    finally:
+        taken.close()
+
+
+def test_a_start_is_drawn_evenly_over_all_starts_not_per_range(monkeypatch):
+    # two ranges of very different sizes: a start from the small one as often as its share of
+    # all starts (weighted), not half of the time (one range, then a start in it)
+    n, offset = 4, 1000
+    ranges = ports.block_starts(n, offset, ports.ephemeral_range())
+    if len(ranges) != 2:
+        pytest.skip(f"this machine's ephemeral range leaves {len(ranges)} range(s) of starts")
+    small = min(ranges, key=len)
+    share = len(small) / sum(map(len, ranges))
+    assert share < 0.3, ranges
+    monkeypatch.setattr(ports, "_reserved", [])
+    draws = 200
+    hits = sum(ports.free_port_block(n, offset) in small for _ in range(draws))
+    assert hits < draws * (share + 0.5) / 2, (hits, share)   # weighted: ~share; per range: ~half

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -116,15 +118,67 @@ def test_durations_round_trip(seconds):
 ANY_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=80)
 
 
-@given(ANY_TEXT)
-def test_parsers_only_ever_raise_their_error(text):
-    for parse in (parse_duration, parse_squeue_line, parse_sinfo_line, parse_task_list, parse_job_id, parse_hostnames):
-        try:
-            parse(text)
-        except SlurmOutputError:
-            pass
-    parse_srun_line(text)
-    split_label(text)
+def _quoted(text: str) -> str:
+    """How the parsers quote what they refuse (at most 120 characters)."""
+    return repr(text if len(text) <= 120 else text[:120] + "...")
+
+
+def _read(parse, text):
+    """(what ``parse`` read, None) or (None, its SlurmOutputError's message); any other error fails."""
+    try:
+        return parse(text), None
+    except SlurmOutputError as exc:
+        return None, str(exc)
+
+
+@given(st.one_of(ANY_TEXT, st.from_regex(r"\s*[0-9]{1,4}(-[0-9]{1,2})?(:[0-9]{1,2}){0,2}\s*", fullmatch=True),
+                 st.from_regex(r"[0-9]{1,3}(-[0-9]{1,3})?(,[0-9]{1,3}(-[0-9]{1,3})?)*", fullmatch=True)))
+def test_what_each_parser_accepts_reads_back_and_what_it_refuses_it_quotes(text):
+    seconds, err = _read(parse_duration, text)
+    if err:
+        assert err == f"{_quoted(text.strip())} is not a Slurm duration"
+    elif seconds is None:
+        assert text.strip() in ("UNLIMITED", "INVALID", "NOT_SET", "N/A", "Partition_Limit", "")
+    else:
+        assert seconds >= 0 and parse_duration(slurm_time(seconds)) == seconds
+
+    tasks, err = _read(parse_task_list, text)
+    if err:
+        assert err == f"{_quoted(text)} is not a task list"
+    else:   # each comma-separated part is N or LO-HI (LO <= HI): the ids, in the order written
+        assert tasks and parse_task_list(",".join(map(str, tasks))) == tasks
+        assert len(tasks) >= text.count(",") + 1
+
+    job, err = _read(parse_job_id, text)
+    first = text.strip().split(";", 1)[0].strip()
+    if err:
+        assert err == f"sbatch --parsable printed {_quoted(text.strip())}, not a job id"
+    else:
+        assert first.isascii() and first.isdigit() and int(first) == job > 0
+
+    names, err = _read(parse_hostnames, text)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if err:
+        assert err == "scontrol show hostnames printed no node name" if not lines else \
+            any(err == f"{_quoted(n)} is not a Slurm node name" for n in lines), err
+    else:
+        assert names == lines and all(re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]*", n) for n in names)
+
+    state, err = _read(parse_squeue_line, text)
+    if err:
+        assert err.startswith(f"squeue printed {_quoted(text)}: "), err
+    else:
+        assert state.job_id == int(text.split("|")[0]) > 0 and state.state == text.split("|")[1].strip()
+    node, err = _read(parse_sinfo_line, text)
+    if err:
+        assert err.startswith(f"sinfo printed {_quoted(text)}: ") or err.endswith(" is not a Slurm node name"), err
+    else:
+        assert "|".join((node.name, node.addr, node.state)) == "|".join(p.strip() for p in text.strip().split("|"))
+
+    note = parse_srun_line(text)   # None, or a note about a node named as Slurm names them
+    assert note is None or (note.kind in ("task", "node_failure", "cancelled") and note.node and note.node in text)
+    label = split_label(text)
+    assert label is None or (int(text.split(":", 1)[0]) == label[0] and text == text.split(":", 1)[0] + ": " + label[1])
 
 
 node_names = st.from_regex(r"[a-z][a-z0-9-]{0,10}[0-9]", fullmatch=True)
