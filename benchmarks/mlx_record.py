@@ -11,6 +11,8 @@ block timed whole on each rank after an all_sum that lines the ranks up; the slo
 median over blocks. The budget: 1 % or 2 µs per call, whichever is larger.
 
     .venv/bin/python benchmarks/mlx_record.py [--quick] [--save benchmarks/results/mlx_record.txt]
+
+(run twice: benchmarks/results/mlx_record.txt and mlx_record_repeat.txt, to see the noise)
 """
 
 from __future__ import annotations
@@ -135,20 +137,20 @@ def main() -> int:
              f"2 local ranks (mlx-jupyter launch, MLX ring), {blocks} blocks, record on and off alternating; "
              "slower rank's time per unit, median over blocks"]
     res = run(per, blocks)
-    lines.append(f"{'':52}{'off':>11}{'on':>11}{'on-off':>10}{'per call':>10}{'ratio':>8}")
+    lines.append(f"{'':52} {'off':>13} {'on':>13} {'on-off':>12} {'per call':>12} {'ratio':>7}")
     ok = True
     for name, t in res.items():
         diff = t["on"] - t["off"]
         per_call = diff / CALLS[name]
         budget = max(0.01 * t["off"] / CALLS[name], 2e-6) if name != "build" else 2e-6
         ok = ok and per_call <= budget
-        lines.append(f"{WORDS[name]:52}{t['off'] * 1e6:9.2f}µs{t['on'] * 1e6:9.2f}µs{diff * 1e6:+8.2f}µs"
-                     f"{per_call * 1e6:+8.2f}µs{t['on'] / t['off']:8.3f}")
+        lines.append(f"{WORDS[name]:52} {t['off'] * 1e6:11.2f}µs {t['on'] * 1e6:11.2f}µs {diff * 1e6:+10.2f}µs "
+                     f"{per_call * 1e6:+10.2f}µs {t['on'] / t['off']:7.3f}")
     one = in_process(blocks)
-    lines.append(f"{'the same wrapper alone in one process, fastest block':52}{one['off'] * 1e6:9.2f}µs"
-                 f"{one['on'] * 1e6:9.2f}µs{(one['on'] - one['off']) * 1e6:+8.2f}µs")
-    lines.append(f"  (a Python call of an empty function took {one['empty'] * 1e9:.0f} ns in the same blocks: the record "
-                 f"costs {(one['on'] - one['off']) / one['empty']:.0f} such calls)")
+    lines.append(f"{'the same wrapper alone in one process, fastest block':52} {one['off'] * 1e6:11.2f}µs "
+                 f"{one['on'] * 1e6:11.2f}µs {(one['on'] - one['off']) * 1e6:+10.2f}µs")
+    lines.append(f"  (a Python call of an empty function took {one['empty'] * 1e9:.0f} ns in the same blocks: "
+                 f"the record costs {(one['on'] - one['off']) / one['empty']:.0f} such calls)")
     lines.append(f"budget (1 % or 2 µs per call, whichever is larger): {'met' if ok else 'NOT met'} "
                  "(medians; on a loaded machine the cell and step differences are within their noise)")
     with saved_output(args.save):

@@ -48,7 +48,8 @@ class Record:
         known = self.labels.get(id(group))
         if known is not None and known[0] is group:
             return known[1]
-        return self.name(group, WORLD if _size(group) == self.groups.get(WORLD, (0, -1))[1] else f"group{len(self.labels)}")
+        same_size = _size(group) == self.groups.get(WORLD, (0, -1))[1]
+        return self.name(group, WORLD if same_size else f"group{len(self.labels)}")
 
     def name(self, group: Any, label: str) -> str:
         if len(self.labels) > 1024:  # a loop making groups: forget the oldest

@@ -206,8 +206,31 @@ def test_sigusr1_names_an_mlx_mismatch(tmp_path):
         job.wait_until(lambda t: t.count("ready") == 2, stream="stdout", timeout=30)
         job.where_showing([r"^1\s+in MLX all_gather #1 \(float32\[8\], built at line 5(, evaluated at line 6)?\), "
                            r"which does not match rank 0's all_sum #1 \(float32\[4\], built at line 4\)",
-                           r"^0\s+in MLX all_sum #1 \(float32\[4\], built at line 4(, evaluated at line 6)?\), which does "
-                           r"not match rank 1's all_gather #1",
+                           r"^0\s+in MLX all_sum #1 \(float32\[4\], built at line 4(, evaluated at line 6)?\), "
+                           r"which does not match rank 1's all_gather #1",
                            r"^MLX collectives do not match: rank 0's all_sum #1 of float32\[4\] \(built at line 4\) "
                            r"and rank 1's all_gather #1 of float32\[8\] \(built at line 5\)"])
         job.finish(30)
+
+
+SPLIT = textwrap.dedent("""\
+    import time, mlx.core as mx
+    world = mx.distributed.init(backend="mpi", strict=True)
+    half = world.split(0)
+    print("ready", flush=True)
+    if world.rank() == 1:
+        time.sleep(6)
+    mx.eval(mx.distributed.all_sum(mx.ones(2), group=half))
+""")
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI's mpirun (MLX's ring cannot split)")
+def test_sigusr1_names_an_mlx_wait_on_a_split(tmp_path):
+    script = tmp_path / "split.py"
+    script.write_text(SPLIT)
+    with LiveCLI(["-n", "2", "--backend", "mpi", "--where-on-signal", "--", "python", str(script)], env=MPI_ENV) as job:
+        job.wait_until(lambda t: t.count("ready") == 2, stream="stdout", timeout=30)
+        job.where_showing([r"^0\s+waits in MLX all_sum #1 \(float32\[2\], built at line 7, evaluated at line 7\) "
+                           r"on rank 1",
+                           r"^1\s+has called 0 MLX collectives on group world/0 and is at line 6: time\.sleep\(6\)"])
+        job.finish(30)   # (MLX frees the split's communicator after MPI_Finalize: the exit code is MLX's)

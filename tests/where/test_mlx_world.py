@@ -119,7 +119,8 @@ def test_recv_waits_on_the_rank_that_has_not_sent(kernel, tmp_path):
             "    x = mx.distributed.recv((3,), mx.float32, 1, group=world)\n"
             "    float(x.sum())")
     _hang(kernel, tmp_path, cell, r"rank 0 waits in MLX recv #1 from rank 1 \(float32\[3\], built at line 5, "
-                                  r"evaluated at line 6\) on rank 1.*; rank 1 has made 0 MLX sends to rank 0 and is at line 2")
+                                  r"evaluated at line 6\) on rank 1.*; "
+                                  r"rank 1 has made 0 MLX sends to rank 0 and is at line 2")
 
 
 def test_through_average_gradients_in_a_users_function(kernel, tmp_path):
