@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -163,22 +164,46 @@ def test_dump_then_load_is_identity(hf, form):
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=40))
-def test_parser_never_crashes_on_garbage(text):
+def test_garbage_is_refused_saying_where_or_read_back_the_same(text):
     try:
-        loads_hostfile(text)
+        hf = loads_hostfile(text)
     except HostfileError as exc:
-        assert str(exc).startswith("hostfile")
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as bad:   # not JSON: the line and column JSON's parser stopped at
+            assert str(exc) == f"hostfile: not valid JSON (line {bad.lineno}, column {bad.colno}: {bad.msg})"
+        else:
+            assert str(exc).startswith("hostfile: "), str(exc)
+        return
+    _assert_reads_back(hf)
+
+
+def _assert_reads_back(hf) -> None:
+    """What the parser accepted, written out and read again, is the same hostfile."""
+    back = loads_hostfile(dumps_hostfile(hf, "object"))
+    assert (back.hosts, back.backend, back.envs) == (hf.hosts, hf.backend, hf.envs)
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
                     lambda c: st.lists(c, max_size=4) | st.dictionaries(st.sampled_from(["ssh", "ips", "rdma", "hosts", "backend", "envs", "x"]), c, max_size=4),
                     max_leaves=12))
-def test_parser_errors_are_typed_for_any_json(data):
+def test_any_json_is_read_back_the_same_or_refused_naming_the_host(data):
     try:
-        loads_hostfile(json.dumps(data))
-    except HostfileError:
-        pass
+        hf = loads_hostfile(json.dumps(data))
+    except HostfileError as exc:
+        msg = str(exc)
+        assert msg.startswith("hostfile: "), msg
+        named = re.match(r"hostfile: host (\d+) \(rank \1\)", msg)
+        if named:   # the host it names exists, and is refused on its own too (unless the fault is between hosts)
+            hosts = data if isinstance(data, list) else data["hosts"]
+            i = int(named.group(1))
+            assert i < len(hosts), msg
+            if "rdma" not in msg:
+                with pytest.raises(HostfileError):
+                    loads_hostfile(json.dumps([hosts[i]]))
+        return
+    _assert_reads_back(hf)
 
 
 @settings(max_examples=200, deadline=None)
