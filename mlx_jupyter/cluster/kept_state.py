@@ -190,8 +190,6 @@ class KeptState:
             from mlx_jupyter.cluster.peer_restore import restore_dead
 
             self.peers = restore_dead(self, self.died, self.all_hosts)
-            for r in self.peers.no_peer:
-                self.lost[r] += "; no live rank on its host holds a copy: copying between hosts is not done yet"
             for r, why in self.peers.errors.items():
                 self.lost[r] += f"; the copy from its peer failed: {why}"
         for r, answer in self._each_rank(keep.restore, sorted(self.saved), "restoring the ranks' names").items():

@@ -4,7 +4,8 @@ At a keep-state restart after a rank died, each live rank saves its names with a
 (:func:`mlx_jupyter.cluster.rank.peer_copy.save_digested`); the names every live rank holds with
 the same digest (equal bytes for arrays, equal pickles for the rest) are bound on the dead rank's
 new process from one live peer's saved files on the same host (shared memory), before the peer
-restores its own. The notebook only compares digests and names the peer: no data passes through it.
+restores its own; a dead rank with no live peer on its host fetches them from one on another host,
+straight from that rank. The notebook only compares digests and names the peer: no data passes through it.
 """
 
 from __future__ import annotations
@@ -45,10 +46,20 @@ class PeerCopy:
     """What the dead ranks got from their peers: rank -> the peer's answer (restored, failed, peer)."""
 
     got: dict[int, dict] = field(default_factory=dict)
-    no_peer: list[int] = field(default_factory=list)      # dead ranks with no live peer on their host
+    no_peer: list[int] = field(default_factory=list)      # dead ranks with no live rank at all
     differ: list[str] = field(default_factory=list)       # names not alike across the live ranks
     errors: dict[int, str] = field(default_factory=dict)  # dead rank -> why its copy failed
     live: int = 0                                          # how many live ranks were compared
+
+    def note(self, answers: dict[int, Any]) -> None:
+        """Keep each dead rank's answer, or why it got nothing."""
+        from mlx_jupyter.cluster.shared.errors import ClusterError
+
+        for r, answer in answers.items():
+            if isinstance(answer, ClusterError):
+                self.errors[r] = str(answer)
+            else:
+                self.got[r] = answer
 
     def clause(self, rank: int) -> str:
         """The report's words for dead rank ``rank`` (one that got names from a peer)."""
@@ -56,6 +67,7 @@ class PeerCopy:
         names = [n for n in got.get("restored", [])]
         shown = ", ".join(names[:SHOWN]) + (", …" if len(names) > SHOWN else "")
         text = f"rank {rank} died: {len(names)} name{'' if len(names) == 1 else 's'} restored from rank {got['peer']}"
+        text += " over the network" if got.get("over") == "network" else ""
         text += f" ({shown})" if names else ""
         text += " and its imports" if got.get("imports") else ""
         if self.live == 1:
@@ -99,12 +111,29 @@ def restore_dead(state: Any, dead: list[int], hosts: dict[int, str]) -> PeerCopy
     for peer, ranks in by_peer.items():
         answers = state._each_rank(peer_copy.restore_from, ranks, "restoring a dead rank's names from its peer",
                                    state.dirname, peer, same)
-        for r, answer in answers.items():
-            if isinstance(answer, ClusterError):
-                result.errors[r] = str(answer)
-            else:
-                result.got[r] = answer
+        result.note(answers)
+    for r in list(result.no_peer) if live else []:   # its peers are on other hosts: over the network
+        result.no_peer.remove(r)
+        result.note(_over_network(state, r, live[0], hosts, same))
     return result
+
+
+def _over_network(state: Any, rank: int, peer: int, hosts: dict[int, str], names: list[str]) -> dict[int, Any]:
+    """Dead rank ``rank`` fetches ``peer``'s saved files from the peer's host straight from the peer
+    (one connection, opened with a one-time token), then binds ``names``; rank -> its answer."""
+    import secrets
+
+    from mlx_jupyter.cluster.rank import peer_copy
+    from mlx_jupyter.cluster.shared.errors import ClusterError
+
+    token = secrets.token_hex(peer_copy.TOKEN_BYTES)
+    offer = state._each_rank(peer_copy.serve, [peer], "offering a rank's saved names to a dead rank",
+                             state.dirname, peer, token, state.timeout)[peer]
+    if isinstance(offer, ClusterError):
+        return {rank: ClusterError(f"rank {peer} could not offer its names: {offer}")}
+    host = offer.get("host") or hosts.get(peer, "")
+    return state._each_rank(peer_copy.fetch_from, [rank], "copying a rank's saved names from another host",
+                            state.dirname, peer, host, offer["port"], token, names, state.timeout)
 
 
 def status_column(cluster: Any, rows: list[dict]) -> bool:

@@ -161,3 +161,43 @@ def test_nn_value_and_grad_comes_back_with_its_transform_and_a_bare_mlx_transfor
     assert value.item() == want_value.item() and mx.array_equal(grads["weight"], want_grads["weight"]).item()
     new["model"].update({"weight": mx.zeros((1, 3))})   # the rebuilt g differentiates the restored model
     assert new["g"](new["model"], x)[0].item() == (new["model"](x) ** 2).sum().item()
+
+
+def test_a_peer_on_another_host_sends_its_files_to_the_one_connection_with_the_token(monkeypatch):
+    """serve/fetch_from on this machine over loopback: a wrong token gets nothing, the right one
+    gets the files, and the copy is removed once bound."""
+    import socket
+    import secrets
+
+    monkeypatch.setattr(peer_copy, "_ring_address", lambda rank: "127.0.0.1")
+    ns: dict = {}
+    exec("import math\nimport numpy as np\nw = np.arange(5.0)\nn = 3", ns)
+    del ns["__builtins__"]
+    name = _saved_folder(ns)
+    try:
+        token = secrets.token_hex(peer_copy.TOKEN_BYTES)
+        offer = peer_copy.serve(name, 0, token, timeout=20)
+        assert offer["host"] == "127.0.0.1"
+        with socket.create_connection(("127.0.0.1", offer["port"]), 10) as wrong:
+            wrong.sendall(b"x" * peer_copy.TOKEN_BYTES)
+            assert wrong.recv(16) == b""   # closed, nothing sent
+        new: dict = {}
+        got = peer_copy.fetch_from(name, 0, "127.0.0.1", offer["port"], token, ["w", "n"], timeout=20)
+        assert got["over"] == "network" and sorted(got["restored"]) == ["n", "w"], got
+        assert not list(keep_files.keep_dir(name).glob("copy0.*"))
+    finally:
+        keep.discard(name, 0)
+
+
+@pytest.mark.timeout(200)
+def test_on_two_ssh_hosts_a_killed_rank_gets_its_peers_names_over_the_network(testbed):
+    bed = testbed
+    c = Cluster(n=1, hosts=bed.ips[:2], ssh_options=bed.ssh_options(), controller_ip=f"{bed.net}.1", timeout=30)
+    try:
+        c.start()
+        after = _killed_then_next_step(c, 1)
+        assert "; rank 1 died: 11 names restored from rank 0 over the network (MLP, X, Y, grad_fn, loss_fn, " \
+               "losses, …) and its imports" in c.last_restart, c.last_restart
+        assert after == _uninterrupted_next_step(c)
+    finally:
+        c.stop()

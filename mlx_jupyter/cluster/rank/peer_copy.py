@@ -2,17 +2,24 @@
 saves its names with a digest per name (:func:`save_digested`), and the dead rank's new process
 binds the chosen names from one peer's saved files on its own host (:func:`restore_from`): the
 files are in shared memory (or the temp dir), mapped and read in place, never sent through the
-notebook. The peer's files stay for the peer's own restore, which removes them.
+notebook. The peer's files stay for the peer's own restore, which removes them. A dead rank with
+no live peer on its host gets the files straight from a peer on another host (:func:`serve`,
+:func:`fetch_from`: one TCP connection between the two ranks, opened with a one-time token).
 """
 
 from __future__ import annotations
 
+import hmac
 import mmap
+import os
 import pickle
+import socket
+import struct
+import threading
 from typing import Any, MutableMapping, Optional
 
 from mlx_jupyter.cluster.rank import keep
-from mlx_jupyter.cluster.rank.keep_files import private_dir, rank_folder
+from mlx_jupyter.cluster.rank.keep_files import keep_dir, private_dir, rank_folder
 
 
 def save_digested(dirname: str, rank: int) -> dict:
@@ -20,13 +27,15 @@ def save_digested(dirname: str, rank: int) -> dict:
     return keep.save(dirname, rank, digests=True)
 
 
-def restore_from(dirname: str, peer: int, names: list[str], ns: Optional[MutableMapping[str, Any]] = None) -> dict:
+def restore_from(dirname: str, peer: int, names: list[str], ns: Optional[MutableMapping[str, Any]] = None,
+                 stem: str = "rank") -> dict:
     """Bind ``names`` (and every import) that rank ``peer`` saved on this host into this rank's
-    namespace; what came back and what did not (the peer's files are left in place)."""
+    namespace; what came back and what did not (the peer's files are left in place). ``stem``:
+    "copy" for the files :func:`fetch_from` brought from another host."""
     if ns is None:
         ns = keep._user_ns()
-    folder = private_dir(rank_folder(dirname, peer), create=False)
-    index_path, data_path = folder / f"rank{peer}.index", folder / f"rank{peer}.data"
+    folder = private_dir(rank_folder(dirname, peer) if stem == "rank" else keep_dir(dirname), create=False)
+    index_path, data_path = folder / f"{stem}{peer}.index", folder / f"{stem}{peer}.data"
     if not index_path.exists():
         raise FileNotFoundError(f"rank {peer}'s saved names are not on this host ({folder})")
     with open(index_path, "rb") as f:
@@ -85,3 +94,110 @@ def _whole(index: dict, view: memoryview) -> Optional[dict]:
         return pickle.loads(whole, buffers=[view[o:o + n] for o, n in spans])
     except Exception:  # noqa: BLE001 - then name by name
         return None
+
+
+#: the one-time token's length (bytes) a fetching rank sends first
+TOKEN_BYTES = 32
+_HEADER = struct.Struct("!QQ")
+
+
+def serve(dirname: str, rank: int, token_hex: str, timeout: float = 60.0) -> dict:
+    """Offer this rank's saved files to one connection that first sends ``token_hex``'s bytes
+    (another host's new rank, :func:`fetch_from`); its address: ``{"host", "port"}``."""
+    folder = private_dir(rank_folder(dirname, rank), create=False)
+    paths = [folder / f"rank{rank}.index", folder / f"rank{rank}.data"]
+    token = bytes.fromhex(token_hex)
+    host = _ring_address(rank)
+    try:
+        server = socket.create_server((host, 0)) if host else None
+    except OSError:
+        server = None
+    server = server or socket.create_server(("", 0))
+    server.settimeout(timeout)
+    threading.Thread(target=_send_once, args=(server, token, paths, timeout), name="mlx-peer-copy",
+                     daemon=True).start()
+    return {"host": host, "port": server.getsockname()[1]}
+
+
+def _ring_address(rank: int) -> str:
+    """This rank's address as the other ranks dial it (MLX's ring hostfile), or "" if unknown."""
+    try:
+        from mlx_jupyter.cluster.rank.peers import ring_rows
+        from mlx_jupyter.cluster.rank.world import this_rank_env
+
+        rows = ring_rows(this_rank_env().mlx_hostfile)
+        return rows[rank][0] if rank < len(rows) else ""
+    except Exception:  # noqa: BLE001 - no ring hostfile: the notebook's name for the host
+        return ""
+
+
+def _send_once(server: socket.socket, token: bytes, paths: list, timeout: float) -> None:
+    """Accept until the connection with the token (or the timeout); send it the two files."""
+    with server:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return   # timed out: nobody came
+            with conn:
+                conn.settimeout(timeout)
+                try:
+                    if not hmac.compare_digest(_read_exact(conn, len(token)), token):
+                        continue
+                    sizes = [p.stat().st_size for p in paths]
+                    conn.sendall(_HEADER.pack(*sizes))
+                    for path in paths:
+                        with open(path, "rb") as f:
+                            conn.sendfile(f)
+                    return
+                except OSError:
+                    continue
+
+
+def _read_exact(conn: socket.socket, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        chunk = conn.recv(min(n - len(out), 1 << 20))
+        if not chunk:
+            raise ConnectionError("the peer closed the connection")
+        out += chunk
+    return bytes(out)
+
+
+def fetch_from(dirname: str, peer: int, host: str, port: int, token_hex: str, names: list[str],
+               timeout: float = 60.0) -> dict:
+    """Bring rank ``peer``'s saved files from its host (:func:`serve`) into this host's keep folder,
+    bind ``names`` from them (:func:`restore_from`), and remove the copy."""
+    folder = private_dir(keep_dir(dirname), create=True)
+    paths = [folder / f"copy{peer}.index", folder / f"copy{peer}.data"]
+    try:
+        with socket.create_connection((host, port), timeout) as conn:
+            conn.sendall(bytes.fromhex(token_hex))
+            sizes = _HEADER.unpack(_read_exact(conn, _HEADER.size))
+            for path, size in zip(paths, sizes):
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                try:
+                    left = size
+                    while left:
+                        chunk = conn.recv(min(left, 4 << 20))
+                        if not chunk:
+                            raise ConnectionError(f"rank {peer}'s host closed the connection early")
+                        view = memoryview(chunk)
+                        while view.nbytes:
+                            view = view[os.write(fd, view):]
+                        left -= len(chunk)
+                finally:
+                    os.close(fd)
+        answer = restore_from(dirname, peer, names, stem="copy")
+        answer["over"] = "network"
+        return answer
+    finally:
+        for path in paths:
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+        try:
+            folder.rmdir()
+        except OSError:
+            pass
