@@ -84,7 +84,8 @@ class PeerCopy:
         out = {}
         for r in ranks:
             if r in self.got:
-                out[r] = f"from rank {self.got[r]['peer']} ({len(self.got[r].get('restored', []))} names)"
+                n = len(self.got[r].get("restored", []))
+                out[r] = f"from rank {self.got[r]['peer']} ({n} name{'' if n == 1 else 's'})"
             elif r in own:
                 out[r] = "its own names"
             else:

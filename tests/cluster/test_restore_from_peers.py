@@ -201,3 +201,31 @@ def test_on_two_ssh_hosts_a_killed_rank_gets_its_peers_names_over_the_network(te
         assert after == _uninterrupted_next_step(c)
     finally:
         c.stop()
+
+
+@pytest.mark.timeout(150)
+def test_the_magics_restart_says_it_and_status_shows_where_each_ranks_names_came_from():
+    from tests.cluster.kernel import Kernel
+
+    k = Kernel()
+    try:
+        assert k.run("%load_ext mlx_jupyter\n%mlx_cluster start -n 3", 60).status == "ok"
+        assert k.run("%%mlx_distributed\nimport os, time\nw = [1.5, 2]\nr = world.rank()", 30).status == "ok"
+        died = k.run("%%mlx_distributed\nif world.rank() == 2:\n    os.kill(os.getpid(), 9)\ntime.sleep(30)", 30)
+        assert died.status == "error" and "rank 2 died" in died.traceback, died
+        res = k.run("%mlx_cluster restart", 90)
+        assert res.status == "ok" and ("; rank 2 died: 1 name restored from rank 0 (w) and its imports; lost: r "
+                                       "(it differs across ranks)") in res.stdout, res
+        status = k.run("%mlx_cluster status", 10)
+        [table] = [d["data"] for d in status.displays if "text/html" in d.get("data", {})]
+        lines = [ln.rstrip() for ln in table["text/plain"].splitlines()]
+        assert lines[0].split()[-3:] == ["names", "at", "restart"], lines
+        assert lines[1].endswith("its own names") and lines[3].endswith("from rank 0 (1 name)"), lines
+        back = k.run("%%mlx_distributed\nprint(w, 'r' in globals())", 30)
+        assert "[ranks 0-1] [1.5, 2] True" in back.stdout and "[rank 2] [1.5, 2] False" in back.stdout, back
+        assert k.run("%mlx_cluster restart --clean", 60).status == "ok"
+        status = k.run("%mlx_cluster status", 10)
+        [table] = [d["data"] for d in status.displays if "text/html" in d.get("data", {})]
+        assert "names at restart" not in table["text/plain"], table
+    finally:
+        k.close()
