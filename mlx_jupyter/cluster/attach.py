@@ -142,8 +142,8 @@ def owner_cell_holding(cluster: Any, ranks: Any) -> Optional[str]:
         return None
     since = float(entry.get("published") or time.time())
     who = f"the {entry.get('owner', 'process')} with pid {entry.get('owner_pid', '?')}"
-    return (f"{rank_label(busy)} {'is' if len(busy) == 1 else 'are'} running a cell of {who} (the notebook that "
-            f"started {cluster.cluster_id}) since {time.strftime('%H:%M:%S', time.localtime(since))}, "
+    return (f"{rank_label(busy)} {'is' if len(busy) == 1 else 'are'} running a cell of {who} (which started "
+            f"{cluster.cluster_id}) since {time.strftime('%H:%M:%S', time.localtime(since))}, "
             f"{max(time.time() - since, 0):.0f} s ago")
 
 
