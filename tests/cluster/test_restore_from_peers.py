@@ -229,3 +229,14 @@ def test_the_magics_restart_says_it_and_status_shows_where_each_ranks_names_came
         assert "names at restart" not in table["text/plain"], table
     finally:
         k.close()
+
+
+def test_the_status_rows_and_the_panels_card_get_where_each_ranks_names_came_from():
+    from types import SimpleNamespace
+
+    from mlx_jupyter.cluster.peer_restore import status_column
+
+    rows = [{"rank": 0}, {"rank": 1}]
+    assert status_column(SimpleNamespace(restart_origins={0: "its own names", 1: "from rank 0 (3 names)"}), rows)
+    assert rows == [{"rank": 0, "restart": "its own names"}, {"rank": 1, "restart": "from rank 0 (3 names)"}]
+    assert not status_column(SimpleNamespace(), [{"rank": 0}])   # never restarted (or --clean): no column
