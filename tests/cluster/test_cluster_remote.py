@@ -46,12 +46,27 @@ def _non_sshd(bed) -> dict[int, list[int]]:
     return {i: pids for i, pids in out.items() if pids}
 
 
+def _temp_dirs_of(pids: set[int]) -> set[Path]:
+    """The hosts' temp dirs of the ranks with these pids (the hosts share this machine's /tmp, as do other
+    users' launches): each host's watchdog dir holds a file named by each rank it guards, which names that
+    rank's own temp dir."""
+    ours = set()
+    for d in Path("/tmp").glob("mlx-jupyter.*"):
+        for f in (d.iterdir() if d.is_dir() else []):
+            if f.name.isdigit() and int(f.name) in pids:
+                ours.add(d)
+                try:
+                    ours.add(Path(f.read_text().strip()))
+                except OSError:
+                    pass
+    return ours
+
+
 def test_cluster_on_four_ssh_hosts(testbed, caplog, descendants):
     require_core()
     bed = testbed
     n = len(bed.ips)
     before = descendants()
-    tmp_before = set(Path("/tmp").glob("mlx-jupyter.*"))  # rank temp dirs (the hosts share this /tmp)
     assert bed.procs_matching("mlx_jupyter.cluster.rank.engine") == {}
     t0 = time.monotonic()
     c = Cluster(n=1, hosts=bed.ips, ssh_options=bed.ssh_options(), controller_ip=f"{bed.net}.1", timeout=30)
@@ -60,6 +75,8 @@ def test_cluster_on_four_ssh_hosts(testbed, caplog, descendants):
         assert c.client.ids == list(range(n))
         on_hosts = bed.procs_matching("mlx_jupyter.cluster.rank.engine")
         assert sorted(on_hosts) == list(range(1, n + 1)), on_hosts  # one engine on each host
+        ours = _temp_dirs_of({p for pids in on_hosts.values() for p in pids})
+        assert len(ours) >= n, ours   # a watchdog dir per host, and each rank's own
         info = c.setup(timeout=20)
         assert all(not i["group_error"] for i in info.values()), info
         # ssh'd ranks dial back to the notebook's cell channel; start waits for that only 2 s (then
@@ -81,7 +98,7 @@ def test_cluster_on_four_ssh_hosts(testbed, caplog, descendants):
     assert _wait_until(lambda: bed.procs_matching("mlx_jupyter.cluster.rank.engine") == {}, 5), \
         f"engines left on the hosts: {bed.procs_matching('mlx_jupyter.cluster.rank.engine')}"
     assert _wait_until(lambda: not _non_sshd(bed), 5), f"processes left on the hosts: {_non_sshd(bed)}"
-    assert _wait_until(lambda: set(Path("/tmp").glob("mlx-jupyter.*")) <= tmp_before, 5)
+    assert _wait_until(lambda: not any(d.exists() for d in ours), 5), [d for d in ours if d.exists()]
     left = [p for p in descendants() - before if psutil.pid_exists(p)]
     assert not left, f"local processes left behind: {left}"
     assert time.monotonic() - t0 < 60
