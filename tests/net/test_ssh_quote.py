@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -80,12 +81,13 @@ def test_rank_script_passes_env_args_and_files_literally(tmp_path_factory, env, 
 
 
 def test_rank_script_reports_a_bad_cwd_and_cleans_up(tmp_path):
-    before = set(p.name for p in __import__("pathlib").Path("/tmp").glob("mlx-jupyter.*"))
-    res = sh(rank_script(["true"], {}, {"F": "x"}, str(tmp_path / "missing;$(x)"), True, "rank 3 on h4"))
+    tmp = tmp_path / "tmp"   # a TMPDIR of its own: other users' launches write into /tmp meanwhile
+    tmp.mkdir()
+    res = sh(rank_script(["true"], {}, {"F": "x"}, str(tmp_path / "missing;$(x)"), True, "rank 3 on h4"),
+             env={**os.environ, "TMPDIR": str(tmp)})
     assert res.returncode == 125
     assert "rank 3 on h4: cannot change directory to" in res.stderr and "missing;$(x)" in res.stderr
-    after = set(p.name for p in __import__("pathlib").Path("/tmp").glob("mlx-jupyter.*"))
-    assert after <= before
+    assert not list(tmp.iterdir())   # its temp dir was made there, and removed
 
 
 def test_rank_script_forwards_stdin_and_exit_code():
