@@ -201,7 +201,7 @@ def test_cli_usage_errors_are_one_line(tmp_path):
     for args, match in [
         (["missing_script.py"], "not found"),
         (["--hosts", "a,,b", "true"], "entry 2 is empty"),
-        (["--hostfile", str(tmp_path / "none.json"), "true"], "cannot read"),
+        (["--hostfile", str(tmp_path / "none.json"), "true"], "none.json': cannot open it"),
         ([], "no command given"),
         (["--hosts", "a;b", "true"], "not a valid host name"),
     ]:

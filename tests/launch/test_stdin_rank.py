@@ -36,7 +36,7 @@ def test_breakpoint_on_rank_1_answered_from_the_launchers_stdin(tmp_path):
 
 @pytest.mark.parametrize("args, fragment", [
     (["-n", "2", "--stdin-rank", "2"], "--stdin-rank 2: the ranks are 0-1"),
-    (["-n", "2", "--stdin-rank", "-1"], "--stdin-rank -1: the ranks are 0-1"),
+    (["-n", "2", "--stdin-rank", "-1"], "argument --stdin-rank: '-1' must be a rank from 0"),
     (["-n", "2", "--backend", "mpi", "--stdin-rank", "0"], "--stdin-rank works with ranks this launcher starts"),
 ])
 def test_bad_stdin_rank_is_named(args, fragment):
