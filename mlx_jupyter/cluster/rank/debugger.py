@@ -143,11 +143,12 @@ class RankPdb(UserNamesPdb):
             text = text[: -len(self.prompt)]
         if self.unanswered:
             return self.fallback + "\n"
-        self.channel.post({"t": "dbg", "id": self.cell_id, "text": text, "prompt": self.prompt})
-        # "in pdb" while it waits, at the frame where the rank stopped (not the one `up` shows)
+        # "in pdb" while it waits, at the frame where the rank stopped (not the one `up` shows); said before the
+        # prompt goes out, so that a where asked as soon as the prompt shows finds it
         stack = getattr(self, "stack", None)
         sample.set_debugger(stack[-1][0] if stack else getattr(self, "curframe", None), self.post_mortem)
         try:
+            self.channel.post({"t": "dbg", "id": self.cell_id, "text": text, "prompt": self.prompt})
             line = self.channel.wait_debug_line()
         finally:
             sample.set_debugger(None)
