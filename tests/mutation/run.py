@@ -27,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SCRATCH = ROOT / "build" / "mutation"
 RESULTS = ROOT / "benchmarks" / "results" / "mutation.txt"
+EXAMPLES = 40   # Hypothesis examples per property test and mutant
 
 #: module (under mlx_jupyter/) -> the fast unit tests that cover it (no test bed, no kernels)
 MODULES: dict[str, list[str]] = {
@@ -95,12 +96,18 @@ def _prepare(module: str, tests: list[str]) -> Path:
     skip = shutil.ignore_patterns("__pycache__", "*.so", "node_modules", ".hypothesis", "*.pyc")
     shutil.copytree(ROOT / "mlx_jupyter", scratch / "mlx_jupyter", ignore=skip)
     shutil.copytree(ROOT / "tests", scratch / "tests", ignore=skip)
-    # Property tests: the same examples for every mutant (derandomized) and no deadline (a loaded machine
-    # must not pass for a kill); fewer examples than the suite's default, as each runs once per mutant.
+    # Property tests: the same examples for every mutant (derandomized), no deadline (a loaded machine
+    # must not pass for a kill), and at most EXAMPLES each (they run once per mutant): in the scratch
+    # copy only, a module's own profile or @settings asks for no more.
     with open(scratch / "tests" / "conftest.py", "a") as fh:
         fh.write("\n\nfrom hypothesis import settings as _s  # noqa: E402  (tests/mutation/run.py)\n"
-                 "_s.register_profile('mutation', max_examples=60, deadline=None, derandomize=True, database=None)\n"
-                 "_s.load_profile('mutation')\n")
+                 f"_s.register_profile('mutation', max_examples={EXAMPLES}, deadline=None, derandomize=True,"
+                 " database=None)\n_s.load_profile('mutation')\n")
+    for test in (scratch / "tests").rglob("*.py"):
+        text = test.read_text()
+        capped = re.sub(r"max_examples=(\d+)", lambda m: f"max_examples={min(int(m.group(1)), EXAMPLES)}", text)
+        if capped != text:
+            test.write_text(capped)
     quoted = ", ".join(f'"{t}"' for t in tests)
     (scratch / "pyproject.toml").write_text(
         "[tool.mutmut]\n"
@@ -187,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     if not modules:
         print("mutation: no planner or parser changed")
         return 0
-    rows, low = [], []
+    rows, low, notes = [], [], []
     began = time.monotonic()
     for i, module in enumerate(modules):
         if args.budget and time.monotonic() - began > args.budget:
@@ -198,14 +205,25 @@ def main(argv: list[str] | None = None) -> int:
                     f"{len(r['equivalent'])} equivalent, {len(r['other_os'])} on another OS's lines, "
                     f"{len(r['survivors'])} survived)")
         print(rows[-1], flush=True)
+        notes += [f"  {module}: equivalent {name.rsplit('.', 1)[1]}: {EQUIVALENT[name]}" for name in r["equivalent"]]
+        notes += [f"  {module}: survived {name.rsplit('.', 1)[1]}" for name in r["survivors"]]
         for name, diff in r["survivors"].items():
             print(f"  survived: {diff.strip()}\n")
         if r["rate"] < args.min:
             low.append(module)
     print("\n".join(["", *rows]))
     if args.save:
-        head = f"# tests/mutation/run.py (mutmut {_version()}), {subprocess.check_output(['git', 'rev-parse', '--short', 'HEAD'], cwd=ROOT, text=True).strip()}"
-        RESULTS.write_text("\n".join([head, *rows]) + "\n")
+        commit = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True).strip()
+        head = (f"# .venv/bin/python tests/mutation/run.py [MODULE ...] --save: each module's last run (mutmut "
+                f"{_version()}); last written {time.strftime('%Y-%m-%d %H:%M')} on {commit} and uncommitted changes")
+        done = {row.split()[0] for row in rows}
+        old = RESULTS.read_text().splitlines() if RESULTS.exists() else []   # the modules not run this time
+        kept = {line.split()[0]: line for line in old if line.split()[:1] and line.split()[0] in MODULES}
+        rows = [next((r for r in rows if r.split()[0] == m), kept.get(m, f"{m:24} (not run yet)"))
+                for m in MODULES if m in done or m in kept]
+        notes += [line for line in old if line.startswith("  ") and line.split()[0].rstrip(":") not in done]
+        RESULTS.write_text("\n".join([head, *rows, "", "Judged equivalent, and survivors:",
+                                      *sorted(notes, key=lambda n: list(MODULES).index(n.split()[0].rstrip(":")))]) + "\n")
     if low:
         print(f"mutation: under {args.min:.0f} % killed: {', '.join(low)}")
         return 1
