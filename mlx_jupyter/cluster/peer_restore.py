@@ -50,6 +50,7 @@ class PeerCopy:
     differ: list[str] = field(default_factory=list)       # names not alike across the live ranks
     errors: dict[int, str] = field(default_factory=dict)  # dead rank -> why its copy failed
     live: int = 0                                          # how many live ranks were compared
+    guessed: list[str] = field(default_factory=list)      # one live rank: names its cells computed from its rank
 
     def note(self, answers: dict[int, Any]) -> None:
         """Keep each dead rank's answer, or why it got nothing."""
@@ -66,17 +67,20 @@ class PeerCopy:
         got = self.got[rank]
         names = [n for n in got.get("restored", [])]
         shown = ", ".join(names[:SHOWN]) + (", …" if len(names) > SHOWN else "")
-        text = f"rank {rank} died: {len(names)} name{'' if len(names) == 1 else 's'} restored from rank {got['peer']}"
-        text += " over the network" if got.get("over") == "network" else ""
-        text += f" ({shown})" if names else ""
-        text += " and its imports" if got.get("imports") else ""
+        if names:
+            text = f"rank {rank} died: {len(names)} name{'' if len(names) == 1 else 's'}"
+            text += f" restored from rank {got['peer']}"
+            text += " over the network" if got.get("over") == "network" else ""
+            text += f" ({shown})" + (" and its imports" if got.get("imports") else "")
+        else:
+            text = f"rank {rank} died: {'its imports' if got.get('imports') else 'nothing'} restored from rank {got['peer']}"
+            text += " over the network" if got.get("over") == "network" else ""
         if self.live == 1:
-            text += (f" (rank {got['peer']} was the only live rank: nothing to compare with, so a name that "
-                     f"differed across ranks holds rank {got['peer']}'s value)")
-        lost = self.differ + [f"{n} ({why})" for n, why in sorted(got.get("failed", {}).items())]
-        if self.differ:
-            lost[len(self.differ) - 1] += " (they differ across ranks)" if len(self.differ) > 1 \
-                else " (it differs across ranks)"
+            text += (f" (rank {got['peer']} was the only live rank, nothing to compare with: every name its cells "
+                     "did not compute from the rank's number was copied)")
+        lost = _tagged(self.differ, "they differ across ranks", "it differs across ranks")
+        lost += _tagged(self.guessed, "computed from the rank's number")
+        lost += [f"{n} ({why})" for n, why in sorted(got.get("failed", {}).items())]
         return text + (f"; lost: {', '.join(lost)}" if lost else "")
 
     def origins(self, ranks: list[int], own: list[int]) -> dict[int, str]:
@@ -93,6 +97,13 @@ class PeerCopy:
         return out
 
 
+def _tagged(names: list[str], why: str, why_one: Optional[str] = None) -> list[str]:
+    """``names`` for the report, the last followed by ``(why)``."""
+    if not names:
+        return []
+    return names[:-1] + [f"{names[-1]} ({why_one if len(names) == 1 and why_one else why})"]
+
+
 def restore_dead(state: Any, dead: list[int], hosts: dict[int, str]) -> PeerCopy:
     """Bind on each of ``dead`` (new processes) the names its live peers hold alike, each from one
     live peer on its host; run before the live ranks restore (that removes their files)."""
@@ -101,7 +112,11 @@ def restore_dead(state: Any, dead: list[int], hosts: dict[int, str]) -> PeerCopy
 
     live = sorted(state.saved)
     same, differ = alike(state.saved)
-    result = PeerCopy(differ=differ, live=len(live))
+    guessed: list[str] = []
+    if len(live) == 1:   # nothing to compare with: leave out what its cells computed from its rank number
+        guessed = sorted(set(state.saved[live[0]].get("from_rank", [])) & set(same))
+        same = [n for n in same if n not in guessed]
+    result = PeerCopy(differ=differ, live=len(live), guessed=guessed)
     by_peer: dict[int, list[int]] = {}
     for r in dead:
         peer = choose_peer(r, live, hosts)

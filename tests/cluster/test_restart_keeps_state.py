@@ -239,19 +239,20 @@ def test_a_rank_that_cannot_save_stops_the_restart_before_any_rank_is_lost():
 
 
 def test_a_rank_that_died_comes_back_with_its_peers_names_and_imports():
-    """Its names come from its live peer (test_restore_from_peers.py: with one live rank nothing is
-    compared, and the line says so); its imports (``np``) are redone there."""
+    """Its names come from its live peer (test_restore_from_peers.py), but not ``x``: with one live
+    rank nothing is compared, and a cell computed it from the rank's number; its imports (``np``) are
+    redone there."""
     with Cluster(n=2) as c:
         show_run(c.run("import os, time, numpy as np\nx = world.rank()"), timeout=30)
         with pytest.raises(DistributedCellError, match="rank 1 died"):
             show_run(c.run("if world.rank() == 1:\n    os.kill(os.getpid(), 9)\ntime.sleep(30)"), timeout=30)
         c.restart(timeout=60, quiet=True)
         assert c.last_restart == (
-            "restart: kept 4 names on 1 rank (21 B); rank 1 died: 1 name restored from rank 0 (x) and its imports "
-            "(rank 0 was the only live rank: nothing to compare with, so a name that differed across ranks holds "
-            "rank 0's value)"), c.last_restart
+            "restart: kept 4 names on 1 rank (21 B); rank 1 died: its imports restored from rank 0 "
+            "(rank 0 was the only live rank, nothing to compare with: every name its cells did not compute from the "
+            "rank's number was copied); lost: x (computed from the rank's number)"), c.last_restart
         show_run(c.run("ok = [np.ones(1).tolist(), os.getpid() > 0, globals().get('x')]"), timeout=30)
-        assert c.pull("ok") == [[[1.0], True, 0], [[1.0], True, 0]]
+        assert c.pull("ok") == [[[1.0], True, 0], [[1.0], True, None]]
 
 
 def test_a_rank_that_holds_its_gil_does_not_hold_the_restart_up(tmp_path):
