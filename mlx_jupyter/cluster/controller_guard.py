@@ -29,13 +29,8 @@ class ControllerGuard:
         self.exit_code: Optional[int] = None   # -1: ended, how unknown
         #: its connection files: a killed controller leaves them, and a new one's client would read them
         self.files = list(getattr(launcher, "connection_files", {}).values())
-        self._watchdog: Any = None
-        if watchdog and self.pgid is not None:
-            try:
-                self._watchdog = _start_watchdog()
-                self._watchdog.register(self.pgid)
-            except Exception as exc:  # the controller still runs; only the guard is missing
-                log.warning("no watchdog for the controller's processes (group %s): %s", self.pgid, exc)
+        #: the watchdog guarding the group, being started off the cluster's start path (a process spawn)
+        self._watchdog: Any = _start_watchdog(self.pgid) if watchdog and self.pgid is not None else None
 
     def stopped(self, data: Any) -> None:
         """ipyparallel saw the controller end (its wait thread)."""
@@ -68,16 +63,17 @@ class ControllerGuard:
                 os.unlink(path)
             except OSError:
                 pass
-        watchdog, self._watchdog = self._watchdog, None
-        if watchdog is not None:
+        pending, self._watchdog = self._watchdog, None
+        if pending is not None:
             import asyncio
 
             from mlx_jupyter.launch.launcher import _background_loop
 
             try:
+                watchdog = pending.result(30)
                 asyncio.run_coroutine_threadsafe(watchdog.close(), _background_loop()).result(5)
             except Exception as exc:
-                log.debug("the controller's watchdog did not close: %s", exc)
+                log.warning("the controller's watchdog did not start or close: %s", exc)
 
 
 def _peek_exit(pid: int, popen: Any) -> Optional[int]:
@@ -107,10 +103,16 @@ def _own_group(pid: int) -> Optional[int]:
     return pgid if pgid == pid and pgid != os.getpgrp() else None
 
 
-def _start_watchdog() -> Any:
+def _start_watchdog(pgid: int) -> Any:
+    """A future of a watchdog guarding process group ``pgid``, started on the launcher's loop."""
     import asyncio
 
     from mlx_jupyter.launch.launcher import _background_loop
     from mlx_jupyter.launch.local_watchdog import LocalWatchdog
 
-    return asyncio.run_coroutine_threadsafe(LocalWatchdog.start(), _background_loop()).result(30)
+    async def guard() -> LocalWatchdog:
+        watchdog = await LocalWatchdog.start()
+        watchdog.register(pgid)
+        return watchdog
+
+    return asyncio.run_coroutine_threadsafe(guard(), _background_loop())
