@@ -27,31 +27,62 @@ def sessions(replies: dict[str, Optional[str]]) -> tuple[DebugSessions, FakeRun,
     return DebugSessions(run, shown.append, ask), run, shown, asked
 
 
-def test_a_second_rank_waits_until_the_first_session_ends():
-    s, run, shown, asked = sessions({})
+def test_ranks_that_stop_together_share_one_prompt():
+    s, run, shown, asked = sessions({"(Pdb ranks 0-2) ": "p loss"})
+    s.gather = 60  # the first prompt waits for the other running ranks (not for the clock)
     s.event(1, "> line 4\n", "(Pdb rank 1) ")
-    s.event(0, "> line 4\n", "(Pdb rank 0) ")  # held: rank 1 has the notebook
-    assert asked == ["(Pdb rank 1) "]
-    s.event(1, "", "(Pdb rank 1) ")
-    assert asked == ["(Pdb rank 1) "] * 2
-    s.event(1, "", None, True)  # rank 1 continued: rank 0's prompt comes now
-    assert asked == ["(Pdb rank 1) "] * 2 + ["(Pdb rank 0) "]
-    assert [r for r, _ in run.answers] == [1, 1, 0]
-    assert sum("--- pdb on rank" in line for line in shown) == 2
+    s.event(0, "> line 4\n", "(Pdb rank 0) ")
+    assert asked == []
+    s.event(2, "> line 4\n", "(Pdb rank 2) ")
+    assert asked == ["(Pdb ranks 0-2) "]
+    assert sorted(run.answers) == [(0, "p loss"), (1, "p loss"), (2, "p loss")]
+    assert "--- pdb on ranks 0-2 together" in shown[0] and "[ranks 0-2] > line 4\n" in shown[1]
+    s.event(0, "3.0\n", "(Pdb rank 0) ")
+    s.event(2, "nan\n", "(Pdb rank 2) ")
+    assert len(asked) == 1  # rank 1 has not answered yet
+    s.event(1, "3.0\n", "(Pdb rank 1) ")
+    assert shown[2] == "[ranks 0-1] 3.0\n[rank 2] nan\n" and len(asked) == 2
+
+
+def test_rank_prefix_talks_to_some_ranks_and_moves_go_to_all():
+    replies = iter(["rank 2", "rank 5 p x", "rank 2 n", "rank 2 p x", "c"])
+    run, shown, asked = FakeRun(), [], []
+    s = DebugSessions(run, shown.append, lambda p: (asked.append(p), next(replies))[1])
+    for r in (0, 1, 2):
+        s.event(r, "", f"(Pdb rank {r}) ")
+    assert run.answers == [(2, "p x")]  # the three refused lines said why and asked again
+    text = "".join(shown)
+    assert "rank 2 what?" in text and "no rank 5" in text and "'n' moves ranks" in text
+    s.event(2, "7\n", "(Pdb rank 2) ")
+    assert shown[-1] == "[rank 2] 7\n" and sorted(run.answers[1:]) == [(0, "c"), (1, "c"), (2, "c")]
+
+
+def test_one_rank_alone_prompts_after_the_others_had_their_chance():
+    s, run, shown, asked = sessions({})
+    s.gather = 0
+    s.event(1, "> line 4\n", "(Pdb rank 1) ")
+    assert asked == ["(Pdb rank 1) "] and shown[1] == "> line 4\n"  # unlabelled: one rank's session
     assert "--- pdb on rank 1; ranks 0,2 go on until blocked" in shown[0]
+    s.event(1, "", "(Pdb rank 1) ")  # its next prompt comes at once
+    assert asked == ["(Pdb rank 1) "] * 2
+    s.event(1, "", None, True)
+    s.event(0, "", "(Pdb rank 0) ")  # a later session of its own
+    assert asked[-1] == "(Pdb rank 0) " and sum("--- pdb on rank" in line for line in shown) == 2
 
 
-def test_a_rank_whose_cell_ended_releases_the_notebook():
+def test_a_rank_whose_cell_ended_is_not_waited_for():
     s, run, _, asked = sessions({})
+    s.gather = 60
     s.event(2, "", "(Pdb rank 2) ")
     s.event(0, "", "(Pdb rank 0) ")
-    s.rank_ended(2)
-    assert asked == ["(Pdb rank 2) ", "(Pdb rank 0) "]
+    assert asked == []
+    s.rank_ended(1)
+    assert asked == ["(Pdb ranks 0,2) "]
 
 
 def test_no_stdin_says_so_and_lets_the_rank_go_on():
     run, shown = FakeRun(), []
-    s = DebugSessions(run, shown.append, lambda prompt: None)
+    s = DebugSessions(run, shown.append, lambda prompt: None, gather=0)
     s.event(1, "> here\n", "(Pdb rank 1) ")
     assert run.answers == [(1, None)]
     assert any("pdb cannot prompt here" in line for line in shown)

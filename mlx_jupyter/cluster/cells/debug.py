@@ -1,24 +1,31 @@
-"""The notebook's end of the ranks' pdb sessions: show what they write, ask their prompts.
+"""The notebook's end of the ranks' pdb sessions: one prompt for every rank at a pdb prompt (lockstep).
 
 A prompt is asked with the kernel's ``input_request`` (``input()`` inside
-ipykernel) on the notebook's own thread. One session at a time: once a rank's
-pdb has prompted, other ranks' prompts are held (those ranks wait) until its
-session ends (continue without breakpoints, quit, or its cell ended), then
-shown in the order they came. Where nothing can answer (a kernel run with
-``allow_stdin=False``, plain Python without a terminal) the rank is told so,
-one line says it, and the rank goes on (a breakpoint continues, a post-mortem
-quits): a session never hangs. While a prompt waits, the live table (``table``)
-goes on updating from a thread of its own: the notebook's thread is in ``input()``,
-and the table is what says which rank is in pdb and who waits on it.
+ipykernel) on the notebook's own thread. The ranks of a cell that stop in pdb
+(``breakpoint()`` on every rank, ``%mlx_debug --all``) share ONE prompt: the
+first prompt waits up to ``gather`` s for the cell's other running ranks to
+stop too; a line then goes to every rank at the prompt at once, and what they
+answer is shown grouped as cell output is (``[ranks 0-2] 3.0`` /
+``[rank 3] nan``). ``rank 2 p x`` (``ranks 0,2-3 p x``: any rank list)
+talks to some of them; a command that moves a rank (``n``, ``s``, ``c``,
+``r``, ``unt``, ``j``) goes to every rank or to none, so that no rank runs
+alone into a collective whose peers sit at the prompt. A rank that stops later
+joins at the next prompt. Where nothing can answer (a kernel run with
+``allow_stdin=False``, plain Python without a terminal) the ranks are told so,
+one line says it, and they go on (a breakpoint continues, a post-mortem quits):
+a session never hangs. While a prompt waits, the live table (``table``) goes on
+updating from a thread of its own.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
+import time
 from typing import Any, Callable, Optional
 
-from mlx_jupyter.cluster.cells.text import rank_label
+from mlx_jupyter.cluster.cells.text import LineGrouper, parse_targets, rank_label
 
 
 def can_prompt() -> bool:
@@ -47,52 +54,177 @@ def ask(prompt: str) -> Optional[str]:
         raise
 
 
+#: ``rank 2 p x``, ``ranks 0,2-3 where``: a line for some ranks only
+TARGETED = re.compile(r"^\s*ranks?\s+([0-9][0-9,\- ]*?)(?:\s+(.*))?$", re.S)
+#: pdb commands that let a rank run on (it may then enter a collective): all ranks or none
+MOVES = frozenset(("n", "next", "s", "step", "c", "cont", "continue", "r", "return", "unt", "until", "j", "jump"))
+
+
+def split_targets(line: str, size: int) -> tuple[Optional[list[int]], str]:
+    """``"rank 2 p x"`` -> ([2], "p x"); ``"p x"`` -> (None, "p x"). ValueError names a bad rank list."""
+    m = TARGETED.match(line)
+    if m is None:
+        return None, line
+    return parse_targets(m.group(1).replace(" ", ""), size), (m.group(2) or "").strip()
+
+
 class DebugSessions:
-    """The ranks' pdb output and prompts during one run, shown through ``write``."""
+    """The ranks' pdb output and prompts during one run, shown through ``write``, one prompt for them all."""
 
     def __init__(self, run: Any, write: Callable[[str], None], ask: Callable[[str], Optional[str]] = ask,
-                 table: Any = None, period: float = 0.25):
+                 table: Any = None, period: float = 0.25, gather: float = 1.0, settle: float = 5.0):
         self.run = run
         self.write = write
         self.ask = ask
         self.table = table  # the run's live table (anything with tick()), updated while a prompt waits
         self.period = period
-        self.active: Optional[int] = None  # the rank whose session has the notebook
-        self.held: list[tuple[int, str, Optional[str], bool]] = []
+        self.gather = gather  # how long a new session's first prompt waits for the cell's other ranks to stop (s)
+        self.settle = settle  # how long the prompt waits for the ranks sent a line to answer (s)
+        self.prompts: dict[int, str] = {}  # the ranks at a pdb prompt, not yet sent a line
+        self.texts: dict[int, str] = {}  # what each rank's pdb wrote since it was last shown
+        self.sent: set[int] = set()  # ranks sent a line that have not prompted again (nor ended)
+        self.since = 0.0  # when the oldest unasked prompt came, or the last line was sent
+        self.ended: set[int] = set()
+        self.members: set[int] = set()  # the ranks shown in the session's header
+        self.unanswerable = False  # the front end cannot prompt: every prompt is answered None
         self.stopped = False  # the stop button was pressed: show, never prompt
+
+    # ------------------------------------------------------------ events (the notebook's thread)
 
     def event(self, rank: int, text: str, prompt: Optional[str], done: bool = False) -> None:
         """One ``debug`` event (KeyboardInterrupt at a prompt passes through)."""
-        if self.active is not None and rank != self.active:
-            self.held.append((rank, text, prompt, done))
-            return
-        self._show(rank, text, prompt, done)
+        if text:
+            self.texts[rank] = self.texts.get(rank, "") + text
+        if done or prompt is not None:
+            self.sent.discard(rank)
+        if done:
+            self.prompts.pop(rank, None)
+            self.members.discard(rank)
+        elif prompt is not None:
+            if not self.prompts and not self.sent and not self.members:
+                self.since = time.monotonic()  # a new session: wait a moment for the others to stop too
+            self.prompts[rank] = prompt
+        self._advance()
 
     def rank_ended(self, rank: int) -> None:
         """``rank``'s cell ended: its session, if any, with it."""
-        if self.active == rank:
-            self._release()
+        self.ended.add(rank)
+        self.members.discard(rank)
+        self.prompts.pop(rank, None)
+        self.sent.discard(rank)
+        self._advance()
 
-    def _show(self, rank: int, text: str, prompt: Optional[str], done: bool) -> None:
-        if self.active != rank and not done:
-            self.active = rank
-            others = [r for r in self.run.ranks if r != rank]
-            verb = "goes" if len(others) == 1 else "go"
-            wait = (f"; {rank_label(others)} {verb} on until blocked (their collectives' timeouts "
-                    "still apply)") if others else ""
-            self.write(f"--- pdb on rank {rank}{wait}. q quits, c continues, the stop button interrupts ---\n")
-        if text:
+    def tick(self) -> None:
+        """Called while the run is shown: a prompt whose wait for the other ranks is over is asked."""
+        if self.prompts or self.texts:
+            self._advance()
+
+    # ------------------------------------------------------------ the prompt
+
+    def _running(self) -> list[int]:
+        return [r for r in self.run.ranks if r not in self.ended]
+
+    def _ready(self) -> bool:
+        """Every rank sent a line answered (or ``settle`` s passed); a new session: every running rank
+        stopped (or ``gather`` s passed)."""
+        if not self.prompts:
+            return False
+        waited = time.monotonic() - self.since
+        if self.sent:
+            return waited >= self.settle
+        if self.members or self.unanswerable or self.stopped:
+            return True
+        return waited >= self.gather or all(r in self.prompts for r in self._running())
+
+    def _advance(self) -> None:
+        if not self._ready():
+            if not self.prompts and not self.sent:
+                self._show_texts()  # a session's last words (done, ended): nothing will prompt for them
+            return
+        here = sorted(self.prompts)
+        new = set(here) - self.members
+        if new:
+            self.members |= new
+            self._header(here)
+        self._show_texts()
+        if self.stopped:
+            return
+        while self.prompts:
+            here = sorted(self.prompts)
+            line = None if self.unanswerable else self._ask_showing_where(self._prompt(here))
+            if line is None:
+                if not self.unanswerable:
+                    self.write(f"{rank_label(here)}: pdb cannot prompt here (no stdin: allow_stdin is off, or no "
+                               "terminal); the ranks go on without it (%mlx_debug RANK -c \"...\" runs commands)\n")
+                self.unanswerable = True
+                self._send(here, None)
+                return
+            targets = self._targets(line, here)
+            if targets is not None:
+                self._send(*targets)
+                return
+
+    def _header(self, here: list[int]) -> None:
+        others = [r for r in self._running() if r not in self.members]
+        verb = "goes" if len(others) == 1 else "go"
+        wait = (f"; {rank_label(others)} {verb} on until blocked (their collectives' timeouts "
+                "still apply)") if others else ""
+        if len(here) == 1 and len(self.members) == 1:
+            self.write(f"--- pdb on rank {here[0]}{wait}. q quits, c continues, the stop button interrupts ---\n")
+        else:
+            self.write(f"--- pdb on {rank_label(here)} together{wait}. A command goes to every rank at the prompt, "
+                       "'rank N cmd' to one; q quits all, c continues all, the stop button interrupts ---\n")
+
+    def _prompt(self, here: list[int]) -> str:
+        return self.prompts[here[0]] if len(here) == 1 else f"(Pdb {rank_label(here)}) "
+
+    def _targets(self, line: str, here: list[int]) -> Optional[tuple[list[int], str]]:
+        """The ranks ``line`` goes to and the command they get (None: refused, said why; ask again)."""
+        try:
+            ranks, command = split_targets(line, max(self.run.ranks) + 1)
+        except ValueError as exc:
+            self.write(f"{exc} (at the prompt: {rank_label(here)})\n")
+            return None
+        if ranks is None:
+            return here, line
+        if not command:
+            self.write(f"{line.strip()} what? Write the command after the ranks, e.g. "
+                       f"'rank {ranks[0]} p loss'\n")
+            return None
+        away = [r for r in ranks if r not in self.prompts]
+        if away:
+            self.write(f"{rank_label(away)} {'is' if len(away) == 1 else 'are'} not at the prompt "
+                       f"(the ranks at it: {rank_label(here)})\n")
+            return None
+        if command.split()[0] in MOVES and len(ranks) < len(here):
+            self.write(f"'{command.split()[0]}' moves ranks: it goes to every rank at the prompt or none (one rank "
+                       "running on alone may wait in a collective on ranks held at the prompt); "
+                       f"write '{command}' without 'rank'\n")
+            return None
+        return ranks, command
+
+    def _send(self, ranks: list[int], line: Optional[str]) -> None:
+        for rank in ranks:
+            self.prompts.pop(rank, None)
+            self.sent.add(rank)
+            self.run.answer_debug(rank, line)
+        self.since = time.monotonic()
+
+    def _show_texts(self) -> None:
+        """What the ranks' pdbs wrote, grouped as cell output is; unlabelled when one rank is in the session."""
+        texts = {r: t for r, t in self.texts.items() if t}
+        self.texts = {}
+        if not texts:
+            return
+        if len(self.members | set(texts)) <= 1:
+            text = next(iter(texts.values()))
             self.write(text if text.endswith("\n") else text + "\n")
-        if done:
-            self._release()
             return
-        if prompt is None or self.stopped:
-            return
-        line = self._ask_showing_where(prompt)
-        if line is None:
-            self.write(f"rank {rank}: pdb cannot prompt here (no stdin: allow_stdin is off, or no terminal); "
-                       "the rank goes on without it (%mlx_debug RANK -c \"...\" runs commands)\n")
-        self.run.answer_debug(rank, line)
+        grouper = LineGrouper(sorted(texts))
+        for rank, text in texts.items():
+            grouper.feed(rank, text)
+            grouper.finish(rank)
+        self.write("".join(f"[{rank_label(ranks)}] {line}\n" for ranks, line in grouper.flush(force=True)))
 
     def _ask_showing_where(self, prompt: str) -> Optional[str]:
         """``ask(prompt)``, the live table ticking meanwhile (the only one ticking it: the notebook's thread waits)."""
@@ -114,12 +246,3 @@ class DebugSessions:
         finally:
             answered.set()
             ticker.join()
-
-    def _release(self) -> None:
-        """The active session ended: show the held ones, in order, until one takes the notebook."""
-        self.active = None
-        while self.held:
-            index = next((i for i, h in enumerate(self.held) if self.active is None or h[0] == self.active), None)
-            if index is None:
-                return
-            self._show(*self.held.pop(index))

@@ -210,6 +210,7 @@ def show_run(run: Any, mode: str = "grouped", timeout: Optional[float] = None,
             if run.done.is_set() and run.events.empty():
                 break
             run.check_deadlines()
+            debug.tick()  # a pdb prompt that waited for the other ranks to stop too
             if table is not None:
                 table.tick()
             if deadline is not None and time.monotonic() > deadline:
