@@ -175,15 +175,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("cable check (--measure)")
     g.add_argument("--measure", action="store_true",
                    help="after setup, measure Gb/s each way and the round trip over every cable of the plan")
-    g.add_argument("--measure-seconds", type=float, default=d.seconds, metavar="S",
+    from mlx_jupyter.limits import MAX_SSH_SECONDS, arg_type, seconds
+
+    g.add_argument("--measure-seconds", type=arg_type(seconds, "--measure-seconds", high=MAX_SSH_SECONDS, example="2"),
+                   default=d.seconds, metavar="S",
                    help=f"how long each direction sends (default {d.seconds:g})")
     g.add_argument("--measure-threshold", type=float, default=SLOW_FRACTION, metavar="F",
                    help=f"flag a cable under this fraction of its nominal speed (default {SLOW_FRACTION:g})")
     g.add_argument("--measure-asymmetry", type=float, default=ASYMMETRY_FACTOR, metavar="X",
                    help=f"flag a cable whose directions differ by more than this factor (default {ASYMMETRY_FACTOR:g})")
-    g.add_argument("--measure-timeout", type=float, default=d.cable_timeout, metavar="S",
+    g.add_argument("--measure-timeout", type=arg_type(seconds, "--measure-timeout", high=MAX_SSH_SECONDS, example="30"),
+                   default=d.cable_timeout, metavar="S",
                    help=f"give up on one cable after this long (default {d.cable_timeout:g})")
-    g.add_argument("--measure-budget", type=float, default=d.budget, metavar="S",
+    g.add_argument("--measure-budget", type=arg_type(seconds, "--measure-budget", example="300"),
+                   default=d.budget, metavar="S",
                    help=f"give up on the whole check after this long (default {d.budget:g})")
     g.add_argument("--measure-python", default=d.python, metavar="P",
                    help=f"the Python 3 to run on the hosts (default {d.python})")

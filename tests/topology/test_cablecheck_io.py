@@ -206,8 +206,16 @@ def test_cli_measure_flags_the_slow_cable_and_fails():
     (["--measure", "--over", "ethernet"], "error: --measure checks the Thunderbolt cables of the plan; "
                                            "it does not go with --over ethernet"),
     (["--measure", "--measure-threshold", "0"], "error: --measure-threshold/--measure-asymmetry: the slow threshold"),
-    (["--measure", "--measure-budget", "-1"], "error: --measure-budget must be positive"),
 ])
 def test_cli_measure_refuses_bad_flags_before_any_ssh(args, msg):
     code, out, err, runner = cli(*args)
     assert code == 2 and err.startswith(msg) and runner.calls == []
+
+
+@pytest.mark.parametrize("flag, value", [("--measure-budget", "-1"), ("--measure-timeout", "inf"),
+                                         ("--measure-seconds", "nan")])
+def test_cli_measure_seconds_are_checked_as_every_number_of_seconds(flag, value, capsys):
+    """limits.seconds, as every entry point checks seconds (issue 31 §4): argparse names the flag."""
+    code, out, err, runner = cli("--measure", flag, value)
+    assert code == 2 and runner.calls == []
+    assert f"argument {flag}: '{value}' must be a number of seconds above 0" in capsys.readouterr().err
