@@ -46,6 +46,8 @@ __all__ = ["Cluster", "ClusterError", "MLXEngineSetLauncher", "IPP_FIX", "check_
            "ipyparallel_problems", "FAST_CONTROLLER_ARGS", "LOCAL_HOSTS"]
 
 log = logging.getLogger(__name__)
+#: a restart after the controller died: what it does (nothing could be saved through the dead controller)
+NEW_CONTROLLER = "a new controller and new ranks, started empty: variables cannot be saved without the controller"
 
 
 def _read(hostfile: Optional[str], backend: Optional[str], env: Optional[Mapping[str, str]]) -> Any:
@@ -155,8 +157,7 @@ class Cluster:
         # the parts, each given what it uses
         self.table = RankTable(output=lambda: self.engine_set.rank_output)
         self.link = ControllerLink()
-        self.link.gone_advice = lambda: (f"restart the cluster: {self.restart_command} (a new controller and new "
-                                         "ranks, started empty: variables cannot be saved without the controller)")
+        self.link.gone_advice = lambda: f"restart the cluster: {self.restart_command} ({NEW_CONTROLLER})"
         self.startup = StartupSequence(self.link, self.table, self.backend, hub=lambda: self.hub)
         self.control = RankControl(self.link, self.table, self.startup, self.backend, self.rank_infos)
         self.supervisor = Supervisor(self.link, self.table, self.control, lambda: self.restart_advice)
@@ -263,8 +264,7 @@ class Cluster:
         self.restart_origins: dict[int, str] = {}   # rank -> where its names came from (peer_restore)
         if clean or self.link.controller_gone():
             fresh_ranks()
-            self.last_restart = f"restart: {self.size} ranks started empty " + (
-                "(--clean)" if clean else "with a new controller (the old one had died)")
+            self.last_restart = f"restart: {self.size} ranks started empty ({'--clean' if clean else NEW_CONTROLLER})"
             return self
         from mlx_jupyter.cluster.kept_state import restart_keeping
 
@@ -469,8 +469,7 @@ class Cluster:
 
     def execute(self, code: str, targets: Optional[Sequence[int]] = None, timeout: Optional[float] = None,
                 init: bool = True) -> list[Optional[str]]:
-        """Run ``code`` on the ranks and block until it ended everywhere: each rank's result (the text of its
-        last expression, or None), or one error naming the rank that raised; see :mod:`.execute`."""
+        """Run ``code`` on the ranks until it ended everywhere: each rank's result, or one error; see :mod:`.execute`."""
         from mlx_jupyter.cluster.execute import execute
 
         return execute(self, code, targets, timeout, init)
