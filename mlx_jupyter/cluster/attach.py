@@ -75,11 +75,23 @@ def connect(cls: Any, cluster_id: Optional[str], timeout: float) -> Any:
     cluster.cluster_id, cluster.owner = entry["id"], entry
     client = connect_client(entry, timeout)
     cluster.link.attach(client)
+    cluster.link.controller_gone = lambda: controller_gone(cluster)
+    cluster.link.gone_advice = lambda: stopped_advice(cluster) or cluster.owner_restart_advice()
     cluster.table.reset(int(entry.get("size") or len(client.ids)))
     cluster._rank_watch = RankWatch(rank_infos(entry), lambda rank, code: owner_rank_exited(cluster, rank, code),
                                     entry, lambda new: owner_restarted(cluster, new))
     cluster._rank_watch.start()
     return cluster
+
+
+def controller_gone(cluster: Any) -> str:
+    """Why the owner's controller is gone ("" while its process runs, or when unknown)."""
+    from mlx_jupyter.cluster import registry
+
+    pid = (cluster.owner or {}).get("controller_pid")
+    if not isinstance(pid, int) or registry.pid_alive(pid):
+        return ""
+    return f"the cluster's controller (pid {pid}, started by {cluster.owner_text()}) is dead"
 
 
 def owner_rank_exited(cluster: Any, rank: int, returncode: Optional[int]) -> None:

@@ -54,7 +54,16 @@ def describe(cluster: Any, owner: str = "kernel", busy: Sequence[int] = ()) -> d
         "local": bool(getattr(cluster, "local", True)), "ranks": ranks, "published": time.time(),
         "busy": sorted(busy),
         "slurm": _slurm(cluster),
+        "controller_pid": _controller_pid(cluster),
     }
+
+
+def _controller_pid(cluster: Any) -> Optional[int]:
+    """The controller's pid (on this machine): a connected notebook sees it die."""
+    try:
+        return int(cluster.ipp.controller.pid)
+    except Exception:
+        return None
 
 
 def _slurm(cluster: Any) -> Optional[dict[str, Any]]:

@@ -121,3 +121,25 @@ def test_a_notebook_names_the_dead_controller_at_the_next_cell_and_in_status():
     finally:
         k.run("%mlx_cluster stop", timeout=60)
         k.close()
+
+
+def test_a_connected_handle_names_the_owners_dead_controller(tmp_path, monkeypatch):
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
+    owner = Cluster(n=2, timeout=60).start()
+    connected = None
+    try:
+        connected = Cluster.connect(owner.cluster_id, timeout=30)
+        pid = owner.ipp.controller.pid
+        os.kill(pid, signal.SIGKILL)
+        wait_gone([pid], 5)
+        t0 = time.monotonic()
+        with pytest.raises(ClusterError) as err:
+            connected.run("x = 1")
+        assert time.monotonic() - t0 < NAMED_WITHIN
+        assert f"the cluster's controller (pid {pid}, started by" in str(err.value), err.value
+        assert "restart" in str(err.value), err.value
+        assert all(r["state"].startswith("unreachable: the cluster's controller") for r in connected.status())
+    finally:
+        if connected is not None:
+            connected.stop()
+        owner.stop()
