@@ -189,8 +189,13 @@ class KeptState:
         if self.died and self.saved:   # before the live ranks restore: that removes their files
             from mlx_jupyter.cluster.peer_restore import restore_dead
 
-            self.peers = restore_dead(self, self.died, self.all_hosts)
-            for r, why in self.peers.errors.items():
+            try:
+                self.peers = restore_dead(self, self.died, self.all_hosts)
+            except Exception as exc:  # noqa: BLE001 - costs only the dead ranks' names, not the others'
+                self.peers = None
+                for r in self.died:
+                    self.lost[r] += f"; the copy from its peers failed: {type(exc).__name__}: {exc}"
+            for r, why in (self.peers.errors.items() if self.peers else ()):
                 self.lost[r] += f"; the copy from its peer failed: {why}"
         for r, answer in self._each_rank(keep.restore, sorted(self.saved), "restoring the ranks' names").items():
             if isinstance(answer, ClusterError):

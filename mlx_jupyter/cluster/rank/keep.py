@@ -300,7 +300,7 @@ def digest(payload: bytes, buffers: list[pickle.PickleBuffer], class_ids: Option
     for cid in class_ids or ():
         if cid in payload:
             payload = payload.replace(cid, b"0" * len(cid))
-    h = hashlib.blake2b(payload, digest_size=20)
+    h = hashlib.sha1(payload, usedforsecurity=False)   # equality of our own ranks' data: the fastest here
     for buf in buffers:
         raw = buf.raw()
         h.update(len(raw).to_bytes(8, "little"))
