@@ -374,6 +374,8 @@ class MLXMagics(Magics):
               help="the rank to debug (default: the first rank that raised in the last failed cell)")
     @argument("-c", "--commands", default="", metavar="COMMANDS",
               help='pdb commands separated by ";" run without prompting, e.g. -c "p locals(); where"')
+    @argument("--all", action="store_true",
+              help="every rank's last traceback at once: one prompt for all, answers grouped ('rank N cmd': one rank)")
     @line_magic
     def mlx_debug(self, line: str) -> None:
         """Post-mortem pdb on a rank's last traceback, in its namespace (prompts through the notebook)."""
@@ -386,7 +388,14 @@ class MLXMagics(Magics):
             commands = args.commands
             if len(commands) >= 2 and commands[0] == commands[-1] and commands[0] in "\"'":
                 commands = commands[1:-1]  # IPython's argument split keeps the quotes
-            run = cluster.debug(args.rank, commands)
+            if args.all and args.rank is not None:
+                raise ClusterError(f"%mlx_debug: name a rank ({args.rank}) or --all, not both")
+            if args.all:  # each rank's post-mortem, one cell: their prompts share one (cells.debug)
+                code = ("__import__('mlx_jupyter.cluster.rank.debugger', fromlist=['post_mortem'])"
+                        f".post_mortem({commands!r})")
+                run = cluster.run(code, None, init=False)
+            else:
+                run = cluster.debug(args.rank, commands)
         except ClusterError as exc:
             raise UsageError(str(exc)) from None
         show_run(run)

@@ -57,7 +57,10 @@ def ask(prompt: str) -> Optional[str]:
 #: ``rank 2 p x``, ``ranks 0,2-3 where``: a line for some ranks only
 TARGETED = re.compile(r"^\s*ranks?\s+([0-9][0-9,\- ]*?)(?:\s+(.*))?$", re.S)
 #: pdb commands that let a rank run on (it may then enter a collective): all ranks or none
-MOVES = frozenset(("n", "next", "s", "step", "c", "cont", "continue", "r", "return", "unt", "until", "j", "jump"))
+#: a cell's file as each rank's kernel names it (its pid in the folder): the same cell on every rank
+CELL_FILE = re.compile(r"\S*ipykernel_\d+/\d+\.py")
+QUITS = frozenset(("q", "quit", "exit"))
+MOVES = QUITS | frozenset(("n", "next", "s", "step", "c", "cont", "continue", "r", "return", "unt", "until", "j", "jump"))
 
 
 def split_targets(line: str, size: int) -> tuple[Optional[list[int]], str]:
@@ -222,7 +225,7 @@ class DebugSessions:
             return
         grouper = LineGrouper(sorted(texts))
         for rank, text in texts.items():
-            grouper.feed(rank, text)
+            grouper.feed(rank, CELL_FILE.sub("<cell>", text))
             grouper.finish(rank)
         self.write("".join(f"[{rank_label(ranks)}] {line}\n" for ranks, line in grouper.flush(force=True)))
 
