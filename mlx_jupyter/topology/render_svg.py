@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from html import escape
 
 from .cabling import Cabling
+from .labels import Box, Label, Scene, Segment, place
 from .model import Cable, speed_text
 from .render_dot import foreign_label
 
@@ -18,6 +19,7 @@ from .render_dot import foreign_label
 BOX_W, BOX_H = 150, 50
 FOREIGN_W, FOREIGN_H = 150, 44
 MARGIN = 30
+PARALLEL_GAP = 16  # between the cables of one pair of hosts
 FONT = "-apple-system, 'Helvetica Neue', Helvetica, Arial, sans-serif"
 MISSING = "#dc2626"
 FOREIGN = "#9ca3af"
@@ -77,6 +79,13 @@ def border_point(centre: Point, towards: Point, w: float, h: float) -> Point:
     return centre + d.scale(min(tx, ty, 1.0))
 
 
+def cable_ends(a: Point, b: Point, offset: float) -> tuple[Point, Point]:
+    """A cable's ends on the two host boxes, shifted sideways by `offset` when a pair has several cables."""
+    normal = Point(-(b - a).y, (b - a).x).unit().scale(offset)
+    a2, b2 = a + normal, b + normal
+    return border_point(a2, b2, BOX_W, BOX_H), border_point(b2, a2, BOX_W, BOX_H)
+
+
 def _text(p: Point, text: str, size: int = 11, fill: str = "#1f2937", weight: str = "normal",
           anchor: str = "middle", halo: bool = False) -> str:
     style = ' stroke="#ffffff" stroke-width="3" paint-order="stroke"' if halo else ""
@@ -97,29 +106,38 @@ def _box(c: Point, w: float, h: float, stroke: str, fill: str, dash: str | None 
             f'fill="{fill}" stroke="{stroke}" stroke-width="1.5"{dash_attr}/>')
 
 
-def _cable(topo: Cabling, cable: Cable, a: Point, b: Point, offset: float) -> list[str]:
-    """One cable between two host centres, shifted sideways by `offset` when a pair has several."""
+def _cable(topo: Cabling, cable: Cable, pa: Point, pb: Point, labels: list[Label]) -> list[str]:
+    """One cable from `pa` to `pb` (on the host boxes), with its placed labels."""
     assert cable.b is not None
-    normal = Point(-(b - a).y, (b - a).x).unit().scale(offset)
-    a2, b2 = a + normal, b + normal
-    pa, pb = border_point(a2, b2, BOX_W, BOX_H), border_point(b2, a2, BOX_W, BOX_H)
     colour = cable_colour(cable.gbps)
-    along = (pb - pa).unit()
     tip = f"{topo.names[cable.a.host]} {cable.a.iface} — {topo.names[cable.b.host]} {cable.b.iface}, {speed_text(cable.gbps)}"
     if cable.via:
         tip += f", through {', '.join(cable.via)}"
     out = [f"<g><title>{escape(tip)}</title>", _line(pa, pb, colour)]
-    out.append(_text(pa + along.scale(22), cable.a.iface, 10, "#374151", halo=True))
-    out.append(_text(pb - along.scale(22), cable.b.iface, 10, "#374151", halo=True))
     mid = (pa + pb).scale(0.5)
     if cable.via:
         out.append(f'<rect x="{mid.x - 7:.1f}" y="{mid.y - 7:.1f}" width="14" height="14" rx="3" '
                    f'fill="#ffffff" stroke="{colour}" stroke-width="2" transform="rotate(45 {mid.x:.1f} {mid.y:.1f})"/>')
-        out.append(_text(mid + Point(0, 16), f"hub: {cable.via[0]}", 9, "#374151", halo=True))
-    elif not cable.rdma_capable:  # Thunderbolt 5 is the norm; label only what is slower or unknown
-        out.append(_text(mid, speed_text(cable.gbps), 10, colour, "bold", halo=True))
+    out += [_placed(lb, colour if lb.cls == "speed" else "#374151") for lb in labels]
     out.append("</g>")
     return out
+
+
+def _placed(lb: Label, fill: str) -> str:
+    return _text(Point(lb.x, lb.y), lb.text, int(lb.size), fill, "bold" if lb.bold else "normal", halo=True)
+
+
+def _cable_labels(cable: Cable, seg: Segment) -> tuple[list[Label], list[Label]]:
+    """A cable's middle label (hub, or a speed other than Thunderbolt 5's) and its two interface names."""
+    mid = []
+    if cable.via:
+        mid.append(Label(f"hub: {cable.via[0]}", 9, seg, 0.5, cls="hub"))
+    elif not cable.rdma_capable:  # Thunderbolt 5 is the norm; label only what is slower or unknown
+        mid.append(Label(speed_text(cable.gbps), 10, seg, 0.5, True, cls="speed"))
+    assert cable.b is not None
+    ends = [Label(cable.a.iface, 10, seg, end_gap=2.0),
+            Label(cable.b.iface, 10, Segment(seg.x2, seg.y2, seg.x1, seg.y1), end_gap=2.0)]
+    return mid, ends
 
 
 def _host(topo: Cabling, i: int, c: Point) -> list[str]:
@@ -164,33 +182,60 @@ def to_svg(topo: Cabling, show_missing: bool | None = None) -> str:
     """Render the topology as one `<svg>` string (no external resources).
 
     Missing mesh links are drawn when `show_missing`, by default only when there are few of them.
+    Labels sit beside their lines, clear of every line, box and other label (`labels.place`).
     """
     n = len(topo.hosts)
     pos = layout(topo)
+    scene = Scene(boxes=[Box(p.x, p.y, BOX_W / 2, BOX_H / 2) for p in pos])
     body: list[str] = []
     missing = topo.missing_pairs()
     if show_missing is None:
         show_missing = len(missing) <= max(2, n // 2)
     if show_missing:
         for i, j in missing:
+            pa, pb = border_point(pos[i], pos[j], BOX_W, BOX_H), border_point(pos[j], pos[i], BOX_W, BOX_H)
+            scene.segments.append(Segment(pa.x, pa.y, pb.x, pb.y))
             body.append(f"<g><title>{escape(f'no cable between {topo.names[i]} and {topo.names[j]}')}</title>"
-                        + _line(pos[i], pos[j], MISSING, 1.5, "6 4", 0.7) + "</g>")
+                        + _line(pa, pb, MISSING, 1.5, "6 4", 0.7) + "</g>")
     pairs: dict[tuple[int, int], list[Cable]] = {}
     for c in topo.local_cables:
         assert c.b is not None
         pairs.setdefault((min(c.a.host, c.b.host), max(c.a.host, c.b.host)), []).append(c)
-    for (i, j), cables in pairs.items():
+    drawn: list[tuple[Cable, Point, Point, list[Label]]] = []
+    mids: list[Label] = []
+    ends: list[Label] = []
+    for cables in pairs.values():
         for k, cable in enumerate(cables):
-            a, b = (pos[cable.a.host], pos[cable.b.host]) if cable.b is not None else (pos[i], pos[j])
-            body += _cable(topo, cable, a, b, (k - (len(cables) - 1) / 2) * 16)
-    foreign_boxes = _foreign(topo, pos, body)
+            assert cable.b is not None
+            pa, pb = cable_ends(pos[cable.a.host], pos[cable.b.host], (k - (len(cables) - 1) / 2) * PARALLEL_GAP)
+            seg = Segment(pa.x, pa.y, pb.x, pb.y)
+            scene.segments.append(seg)
+            if cable.via:
+                mid = (pa + pb).scale(0.5)
+                scene.boxes.append(Box(mid.x, mid.y, 10, 10))
+            m, e = _cable_labels(cable, seg)
+            mids += m
+            ends += e
+            drawn.append((cable, pa, pb, m + e))
+    foreign = _foreign_layout(topo, pos)
+    for centre, cables, _ in foreign:
+        scene.boxes.append(Box(centre.x, centre.y, FOREIGN_W / 2, FOREIGN_H / 2))
+        for cable, pa, pb, lb in cables:
+            scene.segments.append(lb.along)
+            ends.append(lb)
+    place(mids + ends, scene)
+    for cable, pa, pb, labels in drawn:
+        body += _cable(topo, cable, pa, pb, labels)
+    body += _foreign(topo, foreign)
     for i in range(n):
         body += _host(topo, i, pos[i])
     # bounds of everything placed, then a legend underneath
-    xs = [p.x for p in pos] + [p.x for p in foreign_boxes]
-    ys = [p.y for p in pos] + [p.y for p in foreign_boxes]
-    left, right = min(xs) - BOX_W / 2 - MARGIN, max(xs) + BOX_W / 2 + MARGIN
-    top, bottom = min(ys) - BOX_H / 2 - MARGIN - 20, max(ys) + BOX_H / 2 + MARGIN
+    xs = [p.x - BOX_W / 2 for p in pos] + [p.x - FOREIGN_W / 2 for p, _, _ in foreign] + [b.x - b.hw for b in scene.labels]
+    xe = [p.x + BOX_W / 2 for p in pos] + [p.x + FOREIGN_W / 2 for p, _, _ in foreign] + [b.x + b.hw for b in scene.labels]
+    ys = [p.y - BOX_H / 2 for p in pos] + [p.y - FOREIGN_H / 2 for p, _, _ in foreign] + [b.y - b.hh for b in scene.labels]
+    ye = [p.y + BOX_H / 2 for p in pos] + [p.y + FOREIGN_H / 2 for p, _, _ in foreign] + [b.y + b.hh for b in scene.labels]
+    left, right = min(xs) - MARGIN, max(xe) + MARGIN
+    top, bottom = min(ys) - MARGIN - 20, max(ye) + MARGIN
     legend, legend_w = _legend(bottom + 10, left + MARGIN)
     right = max(right, left + legend_w + 2 * MARGIN)
     height = bottom + 30 - top
@@ -211,32 +256,43 @@ def foreign_groups(topo: Cabling) -> list[list[Cable]]:
     return list(groups.values())
 
 
-def _foreign(topo: Cabling, pos: list[Point], body: list[str]) -> list[Point]:
-    """Draw machines outside the host list, pushed outwards from the hosts cabled to them; return their centres."""
-    centres = []
+ForeignCable = tuple[Cable, Point, Point, Label]
+
+
+def _foreign_layout(topo: Cabling, pos: list[Point]) -> list[tuple[Point, list[ForeignCable], str]]:
+    """Machines outside the host list, pushed outwards from the hosts cabled to them: centre, cables, name."""
+    out = []
     count: dict[int, int] = {}
     for cables in foreign_groups(topo):
         hosts = list(dict.fromkeys(c.a.host for c in cables))
         anchor = Point(sum(pos[h].x for h in hosts) / len(hosts), sum(pos[h].y for h in hosts) / len(hosts))
         k = count.get(hosts[0], 0)
         count[hosts[0]] = k + 1
-        out = anchor.unit() if len(pos) > 1 and math.hypot(anchor.x, anchor.y) >= 1 else Point(0, 1)
-        side = Point(-out.y, out.x).scale(k * (FOREIGN_H + 12))
-        c = anchor + out.scale(BOX_W + 40) + side
-        centres.append(c)
-        name = foreign_label(cables[0])
+        away = anchor.unit() if len(pos) > 1 and math.hypot(anchor.x, anchor.y) >= 1 else Point(0, 1)
+        side = Point(-away.y, away.x).scale(k * (FOREIGN_H + 12))
+        c = anchor + away.scale(BOX_W + 40) + side
+        lines = []
         for cable in cables:
-            h = cable.a.host
-            pa = border_point(pos[h], c, BOX_W, BOX_H)
-            pb = border_point(c, pos[h], FOREIGN_W, FOREIGN_H)
-            tip = f"{topo.names[h]} {cable.a.iface} is cabled to {name}, which is not in the host list"
+            pa = border_point(pos[cable.a.host], c, BOX_W, BOX_H)
+            pb = border_point(c, pos[cable.a.host], FOREIGN_W, FOREIGN_H)
+            lines.append((cable, pa, pb, Label(cable.a.iface, 10, Segment(pa.x, pa.y, pb.x, pb.y), end_gap=2.0)))
+        out.append((c, lines, foreign_label(cables[0])))
+    return out
+
+
+def _foreign(topo: Cabling, foreign: list[tuple[Point, list[ForeignCable], str]]) -> list[str]:
+    """Draw the machines outside the host list and their (dashed) cables."""
+    body: list[str] = []
+    for c, lines, name in foreign:
+        for cable, pa, pb, lb in lines:
+            tip = f"{topo.names[cable.a.host]} {cable.a.iface} is cabled to {name}, which is not in the host list"
             body += [f"<g><title>{escape(tip)}</title>", _line(pa, pb, FOREIGN, 2, "6 4"),
-                     _text(pa + (pb - pa).unit().scale(22), cable.a.iface, 10, "#6b7280", halo=True), "</g>"]
+                     _text(Point(lb.x, lb.y), lb.text, 10, "#6b7280", halo=True), "</g>"]
         body += [f"<g><title>{escape(name + ', not in the host list')}</title>",
                  _box(c, FOREIGN_W, FOREIGN_H, FOREIGN, "#f9fafb", "6 4"),
                  _text(c + Point(0, -7), name, 11, "#4b5563"),
                  _text(c + Point(0, 10), "not in host list", 9, "#9ca3af"), "</g>"]
-    return centres
+    return body
 
 
 def _summary(topo: Cabling) -> str:

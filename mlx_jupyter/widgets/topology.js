@@ -41,16 +41,13 @@ function label(parent, x, y, text, cls, anchor = "middle") {
   return t;
 }
 
-function title(parent, text) {
-  svg("title", {}, parent).textContent = text;
+// A label placed by the kernel (mlx_jupyter/widgets/topology_layout.py), clear of every line and other label.
+function placed(parent, l) {
+  return label(parent, l.x, l.y, l.text, l.cls);
 }
 
-// Where the segment from a box centre towards (tx, ty) leaves the box.
-function border(cx, cy, tx, ty, w, h) {
-  const dx = tx - cx, dy = ty - cy;
-  const sx = dx ? (w / 2) / Math.abs(dx) : Infinity, sy = dy ? (h / 2) / Math.abs(dy) : Infinity;
-  const k = Math.min(sx, sy, 1);
-  return [cx + dx * k, cy + dy * k];
+function title(parent, text) {
+  svg("title", {}, parent).textContent = text;
 }
 
 function drawGraph(m, selected, onSelect) {
@@ -58,23 +55,27 @@ function drawGraph(m, selected, onSelect) {
   const xs = hosts.map((h) => h.x), ys = hosts.map((h) => h.y);
   for (const c of m.cables || []) if (c.b === null && c.x !== undefined) { xs.push(c.x); ys.push(c.y); }
   if (!xs.length) { xs.push(0); ys.push(0); }
-  const left = Math.min(...xs) - BOX_W / 2 - MARGIN, right = Math.max(...xs) + BOX_W / 2 + MARGIN;
+  const ext = m.extent || null;  // the placed labels' bounds
+  const left = Math.min(Math.min(...xs) - BOX_W / 2, ext ? ext[0] : Infinity) - MARGIN;
+  const right = Math.max(Math.max(...xs) + BOX_W / 2, ext ? ext[2] : -Infinity) + MARGIN;
   const checked = (m.cables || []).some((c) => c.check);
   const legend = checked ? LEGEND.concat(CHECK_LEGEND) : LEGEND;
   const rows = Math.ceil(legend.length / 3);
-  const top = Math.min(...ys) - BOX_H / 2 - MARGIN, bottom = Math.max(...ys) + BOX_H / 2 + MARGIN + 12 + rows * 16;
+  const top = Math.min(Math.min(...ys) - BOX_H / 2, ext ? ext[1] : Infinity) - MARGIN;
+  const bottom = Math.max(Math.max(...ys) + BOX_H / 2, ext ? ext[3] : -Infinity) + MARGIN + 12 + rows * 16;
   const width = Math.max(right - left, 600), height = bottom - top;
   const root = svg("svg", { viewBox: `${left} ${top} ${width} ${height}`, width, height, class: "mlxj-graph", role: "img" });
   title(root, m.summary || "topology");
   const byHost = (i) => hosts[i];
 
   // missing mesh links first, under everything
-  for (const [i, j] of m.missing || []) {
-    const a = byHost(i), b = byHost(j);
+  for (const ml of m.missing_lines || []) {
+    const a = byHost(ml.a), b = byHost(ml.b);
     const g = svg("g", { class: "mlxj-missing" }, root);
     title(g, `no cable between ${a.name} and ${b.name}`);
-    svg("line", { x1: a.x, y1: a.y, x2: b.x, y2: b.y, stroke: MISSING, "stroke-width": 2, "stroke-dasharray": "6 4" }, g);
-    label(g, (a.x + b.x) / 2, (a.y + b.y) / 2, "missing", "mlxj-missing-label");
+    const [x1, y1, x2, y2] = ml.line;
+    svg("line", { x1, y1, x2, y2, stroke: MISSING, "stroke-width": 2, "stroke-dasharray": "6 4" }, g);
+    placed(g, ml.label);
   }
 
   // cables between listed hosts, parallel ones side by side
@@ -88,11 +89,7 @@ function drawGraph(m, selected, onSelect) {
   for (const cables of pairs.values()) {
     cables.forEach((c, k) => {
       const a = byHost(c.a), b = byHost(c.b);
-      const off = (k - (cables.length - 1) / 2) * 16;
-      const len = Math.hypot(b.x - a.x, b.y - a.y) || 1;
-      const nx = (-(b.y - a.y) / len) * off, ny = ((b.x - a.x) / len) * off;
-      const [x1, y1] = border(a.x + nx, a.y + ny, b.x + nx, b.y + ny, BOX_W, BOX_H);
-      const [x2, y2] = border(b.x + nx, b.y + ny, a.x + nx, a.y + ny, BOX_W, BOX_H);
+      const [x1, y1, x2, y2] = c.line;
       const dim = selected !== null && c.a !== selected && c.b !== selected;
       const g = svg("g", { class: `mlxj-cable mlxj-${c.kind}${c.one_sided ? " mlxj-one-sided" : ""}${dim ? " mlxj-dim" : ""}`,
                            "data-cable": c.id }, root);
@@ -114,20 +111,16 @@ function drawGraph(m, selected, onSelect) {
       const dash = ck ? (ck.state === "failed" ? "1 4" : null) : c.one_sided ? "2 4" : null;
       svg("line", { x1, y1, x2, y2, stroke, "stroke-width": ck && ck.state === "flagged" ? 5 : 3,
                     "stroke-linecap": "round", "stroke-dasharray": dash }, g);
-      const ux = (x2 - x1) / (Math.hypot(x2 - x1, y2 - y1) || 1), uy = (y2 - y1) / (Math.hypot(x2 - x1, y2 - y1) || 1);
-      label(g, x1 + ux * 22, y1 + uy * 22, c.a_iface, "mlxj-iface");
-      label(g, x2 - ux * 22, y2 - uy * 22, c.b_iface, "mlxj-iface");
       const mx = (x1 + x2) / 2, my = (y1 + y2) / 2;
       if (c.via.length) {
         svg("rect", { x: mx - 7, y: my - 7, width: 14, height: 14, rx: 3, class: "mlxj-hub", stroke: c.colour,
                       transform: `rotate(45 ${mx} ${my})` }, g);
-        label(g, mx, my + 17, `hub: ${c.via[0]}`, "mlxj-note");
-      } else if (c.one_sided) {
-        label(g, mx, my, "one-sided", "mlxj-note mlxj-warn-text");
-      } else if (!c.rdma_capable && !ck) {
-        label(g, mx, my, c.speed, "mlxj-speed").setAttribute("fill", c.colour);
       }
-      if (ck) label(g, mx, my + (c.via.length ? 30 : c.one_sided ? 14 : 0), ck.label, "mlxj-speed mlxj-check-label").setAttribute("fill", CHECKED[ck.state]);
+      for (const l of c.labels || []) {
+        const t = placed(g, l);
+        if (ck && l.cls.includes("mlxj-check-label") && l.text === ck.label) t.setAttribute("fill", CHECKED[ck.state]);
+        else if (l.cls === "mlxj-speed") t.setAttribute("fill", c.colour);
+      }
     });
   }
 
@@ -138,12 +131,13 @@ function drawGraph(m, selected, onSelect) {
     const g = svg("g", { class: "mlxj-foreign" }, root);
     const name = c.foreign ? c.foreign.name + (c.foreign.model ? ` (${c.foreign.model})` : "") : "unlisted machine";
     title(g, `${a.name} ${c.a_iface} is cabled to ${name}, which is not in the host list`);
-    const [x1, y1] = border(a.x, a.y, c.x, c.y, BOX_W, BOX_H), [x2, y2] = border(c.x, c.y, a.x, a.y, FOREIGN_W, FOREIGN_H);
+    const [x1, y1, x2, y2] = c.line;
     svg("line", { x1, y1, x2, y2, stroke: FOREIGN, "stroke-width": 2, "stroke-dasharray": "6 4" }, g);
     svg("rect", { x: c.x - FOREIGN_W / 2, y: c.y - FOREIGN_H / 2, width: FOREIGN_W, height: FOREIGN_H, rx: 8,
                   class: "mlxj-foreign-box" }, g);
     label(g, c.x, c.y - 7, name, "mlxj-foreign-name");
     label(g, c.x, c.y + 10, "not in host list", "mlxj-note");
+    for (const l of c.labels || []) placed(g, l);
   }
 
   // hosts on top

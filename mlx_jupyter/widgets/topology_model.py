@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 from mlx_jupyter.topology import PlanError, Topology
 from mlx_jupyter.topology.model import Cable, speed_text
 from mlx_jupyter.topology.render_svg import BOX_W, FOREIGN_H, Point, cable_colour, layout
+from mlx_jupyter.widgets.topology_layout import lay_out
 
 
 def seen_from(topo: Topology, cable: Cable) -> list[int]:
@@ -122,7 +123,7 @@ def topology_model(topo: Topology, backend: str | None = None, envs: Sequence[st
             only = c["seen_from"][0] if c["seen_from"] else "neither end"
             warnings.append(f"the cable {a} {c['a_iface']} <-> {b} {c['b_iface']} is seen only from {only}: "
                             "reseat it, or check that both Macs are awake")
-    return {
+    model = {
         "summary": summary(topo),
         "hosts": [_host(topo, i, p) for i, p in enumerate(pos)],
         "cables": cables,
@@ -132,3 +133,5 @@ def topology_model(topo: Topology, backend: str | None = None, envs: Sequence[st
         "plan": address_plan(topo),
         "setup": topo.setup_commands(),
     }
+    lay_out(model)
+    return model
