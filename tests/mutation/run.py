@@ -36,7 +36,7 @@ MODULES: dict[str, list[str]] = {
     "topology/addressing.py": ["tests/topology/test_addressing.py", "tests/topology/test_plan_errors.py",
                                "tests/topology/test_untrusted_names.py"],
     "topology/netparse.py": ["tests/topology/test_netparse_edges.py", "tests/topology/test_topology_parsers.py"],
-    "where/model.py": ["tests/where/test_model.py"],
+    "where/model.py": ["tests/where/test_model.py", "tests/where/test_model_words.py"],
     "launch/slurm/parse.py": ["tests/slurm/test_parse.py"],
     "launch/binding.py": ["tests/launch/test_binding.py::test_shares_are_disjoint_equal_blocks_of_the_allowed_cpus",
                           "tests/launch/test_binding.py::test_policy_names_the_flag_on_a_bad_value",

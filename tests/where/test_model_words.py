@@ -1,0 +1,83 @@
+"""where's words, exactly: sizes, rank lists, pdb and timeout phrases, places, the table and the diagnosis."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlx_jupyter.where.model import (RankRow, Where, debugger_state, diagnosis, format_bytes, html_table, place_of,
+                                     rank_words, text_table, timeout_words)
+
+
+@pytest.mark.parametrize("n, text", [(None, "?"), (0, "0 B"), (1023, "1023 B"), (1024, "1.0 KB"), (1536, "1.5 KB"),
+                                     (1024 ** 2 - 1, "1024.0 KB"), (1024 ** 2, "1.0 MB"), (1024 ** 3, "1.0 GB"),
+                                     (1024 ** 4, "1024.0 GB")])
+def test_format_bytes(n, text):
+    assert format_bytes(n) == text
+
+
+def test_rank_words():
+    assert rank_words([2]) == "rank 2" and rank_words([2, 0]) == "ranks 0 and 2"
+    assert rank_words([3, 0, 1]) == "ranks 0, 1 and 3"
+
+
+def test_debugger_and_timeout_words():
+    assert debugger_state({"line": 4}) == "in pdb (line 4)"
+    assert debugger_state({"line": 3, "func": "scale", "post_mortem": True}) == "in pdb post-mortem (line 3 in scale)"
+    assert debugger_state({"func": "<module>"}) == "in pdb (line ?)"
+    mlx = "no timeout (MLX's collectives have none; the stop button ends the wait)"
+    assert timeout_words(None) == mlx and timeout_words({"group": "mlx-ring", "timeout": 3}) == mlx
+    assert timeout_words({"timeout": 2.5}) == "times out after 2.5 s" and timeout_words({"timeout": 30.0}) == "times out after 30 s"
+    unset = "no timeout set (timeout= or MLX_JUPYTER_TIMEOUT; the stop button ends the wait)"
+    assert timeout_words({}) == unset and timeout_words({"timeout": "30", "group": "core"}) == unset
+
+
+@pytest.mark.parametrize("sample, place", [
+    ({}, ("running", "")),
+    ({"call": "f"}, ("running in f", "")),
+    ({"line": 4}, ("at line 4", "at line 4")),
+    ({"line": 4, "call": "f"}, ("at line 4 in f", "at line 4")),
+    ({"line": 4, "call": "dist.all_sum"}, ("in all_sum at line 4", "in all_sum at line 4")),
+    ({"call": "core.barrier"}, ("in barrier", "in barrier")),
+    ({"line": 2, "call": "mx.eval"}, ("in mx.eval at line 2", "in mx.eval at line 2")),
+    ({"line": 2, "call": "mx.distributed.all_sum"}, ("in mx.distributed.all_sum at line 2",) * 2),
+    ({"line": 2, "call": "dist.helper"}, ("at line 2 in dist.helper", "at line 2")),
+    ({"line": 2, "call": "np.all_sum"}, ("at line 2 in np.all_sum", "at line 2")),
+    ({"line": 5, "activity": [{"state": "done", "op": "all_gather"}, {"state": "waiting", "op": ""},
+                              {"state": "running", "op": "all_sum", "seq": 3}]}, ("in all_sum #3 at line 5",) * 2),
+    ({"activity": [{"state": "waiting", "op": "barrier"}]}, ("in barrier #?", "in barrier #?")),
+])
+def test_place_of(sample, place):
+    assert place_of(sample) == place
+
+
+def test_text_table_lines_up_columns_and_ends_with_the_diagnosis():
+    rows = [RankRow(0, "running line 3", "at line 3", "50%", "1.0 KB"), RankRow(1, "done", "done")]
+    assert text_table(rows, "t") == ("t\nrank  state           cpu  memory\n0     running line 3  50%  1.0 KB\n"
+                                     "1     done            ?    ?")
+    waiting = [RankRow(0, "in all_sum at line 4 waiting on rank 1", "in all_sum at line 4", waiting=True),
+               RankRow(1, "running line 3: time.sleep(3)", "at line 3")]
+    assert text_table(waiting).splitlines()[-1] == "rank 0 is in all_sum at line 4 waiting on rank 1; rank 1 is at line 3: time.sleep(3)"
+    assert str(Where(waiting, "w")).startswith("w\nrank") and Where(waiting).diagnosis == diagnosis(waiting)
+
+
+def test_diagnosis_groups_ranks_in_one_place_waiting_first():
+    rows = [RankRow(2, "running line 9", "at line 9"),
+            RankRow(0, "in all_sum waiting on rank 2", "in all_sum", waiting=True),
+            RankRow(1, "in all_sum waiting on rank 2", "in all_sum", waiting=True)]
+    assert diagnosis(rows) == "ranks 0 and 1 are in all_sum; rank 2 is at line 9"
+    assert diagnosis(rows[:1]) == "" and diagnosis(rows[1:]) == ""   # nobody waiting; all in one place
+    says = "rank 0 waits in all_sum on rank 1"
+    mlx = [RankRow(0, "x", "p0", waiting=True, says=says), RankRow(1, "y", "p0", says=says)]
+    assert diagnosis(mlx) == says
+    unknown = [RankRow(0, "in all_sum", "", waiting=True), RankRow(1, "running", "")]
+    assert diagnosis(unknown) == "rank 0 is in all_sum; rank 1 is running"
+
+
+def test_html_table_escapes_and_shows_the_diagnosis():
+    rows = [RankRow(0, "at <b>", "a", waiting=True), RankRow(1, "x & y", "b")]
+    out = html_table(rows, "t<1>")
+    assert out.startswith("<div class='mlxj-where-title'>t&lt;1&gt;</div><table class='mlxj-where'><tr>"
+                          "<th style='text-align:left'>rank</th>")
+    assert "<td style='text-align:left'>at &lt;b&gt;</td>" in out and "x &amp; y" in out
+    assert out.endswith("<div class='mlxj-where-diagnosis'><b>rank 0 is at &lt;b&gt;; rank 1 is x &amp; y</b></div>")
+    assert html_table(rows[1:]).endswith("</table>") and Where(rows)._repr_html_() == html_table(rows)
