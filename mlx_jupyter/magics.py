@@ -392,7 +392,7 @@ class MLXMagics(Magics):
                 raise ClusterError(f"%mlx_debug: name a rank ({args.rank}) or --all, not both")
             if args.all:  # each rank's post-mortem, one cell: their prompts share one (cells.debug)
                 code = ("__import__('mlx_jupyter.cluster.rank.debugger', fromlist=['post_mortem'])"
-                        f".post_mortem({commands!r})")
+                        f".post_mortem({commands!r}, grouped=True)")
                 run = cluster.run(code, None, init=False)
             else:
                 run = cluster.debug(args.rank, commands)

@@ -198,4 +198,5 @@ def test_mlx_debug_all_with_commands_groups_the_answers(kernel):
     assert res.status == "ok", res
     out = ANSI.sub("", res.stdout)
     assert "[ranks 0-2] 21" in out and "[rank 3] 24" in out, out
+    assert "[ranks 0-3] > <cell>(3)scale()" in out and "[ranks 0-3] (Pdb) p secret" in out, out
     assert kernel.run("%mlx_debug 1 --all", 10).status == "error"

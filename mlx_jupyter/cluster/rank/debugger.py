@@ -230,10 +230,12 @@ def breakpointhook_at(frame: Any, header: Optional[str] = None) -> None:
     debugger.set_trace(frame)
 
 
-def post_mortem(commands: str = "") -> None:
+def post_mortem(commands: str = "", grouped: bool = False) -> None:
     """pdb on this rank's last traceback (``sys.last_traceback``), in the frame that raised.
 
-    ``commands``: ``;``-separated pdb commands, run without prompting, then quit.
+    ``commands``: ``;``-separated pdb commands, run without prompting, then quit. ``grouped``
+    (``%mlx_debug --all``): their output as alike on every rank as it can be (``(Pdb)``, ``<cell>``),
+    so that the notebook groups the ranks that agree.
     """
     tb = getattr(sys, "last_traceback", None)
     chan, cell_id = _channel_and_cell()
@@ -243,9 +245,10 @@ def post_mortem(commands: str = "") -> None:
         return
     if commands:
         script = "".join(c.strip() + "\n" for c in commands.split(";") if c.strip()) + "q\n"
-        debugger = UserNamesPdb(stdin=_Script(script), stdout=sys.stdout, nosigint=True)
+        out = _CellNamed(sys.stdout) if grouped else sys.stdout
+        debugger = UserNamesPdb(stdin=_Script(script, out), stdout=out, nosigint=True)
         debugger.use_rawinput = False
-        debugger.prompt = f"(Pdb rank {rank}) "
+        debugger.prompt = "(Pdb) " if grouped else f"(Pdb rank {rank}) "
     elif chan is None or not cell_id:
         print(f"rank {rank}: cannot prompt from here; use %mlx_debug {rank} -c \"p locals(); where\"")
         return
@@ -259,10 +262,29 @@ def post_mortem(commands: str = "") -> None:
 class _Script:
     """Non-interactive pdb's stdin: the given lines, each echoed after its prompt as a terminal would."""
 
-    def __init__(self, script: str):
+    def __init__(self, script: str, out: Any = None):
         self.lines = script.splitlines(keepends=True)
+        self.out = out
 
     def readline(self) -> str:
         line = self.lines.pop(0) if self.lines else "q\n"
-        sys.stdout.write(line)
+        (self.out or sys.stdout).write(line)
         return line
+
+
+#: a cell's file as this rank's kernel names it (its pid in the folder): the same cell on every rank
+_CELL_FILE = re.compile(r"\S*ipykernel_\d+/\d+\.py")
+
+
+class _CellNamed(io.TextIOBase):
+    """A stream writing to ``out`` with the kernel's cell file names written ``<cell>``."""
+
+    def __init__(self, out: Any):
+        self.out = out
+
+    def write(self, text: str) -> int:
+        self.out.write(_CELL_FILE.sub("<cell>", text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.out.flush()
