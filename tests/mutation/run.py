@@ -37,7 +37,7 @@ MODULES: dict[str, list[str]] = {
                                "tests/topology/test_untrusted_names.py"],
     "topology/netparse.py": ["tests/topology/test_netparse_edges.py", "tests/topology/test_topology_parsers.py"],
     "where/model.py": ["tests/where/test_model.py", "tests/where/test_model_words.py"],
-    "launch/slurm/parse.py": ["tests/slurm/test_parse.py"],
+    "launch/slurm/parse.py": ["tests/slurm/test_parse.py", "tests/slurm/test_parse_edges.py"],
     "launch/binding.py": ["tests/launch/test_binding.py::test_shares_are_disjoint_equal_blocks_of_the_allowed_cpus",
                           "tests/launch/test_binding.py::test_policy_names_the_flag_on_a_bad_value",
                           "tests/launch/test_binding.py::test_a_child_spawned_inside_runs_on_the_share_and_the_thread_gets_its_cpus_back"],
