@@ -49,8 +49,11 @@ def count(flag: str, value: Any, high: int, low: int = 1, what: str = "a whole n
     number: Any = None
     if isinstance(value, int) and not isinstance(value, bool):
         number = value
-    elif isinstance(value, str) and value.strip().lstrip("+-").isdigit() and len(value) < 32:
-        number = int(value)
+    elif isinstance(value, str) and len(value) < 32:
+        try:   # not str.isdigit: "²" is a digit that int() refuses
+            number = int(value)
+        except ValueError:
+            number = None
     if number is None or not low <= number <= high:
         raise OptionError(flag, value, takes, example)
     return number

@@ -28,7 +28,7 @@ def test_seconds_are_finite_above_zero_and_bounded_or_named(value):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.integers(-10**6, 10**6) | st.text(max_size=8) | st.floats())
+@given(st.integers(-10**6, 10**6) | st.text(max_size=8) | st.floats() | st.sampled_from(["²", "١٢", "1_0", " 3 "]))
 def test_ranks_per_host_round_trip_or_are_named(value):
     try:
         got = limits.ranks_per_host("-n", value if not isinstance(value, int) else str(value))

@@ -33,7 +33,9 @@ SAFE = ["start", "stop", "status", "where", "--clean", "--bind-to", "cores", "no
 
 _number_text = (st.integers(-10**6, 10**7).map(str) | st.floats(allow_nan=True, allow_infinity=True).map(repr)
                 | st.sampled_from(["nan", "inf", "-inf", "1e400", "0", "-0", "1_0", "0x10", "", " ", "3.", ".5"])
-                | st.text(max_size=6))
+                | st.text(st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp")), max_size=6))
+# (control characters left out: IPython's splitting keeps the quotes of '1\r', so shlex.quote is no oracle there;
+# such a line is still one UsageError, which test_any_line_parses_or_is_one_usage_error covers)
 
 
 def expected(flag: str, text: str):
@@ -99,7 +101,8 @@ def test_accepted_start_options_reach_the_cluster(start, n, timeout, connect):
         return
     assert "did not start: stand-in" in str(exc.value)
     kw = FakeCluster.made[-1]
-    assert (kw["n"], kw["timeout"], kw["ssh_options"].connect_timeout) == (n, timeout, connect)
+    ssh = kw["ssh_options"]   # None when every ssh option is OpenSSH's default (connect timeout 10)
+    assert (kw["n"], kw["timeout"], ssh.connect_timeout if ssh is not None else 10.0) == (n, timeout, connect)
 
 
 @pytest.mark.parametrize("line, message", [
