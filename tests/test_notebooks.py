@@ -108,6 +108,10 @@ def test_data_parallel_training():
         line = next(x for x in out.splitlines() if x.startswith(f"rank {rank}: loss") or f"[rank {rank}] rank {rank}: loss" in x)
         first, last = (float(v) for v in line.split("loss ")[1].split(" -> "))
         assert last < first / 3, line
+    # rank 1 killed, restarted with its peer's model and optimizer: the same losses as if never killed
+    assert "rank 1 died: " in out and "restored from rank 0 (" in out and "lost: Xs, Ys" in out, out
+    for rank in (0, 1):
+        assert f"rank {rank}: loss" in out and f"as if never killed: True" in out.split(f"rank {rank}: loss")[-1], out
 
 
 @pytest.mark.timeout(240)
