@@ -42,7 +42,7 @@ MODULES: dict[str, list[str]] = {
                           "tests/launch/test_binding.py::test_policy_names_the_flag_on_a_bad_value",
                           "tests/launch/test_binding.py::test_a_child_spawned_inside_runs_on_the_share_and_the_thread_gets_its_cpus_back"],
     "launch/contract.py": ["tests/launch/test_contract.py", "tests/launch/test_contract_exact.py"],
-    "launch/rank_env.py": ["tests/launch/test_rank_env.py"],
+    "launch/rank_env.py": ["tests/launch/test_rank_env.py", "tests/launch/test_rank_env_edges.py"],
     "hostfile.py": ["tests/launch/test_hostfile.py", "tests/launch/test_hostfile_settings.py"],
 }
 
