@@ -93,3 +93,33 @@ def test_after_the_stop_button_nothing_prompts():
     s.stopped = True
     s.event(1, "text\n", "(Pdb rank 1) ")
     assert asked == [] and run.answers == []
+
+
+def test_a_rank_slow_to_answer_is_waited_for_a_while_then_joins_later():
+    s, run, shown, asked = sessions({})
+    s.gather = 60
+    for r in (0, 1, 2):
+        s.event(r, "", f"(Pdb rank {r}) ")
+    assert asked == ["(Pdb ranks 0-2) "]  # answered "c": sent to all three
+    s.settle = 60
+    s.event(0, "", "(Pdb rank 0) ")
+    s.event(1, "", "(Pdb rank 1) ")
+    assert len(asked) == 1  # rank 2 is waited for
+    s.settle = 0  # ... until it took longer than this
+    s.tick()
+    assert asked[-1] == "(Pdb ranks 0-1) " and "(rank 2 still runs the last command" in shown[-1]
+    s.settle = 60
+    s.event(2, "late\n", "(Pdb rank 2) ")  # joins the next prompt, once ranks 0-1 answered
+    assert asked[-1] == "(Pdb ranks 0-1) "
+    s.event(0, "", "(Pdb rank 0) ")
+    s.event(1, "", "(Pdb rank 1) ")
+    assert asked[-1] == "(Pdb ranks 0-2) " and "[rank 2] late\n" in shown
+
+
+def test_no_stdin_lets_every_rank_go_on():
+    run, shown = FakeRun(), []
+    s = DebugSessions(run, shown.append, lambda prompt: None)
+    for r in (0, 1, 2):
+        s.event(r, "", f"(Pdb rank {r}) ")
+    assert sorted(run.answers) == [(0, None), (1, None), (2, None)]
+    assert sum("ranks 0-2: pdb cannot prompt here" in line for line in shown) == 1

@@ -152,6 +152,10 @@ class DebugSessions:
         self._show_texts()
         if self.stopped:
             return
+        if self.sent:
+            late = sorted(self.sent)
+            self.write(f"({rank_label(late)} still {'runs' if len(late) == 1 else 'run'} the last command after "
+                       f"{self.settle:g} s; {'it joins' if len(late) == 1 else 'they join'} the prompt when stopped)\n")
         while self.prompts:
             here = sorted(self.prompts)
             line = None if self.unanswerable else self._ask_showing_where(self._prompt(here))
@@ -207,6 +211,7 @@ class DebugSessions:
         return ranks, command
 
     def _send(self, ranks: list[int], line: Optional[str]) -> None:
+        self.sent = set()  # a rank still running an earlier line is waited for no more: it joins when it stops
         for rank in ranks:
             self.prompts.pop(rank, None)
             self.sent.add(rank)
