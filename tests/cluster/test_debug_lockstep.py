@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import re
 import time
@@ -11,10 +12,13 @@ import pytest
 
 from tests.cluster.kernel import CellResult, Kernel
 
-pytestmark = pytest.mark.timeout(240)
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 #: a group timeout shorter than the pause the test holds the ranks at the prompt
 GROUP_TIMEOUT = 3.0
+#: how long the ranks are held at the prompt (s): longer than the timeout; the issue's 10 minutes is too slow for
+#: every run: MLX_JUPYTER_TEST_PDB_PAUSE=600 runs it (the timeout below grows with it)
+PAUSE = float(os.environ.get("MLX_JUPYTER_TEST_PDB_PAUSE", GROUP_TIMEOUT + 2))
+pytestmark = pytest.mark.timeout(240 + PAUSE)
 
 
 class Session:
@@ -65,8 +69,12 @@ class Session:
             self.idle = self.k.drain(self.msg_id, self.res) or self.idle
             time.sleep(0.02)
 
-    def finish(self, line: str, timeout: float = 60) -> CellResult:
-        self.answer(line)
+    def finish(self, line: Optional[str], timeout: float = 60) -> CellResult:
+        """Answer the prompt with ``line`` (None: press the stop button instead); the cell's result."""
+        if line is None:
+            self.k.interrupt()
+        else:
+            self.answer(line)
         deadline = time.monotonic() + timeout
         while not self.idle:
             assert time.monotonic() < deadline, f"the cell did not end within {timeout} s: {self.res}"
@@ -129,7 +137,7 @@ def test_one_prompt_finds_the_nan_rank_and_the_group_survives_a_long_pause(kerne
         assert "ranks 0-2" not in out, out
         s.ask("rank 1 n", "'n' moves ranks")  # refused: one rank must not run on alone into the all_sum
         paused = time.monotonic()
-        while time.monotonic() - paused < GROUP_TIMEOUT + 2:  # the pause under test: longer than the timeout
+        while time.monotonic() - paused < PAUSE:  # the pause under test: longer than the group's timeout
             time.sleep(0.2)
         s.ask("n", "[ranks 0-3] -> print('total', total, 'before', before)")  # every rank runs the all_sum at once
         s.ask("p total", "[ranks 0-3] 10")
@@ -163,6 +171,16 @@ def test_q_stops_every_rank_cleanly(kernel):
     res = s.finish("q")
     assert res.status == "error", res
     assert "raised BdbQuit: pdb was quit (q)" in ANSI.sub("", "\n".join(res.error["traceback"])), res.error
+    all_idle(kernel)
+    works(kernel)
+
+
+def test_stop_button_ends_every_ranks_session(kernel):
+    s = Session(kernel, "%%mlx_distributed\nv = group.rank()\nbreakpoint()\nw = v + 1\n")
+    assert s.prompt() == "(Pdb ranks 0-3) "
+    res = s.finish(None)
+    assert res.status == "error", res
+    assert "interrupted by the user" in ANSI.sub("", "\n".join(res.error["traceback"])), res.error
     all_idle(kernel)
     works(kernel)
 
