@@ -35,40 +35,68 @@ def wait_gone(pids: list[int], timeout: float) -> list[int]:
     return alive(pids)
 
 
+def isolated(body: str, timeout: float = 150) -> str:
+    """Run ``body`` (a test's code, with this module's helpers) in a fresh Python: a controller killed
+    in pytest's own process left it unable to interrupt later clusters' requests (ipyparallel's
+    state), so the kill happens in a process of its own. Its output, or a failure showing it."""
+    prelude = textwrap.dedent('''
+        import os, signal, time
+        import psutil
+        from mlx_jupyter import Cluster
+        from mlx_jupyter.cluster.shared.errors import ClusterError
+        from tests.cluster.test_dead_controller import NAMED_WITHIN, controller_group, wait_gone
+    ''')
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(body)], cwd=root, text=True,
+                          capture_output=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
 def test_a_killed_controller_is_named_at_the_next_cell_and_in_status_and_restart_works():
-    c = Cluster(n=2, timeout=60).start()
-    group: list[int] = []
-    try:
-        group = controller_group(c)
-        assert len(group) >= 2, "the controller forks a child of its own (what was orphaned)"
-        os.kill(group[0], signal.SIGKILL)
-        t0 = time.monotonic()
-        with pytest.raises(ClusterError) as err:
-            c.run("x = 1")
-        assert time.monotonic() - t0 < NAMED_WITHIN
-        text = str(err.value)
-        assert f"the cluster's controller (pid {group[0]}) is dead" in text, text
-        assert "cluster.restart()" in text, text
-        t0 = time.monotonic()
-        rows = c.status()
-        assert time.monotonic() - t0 < NAMED_WITHIN
-        assert [r["state"].split(":")[0] for r in rows] == ["unreachable", "unreachable"], rows
-        assert all("controller" in r["state"] and "restart" in r["state"] for r in rows), rows
-        c.restart()
-        assert "a new controller" in c.last_restart, c.last_restart
-        assert c.execute("1 + 1", timeout=60) == ["2", "2"]
-    finally:
-        c.stop()
-    assert wait_gone(group, 5) == [], "the old controller's child outlived the restart and stop"
+    out = isolated('''
+        c = Cluster(n=2, timeout=60).start()
+        group = []
+        try:
+            group = controller_group(c)
+            assert len(group) >= 2, "the controller forks a child of its own (what was orphaned)"
+            os.kill(group[0], signal.SIGKILL)
+            t0 = time.monotonic()
+            try:
+                c.run("x = 1")
+                raise AssertionError("the cell ran")
+            except ClusterError as err:
+                text = str(err)
+            assert time.monotonic() - t0 < NAMED_WITHIN, time.monotonic() - t0
+            assert f"the cluster's controller (pid {group[0]}) is dead" in text, text
+            assert "cluster.restart()" in text, text
+            t0 = time.monotonic()
+            rows = c.status()
+            assert time.monotonic() - t0 < NAMED_WITHIN
+            assert [r["state"].split(":")[0] for r in rows] == ["unreachable", "unreachable"], rows
+            assert all("controller" in r["state"] and "restart" in r["state"] for r in rows), rows
+            c.restart()
+            assert "a new controller" in c.last_restart, c.last_restart
+            assert c.execute("1 + 1", timeout=60) == ["2", "2"]
+        finally:
+            c.stop()
+        assert wait_gone(group, 5) == [], "the old controller's child outlived the restart and stop"
+        print("ok")
+    ''')
+    assert out.strip().endswith("ok"), out
 
 
 def test_the_controllers_orphaned_child_does_not_outlive_stop():
-    c = Cluster(n=2, timeout=60).start()
-    group = controller_group(c)
-    os.kill(group[0], signal.SIGKILL)
-    wait_gone(group[:1], 5)
-    c.stop()
-    assert wait_gone(group, 5) == []
+    out = isolated('''
+        c = Cluster(n=2, timeout=60).start()
+        group = controller_group(c)
+        os.kill(group[0], signal.SIGKILL)
+        wait_gone(group[:1], 5)
+        c.stop()
+        assert wait_gone(group, 5) == [], group
+        print("ok")
+    ''')
+    assert out.strip().endswith("ok"), out
 
 
 def test_no_process_of_the_controller_outlives_a_killed_notebook(tmp_path):
@@ -123,23 +151,30 @@ def test_a_notebook_names_the_dead_controller_at_the_next_cell_and_in_status():
         k.close()
 
 
-def test_a_connected_handle_names_the_owners_dead_controller(tmp_path, monkeypatch):
-    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
-    owner = Cluster(n=2, timeout=60).start()
-    connected = None
-    try:
-        connected = Cluster.connect(owner.cluster_id, timeout=30)
-        pid = owner.ipp.controller.pid
-        os.kill(pid, signal.SIGKILL)
-        wait_gone([pid], 5)
-        t0 = time.monotonic()
-        with pytest.raises(ClusterError) as err:
-            connected.run("x = 1")
-        assert time.monotonic() - t0 < NAMED_WITHIN
-        assert f"the cluster's controller (pid {pid}, started by" in str(err.value), err.value
-        assert "restart" in str(err.value), err.value
-        assert all(r["state"].startswith("unreachable: the cluster's controller") for r in connected.status())
-    finally:
-        if connected is not None:
-            connected.stop()
-        owner.stop()
+def test_a_connected_handle_names_the_owners_dead_controller(tmp_path):
+    out = isolated(f'''
+        os.environ["JUPYTER_RUNTIME_DIR"] = {str(tmp_path)!r}
+        owner = Cluster(n=2, timeout=60).start()
+        connected = None
+        try:
+            connected = Cluster.connect(owner.cluster_id, timeout=30)
+            pid = owner.ipp.controller.pid
+            os.kill(pid, signal.SIGKILL)
+            wait_gone([pid], 5)
+            t0 = time.monotonic()
+            try:
+                connected.run("x = 1")
+                raise AssertionError("the cell ran")
+            except ClusterError as err:
+                text = str(err)
+            assert time.monotonic() - t0 < NAMED_WITHIN
+            assert f"the cluster's controller (pid {{pid}}, started by" in text, text
+            assert "restart" in text, text
+            assert all(r["state"].startswith("unreachable: the cluster's controller") for r in connected.status())
+        finally:
+            if connected is not None:
+                connected.stop()
+            owner.stop()
+        print("ok")
+    ''')
+    assert out.strip().endswith("ok"), out
