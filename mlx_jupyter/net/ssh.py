@@ -334,16 +334,21 @@ def describe_error(dest: str, exc: BaseException, opts: SSHOptions, keys: HostKe
     return SSHError(dest, f"{type(exc).__name__}: {exc}")
 
 
+def _is_port(text: str) -> bool:
+    """ASCII digits only: str.isdigit also takes "¹", which int() refuses."""
+    return text.isascii() and text.isdigit()
+
+
 def _split_hop(hop: str) -> tuple[str, int | None]:
     """A ProxyJump entry ``[user@]host[:port]`` -> (destination, port)."""
     user, sep, hostport = hop.rpartition("@")
     host, port = hostport, None
     if hostport.startswith("["):
         host, _, rest = hostport[1:].partition("]")
-        port = int(rest[1:]) if rest.startswith(":") and rest[1:].isdigit() else None
+        port = int(rest[1:]) if rest.startswith(":") and _is_port(rest[1:]) else None
     elif hostport.count(":") == 1:
         name, _, p = hostport.partition(":")
-        if p.isdigit():
+        if _is_port(p):
             host, port = name, int(p)
     return (f"{user}@{host}" if sep else host), port
 
