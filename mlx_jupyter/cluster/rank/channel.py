@@ -177,6 +177,10 @@ class RankChannel:
             elif msg["t"] == "dbg_in":
                 self._debug_lines.append(msg.get("line"))
 
+    def drop_debug_lines(self) -> None:
+        """Forget answers no session read (sent as an abort ended the session): a new session's come after its prompt."""
+        self._debug_lines.clear()
+
     def wait_debug_line(self) -> Optional[str]:
         """The notebook's next answer to a debug prompt (None: it cannot prompt), read here on the
         cell's thread, which the session blocks anyway. No timeout: Ctrl-C (an abort) ends it."""

@@ -120,6 +120,7 @@ class RankPdb(UserNamesPdb):
         self.channel = channel
         self.cell_id = cell_id
         self.rank = channel.rank
+        channel.drop_debug_lines()  # a line typed as an earlier session was being aborted is not for this one
         self.prompt = f"(Pdb rank {self.rank}) "
         self.fallback = fallback
         self.unanswered = False
