@@ -218,3 +218,28 @@ def test_mlx_debug_all_with_commands_groups_the_answers(kernel):
     assert "[ranks 0-2] 21" in out and "[rank 3] 24" in out, out
     assert "[ranks 0-3] > <cell>(3)scale()" in out and "[ranks 0-3] (Pdb) p secret" in out, out
     assert kernel.run("%mlx_debug 1 --all", 10).status == "error"
+
+
+def test_from_a_connected_notebook(kernel, capsys):
+    """A second handle (a connected notebook's): the post-mortem commands on every rank grouped; a breakpoint,
+    whose cell comes through the controller there, is skipped with one line for all ranks."""
+    raise_on_every_rank(kernel)
+    cluster_id = kernel.run("import mlx_jupyter.magics as _m\nprint(_m.current().cluster_id)", 10).stdout.strip()
+    from mlx_jupyter.cluster import Cluster
+    from mlx_jupyter.cluster.cells.display import show_run
+
+    other = Cluster.connect(cluster_id, timeout=30)
+    try:
+        capsys.readouterr()
+        code = ("__import__('mlx_jupyter.cluster.rank.debugger', fromlist=['post_mortem'])"
+                ".post_mortem('p secret', grouped=True)")
+        show_run(other.run(code, None, init=False), live=False, timeout=60)
+        show_run(other.run("breakpoint()\nprint('after')", None, init=False), live=False, timeout=60)
+        out = capsys.readouterr()
+    finally:
+        other.stop()
+    text = out.out + out.err
+    assert "[ranks 0-2] 21" in text and "[rank 3] 24" in text, text
+    assert "[ranks 0-3] breakpoint() skipped: this cell came through the controller" in text, text
+    assert "[ranks 0-3] after" in text, text
+    works(kernel)

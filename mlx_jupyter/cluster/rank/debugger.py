@@ -203,13 +203,17 @@ def _channel_and_cell() -> tuple[Optional[Any], str]:
     return chan, _cell_id(chan.kernel)
 
 
+#: said (the same on every rank, so that it is shown once) where a breakpoint cannot prompt
+SKIPPED = ("breakpoint() skipped: this cell came through the controller, not the notebook's cell channel (a "
+           "connected notebook, %px, or beside a --noblock request), so no prompt can reach a notebook; "
+           "after an error, %mlx_debug --all -c \"p x\" works from anywhere")
+
+
 def breakpointhook(*args: Any, **kwargs: Any) -> None:
     """``sys.breakpointhook`` on a rank: a :class:`RankPdb` at the caller's frame."""
     chan, cell_id = _channel_and_cell()
     if chan is None or not cell_id:
-        rank = getattr(chan, "rank", "?")
-        print(f"rank {rank}: breakpoint() skipped: this cell did not come through the notebook's cell "
-              "channel, so no prompt can reach the notebook", file=sys.stderr)
+        print(SKIPPED, file=sys.stderr)
         return
     RankPdb(chan, cell_id).set_trace(sys._getframe(1))
 
@@ -223,7 +227,7 @@ def install() -> None:
 def breakpointhook_at(frame: Any, header: Optional[str] = None) -> None:
     chan, cell_id = _channel_and_cell()
     if chan is None or not cell_id:
-        print("breakpoint skipped: this cell did not come through the notebook's cell channel", file=sys.stderr)
+        print(SKIPPED, file=sys.stderr)
         return
     debugger = RankPdb(chan, cell_id)
     if header:
