@@ -77,3 +77,6 @@ export const restartCluster = async (id: string): Promise<string> =>
 
 export const connectCode = async (id: string): Promise<string> =>
   (await requestAPI<{ code: string }>(`clusters/${encodeURIComponent(id)}/connect`)).code;
+
+/** One cluster, as the list shows it (ranks, where each is, its Slurm job). */
+export const getCluster = (id: string): Promise<ICluster> => requestAPI<ICluster>(`clusters/${encodeURIComponent(id)}`);

@@ -2,6 +2,7 @@ import { ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyte
 import { INotebookTracker, NotebookActions } from '@jupyterlab/notebook';
 import { LabIcon } from '@jupyterlab/ui-components';
 
+import { ClusterDashboard } from './dashboard';
 import { ClusterPanel } from './panel';
 
 const ICON_SVG =
@@ -34,12 +35,29 @@ const plugin: JupyterFrontEndPlugin<void> = {
       cell.model.sharedModel.setSource(code);
       return true;
     };
-    const panel = new ClusterPanel(insertCode);
+    // one dashboard tab per cluster: opening it again brings that tab forward
+    const dashboards = new Map<string, ClusterDashboard>();
+    const openDashboard = (id: string): void => {
+      let dash = dashboards.get(id);
+      if (!dash || dash.isDisposed) {
+        dash = new ClusterDashboard(id);
+        dashboards.set(id, dash);
+        // beside the notebook in use, so both show while a cell runs; else a tab of its own
+        const beside = tracker?.currentWidget;
+        app.shell.add(dash, 'main', beside && !beside.isDisposed ? { mode: 'split-right', ref: beside.id } : {});
+      }
+      app.shell.activateById(dash.id);
+    };
+    const panel = new ClusterPanel(insertCode, openDashboard);
     panel.title.icon = clusterIcon;
     app.shell.add(panel, 'left', { rank: 600 });
     if (restorer) {
       restorer.add(panel, 'mlx-jupyter-cluster-panel');
     }
+    app.commands.addCommand('mlx-jupyter:open-dashboard', {
+      label: 'Open an MLX cluster\'s dashboard',
+      execute: args => openDashboard(String(args.id))
+    });
     app.commands.addCommand('mlx-jupyter:show-panel', {
       label: 'Show the MLX Cluster panel',
       execute: () => app.shell.activateById(panel.id)

@@ -59,7 +59,7 @@ function errorBox(error: string): HTMLElement {
 
 /** The left sidebar panel "MLX Cluster". */
 export class ClusterPanel extends Widget {
-  constructor(private insertCode: (code: string) => boolean) {
+  constructor(private insertCode: (code: string) => boolean, private openDashboard: (id: string) => void = () => undefined) {
     super();
     this.id = 'mlx-jupyter-cluster-panel';
     this.title.caption = 'MLX Cluster';
@@ -78,9 +78,10 @@ export class ClusterPanel extends Widget {
     this.hostsInput = el('input', { type: 'text', placeholder: '127.0.0.1', class: 'mlxj-hosts-input', title: 'comma-separated hosts' });
     this.hostfileInput = el('input', {
       type: 'text',
-      placeholder: 'optional, a path on the server',
+      placeholder: 'optional path',
       class: 'mlxj-hostfile-input',
-      title: 'a hostfile written by mlx-jupyter config or the topology widget: its hosts, backend and envs (instead of hosts)'
+      title: 'optional: a path on the server to a hostfile written by mlx-jupyter config or the topology widget; ' +
+        'its hosts, backend and envs are used instead of hosts'
     });
     this.backendSelect = el('select', { class: 'mlxj-backend', title: 'default: the hostfile\'s backend, else ring' });
     this.backendSelect.appendChild(el('option', { value: '' }, 'default'));
@@ -173,7 +174,9 @@ export class ClusterPanel extends Widget {
       head.appendChild(el('span', { class: `mlxj-pill mlxj-pill-${c.state}` }, c.state));
       card.appendChild(head);
       const where = c.hosts.join(', ') + (c.owner === 'server' ? '' : ` · kernel pid ${c.owner_pid}`);
-      card.appendChild(el('div', { class: 'mlxj-card-sub' }, `${c.backend} · ${c.size || '?'} ranks · ${where}`));
+      // a cluster that failed before its ranks were counted has no size: say nothing rather than "? ranks"
+      const size = c.size ? `${c.size} rank${c.size === 1 ? '' : 's'} · ` : '';
+      card.appendChild(el('div', { class: 'mlxj-card-sub' }, `${c.backend} · ${size}${where}`));
       if (c.slurm) {
         const s = c.slurm;
         const nodes = Array.isArray(s.nodes) ? s.nodes.join(',') : (s.nodes || '');
@@ -210,6 +213,10 @@ export class ClusterPanel extends Widget {
         this.list.appendChild(card);
         continue;
       }
+      const dash = el('button', { class: 'jp-mod-styled mlxj-open-dashboard',
+        title: 'a live dashboard of this cluster in a tab: ranks, where each is, memory, the Slurm job' }, 'Dashboard');
+      dash.addEventListener('click', () => this.openDashboard(c.id));
+      actions.appendChild(dash);
       const insert = el('button', { class: 'jp-mod-styled mlxj-insert' }, 'Use in notebook');
       insert.addEventListener('click', () => void this.insert(c.id));
       actions.appendChild(insert);

@@ -231,6 +231,12 @@ def test_live_where_table_under_a_running_cell(scenario):
     check(scenario, "live_where_table")
 
 
+def test_dashboard_tab_live(scenario):
+    """The card's Dashboard opens a tab on the cluster (ranks, host, pid, memory; refreshed every second) that shows
+    rank 0 waiting on rank 1 within 2 s of a hanging cell's start (screenshot: dashboard-waiting.png)."""
+    check(scenario, "dashboard_live")
+
+
 def test_profile_timeline_under_a_profiled_cell(scenario):
     """``%%mlx_distributed --profile`` on the panel's cluster: the timeline picture, one lane per rank, and the
     summary (screenshot: test-artifacts/browser/profile-timeline.png)."""

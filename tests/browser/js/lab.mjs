@@ -308,6 +308,45 @@ try {
       `${text.slice(0, 600)} | panel: ${panelSays}`);
   });
 
+  await step('dashboard_live', async () => {
+    // the panel card's Dashboard opens a tab on the cluster: its ranks with host, pid and memory, refreshed every
+    // second; a cell hanging on rank 1 shows rank 0 waiting on it within 2 s of the cell's start
+    const panel = page.locator('#mlx-jupyter-cluster-panel');
+    await page.evaluate(() => { window.mlxjNotebook = window.jupyterapp.shell.currentWidget; });
+    const code = '%%mlx_distributed\nimport time\nif world.rank() == 1:\n    time.sleep(5)\n'
+      + 'mx.eval(mx.distributed.all_sum(mx.ones(2), group=world))';
+    const index = await insertCellBelow(code);
+    await panel.locator('button.mlxj-open-dashboard').first().click();
+    const dash = page.locator('.mlxj-dashboard');
+    await dash.locator('.mlxj-dash-ranks tr[data-rank]').nth(1).waitFor({ timeout: 10000 });
+    const rows = await dash.locator('.mlxj-dash-ranks tr[data-rank]').evaluateAll((trs) => trs.map((tr) => ({
+      rank: tr.dataset.rank, host: tr.querySelector('.mlxj-dash-host').textContent,
+      pid: Number(tr.querySelector('.mlxj-dash-pid').textContent), memory: tr.querySelector('.mlxj-dash-memory').textContent })));
+    const stamp = await dash.locator('.mlxj-dash-updated').innerText();
+    await page.waitForFunction((s) => document.querySelector('.mlxj-dashboard .mlxj-dash-updated')?.textContent !== s,
+                               stamp, { timeout: 3000 });  // refreshed at least once a second (and a bit)
+    // the dashboard opened beside the notebook: both stay visible with the notebook active again
+    await page.evaluate(() => window.jupyterapp.shell.activateById(window.mlxjNotebook.id));
+    const beside = await dash.isVisible();
+    const t0 = Date.now();
+    runCell(index).catch((e) => logs.push(`run-cell: ${e}`));
+    const waiting = await page.waitForFunction(() => /waiting on rank 1/.test(
+      document.querySelector('.mlxj-dashboard .mlxj-dash-ranks tr[data-rank="0"] .mlxj-dash-state')?.textContent || ''),
+      null, { timeout: 10000 }).then(() => Date.now() - t0).catch(() => -1);
+    const state0 = await dash.locator('tr[data-rank="0"] .mlxj-dash-state').innerText();
+    await page.screenshot({ path: shot('dashboard-waiting.png') });
+    await page.waitForFunction((i) => {
+      const cell = window.jupyterapp.shell.currentWidget.node.querySelectorAll('.jp-Cell')[i];
+      return /ranks 0 and 1 done|Error/.test(cell?.querySelector('.jp-OutputArea')?.textContent || '');
+    }, index, { timeout: 30000 });
+    const pidsMatch = rows.length === 2 && rows.every((r) => panelPids.includes(r.pid));
+    const ok = pidsMatch && rows.every((r) => r.host && /^\d+(\.\d+)? [KMG]?i?B$/.test(r.memory)) && waiting >= 0 && waiting <= 2000 && beside;
+    // the tab closed again: the steps below work on the notebook alone
+    await page.evaluate(() => document.querySelector('.mlxj-dashboard') && [...window.jupyterapp.shell.widgets('main')]
+      .filter((w) => w.hasClass('mlxj-dashboard')).forEach((w) => w.close()));
+    record('dashboard_live', ok, `beside=${beside} rows=${JSON.stringify(rows)} panel pids=${panelPids} waiting shown after ${waiting} ms: ${state0}`);
+  });
+
   await step('profile_timeline', async () => {
     // a profiled cell on the panel's cluster: under it, the timeline picture with one lane per rank (SVG,
     // which JupyterLab shows as an image) and the text summary
