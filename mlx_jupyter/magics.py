@@ -284,7 +284,7 @@ class MLXMagics(Magics):
             where = _cluster.where()
             publish_display_data({"text/plain": str(where), "text/html": where._repr_html_()})
         else:
-            from mlx_jupyter.cluster.peer_restore import status_column
+            from mlx_jupyter.cluster.restart_origins import status_column
 
             rows = _cluster.status()
             status_column(_cluster, rows)   # where each rank's names came from at the last restart

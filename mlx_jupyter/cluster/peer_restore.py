@@ -150,13 +150,3 @@ def _over_network(state: Any, rank: int, peer: int, hosts: dict[int, str], names
     host = offer.get("host") or hosts.get(peer, "")
     return state._each_rank(peer_copy.fetch_from, [rank], "copying a rank's saved names from another host",
                             state.dirname, peer, host, offer["port"], token, names, state.timeout)
-
-
-def status_column(cluster: Any, rows: list[dict]) -> bool:
-    """Add to each status row where its names came from at the last restart (``"restart"``);
-    whether there was such a restart."""
-    origins = getattr(cluster, "restart_origins", None) or {}
-    for row in rows:
-        if row.get("rank") in origins:
-            row["restart"] = origins[row["rank"]]
-    return bool(origins)

@@ -166,7 +166,7 @@ class ClusterManager:
             rows = entry.cluster.status(timeout=0.5)
         except Exception as exc:
             return [{"rank": -1, "state": f"status failed: {exc}"}], ""
-        from mlx_jupyter.cluster.peer_restore import status_column
+        from mlx_jupyter.cluster.restart_origins import status_column
 
         status_column(entry.cluster, rows)   # "restart": where each rank's names came from at the last restart
         try:  # answered on the control channel, also while a connected notebook's cell runs

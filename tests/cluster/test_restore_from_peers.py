@@ -245,7 +245,7 @@ def test_the_magics_restart_says_it_and_status_shows_where_each_ranks_names_came
 def test_the_status_rows_and_the_panels_card_get_where_each_ranks_names_came_from():
     from types import SimpleNamespace
 
-    from mlx_jupyter.cluster.peer_restore import status_column
+    from mlx_jupyter.cluster.restart_origins import status_column
 
     rows = [{"rank": 0}, {"rank": 1}]
     assert status_column(SimpleNamespace(restart_origins={0: "its own names", 1: "from rank 0 (3 names)"}), rows)
