@@ -98,7 +98,7 @@ def check_ssh_name(name: Any, where: str = "host") -> str:
     """Return ``name`` if it is a safe ssh destination, else raise naming ``where``."""
     if not isinstance(name, str) or not name:
         raise HostfileError(f"{where}: the host name is empty; give a DNS name or an IP")
-    if not _SSH_NAME.match(name):
+    if not _SSH_NAME.fullmatch(name):   # fullmatch: `$` alone lets a trailing newline through
         raise HostfileError(
             f"{where}: host name {name!r} is not a valid host name or address "
             "(letters, digits, '.', '-', '_', optionally 'user@'; it may not start with '-')"
@@ -108,7 +108,7 @@ def check_ssh_name(name: Any, where: str = "host") -> str:
 
 def check_env_key(key: str) -> bool:
     """Whether ``key`` is an acceptable environment variable name (``[A-Za-z0-9_]+``)."""
-    return bool(_ENV_KEY.match(key)) and not key[0].isdigit()
+    return bool(_ENV_KEY.fullmatch(key)) and not key[0].isdigit()
 
 
 def parse_env(items: Iterable[str], where: str = "--env",
