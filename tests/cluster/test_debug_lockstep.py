@@ -1,4 +1,4 @@
-"""One pdb prompt for all ranks (lockstep), in a real kernel with 4 local ranks whose input_requests the test answers."""
+"""One pdb prompt for all ranks (lockstep): a real kernel with 4 local ranks, whose input_requests the test answers."""
 
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ def test_ranks_that_stop_together_share_one_prompt():
 
 
 def test_rank_prefix_talks_to_some_ranks_and_moves_go_to_all():
-    replies = iter(["rank 2", "rank 5 p x", "rank 2 n", "rank 2 p x", "c"])
+    replies = iter(["rank 2", "rank 5 p x", "ranks 0, 2 p x", "rank 2 n", "rank 2 p x", "c"])
     run, shown, asked = FakeRun(), [], []
     s = DebugSessions(run, shown.append, lambda p: (asked.append(p), next(replies))[1])
     for r in (0, 1, 2):
@@ -53,6 +53,7 @@ def test_rank_prefix_talks_to_some_ranks_and_moves_go_to_all():
     assert run.answers == [(2, "p x")]  # the three refused lines said why and asked again
     text = "".join(shown)
     assert "rank 2 what?" in text and "no rank 5" in text and "'n' moves ranks" in text
+    assert "cannot read the ranks '0,': write them as 2, 0,2 or 0-3" in text
     s.event(2, "7\n", "(Pdb rank 2) ")
     assert shown[-1] == "[rank 2] 7\n" and sorted(run.answers[1:]) == [(0, "c"), (1, "c"), (2, "c")]
 

@@ -55,12 +55,12 @@ def ask(prompt: str) -> Optional[str]:
 
 
 #: ``rank 2 p x``, ``ranks 0,2-3 where``: a line for some ranks only
-TARGETED = re.compile(r"^\s*ranks?\s+([0-9][0-9,\- ]*?)(?:\s+(.*))?$", re.S)
-#: pdb commands that let a rank run on (it may then enter a collective): all ranks or none
+TARGETED = re.compile(r"^\s*ranks?\s+([0-9][0-9,\-]*)(?:\s+(.*))?$", re.S)
 #: a cell's file as each rank's kernel names it (its pid in the folder): the same cell on every rank
 CELL_FILE = re.compile(r"\S*ipykernel_\d+/\d+\.py")
-QUITS = frozenset(("q", "quit", "exit"))
-MOVES = QUITS | frozenset(("n", "next", "s", "step", "c", "cont", "continue", "r", "return", "unt", "until", "j", "jump"))
+#: pdb commands that let a rank run on (it may then enter a collective) or end it: all ranks or none
+MOVES = frozenset(("n", "next", "s", "step", "c", "cont", "continue", "r", "return", "unt", "until", "j", "jump",
+                   "q", "quit", "exit"))
 
 
 def split_targets(line: str, size: int) -> tuple[Optional[list[int]], str]:
@@ -68,7 +68,13 @@ def split_targets(line: str, size: int) -> tuple[Optional[list[int]], str]:
     m = TARGETED.match(line)
     if m is None:
         return None, line
-    return parse_targets(m.group(1).replace(" ", ""), size), (m.group(2) or "").strip()
+    try:
+        ranks = parse_targets(m.group(1), size)
+    except ValueError as exc:
+        if str(exc).startswith("no rank"):
+            raise
+        raise ValueError(f"cannot read the ranks {m.group(1)!r}: write them as 2, 0,2 or 0-3 (no spaces)") from None
+    return ranks, (m.group(2) or "").strip()
 
 
 class DebugSessions:
