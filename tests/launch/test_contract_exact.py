@@ -124,3 +124,28 @@ def test_mpi_plan_whole():
     assert plan_mpi([Host("c")]).env == {}
     with pytest.raises(ContractError, match=r"^no hosts to launch on$"):
         plan_mpi([])
+
+
+def test_jaccl_core_ring_follows_connections_and_is_dropped_past_port_65535():
+    hosts = _mesh(2)
+    (p0, _) = plan_ranks("jaccl", hosts, starting_port=6000, connections_per_ip=2)
+    assert json.loads(p0.files["MLX_JUPYTER_HOSTFILE"]) == [["10.0.1.0:7000", "10.0.1.0:7001"],
+                                                             ["10.0.1.1:7002", "10.0.1.1:7003"]]
+    (p0, _) = plan_ranks("jaccl", hosts, starting_port=63600, coordinator=False)   # 64600.. +1000 leaves 1..65535
+    assert set(p0.files) == {"MLX_IBV_DEVICES"} and p0.env["MLX_JACCL_COORDINATOR"] == "10.0.1.0:63600"
+
+
+def test_missing_rdma_pairs_say_and_n_more_only_past_four():
+    def missing(k: int) -> str:   # host 0 of a 6-host mesh lacks k of its devices
+        hosts = _mesh(6)
+        for j in range(1, k + 1):
+            hosts[0].rdma[j] = None
+        with pytest.raises(ContractError) as info:
+            check_rdma(hosts, False)
+        return str(info.value)
+    assert missing(4).startswith("jaccl: no RDMA device listed for m0 -> m1, m0 -> m2, m0 -> m3, m0 -> m4; run")
+    assert "m0 -> m4 and 1 more; run" in missing(5)
+
+
+def test_nccl_port_default_is_mlxs():
+    assert plan_ranks("nccl", [A])[0].env["NCCL_PORT"] == "12345"

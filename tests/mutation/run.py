@@ -58,6 +58,8 @@ EQUIVALENT: dict[str, str] = {
     **{f"mlx_jupyter.topology.netparse.x_parse_ibv_devices__mutmut_{n}": "ibv_devices' header and rule lines "
        "(device, ------): a mutant that stops skipping one keeps it as a device name, which the result drops anyway "
        "as it does not start with rdma_" for n in (31, 36, 37, 38, 41, 42)},
+    "mlx_jupyter.launch.contract.x_nccl_timeout_ms__mutmut_12": "`>= _NCCL_WAIT_MS` to `>`: at equality both give "
+    "str(_NCCL_WAIT_MS)",
     "mlx_jupyter.net.hosts.x_split_addr__mutmut_39": "'' to 'XXXX' as the inner text of half-bracketed hosts: "
     "neither has ':', so both are refused the same way",
 }
