@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlx_jupyter.where.model import (RankRow, Where, debugger_state, diagnosis, format_bytes, html_table, place_of,
+from mlx_jupyter.where.model import (RankRow, Where, debugger_state, diagnosis, format_bytes, html_table, place_of, rows,
                                      rank_words, text_table, timeout_words)
 
 
@@ -81,3 +81,45 @@ def test_html_table_escapes_and_shows_the_diagnosis():
     assert "<td style='text-align:left'>at &lt;b&gt;</td>" in out and "x &amp; y" in out
     assert out.endswith("<div class='mlxj-where-diagnosis'><b>rank 0 is at &lt;b&gt;; rank 1 is x &amp; y</b></div>")
     assert html_table(rows[1:]).endswith("</table>") and Where(rows)._repr_html_() == html_table(rows)
+
+
+def test_html_table_whole():
+    rows = [RankRow(0, "a", "p", "1%", "2 B", waiting=True), RankRow(1, "b", "q")]
+    td = "<td style='text-align:left'>"
+    assert html_table(rows) == (
+        "<table class='mlxj-where'><tr>" + "".join(f"<th style='text-align:left'>{c}</th>" for c in
+                                                   ("rank", "state", "cpu", "memory")) + "</tr>"
+        f"<tr>{td}0</td>{td}a</td>{td}1%</td>{td}2 B</td></tr><tr>{td}1</td>{td}b</td>{td}?</td>{td}?</td></tr>"
+        "</table><div class='mlxj-where-diagnosis'><b>rank 0 is a; rank 1 is b</b></div>")
+    assert Where(rows, "t")._repr_html_() == html_table(rows, "t") and html_table(rows, "t").startswith(
+        "<div class='mlxj-where-title'>t</div><table")
+    assert text_table(rows, "").startswith("rank  state")
+
+
+def test_rows_of_plain_samples():
+    samples = {0: {"line": 3, "source": "  " + "x" * 41 + " ", "cpu": 12.6, "rss": 2048},
+               1: {"line": 4, "source": "y" * 40, "call": "f"},
+               2: {"line": 5, "call": "f"}, 3: {"line": 6}, 4: {"running": False, "cpu": 1},
+               5: {"cpu": 3, "rss": 0}, 6: {"line": 7, "call": "f"}}
+    got = rows(samples, {5: "dead", 6: "done", 7: "raised"}, range(9))
+    assert [(r.rank, r.state, r.place, r.cpu, r.memory, r.waiting) for r in got] == [
+        (0, "running line 3: " + "x" * 40 + "...", "at line 3", "13%", "2.0 KB", False),
+        (1, "running line 4: " + "y" * 40, "at line 4", "?", "?", False),
+        (2, "running line 5 in f", "at line 5", "?", "?", False),
+        (3, "running line 6", "at line 6", "?", "?", False),
+        (4, "idle", "idle", "1%", "?", False),
+        (5, "dead", "dead", "-", "?", False),
+        (6, "done", "done", "?", "?", False),
+        (7, "raised", "raised", "?", "?", False),
+        (8, "running (no sample yet)", "", "?", "?", False)]
+
+
+def test_a_collective_waits_on_the_ranks_elsewhere_or_ended():
+    samples = {0: {"line": 4, "call": "dist.all_sum"}, 1: {"line": 4, "call": "dist.all_sum"}, 2: {"line": 9}}
+    got = rows(samples, {3: "done"}, range(4))
+    assert got[0].state == "in all_sum at line 4 waiting on ranks 2 and 3" and got[0].waiting
+    assert rows({0: samples[0], 1: samples[1]}, {}, range(2))[0].state == "in all_sum at line 4"
+    core = {0: {"line": 4, "activity": [{"state": "waiting", "op": "all_sum", "seq": 2, "waiting_on": 1,
+                                         "elapsed": 1.25}]}, 1: {"line": 2}}
+    assert rows(core, {}, range(2))[0].state == "in all_sum #2 at line 4 waiting on rank 1 for 1.2 s"
+    assert rows(core, {}, [0])[0].state == "in all_sum #2 at line 4 waiting on rank 1 for 1.2 s"
