@@ -87,3 +87,12 @@ def test_arg_type_is_argparse_friendly():
     assert p.parse_args(["--timeout", "1.5"]).timeout == 1.5
     with pytest.raises(argparse.ArgumentError, match="'nan' must be a number of seconds"):
         p.parse_args(["--timeout", "nan"])
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 0, -3, "soon"])
+def test_cluster_refuses_a_timeout_the_magics_refuse(bad):
+    """Plain Python's Cluster(timeout=...) is checked by the same rule as --timeout (before anything starts)."""
+    from mlx_jupyter.cluster import Cluster
+
+    with pytest.raises(limits.OptionError, match=r"timeout=.*must be a number of seconds above 0"):
+        Cluster(n=1, timeout=bad)

@@ -109,7 +109,10 @@ class Cluster:
     ):
         if hosts and hostfile:
             raise ValueError("give hosts or hostfile, not both (the hostfile lists the hosts)")
+        from mlx_jupyter import limits
         from mlx_jupyter.cluster.slurm_allocation import for_cluster
+
+        timeout = limits.seconds("timeout=", timeout)   # nan, inf or <= 0 refused as the magics and CLIs refuse them
 
         self.allocation = for_cluster(scheduler, slurm, bool(hosts or hostfile), n=n, nodes=nodes,
                                       partition=partition, time=time, account=account, args=slurm_args,
