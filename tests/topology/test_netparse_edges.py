@@ -109,3 +109,10 @@ def test_route_get_takes_the_first_ipv4_prefsrc():
 def test_interface_names(name, ok):
     assert is_interface(name) is ok
     assert netparse.RDMA_HELP.startswith("To enable it")
+
+
+def test_a_loopback_flag_or_address_makes_it_loopback_and_a_device_before_any_port_is_dropped():
+    links = [{"ifname": "lo", "flags": ["LOOPBACK"], "addr_info": [{"family": "inet", "local": "10.9.9.9", "prefixlen": 32}]}]
+    assert parse_ip_addr("h1", _ip(links)) == [IfAddr("lo", "10.9.9.9", 32, False, True)]
+    out = "Device: en5\nHardware Port: Thunderbolt 1\nDevice: en2\n"
+    assert parse_networksetup("mac1", CommandResult(0, out)) == {"Thunderbolt 1": "en2"}
