@@ -4,6 +4,8 @@ import { ICluster, IRank, connectCode, listBackends, listClusters, restartCluste
 
 /** How often the panel refreshes while it is visible (and never while hidden). */
 const REFRESH_MS = 2000;
+/** How long a Stop or Restart question waits for its answer. */
+const CONFIRM_MS = 15000;
 
 function el<K extends keyof HTMLElementTagNameMap>(
   tag: K,
@@ -213,6 +215,29 @@ export class ClusterPanel extends Widget {
         this.list.appendChild(card);
         continue;
       }
+      if (this.confirming && this.confirming.id === c.id) {
+        // Stop and Restart end the ranks (and what they hold): asked once more, in the card itself
+        const what = this.confirming.action;
+        const ask = el('div', { class: 'mlxj-confirm-box' });
+        ask.appendChild(el('span', { class: 'mlxj-confirm-text' },
+          what === 'stop' ? `Stop ${c.id}? Its ranks end.` : `Restart ${c.id}? Fresh ranks, the same names on them.`));
+        const yes = el('button', { class: `jp-mod-styled ${what === 'stop' ? 'jp-mod-warn' : 'jp-mod-accept'} mlxj-confirm` },
+          what === 'stop' ? 'Stop' : 'Restart');
+        yes.addEventListener('click', () => {
+          this.confirming = null;
+          void (what === 'stop' ? this.stop(c.id) : this.restart(c.id));
+        });
+        const no = el('button', { class: 'jp-mod-styled mlxj-cancel' }, 'Cancel');
+        no.addEventListener('click', () => {
+          this.confirming = null;
+          void this.refresh();
+        });
+        ask.appendChild(yes);
+        ask.appendChild(no);
+        card.appendChild(ask);
+        this.list.appendChild(card);
+        continue;
+      }
       const dash = el('button', { class: 'jp-mod-styled mlxj-open-dashboard',
         title: 'a live dashboard of this cluster in a tab: ranks, where each is, memory, the Slurm job' }, 'Dashboard');
       dash.addEventListener('click', () => this.openDashboard(c.id));
@@ -224,12 +249,12 @@ export class ClusterPanel extends Widget {
         // the server owns it: it restarts it, keeping the ranks' names (a kernel's: in that notebook)
         const restart = el('button', { class: 'jp-mod-styled mlxj-restart', title: "fresh ranks, the same names on them" },
           'Restart');
-        restart.addEventListener('click', () => void this.restart(c.id));
+        restart.addEventListener('click', () => this.confirm(c.id, 'restart'));
         actions.appendChild(restart);
       }
       if (c.owner === 'server' && c.state !== 'stopping') {
         const stop = el('button', { class: 'jp-mod-styled jp-mod-warn mlxj-stop' }, 'Stop');
-        stop.addEventListener('click', () => void this.stop(c.id));
+        stop.addEventListener('click', () => this.confirm(c.id, 'stop'));
         actions.appendChild(stop);
       }
       card.appendChild(actions);
@@ -264,6 +289,17 @@ export class ClusterPanel extends Widget {
       table.appendChild(tr);
     }
     return table;
+  }
+
+  /** Ask in the card before a Stop or Restart; the question goes away by itself after a while. */
+  private confirm(id: string, action: 'stop' | 'restart'): void {
+    this.confirming = { id, action };
+    window.clearTimeout(this.confirmTimer);
+    this.confirmTimer = window.setTimeout(() => {
+      this.confirming = null;
+      void this.refresh();
+    }, CONFIRM_MS);
+    void this.refresh();
   }
 
   private async stop(id: string, doing = 'stopping'): Promise<void> {
@@ -324,4 +360,6 @@ export class ClusterPanel extends Widget {
   private backendSelect!: HTMLSelectElement;
   private timer = 0;
   private followed = '';
+  private confirming: { id: string; action: 'stop' | 'restart' } | null = null;
+  private confirmTimer = 0;
 }

@@ -378,6 +378,7 @@ try {
     // the panel's Restart: fresh ranks, the connected notebook's `x` still there, MLX's world works
     const panel = page.locator('#mlx-jupyter-cluster-panel');
     await panel.locator('button.mlxj-restart').click();
+    await panel.locator('button.mlxj-confirm').click();  // the card asks first
     await page.waitForFunction(() => /restart: kept|restart failed/.test(
       document.querySelector('#mlx-jupyter-cluster-panel .mlxj-panel-message').textContent), null, { timeout: 90000 });
     const message = await panel.locator('.mlxj-panel-message').innerText();
@@ -408,6 +409,9 @@ try {
   await step('panel_stop', async () => {
     const panel = page.locator('#mlx-jupyter-cluster-panel');
     await panel.locator('button.mlxj-stop').click();
+    await panel.locator('.mlxj-confirm-box').waitFor({ timeout: 5000 });
+    await page.screenshot({ path: shot('panel-confirm-stop.png') });
+    await panel.locator('button.mlxj-confirm').click();  // the card asks first
     await panel.locator('.mlxj-empty').waitFor({ timeout: 30000 });
     await page.screenshot({ path: shot('panel-stopped.png') });
     if (panelPids.length !== 2) throw new Error(`no rank pids recorded at panel_start: ${panelPids}`);
