@@ -32,6 +32,32 @@ def test_shares_are_disjoint_equal_blocks_of_the_allowed_cpus(allowed, ranks):
     assert [sorted(s) for s in shares] == [cpus[r * len(shares[0]):(r + 1) * len(shares[0])] for r in range(ranks)]
 
 
+@pytest.mark.parametrize("allowed, ranks, shares", [
+    ([5, 1, 3, 2, 4, 0, 3], 2, [{0, 1, 2}, {3, 4, 5}]),     # sorted, duplicates dropped, contiguous blocks
+    ([7, 6, 5, 4, 3], 2, [{3, 4}, {5, 6}]),                  # the remainder (7) goes to nobody
+    ([0, 1, 2, 3, 4, 5, 6], 3, [{0, 1}, {2, 3}, {4, 5}]),
+    ([9, 8], 2, [{8}, {9}]), ([0, 1, 2], 3, [{0}, {1}, {2}]),
+    ([0, 1], 3, None), ([0, 1, 2, 3], 1, None), ([0, 1], 0, None), ([], 2, None),
+])
+def test_shares_by_example(allowed, ranks, shares):
+    got = binding.cpu_shares(allowed, ranks)
+    assert got == (None if shares is None else [frozenset(s) for s in shares])
+
+
+def test_describe_and_the_cpus_allowed_here():
+    assert binding.describe(frozenset({3})) == "cpu 3" and binding.describe(frozenset({4, 2, 3})) == "cpus 2-4"
+    assert binding.describe(frozenset({5, 0, 2})) == "cpus 0,2,5"
+    if hasattr(os, "sched_getaffinity"):
+        assert binding.allowed_cpus() == sorted(os.sched_getaffinity(0))
+        every = binding.allowed_cpus()
+        assert binding.plan("cores", 1) is None
+        assert binding.plan("cores", 2) == binding.cpu_shares(every, 2)
+        assert binding.plan("cores", len(every) + 1) is None
+    assert binding.check_policy("cores") == "cores" and binding.check_policy("none", "x") == "none"
+    with pytest.raises(ValueError, match=r"^bind_to 'x': choose one of cores, none$"):
+        binding.check_policy("x", "bind_to")
+
+
 def test_policy_names_the_flag_on_a_bad_value():
     with pytest.raises(ValueError, match="--bind-to 'sockets'.*cores, none"):
         binding.plan("sockets", 2)

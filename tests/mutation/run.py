@@ -40,6 +40,8 @@ MODULES: dict[str, list[str]] = {
     "launch/slurm/parse.py": ["tests/slurm/test_parse.py", "tests/slurm/test_parse_edges.py"],
     "launch/binding.py": ["tests/launch/test_binding.py::test_shares_are_disjoint_equal_blocks_of_the_allowed_cpus",
                           "tests/launch/test_binding.py::test_policy_names_the_flag_on_a_bad_value",
+                          "tests/launch/test_binding.py::test_shares_by_example",
+                          "tests/launch/test_binding.py::test_describe_and_the_cpus_allowed_here",
                           "tests/launch/test_binding.py::test_a_child_spawned_inside_runs_on_the_share_and_the_thread_gets_its_cpus_back"],
     "launch/contract.py": ["tests/launch/test_contract.py", "tests/launch/test_contract_exact.py"],
     "launch/rank_env.py": ["tests/launch/test_rank_env.py", "tests/launch/test_rank_env_edges.py"],
