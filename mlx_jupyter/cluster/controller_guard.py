@@ -24,8 +24,10 @@ class ControllerGuard:
 
     def __init__(self, launcher: Any, watchdog: bool = True) -> None:
         self.launcher = launcher
-        self.pid: int = int(launcher.pid)
-        self.pgid: Optional[int] = _own_group(self.pid)
+        pid = getattr(launcher, "pid", None)
+        #: None: a controller that is not a process of ours (ipyparallel's ssh or batch launchers): not guarded
+        self.pid: Optional[int] = int(pid) if isinstance(pid, int) else None
+        self.pgid: Optional[int] = _own_group(self.pid) if self.pid is not None else None
         self.exit_code: Optional[int] = None   # -1: ended, how unknown
         #: its connection files: a killed controller leaves them, and a new one's client would read them
         self.files = list(getattr(launcher, "connection_files", {}).values())
@@ -44,7 +46,7 @@ class ControllerGuard:
         if self.exit_code is None:
             if getattr(self.launcher, "state", "") == "after":
                 self.stopped(getattr(self.launcher, "stop_data", None))
-            else:
+            elif self.pid is not None:
                 self.exit_code = _peek_exit(self.pid, getattr(self.launcher, "_popen_process", None))
         if self.exit_code is None:
             return ""
