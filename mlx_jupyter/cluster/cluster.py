@@ -509,9 +509,9 @@ class Cluster:
             return None
         return self.hub
 
-    def send_execute(self, rank: int, code: str, hook: Any) -> str:
-        """Send ``code`` to ``rank`` through the controller."""
-        return self.link.send_execute(rank, code, hook)
+    def send_execute(self, rank: int, code: str, hook: Any, cell_number: int = 0) -> str:
+        """Send ``code`` to ``rank`` through the controller (``cell_number``: the notebook's, for tracebacks)."""
+        return self.link.send_execute(rank, code, hook, cell_number)
 
     def send_abort(self, reason: str, ranks: Sequence[int],
                    msg_ids: Optional[dict[int, str]] = None) -> dict[int, Any]:

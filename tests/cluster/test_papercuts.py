@@ -51,3 +51,23 @@ def test_the_cause_comes_first_and_mlx_socket_noise_is_folded_below_it(kernel):
     assert len(ring) <= 1 and all(tb.index(line) > tb.index("RuntimeError: the cause\n") for line in ring), tb
     restart = kernel.run("%mlx_cluster restart", 90)  # a new `world` for the next tests
     assert restart.status == "ok", restart
+
+
+def test_a_connected_notebooks_rank_traceback_names_its_own_cell(kernel):
+    """A connected notebook's cells go through the controller: the ranks' tracebacks still say that
+    notebook's In[N], not the rank's own count nor the owner's."""
+    cid = kernel.run("from mlx_jupyter import magics; print(magics.current().cluster_id)").stdout.strip()
+    other = Kernel()
+    try:
+        assert other.run(f"%load_ext mlx_jupyter\n%mlx_cluster connect {cid}", 60).status == "ok"
+        for _ in range(4):
+            assert other.run("y = 2").status == "ok"
+        cell_no = int(other.run("print(get_ipython().execution_count)").stdout.strip()) + 1
+        res = other.run("%%mlx_distributed\ndef g():\n    raise KeyError('nope')\ng()", 60)
+        assert res.status == "error", res
+        tb = res.traceback
+        assert f"Cell In[{cell_no}], line 3" in tb and f"Cell In[{cell_no}], line 2, in g" in tb, tb
+        assert not re.search(rf"Cell In\[(?!{cell_no}\])\d+\]", tb), tb
+        assert other.run("%mlx_cluster stop", 30).status == "ok"   # a connected notebook only disconnects
+    finally:
+        other.close()

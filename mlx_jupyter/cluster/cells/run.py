@@ -41,7 +41,7 @@ class RunHost(Protocol):
     restart_advice: str  # how to get fresh ranks, as it works where the run's messages are shown
 
     def cell_hub(self, ranks: Sequence[int]) -> Any: ...  # the direct channel, or None
-    def send_execute(self, rank: int, code: str, hook: Callable[[Any], None]) -> str: ...
+    def send_execute(self, rank: int, code: str, hook: Callable[[Any], None], cell_number: int = 0) -> str: ...
     def send_abort(self, reason: str, ranks: Sequence[int], msg_ids: Optional[dict[int, str]] = None) -> dict[int, Any]: ...
     def status(self, timeout: float = 1.0) -> list[dict]: ...
     def run_started(self, run: "CellRun") -> None: ...
@@ -162,8 +162,11 @@ class CellRun:
             self._futures.update(hub.send_cells({rank: self.msg_ids[rank] for rank in live}, self.code, self))
             return self
         self.via = "controller"
+        from mlx_jupyter.cluster.cells.hub import notebook_count
+
+        number = notebook_count()   # the rank's tracebacks say Cell In[N] with the notebook's N
         for rank in live:
-            self.msg_ids[rank] = self.cluster.send_execute(rank, self.code, partial(self._hook, rank))
+            self.msg_ids[rank] = self.cluster.send_execute(rank, self.code, partial(self._hook, rank), number)
         return self
 
     def _hook(self, rank: int, fut: Any) -> None:

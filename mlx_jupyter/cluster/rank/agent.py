@@ -113,6 +113,7 @@ class RankAgent:
         self._rejector: Optional[_RejectCell] = None
         self.queue_kicks = 0  # requests found waiting in the shell socket by the watch
         self._silent_cell = False  # a silent cell is running (begun by pre_execute, not pre_run_cell)
+        self._numbered = False  # the running cell is named with the notebook's number (number_cells_as)
         self._peer_stopped = 0  # the cell a peer's notice stopped (its interrupt names the peer)
         self.peers: Any = None  # the link to the peers' agents (peers.PeerLink), once installed
         #: (request key, reason) of peers' raised requests: one not begun here yet never runs
@@ -194,6 +195,12 @@ class RankAgent:
 
     def _pre_run_cell(self, info: Any = None) -> None:
         self._begin(self._parent_msg_id())
+        number = (self._parent().get("metadata") or {}).get("cell_number")
+        if isinstance(number, int) and number > 0:   # a notebook's cell through the controller: its In[N]
+            from mlx_jupyter.cluster.rank.channel import number_cells_as
+
+            number_cells_as(self.shell, number)
+            self._numbered = True
 
     def _pre_execute(self) -> None:
         parent = self._parent()
@@ -315,6 +322,11 @@ class RankAgent:
 
     def _post_run_cell(self, result: Any = None) -> None:
         self._drop_rejector()  # a cell that failed to compile never reached it
+        if self._numbered:
+            from mlx_jupyter.cluster.rank.channel import number_cells_as
+
+            number_cells_as(self.shell, 0)
+            self._numbered = False
         aborted = self._end()
         err = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
         if err is None or aborted is not None:

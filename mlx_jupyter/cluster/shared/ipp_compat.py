@@ -168,17 +168,19 @@ def send_control(client: Any, rank: int, msg_type: str, content: dict) -> Any:
     return client._send(client._control_stream, msg_type, content=content, ident=ident)
 
 
-def send_execute(client: Any, rank: int, code: str, hook: Callable[[Any], None]) -> str:
+def send_execute(client: Any, rank: int, code: str, hook: Callable[[Any], None], cell_number: int = 0) -> str:
     """Send ``code`` as an ``execute_request`` to ``rank``; ``hook(future)`` runs before any reply
-    can arrive. Returns the request's msg_id."""
+    can arrive; ``cell_number``: the notebook's execution count, for the rank's tracebacks (0: none).
+    Returns the request's msg_id."""
     idents, _ = client._build_targets([rank])
+    metadata: dict = {"label": "mlx_distributed", **({"cell_number": cell_number} if cell_number else {})}
     # through the client's ZMQStream, as ipyparallel's views do, never raw on
     # `_mux_socket`: a raw send on that DEALER (requests out, replies in) can
     # consume the edge-triggered ZMQ_FD's read edge without the stream seeing
     # it, leaving replies unread in the socket for good: the cell never ends
     fut = client.send_execute_request(
         client._mux_stream, code, silent=False, ident=idents[0],
-        metadata={"label": "mlx_distributed"}, message_future_hook=hook,
+        metadata=metadata, message_future_hook=hook,
     )
     return fut.msg_id
 

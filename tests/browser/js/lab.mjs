@@ -288,7 +288,7 @@ try {
     runCell(index).catch((e) => logs.push(`run-cell: ${e}`));
     await page.waitForFunction((i) => {
       const cell = window.jupyterapp.shell.currentWidget.node.querySelectorAll('.jp-Cell')[i];
-      return /waiting on rank 1/.test(cell?.querySelector('.mlxj-where-diagnosis')?.textContent || '');
+      return /waits in MLX all_sum #1 \(float32\[2\], built at line 4, evaluated at line 4\) on rank 1/.test(cell?.querySelector('.mlxj-where-diagnosis')?.textContent || '');
     }, index, { timeout: 30000 });
     const table = page.locator('.jp-Notebook .jp-Cell').nth(index).locator('.jp-OutputArea-output');
     const text = (await table.allInnerTexts()).join('\n');
@@ -303,8 +303,10 @@ try {
       const cell = window.jupyterapp.shell.currentWidget.node.querySelectorAll('.jp-Cell')[i];
       return /the cell ran \d+\.\d s: ranks 0 and 1 done/.test(cell?.querySelector('.jp-OutputArea')?.textContent || '');
     }, index, { timeout: 30000 });
-    record('live_where_table', /in mx\.distributed\.all_sum at line 4 waiting on rank 1/.test(text)
-      && /running line 3: time\.sleep\(4\)/.test(text) && /waiting on rank 1/.test(panelSays),
+    // MLX's own collective on world, named (issue 32): which call, where it was built and evaluated, on whom
+    record('live_where_table', /waits in MLX all_sum #1 \(float32\[2\], built at line 4, evaluated at line 4\) on rank 1/.test(text)
+      && /has called 0 MLX collectives and is at line 3: time\.sleep\(4\)/.test(text)
+      && /waits in MLX all_sum #1 .*on rank 1/.test(panelSays),
       `${text.slice(0, 600)} | panel: ${panelSays}`);
   });
 
@@ -330,7 +332,7 @@ try {
     const beside = await dash.isVisible();
     const t0 = Date.now();
     runCell(index).catch((e) => logs.push(`run-cell: ${e}`));
-    const waiting = await page.waitForFunction(() => /waiting on rank 1/.test(
+    const waiting = await page.waitForFunction(() => /waits in MLX all_sum #1 .*on rank 1/.test(
       document.querySelector('.mlxj-dashboard .mlxj-dash-ranks tr[data-rank="0"] .mlxj-dash-state')?.textContent || ''),
       null, { timeout: 10000 }).then(() => Date.now() - t0).catch(() => -1);
     const state0 = await dash.locator('tr[data-rank="0"] .mlxj-dash-state').innerText();
