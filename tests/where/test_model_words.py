@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mlx_jupyter.where.model import (RankRow, Where, debugger_state, diagnosis, format_bytes, html_table, place_of, rows,
-                                     rank_words, text_table, timeout_words)
+                                     rank_words, text_table, timeout_words, waits_on_peer, bundle)
 
 
 @pytest.mark.parametrize("n, text", [(None, "?"), (0, "0 B"), (1023, "1023 B"), (1024, "1.0 KB"), (1536, "1.5 KB"),
@@ -123,3 +123,33 @@ def test_a_collective_waits_on_the_ranks_elsewhere_or_ended():
                                          "elapsed": 1.25}]}, 1: {"line": 2}}
     assert rows(core, {}, range(2))[0].state == "in all_sum #2 at line 4 waiting on rank 1 for 1.2 s"
     assert rows(core, {}, [0])[0].state == "in all_sum #2 at line 4 waiting on rank 1 for 1.2 s"
+
+
+def test_rows_keep_cpu_and_memory_for_every_kind_of_row():
+    samples = {0: {"running": False, "cpu": 1, "rss": 1024}, 1: {"cpu": 2, "rss": 2048},
+               2: {"line": 4, "debugger": {"line": 4}, "cpu": 3, "rss": 3072}}
+    got = rows(samples, {1: "done"}, range(3))
+    assert [(r.state, r.place, r.cpu, r.memory) for r in got] == [
+        ("idle", "idle", "1%", "1.0 KB"), ("done", "done", "2%", "2.0 KB"),
+        ("in pdb (line 4)", "in pdb (line 4)", "3%", "3.0 KB")]
+    assert rows({0: {"running": True, "line": 2}}, {}, [0])[0].state == "running line 2"
+
+
+def test_a_rank_in_pdb_is_what_the_others_wait_on():
+    samples = {0: {"line": 4, "call": "dist.all_sum"}, 1: {"line": 4, "debugger": {"line": 4}}}
+    got = rows(samples, {}, range(2))
+    mlx = "; no timeout (MLX's collectives have none; the stop button ends the wait)"   # the wait has no end of its own
+    assert got[0].state == "in all_sum at line 4 waiting on rank 1 (in pdb)" + mlx
+    three = rows({**samples, 2: {"line": 7}}, {}, range(3))
+    assert three[0].state == "in all_sum at line 4 waiting on ranks 1 and 2 (rank 1 in pdb)" + mlx
+
+
+def test_waits_on_peer_bundle_and_where():
+    assert waits_on_peer(RankRow(0, "in all_sum waiting on rank 1", "x"))
+    assert waits_on_peer(RankRow(0, "x", "p", waiting=True, says="rank 0 waits on rank 1"))
+    assert not waits_on_peer(RankRow(0, "x", "p", says="s")) and not waits_on_peer(RankRow(0, "waiting", "p", waiting=True))
+    table = [RankRow(0, "a", "p", waiting=True), RankRow(1, "b", "q")]
+    assert bundle(table, "t") == {"text/plain": text_table(table, "t"), "text/html": html_table(table, "t")}
+    w = Where(table, "t")
+    assert w.state(1) == "b" and w.state(0) == "a" and repr(w) == str(w) == text_table(table, "t")
+    assert w.rows == table and w.title == "t"
