@@ -174,3 +174,8 @@ def test_a_ring_hostfile_entry_may_be_one_string_and_a_bad_file_is_named(tmp_pat
     bad.write_text("[]", encoding="utf-8")
     with pytest.raises(RankEnvError, match=rf"^{bad}: expected a non-empty JSON list"):
         load_ring(read({rank_env.HOSTFILE: str(bad), rank_env.RANK: "0"}))
+
+
+def test_current_reads_this_process_environment(monkeypatch):
+    monkeypatch.setenv(rank_env.SIZE, "3")
+    assert rank_env.current().size == 3

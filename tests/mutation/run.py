@@ -78,6 +78,9 @@ EQUIVALENT: dict[str, str] = {
     "the same CPUs in this container (a test cannot narrow its own without also narrowing what it compares)",
     "mlx_jupyter.launch.binding.x_plan__mutmut_7": "`if cpus` always true: allowed_cpus is None only where the OS has "
     "no CPU binding (macOS), and never empty on Linux",
+    "mlx_jupyter.launch.rank_env.x_read__mutmut_181": "size default None instead of 1, then `or 1`: the same 1",
+    "mlx_jupyter.launch.rank_env.x_read__mutmut_194": "size `or 2` for `or 1`: _int gives 1..2**20 or its default 1, "
+    "never 0, so the `or` never applies",
     "mlx_jupyter.net.hosts.x_split_addr__mutmut_39": "'' to 'XXXX' as the inner text of half-bracketed hosts: "
     "neither has ':', so both are refused the same way",
 }
