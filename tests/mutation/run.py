@@ -45,8 +45,7 @@ MODULES: dict[str, list[str]] = {
                           "tests/launch/test_binding.py::test_a_child_spawned_inside_runs_on_the_share_and_the_thread_gets_its_cpus_back"],
     "launch/contract.py": ["tests/launch/test_contract.py", "tests/launch/test_contract_exact.py"],
     "launch/rank_env.py": ["tests/launch/test_rank_env.py", "tests/launch/test_rank_env_edges.py"],
-    "hostfile.py": ["tests/launch/test_hostfile_edges.py", "tests/launch/test_hostfile.py",
-                    "tests/launch/test_hostfile_settings.py"],
+    "hostfile.py": ["tests/launch/test_hostfile_edges.py", "tests/launch/test_hostfile.py"],
 }
 
 #: Mutants judged equivalent (no input can tell them from the original): mutmut's name -> why.
