@@ -29,6 +29,13 @@ struct alignas(64) RingState {
   alignas(64) std::atomic<uint64_t> read{0};     // bytes the consumer has released
   alignas(64) std::atomic<uint32_t> consumer_waiting{0};
   alignas(64) std::atomic<uint32_t> producer_waiting{0};
+  // The producer gave up on its group: 0, or the first collective it withdrew from (Link::withdraw).
+  // Written once, after reason[]; the consumer looks before it takes a message or sends one.
+  alignas(64) std::atomic<uint32_t> withdrawn{0};
+  std::atomic<uint32_t> reason_len{0};  // stored after origin, why and reason[]
+  int32_t origin;                       // GaveUpError's
+  uint32_t why;
+  char reason[176];
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "cross-process atomics must be lock-free");
 
