@@ -38,7 +38,10 @@ struct Board::Slot {
 
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "cross-process atomics must be lock-free");
 
-size_t Board::bytes_for(int n) { return sizeof(Header) + 2 * size_t(n) * sizeof(Slot); }
+size_t Board::bytes_for(int n) {
+  static_assert(sizeof(Header) == 384, "tests/core/test_hostile.py scribbles at these offsets");
+  return sizeof(Header) + 2 * size_t(n) * sizeof(Slot);
+}
 
 Board::Board(std::shared_ptr<SharedSegment> seg, int me, std::vector<std::string> names)
     : seg_(std::move(seg)), base_(seg_->payload()), n_(int(names.size())), me_(me), names_(std::move(names)) {
@@ -94,8 +97,12 @@ const uint8_t* Board::data(int r, uint64_t k) const { return slot(r, k).data; }
 
 bool Board::complete(uint64_t k) const {
   uint64_t g = header().gate[k & 1].load(std::memory_order_acquire);
-  if (gate_op(g) != uint32_t(k)) return false;  // nobody else has posted op k yet
+  if (gate_op(g) != uint32_t(k)) {
+    if (gate_op(g) + 2 == uint32_t(k) || (g == 0 && k <= 2)) return false;  // nobody else has posted op k yet
+    corrupt_gate(k, g);
+  }
   if (g & kGivenUp) gave_up();
+  if (int(g & kCount) > n_) corrupt_gate(k, g);
   return int(g & kCount) == n_;
 }
 

@@ -449,6 +449,9 @@ std::shared_ptr<Group> Group::split(int color, int key, const CallOptions& opts,
     std::vector<int32_t> all(2 * n);
     int32_t mine[2] = {int32_t(color), int32_t(key < 0 ? me_ : key)};
     gather_ring(mine, all.data(), sizeof mine, header(OpCode::Split, Dtype::Int32, sizeof mine), wait);
+    // This group's part of the split is done: an abort of it from now on (a peer-left hook)
+    // withdraws from the next collective, and leaves the new group's forming alone.
+    if (!complete_collective()) wait.check_abort();
     std::vector<std::pair<std::pair<int32_t, int>, int>> same;  // ((key, rank), world rank)
     for (int r = 0; r < n; ++r)
       if (all[2 * r] == color) same.push_back({{all[2 * r + 1], r}, members_[r]});

@@ -111,6 +111,9 @@ EXPECTED = {  # what a completed call returns on ranks 0, 1, 2 (the "during" cas
     "sub_all_sum": [[102.0] * 4] * 3,
 }
 
+#: the ops that take the board when there is one (sum_scatter, send/recv and split use the links)
+BOARD_OPS = {"all_sum", "all_gather", "barrier", "sub_all_sum"}
+
 TRANSPORTS = {
     "board": {},
     "shm_ring": {"MLX_JUPYTER_BOARD": "0"},
@@ -122,14 +125,14 @@ TRANSPORTS = {
 @pytest.mark.parametrize("transport", list(TRANSPORTS))
 def test_an_op_that_failed_on_one_rank_completes_on_none(transport: str, thread: bool) -> None:
     env = {**TRANSPORTS[transport], "GIVE_UP": str(GIVE_UP), "IN_THREAD": "1" if thread else "0"}
-    outs = [r["out"] for r in run_ranks(3, CODE, timeout=240, env=env)]
+    outs = [r["out"] for r in run_ranks(3, CODE, timeout=600, env=env)]
     problems = []
     for key in outs[0]:
         name, timing = key.split("/")
         got = [o[key] for o in outs]
         want_kind = {"board": "board:shm", "shm_ring": "right:shm", "tcp": "right:tcp"}[transport]
         assert want_kind in got[0][2], f"{key}: links {got[0][2]}, wanted {want_kind}"
-        problems += _judge(key, name, timing, [g[:2] for g in got], exact=transport == "board" or timing != "during")
+        problems += _judge(key, name, timing, [g[:2] for g in got], exact=timing != "during" or (transport == "board" and name in BOARD_OPS))
     assert not problems, "\n".join(problems)
 
 

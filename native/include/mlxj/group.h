@@ -85,6 +85,14 @@ class Group : public std::enable_shared_from_this<Group> {
   // group withdrawn, so that an op finishing meanwhile fails instead of completing (see guarded).
   uint32_t withdraw_point() { return open_.fetch_or(kWithdrawn) & ~kWithdrawn; }
   static constexpr uint32_t kWithdrawn = uint32_t(1) << 31;
+  // Marks the current collective complete here; false if this rank withdrew from it first
+  // (abort() from another thread: the peers may refuse our data of it).
+  bool complete_collective() {
+    uint32_t open = open_.load(std::memory_order_relaxed);
+    while (!(open & kWithdrawn))
+      if (open_.compare_exchange_weak(open, seq_ + 1)) return true;
+    return (open & ~kWithdrawn) > seq_;  // withdrawn from a later one: this one was complete
+  }
   std::string describe(int r) const { return ctx_->describe(members_[r]); }
 
   // One send or receive of a step.
@@ -152,10 +160,7 @@ class Group : public std::enable_shared_from_this<Group> {
       body(static_cast<const Wait&>(wait));
       // A collective completes here only if this rank did not withdraw from it meanwhile
       // (abort() from another thread): its peers may have refused our data already.
-      uint32_t open = open_.load(std::memory_order_relaxed);
-      while (start.collective && !(open & kWithdrawn) && !open_.compare_exchange_weak(open, seq_ + 1)) {
-      }
-      if (start.collective && (open & kWithdrawn))
+      if (start.collective && !complete_collective())
         fail(ErrorKind::Aborted, "the group was aborted during " + what + ": " + abort_reason() +
                                      " (call init() again on every rank to form a new group)");
       scope.ok = true;

@@ -38,6 +38,7 @@ struct alignas(64) RingState {
   char reason[176];
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "cross-process atomics must be lock-free");
+static_assert(sizeof(RingState) == 448, "tests/core/test_hostile.py scribbles at these offsets");
 
 // Payload bytes of a segment that carries rings of `ring_bytes` each way.
 constexpr size_t shm_link_bytes(size_t ring_bytes) { return 2 * sizeof(RingState) + 2 * ring_bytes; }
