@@ -11,6 +11,11 @@ namespace mlxj {
 namespace {
 
 constexpr size_t kReasonBytes = 240;
+// A gate: the op (high 32 bits), whether it was given up, how many posts are counted in.
+constexpr uint64_t kGivenUp = uint64_t(1) << 31;
+constexpr uint64_t kCount = kGivenUp - 1;
+uint32_t gate_op(uint64_t g) { return uint32_t(g >> 32); }
+uint64_t gate_of(uint64_t k) { return uint64_t(uint32_t(k)) << 32; }
 
 }  // namespace
 
@@ -18,8 +23,11 @@ struct Board::Header {
   alignas(64) std::atomic<uint32_t> posts;  // bumped after every post and abort: what sleepers wait on
   std::atomic<uint32_t> sleepers;
   alignas(64) std::atomic<int32_t> aborted_by;  // 0, or 1 + the rank that aborted first
-  std::atomic<uint32_t> reason_len;             // stored once reason[] is written
+  std::atomic<uint32_t> reason_len;             // stored once origin, why and reason[] are written
+  int32_t origin;
+  uint32_t why;
   char reason[kReasonBytes];
+  alignas(64) std::atomic<uint64_t> gate[2];  // of the slot sets: op k's is gate[k % 2]
 };
 
 struct Board::Slot {
@@ -30,7 +38,10 @@ struct Board::Slot {
 
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "cross-process atomics must be lock-free");
 
-size_t Board::bytes_for(int n) { return sizeof(Header) + 2 * size_t(n) * sizeof(Slot); }
+size_t Board::bytes_for(int n) {
+  static_assert(sizeof(Header) == 384, "tests/core/test_hostile.py scribbles at these offsets");
+  return sizeof(Header) + 2 * size_t(n) * sizeof(Slot);
+}
 
 Board::Board(std::shared_ptr<SharedSegment> seg, int me, std::vector<std::string> names)
     : seg_(std::move(seg)), base_(seg_->payload()), n_(int(names.size())), me_(me), names_(std::move(names)) {
@@ -49,6 +60,19 @@ void Board::post(uint64_t k, const MsgHeader& h, const void* data, size_t nbytes
   if (nbytes) std::memcpy(s.data, data, nbytes);
   s.h = h;
   s.seq.store(k, std::memory_order_release);
+  std::atomic<uint64_t>& gate = header().gate[k & 1];
+  uint64_t g = gate.load(std::memory_order_acquire), next;
+  do {
+    if (gate_op(g) == uint32_t(k)) {
+      next = g + 1;
+    } else if (gate_op(g) + 2 == uint32_t(k) || (g == 0 && k <= 2)) {  // the set's previous op (complete)
+      next = gate_of(k) | 1;
+    } else {
+      corrupt_gate(k, g);
+    }
+    if (g & kGivenUp) gave_up();  // (the previous op's flag is corruption as well: nobody got past it)
+  } while (!gate.compare_exchange_weak(g, next, std::memory_order_acq_rel, std::memory_order_acquire));
+  last_posted_.store(k, std::memory_order_relaxed);
   header().posts.fetch_add(1, std::memory_order_seq_cst);
   if (header().sleepers.load(std::memory_order_seq_cst)) platform::wake_word(&header().posts);
 }
@@ -71,13 +95,74 @@ bool Board::posted(int r, uint64_t k, const MsgHeader& expect) const {
 
 const uint8_t* Board::data(int r, uint64_t k) const { return slot(r, k).data; }
 
-void Board::mark_aborted(const std::string& reason) {
+bool Board::complete(uint64_t k) const {
+  uint64_t g = header().gate[k & 1].load(std::memory_order_acquire);
+  if (gate_op(g) != uint32_t(k)) {
+    if (gate_op(g) + 2 == uint32_t(k) || (g == 0 && k <= 2)) return false;  // nobody else has posted op k yet
+    corrupt_gate(k, g);
+  }
+  if (g & kGivenUp) gave_up();
+  if (int(g & kCount) > n_) corrupt_gate(k, g);
+  return int(g & kCount) == n_;
+}
+
+bool Board::cancel(uint64_t k) {
+  std::atomic<uint64_t>& gate = header().gate[k & 1];
+  uint64_t g = gate.load(std::memory_order_acquire);
+  for (;;) {
+    if (gate_op(g) != uint32_t(k) || (g & kGivenUp)) return true;  // (given up already)
+    if (int(g & kCount) == n_) return false;
+    if (gate.compare_exchange_weak(g, g | kGivenUp, std::memory_order_acq_rel, std::memory_order_acquire)) return true;
+  }
+}
+
+void Board::gave_up() const {
+  int a = aborted_by();
+  const Header& hd = header();
+  bool told = hd.reason_len.load(std::memory_order_acquire) != 0;
+  int origin = told && hd.origin >= -1 && hd.origin < 1 << 24 ? hd.origin : -1;
+  peer_gave_up(a > 0 ? name(a - 1) : std::string("a rank"), origin, GiveUp(told ? hd.why & 3 : 0), abort_reason());
+}
+
+void Board::corrupt_gate(uint64_t k, uint64_t g) const {
+  fail(ErrorKind::Peer, "the shared memory board of this group is corrupt (its gate holds op " +
+                            std::to_string(gate_op(g)) + " where op " + std::to_string(k) + " or " +
+                            std::to_string(k - 2) + " was due): a rank crashed mid-write or another "
+                            "process of this user wrote into it");
+}
+
+void Board::mark_aborted(const std::string& reason, int origin, int why) {
   Header& hd = header();
   int32_t none = 0;
   if (hd.aborted_by.compare_exchange_strong(none, me_ + 1)) {
-    size_t len = std::min(reason.size(), kReasonBytes);
+    size_t len = std::max<size_t>(1, std::min(reason.size(), kReasonBytes));  // (non-zero: says "told")
+    hd.origin = origin;
+    hd.why = uint32_t(why);
+    std::memcpy(hd.reason, reason.data(), std::min(reason.size(), kReasonBytes));
+    if (reason.empty()) hd.reason[0] = '?';
     std::memcpy(hd.reason, reason.data(), len);
     hd.reason_len.store(uint32_t(len), std::memory_order_release);
+  }
+  // Give up the first op not complete: ours if we posted it, else the next (a gate still on the
+  // set's previous op, or on this op with some posts counted in).
+  uint64_t m = std::max<uint64_t>(1, last_posted_.load(std::memory_order_relaxed));
+  for (int guard = 0; guard < 8; ++guard) {
+    std::atomic<uint64_t>& gate = hd.gate[m & 1];
+    uint64_t g = gate.load(std::memory_order_acquire), next;
+    if (gate_op(g) == uint32_t(m)) {
+      if (g & kGivenUp) break;
+      if (int(g & kCount) == n_) {  // complete: the next op is the first one not
+        ++m;
+        continue;
+      }
+      next = g | kGivenUp;
+    } else if (gate_op(g) + 2 == uint32_t(m) || g == 0) {
+      next = gate_of(m) | kGivenUp;
+    } else {
+      ++m;  // (the gate is past m: m completed)
+      continue;
+    }
+    if (gate.compare_exchange_strong(g, next, std::memory_order_acq_rel, std::memory_order_acquire)) break;
   }
   hd.posts.fetch_add(1, std::memory_order_seq_cst);
   platform::wake_word(&hd.posts);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <sstream>
 #include <stdexcept>
 
 #include "mlxj/errors.h"
@@ -72,6 +73,9 @@ void Group::connect_ring(const Wait& wait) {
   right_ = std::move(right);
   left_ = std::move(left);
   if (aborted_) {
+    uint32_t from = open_.load() & ~kWithdrawn;
+    right_->withdraw(from, give_up_why_, give_up_origin_, abort_reason_);
+    left_->withdraw(from, give_up_why_, give_up_origin_, abort_reason_);
     right_->shutdown();
     left_->shutdown();
   }
@@ -99,7 +103,10 @@ Link& Group::p2p_link(int peer, bool sending, const Wait& wait) {
   auto fresh = establish_link(std::move(conns), me_ == lo, ctx_->describe(w_peer), wait, opts_);
   std::lock_guard<std::mutex> lock(abort_mu_);
   auto& link = p2p_[peer] = std::move(fresh);
-  if (aborted_) link->shutdown();
+  if (aborted_) {
+    link->withdraw(open_.load() & ~kWithdrawn, give_up_why_, give_up_origin_, abort_reason_);
+    link->shutdown();
+  }
   return *link;
 }
 
@@ -108,17 +115,28 @@ std::string Group::abort_reason() const {
   return abort_reason_;
 }
 
-void Group::abort(const std::string& reason) {
+void Group::give_up(const std::string& reason, GiveUp why, int origin) {
+  if (origin < 0) origin = members_[me_];
   {
     std::lock_guard<std::mutex> lock(abort_mu_);
-    if (!aborted_) abort_reason_ = reason;
+    if (!aborted_) {
+      abort_reason_ = reason;
+      aborted_ = true;  // (before the withdrawal: an op that sees it withdrawn then finds the group aborted)
+      // First the withdrawal (the peers then take none of our data of that op, early or late),
+      // then shutdown() (not close: safe while another thread polls these sockets), which
+      // the peers see at once.
+      uint32_t from = withdraw_point();
+      if (right_) right_->withdraw(from, why, origin, reason);
+      if (left_) left_->withdraw(from, why, origin, reason);
+      for (auto& [_, link] : p2p_) link->withdraw(from, why, origin, reason);
+      give_up_origin_ = origin;
+      give_up_why_ = why;
+      if (board_) board_->mark_aborted(abort_reason_, origin, int(why));  // ranks waiting on the board learn it there
+    }
     aborted_ = true;
-    // shutdown() (not close) is safe while another thread polls these sockets;
-    // the peers see the connection end at once and fail in turn.
     if (right_) right_->shutdown();
     if (left_) left_->shutdown();
     for (auto& [_, link] : p2p_) link->shutdown();
-    if (board_) board_->mark_aborted(abort_reason_);  // ranks waiting on the board learn it there
     abort_waker_.wake();
   }
   // Ops of other threads waiting for the op lock learn it now. op_mu_ is taken (after abort_mu_
@@ -206,8 +224,16 @@ void Group::close(const std::string& reason) {
   ctx_->close();
 }
 
+std::string Wait::timed_out() const {
+  if (seconds < 0 || seconds >= kNoDeadline) return what + " timed out";
+  std::ostringstream s;
+  s << what << " timed out after " << seconds << " s";
+  return s.str();
+}
+
 Wait Group::make_wait(const CallOptions& opts, const std::string& what) {
   Wait w;
+  w.seconds = opts.timeout;
   // Infinite or huge (past ~30 years, where the clock arithmetic would overflow) means no deadline.
   if (opts.timeout >= 0 && opts.timeout < kNoDeadline)
     w.deadline = Clock::now() + std::chrono::microseconds(int64_t(opts.timeout * 1e6));
@@ -222,7 +248,11 @@ Wait Group::make_wait(const CallOptions& opts, const std::string& what) {
 }
 
 void Group::failed(const std::string& what, const CommError& e) {
-  if (e.kind() != ErrorKind::Aborted) abort(what + " failed on rank " + std::to_string(me_) + ": " + e.what());
+  if (e.kind() == ErrorKind::Aborted) return;
+  std::string reason = what + " failed on rank " + std::to_string(me_) + ": " + e.what();
+  if (auto* peer = dynamic_cast<const GaveUpError*>(&e))  // a peer's give-up: pass its origin on
+    return give_up(reason, GiveUp(peer->why & 3), peer->origin);
+  give_up(reason, e.kind() == ErrorKind::Timeout ? GiveUp::TimedOut : GiveUp::Failed);
 }
 
 void Group::release_links() {
@@ -351,7 +381,7 @@ void Group::check_stop(Link* const* links, size_t nlinks, bool moving, const Wai
   for (size_t i = 0; i < nlinks; ++i)
     if (links[i]->receiving() || links[i]->sending()) links[i]->check_alive(now);
   if (now < wait.deadline) return;
-  if (moving) fail(ErrorKind::Timeout, wait.what + " timed out while still transferring");
+  if (moving) fail(ErrorKind::Timeout, wait.timed_out() + " while still transferring");
   std::string who;
   for (size_t i = 0; i < nlinks; ++i)
     if (links[i]->receiving() || links[i]->sending()) who += (who.empty() ? "" : ", ") + links[i]->name();
@@ -359,7 +389,7 @@ void Group::check_stop(Link* const* links, size_t nlinks, bool moving, const Wai
 }
 
 void Group::timed_out(const Wait& wait, const std::string& who) {
-  fail(ErrorKind::Timeout, wait.what + " timed out waiting for " + who +
+  fail(ErrorKind::Timeout, wait.timed_out() + " waiting for " + who +
                                ": that rank may have skipped this call, failed, or be stuck elsewhere");
 }
 
@@ -419,6 +449,9 @@ std::shared_ptr<Group> Group::split(int color, int key, const CallOptions& opts,
     std::vector<int32_t> all(2 * n);
     int32_t mine[2] = {int32_t(color), int32_t(key < 0 ? me_ : key)};
     gather_ring(mine, all.data(), sizeof mine, header(OpCode::Split, Dtype::Int32, sizeof mine), wait);
+    // This group's part of the split is done: an abort of it from now on (a peer-left hook)
+    // withdraws from the next collective, and leaves the new group's forming alone.
+    if (!complete_collective()) wait.check_abort();
     std::vector<std::pair<std::pair<int32_t, int>, int>> same;  // ((key, rank), world rank)
     for (int r = 0; r < n; ++r)
       if (all[2 * r] == color) same.push_back({{all[2 * r + 1], r}, members_[r]});

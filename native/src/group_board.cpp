@@ -78,7 +78,7 @@ void Group::join_board(const MsgHeader& h, const Wait& wait) {
   auto board = std::make_unique<Board>(std::move(seg), me_, std::move(names));
   std::lock_guard<std::mutex> lock(abort_mu_);
   board_ = std::move(board);
-  if (aborted_) board_->mark_aborted(abort_reason_);
+  if (aborted_) board_->mark_aborted(abort_reason_, give_up_origin_, int(give_up_why_));  // (gives up the first board op)
 }
 
 // Post, wait for every other rank's post, reduce all in rank order: every rank
@@ -126,7 +126,8 @@ void Group::wait_board(uint64_t k, const MsgHeader& h, const Wait& wait) {
   };
   for (;;) {
     uint32_t seen = board_->posts();  // before looking: a post after this wakes the sleep below
-    if (all_posted()) return done();
+    // The gate decides (board.h); the slots say whom we wait for, and check each call's header.
+    if (all_posted() && board_->complete(k)) return done();
     auto now = Clock::now();
     if (since == Clock::time_point{}) since = now;
     op_waited_on_ = next;
@@ -135,8 +136,8 @@ void Group::wait_board(uint64_t k, const MsgHeader& h, const Wait& wait) {
     if (board_->aborted_by() || now >= next_check || now >= wait.deadline) {
       next_check = now + kBusyCheck;
       // The last posts may have come since the look above, and a rank done with the op may
-      // have aborted the group since: with every post in, the op is complete all the same.
-      if (all_posted()) return done();
+      // have aborted the group since: with every post counted in, the op is complete all the same.
+      if (all_posted() && board_->complete(k)) return done();
       check_board(next, k, h, wait, now);
     }
     if (!asleep) {
@@ -154,16 +155,16 @@ void Group::check_board(int first_missing, uint64_t k, const MsgHeader& h, const
   wait.check_abort();
   if (wait.interrupted && wait.interrupted()) throw Interrupted();
   int n = size();
-  // Past our own deadline, name who we waited for (though a peer may have given up just before us).
+  // Past our own deadline we give the op up, unless every post was counted in first (it then
+  // completes on every rank, ours included); name who we waited for.
   if (now >= wait.deadline) {
+    if (!board_->cancel(k)) return;
     std::string who;
     for (int r = first_missing; r < n; ++r)
       if (r != me_ && !board_->posted(r, k, h)) who += (who.empty() ? "" : ", ") + board_->name(r);
-    if (!who.empty()) timed_out(wait, who);
+    timed_out(wait, who.empty() ? "the last rank to post" : who);
   }
-  if (int a = board_->aborted_by())
-    fail(ErrorKind::Peer, (a > 0 ? board_->name(a - 1) : std::string("a rank")) + " gave up on this group (" +
-                              board_->abort_reason() + ")");
+  board_->complete(k);  // a rank that gave up on the op fails it here, whatever it marked on the board
   int right = (me_ + 1) % n, left = (me_ + n - 1) % n;
   for (auto [link, peer] : {std::pair<Link*, int>{right_.get(), right}, {left_.get(), left}}) {
     // A neighbour that sends a message of this op number called something else.

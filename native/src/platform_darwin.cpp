@@ -55,6 +55,8 @@ ssize_t send_nosignal(int fd, const void* data, size_t n) { return ::send(fd, da
 
 ssize_t sendmsg_nosignal(int fd, const msghdr* msg) { return ::sendmsg(fd, msg, 0); }
 
+ssize_t send_urgent(int fd, uint8_t byte) { return ::send(fd, &byte, 1, MSG_OOB | MSG_DONTWAIT); }
+
 void tune_keepalive(int fd, int idle_s, int interval_s, int count) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPALIVE, &idle_s, sizeof idle_s);
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof interval_s);

@@ -30,6 +30,8 @@ ssize_t send_nosignal(int fd, const void* data, size_t n) { return ::send(fd, da
 
 ssize_t sendmsg_nosignal(int fd, const msghdr* msg) { return ::sendmsg(fd, msg, MSG_NOSIGNAL); }
 
+ssize_t send_urgent(int fd, uint8_t byte) { return ::send(fd, &byte, 1, MSG_OOB | MSG_NOSIGNAL | MSG_DONTWAIT); }
+
 void tune_keepalive(int fd, int idle_s, int interval_s, int count) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s);
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof interval_s);

@@ -39,6 +39,7 @@ class ShmLink final : public Link {
 
   void begin_send(const MsgHeader& h, const void* data, size_t size) override {
     if (!seg_) fail(ErrorKind::Aborted, "the shared memory to " + name_ + " was released (its group was aborted)");
+    if (rx_->withdrawn.load(std::memory_order_acquire)) gave_up();  // nothing is published to a peer that gave up
     send_ = {true, h, 0, const_cast<uint8_t*>(static_cast<const uint8_t*>(data)), size};
   }
   void begin_recv(const MsgHeader& expect, void* data, size_t size, const Fold* fold) override {
@@ -64,7 +65,10 @@ class ShmLink final : public Link {
     if (recv_.active) moved |= pull();
     // A peer may write its last message and leave before we look: what it left in the
     // ring is still ours to read, so its leaving counts only once nothing more moves.
-    if (peer_gone_ && !moved && (send_.active || recv_.active)) peer_closed(name_);
+    if (peer_gone_ && !moved && (send_.active || recv_.active)) {
+      if (rx_->withdrawn.load(std::memory_order_acquire)) gave_up();
+      peer_closed(name_);
+    }
     return moved;
   }
 
@@ -100,6 +104,15 @@ class ShmLink final : public Link {
     return h;
   }
 
+  void withdraw(uint32_t from, GiveUp why, int origin, const std::string& reason) override {
+    if (!seg_ || tx_->withdrawn.load(std::memory_order_relaxed)) return;  // (released, or said already)
+    size_t len = std::min(reason.size(), sizeof tx_->reason);
+    tx_->origin = origin;
+    tx_->why = uint32_t(why);
+    std::memcpy(tx_->reason, reason.data(), len);
+    tx_->reason_len.store(uint32_t(len), std::memory_order_release);
+    tx_->withdrawn.store(from, std::memory_order_seq_cst);
+  }
   void shutdown() override { ::shutdown(bell_.get(), SHUT_RDWR); }
   void release() override {
     send_.active = recv_.active = false;
@@ -187,9 +200,31 @@ class ShmLink final : public Link {
     return n;
   }
 
+  [[noreturn]] void gave_up() const {
+    size_t len = std::min<size_t>(rx_->reason_len.load(std::memory_order_acquire), sizeof rx_->reason);
+    std::string why(rx_->reason, len);
+    for (char& c : why)  // written by another process: keep it printable
+      if (c < 0x20 || c > 0x7e) c = '?';
+    int origin = rx_->origin;
+    peer_gave_up(name_, origin >= -1 && origin < 1 << 24 ? origin : -1, GiveUp(rx_->why & 3), why);
+  }
+
+  // A collective's message of the peer's is taken only if the peer has not withdrawn from that
+  // collective (point-to-point messages, seq 0, are complete sends: always good).
+  void check_taken(const MsgHeader& got) const {
+    uint32_t from = rx_->withdrawn.load(std::memory_order_seq_cst);
+    if (from && got.seq && got.seq >= from) gave_up();
+  }
+
   bool pull() {
     uint64_t r = rx_read_, w = rx_->written.load(std::memory_order_acquire);
-    if (w == r) return false;
+    if (w == r) {
+      // Nothing more will come from a peer that withdrew (written is looked at again: it may
+      // have published its last message between our two loads).
+      if (rx_->withdrawn.load(std::memory_order_seq_cst) && rx_->written.load(std::memory_order_seq_cst) == r)
+        gave_up();
+      return false;
+    }
     // The producer can only have published what fits in the ring after what we released.
     if (w < r || w - r > cap_)
       corrupt("its written counter " + std::to_string(w) + " is outside [" + std::to_string(r) + ", " +
@@ -200,7 +235,10 @@ class ShmLink final : public Link {
       r += k;
       recv_.done += k;
       // Never touch the payload before checking the header: a mismatched size must not overrun the buffer.
-      if (recv_.done == sizeof(MsgHeader)) check_header(recv_.header, got_, name_);
+      if (recv_.done == sizeof(MsgHeader)) {
+        check_header(recv_.header, got_, name_);
+        check_taken(got_);
+      }
     }
     if (recv_.done >= sizeof(MsgHeader)) {
       size_t at = recv_.done - sizeof(MsgHeader), n = std::min<size_t>(recv_.size - at, w - r);
@@ -213,6 +251,7 @@ class ShmLink final : public Link {
       recv_.done += n;
     }
     if (r == rx_read_) return false;  // only part of an element so far
+    if (recv_.done == sizeof(MsgHeader) + recv_.size) check_taken(got_);  // the take: the peer still stands by it
     rx_read_ = r;
     rx_->read.store(r, std::memory_order_seq_cst);
     if (recv_.done == sizeof(MsgHeader) + recv_.size) recv_.active = false;

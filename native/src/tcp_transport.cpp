@@ -1,6 +1,7 @@
 #include "mlxj/tcp_transport.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <sys/socket.h>
@@ -28,6 +29,7 @@ class TcpLink final : public Link {
   const std::string& name() const override { return name_; }
 
   void begin_send(const MsgHeader& h, const void* data, size_t size) override {
+    if (urgent() >= 0) gave_up();  // nothing is sent to a peer that gave up
     start(send_, h, const_cast<uint8_t*>(static_cast<const uint8_t*>(data)), size);
   }
   void begin_recv(const MsgHeader& expect, void* data, size_t size, const Fold*) override {
@@ -62,6 +64,16 @@ class TcpLink final : public Link {
     }
   }
 
+  // The withdrawal travels as one urgent byte, out of the stream (so it never lands inside a
+  // message another thread is sending): why (2 bits), the collective's parity (a peer taking
+  // our message of collective k sees a withdrawal from k or k + 1, never later: that would need
+  // its own part in k + 1), the origin's world rank (5 bits, 31: another). The peer finds the byte
+  // after the last message we sent before it (sockatmark).
+  void withdraw(uint32_t from, GiveUp why, int origin, const std::string&) override {
+    if (withdrawn_.exchange(true)) return;
+    uint8_t who = origin >= 0 && origin < 31 ? uint8_t(origin) : 31;
+    platform::send_urgent(conns_[0].get(), uint8_t(uint8_t(why) << 6 | (from & 1) << 5 | who));
+  }
   void shutdown() override {
     for (auto& fd : conns_) ::shutdown(fd.get(), SHUT_RDWR);
   }
@@ -134,16 +146,21 @@ class TcpLink final : public Link {
         iov[n++] = {t.data + pos, std::min(stripe_left, t.size - pos)};
       }
       if (n == 0) return moved;
+      if (!is_send && c == 0 && urgent() >= 0 && ::sockatmark(conns_[0].get()) == 1) gave_up();
       msghdr msg{};
       msg.msg_iov = iov;
       msg.msg_iovlen = n;
       ssize_t r = is_send ? platform::sendmsg_nosignal(conns_[c].get(), &msg) : ::recvmsg(conns_[c].get(), &msg, 0);
       if (r < 0) {
         if (try_again(errno)) return moved;
-        peer_lost(errno, name_);
+        int err = errno;
+        if (urgent() >= 0) gave_up();
+        peer_lost(err, name_);
       }
-      if (r == 0 && !is_send)
+      if (r == 0 && !is_send) {
+        if (urgent() >= 0) gave_up();
         peer_closed(name_);
+      }
       moved = true;
       size_t got = size_t(r);
       if (header_pending) {
@@ -160,7 +177,22 @@ class TcpLink final : public Link {
     if (!t.active || t.header_done < sizeof(MsgHeader)) return;
     for (size_t c = 0; c < conns_.size(); ++c)
       if (t.done[c] < conn_total(t, c)) return;
+    // The take: a collective's message right before the peer's withdrawal from that very
+    // collective is not taken (point-to-point messages, seq 0, are complete sends: good).
+    if (&t == &recv_ && t.got.seq && urgent() >= 0 && (oob_ >> 5 & 1) == int(t.got.seq & 1) &&
+        ::sockatmark(conns_[0].get()) == 1)
+      gave_up();
     t.active = false;
+  }
+
+  // The peer's withdrawal byte once it has come, else -1 (one non-blocking look).
+  int urgent() {
+    uint8_t b;
+    if (oob_ < 0 && ::recv(conns_[0].get(), &b, 1, MSG_OOB | MSG_DONTWAIT) == 1) oob_ = b;
+    return oob_;
+  }
+  [[noreturn]] void gave_up() const {
+    peer_gave_up(name_, (oob_ & 31) == 31 ? -1 : oob_ & 31, GiveUp(oob_ >> 6), "");
   }
 
   std::vector<Fd> conns_;
@@ -168,6 +200,8 @@ class TcpLink final : public Link {
   std::chrono::milliseconds dead_peer_;
   std::string name_;
   Transfer send_, recv_;
+  int oob_ = -1;                        // the peer's withdrawal byte (op thread)
+  std::atomic<bool> withdrawn_{false};  // ours was sent (any thread)
 };
 
 }  // namespace

@@ -44,6 +44,17 @@ void peer_lost(int err, const std::string& peer) {
   fail(ErrorKind::Peer, "connection to " + peer + " was lost: " + errno_text(err));
 }
 
+void peer_gave_up(const std::string& peer, int origin, GiveUp why, const std::string& detail) {
+  const char* verb = why == GiveUp::TimedOut      ? "timed out"
+                     : why == GiveUp::Interrupted ? "was interrupted (Ctrl-C)"
+                     : why == GiveUp::Failed      ? "had an operation fail"
+                                                  : "aborted its group";
+  std::string cause = (origin >= 0 ? "rank " + std::to_string(origin) : std::string("a rank")) + " " + verb;
+  throw GaveUpError(peer + " gave up on this group (" + cause + (detail.empty() ? "" : ": " + detail) +
+                        "): this operation cannot complete on any rank (call init() again on every rank)",
+                    origin, int(why));
+}
+
 void peer_closed(const std::string& peer) {
   fail(ErrorKind::Peer, "connection to " + peer + " was closed by the peer (it exited, was interrupted or aborted its group)");
 }

@@ -226,9 +226,9 @@ def _scribble_until_a_rank_fails(n: int, job: str, garbage: dict[int, bytes], bo
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="writes through /proc/<pid>/mem")
 def test_garbage_in_the_shared_segment_is_a_peer_error_not_a_crash() -> None:
-    # The segment's header: magic, payload bytes, nonce, pid; then the link's payload: two 256-byte
-    # RingStates at 64 and 320 (written at +0, read at +64 of each), then the rings.
-    values = {8: 1 << 62, 64: 0xDEADBEEFDEADBEEF, 128: 0xFFFFFFFFFFFFFFF0, 320: 0xDEADBEEFDEADBEEF, 384: 7 << 40}
+    # The segment's header: magic, payload bytes, nonce, pid; then the link's payload: two 448-byte
+    # RingStates at 64 and 512 (written at +0, read at +64 of each), then the rings.
+    values = {8: 1 << 62, 64: 0xDEADBEEFDEADBEEF, 128: 0xFFFFFFFFFFFFFFF0, 512: 0xDEADBEEFDEADBEEF, 576: 7 << 40}
     garbage = {off: struct.pack("<Q", v) for off, v in values.items()}
     messages = _scribble_until_a_rank_fails(2, SHM_JOB, garbage, board=False)
     assert any("shared memory" in m and "corrupt" in m for m in messages), messages
@@ -250,10 +250,10 @@ except dist.DistributedError as exc:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="writes through /proc/<pid>/mem")
 def test_garbage_on_the_board_is_a_peer_error_not_a_crash() -> None:
     # The board is the payload of its segment, after the segment's 64-byte header: the board's
-    # header (posts, then aborted_by and reason_len at +64 and +68), then 3 ranks x 2 slots of
-    # 16448 bytes from +320, each starting with its sequence number.
+    # header (posts, then aborted_by and reason_len at +64 and +68, the gates at +320), then
+    # 3 ranks x 2 slots of 16448 bytes from +384, each starting with its sequence number.
     area, n = 64, 3
-    garbage = {area + 320 + i * 16448: struct.pack("<Q", 0xDEADBEEFDEADBEEF) for i in range(2 * n)}
+    garbage = {area + 384 + i * 16448: struct.pack("<Q", 0xDEADBEEFDEADBEEF) for i in range(2 * n)}
     garbage[area + 68] = struct.pack("<I", 0xFFFFFFFF)  # reason_len: far past the reason's 240 bytes
     messages = _scribble_until_a_rank_fails(n, BOARD_JOB, garbage, board=True)
     assert any("board" in m and "corrupt" in m for m in messages), messages

@@ -8,6 +8,12 @@
 // post op k+2 once it has seen every post of op k+1, which each rank makes only
 // after it has finished reading op k. So no slot is overwritten while read.
 //
+// Whether op k completes is decided by one word per slot set, its gate (op, count, given up):
+// a post counts itself in, a rank that gives up sets the gate's flag, each by compare-and-swap
+// on that one word. So either every post is counted first (the op completes on every rank,
+// even one that gives up afterwards: its abort then takes the next op) or the flag is set
+// first (every rank fails the op, including one that posts later). No timing decides it.
+//
 // Nothing read from the board is trusted: its sizes are this process's own,
 // a slot's header is checked against this rank's call before its data is used,
 // and a sequence number other than the expected ones fails as corruption.
@@ -36,15 +42,22 @@ class Board {
   Board(std::shared_ptr<SharedSegment> seg, int me, std::vector<std::string> names);
   const std::string& name(int r) const { return names_[size_t(r)]; }
 
-  // Publishes this rank's contribution to op k (k = 1, 2, ...).
+  // Publishes this rank's contribution to op k (k = 1, 2, ...) and counts it in; throws
+  // CommError naming the rank that gave up if op k was given up before.
   void post(uint64_t k, const MsgHeader& h, const void* data, size_t nbytes);
+  // Whether every rank's post of op k is counted in; throws CommError if op k was given up.
+  bool complete(uint64_t k) const;
+  // This rank gives up op k (posted, not complete): false if it completed first.
+  bool cancel(uint64_t k);
   // Whether rank r has posted op k; throws CommError naming it if its call differs from `expect`.
   bool posted(int r, uint64_t k, const MsgHeader& expect) const;
   // Rank r's data of op k (once posted() said so).
   const uint8_t* data(int r, uint64_t k) const;
 
-  // Tells every rank that this one has given up on the group, and why.
-  void mark_aborted(const std::string& reason);
+  // Tells every rank that this one has given up on the group, and why, and gives up the
+  // first op it has not seen complete (any thread).
+  // `origin` and `why`: as GaveUpError's (errors.h).
+  void mark_aborted(const std::string& reason, int origin, int why);
   // 1 + the rank that aborted first, or 0; its reason, made printable.
   int aborted_by() const;
   std::string abort_reason() const;
@@ -59,11 +72,14 @@ class Board {
   struct Header;
   Slot& slot(int r, uint64_t k) const;
   Header& header() const;
+  [[noreturn]] void gave_up() const;
+  [[noreturn]] void corrupt_gate(uint64_t k, uint64_t gate) const;
 
   std::shared_ptr<SharedSegment> seg_;
   uint8_t* base_;
   int n_, me_;
   std::vector<std::string> names_;
+  std::atomic<uint64_t> last_posted_{0};  // (this process's) the newest op this rank counted itself in
 };
 
 }  // namespace mlxj

@@ -41,6 +41,9 @@ struct Wait {
   const Waker* abort = nullptr;  // woken when the group is aborted
   std::function<void()> check_abort;  // throws if the group was aborted
   std::string what;  // "all_sum", "init", ... for timeout messages
+  double seconds = -1;  // the call's timeout, for its message
+  // "all_sum timed out after 2 s"
+  std::string timed_out() const;
 };
 
 class Context {

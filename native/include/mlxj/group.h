@@ -52,7 +52,9 @@ class Group : public std::enable_shared_from_this<Group> {
   std::shared_ptr<Group> split(int color, int key, const CallOptions& opts, const CoreOptions* options = nullptr);
   const CoreOptions& options() const { return opts_; }
   void barrier(const CallOptions& opts);
-  void abort(const std::string& reason);
+  // Gives up on the group: this rank withdraws from the collective it is in (or, idle, from the
+  // next one), so that no peer completes that op with our data, and fails pending and later ops.
+  void abort(const std::string& reason) { give_up(reason, GiveUp::Aborted); }
   // Aborts and releases the process's listening ports (for every group of this world).
   void close(const std::string& reason);
   bool aborted() const { return aborted_.load(); }
@@ -77,6 +79,20 @@ class Group : public std::enable_shared_from_this<Group> {
   // A send/recv peer: throws std::invalid_argument (ValueError) unless it is another rank of this group.
   void check_peer(int peer, const char* what) const;
   Wait make_wait(const CallOptions& opts, const std::string& what);
+  // `origin`: the world rank where the give-up started (-1: this one).
+  void give_up(const std::string& reason, GiveUp why, int origin = -1);
+  // The collective this rank withdraws from now (the one in progress, else the next); marks the
+  // group withdrawn, so that an op finishing meanwhile fails instead of completing (see guarded).
+  uint32_t withdraw_point() { return open_.fetch_or(kWithdrawn) & ~kWithdrawn; }
+  static constexpr uint32_t kWithdrawn = uint32_t(1) << 31;
+  // Marks the current collective complete here; false if this rank withdrew from it first
+  // (abort() from another thread: the peers may refuse our data of it).
+  bool complete_collective() {
+    uint32_t open = open_.load(std::memory_order_relaxed);
+    while (!(open & kWithdrawn))
+      if (open_.compare_exchange_weak(open, seq_ + 1)) return true;
+    return (open & ~kWithdrawn) > seq_;  // withdrawn from a later one: this one was complete
+  }
   std::string describe(int r) const { return ctx_->describe(members_[r]); }
 
   // One send or receive of a step.
@@ -142,9 +158,14 @@ class Group : public std::enable_shared_from_this<Group> {
     try {
       wait.check_abort();
       body(static_cast<const Wait&>(wait));
+      // A collective completes here only if this rank did not withdraw from it meanwhile
+      // (abort() from another thread): its peers may have refused our data already.
+      if (start.collective && !complete_collective())
+        fail(ErrorKind::Aborted, "the group was aborted during " + what + ": " + abort_reason() +
+                                     " (call init() again on every rank to form a new group)");
       scope.ok = true;
     } catch (const Interrupted&) {
-      abort("interrupted (Ctrl-C) during " + what);
+      give_up("interrupted (Ctrl-C) during " + what + " on rank " + std::to_string(me_), GiveUp::Interrupted);
       release_links();
       throw;
     } catch (const CommError& e) {
@@ -205,6 +226,8 @@ class Group : public std::enable_shared_from_this<Group> {
   mutable std::mutex abort_mu_;
   std::atomic<bool> aborted_{false};
   std::string abort_reason_;
+  int give_up_origin_ = -1;  // (under abort_mu_) what abort_reason_ came from, for links made later
+  GiveUp give_up_why_ = GiveUp::Aborted;
   Waker abort_waker_;
   struct Block {
     std::unique_ptr<uint8_t[]> data;
@@ -212,6 +235,8 @@ class Group : public std::enable_shared_from_this<Group> {
   };
   Block scratch_[int(Slot::Count)];
   uint32_t seq_ = 0;
+  // The first collective not completed here (it follows seq_ between ops), | kWithdrawn once given up.
+  std::atomic<uint32_t> open_{1};
   uint32_t splits_ = 0;
   // The op in progress (written under the op lock): see OpScope and run().
   Activity activity_;

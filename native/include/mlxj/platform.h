@@ -28,6 +28,8 @@ int accept_nonblocking(int listener);
 bool nonblocking_pipe(int fds[2]);
 ssize_t send_nosignal(int fd, const void* data, size_t n);
 ssize_t sendmsg_nosignal(int fd, const msghdr* msg);
+// Sends one byte of TCP urgent data (out of band: not part of the stream) without blocking.
+ssize_t send_urgent(int fd, uint8_t byte);
 // TCP keepalive of a connection: the first probe after `idle_s` silent seconds, then every
 // `interval_s`, the connection given up after `count` unanswered probes.
 void tune_keepalive(int fd, int idle_s, int interval_s, int count);

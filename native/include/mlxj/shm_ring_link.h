@@ -29,8 +29,16 @@ struct alignas(64) RingState {
   alignas(64) std::atomic<uint64_t> read{0};     // bytes the consumer has released
   alignas(64) std::atomic<uint32_t> consumer_waiting{0};
   alignas(64) std::atomic<uint32_t> producer_waiting{0};
+  // The producer gave up on its group: 0, or the first collective it withdrew from (Link::withdraw).
+  // Written once, after reason[]; the consumer looks before it takes a message or sends one.
+  alignas(64) std::atomic<uint32_t> withdrawn{0};
+  std::atomic<uint32_t> reason_len{0};  // stored after origin, why and reason[]
+  int32_t origin;                       // GaveUpError's
+  uint32_t why;
+  char reason[176];
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "cross-process atomics must be lock-free");
+static_assert(sizeof(RingState) == 448, "tests/core/test_hostile.py scribbles at these offsets");
 
 // Payload bytes of a segment that carries rings of `ring_bytes` each way.
 constexpr size_t shm_link_bytes(size_t ring_bytes) { return 2 * sizeof(RingState) + 2 * ring_bytes; }

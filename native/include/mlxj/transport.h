@@ -38,6 +38,14 @@ void check_header(const MsgHeader& expected, const MsgHeader& got, const std::st
 [[noreturn]] void peer_lost(int err, const std::string& peer);
 [[noreturn]] void peer_closed(const std::string& peer);
 
+// Why a rank gave up on its group, as the peers learn it (TCP carries only this, shared memory the text too).
+enum class GiveUp : uint8_t { Aborted = 0, TimedOut = 1, Interrupted = 2, Failed = 3 };
+// Throws GaveUpError: `peer` gave up on the group, as `origin` (a world rank, -1 unknown) did
+// first, because of `why`; `detail` is that rank's reason when it travelled (shared memory).
+// A rank that gives up withdraws from the collective it was in, or from the next one when idle:
+// no peer takes its data of that op.
+[[noreturn]] void peer_gave_up(const std::string& peer, int origin, GiveUp why, const std::string& detail);
+
 // What a receive does with its bytes as they arrive: out = mine op received
 // (received op mine unless mine_first), element-wise. out may be the receive buffer.
 struct Fold {
@@ -66,6 +74,10 @@ class Link {
   virtual size_t received() const = 0;
   // What to wait on for the pending work.
   virtual void wait_set(std::vector<pollfd>& out) const = 0;
+  // Thread-safe, before shutdown(): tells the peer that this rank withdraws from collective
+  // #`from` and every later op (its messages of earlier collectives stay good). The peer then
+  // takes no message of ours of collective #from or later, and starts no send to us.
+  virtual void withdraw(uint32_t from, GiveUp why, int origin, const std::string& reason) = 0;
   // Thread-safe: pending and later I/O fail; the peer sees the connection end.
   virtual void shutdown() = 0;
   // Frees what the link holds besides its sockets (shared memory). Only once no
