@@ -38,7 +38,8 @@ def op(name, timing, g, sub, timeout):
         return dist.sum_scatter(np.tile(mine, (3, 1)), group=g, timeout=timeout).tolist()
     if name == "send_recv":  # rank 0 waits for rank 1's message; rank 2 for one from rank 0 (never sent)
         if RANK == 1:
-            return dist.send(mine, dst=0, group=g, timeout=timeout)
+            dist.send(mine, dst=0, group=g, timeout=timeout)   # returns its input, as MLX's does: no result
+            return None
         if RANK == 2 and timing != "after":
             return "not involved"
         return dist.recv((4,), "float32", src=1 if RANK == 0 else 0, group=g, timeout=timeout).tolist()
