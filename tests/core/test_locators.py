@@ -16,7 +16,8 @@ from mlx_jupyter import _core
 
 MAGIC = 0x4D4C584A53484D31
 HEADER = 64  # the segment's: magic, payload bytes, nonce, creator pid (64-byte aligned)
-LAYOUT = HEADER + 512  # then the link's two 256-byte ring states, then its two rings
+RING_STATE = 448  # one ring state (native/include/mlxj/shm_ring_link.h asserts its size)
+LAYOUT = HEADER + 2 * RING_STATE  # then the link's two ring states, then its two rings
 RING = 4096
 PAYLOAD = LAYOUT - HEADER + 2 * RING  # what a link with rings of RING bytes asks for
 NONCE = 0x0123456789ABCDEF
