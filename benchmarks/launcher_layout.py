@@ -91,11 +91,14 @@ def run_mpi(mpirun: list[str], n: int, sizes: list[int], scale: float, timeout: 
     with tempfile.TemporaryDirectory() as out:
         env = {**os.environ, "BENCH_SIZES": json.dumps(sizes), "BENCH_SCALE": str(scale), "BENCH_OUT": out,
                "BENCH_DIR": str(HERE)}
-        done = subprocess.run(mpirun + [sys.executable, "-c", MPI_RANK_CODE], env=env, cwd=out,
-                              capture_output=True, text=True, timeout=timeout)
-        if done.returncode:
-            raise SystemExit(f"Open MPI ranks failed (exit {done.returncode}):\n{done.stdout}{done.stderr}")
-        return _collect(out, n)
+        for attempt in (1, 2):   # mpirun itself failed once here with exit 1 and no output: one more try
+            done = subprocess.run(mpirun + [sys.executable, "-c", MPI_RANK_CODE], env=env, cwd=out,
+                                  capture_output=True, text=True, timeout=timeout)
+            if not done.returncode:
+                return _collect(out, n)
+            print(f"Open MPI ranks failed (exit {done.returncode}, try {attempt} of 2):\n{done.stdout}{done.stderr}",
+                  file=sys.stderr)
+        raise SystemExit(f"Open MPI ranks failed twice (exit {done.returncode}):\n{done.stdout}{done.stderr}")
 
 
 def slower_rank_medians(per_rank: list[dict]) -> dict[int, float]:
