@@ -294,10 +294,13 @@ try {
     const text = (await table.allInnerTexts()).join('\n');
     await table.last().scrollIntoViewIfNeeded();
     await page.screenshot({ path: shot('live-where-table.png') });
-    // the panel, refreshed meanwhile, says the same of its cluster
-    const panelSays = await page.waitForFunction(() => document.querySelector(
-      '#mlx-jupyter-cluster-panel .mlxj-card-diagnosis')?.textContent || '', null, { timeout: 10000 })
-      .then((h) => h.jsonValue()).catch(() => '');
+    // the panel, refreshed meanwhile, says the same of its cluster (its first look may come before the
+    // ranks' MLX record shows the wait, when it names the stack's frame instead: wait for the record's words)
+    const panelText = () => document.querySelector('#mlx-jupyter-cluster-panel .mlxj-card-diagnosis')?.textContent || '';
+    const panelSays = await page.waitForFunction(() => {
+      const t = document.querySelector('#mlx-jupyter-cluster-panel .mlxj-card-diagnosis')?.textContent || '';
+      return /waits in MLX all_sum #1 .*on rank 1/.test(t) ? t : '';
+    }, null, { timeout: 10000 }).then((h) => h.jsonValue()).catch(() => page.evaluate(panelText));
     await page.screenshot({ path: shot('panel-where.png') });
     await page.waitForFunction((i) => {
       const cell = window.jupyterapp.shell.currentWidget.node.querySelectorAll('.jp-Cell')[i];
