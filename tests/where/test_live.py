@@ -9,6 +9,7 @@ import time
 import pytest
 
 from tests.cluster.kernel import Kernel
+from tests.where.live_tables import tables_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -17,31 +18,11 @@ WITHIN = 1.5
 
 
 def _first_table_matching(k: Kernel, msg_id: str, pattern: re.Pattern, timeout: float) -> tuple[float, str, list]:
-    """Seconds from the cell's start (the kernel's busy) to the first live table matching ``pattern``;
-    then every table text seen until the cell ended."""
-    started = found = None
-    text, seen = "", []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            msg = k.kc.get_iopub_msg(timeout=0.5)
-        except queue.Empty:
-            continue
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        kind, content = msg["msg_type"], msg["content"]
-        if kind == "status" and content["execution_state"] == "busy":
-            started = time.monotonic()
-        elif kind in ("display_data", "update_display_data"):
-            plain = content.get("data", {}).get("text/plain", "")
-            seen.append(plain)
-            if found is None and pattern.search(plain):
-                found, text = time.monotonic() - started, plain
-        elif kind == "status" and content["execution_state"] == "idle":
-            break
+    """Seconds from the cell's start to the first live table matching ``pattern``, then every table
+    text seen until the cell ended; the cell's reply is read too."""
+    found = tables_until(k, msg_id, pattern, timeout)
     k.reply(msg_id)
-    assert found is not None, f"no live table matched {pattern.pattern}; saw {seen}"
-    return found, text, seen
+    return found
 
 
 @pytest.fixture(scope="module")
