@@ -38,3 +38,21 @@ def tables_until(k: Kernel, msg_id: str, pattern: re.Pattern, timeout: float,
             break
     assert found is not None, f"no live table matched {pattern.pattern}; saw {seen[-3:]}"
     return found, text, seen
+
+
+def displays_until_idle(k: Kernel, msg_id: str, timeout: float) -> list[str]:
+    """Every display text (live tables, lines) the cell showed until it ended, or ``timeout`` s passed."""
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            msg = k.kc.get_iopub_msg(timeout=0.5)
+        except queue.Empty:
+            continue
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] in ("display_data", "update_display_data"):
+            seen.append(msg["content"].get("data", {}).get("text/plain", ""))
+        elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            break
+    return seen

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import queue
 import re
 import time
 
 import pytest
 
 from tests.cluster.kernel import Kernel
-from tests.where.live_tables import tables_until
+from tests.where.live_tables import displays_until_idle, tables_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -95,18 +94,7 @@ def test_a_healthy_loop_of_two_seconds_shows_no_table(kernel):
     cell = ("%%mlx_distributed\nfor i in range(100):\n    dist.all_sum(np.ones(4))\n    time.sleep(0.02)\n"
             "print('looped', i)")
     msg_id = kernel.submit(cell)
-    displays, deadline = [], time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            msg = kernel.kc.get_iopub_msg(timeout=0.5)
-        except queue.Empty:
-            continue
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        if msg["msg_type"] in ("display_data", "update_display_data"):
-            displays.append(msg["content"].get("data", {}).get("text/plain", ""))
-        elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-            break
+    displays = displays_until_idle(kernel, msg_id, 60)
     reply = kernel.reply(msg_id)
     assert reply["content"]["status"] == "ok", reply
     assert not displays, displays

@@ -6,14 +6,13 @@ table said what it must (a readiness probe, not a sleep).
 
 from __future__ import annotations
 
-import queue
 import re
 import time
 
 import pytest
 
 from tests.cluster.kernel import Kernel
-from tests.where.live_tables import tables_until
+from tests.where.live_tables import displays_until_idle, tables_until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -112,18 +111,7 @@ def test_a_healthy_mlx_loop_names_no_wait(kernel):
     cell = ("%%mlx_distributed\nfor i in range(60):\n    mx.eval(mx.distributed.all_sum(mx.ones(4), group=world))\n"
             "    time.sleep(0.03)\nprint('looped', i)")
     msg_id = kernel.submit(cell)
-    seen, deadline = [], time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            msg = kernel.kc.get_iopub_msg(timeout=0.5)
-        except queue.Empty:
-            continue
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        if msg["msg_type"] in ("display_data", "update_display_data"):
-            seen.append(msg["content"].get("data", {}).get("text/plain", ""))
-        elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-            break
+    seen = displays_until_idle(kernel, msg_id, 60)
     assert kernel.reply(msg_id)["content"]["status"] == "ok"
     assert not any("waits in MLX" in t or "do not match" in t for t in seen), seen
 
