@@ -48,6 +48,8 @@ __all__ = ["Cluster", "ClusterError", "MLXEngineSetLauncher", "IPP_FIX", "check_
 log = logging.getLogger(__name__)
 #: a restart after the controller died: what it does (nothing could be saved through the dead controller)
 NEW_CONTROLLER = "a new controller and new ranks, started empty: variables cannot be saved without the controller"
+#: the same, when the cell channel reaches the live ranks: their names are saved over it
+NEW_CONTROLLER_KEPT = "a new controller and new ranks; the live ranks keep their variables (saved over the cell channel)"
 
 
 def _read(hostfile: Optional[str], backend: Optional[str], env: Optional[Mapping[str, str]]) -> Any:
@@ -160,7 +162,8 @@ class Cluster:
         # the parts, each given what it uses
         self.table = RankTable(output=lambda: self.engine_set.rank_output)
         self.link = ControllerLink()
-        self.link.gone_advice = lambda: f"restart the cluster: {self.restart_command} ({NEW_CONTROLLER})"
+        self.link.gone_advice = lambda: (f"restart the cluster: {self.restart_command} "
+                                         f"({NEW_CONTROLLER_KEPT if self.hub is not None else NEW_CONTROLLER})")
         self.startup = StartupSequence(self.link, self.table, self.backend, hub=lambda: self.hub)
         self.control = RankControl(self.link, self.table, self.startup, self.backend, self.rank_infos)
         self.supervisor = Supervisor(self.link, self.table, self.control, lambda: self.restart_advice)
@@ -265,13 +268,19 @@ class Cluster:
 
         self.last_restart = None
         self.restart_origins: dict[int, str] = {}   # rank -> where its names came from (peer_restore)
-        if clean or self.link.controller_gone():
+        gone = self.link.controller_gone()
+        from mlx_jupyter.cluster import channel_calls
+
+        live = [r for r in self.table.ranks if r not in self.table.dead]
+        if clean or (gone and not channel_calls.usable(self.hub, live)):   # nothing to save the names through
             fresh_ranks()
             self.last_restart = f"restart: {self.size} ranks started empty ({'--clean' if clean else NEW_CONTROLLER})"
             return self
         from mlx_jupyter.cluster.kept_state import restart_keeping
 
         self.last_restart = restart_keeping(self, fresh_ranks)
+        if gone:   # saved over the cell channel, restored through the new controller's cluster
+            self.last_restart += "; a new controller replaced the dead one"
         if not quiet:
             self.namespaces.out(self.last_restart)
         return self

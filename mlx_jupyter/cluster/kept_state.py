@@ -97,9 +97,17 @@ class KeptState:
         """``fn(*args)`` (default ``fn(dirname, rank)``) on every rank at once; rank -> answer, or
         the reason it gave none: :class:`RankRaised` when the rank's call raised, else a
         :class:`ClusterError` (it died, or did not answer in time)."""
+        from mlx_jupyter.cluster import channel_calls
+
+        hub = getattr(self.cluster, "hub", None)
+        if channel_calls.usable(hub, ranks):   # our own channel: no controller needed (it may be dead)
+            calls = {r: list(args or (self.dirname, r)) for r in ranks}
+            answers = channel_calls.call_ranks(hub, fn, calls, self.timeout, lambda: self.cluster.table.dead, what)
+            return {r: RankRaised(str(a)) if isinstance(a, channel_calls.CallRaised) else a
+                    for r, a in answers.items()}
         link, supervisor = self.cluster.link, self.cluster.supervisor
         pending = {r: link.view([r]).apply_async(fn, *(args or (self.dirname, r))) for r in ranks}
-        answers: dict[int, Any] = {}
+        answers = {}
         for r, ar in pending.items():
             try:
                 answers[r] = supervisor.wait(ar, self.timeout, [r], what)[0]
@@ -119,6 +127,10 @@ class KeptState:
             run.interrupt("the ranks are being restarted")
         control, table = self.cluster.control, self.cluster.table
         live = [r for r in table.ranks if r not in table.dead]
+        if self.cluster.link.controller_gone():   # no control channel: a cell still running ends the save's wait
+            self.still_busy = sorted(r for run in runs if not run.wait(grace) for r in run.ranks)
+            self.stopped_cells = len(runs)
+            return
 
         def not_idle(ranks: list[int]) -> tuple[list[int], list[int]]:
             """Of ``ranks``, those running a cell, and those silent (their GIL held by native code)."""
