@@ -16,7 +16,7 @@ CLUSTER_ACTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "start": ("start ranks for this kernel (local, or on hosts over ssh)",
               ("-n", "--hosts", "--hostfile", "--backend", "--python", "--env", "--cwd", "--timeout",
                "--controller-ip", "--accept-unknown-hosts", "--ssh-config", "--known-hosts", "-i",
-               "--connect-timeout", "--bind-to")),
+               "--connect-timeout", "--bind-to", "--record-state")),
     "stop": ("stop this kernel's cluster (a connected one is only left: it keeps running)", ()),
     "restart": ("start this kernel's ranks again (same ranks and ids)", ("--timeout",)),
     "status": ("a table of the ranks: host, pid, state, backend, memory", ()),

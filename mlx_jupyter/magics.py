@@ -180,6 +180,8 @@ class MLXMagics(Magics):
     @argument("--time", default=None, metavar="T", help="Slurm: time limit (30, 1:00:00, 1-0)")
     @argument("--account", default=None, metavar="A", help="Slurm: account")
     @argument("--slurm-arg", action="append", default=[], metavar="ARG", help="Slurm: more sbatch options (repeatable)")
+    @argument("--record-state", action="store_true",
+              help="start: after each clean cell each rank records its names, so a rank that dies keeps them at restart")
     @argument("--keep-allocation", action="store_true",
               help="Slurm: keep the job after a rank fails, for %%mlx_cluster restart (default: release it)")
     @line_magic
@@ -229,7 +231,7 @@ class MLXMagics(Magics):
                                   python=args.python, env=env, cwd=args.cwd, timeout=args.timeout,
                                   controller_ip=args.controller_ip, bind_to=args.bind_to,
                                   ssh_options=None if ssh_options == SSHOptions() else ssh_options,
-                                  **slurm_kwargs(args))
+                                  record_state=args.record_state, **slurm_kwargs(args))
                 total = cluster.expected_size()
             except (OSError, ValueError) as exc:
                 raise UsageError(f"--hostfile {args.hostfile}: {exc}" if args.hostfile else str(exc)) from None

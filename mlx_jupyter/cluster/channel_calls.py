@@ -42,16 +42,21 @@ def usable(hub: Any, ranks: Sequence[int]) -> bool:
 
 def call_ranks(hub: Any, fn: Callable[..., Any], calls: dict[int, list], timeout: float,
                dead: Callable[[], Any], what: str) -> dict[int, Any]:
-    """``fn(*args)`` on every rank of ``calls`` (rank -> its args) at once over the channel; rank ->
-    its answer, or a :class:`CallRaised` (its own error), or a :class:`ClusterError` (it died, or
-    took longer than ``timeout`` s). ``dead()``: the ranks known dead now."""
+    """``fn(*args)`` on every rank of ``calls`` (rank -> its args) at once over the channel; see :func:`call_each`."""
+    return call_each(hub, {r: (fn, args) for r, args in calls.items()}, timeout, dead, what)
+
+
+def call_each(hub: Any, plan: dict[int, tuple[Callable[..., Any], list]], timeout: float,
+              dead: Callable[[], Any], what: str) -> dict[int, Any]:
+    """Each rank of ``plan`` runs its ``fn(*args)``, all at once over the channel; rank -> its
+    answer, or a :class:`CallRaised` (its own error), or a :class:`ClusterError` (it died, or took
+    longer than ``timeout`` s). ``dead()``: the ranks known dead now."""
     from mlx_jupyter.cluster.rank.calls import name_of
 
-    spec = name_of(fn)
     sinks = {}
-    for r, args in calls.items():
+    for r, (fn, args) in plan.items():
         sinks[r] = _Answer()
-        hub.send_call(r, f"call-{uuid.uuid4().hex}", spec, list(args), sinks[r])
+        hub.send_call(r, f"call-{uuid.uuid4().hex}", name_of(fn), list(args), sinks[r])
     deadline = time.monotonic() + timeout
     out: dict[int, Any] = {}
     for r, sink in sinks.items():

@@ -82,6 +82,9 @@ class Cluster:
     ``on_failure``: after a rank died, ``"release"`` the job or ``"keep"`` it for :meth:`restart`.
     ``bind_to``: ``"cores"`` runs each rank on this machine on its own share of its CPUs (when
     there are enough; :mod:`mlx_jupyter.launch.binding`), ``"none"`` leaves placement to the OS.
+    ``record_state``: after each cell that ends cleanly, each rank records its names in the background
+    on its own host, so that a rank that dies comes back at :meth:`restart` with its state as of its
+    last finished cell (:mod:`.state_records`; :meth:`record` switches it later).
     """
 
     def __init__(
@@ -108,6 +111,7 @@ class Cluster:
         on_failure: str = "release",
         slurm: Optional[Any] = None,
         bind_to: str = "cores",
+        record_state: bool = False,
     ):
         if hosts and hostfile:
             raise ValueError("give hosts or hostfile, not both (the hostfile lists the hosts)")
@@ -150,6 +154,10 @@ class Cluster:
         if cell_channel is None:
             cell_channel = os.environ.get(rank_env.CELL_CHANNEL, "1") != "0"  # "0": through the controller
         self.cell_channel = cell_channel
+        from mlx_jupyter.cluster.state_records import StateRecords
+
+        #: the opt-in per-cell record of each rank's own names (a dead rank's, restored at restart)
+        self.records = StateRecords(self.cluster_id, bool(record_state))
         self.owner: Optional[dict[str, Any]] = None  # set by connect(): the process that owns the ranks
         self.publish_as = "kernel"  # who owns it, as the lab panel's registry says ("server" for the panel's)
         #: how the user restarts the ranks from where our messages are shown (the magics set theirs)
@@ -224,6 +232,8 @@ class Cluster:
         from mlx_jupyter.cluster.rank.keep_files import sweep_stale
 
         sweep_stale()   # what a restart whose kernel was killed left here (a listing of one folder)
+        if self.records.on:
+            self.records.switch(self)
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -234,6 +244,7 @@ class Cluster:
             self.busy_listing.close()
             self._unpublish()
             self.processes.stop(timeout)
+            self.records.cleanup(self)
             if self.allocation is not None:
                 self.allocation.release()
         else:
@@ -275,15 +286,23 @@ class Cluster:
         if clean or (gone and not channel_calls.usable(self.hub, live)):   # nothing to save the names through
             fresh_ranks()
             self.last_restart = f"restart: {self.size} ranks started empty ({'--clean' if clean else NEW_CONTROLLER})"
+            if self.records.on:
+                self.records.switch(self)
             return self
         from mlx_jupyter.cluster.kept_state import restart_keeping
 
         self.last_restart = restart_keeping(self, fresh_ranks)
         if gone:   # saved over the cell channel, restored through the new controller's cluster
             self.last_restart += "; a new controller replaced the dead one"
+        if self.records.on:   # the new ranks record on (a dead rank's new process from its old record)
+            self.records.switch(self)
         if not quiet:
             self.namespaces.out(self.last_restart)
         return self
+
+    def record(self, on: bool = True) -> dict[int, Any]:
+        """Switch the per-cell record of each rank's own names on or off (``record_state``); rank -> its state."""
+        return self.records.switch(self, on)
 
     def owner_restart_advice(self) -> str:
         """How a notebook connected to this cluster gets fresh ranks: only where the owner is."""

@@ -15,7 +15,7 @@ from mlx_jupyter.cluster.rank.kernel_compat import main_lock
 
 #: module -> the functions of it a call may name
 ALLOWED: dict[str, frozenset[str]] = {
-    "mlx_jupyter.cluster.rank.keep": frozenset({"save", "restore", "import_modules"}),
+    "mlx_jupyter.cluster.rank.keep": frozenset({"save", "restore", "import_modules", "discard"}),
     "mlx_jupyter.cluster.rank.peer_copy": frozenset({"save_digested", "restore_from", "serve", "fetch_from"}),
     "mlx_jupyter.cluster.rank.keep_files": frozenset({"remove_folders"}),
     "mlx_jupyter.cluster.rank.state_record": frozenset({"enable", "disable", "restore", "describe"}),
