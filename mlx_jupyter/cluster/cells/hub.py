@@ -199,6 +199,8 @@ class CellHub:
                         except OSError:
                             pass
                     else:
+                        if not _has_input(key.fileobj):  # type: ignore[arg-type]
+                            continue  # a cell's reader took it first (pump): no turn needed
                         with self._turn:
                             self._hub_waiting = True
                         with self._reading:
@@ -391,6 +393,17 @@ class CellHub:
             if self._thread is not threading.current_thread():
                 self._thread.join(timeout)
         os.close(self._wake_w)
+
+
+def _has_input(sock: socket.socket) -> bool:
+    """Whether ``sock`` holds data or its end (a peek: nothing is taken)."""
+    try:
+        sock.recv(1, socket.MSG_PEEK)
+        return True
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
 
 
 def notebook_count() -> int:
