@@ -11,6 +11,10 @@ from typing import Callable, Optional
 #: what MLX's ring prints (once per retry) when its sockets are gone, e.g. after a peer was stopped
 RING_NOISE = re.compile(r"^\[ring\] (Socket \d+ was closed by the peer|(Sending to|Receiving from) socket \d+ "
                         r"failed with errno \d+|Too many send/recv errors\. Failing pending tasks\.\.\.)$")
+#: what is left of ring errors that MLX's threads wrote at once, interleaved within one line
+#: ("[ring][ring]  SocketSocket  34  was closed by the peerwas closed by the peer"): their words only
+RING_WORDS = re.compile(r"\[ring\]|[Ss]ocket|was closed by the peer|Sending to|Receiving from|failed with errno"
+                        r"|Too many send/recv errors\.|Failing pending tasks\.\.\.|\d+|\s+")
 #: CPython's dump of an exception it could not print at exit (its sys.stderr was gone)
 EXIT_DUMP = re.compile(r"^(object (address|refcount|type|type name|repr) *:.*|lost sys\.std(err|out))$")
 
@@ -29,6 +33,12 @@ class EndingNoise:
         if RING_NOISE.match(text):
             first, n = self.ring.get(rank, (text, 0))
             self.ring[rank] = (first, n + 1)
+            return True
+        if "[ring]" in text and not RING_WORDS.sub("", text):   # several threads' errors, interleaved
+            first, n = self.ring.get(rank, ("[ring] socket errors on several threads at once", 0))
+            self.ring[rank] = (first, n + text.count("[ring]"))
+            return True
+        if not text and rank in self.ring:   # the newline an interleaved pair moved onto a line of its own
             return True
         if EXIT_DUMP.match(text):
             if text.startswith("object repr"):

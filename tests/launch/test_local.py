@@ -412,15 +412,23 @@ def test_ctrl_c_on_a_hung_mlx_collective_ends_with_one_line_per_rank(tmp_path):
     fails. MLX's repeated socket errors and CPython's exit dump come as one line for rank 0."""
     script = tmp_path / "hang.py"
     script.write_text(textwrap.dedent("""\
-        import time
+        import sys, threading, time
         import mlx.core as mx
         world = mx.distributed.init(backend="ring", strict=True)
-        print("ready", flush=True)
         if world.rank() == 1:
+            print("ready", flush=True)
             time.sleep(120)
+        main = threading.main_thread().ident
+        def say_when_waiting():   # the main thread holds the GIL until it blocks in MLX's eval
+            while sys._current_frames()[main].f_lineno != 13:
+                time.sleep(0.005)
+            print("ready", flush=True)
+        threading.Thread(target=say_when_waiting, daemon=True).start()
         mx.eval(mx.distributed.all_sum(mx.ones(1 << 20), group=world))
     """))
     with LiveCLI(["-n", "2", "--backend", "ring", "--", PY, str(script)]) as run:
+        # Ctrl-C once rank 0 waits in the collective (a rank that printed "ready" before it was a
+        # line short of it: its Ctrl-C came as a KeyboardInterrupt's traceback instead)
         run.wait_for(r"^\[rank \d\] ready$", count=2, timeout=60)
         run.proc.send_signal(signal.SIGINT)
         code = run.finish(timeout=60)
@@ -444,3 +452,20 @@ def test_ending_noise_is_held_and_said_in_one_line():
                  "object repr     : RuntimeError('[ring] connection to a peer was lost')", "lost sys.stderr"):
         assert noise.hold(1, line)
     assert noise.line(1) == "RuntimeError('[ring] connection to a peer was lost') at exit" and noise.line(1) is None
+
+
+def test_ring_errors_interleaved_by_mlxs_threads_are_held_too():
+    """MLX's two ring threads write at once: their words interleave within a line (seen: the Ctrl-C test)."""
+    from mlx_jupyter.launch.streams import EndingNoise
+
+    noise = EndingNoise()
+    assert noise.hold(0, "[ring][ring]  SocketSocket  34  was closed by the peerwas closed by the peer")
+    assert noise.hold(0, "")   # the newline the pair moved
+    assert noise.hold(0, "[ring][ring]  SocketSocket 4 3 was closed by the peer")
+    assert noise.hold(0, "[ring] Socket 3 was closed by the peer")
+    assert noise.line(0) == ("[ring] socket errors on several threads at once "
+                             "(and 4 more MLX ring socket errors like it)")
+    # a user's line that mentions the ring, and a blank line before any ring error, are not noise
+    assert not noise.hold(1, "[ring] my own note: socket 3 is slow")
+    assert not noise.hold(1, "")
+    assert not noise.hold(1, "[ring]] Socket 3 was closed by the peer!")
