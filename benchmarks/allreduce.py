@@ -41,6 +41,8 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager, redirect_stdout
 
+from mlx_jupyter.launch.mpi import outside_enclosing_job
+
 # Starts the code of every benchmark's ranks (launch() puts it first): MPI, this rank, the sizes.
 RANK_PROLOGUE = r"""
 import json, os, sys, time
@@ -146,7 +148,8 @@ def launch(n: int, code: str, env_extra: dict[str, str], transport: str, out_dir
     mpirun = mpirun_command(n)
     code = RANK_PROLOGUE + code
     if mpirun:
-        procs = [subprocess.Popen(mpirun + [sys.executable, "-c", code], env={**env, "BENCH_MPI": "1"}, cwd=out_dir)]
+        procs = [subprocess.Popen(mpirun + [sys.executable, "-c", code],
+                                  env={**outside_enclosing_job(env), "BENCH_MPI": "1"}, cwd=out_dir)]
     else:
         procs = [subprocess.Popen([sys.executable, "-c", code], env={**env, "MLX_RANK": str(r)}, cwd=out_dir)
                  for r in range(n)]

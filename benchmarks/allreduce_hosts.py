@@ -26,6 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from mlx_jupyter.launch.mpi import outside_enclosing_job  # noqa: E402
+
 WORKER = r"""
 import json, os, sys, time
 import numpy as np
@@ -132,7 +134,7 @@ def run_mpi(bed, per_host: int, script: Path, env: dict, outdir: Path) -> str | 
     forwarded = {**env, "BENCH_MODE": "mpi"}
     for k in forwarded:   # by name: values on mpirun's command line are readable by every user
         cmd += ["-x", k]
-    run_env = {**os.environ, **forwarded, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    run_env = {**outside_enclosing_job(os.environ), **forwarded, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
     p = subprocess.run(cmd + [sys.executable, str(script)], capture_output=True, text=True, timeout=1800, env=run_env)
     if p.returncode:
         return f"mpirun failed ({p.returncode}): {(p.stderr or p.stdout).strip()[-600:]}"

@@ -18,6 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+from mlx_jupyter.launch.mpi import outside_enclosing_job
+
 HERE = Path(__file__).resolve().parent
 
 # Open MPI's side: the same timing loop as compare_rank.py, over mpi4py.
@@ -89,7 +91,7 @@ def run_ours(n: int, sizes: list[int], scale: float, timeout: float = 900) -> li
 def run_mpi(mpirun: list[str], n: int, sizes: list[int], scale: float, timeout: float = 900) -> list[dict]:
     """n ranks started by mpirun (its default binding), timing comm.Allreduce."""
     with tempfile.TemporaryDirectory() as out:
-        env = {**os.environ, "BENCH_SIZES": json.dumps(sizes), "BENCH_SCALE": str(scale), "BENCH_OUT": out,
+        env = {**outside_enclosing_job(os.environ), "BENCH_SIZES": json.dumps(sizes), "BENCH_SCALE": str(scale), "BENCH_OUT": out,
                "BENCH_DIR": str(HERE)}
         for attempt in (1, 2):   # mpirun itself failed once here with exit 1 and no output: one more try
             done = subprocess.run(mpirun + [sys.executable, "-c", MPI_RANK_CODE], env=env, cwd=out,

@@ -2,7 +2,7 @@
 built it, on local ranks each holding ``--gib`` GiB of arrays (half numpy float32, half MLX
 float32) and a small MLX model with its Adam optimizer after one step.
 
-    .venv/bin/python benchmarks/restart.py [--ranks 2,8] [--gib 1] [--save benchmarks/results/restart.txt]
+    .venv/bin/python benchmarks/restart.py [--ranks 2,8] [--gib 1] [--killed] [--save benchmarks/results/restart.txt]
 
 For each rank count: build the state (timed: the "cells that built it"), restart keeping it
 (timed, the report line printed), check on every rank that a sample of every array and the
@@ -76,11 +76,34 @@ def one(ranks: int, gib: float, out) -> None:
         raise SystemExit("the values after the keep-state restart differ")
 
 
+def one_killed(ranks: int, gib: float, out) -> None:
+    """The same state, the last rank killed with SIGKILL, then a keep-state restart (the dead rank
+    gets its peers' alike names: the model, the optimizer; its own arrays differ, so are lost)."""
+    import signal
+
+    from mlx_jupyter.cluster import Cluster
+    from mlx_jupyter.cluster.cells.display import show_run
+
+    with Cluster(n=ranks, timeout=180) as c:
+        show_run(c.run(BUILD.format(gib=gib) + "\nmodel_copy = model\n"), timeout=600)
+        victim = ranks - 1
+        os.kill(c.rank_infos()[victim].pid, signal.SIGKILL)
+        end = time.monotonic() + 30
+        while victim not in c.dead and time.monotonic() < end:
+            time.sleep(0.05)
+        kept = timed(lambda: c.restart(timeout=180, quiet=True))
+        report = c.last_restart
+    print(f"ranks {ranks} x {gib:g} GiB, rank {victim} killed: keep-state restart {kept:.2f} s", file=out)
+    print(f"ranks {ranks}: {report}", file=out, flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", default="2,8", help="rank counts, comma-separated (default 2,8)")
     ap.add_argument("--gib", type=float, default=1.0, help="GiB of arrays per rank (default 1)")
     ap.add_argument("--save", default=None, help="also write the output to this file")
+    ap.add_argument("--killed", action="store_true",
+                    help="instead: kill the last rank (SIGKILL), then time the keep-state restart")
     args = ap.parse_args()
     buf = io.StringIO()
 
@@ -97,7 +120,7 @@ def main() -> None:
     print(f"restart benchmark: {platform.platform()}, {os.cpu_count()} cores, python {platform.python_version()}, "
           f"mlx {mx.__version__}; load average at the start: {load}", file=tee)
     for n in (int(x) for x in args.ranks.split(",")):
-        one(n, args.gib, tee)
+        (one_killed if args.killed else one)(n, args.gib, tee)
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", file=tee)
     if args.save:
         with open(args.save, "w") as f:

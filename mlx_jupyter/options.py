@@ -91,6 +91,8 @@ SPEC: tuple[Option, ...] = (
          "OS (e.g. for two jobs on one machine)", f"{START} {LAUNCH}", keyword="bind_to", default="cores",
          choices=POLICIES),
     _opt("--clean", "start the ranks empty (default: each rank keeps its names)", RESTART, action="store_true"),
+    _opt("--record-state", "after each clean cell each rank records its names, so a rank that dies keeps them at "
+         "restart", START, keyword="record_state", action="store_true"),
     _opt("--controller-ip", "remote hosts: an address of this machine they can reach (default: its name)", START,
          keyword="controller_ip", metavar="IP"),
     # ssh: how remote hosts are reached (the magics and the launcher pass them on as one SSHOptions)

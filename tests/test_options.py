@@ -150,6 +150,7 @@ def test_the_launch_help_shows_the_spec() -> None:
 def test_the_panel_schema_is_the_spec() -> None:
     panel = [o.keyword for o in options.on(options.PANEL)]
     assert list(requests.SCHEMA["properties"]) == panel == list(requests.FIELDS)
+    assert [f["name"] for f in requests.form_fields()] == panel
     assert requests.SCHEMA["properties"]["backend"]["enum"][:-2] == list(backends.NAMES)
 
 

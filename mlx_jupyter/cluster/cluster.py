@@ -49,6 +49,8 @@ __all__ = ["Cluster", "ClusterError", "MLXEngineSetLauncher", "IPP_FIX", "check_
 log = logging.getLogger(__name__)
 #: a restart after the controller died: what it does (nothing could be saved through the dead controller)
 NEW_CONTROLLER = "a new controller and new ranks, started empty: variables cannot be saved without the controller"
+#: the same, when the cell channel reaches the live ranks: their names are saved over it
+NEW_CONTROLLER_KEPT = "a new controller and new ranks; the live ranks keep their variables (saved over the cell channel)"
 
 
 def _read(hostfile: Optional[str], backend: Optional[str], env: Optional[Mapping[str, str]]) -> Any:
@@ -82,6 +84,9 @@ class Cluster:
     ``on_failure``: after a rank died, ``"release"`` the job or ``"keep"`` it for :meth:`restart`.
     ``bind_to``: ``"cores"`` runs each rank on this machine on its own share of its CPUs (when
     there are enough; :mod:`mlx_jupyter.launch.binding`), ``"none"`` leaves placement to the OS.
+    ``record_state``: after each cell that ends cleanly, each rank records its names in the background
+    on its own host, so that a rank that dies comes back at :meth:`restart` with its state as of its
+    last finished cell (:mod:`.state_records`; :meth:`record` switches it later).
     """
 
     def __init__(
@@ -108,6 +113,7 @@ class Cluster:
         on_failure: str = "release",
         slurm: Optional[Any] = None,
         bind_to: str = option("bind_to").default,
+        record_state: bool = False,
     ):
         if hosts and hostfile:
             raise ValueError("give hosts or hostfile, not both (the hostfile lists the hosts)")
@@ -150,6 +156,10 @@ class Cluster:
         if cell_channel is None:
             cell_channel = os.environ.get(rank_env.CELL_CHANNEL, "1") != "0"  # "0": through the controller
         self.cell_channel = cell_channel
+        from mlx_jupyter.cluster.state_records import StateRecords
+
+        #: the opt-in per-cell record of each rank's own names (a dead rank's, restored at restart)
+        self.records = StateRecords(self.cluster_id, bool(record_state))
         self.owner: Optional[dict[str, Any]] = None  # set by connect(): the process that owns the ranks
         self.publish_as = "kernel"  # who owns it, as the lab panel's registry says ("server" for the panel's)
         #: how the user restarts the ranks from where our messages are shown (the magics set theirs)
@@ -162,7 +172,8 @@ class Cluster:
         # the parts, each given what it uses
         self.table = RankTable(output=lambda: self.engine_set.rank_output)
         self.link = ControllerLink()
-        self.link.gone_advice = lambda: f"restart the cluster: {self.restart_command} ({NEW_CONTROLLER})"
+        self.link.gone_advice = lambda: (f"restart the cluster: {self.restart_command} "
+                                         f"({NEW_CONTROLLER_KEPT if self.hub is not None else NEW_CONTROLLER})")
         self.startup = StartupSequence(self.link, self.table, self.backend, hub=lambda: self.hub)
         self.control = RankControl(self.link, self.table, self.startup, self.backend, self.rank_infos)
         self.supervisor = Supervisor(self.link, self.table, self.control, lambda: self.restart_advice)
@@ -223,6 +234,8 @@ class Cluster:
         from mlx_jupyter.cluster.rank.keep_files import sweep_stale
 
         sweep_stale()   # what a restart whose kernel was killed left here (a listing of one folder)
+        if self.records.on:
+            self.records.switch(self)
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -233,6 +246,7 @@ class Cluster:
             self.busy_listing.close()
             self._unpublish()
             self.processes.stop(timeout)
+            self.records.cleanup(self)
             if self.allocation is not None:
                 self.allocation.release()
         else:
@@ -267,16 +281,30 @@ class Cluster:
 
         self.last_restart = None
         self.restart_origins: dict[int, str] = {}   # rank -> where its names came from (peer_restore)
-        if clean or self.link.controller_gone():
+        gone = self.link.controller_gone()
+        from mlx_jupyter.cluster import channel_calls
+
+        live = [r for r in self.table.ranks if r not in self.table.dead]
+        if clean or (gone and not channel_calls.usable(self.hub, live)):   # nothing to save the names through
             fresh_ranks()
             self.last_restart = f"restart: {self.size} ranks started empty ({'--clean' if clean else NEW_CONTROLLER})"
+            if self.records.on:
+                self.records.switch(self)
             return self
         from mlx_jupyter.cluster.kept_state import restart_keeping
 
         self.last_restart = restart_keeping(self, fresh_ranks)
+        if gone:   # saved over the cell channel, restored through the new controller's cluster
+            self.last_restart += "; a new controller replaced the dead one"
+        if self.records.on:   # the new ranks record on (a dead rank's new process from its old record)
+            self.records.switch(self)
         if not quiet:
             self.namespaces.out(self.last_restart)
         return self
+
+    def record(self, on: bool = True) -> dict[int, Any]:
+        """Switch the per-cell record of each rank's own names on or off (``record_state``); rank -> its state."""
+        return self.records.switch(self, on)
 
     def owner_restart_advice(self) -> str:
         """How a notebook connected to this cluster gets fresh ranks: only where the owner is."""

@@ -91,15 +91,30 @@ class KeptState:
         self.died: list[int] = []                 # the ranks that had died: their peers' alike names
         self.all_hosts: dict[int, str] = {}       # rank -> its host, the dead ones too
         self.peers: Optional[Any] = None          # what the dead ranks got (peer_restore.PeerCopy)
+        self.own: dict[int, dict] = {}            # dead rank -> what its own per-cell record gave back
         self.cleaned = False
 
     def _each_rank(self, fn: Callable[..., Any], ranks: list[int], what: str, *args: Any) -> dict[int, Any]:
-        """``fn(*args)`` (default ``fn(dirname, rank)``) on every rank at once; rank -> answer, or
-        the reason it gave none: :class:`RankRaised` when the rank's call raised, else a
-        :class:`ClusterError` (it died, or did not answer in time)."""
+        """``fn(*args)`` (default ``fn(dirname, rank)``) on every rank at once; see :meth:`_run_plan`."""
+        return self._run_plan({r: (fn, list(args or (self.dirname, r))) for r in ranks}, what)
+
+    def _run_plan(self, plan: dict[int, tuple[Callable[..., Any], list]], what: str) -> dict[int, Any]:
+        """Each rank of ``plan`` runs its ``fn(*args)``, all at once; rank -> answer, or the reason
+        it gave none: :class:`RankRaised` when the rank's call raised, else a :class:`ClusterError`
+        (it died, or did not answer in time). Over the cell channel when it reaches the ranks (no
+        controller needed: it may be dead), else through the controller."""
+        from mlx_jupyter.cluster import channel_calls
+
+        hub = getattr(self.cluster, "hub", None)
+        if not plan:
+            return {}
+        if channel_calls.usable(hub, list(plan)):
+            answers = channel_calls.call_each(hub, plan, self.timeout, lambda: self.cluster.table.dead, what)
+            return {r: RankRaised(str(a)) if isinstance(a, channel_calls.CallRaised) else a
+                    for r, a in answers.items()}
         link, supervisor = self.cluster.link, self.cluster.supervisor
-        pending = {r: link.view([r]).apply_async(fn, *(args or (self.dirname, r))) for r in ranks}
-        answers: dict[int, Any] = {}
+        pending = {r: link.view([r]).apply_async(fn, *args) for r, (fn, args) in plan.items()}
+        answers = {}
         for r, ar in pending.items():
             try:
                 answers[r] = supervisor.wait(ar, self.timeout, [r], what)[0]
@@ -119,6 +134,10 @@ class KeptState:
             run.interrupt("the ranks are being restarted")
         control, table = self.cluster.control, self.cluster.table
         live = [r for r in table.ranks if r not in table.dead]
+        if self.cluster.link.controller_gone():   # no control channel: a cell still running ends the save's wait
+            self.still_busy = sorted(r for run in runs if not run.wait(grace) for r in run.ranks)
+            self.stopped_cells = len(runs)
+            return
 
         def not_idle(ranks: list[int]) -> tuple[list[int], list[int]]:
             """Of ``ranks``, those running a cell, and those silent (their GIL held by native code)."""
@@ -181,39 +200,81 @@ class KeptState:
             self.stale[host] = sorted(set(self.stale.get(host, [])) | set(gone))
 
     def restore(self) -> str:
-        """The new ranks read their old rank's names; the one-line report."""
+        """The new ranks read their old rank's names; the one-line report. A dead rank's copy from
+        its peers runs beside the live ranks' own restore (the peers' files stay until both are
+        done), then its own record (:mod:`.state_records`) fills in what the peers could not give."""
         from mlx_jupyter.cluster.rank import keep
 
         self.phase = "restoring"
         self._form_new_groups()
-        if self.died and self.saved:   # before the live ranks restore: that removes their files
-            from mlx_jupyter.cluster.peer_restore import restore_dead
+        plan: dict[int, tuple[Callable[..., Any], list]] = {}
+        if self.died and self.saved:
+            from mlx_jupyter.cluster.peer_restore import plan_dead
 
             try:
-                self.peers = restore_dead(self, self.died, self.all_hosts)
+                self.peers, plan = plan_dead(self, self.died, self.all_hosts)
             except Exception as exc:  # noqa: BLE001 - costs only the dead ranks' names, not the others'
-                self.peers = None
+                self.peers, plan = None, {}
                 for r in self.died:
                     self.lost[r] += f"; the copy from its peers failed: {type(exc).__name__}: {exc}"
-            for r, why in (self.peers.errors.items() if self.peers else ()):
+        sources = sorted({args[1] for fn, args in plan.values()})   # live ranks whose files a dead rank reads
+        for r in sorted(self.saved):
+            plan[r] = (keep.restore, [self.dirname, r, None, r not in sources])
+        answers = self._run_plan(plan, "restoring the ranks' names")
+        if self.peers is not None:
+            self.peers.note({r: a for r, a in answers.items() if r in self.died})
+            for r, why in self.peers.errors.items():
                 self.lost[r] += f"; the copy from its peer failed: {why}"
-        for r, answer in self._each_rank(keep.restore, sorted(self.saved), "restoring the ranks' names").items():
+        for r in sorted(self.saved):
+            answer = answers[r]
             if isinstance(answer, ClusterError):
                 self.lost[r] = f"restoring failed: {answer}"
                 self.saved.pop(r, None)
             else:
                 self.restored[r] = answer
+        if sources:
+            self._each_rank(keep.discard, [r for r in sources if r in self.restored], "removing the saved files")
+        self._restore_own_records()
         self._import_on_lost_ranks()
         self._sweep_remote_stale()
         self.phase = "done"
         if not self.saved and not self.lost:   # e.g. after a restart whose new ranks failed to start
             return f"restart: {self.cluster.size} ranks started empty (no rank was running to keep names from)"
         came = set(self.peers.got) if self.peers else set()
-        line = report_line(self.saved, self.restored, {r: why for r, why in self.lost.items() if r not in came},
-                           self.imported, [self.peers.clause(r) for r in self.died if r in came] if self.peers else None)
+        own = {r for r, a in self.own.items() if a.get("restored") or a.get("imports")}
+        clauses = [self._dead_clause(r) for r in self.died if r in came | own]
+        line = report_line(self.saved, self.restored,
+                           {r: why for r, why in self.lost.items() if r not in came | own},
+                           self.imported, clauses or None)
         if self.stopped_cells:
             line += f" (after stopping the cell{'s' if self.stopped_cells > 1 else ''} still running)"
         return line
+
+    def _restore_own_records(self) -> None:
+        """Each dead rank binds what its own per-cell record holds and its peers did not give."""
+        records = getattr(self.cluster, "records", None)
+        if records is None or not records.hosts or not self.died:
+            return
+        from mlx_jupyter.cluster.rank import state_record
+
+        plan = {}
+        for r in self.died:
+            got = self.peers.got.get(r, {}) if self.peers else {}
+            plan[r] = (state_record.restore, [records.dirname, r, list(got.get("restored", []))])
+        for r, answer in self._run_plan(plan, "restoring a dead rank's names from its own record").items():
+            if isinstance(answer, ClusterError):
+                self.lost[r] += f"; its own record could not be read: {answer}"
+            elif answer.get("cell") is not None:
+                self.own[r] = answer
+
+    def _dead_clause(self, rank: int) -> str:
+        """The report's words for a dead rank that got names from its peers, its own record, or both."""
+        from mlx_jupyter.cluster.peer_restore import own_clause
+
+        own = self.own.get(rank)
+        if self.peers is not None and rank in self.peers.got:
+            return self.peers.clause(rank, own)
+        return own_clause(rank, own or {})
 
     def _import_on_lost_ranks(self) -> None:
         """A rank that kept nothing (it had died, or was stuck) gets the imports the others had, so
@@ -223,7 +284,8 @@ class KeptState:
             for name, module in s.get("modules", {}).items():
                 votes.setdefault(name, set()).add(module)
         modules = {n: next(iter(m)) for n, m in votes.items() if len(m) == 1}
-        lost = [r for r in sorted(self.lost) if r not in self.restored and r not in (self.peers.got if self.peers else {})]
+        lost = [r for r in sorted(self.lost) if r not in self.restored and r not in (self.peers.got if self.peers else {})
+                and r not in self.own]
         if not modules or not lost:
             return
         from mlx_jupyter.cluster.rank import keep
@@ -274,7 +336,7 @@ class KeptState:
         """Rank -> where its names came from at this restart (``%mlx_cluster status`` shows it)."""
         from mlx_jupyter.cluster.peer_restore import PeerCopy
 
-        return (self.peers or PeerCopy()).origins(list(self.cluster.table.ranks), list(self.restored))
+        return (self.peers or PeerCopy()).origins(list(self.cluster.table.ranks), list(self.restored), self.own)
 
     def failure(self, exc: BaseException) -> str:
         """What a restart that ended with ``exc`` kept and lost, and what to do next (cleanup first)."""

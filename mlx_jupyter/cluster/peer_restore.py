@@ -62,8 +62,9 @@ class PeerCopy:
             else:
                 self.got[r] = answer
 
-    def clause(self, rank: int) -> str:
-        """The report's words for dead rank ``rank`` (one that got names from a peer)."""
+    def clause(self, rank: int, own: Optional[dict] = None) -> str:
+        """The report's words for dead rank ``rank`` (one that got names from a peer); ``own``: what
+        its own per-cell record gave back besides (:func:`mlx_jupyter.cluster.rank.state_record.restore`)."""
         got = self.got[rank]
         names = [n for n in got.get("restored", [])]
         shown = ", ".join(names[:SHOWN]) + (", …" if len(names) > SHOWN else "")
@@ -78,23 +79,53 @@ class PeerCopy:
         if self.live == 1:
             text += (f" (rank {got['peer']} was the only live rank, nothing to compare with: every name its cells "
                      "did not compute from the rank's number was copied)")
-        lost = _tagged(self.differ, "they differ across ranks", "it differs across ranks")
-        lost += _tagged(self.guessed, "computed from the rank's number")
-        lost += [f"{n} ({why})" for n, why in sorted(got.get("failed", {}).items())]
+        back = set((own or {}).get("restored", []))
+        if back:
+            text += f"; {_own_words(own or {}, short=True)}"
+        lost = _tagged([n for n in self.differ if n not in back], "they differ across ranks", "it differs across ranks")
+        lost += _tagged([n for n in self.guessed if n not in back], "computed from the rank's number")
+        lost += [f"{n} ({why})" for n, why in sorted({**got.get("failed", {}), **(own or {}).get("failed", {})}.items())
+                 if n not in back]
         return text + (f"; lost: {', '.join(lost)}" if lost else "")
 
-    def origins(self, ranks: list[int], own: list[int]) -> dict[int, str]:
-        """Rank -> where its names came from at this restart (for ``%mlx_cluster status``)."""
+    def origins(self, ranks: list[int], own: list[int], records: Optional[dict[int, dict]] = None) -> dict[int, str]:
+        """Rank -> where its names came from at this restart (for ``%mlx_cluster status``): its own
+        saved names, a peer, its own per-cell record (``records``: dead rank -> what it gave), or none."""
         out = {}
         for r in ranks:
+            rec = (records or {}).get(r, {})
+            n_rec = len(rec.get("restored", []))
+            from_record = f"its own record of cell {rec.get('cell')} ({n_rec} name{'' if n_rec == 1 else 's'})"
             if r in self.got:
                 n = len(self.got[r].get("restored", []))
                 out[r] = f"from rank {self.got[r]['peer']} ({n} name{'' if n == 1 else 's'})"
+                out[r] += f" and {from_record}" if n_rec else ""
             elif r in own:
                 out[r] = "its own names"
+            elif rec:
+                out[r] = f"from {from_record}"
             else:
                 out[r] = "empty"
         return out
+
+
+def _own_words(own: dict, short: bool = False) -> str:
+    """What a dead rank's own record gave back: ``2 from its own record of cell 7 (shard, r)``."""
+    names = list(own.get("restored", []))
+    shown = ", ".join(names[:SHOWN]) + (", …" if len(names) > SHOWN else "")
+    count = f"{len(names)}" if short else f"{len(names)} name{'' if len(names) == 1 else 's'} restored"
+    return f"{count} from its own record of cell {own.get('cell')} ({shown})"
+
+
+def own_clause(rank: int, own: dict) -> str:
+    """The report's words for a dead rank whose names came from its own record only (no live peer)."""
+    if own.get("restored"):
+        text = f"rank {rank} died: {_own_words(own)}"
+        text += " and its imports" if own.get("imports") else ""
+    else:
+        text = f"rank {rank} died: its imports restored from its own record of cell {own.get('cell')}"
+    failed = [f"{n} ({why})" for n, why in sorted(own.get("failed", {}).items())]
+    return text + (f"; lost: {', '.join(failed)}" if failed else "")
 
 
 def _tagged(names: list[str], why: str, why_one: Optional[str] = None) -> list[str]:
@@ -104,11 +135,12 @@ def _tagged(names: list[str], why: str, why_one: Optional[str] = None) -> list[s
     return names[:-1] + [f"{names[-1]} ({why_one if len(names) == 1 and why_one else why})"]
 
 
-def restore_dead(state: Any, dead: list[int], hosts: dict[int, str]) -> PeerCopy:
-    """Bind on each of ``dead`` (new processes) the names its live peers hold alike, each from one
-    live peer on its host; run before the live ranks restore (that removes their files)."""
+def plan_dead(state: Any, dead: list[int], hosts: dict[int, str]) -> tuple[PeerCopy, dict[int, tuple[Any, list]]]:
+    """What each of ``dead`` (new processes) gets from its live peers: the names they hold alike,
+    from one live peer on its host. The copies from a peer on another host are made here (over the
+    network); the same-host ones come back as a plan (rank -> (function, args)) that the restart runs
+    beside the live ranks' own restore, which then leaves the peer's files in place."""
     from mlx_jupyter.cluster.rank import peer_copy
-    from mlx_jupyter.cluster.shared.errors import ClusterError
 
     live = sorted(state.saved)
     same, differ = alike(state.saved)
@@ -117,21 +149,17 @@ def restore_dead(state: Any, dead: list[int], hosts: dict[int, str]) -> PeerCopy
         guessed = sorted(set(state.saved[live[0]].get("from_rank", [])) & set(same))
         same = [n for n in same if n not in guessed]
     result = PeerCopy(differ=differ, live=len(live), guessed=guessed)
-    by_peer: dict[int, list[int]] = {}
+    plan: dict[int, tuple[Any, list]] = {}
     for r in dead:
         peer = choose_peer(r, live, hosts)
         if peer is None:
             result.no_peer.append(r)
         else:
-            by_peer.setdefault(peer, []).append(r)
-    for peer, ranks in by_peer.items():
-        answers = state._each_rank(peer_copy.restore_from, ranks, "restoring a dead rank's names from its peer",
-                                   state.dirname, peer, same)
-        result.note(answers)
+            plan[r] = (peer_copy.restore_from, [state.dirname, peer, same])
     for r in list(result.no_peer) if live else []:   # its peers are on other hosts: over the network
         result.no_peer.remove(r)
         result.note(_over_network(state, r, live[0], hosts, same))
-    return result
+    return result, plan
 
 
 def _over_network(state: Any, rank: int, peer: int, hosts: dict[int, str], names: list[str]) -> dict[int, Any]:

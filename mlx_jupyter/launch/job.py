@@ -256,7 +256,8 @@ class Job:
         else:
             out = LineSplitter(lambda line: m.emit(0, "stdout", line))
             err = LineSplitter(lambda line: m.emit(0, "stderr", line))
-        proc = await LocalProcess.spawn(cmd, {**os.environ, **plan.env}, c.cwd, c.stdin, out, err, "mpirun",
+        env = mpi.outside_enclosing_job({**os.environ, **plan.env})
+        proc = await LocalProcess.spawn(cmd, env, c.cwd, c.stdin, out, err, "mpirun",
                                         watchdog, watchdog_session=True)
         m.ranks[0].pid, m.ranks[0].state = proc.pid, RUNNING
         m.watch(0, proc)

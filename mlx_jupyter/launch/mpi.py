@@ -38,6 +38,23 @@ def find_mpirun() -> str:
 ROOT_VARS = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
 
 
+#: What an enclosing MPI job (or an MPI singleton: MLX's `init()` with no launcher initialises
+#: MPI in-process) leaves in the environment of its children. Open MPI's mpirun started with
+#: these exits 1 and prints nothing, so they never reach an mpirun we start.
+ENCLOSING_JOB_PREFIXES = ("PMIX_", "ORTE_", "OMPI_COMM_WORLD_", "OMPI_APP_CTX_", "OMPI_MCA_orte_ess_")
+ENCLOSING_JOB_VARS = frozenset({
+    "OMPI_MCA_ess", "OMPI_MCA_pmix", "OMPI_MCA_orte_launch", "OMPI_MCA_orte_precondition_transports",
+    "OMPI_UNIVERSE_SIZE", "OMPI_FIRST_RANKS", "OMPI_FILE_LOCATION", "OMPI_NUM_APP_CTX",
+    "OMPI_MCA_orte_hnp_uri", "OMPI_MCA_orte_local_daemon_uri", "OMPI_MCA_orte_num_nodes",
+})
+
+
+def outside_enclosing_job(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` without what an enclosing MPI job or singleton set (user MCA settings stay)."""
+    return {k: v for k, v in env.items()
+            if k not in ENCLOSING_JOB_VARS and not k.startswith(ENCLOSING_JOB_PREFIXES)}
+
+
 def check_root(env: Mapping[str, str], mpi_args: Sequence[str], euid: Optional[int] = None) -> None:
     """As root, fail before starting unless Open MPI has been told to allow it (in ``env`` or ``mpi_args``).
 

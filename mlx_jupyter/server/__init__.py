@@ -26,10 +26,12 @@ def _load_jupyter_server_extension(server_app: Any) -> None:
     """Mount the REST API and remember the manager, to stop its clusters at exit."""
     from .handlers import setup_handlers
     from .manager import ClusterManager
+    from .owners import server_kernels
 
     # hostfile paths are confined to what the server serves, as its contents API's are
     contents = getattr(server_app, "contents_manager", None)
-    manager = ClusterManager(root_dir=server_app.root_dir, allow_hidden=bool(getattr(contents, "allow_hidden", False)))
+    manager = ClusterManager(root_dir=server_app.root_dir, allow_hidden=bool(getattr(contents, "allow_hidden", False)),
+                             kernel_pids=server_kernels(server_app))
     server_app.web_app.settings["mlx_jupyter_manager"] = manager
     setup_handlers(server_app.web_app, manager)
     server_app.log.info("mlx_jupyter.server: REST API at %smlx-jupyter/", server_app.web_app.settings["base_url"])

@@ -9,6 +9,11 @@ DELETE clusters/<id>          stop a cluster this server started (409 for a kern
 POST   clusters/<id>/restart  restart a cluster this server started, keeping its ranks' names:
                               {"report"} (the one line); 409 for a kernel's, 404 for none
 GET    clusters/<id>/connect  {"code"}: the code that connects a notebook to it
+GET    clusters/<id>/dashboard?since=T  the cluster as listed, plus ``series`` (its ranks' CPU, memory,
+                              ops/s and bytes/s, the points after T; all of the last 5 min without
+                              T; null for a kernel's cluster) and ``profile`` (its last --profile
+                              timeline: svg, summary, time; null when none was recorded)
+GET    schema                 the start form's fields: name, label, type, limits, help (the panel's form)
 GET    backends               {"backends"}: the backends a cluster can start with (the panel's choices)
 
 Authorization is jupyter_server's (its ``Authorizer``), on the resource ``mlx_clusters``: the
@@ -30,7 +35,7 @@ from jupyter_server.utils import url_path_join
 from mlx_jupyter.hostfile import BACKENDS
 
 from .manager import ClusterManager, connect_code
-from .requests import RequestError, parse_start
+from .requests import RequestError, form_fields, parse_start
 
 #: the resource jupyter_server's Authorizer is asked about
 AUTH_RESOURCE = "mlx_clusters"
@@ -134,6 +139,27 @@ class ConnectHandler(_Base):
         self.reply({"id": cluster_id, "code": connect_code(cluster_id)})
 
 
+class DashboardHandler(_Base):
+    @tornado.web.authenticated
+    @authorized
+    async def get(self, cluster_id: str) -> None:
+        raw = self.get_argument("since", "")
+        try:
+            since = float(raw) if raw else None
+        except ValueError:
+            self.reply({"error": "since: a time in seconds since the epoch, as the last point's t", "field": "since"}, 400)
+            return
+        found = await self.manager.dashboard(cluster_id, since)
+        self.reply(found or {"error": f"no cluster {cluster_id}"}, 200 if found else 404)
+
+
+class SchemaHandler(_Base):
+    @tornado.web.authenticated
+    @authorized
+    async def get(self) -> None:
+        self.reply({"fields": form_fields()})
+
+
 class BackendsHandler(_Base):
     @tornado.web.authenticated
     @authorized
@@ -151,5 +177,7 @@ def setup_handlers(web_app: Any, manager: ClusterManager) -> None:
         (url_path_join(base, "clusters", ident), ClusterHandler),
         (url_path_join(base, "clusters", ident, "connect"), ConnectHandler),
         (url_path_join(base, "clusters", ident, "restart"), RestartHandler),
+        (url_path_join(base, "clusters", ident, "dashboard"), DashboardHandler),
         (url_path_join(base, "backends"), BackendsHandler),
+        (url_path_join(base, "schema"), SchemaHandler),
     ])

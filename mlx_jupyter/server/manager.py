@@ -17,13 +17,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from mlx_jupyter.cluster import registry
+from mlx_jupyter.cluster import last_profile, registry
+from mlx_jupyter.server.history import ClusterHistory
 from mlx_jupyter.server.hostfiles import CheckedHostfile, HostfileReader
+from mlx_jupyter.server.owners import KernelPids, label_owner
 from mlx_jupyter.hostfile import default_ranks_per_host
 from mlx_jupyter.server.requests import check_total
 
 log = logging.getLogger(__name__)
 Factory = Callable[..., Any]
+#: seconds the server waits for the ranks' status and where answers of one listing
+STATUS_TIMEOUT = 0.5
 
 
 def connect_code(cluster_id: str) -> str:
@@ -44,6 +48,7 @@ class Entry:
     connected: int = 0
     started: float = field(default_factory=time.time)
     hostfile: Optional[CheckedHostfile] = None
+    history: ClusterHistory = field(default_factory=ClusterHistory)   # the dashboard's charts
 
 
 def _default_factory(**kwargs: Any) -> Any:
@@ -56,9 +61,12 @@ class ClusterManager:
     """The server's clusters; `shutdown()` stops them all."""
 
     def __init__(self, factory: Factory = _default_factory, start_timeout: float = 60.0,
-                 root_dir: Optional[str] = None, allow_hidden: bool = False) -> None:
-        """``root_dir``: the directory hostfile paths are confined to (the server's; default the cwd)."""
+                 root_dir: Optional[str] = None, allow_hidden: bool = False,
+                 kernel_pids: Optional[KernelPids] = None) -> None:
+        """``root_dir``: the directory hostfile paths are confined to (the server's; default the cwd);
+        ``kernel_pids``: this server's kernels (pid -> notebook path), to tell their clusters from others'."""
         self.factory = factory
+        self.kernel_pids = kernel_pids
         self.start_timeout = start_timeout
         self.entries: dict[str, Entry] = {}
         self.hostfiles = HostfileReader(root_dir or os.getcwd(), allow_hidden)
@@ -161,53 +169,115 @@ class ClusterManager:
 
     def _status(self, entry: Entry) -> tuple[list[dict], str]:
         """Each rank's status row with ``where`` (its state as the notebook's live table says it), and
-        the one-line diagnosis when the ranks are in different places."""
+        the one-line diagnosis when the ranks are in different places. The ranks' where samples also
+        feed the dashboard's charts (``entry.history``)."""
+        from mlx_jupyter.where import model
+
+        cluster = entry.cluster
         try:
-            rows = entry.cluster.status(timeout=0.5)
+            rows = cluster.status(timeout=STATUS_TIMEOUT)
         except Exception as exc:
             return [{"rank": -1, "state": f"status failed: {exc}"}], ""
         from mlx_jupyter.cluster.restart_origins import status_column
 
-        status_column(entry.cluster, rows)   # "restart": where each rank's names came from at the last restart
+        status_column(cluster, rows)   # "restart": where each rank's names came from at the last restart
         try:  # answered on the control channel, also while a connected notebook's cell runs
-            where = entry.cluster.where(timeout=0.5)
+            samples = cluster.where_samples(None, STATUS_TIMEOUT)
         except Exception:
             return rows, ""
+        for row in rows:   # the status rows' memory where a rank's sample has none
+            sample = samples.get(row.get("rank"))
+            if sample is not None and not sample.get("rss") and row.get("memory"):
+                sample["rss"] = row["memory"]
+        entry.history.add(time.time(), samples)
+        entry.history.forget({row.get("rank") for row in rows})
+        # as RankControl.where: a dead rank and one that did not answer are ended rows
+        ended = {row["rank"]: "dead" for row in rows if str(row.get("state", "")).startswith("dead")}
+        ended.update({row["rank"]: "no reply" for row in rows if row["rank"] not in samples and row["rank"] not in ended})
+        where = model.Where(model.rows(samples, ended, [row["rank"] for row in rows]), "where the ranks are")
         states = {row.rank: row.state for row in where.rows}
         for row in rows:
             row["where"] = states.get(row.get("rank"), "")
         return rows, where.diagnosis
 
-    async def listing(self) -> list[dict[str, Any]]:
-        """Every cluster: ours with live rank status, kernels' from their registry files."""
-        loop = asyncio.get_running_loop()
-        out: list[dict[str, Any]] = []
-        seen = set()
-        for cid, entry in list(self.entries.items()):
-            c = entry.cluster
-            item = registry.describe(c, owner="server")
-            item.update(state=entry.state, error=entry.error, connected=entry.connected, started=entry.started)
-            if entry.hostfile is not None:
-                item["hostfile"] = entry.hostfile.name   # as the panel gave it, not our private copy
-            if entry.state == "running":
-                rows, diagnosis = await loop.run_in_executor(None, lambda e=entry: self._status(e))
-                item["ranks"] = [{**r, "health": _health(r)} for r in rows]
-                item["diagnosis"] = diagnosis
-            out.append(item)
-            seen.add(cid)
+    async def _ours(self, entry: Entry) -> dict[str, Any]:
+        """A cluster this server started, as the panel lists it (live rank status while it runs)."""
+        c = entry.cluster
+        item = registry.describe(c, owner="server")
+        item.update(state=entry.state, error=entry.error, connected=entry.connected, started=entry.started,
+                    owner_text="started from this panel")
+        if entry.hostfile is not None:
+            item["hostfile"] = entry.hostfile.name   # as the panel gave it, not our private copy
+        if entry.state == "running":
+            rows, diagnosis = await asyncio.get_running_loop().run_in_executor(None, lambda: self._status(entry))
+            item["ranks"] = [{**r, "health": _health(r)} for r in rows]
+            item["diagnosis"] = diagnosis
+            report = getattr(c, "last_restart", None)
+            if isinstance(report, str) and report:
+                item["restart_report"] = report   # the last restart's one line (what came back, from where)
+        return item
+
+    async def _theirs(self, seen: set[str]) -> list[dict[str, Any]]:
+        """Clusters of kernels and other processes, from their registry files, labelled by owner."""
+        kernels = await self._kernel_pids()
+        out = []
         for item in registry.published():
             if item["id"] in seen:
                 continue
+            for r in item.get("ranks", []):
+                # the registry's "idle"/"running" is what the rank does, not its health: both are alive
+                doing = r.get("health")
+                if doing in ("idle", "running"):
+                    r.update(health="ok", state="idle" if doing == "idle" else "running a cell")
+                elif doing == "exited":
+                    r["state"] = "exited"
             states = {r.get("health") for r in item.get("ranks", [])}
-            item["state"] = "running" if states <= {"idle", "running", "remote"} else "degraded"
+            item["state"] = "running" if states <= {"ok", "remote"} else "degraded"
+            item.update(label_owner(item, kernels))
             out.append(item)
-        for item in out:   # a Slurm cluster's job, as squeue shows it now: state, nodes, time left
+        return out
+
+    async def _kernel_pids(self) -> Optional[dict[int, str]]:
+        if self.kernel_pids is None:
+            return None
+        try:
+            return await self.kernel_pids()
+        except Exception as exc:   # the card then says "kernel pid N" without telling whose
+            log.debug("could not list this server's kernels: %s", exc)
+            return None
+
+    async def _with_slurm(self, items: list[dict[str, Any]]) -> None:
+        """A Slurm cluster's job, as squeue shows it now: state, nodes, time left."""
+        loop = asyncio.get_running_loop()
+        for item in items:
             job = (item.get("slurm") or {}).get("job_id")
             if job is not None:
                 from mlx_jupyter.cluster.slurm_allocation import job_info
 
                 item["slurm"].update(await loop.run_in_executor(None, job_info, int(job)))
+
+    async def listing(self) -> list[dict[str, Any]]:
+        """Every cluster: ours with live rank status, kernels' from their registry files."""
+        out = [await self._ours(entry) for entry in list(self.entries.values())]
+        out += await self._theirs({item["id"] for item in out})
+        await self._with_slurm(out)
         return out
+
+    async def dashboard(self, cluster_id: str, since: Optional[float] = None) -> Optional[dict[str, Any]]:
+        """One cluster for its dashboard: as listed, with its ranks' recent series (the points after
+        ``since``) and its last ``--profile`` timeline; None if there is no such cluster."""
+        entry = self.entries.get(cluster_id)
+        if entry is not None:
+            item = await self._ours(entry)
+            item["series"] = entry.history.series(since)
+        else:
+            item = next((i for i in await self._theirs(set(self.entries)) if i["id"] == cluster_id), None)
+            if item is None:
+                return None
+            item["series"] = None   # the server reads no live status of a kernel's ranks
+        await self._with_slurm([item])
+        item["profile"] = await asyncio.get_running_loop().run_in_executor(None, last_profile.load, cluster_id)
+        return item
 
     def shutdown(self) -> None:
         """Stop every cluster this server started (server exit)."""

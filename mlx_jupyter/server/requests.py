@@ -132,3 +132,31 @@ def check_total(n: int, hosts: int, field: str) -> None:
     if n * hosts > MAX_RANKS:
         raise RequestError(field, f"{n} ranks on each of {hosts} hosts is {n * hosts} ranks; "
                                   f"at most {MAX_RANKS} in all")
+
+
+#: the start form's labels and hints, by field (the panel builds its form from :func:`form_fields`)
+_FORM = {
+    "n": ("ranks per host", "2"),
+    "hosts": ("hosts", "127.0.0.1"),
+    "hostfile": ("hostfile", "optional path"),
+    "backend": ("backend", ""),
+}
+
+
+def form_fields() -> list[dict[str, Any]]:
+    """The start form's fields, from the same schema and limits the request is checked against:
+    name, label, kind (number, text, choice), placeholder, help (what it takes: the refusal's words),
+    and for ``n`` its range, for ``backend`` its choices ("" for the hostfile's, else ring)."""
+    out: list[dict[str, Any]] = []
+    for name in _PANEL:   # the spec's order; a panel option without a label here fails at once
+        label, placeholder = _FORM[name]
+        field: dict[str, Any] = {"name": name, "label": label, "placeholder": placeholder, "help": FIELDS[name]}
+        if name == "n":
+            field.update(kind="number", min=1, max=MAX_RANKS, default=default_ranks_per_host(False))
+        elif name == "backend":
+            field.update(kind="choice", choices=["", *BACKENDS])
+        else:
+            field.update(kind="text", maxLength=SCHEMA["properties"]["hostfile"]["maxLength"] if name == "hostfile"
+                         else _NAME_MAX * MAX_RANKS)
+        out.append(field)
+    return out

@@ -148,6 +148,15 @@ def activity() -> list[dict]:
     return out
 
 
+def counters() -> list[list]:
+    """Each live group's collectives so far and its last op's size, ``[group, seq, nbytes]``, idle
+    or not (the dashboard's ops and bytes per second come from their change between two samples)."""
+    try:
+        return [[str(a.group_id), int(a.seq), int(a.nbytes)] for a in snapshot()]
+    except Exception:  # a sampler never fails the rank
+        return []
+
+
 def take(thread_id: Optional[int], rank: int, cpu: Optional[CpuMeter] = None, rss: int = 0,
          cell_files: tuple[str, ...] = (), running: bool = True) -> dict:
     """A sample of rank ``rank``, whose code runs on thread ``thread_id`` (None: the main thread)."""
@@ -162,7 +171,8 @@ def take(thread_id: Optional[int], rank: int, cpu: Optional[CpuMeter] = None, rs
     finally:
         del frame
     out = {"rank": rank, "pid": os.getpid(), "running": running, "time": time.time(), **where,
-           "activity": activity() if running else [], "cpu": cpu.percent() if cpu else None, "rss": rss}
+           "activity": activity() if running else [], "cpu": cpu.percent() if cpu else None, "rss": rss,
+           "ops": counters()}
     debugger = _debugger
     if running and debugger is not None:
         out["debugger"] = debugger  # the debugger's own word: the frame it shows, a post-mortem's too

@@ -86,6 +86,33 @@ def test_a_killed_controller_is_named_at_the_next_cell_and_in_status_and_restart
     assert out.strip().endswith("ok"), out
 
 
+def test_a_restart_after_a_dead_controller_keeps_the_live_ranks_variables():
+    """The save goes over the cell channel: a dead controller no longer costs the ranks' names."""
+    out = isolated('''
+        c = Cluster(n=2, timeout=60).start()
+        try:
+            c.run("import numpy as np\\nimport mlx.nn as nn\\nr = world.rank()\\n"
+                  "shard = np.full(4, r, dtype=np.float32)\\nw = mx.arange(3, dtype=mx.float32) * 2\\n"
+                  "model = nn.Linear(3, 2)\\nmx.eval(model.parameters())\\n"
+                  "fp = np.array(model(w)).tobytes().hex()").wait(60)
+            before = c.pull("fp", timeout=30)
+            group = controller_group(c)
+            os.kill(group[0], signal.SIGKILL)
+            wait_gone(group[:1], 5)
+            c.restart()
+            line = c.last_restart
+            assert line.startswith("restart: kept ") and "a new controller replaced the dead one" in line, line
+            assert "not kept" not in line, line
+            assert c.execute("int(shard.sum()), float(w.sum().item()), np.array(model(w)).tobytes().hex() == fp",
+                             timeout=60) == ["(0, 6.0, True)", "(4, 6.0, True)"]
+            assert c.pull("fp", timeout=30) == before
+        finally:
+            c.stop()
+        print("ok")
+    ''')
+    assert out.strip().endswith("ok"), out
+
+
 def test_the_controllers_orphaned_child_does_not_outlive_stop():
     out = isolated('''
         c = Cluster(n=2, timeout=60).start()

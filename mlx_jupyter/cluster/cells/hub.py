@@ -150,6 +150,17 @@ class CellHub:
                 self._unreachable(msg_id, rank)
         return pending
 
+    def send_call(self, rank: int, msg_id: str, fn: str, args: list, sink: Sink) -> Pending:
+        """Ask ``rank`` to run the product's function ``fn`` (``module:function``, one that
+        :mod:`mlx_jupyter.cluster.rank.calls` allows) with ``args``; its answer comes as the reply."""
+        with self._lock:
+            pending = self.pending[msg_id] = Pending(rank, sink)
+            conn = self.idents.get(rank)
+        data = wire.frame(wire.encode(self.session, {"t": "call", "id": msg_id, "fn": fn, "args": args}))
+        if conn is None or not conn.writer.send(data):
+            self._unreachable(msg_id, rank)
+        return pending
+
     def send_debug_line(self, rank: int, line: Optional[str]) -> bool:
         """Answer ``rank``'s debug prompt with ``line`` (None: the notebook cannot prompt)."""
         with self._lock:

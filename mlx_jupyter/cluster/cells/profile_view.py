@@ -24,8 +24,12 @@ def show_profile(cluster: Any) -> None:
     if missing:
         text += f"\n(no records from rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}: dead or still busy)"
     if records:
-        publish_display_data({"image/svg+xml": timeline_svg(records), "text/plain": text})
+        svg = timeline_svg(records)
+        publish_display_data({"image/svg+xml": svg, "text/plain": text})
         print(text)
+        from mlx_jupyter.cluster import last_profile
+
+        last_profile.save(cluster.cluster_id, svg, text, list(by_rank))   # the lab dashboard shows it too
     else:
         print("mlx-jupyter profile: no ops of our core ran in this cell (MLX's own mx.distributed calls "
               "are not recorded; use group or mlx_jupyter.distributed)")

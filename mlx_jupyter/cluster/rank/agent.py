@@ -48,6 +48,7 @@ from typing import Any, Optional
 
 from IPython.core.error import InputRejected
 
+from mlx_jupyter.cluster.rank import cell_end
 from mlx_jupyter.cluster.rank.kernel_compat import check_kernel, send_abort_reply
 from mlx_jupyter.cluster.rank.names import NAMES, WorldGuard
 from mlx_jupyter.cluster.rank.peers import open_link, request_key, same_request
@@ -322,6 +323,8 @@ class RankAgent:
 
     def _post_run_cell(self, result: Any = None) -> None:
         self._drop_rejector()  # a cell that failed to compile never reached it
+        # the per-cell record of this rank's names (opt-in): its number before number_cells_as resets it
+        number = cell_end.cell_number(self.shell, result) if cell_end.RECORD is not None else 0
         if self._numbered:
             from mlx_jupyter.cluster.rank.channel import number_cells_as
 
@@ -329,6 +332,9 @@ class RankAgent:
             self._numbered = False
         aborted = self._end()
         err = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
+        record = cell_end.RECORD
+        if err is None and aborted is None and number and record is not None:
+            record(number)
         if err is None or aborted is not None:
             return
         self.last_error = f"{type(err).__name__}: {err}"

@@ -176,6 +176,11 @@ class RankChannel:
                 self.kernel.io_loop.add_callback(self._execute, msg)
             elif msg["t"] == "dbg_in":
                 self._debug_lines.append(msg.get("line"))
+            elif msg["t"] == "call" and msg.get("id") not in self._seen:   # the product's own (rank/calls.py)
+                from mlx_jupyter.cluster.rank import calls
+
+                self._seen.append(msg.get("id"))
+                self.kernel.io_loop.add_callback(calls.run, self.kernel, self.post, msg)
 
     def drop_debug_lines(self) -> None:
         """Forget answers no session read (sent as an abort ended the session): a new session's come after its prompt."""

@@ -407,8 +407,9 @@ def _pad(fd: int, offset: int, align: int = 64) -> int:
     return extra
 
 
-def restore(dirname: str, rank: int, ns: Optional[MutableMapping[str, Any]] = None) -> dict:
-    """Bind the names rank ``rank`` saved into this rank's namespace; then remove its files."""
+def restore(dirname: str, rank: int, ns: Optional[MutableMapping[str, Any]] = None, discard_files: bool = True) -> dict:
+    """Bind the names rank ``rank`` saved into this rank's namespace; then remove its files (unless
+    ``discard_files`` is False: a dead rank's new process reads them at the same time, :mod:`.peer_copy`)."""
     if ns is None:
         ns = _user_ns()
     folder = private_dir(rank_folder(dirname, rank), create=False)
@@ -439,7 +440,8 @@ def restore(dirname: str, rank: int, ns: Optional[MutableMapping[str, Any]] = No
         finally:
             _TARGET.pop("ns", None)
     finally:
-        discard(dirname, rank)
+        if discard_files:
+            discard(dirname, rank)
     return {"restored": restored, "failed": failed}
 
 

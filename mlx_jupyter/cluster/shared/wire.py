@@ -20,6 +20,9 @@ Messages (``t`` is the type):
   ``done``: the session ended (continue without breakpoints, or quit);
 - notebook -> rank ``dbg_in {line}``: the answer to that prompt (``None``: the notebook
   cannot prompt, e.g. nbclient without stdin);
+- notebook -> rank ``call {id, fn, args}``: run the product's function ``fn`` (``module:function``,
+  one :mod:`mlx_jupyter.cluster.rank.calls` allows), answered by a ``reply`` whose content holds
+  ``value`` (a restart's save and restore when the controller is dead);
 - rank -> notebook ``reply {id, content}``: the cell ended (content as an
   ``execute_reply``'s); always after its outputs.
 """

@@ -1,0 +1,97 @@
+"""A cluster's recent per-rank time series for its dashboard: CPU, memory, collectives per second.
+
+Fed with the ranks' where samples (:mod:`mlx_jupyter.where.sample`) each time the server reads
+a cluster's live status, at most one point a second whoever asks (the panel every 2 s, a shown
+dashboard every second), and kept in a ring of the last :data:`WINDOW` points per rank. Ops and
+bytes per second come from the change of each group's collective count (``seq``) between two
+samples; bytes are that count times the group's last op's size (the core keeps no byte total).
+Pure: no I/O, the caller gives the time.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+#: points kept per rank: five minutes at one a second
+WINDOW = 300
+#: the least time between two points of a rank (a faster reader gets no more points)
+MIN_GAP = 0.9
+
+
+@dataclass
+class _Rank:
+    """One rank's ring of points ``(t, cpu %, memory bytes, ops/s, bytes/s)`` and its last counters."""
+
+    points: deque = field(default_factory=lambda: deque(maxlen=WINDOW))
+    counters: dict[str, tuple[int, int]] = field(default_factory=dict)
+    last: Optional[float] = None
+
+
+def _counters(sample: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
+    out = {}
+    for entry in sample.get("ops") or []:
+        try:
+            group, seq, nbytes = entry
+            out[str(group)] = (int(seq), int(nbytes))
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+def _rates(before: Mapping[str, tuple[int, int]], now: Mapping[str, tuple[int, int]], seconds: float) -> tuple[float, float]:
+    """Ops and bytes per second between two readings of the counters. A group made meanwhile counts
+    from 0; a count that went down (a group re-formed under the same name) counts from 0 again."""
+    ops = nbytes = 0
+    for group, (seq, size) in now.items():
+        prev = before.get(group, (0, 0))[0]
+        done = seq - prev if seq >= prev else seq
+        ops += done
+        nbytes += done * size
+    return ops / seconds, nbytes / seconds
+
+
+class ClusterHistory:
+    """The last ``window`` points of each rank of one cluster."""
+
+    def __init__(self, window: int = WINDOW, min_gap: float = MIN_GAP) -> None:
+        self.window, self.min_gap = window, min_gap
+        self.ranks: dict[int, _Rank] = {}
+
+    def add(self, now: float, samples: Mapping[int, Mapping[str, Any]]) -> int:
+        """One point per rank of ``samples`` (rank -> where sample) taken at ``now`` (seconds); a rank
+        sampled less than ``min_gap`` s ago is skipped. Returns the points added."""
+        added = 0
+        for rank, sample in samples.items():
+            r = self.ranks.setdefault(int(rank), _Rank(points=deque(maxlen=self.window)))
+            if r.last is not None and now - r.last < self.min_gap:
+                continue
+            counters = _counters(sample)
+            ops = nbytes = None
+            if r.last is not None:   # the first point has no rate: nothing to compare it with
+                ops, nbytes = _rates(r.counters, counters, now - r.last)
+            cpu = sample.get("cpu")
+            rss = sample.get("rss")
+            r.points.append((round(now, 2), float(cpu) if isinstance(cpu, (int, float)) else None,
+                             int(rss) if isinstance(rss, (int, float)) and rss else None,
+                             None if ops is None else round(ops, 2), None if nbytes is None else round(nbytes)))
+            r.counters, r.last = counters, now
+            added += 1
+        return added
+
+    def forget(self, keep: set[int]) -> None:
+        """Drop the ranks not in ``keep`` (a smaller cluster after a restart)."""
+        for rank in list(self.ranks):
+            if rank not in keep:
+                del self.ranks[rank]
+
+    def series(self, since: Optional[float] = None) -> dict[str, Any]:
+        """The points after ``since`` (all when None), per rank, as columns:
+        ``{"window": s, "ranks": {"0": {"t": [...], "cpu": [...], "memory": [...], "ops": [...], "bytes": [...]}}}``."""
+        out: dict[str, Any] = {}
+        for rank, r in sorted(self.ranks.items()):
+            points = [p for p in r.points if since is None or p[0] > since]
+            out[str(rank)] = {name: [p[i] for p in points]
+                              for i, name in enumerate(("t", "cpu", "memory", "ops", "bytes"))}
+        return {"window": self.window, "ranks": out}
