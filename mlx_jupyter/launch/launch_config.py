@@ -29,7 +29,7 @@ class LaunchConfig:
     command: list[str]
     hosts: Union[str, Path, Sequence[Host], None] = None
     repeat_hosts: Optional[int] = None  # None: hostfile.default_ranks_per_host
-    backend: Optional[str] = None     # None: a hostfile's, else ring
+    backend: Optional[str] = None     # None: a hostfile's, else backends.default_backend()
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: Optional[str] = None
     cwd_required: bool = False

@@ -146,7 +146,7 @@ _FORM = {
 def form_fields() -> list[dict[str, Any]]:
     """The start form's fields, from the same schema and limits the request is checked against:
     name, label, kind (number, text, choice), placeholder, help (what it takes: the refusal's words),
-    and for ``n`` its range, for ``backend`` its choices ("" for the hostfile's, else ring)."""
+    and for ``n`` its range, for ``backend`` its choices ("" for the default: backends.DEFAULT_RULE)."""
     out: list[dict[str, Any]] = []
     for name in _PANEL:   # the spec's order; a panel option without a label here fails at once
         label, placeholder = _FORM[name]
