@@ -103,10 +103,10 @@ SPEC: tuple[Option, ...] = (
     _opt("--known-hosts", "known_hosts file instead of the config's UserKnownHostsFile (default "
          "~/.ssh/known_hosts)", _SSH, metavar="F", group="ssh"),
     _opt(("-i", "--identity"), "private key file(s)", _SSH, action="append", metavar="F", group="ssh"),
-    _opt("--connect-timeout", "ssh connect timeout in seconds (default %(default)g)", _SSH, default=10.0,
+    _opt("--connect-timeout", "connect timeout in seconds (default %(default)g)", _SSH, default=10.0,
          metavar="S", group="ssh", check=limits.arg_type(limits.seconds, "--connect-timeout",
                                                          high=limits.MAX_SSH_SECONDS, example="10")),
-    _opt("--keepalive-interval", "ssh keepalive interval; a host silent for 4 intervals is declared lost", LAUNCH,
+    _opt("--keepalive-interval", "keepalive interval; a host silent for 4 intervals is declared lost", LAUNCH,
          default=1.0, metavar="S", group="ssh", check=limits.arg_type(limits.seconds, "--keepalive-interval",
                                                                      high=limits.MAX_SSH_SECONDS, example="1")),
     # Slurm: the ranks as one srun step of a Slurm job (the current allocation, or one held for them)
