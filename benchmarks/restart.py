@@ -76,13 +76,27 @@ def one(ranks: int, gib: float, out) -> None:
         raise SystemExit("the values after the keep-state restart differ")
 
 
-def one_killed(ranks: int, gib: float, out) -> None:
+def one_killed(ranks: int, gib: float, out, sequential: bool = False) -> None:
     """The same state, the last rank killed with SIGKILL, then a keep-state restart (the dead rank
-    gets its peers' alike names: the model, the optimizer; its own arrays differ, so are lost)."""
+    gets its peers' alike names: the model, the optimizer; its own arrays differ, so are lost).
+    ``sequential``: the dead rank's copy first, then the live ranks' restore (the order before)."""
     import signal
 
     from mlx_jupyter.cluster import Cluster
     from mlx_jupyter.cluster.cells.display import show_run
+    from mlx_jupyter.cluster.kept_state import KeptState
+
+    together = KeptState._run_plan
+
+    def one_after_the_other(self, plan, what):
+        first = {r: p for r, p in plan.items() if r in self.died}
+        if not first or len(first) == len(plan):
+            return together(self, plan, what)
+        answers = together(self, first, what)
+        answers.update(together(self, {r: p for r, p in plan.items() if r not in first}, what))
+        return answers
+
+    KeptState._run_plan = one_after_the_other if sequential else together
 
     with Cluster(n=ranks, timeout=180) as c:
         show_run(c.run(BUILD.format(gib=gib) + "\nmodel_copy = model\n"), timeout=600)
@@ -93,7 +107,9 @@ def one_killed(ranks: int, gib: float, out) -> None:
             time.sleep(0.05)
         kept = timed(lambda: c.restart(timeout=180, quiet=True))
         report = c.last_restart
-    print(f"ranks {ranks} x {gib:g} GiB, rank {victim} killed: keep-state restart {kept:.2f} s", file=out)
+    KeptState._run_plan = together
+    order = "copy, then the live ranks' restore" if sequential else "copy beside the live ranks' restore"
+    print(f"ranks {ranks} x {gib:g} GiB, rank {victim} killed: keep-state restart {kept:.2f} s ({order})", file=out)
     print(f"ranks {ranks}: {report}", file=out, flush=True)
 
 
@@ -104,6 +120,8 @@ def main() -> None:
     ap.add_argument("--save", default=None, help="also write the output to this file")
     ap.add_argument("--killed", action="store_true",
                     help="instead: kill the last rank (SIGKILL), then time the keep-state restart")
+    ap.add_argument("--alternate", type=int, default=0, metavar="N",
+                    help="with --killed: N rounds alternating the dead rank's copy after and beside the live restore")
     args = ap.parse_args()
     buf = io.StringIO()
 
@@ -120,7 +138,11 @@ def main() -> None:
     print(f"restart benchmark: {platform.platform()}, {os.cpu_count()} cores, python {platform.python_version()}, "
           f"mlx {mx.__version__}; load average at the start: {load}", file=tee)
     for n in (int(x) for x in args.ranks.split(",")):
-        (one_killed if args.killed else one)(n, args.gib, tee)
+        if args.killed and args.alternate:
+            for k in range(2 * args.alternate):
+                one_killed(n, args.gib, tee, sequential=(k % 2 == 0) == (k // 2 % 2 == 0))
+        else:
+            (one_killed if args.killed else one)(n, args.gib, tee)
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", file=tee)
     if args.save:
         with open(args.save, "w") as f:

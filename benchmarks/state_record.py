@@ -97,13 +97,15 @@ def main() -> None:
                 c.records.describe(c, wait=60)
                 times.setdefault(("trivial", on), []).extend(cell_times(c, "x = 1", args.cells))
                 times.setdefault(("step", on), []).extend(cell_times(c, STEP, args.cells))
+        c.record(True)
+        cell_times(c, STEP, 1)
         record = c.records.describe(c, wait=60)
         for kind in ("trivial", "step"):
             off, on = times[(kind, False)], times[(kind, True)]
             say(f"{kind} cell: record off {ms(off)}, on {ms(on)}: "
                 f"{(statistics.median(on) / statistics.median(off) - 1) * 100:+.1f} %")
         say(f"the record of the training namespace: {record[0]['seconds'] * 1e3:.1f} ms in the background, "
-            f"{len(record[0]['names'])} names")
+            f"{len(record[0]['names'])} names; records given up as a cell began: {record[0]['skipped']}")
         say(f"load average after the latency rounds: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
         c.record(True)

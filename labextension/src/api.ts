@@ -12,6 +12,47 @@ export interface IRank {
   memory_text?: string;
   /** Where the rank is: `idle`, `running line 3: …`, `in all_sum at line 4 waiting on rank 1`. */
   where?: string;
+  /** Where its names came from at the cluster's last restart ("its own names", "from rank 0 (3 names)"). */
+  restart?: string;
+}
+
+/** One rank's recent points, as columns: time (s since the epoch), CPU %, memory bytes, ops/s, bytes/s. */
+export interface IRankSeries {
+  t: number[];
+  cpu: (number | null)[];
+  memory: (number | null)[];
+  ops: (number | null)[];
+  bytes: (number | null)[];
+}
+
+/** A cluster's last `--profile` timeline, as the notebook that ran it kept it. */
+export interface IProfile {
+  time: number;
+  ranks: number[];
+  summary: string;
+  svg: string;
+  svg_dropped?: boolean;
+}
+
+/** The dashboard's view of one cluster: as listed, plus its ranks' series and last profile. */
+export interface IDashboard extends ICluster {
+  /** null: the server reads no live status of this cluster (a kernel's). */
+  series: { window: number; ranks: Record<string, IRankSeries> } | null;
+  profile: IProfile | null;
+}
+
+/** One field of the start form, from the server's schema (mlx_jupyter.server.requests.form_fields). */
+export interface IFormField {
+  name: string;
+  label: string;
+  kind: 'number' | 'text' | 'choice';
+  placeholder: string;
+  help: string;
+  min?: number;
+  max?: number;
+  default?: number;
+  maxLength?: number;
+  choices?: string[];
 }
 
 /** One cluster: started by this server (owner "server") or by a kernel. */
@@ -28,6 +69,12 @@ export interface ICluster {
   ranks: IRank[];
   /** One line when the ranks are in different places (who waits for whom). */
   diagnosis?: string;
+  /** Whose it is, in words: "started from this panel", "started by x.ipynb (kernel pid N)", "another …". */
+  owner_text?: string;
+  /** "notebook": a kernel of this server; "other": another process (shown apart in the panel). */
+  owner_kind?: string;
+  /** The last restart's one line (what came back, and from where). */
+  restart_report?: string;
   /** The Slurm job the ranks run in, as squeue shows it now. */
   slurm?: { job_id: number; state?: string; nodes?: string | string[]; time_left_text?: string };
 }
@@ -50,7 +97,10 @@ export async function requestAPI<T>(endPoint = '', init: RequestInit = {}): Prom
     // not JSON: keep the text for the error message
   }
   if (!response.ok) {
-    throw new ServerConnection.ResponseError(response, (data && data.error) || response.statusText);
+    const error = new ServerConnection.ResponseError(response, (data && data.error) || response.statusText);
+    // a refused start names the form's field at fault: the panel shows the message under it
+    (error as { field?: string }).field = data && typeof data.field === 'string' ? data.field : '';
+    throw error;
   }
   return data as T;
 }
@@ -80,3 +130,16 @@ export const connectCode = async (id: string): Promise<string> =>
 
 /** One cluster, as the list shows it (ranks, where each is, its Slurm job). */
 export const getCluster = (id: string): Promise<ICluster> => requestAPI<ICluster>(`clusters/${encodeURIComponent(id)}`);
+
+/** One cluster for its dashboard: the points after `since` (all of the last minutes when 0) and its last profile. */
+export const getDashboard = (id: string, since = 0): Promise<IDashboard> =>
+  requestAPI<IDashboard>(`clusters/${encodeURIComponent(id)}/dashboard${since ? `?since=${since}` : ''}`);
+
+/** The start form's fields, from the schema the server checks a start request against. */
+export const getFormFields = async (): Promise<IFormField[]> =>
+  (await requestAPI<{ fields: IFormField[] }>('schema')).fields;
+
+/** A request the server refused names the field at fault ({"error", "field"}); '' when it does not. */
+export function refusedField(error: unknown): string {
+  return (error as { field?: string }).field || '';
+}

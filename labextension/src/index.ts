@@ -39,7 +39,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const dashboards = new Map<string, ClusterDashboard>();
     const openDashboard = (id: string): void => {
       let dash = dashboards.get(id);
-      if (!dash || dash.isDisposed) {
+      if (!dash || dash.isDisposed || !dash.isAttached) {
+        dash?.dispose();
         dash = new ClusterDashboard(id);
         dashboards.set(id, dash);
         // beside the notebook in use, so both show while a cell runs; else a tab of its own

@@ -1,6 +1,8 @@
 import { Widget } from '@lumino/widgets';
 
-import { ICluster, IRank, connectCode, listBackends, listClusters, restartCluster, startCluster, stopCluster } from './api';
+import {
+  ICluster, IFormField, IRank, connectCode, getFormFields, listClusters, refusedField, restartCluster, startCluster, stopCluster
+} from './api';
 
 /** How often the panel refreshes while it is visible (and never while hidden). */
 const REFRESH_MS = 2000;
@@ -39,7 +41,32 @@ function healthSummary(ranks: IRank[]): string {
   if (bad) {
     parts.push(`${bad} not ok`);
   }
+  // a kernel's ranks: what they do, in words (the server's own clusters say it per rank, in "where")
+  const busy = ranks.filter(r => r.state === 'running a cell').map(r => r.rank);
+  if (busy.length) {
+    parts.push(`running a cell on rank${busy.length > 1 ? 's' : ''} ${busy.join(', ')}`);
+  } else if (ranks.length && ranks.every(r => r.state === 'idle')) {
+    parts.push('idle');
+  }
   return parts.join(', ');
+}
+
+/** The form's CSS class per field (the browser tests and the style sheet name them). */
+const FIELD_CLASS: Record<string, string> = {
+  n: 'mlxj-n', hosts: 'mlxj-hosts-input', hostfile: 'mlxj-hostfile-input', backend: 'mlxj-backend'
+};
+
+/** What is wrong with a field's value by the schema's limits ('' when nothing): the server's words. */
+function invalid(f: IFormField, value: string): string {
+  if (f.kind === 'number') {
+    const n = Number(value);
+    if (value.trim() === '' || !Number.isInteger(n) || (f.min !== undefined && n < f.min) || (f.max !== undefined && n > f.max)) {
+      return f.help;
+    }
+  } else if (f.maxLength !== undefined && value.length > f.maxLength) {
+    return `${f.label}: at most ${f.maxLength} characters`;
+  }
+  return '';
 }
 
 /** Errors longer than this show their first part, with "more" to read the rest. */
@@ -67,62 +94,118 @@ export class ClusterPanel extends Widget {
     this.title.caption = 'MLX Cluster';
     this.addClass('mlxj-panel');
     this.node.appendChild(el('h2', { class: 'mlxj-panel-title' }, 'MLX Cluster'));
-    this.node.appendChild(this.buildForm());
-    this.message = el('div', { class: 'mlxj-panel-message' });
+    // beside ipyparallel's own "IPython Parallel" panel (installed with it): say which clusters are here
+    this.node.appendChild(el('div', { class: 'mlxj-panel-what' },
+      'MLX clusters: started here or with %mlx_cluster in a notebook. ipyparallel\'s own clusters are in its '
+      + '"IPython Parallel" panel.'));
+    this.form = el('form', { class: 'mlxj-panel-form', novalidate: '' });
+    this.node.appendChild(this.form);
+    void this.buildForm();
+    this.message = el('div', { class: 'mlxj-panel-message', role: 'status' });
     this.node.appendChild(this.message);
     this.list = el('div', { class: 'mlxj-panel-list' });
     this.node.appendChild(this.list);
   }
 
-  private buildForm(): HTMLElement {
-    const form = el('form', { class: 'mlxj-panel-form' });
-    this.nInput = el('input', { type: 'number', min: '1', max: '64', value: '2', class: 'mlxj-n', title: 'ranks per host' });
-    this.hostsInput = el('input', { type: 'text', placeholder: '127.0.0.1', class: 'mlxj-hosts-input', title: 'comma-separated hosts' });
-    this.hostfileInput = el('input', {
-      type: 'text',
-      placeholder: 'optional path',
-      class: 'mlxj-hostfile-input',
-      title: 'optional: a path on the server to a hostfile written by mlx-jupyter config or the topology widget; ' +
-        'its hosts, backend and envs are used instead of hosts'
-    });
-    this.backendSelect = el('select', { class: 'mlxj-backend', title: 'default: the hostfile\'s backend, else ring' });
-    this.backendSelect.appendChild(el('option', { value: '' }, 'default'));
-    void listBackends().then(
-      backends => {
-        for (const b of backends) {
-          this.backendSelect.appendChild(el('option', { value: b }, b));
+  /** The start form, field by field from the server's schema (labels, limits, what each takes). */
+  private async buildForm(): Promise<void> {
+    let fields: IFormField[];
+    try {
+      fields = await getFormFields();
+    } catch (error) {
+      this.form.appendChild(el('div', { class: 'mlxj-error' }, `no start form: ${(error as Error).message}`));
+      return;
+    }
+    for (const f of fields) {
+      const id = `mlxj-field-${f.name}`;
+      const box = el('div', { class: 'mlxj-field', 'data-field': f.name });
+      box.appendChild(el('label', { class: 'mlxj-label', for: id }, f.label));
+      let input: HTMLInputElement | HTMLSelectElement;
+      if (f.kind === 'choice') {
+        const select = el('select', { id, class: `jp-mod-styled ${FIELD_CLASS[f.name] || ''}`, title: f.help });
+        for (const c of f.choices || []) {
+          select.appendChild(el('option', { value: c }, c || 'default'));
         }
-      },
-      () => undefined // the server is unreachable: the panel shows that with the cluster list
-    );
+        const wrap = el('div', { class: 'jp-select-wrapper mlxj-select' });
+        wrap.appendChild(select);
+        box.appendChild(wrap);
+        input = select;
+      } else {
+        input = el('input', {
+          id, type: f.kind === 'number' ? 'number' : 'text', class: `jp-mod-styled ${FIELD_CLASS[f.name] || ''}`,
+          placeholder: f.placeholder, title: f.help, 'aria-describedby': `${id}-msg`
+        });
+        if (f.kind === 'number') {
+          input.setAttribute('min', String(f.min ?? 1));
+          input.setAttribute('max', String(f.max ?? 64));
+          input.value = String(f.default ?? 2);
+        }
+        box.appendChild(input);
+        input.addEventListener('input', () => this.check(f.name));
+      }
+      box.appendChild(el('div', { class: 'mlxj-field-msg', id: `${id}-msg` }));
+      this.form.appendChild(box);
+      this.fields.set(f.name, { spec: f, input, box });
+    }
     const start = el('button', { type: 'submit', class: 'jp-mod-styled jp-mod-accept mlxj-start' }, 'Start');
-    const row = (label: string, input: HTMLElement) => {
-      const l = el('label');
-      l.appendChild(el('span', { class: 'mlxj-label' }, label));
-      l.appendChild(input);
-      return l;
-    };
-    form.appendChild(row('ranks per host', this.nInput));
-    form.appendChild(row('hosts', this.hostsInput));
-    form.appendChild(row('hostfile', this.hostfileInput));
-    form.appendChild(row('backend', this.backendSelect));
-    form.appendChild(start);
-    form.addEventListener('submit', event => {
+    this.form.appendChild(start);
+    this.form.addEventListener('submit', event => {
       event.preventDefault();
       void this.start();
     });
-    return form;
+  }
+
+  private value(name: string): string {
+    return (this.fields.get(name)?.input.value || '').trim();
+  }
+
+  /** Show ``text`` under the field (and mark it invalid), or clear it. */
+  private fieldMessage(name: string, text: string): void {
+    const f = this.fields.get(name);
+    if (!f) {
+      return;
+    }
+    f.box.classList.toggle('mlxj-invalid', !!text);
+    f.input.setAttribute('aria-invalid', text ? 'true' : 'false');
+    const msg = f.box.querySelector('.mlxj-field-msg');
+    if (msg) {
+      msg.textContent = text;
+    }
+  }
+
+  /** Check one field (or all) by the schema's limits; whether they are all fine. */
+  private check(only?: string): boolean {
+    let ok = true;
+    for (const [name, f] of this.fields) {
+      if (only && name !== only) {
+        continue;
+      }
+      let why = invalid(f.spec, f.input.value);
+      if (!why && name === 'hostfile' && this.value('hostfile') && this.value('hosts')) {
+        why = 'give hosts or a hostfile, not both (the hostfile lists the hosts)';
+      }
+      this.fieldMessage(name, why);
+      ok = ok && !why;
+    }
+    return ok;
   }
 
   private async start(): Promise<void> {
-    const n = parseInt(this.nInput.value, 10) || 2;
+    if (!this.check()) {
+      this.say('the start form has a field to fix (see under it)', true);
+      return;
+    }
+    const n = parseInt(this.value('n'), 10) || 2;
     this.say(`starting ${n} ranks…`);
     try {
-      const reply = await startCluster(n, this.hostsInput.value.trim(), this.backendSelect.value,
-        this.hostfileInput.value.trim());
+      const reply = await startCluster(n, this.value('hosts'), this.value('backend'), this.value('hostfile'));
       this.say(`${reply.id} starting`);
       this.followed = reply.id;
     } catch (error) {
+      const field = refusedField(error);
+      if (this.fields.has(field)) {   // the server's refusal names the field: shown under it too
+        this.fieldMessage(field, (error as Error).message);
+      }
       this.say(`start failed: ${(error as Error).message}`, true);
     }
     await this.refresh();
@@ -166,19 +249,43 @@ export class ClusterPanel extends Widget {
   private render(clusters: ICluster[]): void {
     this.follow(clusters);
     this.list.replaceChildren();
-    if (!clusters.length) {
-      this.list.appendChild(el('div', { class: 'mlxj-empty' }, 'No cluster running.'));
+    // other processes' clusters (other Jupyter servers, scripts) come and go: apart, behind a toggle
+    const others = clusters.filter(c => c.owner_kind === 'other');
+    const ours = clusters.filter(c => c.owner_kind !== 'other');
+    if (!ours.length) {
+      this.list.appendChild(el('div', { class: 'mlxj-empty' },
+        'No cluster running. Start one above, or run %mlx_cluster start -n 2 in a notebook: it shows here.'));
     }
+    this.renderCards(ours, this.list);
+    if (others.length) {
+      const toggle = el('button', { class: 'jp-mod-styled mlxj-others-toggle', 'aria-expanded': String(this.showOthers),
+        title: 'clusters started by other processes of yours (other Jupyter servers, notebooks or scripts)' },
+        `${this.showOthers ? '▾' : '▸'} Other processes' clusters (${others.length})`);
+      toggle.addEventListener('click', () => {
+        this.showOthers = !this.showOthers;
+        void this.refresh();
+      });
+      this.list.appendChild(toggle);
+      if (this.showOthers) {
+        const box = el('div', { class: 'mlxj-others' });
+        this.renderCards(others, box);
+        this.list.appendChild(box);
+      }
+    }
+  }
+
+  private renderCards(clusters: ICluster[], into: HTMLElement): void {
     for (const c of clusters) {
       const card = el('div', { class: `mlxj-card mlxj-card-${c.state}`, 'data-cluster': c.id });
       const head = el('div', { class: 'mlxj-card-head' });
       head.appendChild(el('span', { class: 'mlxj-card-id' }, c.id));
       head.appendChild(el('span', { class: `mlxj-pill mlxj-pill-${c.state}` }, c.state));
       card.appendChild(head);
-      const where = c.hosts.join(', ') + (c.owner === 'server' ? '' : ` · kernel pid ${c.owner_pid}`);
       // a cluster that failed before its ranks were counted has no size: say nothing rather than "? ranks"
       const size = c.size ? `${c.size} rank${c.size === 1 ? '' : 's'} · ` : '';
-      card.appendChild(el('div', { class: 'mlxj-card-sub' }, `${c.backend} · ${size}${where}`));
+      card.appendChild(el('div', { class: 'mlxj-card-sub' }, `${c.backend} · ${size}${c.hosts.join(', ')}`));
+      card.appendChild(el('div', { class: 'mlxj-card-sub mlxj-card-owner' },
+        c.owner_text || (c.owner === 'server' ? 'started from this panel' : `started by kernel pid ${c.owner_pid}`)));
       if (c.slurm) {
         const s = c.slurm;
         const nodes = Array.isArray(s.nodes) ? s.nodes.join(',') : (s.nodes || '');
@@ -199,6 +306,9 @@ export class ClusterPanel extends Widget {
         if (c.diagnosis) {
           card.appendChild(el('div', { class: 'mlxj-card-diagnosis' }, c.diagnosis));
         }
+        if (c.restart_report) {   // issue 33: where the restarted ranks' names came from
+          card.appendChild(el('div', { class: 'mlxj-card-restart' }, `last ${c.restart_report}`));
+        }
       } else if (c.state === 'starting') {
         card.appendChild(el('div', { class: 'mlxj-card-sub' }, `${c.connected ?? 0} ranks connected…`));
       }
@@ -212,7 +322,7 @@ export class ClusterPanel extends Widget {
           actions.appendChild(dismiss);
         }
         card.appendChild(actions);
-        this.list.appendChild(card);
+        into.appendChild(card);
         continue;
       }
       if (this.confirming && this.confirming.id === c.id) {
@@ -235,7 +345,7 @@ export class ClusterPanel extends Widget {
         ask.appendChild(yes);
         ask.appendChild(no);
         card.appendChild(ask);
-        this.list.appendChild(card);
+        into.appendChild(card);
         continue;
       }
       const dash = el('button', { class: 'jp-mod-styled mlxj-open-dashboard',
@@ -258,7 +368,7 @@ export class ClusterPanel extends Widget {
         actions.appendChild(stop);
       }
       card.appendChild(actions);
-      this.list.appendChild(card);
+      into.appendChild(card);
     }
   }
 
@@ -272,19 +382,20 @@ export class ClusterPanel extends Widget {
       ['pid', r => String(r.pid ?? '')],
       ['health', r => r.health || 'unknown'],
       ['state', r => (r.state && r.state !== r.health ? r.state : '')],
+      ['names from', r => r.restart || ''],
       ['memory', r => memory(r)]
     ];
     const cols = all.filter(([, value]) => ranks.some(r => value(r) !== ''));
     const table = el('table', { class: 'mlxj-ranks' });
     const hr = el('tr');
     for (const [name] of cols) {
-      hr.appendChild(el('th', { class: `mlxj-col-${name}` }, name));
+      hr.appendChild(el('th', { class: `mlxj-col-${name.replace(' ', '-')}` }, name));
     }
     table.appendChild(hr);
     for (const r of ranks) {
       const tr = el('tr', { class: `mlxj-health-${r.health || 'unknown'}`, 'data-pid': String(r.pid ?? '') });
       for (const [name, value] of cols) {
-        tr.appendChild(el('td', { class: `mlxj-col-${name}` }, value(r)));
+        tr.appendChild(el('td', { class: `mlxj-col-${name.replace(' ', '-')}` }, value(r)));
       }
       table.appendChild(tr);
     }
@@ -352,12 +463,11 @@ export class ClusterPanel extends Widget {
     super.dispose();
   }
 
+  private form: HTMLFormElement;
+  private fields = new Map<string, { spec: IFormField; input: HTMLInputElement | HTMLSelectElement; box: HTMLElement }>();
+  private showOthers = false;
   private message: HTMLElement;
   private list: HTMLElement;
-  private nInput!: HTMLInputElement;
-  private hostsInput!: HTMLInputElement;
-  private hostfileInput!: HTMLInputElement;
-  private backendSelect!: HTMLSelectElement;
   private timer = 0;
   private followed = '';
   private confirming: { id: string; action: 'stop' | 'restart' } | null = null;

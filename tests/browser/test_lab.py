@@ -222,7 +222,14 @@ def test_topology_widget_check_cables_button(scenario):
 
 
 def test_panel_renders(scenario):
+    """The panel says what it is beside ipyparallel's, its empty state how to start, its form's labels."""
     check(scenario, "panel_renders")
+
+
+def test_panel_form_validates_by_the_servers_schema(scenario):
+    """A rank count out of the schema's range is named under its field before anything is sent; a host name
+    the server refuses is named under the hosts field (screenshot: panel-form-invalid.png)."""
+    check(scenario, "panel_form_validation")
 
 
 def test_live_where_table_under_a_running_cell(scenario):
@@ -235,6 +242,15 @@ def test_dashboard_tab_live(scenario):
     """The card's Dashboard opens a tab on the cluster (ranks, host, pid, memory; refreshed every second) that shows
     rank 0 waiting on rank 1 within 2 s of a hanging cell's start (screenshot: dashboard-waiting.png)."""
     check(scenario, "dashboard_live")
+
+
+def test_dashboard_charts_and_last_profile_in_both_themes(scenario):
+    """The dashboard while a cell runs our core's all_sum: per rank CPU, memory, collectives/s and bytes/s charts
+    (ops above 0), the last --profile timeline, JupyterLab's light and dark themes (screenshots:
+    dashboard-charts*.png, panel-dark.png)."""
+    check(scenario, "dashboard_charts_and_profile")
+    for name in ("dashboard-charts-tab.png", "dashboard-charts-tab-dark.png"):
+        assert (ARTIFACTS / name).stat().st_size > 10_000
 
 
 def test_profile_timeline_under_a_profiled_cell(scenario):

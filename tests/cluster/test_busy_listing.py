@@ -85,3 +85,24 @@ def test_a_failing_write_does_not_stop_the_listing():
     listing.ended(run)
     assert calls.wait_for(2) == [[0], []]
     listing.close()
+
+
+def test_a_cell_after_the_thread_fell_asleep_is_still_listed(monkeypatch):
+    """While cells come the thread looks by itself (a cell's start wakes nothing); after IDLE s
+    without one it sleeps for good, and the next cell wakes it."""
+    import mlx_jupyter.cluster.busy_listing as busy_listing
+
+    monkeypatch.setattr(busy_listing, "IDLE", 0.0)
+    written = Written()
+    listing = BusyListing(written, delay=0)
+    first = SimpleNamespace(ranks=[0])
+    listing.started(first)
+    written.wait_for(1)
+    listing.ended(first)
+    written.wait_for(2)
+    with listing._cond:
+        assert listing._cond.wait_for(lambda: listing._asleep, timeout=10)
+    second = SimpleNamespace(ranks=[1])
+    listing.started(second)
+    assert written.wait_for(3)[-1] == [1]
+    listing.close()

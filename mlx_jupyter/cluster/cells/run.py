@@ -117,6 +117,17 @@ class Event:
     payload: Any = None
 
 
+class _Events(queue.Queue):
+    """A run's events; :meth:`put_quiet` queues one without waking a reader."""
+
+    def put_quiet(self, event: "Event") -> None:
+        """Queue ``event`` for the reader's next look (its poll, or the next event that wakes it): a
+        thread woken for it would only compete for a core with the ranks still running the cell."""
+        with self.mutex:
+            self._put(event)
+            self.unfinished_tasks += 1
+
+
 class CellRun:
     """A supervised execution of ``code`` on ``ranks``. See the module docstring."""
 
@@ -125,7 +136,7 @@ class CellRun:
         self.code = code
         self.ranks = list(ranks)
         self.release_deadline = release_deadline
-        self.events: "queue.Queue[Event]" = queue.Queue()
+        self.events: _Events = _Events()
         self.outcomes = {r: RankOutcome(r, status=RUNNING) for r in self.ranks}
         self.cause: Optional[str] = None
         #: op records per rank, once gathered, when the run was profiled (Cluster.profile())
@@ -300,9 +311,11 @@ class CellRun:
                 return
             self._ended.add(rank)
             all_done = len(self._ended) == len(self.ranks)
-        self.events.put(Event("end", rank))
         if all_done:
+            self.events.put(Event("end", rank))
             self._finish()
+        else:  # nothing to show before the others end, or before the reader's next look
+            self.events.put_quiet(Event("end", rank))
 
     # ------------------------------------------------------------ aborting
 

@@ -127,7 +127,7 @@ def restore_from(dirname: str, peer: int, names: list[str], ns: Optional[Mutable
     keep._TARGET["ns"] = ns
     before = dict(ns)
     try:
-        values = _whole(index, view)
+        values = _whole(index, view, wanted)
         if values is not None and all(n in values for n in wanted):
             # all names from one pickle: what they share stays shared (a step function and its optimizer)
             for name in wanted:
@@ -161,15 +161,23 @@ def _only(ns: MutableMapping[str, Any], before: dict, kept: set[str]) -> None:
             del ns[name]
 
 
-def _whole(index: dict, view: memoryview) -> Optional[dict]:
-    """Every name the peer saved, from its one pickle of them all (None if that fails)."""
+def _whole(index: dict, view: memoryview, wanted: Optional[list[str]] = None) -> Optional[dict]:
+    """Every name the peer saved, from its one pickle of them all (None if that fails). The MLX
+    arrays that only names other than ``wanted`` hold are not copied into MLX (they come back as
+    None: those names are dropped), so a dead rank does not pay for its peer's own shard."""
     whole, spans = index["whole"]
     if whole is None:
         return None
+    buffers = [view[o:o + n] for o, n in spans]
+    if wanted is not None:
+        used = {o for name, _, rec in index["records"] if name in wanted for o, _ in rec}
+        keep.SKIP.update(keep.buffer_address(b) for (o, n), b in zip(spans, buffers) if n and o not in used)
     try:
-        return pickle.loads(whole, buffers=[view[o:o + n] for o, n in spans])
+        return pickle.loads(whole, buffers=buffers)
     except Exception:  # noqa: BLE001 - then name by name
         return None
+    finally:
+        keep.SKIP.clear()
 
 
 #: the one-time token's length (bytes) a fetching rank sends first

@@ -8,9 +8,10 @@ last record into this host's keep folder (:mod:`.keep_files`): each name's pickl
 :mod:`.keep` makes it, arrays out of band) in the record's index, each array's bytes in a file
 named after their digest, so an unchanged array costs one hash and no write. The index is replaced
 whole (write, then rename), so a rank killed while it records leaves the previous record intact.
-If a cell began while the record was being made, its arrays are hashed again and the record is
-kept only if none changed meanwhile (else the previous one stays, and the next cell's end records
-again).
+A record is made only while the rank is idle: if a cell begins meanwhile, the record is given up
+(its names may change under it) and the previous one stays; the next clean cell's end records
+again. So the record never competes with a cell for the GIL, beyond one name's pickle, and a rank
+running cells back to back is recorded once they stop.
 """
 
 from __future__ import annotations
@@ -28,14 +29,23 @@ from mlx_jupyter.cluster.rank import cell_end
 
 #: this rank's recorder while recording is on
 RECORDER: Optional["Recorder"] = None
+#: seconds a rank stays idle after a clean cell before its record begins (a cell sent right after
+#: it meets no record holding the GIL)
+IDLE = 0.2
 #: bytes hashed or written per step (the GIL is released inside each)
 _CHUNK = 64 << 20
 
 
-def _hash(raw: memoryview) -> str:
+class _GivenUp(Exception):
+    """A cell began while a record was being made: it is given up."""
+
+
+def _hash(raw: memoryview, stop: Optional[Callable[[], bool]] = None) -> str:
     flat = raw.cast("B") if raw.format != "B" or raw.ndim != 1 else raw
     h = hashlib.sha1(usedforsecurity=False)
     for start in range(0, flat.nbytes, _CHUNK):
+        if stop is not None and start and stop():
+            raise _GivenUp
         h.update(flat[start:start + _CHUNK])
     return f"{h.hexdigest()}-{flat.nbytes}"
 
@@ -52,10 +62,11 @@ class Recorder:
         self.names: list[str] = []
         self.seconds = 0.0                   # the last record's time (background)
         self.written = 0                     # bytes the last record wrote
-        self.skipped = 0                     # records dropped because a cell changed an array meanwhile
+        self.skipped = 0                     # records given up because a cell began meanwhile
         self.error = ""
         self.recorded_at = 0.0               # wall clock of the last record
         self._stream: Any = None             # the record thread's MLX stream
+        self._cache: dict[str, tuple[Any, bytes, list[str]]] = {}   # name -> (function or class, its pickle, digests)
         self._load()
         self._slot: Optional[tuple[int, dict, int]] = None
         self._cv = threading.Condition()
@@ -111,6 +122,9 @@ class Recorder:
                 slot, self._slot = self._slot, None
                 self._busy = True
             try:
+                time.sleep(IDLE)   # cells back to back: record once they pause (a new slot replaces this one)
+                if self.cell_count() != slot[2]:   # type: ignore[index]
+                    continue
                 with self._mlx_stream():
                     self._record(*slot)   # type: ignore[misc]
             except Exception as exc:  # noqa: BLE001 - a record that fails costs only itself
@@ -140,11 +154,25 @@ class Recorder:
         records: dict[str, tuple[bytes, list[str]]] = {}
         modules: dict[str, str] = {}
         not_kept: dict[str, str] = {}
-        buffers: list[tuple[Any, str]] = []
         written = 0
+        cache: dict[str, tuple[Any, bytes, list[str]]] = {}
+
+        def moved() -> bool:
+            """A cell began since: the names may have changed under us; this record is given up."""
+            if self.cell_count() != began:
+                self.skipped += 1
+                return True
+            return False
+
         for name, value in names.items():
+            if moved():
+                return
             if isinstance(value, types.ModuleType):
                 modules[name] = value.__name__
+                continue
+            known = self._cache.get(name)
+            if known is not None and known[0] is value:   # the same function or class as last time
+                records[name], cache[name] = (known[1], known[2]), known
                 continue
             found: list[pickle.PickleBuffer] = []
             try:
@@ -154,18 +182,22 @@ class Recorder:
                 continue
             digests = []
             for buf in found:
+                if moved():
+                    return
                 raw = buf.raw()
-                digest = _hash(raw)
-                if digest not in self.blobs:
-                    digest = self._write_blob(raw)
-                    written += raw.nbytes
+                try:
+                    digest = _hash(raw, moved)
+                    if digest not in self.blobs:
+                        digest = self._write_blob(raw, moved)
+                        written += raw.nbytes
+                except _GivenUp:
+                    return
                 digests.append(digest)
-                buffers.append((raw, digest))
             records[name] = (payload, digests)
-        if self.cell_count() != began:   # a cell ran meanwhile: keep the record only if no array changed
-            if any(_hash(raw) != digest for raw, digest in buffers):
-                self.skipped += 1
-                return
+            if isinstance(value, (types.FunctionType, type)):   # rebound, not changed in place, as a rule
+                cache[name] = (value, payload, digests)
+        if moved():
+            return
         index = {"cell": number, "records": records, "modules": modules, "not_kept": not_kept, "time": time.time()}
         tmp = self.folder / f"rank{self.rank}.record.tmp"
         with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
@@ -178,10 +210,11 @@ class Recorder:
             except FileNotFoundError:
                 pass
         self.blobs = used
+        self._cache = cache
         self.cell, self.names, self.recorded_at = number, list(records) + list(modules), index["time"]
         self.written, self.seconds = written, time.perf_counter() - t0
 
-    def _write_blob(self, raw: memoryview) -> str:
+    def _write_blob(self, raw: memoryview, stop: Optional[Callable[[], bool]] = None) -> str:
         """Write an array's bytes, hashing what is written; its digest (the file's name)."""
         flat = raw.cast("B") if raw.format != "B" or raw.ndim != 1 else raw
         tmp = self.folder / f"rank{self.rank}-blob.tmp"
@@ -189,6 +222,8 @@ class Recorder:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             for start in range(0, flat.nbytes, _CHUNK):
+                if stop is not None and start and stop():
+                    raise _GivenUp
                 chunk = bytes(flat[start:start + _CHUNK])   # what is hashed is what is written
                 h.update(chunk)
                 view = memoryview(chunk)
