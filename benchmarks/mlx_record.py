@@ -10,7 +10,12 @@ Timing: blocks of steps, on and off alternating within one launch (the same rank
 block timed whole on each rank after an all_sum that lines the ranks up; the slower rank's time per step,
 median over blocks. The budget: 1 % or 2 µs per call, whichever is larger.
 
-    .venv/bin/python benchmarks/mlx_record.py [--quick] [--save benchmarks/results/mlx_record.txt]
+Then, in one process (MLX's 1-rank world, whose all_sum returns its input: the record's cost stands
+alone), the wrapper timed in alternating blocks, and, when valgrind is installed, the instructions per
+unit counted by callgrind (`valgrind --tool=callgrind`, a run of N units less a run of none, PYTHONHASHSEED=0):
+exact where the timings on a shared machine are not.
+
+    .venv/bin/python benchmarks/mlx_record.py [--quick] [--no-instructions] [--save benchmarks/results/mlx_record.txt]
 
 (run twice: benchmarks/results/mlx_record.txt and mlx_record_repeat.txt, to see the noise)
 """
@@ -20,7 +25,10 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
+import shutil
 import statistics
+import subprocess
 import sys
 
 from allreduce import saved_output
@@ -114,21 +122,82 @@ def in_process(blocks: int) -> dict[str, float]:
     def empty(a: object, *, group: object = None) -> None:
         pass
 
-    times: dict[str, list[float]] = {"on": [], "off": [], "empty": []}
+    times: dict[str, list[float]] = {"on": [], "off": [], "empty": [], "diff": []}
     for b in range(blocks * 5):
         for mode in ("on", "off") if b % 2 == 0 else ("off", "on"):
             mlx_calls.enable(mode == "on")
             times[mode].append(timeit.timeit(build, number=20000) / 20000)
             mlx_calls.new_cell()
+        times["diff"].append(times["on"][-1] - times["off"][-1])
         times["empty"].append(timeit.timeit(lambda: empty(x, group=world), number=20000) / 20000)
     mlx_calls.enable(True)
-    return {m: min(t) for m, t in times.items()}
+    out = {m: min(t) for m, t in times.items()}
+    out["diff"] = statistics.median(times["diff"])
+    return out
+
+
+#: one process, MLX's 1-rank world: N units of `what` with the record on or off (for callgrind)
+COUNTED = r"""
+import sys
+import mlx.core as mx, mlx.nn as nn, mlx.optimizers as optim
+from mlx.utils import tree_map
+from mlx_jupyter.where import mlx_calls
+mlx_calls.install()
+world = mx.distributed.init()
+what, mode, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+x = mx.ones(1024)
+mx.random.seed(0)
+X = mx.random.uniform(-3, 3, (512, 1))
+Y = mx.sin(X) + 0.1 * mx.random.normal(X.shape)
+class MLP(nn.Module):
+    def __init__(self, hidden=32):
+        super().__init__()
+        self.l1, self.l2, self.l3 = nn.Linear(1, hidden), nn.Linear(hidden, hidden), nn.Linear(hidden, 1)
+    def __call__(self, x):
+        return self.l3(nn.relu(self.l2(nn.relu(self.l1(x)))))
+model = MLP()
+opt = optim.Adam(learning_rate=0.01)
+loss_and_grad = nn.value_and_grad(model, lambda m, x, y: nn.losses.mse_loss(m(x), y))
+def build():
+    mx.distributed.all_sum(x, group=world)
+def step():
+    loss, grads = loss_and_grad(model, X, Y)
+    opt.update(model, tree_map(lambda g: mx.distributed.all_sum(g, group=world) / world.size(), grads))
+    mx.eval(model.parameters(), opt.state)
+fn = {"build": build, "step": step}[what]
+for _ in range(3):
+    fn()   # MLX compiles and caches on the first steps: the same in every run
+mlx_calls.enable(mode == "on")
+for _ in range(n):
+    fn()
+"""
+
+
+def instructions(what: str, n: int) -> dict[str, float]:
+    """Instructions per unit of ``what`` ('build', 'step'), record on and off: callgrind's count of a run of
+    ``n`` units less that of a run of none (the same start-up), in this process's interpreter."""
+    counts: dict[tuple[str, int], int] = {}
+    for mode in ("on", "off"):
+        for k in (0, n):
+            if (mode, k) in counts or (k == 0 and ("on", 0) in counts):
+                continue
+            argv = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c", COUNTED,
+                    what, mode, str(k)]
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=1800,
+                                  env={**os.environ, "PYTHONHASHSEED": "0"})
+            found = re.search(r"Collected : (\d+)", done.stderr)
+            if done.returncode != 0 or not found:
+                raise RuntimeError(f"callgrind run {argv[-3:]} failed: {done.stderr[-500:]}")
+            counts[(mode, k)] = int(found.group(1))
+    start = counts[("on", 0)]
+    return {m: (counts[(m, n)] - start) / n for m in ("on", "off")}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="a smoke run: few blocks (noisy figures)")
     ap.add_argument("--save", metavar="FILE", help="also write the output to FILE")
+    ap.add_argument("--no-instructions", action="store_true", help="skip callgrind's instruction counts")
     args = ap.parse_args()
     per, blocks = (100, 4) if args.quick else (300, 12)
     lines = [f"$ {' '.join([os.path.basename(sys.executable), 'benchmarks/mlx_record.py'] + sys.argv[1:])}",
@@ -149,8 +218,16 @@ def main() -> int:
     one = in_process(blocks)
     lines.append(f"{'the same wrapper alone in one process, fastest block':52} {one['off'] * 1e6:11.2f}µs "
                  f"{one['on'] * 1e6:11.2f}µs {(one['on'] - one['off']) * 1e6:+10.2f}µs")
+    lines.append(f"  median of the paired block differences (on - off): {one['diff'] * 1e6:+.2f}µs")
     lines.append(f"  (a Python call of an empty function took {one['empty'] * 1e9:.0f} ns in the same blocks: "
                  f"the record costs {(one['on'] - one['off']) / one['empty']:.0f} such calls)")
+    if not args.no_instructions and shutil.which("valgrind"):
+        lines.append("instructions per unit, callgrind, one process (MLX's 1-rank world), record off and on:")
+        for what, n in (("build", 20000 if args.quick else 50000), ("step", 50 if args.quick else 200)):
+            ins = instructions(what, n)
+            calls = CALLS[what]
+            lines.append(f"  {WORDS[what]:50} {ins['off']:12.0f} {ins['on']:12.0f} {ins['on'] - ins['off']:+10.0f} "
+                         f"({(ins['on'] - ins['off']) / calls:+.0f} per call, {100 * (ins['on'] / ins['off'] - 1):+.2f} %)")
     lines.append(f"budget (1 % or 2 µs per call, whichever is larger): {'met' if ok else 'NOT met'} "
                  "(medians; on a loaded machine the cell and step differences are within their noise)")
     with saved_output(args.save):

@@ -53,7 +53,7 @@ export function sparkline(t: number[], values: (number | null)[], o: IChartOptio
   const top = Math.max(o.floor ?? 0, peak) || 1;
   const title = document.createElementNS(NS, 'title');
   title.textContent = known.length
-    ? `${o.title}: now ${o.format(known[known.length - 1])}, peak ${o.format(peak)} over the last ${Math.round(o.window / 60)} min`
+    ? `${o.title}: now ${o.format(known[known.length - 1])}, peak ${o.format(peak)} over the last ${Math.round(o.window)} s`
     : `${o.title}: no points yet`;
   svg.appendChild(title);
   const base = document.createElementNS(NS, 'line');

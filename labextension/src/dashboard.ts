@@ -8,6 +8,8 @@ import { formatBytes, formatRate, sparkline } from './charts';
 const REFRESH_MS = 1000;
 /** The charts' window: the last five minutes (the server keeps as much, one point a second at most). */
 const WINDOW_S = 300;
+/** The charts' shortest span: a young history fills the width instead of a sliver at its right end. */
+const MIN_SPAN_S = 60;
 
 function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls = '', text?: string): HTMLElementTagNameMap[K] {
   const node = document.createElement(tag);
@@ -136,7 +138,9 @@ export class ClusterDashboard extends Widget {
     if (c.ranks && c.ranks.length) {
       root.appendChild(this.rankTable(c));
       if (c.series) {
-        root.appendChild(el('h3', 'mlxj-dash-h3', `The last ${WINDOW_S / 60} minutes`));
+        const span = this.span();
+        root.appendChild(el('h3', 'mlxj-dash-h3',
+          span >= WINDOW_S ? `The last ${WINDOW_S / 60} minutes` : `The last ${Math.round(span)} s (up to ${WINDOW_S / 60} minutes)`));
         root.appendChild(this.charts(c));
       }
       root.appendChild(el('div', 'mlxj-dash-note', c.series
@@ -219,7 +223,7 @@ export class ClusterDashboard extends Widget {
     td.setAttribute('data-peak', String(Math.max(0, ...values.filter((v): v is number => v !== null))));
     const value = el('span', 'mlxj-dash-value', key === 'memory' ? text : `${text}${key === 'bytes' && last !== null ? '/s' : ''}`);
     td.appendChild(value);
-    td.appendChild(sparkline(s.t, values, { window: WINDOW_S, now: this.newest, floor, format,
+    td.appendChild(sparkline(s.t, values, { window: this.span(), now: this.newest, floor, format,
                                             title: `rank ${r.rank} ${name}` }));
     return td;
   }
@@ -251,6 +255,15 @@ export class ClusterDashboard extends Widget {
     this.profileNode = box;
     this.profileTime = p ? p.time : 0;
     return box;
+  }
+
+  /** The charts' time span: the history's age, between MIN_SPAN_S and WINDOW_S. */
+  private span(): number {
+    let oldest = this.newest;
+    for (const s of this.series.values()) {
+      oldest = Math.min(oldest, s.t[0] ?? oldest);
+    }
+    return Math.min(WINDOW_S, Math.max(MIN_SPAN_S, this.newest - oldest));
   }
 
   /** Refresh now and every second; called when it shows (a tab brought forward, or opened in a split, visible at once). */

@@ -253,8 +253,10 @@ export class ClusterPanel extends Widget {
     const others = clusters.filter(c => c.owner_kind === 'other');
     const ours = clusters.filter(c => c.owner_kind !== 'other');
     if (!ours.length) {
-      this.list.appendChild(el('div', { class: 'mlxj-empty' },
-        'No cluster running. Start one above, or run %mlx_cluster start -n 2 in a notebook: it shows here.'));
+      const empty = el('div', { class: 'mlxj-empty' }, 'No cluster running. Start one above, or run ');
+      empty.appendChild(el('code', { class: 'mlxj-nowrap' }, '%mlx_cluster start -n 2'));
+      empty.appendChild(document.createTextNode(' in a notebook: it shows here.'));
+      this.list.appendChild(empty);
     }
     this.renderCards(ours, this.list);
     if (others.length) {

@@ -13,6 +13,7 @@ ranks' numbers compare: the rank with fewer calls is the one behind.
 from __future__ import annotations
 
 import ast
+import itertools
 import linecache
 import sys
 import threading
@@ -23,24 +24,44 @@ from typing import Any, Callable, Optional
 COLLECTIVE_OPS = ("all_sum", "all_gather", "all_max", "all_min", "sum_scatter")
 #: point-to-point ops (one sequence per group, sender and receiver)
 P2P_OPS = ("send", "recv", "recv_like")
-#: the records kept (the newest), and sent in a sample
-KEEP = 64
-SENT = 8
+#: the records kept (the newest), all sent in a sample
+KEEP = SENT = 8
+#: an input of at most this many bytes is kept whole in the record, its dtype and shape read only when a
+#: sample is taken (reading them costs more than the rest of the record); a larger one's are read at once,
+#: so that the record never holds more than KEEP * HOLD_BYTES of arrays alive
+HOLD_BYTES = 1 << 20
 #: the label of the global group (``group=None`` and what ``init`` returns)
 WORLD = "world"
 
 
 class Record:
-    """What this rank called into MLX's collectives since the cell began."""
+    """What this rank called into MLX's collectives since the cell began.
+
+    Each call is one tuple ``(key, seq, op, x, peer, code, lasti, via)``: ``x`` is the input array (small
+    ones) or its ``(dtype, shape)``, ``code``/``lasti`` the caller's code object and instruction (its line
+    is found only when a sample is taken). Each key counts with an ``itertools.count`` (one C call)."""
 
     def __init__(self) -> None:
-        self.counts: dict[str, int] = {WORLD: 0}
+        self.counters: dict[str, Any] = {}               # key -> itertools.count of its next number
         self.groups: dict[str, tuple[int, int]] = {}   # label -> (this rank's rank in it, its size)
-        self.calls: deque = deque(maxlen=KEEP)          # (key, seq, op, dtype, shape, peer, code, lasti, via)
+        self.calls: deque = deque(maxlen=KEEP)
         self.labels: dict[int, tuple[Any, str]] = {}    # id(group) -> (group, label): keeps the group alive
-        self._last: tuple[Any, str] = (None, WORLD)      # the group of the last call and its label
-        self._user_globals: Any = None                   # the globals of the last caller outside MLX
+        self.world: tuple[str, Callable[[], int]] = self._counted(WORLD)   # group=None: (label, next number)
+        self.last_group: Any = None                      # the group of the last call, and its (label, next)
+        self.last: tuple[str, Callable[[], int]] = self.world
+        self.user_code: Any = None                       # the code of the last caller outside MLX
         self.cell = 0
+
+    def _counted(self, key: str) -> tuple[str, Callable[[], int]]:
+        counter = self.counters.get(key)
+        if counter is None:
+            counter = self.counters[key] = itertools.count(1)
+        return key, counter.__next__
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """The calls made per key since the cell began."""
+        return {k: _made(c) for k, c in list(self.counters.items())}
 
     def label(self, group: Any) -> str:
         if group is None:
@@ -59,60 +80,76 @@ class Record:
             self.groups[label] = (int(group.rank()), int(group.size()))
         except Exception:
             pass
-        self.counts.setdefault(label, 0)
+        self._counted(label)
+        if group is self.last_group:
+            self.last_group = None
         return label
+
+    def relabel(self, group: Any) -> tuple[str, Callable[[], int]]:
+        """``group``'s label and counter, remembered as the last call's (found by identity next time)."""
+        self.last = self._counted(self.label(group))
+        self.last_group = group
+        return self.last
 
     def collective(self, op: str, x: Any, group: Any, frame: Any) -> None:
-        """A collective of ``group`` on ``x``, called from ``frame`` (the hot path: kept short)."""
-        if group is None:
-            label = WORLD
-        else:
-            last = self._last
-            label = last[1] if group is last[0] else self._relabel(group)
-        counts = self.counts
-        seq = counts[label] = counts.get(label, 0) + 1
-        if frame.f_globals.get("__name__", "").startswith("mlx."):
-            self._from_mlx(label, seq, op, x.dtype, x.shape, None, frame)
+        """A collective of ``group`` on ``x``, called from ``frame`` (the wrappers inline this)."""
+        label, count = self.world if group is None else (self.last if group is self.last_group else self.relabel(group))
+        seq = count()
+        if frame.f_code is not self.user_code and self.from_mlx_code(frame):
+            self._from_mlx(label, seq, op, held(x), None, frame)
             return
-        # the instruction, not f_lineno: a line number is found by walking the code's line table
-        self.calls.append((label, seq, op, x.dtype, x.shape, None, frame.f_code, frame.f_lasti, None))
+        self.calls.append((label, seq, op, held(x), None, frame.f_code, frame.f_lasti, None))
 
-    def _relabel(self, group: Any) -> str:
-        label = self.label(group)
-        self._last = (group, label)
-        return label
+    def from_mlx_code(self, frame: Any) -> bool:
+        """Whether ``frame`` runs MLX's own Python code (else its code is remembered as the user's)."""
+        if str(frame.f_globals.get("__name__", "")).startswith("mlx."):
+            return True
+        self.user_code = frame.f_code
+        return False
 
-    def add(self, op: str, dtype: Any, shape: Any, group: Any, peer: Optional[int], frame: Any) -> None:
-        """A point-to-point op (or any call) with its peer in ``group``'s numbers."""
-        label = self.label(group)
-        if peer is None:
-            key = label
-        else:
-            me = self.groups.get(label, (0, 0))[0]
-            key = f"{label}:{me}>{peer}" if op == "send" else f"{label}:{peer}>{me}"
-        seq = self.counts[key] = self.counts.get(key, 0) + 1
-        self._from_mlx(key, seq, op, dtype, shape, peer, frame)
+    def add(self, op: str, x: Any, group: Any, peer: int, frame: Any) -> None:
+        """A point-to-point op with its peer in ``group``'s numbers; ``x``: the array or ``(dtype, shape)``."""
+        label = WORLD if group is None else (self.last[0] if group is self.last_group else self.relabel(group)[0])
+        me = self.groups.get(label, (0, 0))[0]
+        key = f"{label}:{me}>{peer}" if op == "send" else f"{label}:{peer}>{me}"
+        self._from_mlx(key, self._counted(key)[1](), op, x, peer, frame)
 
-    def _from_mlx(self, key: str, seq: int, op: str, dtype: Any, shape: Any, peer: Optional[int], frame: Any) -> None:
+    def _from_mlx(self, key: str, seq: int, op: str, x: Any, peer: Optional[int], frame: Any) -> None:
         """Noted at the first frame outside MLX's Python code, naming the MLX function it went through."""
         via = None
         while frame is not None and str(frame.f_globals.get("__name__", "")).startswith("mlx."):
             via = via or f"{frame.f_globals['__name__']}.{frame.f_code.co_name}"   # mlx.nn.average_gradients
             frame = frame.f_back
         code, lasti = (frame.f_code, frame.f_lasti) if frame is not None else (None, -1)
-        self.calls.append((key, seq, op, dtype, shape, peer, code, lasti, via))
+        self.calls.append((key, seq, op, x, peer, code, lasti, via))
+
+    def made(self) -> int:
+        """The calls made since the cell began (changes whenever a call is made)."""
+        return sum(self.counts.values())
 
     def new_cell(self) -> None:
-        """The numbers start again (a cell of a cluster: every rank starts it)."""
-        self.counts = {k: 0 for k in self.counts if ":" not in k}
+        """The numbers start again (a cell of a cluster: every rank starts it); held inputs are let go."""
+        self.counters = {k: itertools.count(1) for k in self.counters if ":" not in k}
+        self.world = self._counted(WORLD)
+        self.last_group, self.last = None, self.world
         self.calls.clear()
         self.cell += 1
 
     def snapshot(self, cell_files: tuple[str, ...] = ()) -> dict:
         """The record as JSON-able data (any thread): counts, groups and the newest calls."""
-        calls = list(self.calls)[-SENT:]
-        return {"counts": dict(self.counts), "groups": {k: list(v) for k, v in self.groups.items()},
+        calls = list(self.calls)
+        return {"counts": self.counts, "groups": {k: list(v) for k, v in self.groups.items()},
                 "calls": [_call_dict(c, cell_files) for c in calls]}
+
+
+def _made(counter: Any) -> int:
+    """How many numbers ``counter`` (``itertools.count(1)``) gave: read from its repr, which never advances it."""
+    return int(repr(counter)[6:-1]) - 1
+
+
+def held(x: Any) -> Any:
+    """What the record keeps of input ``x``: ``x`` itself when small, else its ``(dtype, shape)``."""
+    return x if x.nbytes <= HOLD_BYTES else (x.dtype, x.shape)
 
 
 def _size(group: Any) -> int:
@@ -123,7 +160,8 @@ def _size(group: Any) -> int:
 
 
 def _call_dict(c: tuple, cell_files: tuple[str, ...]) -> dict:
-    key, seq, op, dtype, shape, peer, code, lasti, via = c
+    key, seq, op, x, peer, code, lasti, via = c
+    dtype, shape = x if isinstance(x, tuple) else (x.dtype, x.shape)
     line = _line_of(code, lasti)
     return {"key": key, "seq": seq, "op": op, "dtype": str(dtype).replace("mlx.core.", ""),
             "shape": list(shape) if shape is not None else None, "peer": peer,
@@ -162,6 +200,7 @@ _lock = threading.Lock()
 
 def _wrap_collective(fn: Callable, op: str) -> Callable:
     getframe = sys._getframe
+    hold = HOLD_BYTES
 
     # MLX's signature spelled out: forwarding *args and **kwargs costs more than the whole record
     def call(x: Any, *, group: Any = None, stream: Any = None) -> Any:
@@ -170,21 +209,19 @@ def _wrap_collective(fn: Callable, op: str) -> Callable:
         record = RECORD
         try:  # Record.collective, inlined: this runs on every call
             if group is None:
-                label = WORLD
-            elif group is record._last[0]:
-                label = record._last[1]
+                label, count = record.world
+            elif group is record.last_group:
+                label, count = record.last
             else:
-                label = record._relabel(group)
-            counts = record.counts
-            seq = counts[label] = counts.get(label, 0) + 1
+                label, count = record.relabel(group)
+            seq = count()
             frame = getframe(1)
-            g = frame.f_globals
-            if g is not record._user_globals:   # a module other than the last caller's: is it MLX's?
-                if g.get("__name__", "").startswith("mlx."):
-                    record._from_mlx(label, seq, op, x.dtype, x.shape, None, frame)
-                    return out
-                record._user_globals = g
-            record.calls.append((label, seq, op, x.dtype, x.shape, None, frame.f_code, frame.f_lasti, None))
+            code = frame.f_code
+            if code is not record.user_code and record.from_mlx_code(frame):
+                record._from_mlx(label, seq, op, held(x), None, frame)
+            else:
+                record.calls.append((label, seq, op, x if x.nbytes <= hold else (x.dtype, x.shape), None,
+                                     code, frame.f_lasti, None))
         except Exception:  # the record never changes what the call does
             pass
         return out
@@ -196,7 +233,7 @@ def _wrap_send(fn: Callable) -> Callable:
         __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
         out = fn(x, dst, group=group, stream=stream)
         try:
-            RECORD.add("send", x.dtype, x.shape, group, int(dst), sys._getframe(1))  # type: ignore[union-attr]
+            RECORD.add("send", held(x), group, int(dst), sys._getframe(1))  # type: ignore[union-attr]
         except Exception:
             pass
         return out
@@ -208,7 +245,7 @@ def _wrap_recv(fn: Callable) -> Callable:
         __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
         out = fn(shape, dtype, src, group=group, stream=stream)
         try:
-            RECORD.add("recv", dtype, tuple(shape), group, int(src), sys._getframe(1))  # type: ignore[union-attr]
+            RECORD.add("recv", (dtype, tuple(shape)), group, int(src), sys._getframe(1))  # type: ignore[union-attr]
         except Exception:
             pass
         return out
@@ -220,7 +257,7 @@ def _wrap_recv_like(fn: Callable) -> Callable:
         __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
         out = fn(x, src, group=group, stream=stream)
         try:
-            RECORD.add("recv", x.dtype, x.shape, group, int(src), sys._getframe(1))  # type: ignore[union-attr]
+            RECORD.add("recv", held(x), group, int(src), sys._getframe(1))  # type: ignore[union-attr]
         except Exception:
             pass
         return out

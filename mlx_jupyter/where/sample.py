@@ -167,7 +167,7 @@ def take(thread_id: Optional[int], rank: int, cpu: Optional[CpuMeter] = None, rs
         if frame is not None and mlx_calls.RECORD is not None:
             where["mlx"] = mlx_calls.snapshot(cell_files)
             where["mlx_eval"] = _safe_evaluating(frame)
-            where["still"] = _STILL.seconds(tid, frame, len(mlx_calls.RECORD.calls))
+            where["still"] = _STILL.seconds(tid, frame, mlx_calls.RECORD.made())
     finally:
         del frame
     out = {"rank": rank, "pid": os.getpid(), "running": running, "time": time.time(), **where,

@@ -84,6 +84,9 @@ def test_an_unchanged_array_is_not_written_again():
         run_ok(c, "x = 1")
         second = c.records.describe(c, wait=30)[0]
         assert second["time"] > first["time"] and second["written"] == 0, second
+        folder = first["folder"]
+        assert os.path.isdir(folder)
+    assert not os.path.exists(folder), "the record's folder outlived the cluster's stop"
 
 
 def test_the_magics_start_option_is_parsed_and_listed():

@@ -67,6 +67,7 @@ class Recorder:
         self.recorded_at = 0.0               # wall clock of the last record
         self._stream: Any = None             # the record thread's MLX stream
         self._cache: dict[str, tuple[Any, bytes, list[str]]] = {}   # name -> (function or class, its pickle, digests)
+        self._evaluated: dict[str, Any] = {}   # name -> the MLX array evaluated at the last cell's end
         self._load()
         self._slot: Optional[tuple[int, dict, int]] = None
         self._cv = threading.Condition()
@@ -104,9 +105,11 @@ class Recorder:
                  and not (n in hidden and hidden[n] is v)}
         mx = sys.modules.get("mlx.core")
         if mx is not None:   # a lazy MLX array can be evaluated only on the thread whose stream built it
-            arrays = [v for v in names.values() if isinstance(v, mx.array)]
-            if arrays:
-                mx.eval(*arrays)   # what the cell left lazy (nothing to do for evaluated ones)
+            arrays = {n: v for n, v in names.items() if isinstance(v, mx.array)}
+            new = [v for n, v in arrays.items() if self._evaluated.get(n) is not v]
+            if new:
+                mx.eval(*new)   # what the cell left lazy (the arrays seen at the last cell's end were evaluated then)
+            self._evaluated = arrays
         with self._cv:
             self._slot = (number, names, self.cell_count())
             self._cv.notify()

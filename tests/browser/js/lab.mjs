@@ -464,6 +464,13 @@ try {
     await page.screenshot({ path: shot('dashboard-charts-dark.png') });
     await dash.screenshot({ path: shot('dashboard-charts-tab-dark.png') });
     await panel.screenshot({ path: shot('panel-dark.png') });
+    // JupyterLab's high-contrast theme: the same variables, so the same code; kept as pictures
+    await run('apputils:change-theme', { theme: 'JupyterLab Dark High Contrast' });
+    await page.waitForFunction((bg) => getComputedStyle(document.querySelector('.mlxj-dashboard')).backgroundColor !== bg,
+                               dark.background, { timeout: 10000 }).catch(() => {});
+    const contrast = await look();
+    await dash.screenshot({ path: shot('dashboard-charts-tab-high-contrast.png') });
+    await panel.screenshot({ path: shot('panel-high-contrast.png') });
     await run('apputils:change-theme', { theme: 'JupyterLab Light' });
     await page.waitForFunction(() => document.body.dataset.jpThemeLight === 'true', null, { timeout: 20000 });
     await kernelIdle();   // a healthy loop shows no table and no closing line
@@ -475,7 +482,7 @@ try {
       && light.text !== dark.text && !!light.stroke && light.stroke !== 'none' && !!dark.stroke;
     const shown = /^Last profile: .*ranks 0, 1$/.test(profile.head) && profile.img && /op records on 2 ranks/.test(profile.summary);
     record('dashboard_charts_and_profile', drawn && themed && shown,
-      `charts=${JSON.stringify(charts)} light=${JSON.stringify(light)} dark=${JSON.stringify(dark)} profile=${JSON.stringify(profile).slice(0, 300)}`);
+      `charts=${JSON.stringify(charts)} light=${JSON.stringify(light)} dark=${JSON.stringify(dark)} high contrast=${JSON.stringify(contrast)} profile=${JSON.stringify(profile).slice(0, 300)}`);
   });
 
   await step('panel_restart', async () => {
