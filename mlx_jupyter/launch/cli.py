@@ -20,7 +20,7 @@ from mlx_jupyter import limits, options
 from mlx_jupyter.net import ssh
 from mlx_jupyter.net.ports import CORE_PORT_OFFSET, DEFAULT_STARTING_PORT, free_port_block
 from mlx_jupyter.launch.backends import get
-from mlx_jupyter.hostfile import (BACKENDS, HostfileError, default_ranks_per_host, merge_settings, parse_env,
+from mlx_jupyter.hostfile import (HostfileError, default_ranks_per_host, merge_settings, parse_env,
                                   parse_host_list, read_hostfile, repeat_hosts)
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.launch.launch_config import local_script
