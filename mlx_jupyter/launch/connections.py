@@ -28,9 +28,11 @@ class HostConnections:
         self.watchdogs: dict[Any, RemoteWatchdog] = {}   # connection -> its watchdog session
         self.local_watchdog: Optional[LocalWatchdog] = None   # owns tmpdir once started
         self.tmpdir: Optional[str] = None
+        self.answers: dict[str, Any] = {}   # host -> its pending answer to connect's check
 
-    async def connect(self) -> None:
-        """One connection per remote host, in parallel (more only where ranks exceed sshd's MaxSessions), each with its watchdog."""
+    async def connect(self, check: str = "") -> None:
+        """One connection per remote host, in parallel (more only where ranks exceed sshd's MaxSessions), each with its
+        watchdog; ``check``: what the first watchdog of each host asks it (``remote_check``; answers in :attr:`answers`)."""
         opts = self.ssh_options or ssh.SSHOptions()
         by_host: dict[str, list[int]] = {}
         for r, h in enumerate(self.hosts):
@@ -52,11 +54,14 @@ class HostConnections:
             for k, r in enumerate(ranks):
                 self.rank_conn[r] = self.conns[h][k // per_conn]
         conns = [(h, conn) for h, cs in self.conns.items() for conn in cs]
-        dogs = await asyncio.gather(*(RemoteWatchdog.start(conn, f"ssh to {h}", self.start_timeout)
+        dogs = await asyncio.gather(*(RemoteWatchdog.start(conn, f"ssh to {h}", self.start_timeout,
+                                                         check if conn is self.conns[h][0] else "")
                                       for h, conn in conns), return_exceptions=True)
-        for (_, conn), dog in zip(conns, dogs):
+        for (h, conn), dog in zip(conns, dogs):
             if isinstance(dog, RemoteWatchdog):
                 self.watchdogs[conn] = dog
+                if dog.answer is not None:
+                    self.answers[h] = dog.answer
         for dog in dogs:
             if isinstance(dog, BaseException):
                 raise dog

@@ -25,6 +25,7 @@ from mlx_jupyter.launch.connections import HostConnections
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.net.ports import DEFAULT_STARTING_PORT
 from mlx_jupyter.launch.launch_config import ExitCallback, LaunchConfig, OutputCallback, rank_argv
+from mlx_jupyter.launch import remote_check
 from mlx_jupyter.launch.local import LocalProcess, refuse_unavailable
 from mlx_jupyter.launch.monitor import RankMonitor
 from mlx_jupyter.launch.rankinfo import RUNNING, RankInfo
@@ -171,12 +172,13 @@ class Job:
             print(f"mlx-jupyter launch: {note}", file=sys.stderr)
         plans = self._plans()
         if any(p.host.is_local for p in plans):
-            refuse_unavailable(c.backend)   # ranks on this machine; a remote host's ranks fail with MLX's message
+            refuse_unavailable(c.backend)   # ranks on this machine; remote hosts answer on their watchdog's session
         argv = self.monitor.argv = rank_argv(c.command, c.python, c.cwd)
         argv = self.monitor.where.boot(argv, c)
         if any(h.is_local for h in self.hosts):
             await self.connections.start_local_watchdog()
-        await self.connections.connect()
+        await self.connections.connect(remote_check.probe_script(c.backend, argv))
+        await remote_check.refuse_unavailable(self.connections.answers, c.backend)   # before any rank starts
         for p in plans:
             extra = dict(c.rank_env(p.rank)) if c.rank_env else {}
             p.env.update(extra)

@@ -133,13 +133,20 @@ class RemoteWatchdog:
     def __init__(self, proc: Any, path: str):
         self._proc = proc
         self.path = path   # its registry dir on the host
+        self.answer: Optional[asyncio.Future] = None   # the host's answer to ``check`` (remote_check)
 
     @classmethod
-    async def start(cls, conn: Any, label: str, timeout: float) -> "RemoteWatchdog":
-        """Open the watchdog session on ``conn``; return once it has made its registry dir."""
-        proc = await _open(conn, watchdog_script(), f"{label} (watchdog)", timeout)
+    async def start(cls, conn: Any, label: str, timeout: float, check: str = "") -> "RemoteWatchdog":
+        """Open the watchdog session on ``conn``; return once it has made its registry dir. ``check``: shell
+        lines it runs in the background, whose answer :attr:`answer` reads (``remote_check.read_answer``)."""
+        proc = await _open(conn, watchdog_script(check), f"{label} (watchdog)", timeout)
         path = await _read_marker(proc, lambda line: None, f"{label} (watchdog)", timeout)
-        return cls(proc, path.decode(errors="replace").strip())
+        dog = cls(proc, path.decode(errors="replace").strip())
+        if check:
+            from mlx_jupyter.launch.remote_check import read_answer
+
+            dog.answer = asyncio.ensure_future(read_answer(proc.stdout))
+        return dog
 
     def signal(self, pgids: list[int], sig: int) -> None:
         """Send ``sig`` to these process groups (fire and forget: a dead host is reported by its ranks)."""

@@ -180,6 +180,9 @@ def rank_script(
     return RankStart("\n".join(lines) + _SPAWN, setup)
 
 
-def watchdog_script() -> str:
-    """The per-connection watchdog (see ``REMOTE_WATCHDOG_SCRIPT``)."""
-    return f"MARKER={quote(MARKER)}\n" + REMOTE_WATCHDOG_SCRIPT
+def watchdog_script(check: str = "") -> str:
+    """The per-connection watchdog (see ``REMOTE_WATCHDOG_SCRIPT``); ``check``: shell lines run in the
+    background once its dir is made (``remote_check.probe_script``: can this host run the backend?)."""
+    ready = "printf '%s %s\\n' \"$MARKER\" \"$G\"\n"
+    assert ready in REMOTE_WATCHDOG_SCRIPT
+    return f"MARKER={quote(MARKER)}\n" + REMOTE_WATCHDOG_SCRIPT.replace(ready, ready + check)

@@ -5,11 +5,13 @@ a cluster's live status, at most one point a second whoever asks (the panel ever
 dashboard every second), and kept in a ring of the last :data:`WINDOW` points per rank. Ops and
 bytes per second come from the change of each group's collective count (``seq``) between two
 samples; bytes are that count times the group's last op's size (the core keeps no byte total).
-Pure: no I/O, the caller gives the time.
+Pure: no I/O, the caller gives the time; one lock, as the panel's and a dashboard's reads of the
+same cluster run on two threads.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
@@ -58,10 +60,15 @@ class ClusterHistory:
     def __init__(self, window: int = WINDOW, min_gap: float = MIN_GAP) -> None:
         self.window, self.min_gap = window, min_gap
         self.ranks: dict[int, _Rank] = {}
+        self._lock = threading.Lock()
 
     def add(self, now: float, samples: Mapping[int, Mapping[str, Any]]) -> int:
         """One point per rank of ``samples`` (rank -> where sample) taken at ``now`` (seconds); a rank
         sampled less than ``min_gap`` s ago is skipped. Returns the points added."""
+        with self._lock:
+            return self._add(now, samples)
+
+    def _add(self, now: float, samples: Mapping[int, Mapping[str, Any]]) -> int:
         added = 0
         for rank, sample in samples.items():
             r = self.ranks.setdefault(int(rank), _Rank(points=deque(maxlen=self.window)))
@@ -82,16 +89,19 @@ class ClusterHistory:
 
     def forget(self, keep: set[int]) -> None:
         """Drop the ranks not in ``keep`` (a smaller cluster after a restart)."""
-        for rank in list(self.ranks):
-            if rank not in keep:
-                del self.ranks[rank]
+        with self._lock:
+            for rank in list(self.ranks):
+                if rank not in keep:
+                    del self.ranks[rank]
 
     def series(self, since: Optional[float] = None) -> dict[str, Any]:
         """The points after ``since`` (all when None), per rank, as columns:
         ``{"window": s, "ranks": {"0": {"t": [...], "cpu": [...], "memory": [...], "ops": [...], "bytes": [...]}}}``."""
         out: dict[str, Any] = {}
-        for rank, r in sorted(self.ranks.items()):
-            points = [p for p in r.points if since is None or p[0] > since]
+        with self._lock:
+            ranks = [(rank, list(r.points)) for rank, r in sorted(self.ranks.items())]
+        for rank, kept in ranks:
+            points = [p for p in kept if since is None or p[0] > since]
             out[str(rank)] = {name: [p[i] for p in points]
                               for i, name in enumerate(("t", "cpu", "memory", "ops", "bytes"))}
         return {"window": self.window, "ranks": out}

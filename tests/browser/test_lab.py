@@ -302,7 +302,13 @@ def test_progress_bars_on_ranks(scenario):
 
 
 def test_panel_lists_a_kernels_cluster(scenario):
+    """A kernel's cluster: its ranks ok and idle in words, its owner named by its notebook."""
     check(scenario, "panel_lists_kernel_cluster")
+
+
+def test_panel_lists_other_processes_clusters_apart(scenario):
+    """A cluster another process published: behind a toggle, labelled with its pid (panel-other-processes.png)."""
+    check(scenario, "panel_other_processes")
 
 
 def test_no_console_errors(scenario):

@@ -196,6 +196,54 @@ def test_hub_sends_a_cell_to_the_rank_that_said_hello_and_hands_back_its_output_
         rank.close()
 
 
+def _unread_hub_with_rank(rank: int) -> tuple[CellHub, Peer]:
+    """A hub whose own thread never runs (only a reader's pump can read), with ``rank`` connected."""
+    from mlx_jupyter.cluster.shared.transport import tune
+
+    h = CellHub("127.0.0.1")
+    h.session = session()
+    peer = Peer.dial(h.port)
+    h.listener.setblocking(True)
+    sock, _ = h.listener.accept()
+    conn = hubmod.Connection(tune(sock))
+    conn.rank, conn.reader.max_payload = rank, cellwire.MAX_PAYLOAD
+    h.idents[rank] = conn
+    return h, peer
+
+
+def test_the_thread_waiting_for_a_cell_reads_its_reply_itself():
+    """CellRun.next_event pumps the ranks' connections: the reply reaches the sink on the waiting
+    thread, with no hand-over from the hub's thread (here it does not even run)."""
+    h, peer = _unread_hub_with_rank(3)
+    try:
+        got = []
+
+        class ThreadSink(Sink):
+            def channel_reply(self, rank, content):
+                got.append(threading.current_thread())
+                super().channel_reply(rank, content)
+
+        sink = ThreadSink()
+        h.send_cell(3, "m1", "x = 1", sink)
+        assert peer.recv()["id"] == "m1"
+        peer.send({"t": "out", "id": "m1", "kind": "stream", "content": {"name": "stdout", "text": "1\n"}})
+        peer.send({"t": "reply", "id": "m1", "content": {"status": "ok"}})
+        deadline = time.monotonic() + 10
+        while not sink.replied.is_set() and time.monotonic() < deadline:
+            assert h.pump([3], 1.0)
+        assert sink.replies == [(3, {"status": "ok"})] and got == [threading.current_thread()]
+        assert sink.outputs == [(3, "stream", {"name": "stdout", "text": "1\n"})]
+        assert h.pump([3], 0.01)  # nothing more: it waited, and read nothing
+        peer.close()
+        assert not h.pump([3], 5.0)  # the connection ended: left to the hub's thread, the caller waits its own way
+        assert not h.pump([7], 0.01)  # no connection to wait on
+    finally:
+        peer.close()
+        for conn in h.idents.values():
+            conn.sock.close()
+        h.close()
+
+
 def test_hub_closes_a_connection_that_sends_what_is_not_signed_with_the_clusters_key(hub):
     rogue = Peer.dial(hub.port)
     try:

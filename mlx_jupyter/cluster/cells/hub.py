@@ -4,7 +4,10 @@ A TCP listener, bound beside the controller before the ranks start; each rank
 connects to it and says hello. :meth:`CellHub.send_cells` writes a cell to
 its ranks' connections from the calling thread; what comes back (outputs,
 then the reply) is read by the hub's own thread and handed to the cell's sink
-(a :class:`~mlx_jupyter.cluster.cells.run.CellRun`).
+(a :class:`~mlx_jupyter.cluster.cells.run.CellRun`), or, while the thread that
+shows the cell waits for it, by that thread itself (:meth:`CellHub.pump`): a
+reply then wakes only the thread that needs it, not the hub's thread and then
+that one (on a loaded machine each wake-up is a scheduling delay).
 
 The port is open to anyone who can reach it, so a connection that sends
 anything not signed with the cluster's key is closed, one that has not said
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import selectors
 import socket
 import threading
@@ -94,6 +98,10 @@ class CellHub:
         os.set_blocking(self._wake_r, False)
         self._closed = False
         self._thread: Optional[threading.Thread] = None
+        #: held by whichever thread reads the ranks' connections: the hub's, or a cell's reader (pump)
+        self._reading = threading.Lock()
+        self._turn = threading.Condition()  # a reader lets the hub's thread take its waiting turn first
+        self._hub_waiting = False
 
     def start(self, session: Any) -> "CellHub":
         """Begin accepting and reading, verifying with ``session``'s key (connections made
@@ -191,14 +199,23 @@ class CellHub:
                         except OSError:
                             pass
                     else:
-                        self._read(selector, self._conns[key.fileobj])  # type: ignore[index]
+                        with self._turn:
+                            self._hub_waiting = True
+                        with self._reading:
+                            with self._turn:
+                                self._hub_waiting = False
+                                self._turn.notify_all()
+                            conn = self._conns.get(key.fileobj)  # type: ignore[call-overload]
+                            if conn is not None:
+                                self._read(selector, conn)
                 self._expire(selector)
                 self._end_lost()
         except Exception:  # a bug; say so rather than die silently
             log.exception("cell channel: the hub's thread failed")
         finally:
-            for conn in list(self._conns.values()):
-                self._drop(selector, conn)
+            with self._reading:  # not under a reader's poll
+                for conn in list(self._conns.values()):
+                    self._drop(selector, conn)
             selector.close()
             self.listener.close()
             os.close(self._wake_r)
@@ -233,6 +250,11 @@ class CellHub:
         if data is None:
             self._drop(selector, conn)
             return
+        if not self._consume(conn, data):
+            self._drop(selector, conn)
+
+    def _consume(self, conn: Connection, data: bytes) -> bool:
+        """Handle the messages ``data`` completes (under ``_reading``); False if it did not decode."""
         try:
             for frames in conn.reader.feed(data):
                 msg = wire.decode(self.session, frames)
@@ -243,7 +265,45 @@ class CellHub:
         except wire.WireError as exc:
             self.dropped += 1
             log.warning("cell channel: closed a connection that sent %s", exc)
-            self._drop(selector, conn)
+            return False
+        return True
+
+    def pump(self, ranks: list[int], timeout: float, idle: Any = None) -> bool:
+        """Read and handle what ``ranks``' connections send, from the calling thread: waits at most
+        ``timeout`` s for something to come (not at all if ``idle()`` is False once the read turn is
+        taken: e.g. its events came meanwhile). False if it could not wait on them (one ended, all
+        are gone, or the hub closed): the caller waits its own way. A closed or undecodable connection is left to
+        the hub's thread, which drops it; so is everything else (new connections, other ranks)."""
+        with self._turn:  # the hub's thread has other connections to read too: never starve it
+            self._turn.wait_for(lambda: not self._hub_waiting, timeout)
+        if not self._reading.acquire(timeout=timeout):
+            return True
+        try:
+            if idle is not None and not idle():
+                return True
+            with self._lock:  # a rank's connection is dropped under the read turn only: these stay open
+                conns = {c.sock.fileno(): c for r in ranks if (c := self.idents.get(r)) is not None}
+            conns.pop(-1, None)
+            if not conns or self._closed:
+                return False
+            poller = select.poll()
+            for fd in conns:
+                poller.register(fd, select.POLLIN)
+            ended = False  # a connection that ended: the caller waits while the hub's thread drops it
+            for fd, _ in poller.poll(max(0.0, timeout) * 1000):
+                conn = conns[fd]
+                data = read_available(conn.sock)
+                if data is None:
+                    ended = True
+                elif data and not self._consume(conn, data):
+                    ended = True
+                    try:  # the hub's thread sees the end and drops it
+                        conn.sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+            return not ended
+        finally:
+            self._reading.release()
 
     def _drop(self, selector: selectors.BaseSelector, conn: Connection) -> None:
         """Close ``conn``. If it was a rank's, new cells for that rank take the controller's path,

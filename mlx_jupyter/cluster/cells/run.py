@@ -14,8 +14,9 @@ channel either way):
 - a rank that has not ended ``release_deadline`` seconds after its abort is
   given up on (``no-reply``): the run ends anyway and says so.
 
-Callbacks arrive on the cell hub's thread or the ipyparallel client's I/O
-thread; :meth:`next_event` is called from the notebook's thread.
+Callbacks arrive on the cell hub's thread, the thread waiting in :meth:`next_event`
+(it reads the cell channel itself: :meth:`CellHub.pump`) or the ipyparallel client's
+I/O thread; :meth:`next_event` is called from the notebook's thread.
 """
 
 from __future__ import annotations
@@ -389,8 +390,12 @@ class CellRun:
     # ------------------------------------------------------------ reading
 
     def next_event(self, timeout: float) -> Optional[Event]:
+        if self.hub is not None and timeout > 0 and self.events.empty() and not self.done.is_set():
+            # the ranks' answers are read here, by the thread waiting for them (no hand-over to wake it)
+            if self.hub.pump(self.ranks, timeout, self.events.empty):
+                timeout = 0
         try:
-            return self.events.get(timeout=timeout)
+            return self.events.get(timeout=timeout) if timeout > 0 else self.events.get_nowait()
         except queue.Empty:
             return None
 

@@ -609,6 +609,34 @@ try {
     record('panel_lists_kernel_cluster', ok, `rows=${JSON.stringify(rows)} owner=${owner} health=${health} stop buttons=${stop} layout=${layout}`);
   });
 
+  // A cluster another process of the user published (this node process stands for it: alive, no kernel of
+  // this server): listed apart, behind a toggle, labelled with its pid; the kernel's card stays in the list
+  await step('panel_other_processes', async () => {
+    const folder = path.join(path.dirname(resultsFile), 'runtime', 'mlx-jupyter', 'clusters');
+    const file = path.join(folder, 'mlx-elsewhere.json');
+    fs.writeFileSync(file, JSON.stringify({ id: 'mlx-elsewhere', owner: 'kernel', owner_pid: process.pid, backend: 'ring',
+      hosts: ['127.0.0.1'], size: 2, busy: [], ranks: [] }));
+    try {
+      const panel = page.locator('#mlx-jupyter-cluster-panel');
+      const toggle = panel.locator('button.mlxj-others-toggle');
+      await toggle.waitFor({ timeout: 20000 });
+      const closed = await toggle.innerText();
+      const hidden = await panel.locator('.mlxj-card[data-cluster="mlx-elsewhere"]').count();
+      await toggle.click();
+      const card = panel.locator('.mlxj-others .mlxj-card[data-cluster="mlx-elsewhere"]');
+      await card.waitFor({ timeout: 10000 });
+      const owner = await card.locator('.mlxj-card-owner').innerText();
+      const ownList = await panel.locator('.mlxj-panel-list > .mlxj-card').count();
+      await page.screenshot({ path: shot('panel-other-processes.png') });
+      await panel.locator('button.mlxj-others-toggle').click();
+      await card.waitFor({ state: 'detached', timeout: 10000 });
+      record('panel_other_processes', closed === "▸ Other processes' clusters (1)" && hidden === 0 && ownList === 1
+        && owner === `another process's cluster (pid ${process.pid})`, `toggle=${closed} hidden=${hidden} owner=${owner} own=${ownList}`);
+    } finally {
+      fs.rmSync(file, { force: true });
+    }
+  });
+
   await step('status_widget_busy_clock', async () => {
     // cell 2 runs on both ranks until the release file exists: the widget shows them busy, with a ticking clock
     runCell(2).catch((e) => logs.push(`run-cell: ${e}`));
