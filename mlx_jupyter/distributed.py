@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from mlx_jupyter import _core
-from mlx_jupyter.hostfile import BACKENDS  # the one list of backends, re-exported here
+from mlx_jupyter.launch.backends import ANY, NAMES as BACKENDS, supports  # the one list of backends, re-exported here
 from mlx_jupyter.core import arrays
 from mlx_jupyter.core.group import OPS, CoreGroup, Group, MlxGroup, check_stream, core_options, form_ring
 from mlx_jupyter.core.side_channel import all_gather_factory, bootstrap_group, mlx_world
@@ -42,7 +42,7 @@ AbortedError = _core.AbortedError
 MismatchError = _core.MismatchError
 SetupError = _core.SetupError
 
-VALID = ("any",) + BACKENDS
+VALID = (ANY,) + BACKENDS
 
 __all__ = [
     "init", "is_available", "backends", "shutdown", "Group", "all_gather_factory",
@@ -65,7 +65,7 @@ def backends() -> list[dict[str, Any]]:
 
 def is_available(backend: str = "any") -> bool:
     """Whether this machine and the installed MLX build can run `backend` (not whether a group can form now)."""
-    if backend == "any":
+    if backend == ANY:
         return True
     return any(b["name"] == backend and b["available"] for b in backends())
 
@@ -94,7 +94,7 @@ def init(strict: bool = False, backend: str = "any", *, timeout: float | None = 
     JACCL bootstraps over our core's ring (:func:`all_gather_factory`)."""
     global _world
     _check_name(backend)
-    if all_gather_factory is not None and backend not in ("jaccl", "jaccl-ring"):
+    if all_gather_factory is not None and not supports(backend, "side_channel"):
         raise ValueError(f"all_gather_factory is only supported with backend='jaccl' (as in MLX), not {backend!r}")
     with _lock:
         if _world is not None:
@@ -105,14 +105,14 @@ def init(strict: bool = False, backend: str = "any", *, timeout: float | None = 
         env = rank_env.current()
         names = _candidates(backend, env)
         # A launched ring rank's broken hostfile is an error naming the file, whatever `strict` says.
-        ring = rank_env.load_ring(env) if backend == "any" and "ring" in names else None
+        ring = rank_env.load_ring(env) if backend == ANY and "ring" in names else None
         errors: list[str] = []
         for name in names:
             try:
                 _world = _form(name, env, ring, timeout, all_gather_factory)
                 return _world
             except (RankEnvError, SetupError, RuntimeError) as exc:
-                if strict and backend != "any":
+                if strict and backend != ANY:
                     raise
                 errors.append(f"{name}: {exc}")
         # A configured ring (launched rank) that cannot form is an error: a silent
@@ -131,7 +131,7 @@ _NOTHING_CONFIGURED = ("nothing is configured: the ring needs MLX_RANK and MLX_H
 
 
 def _candidates(backend: str, env: RankEnv) -> list[str]:
-    if backend != "any":
+    if backend != ANY:
         return [backend]
     names = ["nccl"] if "nccl" in env.launchers else []
     if env.ring_configured and not {"nccl", "jaccl"} & set(env.launchers):
@@ -140,7 +140,7 @@ def _candidates(backend: str, env: RankEnv) -> list[str]:
 
 
 def _form(name: str, env: RankEnv, ring: RingEnv | None, timeout: float | None, factory: Any = None) -> Group:
-    if name == "ring":
+    if supports(name, "core"):   # the ring: our core's group
         return bootstrap_group() or _form_ring(env, ring, timeout)
     status = next(b for b in backends() if b["name"] == name)
     if not status["available"]:

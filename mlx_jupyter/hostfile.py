@@ -16,26 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence, Union
 
+from mlx_jupyter.launch.backends import NAMES, default_backend  # noqa: F401  (default_backend: re-exported)
 from mlx_jupyter.net.hosts import format_addr, is_ip, runs_here
 from mlx_jupyter.net.ports import CORE_PORT_OFFSET, DEFAULT_STARTING_PORT
 from mlx_jupyter.suggest import typo_of
 
 RdmaEntry = Union[str, list[str], None]
 
-#: Backends a launcher knows how to start (the one list; the configurator plans a subset of them).
-BACKENDS = ("ring", "jaccl", "jaccl-ring", "nccl", "mpi")
-
-
-def default_backend() -> str:
-    """The backend when neither the caller nor the hostfile names one, for every way in (``launch``,
-    ``Launcher``, ``Cluster``, ``%mlx_cluster``, the panel): nccl on a machine with CUDA, as
-    ``mlx.launch``; else ring."""
-    try:
-        import mlx.core as mx
-
-        return "nccl" if mx.cuda.is_available() else "ring"
-    except Exception:  # no MLX here, or an MLX without its cuda module: ring
-        return "ring"
+#: Backends a launcher knows how to start (the one list, from their records; the configurator plans a subset).
+BACKENDS = NAMES
 
 
 def default_ranks_per_host(hosts_named: bool) -> int:

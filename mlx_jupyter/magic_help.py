@@ -1,29 +1,47 @@
 """Help for the magics: ``%%mlx_distributed --help``, ``%mlx_cluster`` (its actions) and one action's options.
 
-Pure: the options come from the magics' own ``@argument`` decorators (IPython's magic_arguments),
-so the help can never drift from what the parser accepts.
+Pure: ``%mlx_cluster``'s options are the spec's (:mod:`mlx_jupyter.options`), made into the magic's
+``@argument`` decorators here, and each action's help is read back from them, so the help can never
+drift from what the parser accepts.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 
 from IPython.core.magic_arguments import MagicArgumentParser, argument
 
+from mlx_jupyter import options
+
+
+def _flags(action: str) -> tuple[str, ...]:
+    return tuple(o.flags[0] for o in options.on(action))
+
+
 #: ``%mlx_cluster`` actions: a one-line summary and the options (by flag or positional name) each takes
 CLUSTER_ACTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "start": ("start ranks for this kernel (local, or on hosts over ssh)",
-              ("-n", "--hosts", "--hostfile", "--backend", "--python", "--env", "--cwd", "--timeout",
-               "--controller-ip", "--accept-unknown-hosts", "--ssh-config", "--known-hosts", "-i",
-               "--connect-timeout", "--bind-to", "--record-state")),
+    "start": ("start ranks for this kernel (local, on hosts over ssh, or under Slurm)", _flags(options.START)),
     "stop": ("stop this kernel's cluster (a connected one is only left: it keeps running)", ()),
-    "restart": ("start this kernel's ranks again (same ranks and ids)", ("--timeout",)),
+    "restart": ("start this kernel's ranks again (same ranks and ids)", _flags(options.RESTART)),
     "status": ("a table of the ranks: host, pid, state, backend, memory", ()),
-    "connect": ("use a cluster started elsewhere (the MLX Cluster panel lists them)", ("cluster_id", "--timeout")),
+    "connect": ("use a cluster started elsewhere (the MLX Cluster panel lists them)",
+                ("cluster_id",) + _flags(options.CONNECT)),
     "where": ("where each rank is now: its line, the op it is in and whom it waits on", ()),
     "help": ("this list, or one action's options: %mlx_cluster help ACTION", ()),
 }
+
+
+def cluster_arguments(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorate ``%mlx_cluster`` with every option of its actions, in the spec's order (each once)."""
+    seen: dict[str, options.Option] = {}
+    for action in CLUSTER_ACTIONS:
+        for o in options.on(action):
+            seen.setdefault(o.dest, o)
+    for o in reversed(list(seen.values())):   # a decorator list runs bottom-up: the last added shows first
+        func = argument(*o.flags, **o.argparse_kwargs(prefixed=True))(func)
+    return func
+
 
 def cluster_actions_text() -> str:
     """Every ``%mlx_cluster`` action with its one-line summary."""

@@ -15,9 +15,9 @@ from typing import Any, Optional
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from mlx_jupyter import limits
-from mlx_jupyter.magic_help import (CLUSTER_ACTIONS, cluster_action_help, cluster_actions_text, help_without_body,
-                                   plain_help)
+from mlx_jupyter import limits, options
+from mlx_jupyter.magic_help import (CLUSTER_ACTIONS, cluster_action_help, cluster_actions_text, cluster_arguments,
+                                   help_without_body, plain_help)
 from mlx_jupyter.cluster.cells.text import MODES, format_bytes, parse_targets
 
 #: the kernel's cluster (one per kernel)
@@ -69,7 +69,7 @@ def _parse(magic: Any, line: str) -> Any:
         raise UsageError(str(exc)) from None
 
 
-_SECONDS = limits.arg_type(limits.seconds, "--timeout", example="60")
+_SECONDS = options.option("timeout").check
 
 
 class _RanksProgressBar:
@@ -149,41 +149,7 @@ class MLXMagics(Magics):
     @argument("cluster_id", nargs="?", default=None,
               help="connect: the cluster to use (as the MLX Cluster panel lists it; default: the only one)")
     @argument("-h", "--help", action="store_true", help="show the action's options")
-    @argument("-n", "--repeat-hosts", type=limits.arg_type(limits.ranks_per_host, "-n"), default=None,
-              help="ranks per host (default: 1 per host named, as mlx.launch; 2 when none is named)")
-    @argument("--hosts", default=None, help="comma-separated hosts (default 127.0.0.1)")
-    @argument("--hostfile", default=None, help="JSON hostfile (instead of --hosts)")
-    @argument("--backend", default=None,
-              help="ring, jaccl, jaccl-ring, nccl or mpi (default: the hostfile's, else nccl with CUDA, else ring)")
-    @argument("--python", default=None, help="interpreter on the ranks")
-    @argument("--env", action="append", default=[], metavar="K=V", help="environment for every rank (repeatable)")
-    @argument("--cwd", default=None, help="working directory on every rank")
-    @argument("--timeout", type=_SECONDS, default=60.0, help="seconds to wait for the ranks")
-    @argument("--bind-to", default="cores", choices=["cores", "none"],
-              help="cores (default): each rank on this machine runs on its own share of its CPUs; none")
-    @argument("--clean", action="store_true",
-              help="restart: start the ranks empty (default: each rank keeps its names)")
-    @argument("--controller-ip", default=None, metavar="IP",
-              help="remote hosts: an address of this machine they can reach (default: its name)")
-    @argument("--accept-unknown-hosts", action="store_true",
-              help="ssh: accept hosts missing from known_hosts (a changed key is still refused)")
-    @argument("--ssh-config", action="append", metavar="F", help="ssh: ssh_config file(s) instead of ~/.ssh/config")
-    @argument("--known-hosts", metavar="F", help="ssh: known_hosts file instead of ~/.ssh/known_hosts")
-    @argument("-i", "--identity", action="append", metavar="F", help="ssh: private key file(s)")
-    @argument("--connect-timeout", type=limits.arg_type(limits.seconds, "--connect-timeout", high=limits.MAX_SSH_SECONDS,
-                                                         example="10"),
-              default=10.0, metavar="S", help="ssh: connect timeout (default 10)")
-    @argument("--slurm", action="store_true", help="the ranks as Slurm tasks (-n: ranks per node), the controller here")
-    @argument("--nodes", type=limits.arg_type(limits.count, "--nodes", high=limits.MAX_NODES), default=None,
-              metavar="N", help="Slurm: nodes (default 1)")
-    @argument("--partition", default=None, metavar="P", help="Slurm: partition")
-    @argument("--time", default=None, metavar="T", help="Slurm: time limit (30, 1:00:00, 1-0)")
-    @argument("--account", default=None, metavar="A", help="Slurm: account")
-    @argument("--slurm-arg", action="append", default=[], metavar="ARG", help="Slurm: more sbatch options (repeatable)")
-    @argument("--record-state", action="store_true",
-              help="start: after each clean cell each rank records its names, so a rank that dies keeps them at restart")
-    @argument("--keep-allocation", action="store_true",
-              help="Slurm: keep the job after a rank fails, for %%mlx_cluster restart (default: release it)")
+    @cluster_arguments   # every option of start, restart and connect: mlx_jupyter.options
     @line_magic
     def mlx_cluster(self, line: str) -> Any:
         """Start, stop, restart or show the MLX cluster of this kernel."""
@@ -227,11 +193,8 @@ class MLXMagics(Magics):
 
             ssh_options = options_from_args(args)
             try:  # an unreadable hostfile: say so now, before starting anything
-                cluster = Cluster(n=args.repeat_hosts, hosts=args.hosts, hostfile=args.hostfile, backend=args.backend,
-                                  python=args.python, env=env, cwd=args.cwd, timeout=args.timeout,
-                                  controller_ip=args.controller_ip, bind_to=args.bind_to,
-                                  ssh_options=None if ssh_options == SSHOptions() else ssh_options,
-                                  record_state=args.record_state, **slurm_kwargs(args))
+                cluster = Cluster(**{**start_kwargs(args), "env": env,
+                                     "ssh_options": None if ssh_options == SSHOptions() else ssh_options})
                 total = cluster.expected_size()
             except (OSError, ValueError) as exc:
                 raise UsageError(f"--hostfile {args.hostfile}: {exc}" if args.hostfile else str(exc)) from None
@@ -498,20 +461,15 @@ def _leave_if_gone() -> None:
         print(f"left {left}, which no longer runs: {gone}")
 
 
-def slurm_kwargs(args: Any) -> dict[str, Any]:
-    """``Cluster``'s Slurm arguments from ``%mlx_cluster start``'s (a usage error without --slurm)."""
-    given = [f for f, v in (("--nodes", args.nodes), ("--partition", args.partition), ("--time", args.time),
-                            ("--account", args.account), ("--slurm-arg", args.slurm_arg),
-                            ("--keep-allocation", args.keep_allocation)) if v]
-    if not args.slurm:
-        if given:
-            raise UsageError(f"{', '.join(given)} only mean something with --slurm")
-        return {}
-    if args.hosts or args.hostfile:
+def start_kwargs(args: Any) -> dict[str, Any]:
+    """``Cluster``'s arguments from ``%mlx_cluster start``'s (the spec's; a Slurm flag without --slurm is a
+    usage error)."""
+    given = options.given_without(args, options.START, "Slurm", "slurm")
+    if given:
+        raise UsageError(f"{', '.join(given)} only mean something with --slurm")
+    if args.slurm and (args.hosts or args.hostfile):
         raise UsageError("--slurm takes its nodes from Slurm: no --hosts or --hostfile")
-    return {"scheduler": "slurm", "nodes": args.nodes, "partition": args.partition, "time": args.time,
-            "account": args.account, "slurm_args": list(args.slurm_arg),
-            "on_failure": "keep" if args.keep_allocation else "release"}
+    return options.cluster_kwargs(args, options.START)
 
 
 def load_ipython_extension(ip: Any) -> None:

@@ -41,6 +41,7 @@ from mlx_jupyter.cluster.supervision import Supervisor
 from mlx_jupyter.hostfile import default_ranks_per_host
 from mlx_jupyter.launch import rank_env
 from mlx_jupyter.net.hosts import LOCAL_HOSTS, all_local
+from mlx_jupyter.options import option
 
 __all__ = ["Cluster", "ClusterError", "MLXEngineSetLauncher", "IPP_FIX", "check_ipyparallel",
            "ipyparallel_problems", "FAST_CONTROLLER_ARGS", "LOCAL_HOSTS"]
@@ -69,7 +70,8 @@ class Cluster:
     ``"h1,h2"`` (default this machine), or ``hostfile`` (read once, here). ``env`` is added
     to every rank's environment. A hostfile's ``backend`` and ``envs`` apply unless
     ``backend``/``env`` say otherwise (a notice names each override); else
-    :func:`~mlx_jupyter.hostfile.default_backend`. ``ssh_options`` (:class:`mlx_jupyter.net.ssh.SSHOptions`)
+    :func:`~mlx_jupyter.launch.backends.default_backend`. Every option a command line also has is
+    :mod:`mlx_jupyter.options`'s (tests/test_options.py checks this signature against it). ``ssh_options`` (:class:`mlx_jupyter.net.ssh.SSHOptions`)
     say how to reach remote hosts. With remote hosts the controller listens on
     every interface and tells the engines this machine's name; pass
     ``controller_ip`` (an address of this machine the hosts can reach) when
@@ -98,7 +100,7 @@ class Cluster:
         cwd: Optional[str] = None,
         starting_port: int = 0,
         controller_ip: Optional[str] = None,
-        timeout: float = 60.0,
+        timeout: float = option("timeout").default,
         log_level: int = logging.WARNING,
         ssh_options: Optional[Any] = None,
         cell_channel: Optional[bool] = None,
@@ -110,7 +112,7 @@ class Cluster:
         slurm_args: Sequence[str] = (),
         on_failure: str = "release",
         slurm: Optional[Any] = None,
-        bind_to: str = "cores",
+        bind_to: str = option("bind_to").default,
         record_state: bool = False,
     ):
         if hosts and hostfile:
@@ -385,10 +387,6 @@ class Cluster:
     @property
     def rank_exit_callbacks(self) -> list[Callable[[int, Optional[int]], None]]:
         return self.table.exit_callbacks
-
-    @property
-    def queue_kicks(self) -> int:
-        return self.link.queue_kicks
 
     @property
     def needs_reform(self) -> bool:

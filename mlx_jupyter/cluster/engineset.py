@@ -22,6 +22,7 @@ from traitlets import Dict, Integer, List, Unicode, default
 from mlx_jupyter.launch import rank_env
 from mlx_jupyter.net.hosts import all_local
 from mlx_jupyter.net.ports import DEFAULT_STARTING_PORT, free_port_block
+from mlx_jupyter.options import option
 
 #: the ranks' matplotlib backend unless ``env`` sets MPLBACKEND (what an ipyparallel engine picks by itself)
 RANK_MPLBACKEND = "module://matplotlib_inline.backend_inline"
@@ -42,12 +43,12 @@ class MLXEngineSetLauncher(EngineLauncher):
     hostfile_hosts = TAny(None, allow_none=True, config=True,
                           help="the hostfile's hosts (mlx_jupyter.hostfile.Host), already read: not read again")
     repeat_hosts = Integer(0, config=True, help="ranks per host (0: n spread over hosts)")
-    backend = Unicode(config=True, help="ring, jaccl, jaccl-ring, nccl or mpi (default: hostfile.default_backend())")
+    backend = Unicode(config=True, help=option("backend").help)
     python = Unicode(sys.executable, config=True, help="interpreter on the ranks")
     rank_cwd = Unicode("", config=True, help="working directory on every rank")
     starting_port = Integer(0, config=True, help="ring: first port (0: a free block, local hosts only)")
     connections_per_ip = Integer(1, config=True)
-    bind_to = Unicode("cores", config=True, help="cores: each local rank on its own share of the CPUs; none")
+    bind_to = Unicode(option("bind_to").default, config=True, help=option("bind_to").help)
     rank_exit_callbacks = List(help="called as f(rank, returncode) when a rank's process ends")
     rank_output = Dict(help="rank -> last lines of its process output (engine logs, native stderr)")
     output_lines = Integer(200, config=True, help="lines of output kept per rank")

@@ -10,6 +10,7 @@ from concurrent.futures import FIRST_COMPLETED
 from concurrent.futures import wait as wait_any
 from typing import Any, Callable, Optional, Protocol
 
+from mlx_jupyter.launch import backends
 from mlx_jupyter.cluster.cells.text import rank_label
 from mlx_jupyter.cluster.controller_link import ControllerLink
 from mlx_jupyter.cluster.rank_table import RankTable
@@ -152,7 +153,7 @@ class StartupSequence:
         from mlx_jupyter.cluster.rank.world import start_world_early
 
         self.world_request = None
-        if self.backend != "ring" or self.table.size < 2 or self.link.client is None:
+        if not backends.supports(self.backend, "early_world") or self.table.size < 2 or self.link.client is None:
             return
         try:
             self.world_request = self.link.view(self.table.ranks).apply_async(start_world_early)

@@ -14,6 +14,7 @@ import asyncio
 import sys
 from typing import Any, Sequence, TextIO
 
+from mlx_jupyter.launch import backends
 from mlx_jupyter.config import measure
 from mlx_jupyter.config.discovery import DiscoveryProgress, discover, ethernet_addresses
 from mlx_jupyter.config.runners import COMMAND_TIMEOUT, CONNECT_TIMEOUT, Runner, SSHRunner
@@ -152,7 +153,7 @@ async def configure(args: argparse.Namespace, runner: Runner, out: TextIO, err: 
             err.write("error: no host is reachable\n")
             return 1
     if args.over == "ethernet":
-        if args.backend in ("jaccl", "jaccl-ring"):
+        if args.backend and backends.get(args.backend).rdma:   # jaccl, jaccl-ring
             err.write(f"error: {args.backend} needs RDMA over Thunderbolt; use --over thunderbolt\n")
             return 2
         ips = await ethernet_addresses(runner, names, disc)

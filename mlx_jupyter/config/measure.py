@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, Sequence, TextIO
 
+from mlx_jupyter.config.runners import Runner
 from mlx_jupyter.topology import CommandResult
 from mlx_jupyter.topology.cablecheck import (
     ASYMMETRY_FACTOR, SLOW_FRACTION, AgentOutputError, CableResult, Report, Target, Thresholds, judge,
@@ -32,10 +33,6 @@ PORT_TRIES = 4
 GRACE = 5.0  # ssh's own time on top of the agents' timeout
 #: In a cable's error when an end could not bind its plan address (EADDRNOTAVAIL): the setup is missing there.
 NOT_SET_UP = "apply the setup first"
-
-
-class Runner(Protocol):
-    async def run(self, host: str, argv: Sequence[str], stdin: str = "") -> CommandResult: ...
 
 
 @dataclass

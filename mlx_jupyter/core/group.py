@@ -19,6 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 from mlx_jupyter import _core
+from mlx_jupyter.launch import backends
 from mlx_jupyter.core import activity, arrays, recording
 from mlx_jupyter.core.activity import OpActivity
 from mlx_jupyter.core.call_tracker import CallTracker
@@ -327,12 +328,13 @@ def mlx_init(strict: bool, backend: str, factory: Any = None) -> Any:
     ``factory``: JACCL's side channel (``all_gather_factory``), jaccl only, as in MLX."""
     import mlx.core as mx
 
-    if backend == "jaccl-ring":
-        os.environ.setdefault("MLX_JACCL_RING", "1")
-    name = "jaccl" if backend == "jaccl-ring" else backend
+    record = backends.find(backend)
+    for key, value in (record.mlx_env if record is not None else {}).items():
+        os.environ.setdefault(key, value)
+    name = backends.mlx_name(backend)
     if factory is None:
         return mx.distributed.init(strict=strict, backend=name)
-    if name != "jaccl":
+    if record is None or not record.side_channel:
         raise ValueError(f"all_gather_factory works with the jaccl backend only (as in MLX), not {backend!r}")
     try:
         return mx.distributed.init(strict=strict, backend=name, all_gather_factory=factory)
@@ -382,7 +384,8 @@ class MlxGroup(Group):
     def wrap(cls, g: Any, backend: str, default_timeout: float = -1.0) -> "MlxGroup":
         """MLX's world group ``g`` of ``backend`` (from ``init(strict=True)``); an MPI world of one process is
         refused, as MLX does since 0.31 (an older MLX gives one)."""
-        if backend == "mpi" and g.size() < 2:
+        record = backends.find(backend)
+        if record is not None and g.size() < record.min_world:   # mpi
             raise RuntimeError("[mpi] The world has a single process: launch with mpirun -n 2 or more "
                                "(mlx-jupyter launch --backend mpi) to form an mpi group")
         return cls(g, backend, default_timeout)

@@ -9,14 +9,10 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-# Where the MLX build, not the machine, is what is missing: how to get an MLX that has it.
-MLX_FIX = {
-    "nccl": "pip install 'mlx[cuda12]' (or 'mlx[cuda13]'): the CPU-only MLX wheel has no NCCL",
-    "jaccl": "pip install -U 'mlx>=0.29' on macOS 26.2+: JACCL ships in MLX's macOS wheels",
-    "jaccl-ring": "pip install -U 'mlx>=0.29' on macOS 26.2+: JACCL ships in MLX's macOS wheels",
-    "mpi": "use an MLX build with MPI support (MLX's pip wheels load libmpi at run time)",
-    "ring": "pip install -U 'mlx>=0.29'",
-}
+from mlx_jupyter.launch.backends import RECORDS
+
+# Where the MLX build, not the machine, is what is missing: how to get an MLX that has it (each record's install).
+MLX_FIX = {b.name: b.install for b in RECORDS}
 _LABEL = {True: "yes", False: "no", None: "unknown"}
 
 

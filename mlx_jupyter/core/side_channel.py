@@ -13,6 +13,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from mlx_jupyter.launch import backends
 from mlx_jupyter.launch import rank_env
 from mlx_jupyter.launch.rank_env import RankEnv
 
@@ -75,7 +76,7 @@ def _core_ring(timeout: Optional[float]) -> Any:
 def wants_side_channel(backend: str, env: RankEnv) -> bool:
     """Whether JACCL should bootstrap over our core: asked for (or the only launch found), no coordinator set,
     and our core's ring configured."""
-    jaccl = backend in ("jaccl", "jaccl-ring") or (backend == "any" and env.launchers == ("jaccl",))
+    jaccl = backends.supports(backend, "side_channel") or (backend == backends.ANY and env.launchers == ("jaccl",))
     return jaccl and not env.jaccl.coordinator and bool(env.hostfile)
 
 
@@ -88,4 +89,4 @@ def mlx_world(strict: bool = False, backend: str = "any", factory: Optional[Fact
     env = env or rank_env.current()
     if factory is None and wants_side_channel(backend, env):
         factory = all_gather_factory()
-    return mlx_init(strict, "jaccl" if factory is not None and backend == "any" else backend, factory)
+    return mlx_init(strict, "jaccl" if factory is not None and backend == backends.ANY else backend, factory)

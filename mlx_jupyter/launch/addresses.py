@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Optional, Sequence
 
+from mlx_jupyter.launch.backends import get
 from mlx_jupyter.hostfile import Host
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.net import ssh
@@ -14,10 +15,11 @@ from mlx_jupyter.net.resolve import Address, Lookup, UnresolvedHost, resolve_hos
 
 def needing_address(backend: str, hosts: Sequence[Host]) -> list[int]:
     """Ranks without an IP that the backend needs one for: every ring rank; rank 0 of jaccl and nccl
-    (the coordinator); none for mpi (mpirun resolves its hosts itself)."""
-    if backend == "ring":
+    (the coordinator); none for mpi (mpirun resolves its hosts itself): the record's ``addresses``."""
+    needs = get(backend).addresses
+    if needs == "every":
         return [r for r, h in enumerate(hosts) if not h.ips]
-    if backend in ("jaccl", "jaccl-ring", "nccl") and hosts and not hosts[0].ips:
+    if needs == "first" and hosts and not hosts[0].ips:
         return [0]
     return []
 

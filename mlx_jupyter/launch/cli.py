@@ -16,12 +16,12 @@ import sys
 from functools import partial
 from typing import Optional, Sequence
 
-from mlx_jupyter import limits
+from mlx_jupyter import limits, options
 from mlx_jupyter.net import ssh
 from mlx_jupyter.net.ports import CORE_PORT_OFFSET, DEFAULT_STARTING_PORT, free_port_block
-from mlx_jupyter.hostfile import (BACKENDS, HostfileError, default_ranks_per_host, merge_settings, parse_env,
+from mlx_jupyter.launch.backends import get
+from mlx_jupyter.hostfile import (HostfileError, default_ranks_per_host, merge_settings, parse_env,
                                   parse_host_list, read_hostfile, repeat_hosts)
-from mlx_jupyter.launch import binding
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.launch.launch_config import local_script
 from mlx_jupyter.launch.job import LaunchConfig, make_job
@@ -57,14 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a command on every rank, locally, over ssh or under Slurm, with MLX's distributed environment.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--hosts", help="comma-separated hosts (an IP entry is also its IP; default: this machine)")
-    p.add_argument("-n", "--repeat-hosts", type=limits.arg_type(limits.ranks_per_host, "-n"), metavar="N",
-                   help="ranks per host, per node under Slurm (default: 1 per host named, as mlx.launch; "
-                        "2 when none is named)")
-    p.add_argument("--hostfile", help="JSON hostfile (list or {backend, envs, hosts}); overrides --hosts")
-    p.add_argument("--backend", choices=BACKENDS, help="default: the hostfile's, else nccl with CUDA, else ring")
-    p.add_argument("--env", action="append", default=[], metavar="K=V",
-                   help="set an env var on every rank; a bare KEY passes this environment's value on")
+    # the options a cluster start has too: mlx_jupyter.options (the groups, ssh and Slurm, below)
+    options.add_to_parser(p, options.LAUNCH, group="", python=sys.executable)   # None would mean the same
     p.add_argument("--mpi-arg", action="append", default=[], metavar="A", help="extra mpirun argument(s)")
     p.add_argument("--connections-per-ip", type=limits.arg_type(limits.count, "--connections-per-ip",
                                                                 high=limits.MAX_CONNECTIONS_PER_IP),
@@ -75,9 +69,6 @@ def build_parser() -> argparse.ArgumentParser:
                         f"port+{CORE_PORT_OFFSET}); jaccl: coordinator port")
     p.add_argument("--nccl-port", type=limits.arg_type(limits.port, "--nccl-port"), default=12345, metavar="P",
                    help="nccl rendezvous port")
-    p.add_argument("--cwd", help="working directory on every host (default: this one, if it exists there)")
-    p.add_argument("--python", default=sys.executable,
-                   help="interpreter for a .py script and for a bare python/python3 command (default: this one)")
     p.add_argument("--no-verify-script", action="store_true", help="don't check locally that the command exists")
     p.add_argument("--print-python", action="store_true", help="print the interpreter path and exit")
     p.add_argument("--verbose", action="store_true", help="log steps to stderr")
@@ -88,13 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                         what="a rank", example="0"), metavar="R",
                    help="send this terminal's stdin to rank R only (the others read EOF at once), e.g. to answer "
                         "rank R's breakpoint(); default: every rank gets a copy")
-    p.add_argument("--bind-to", choices=binding.POLICIES, default="cores",
-                   help="cores (default): each rank started on this machine runs on its own equal share of "
-                        "its CPUs, when there are at least as many as ranks (Linux; as mpirun binds); none: "
-                        "leave placement to the OS (e.g. for two jobs on one machine)")
     p.add_argument("--output", choices=("prefix", "raw"), help="prefix lines with [rank r] (default with >1 rank)")
     ssh.add_arguments(p)
-    slurm_cli.add_arguments(p, limits.arg_type(limits.count, "--nodes", high=limits.MAX_NODES))
+    slurm_cli.add_arguments(p)
     return p
 
 
@@ -174,7 +161,7 @@ def make_config(args: argparse.Namespace, command: list[str]) -> LaunchConfig:
     opts = ssh.options_from_args(args)
     if args.stdin_rank is not None:
         size = len(hosts) if hosts is not None else None
-        if args.slurm or settings.backend == "mpi":
+        if args.slurm or get(settings.backend).mpirun:
             raise CommandLineError("--stdin-rank works with ranks this launcher starts itself "
                                    "(not with --slurm or --backend mpi, whose ranks one srun/mpirun feeds)")
         if args.stdin_rank < 0 or (size is not None and args.stdin_rank >= size):

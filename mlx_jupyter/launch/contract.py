@@ -13,8 +13,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from mlx_jupyter.launch.backends import RECORDS, find
 from mlx_jupyter.net.hosts import format_addr
-from mlx_jupyter.hostfile import BACKENDS, Host, HostfileError, ring_ports
+from mlx_jupyter.hostfile import Host, HostfileError, ring_ports
 from mlx_jupyter.launch import rank_env
 from mlx_jupyter.net.ports import CORE_PORT_OFFSET, DEFAULT_STARTING_PORT
 
@@ -104,8 +105,9 @@ def plan_ranks(
     jaccl: ``coordinator=False`` opens no bootstrap port (no ``MLX_JACCL_COORDINATOR``): JACCL then
     bootstraps over our core's ring (``MLX_JUPYTER_HOSTFILE``, planned whenever every host has an IP;
     without one, the coordinator is set after all)."""
-    if backend not in BACKENDS or backend == "mpi":
-        valid = ", ".join(b for b in BACKENDS if b != "mpi")
+    record = find(backend)
+    if record is None or record.mpirun:
+        valid = ", ".join(b.name for b in RECORDS if not b.mpirun)
         raise ContractError(f"backend {backend!r}: plan_ranks handles {valid} (mpi goes through plan_mpi)")
     if not hosts:
         raise ContractError("no hosts to launch on")
@@ -116,7 +118,7 @@ def plan_ranks(
     files: dict[str, str] = {}
     per_rank: list[dict[str, str]] = [{} for _ in hosts]
 
-    if backend == "ring":
+    if record.contract == "ring":
         try:
             plan = ring_ports(hosts, starting_port, connections_per_ip)
         except HostfileError as exc:
@@ -128,21 +130,19 @@ def plan_ranks(
             files[rank_env.HOSTFILE] = json.dumps(plan)
         if verbose:
             common[rank_env.RING_VERBOSE] = "1"
-    elif backend in ("jaccl", "jaccl-ring"):
-        ring = backend == "jaccl-ring"
+    elif record.contract == "jaccl":
         ip = _need_rank0_ip(hosts, backend)
-        matrix = check_rdma(hosts, ring) if n > 1 else [[None]]
+        matrix = check_rdma(hosts, record.rdma == "neighbours") if n > 1 else [[None]]
         if coordinator:
             common[rank_env.JACCL_COORDINATOR] = format_addr(ip, starting_port)
-        if ring:
-            common["MLX_JACCL_RING"] = "1"
+        common.update(record.mlx_env)   # jaccl-ring: MLX_JACCL_RING=1
         files["MLX_IBV_DEVICES"] = json.dumps(matrix)
         core = _core_ring(hosts, starting_port, connections_per_ip)
         if core:  # our core's signed ring: JACCL's bootstrap can run over it (core.side_channel)
             files[rank_env.OWN_HOSTFILE] = core
         elif not coordinator and n > 1:  # a host without an IP: no core ring, so MLX's coordinator after all
             common[rank_env.JACCL_COORDINATOR] = format_addr(ip, starting_port)
-    elif backend == "nccl":
+    elif record.contract == "nccl":
         common[rank_env.NCCL_HOST_IP] = _need_rank0_ip(hosts, backend)
         common["NCCL_PORT"] = str(nccl_port)
         common[rank_env.WORLD_SIZE] = str(n)

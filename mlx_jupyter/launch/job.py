@@ -16,6 +16,7 @@ import signal
 import sys
 from typing import Any, Optional, Sequence
 
+from mlx_jupyter.launch.backends import get
 from mlx_jupyter.hostfile import (BACKENDS, Host, HostfileError, default_ranks_per_host, hostfile_path, merge_settings,
                                   read_hostfile, resolve_hosts)
 from mlx_jupyter.launch import binding, contract, mpi, where_ask
@@ -100,7 +101,7 @@ class Job:
         """Spawn every rank; return once all have started, or tear down and raise."""
         self.monitor.begin()
         try:
-            if self.config.backend == "mpi":
+            if get(self.config.backend).mpirun:
                 await self._start_mpi()
             else:
                 await self._start_ranks()

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence, Union
 
 from mlx_jupyter.net import ssh
+from mlx_jupyter.options import option
 from mlx_jupyter.hostfile import Host
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.net.ports import DEFAULT_STARTING_PORT
@@ -28,7 +29,7 @@ class LaunchConfig:
     command: list[str]
     hosts: Union[str, Path, Sequence[Host], None] = None
     repeat_hosts: Optional[int] = None  # None: hostfile.default_ranks_per_host
-    backend: Optional[str] = None     # None: a hostfile's, else ring
+    backend: Optional[str] = None     # None: a hostfile's, else backends.default_backend()
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: Optional[str] = None
     cwd_required: bool = False
@@ -49,7 +50,7 @@ class LaunchConfig:
     jaccl_coordinator: bool = True   # False: JACCL bootstraps over our core's ring, no coordinator port (contract)
     mpi_args: list[str] = field(default_factory=list)
     where_on_signal: bool = False   # Python ranks answer SIGUSR1 with where they are (mlx_jupyter.where.boot)
-    bind_to: str = "cores"   # local ranks: each on its own share of the CPUs (launch.binding), or "none"
+    bind_to: str = option("bind_to").default   # local ranks: each on its own share of the CPUs (launch.binding), or "none"
     slurm: Optional["SlurmOptions"] = None   # run the ranks as a Slurm job step (mlx_jupyter.launch.slurm)
 
 

@@ -25,6 +25,7 @@ from mlx_jupyter.launch.job import ExitCallback, LaunchConfig, OutputCallback, m
 from mlx_jupyter.launch.slurm.options import SlurmOptions
 from mlx_jupyter.launch.rankinfo import RankInfo
 from mlx_jupyter.net.ports import DEFAULT_STARTING_PORT
+from mlx_jupyter.options import option
 
 T = TypeVar("T")
 
@@ -92,7 +93,7 @@ class Launcher:
         verbose: bool = False,
         mpi_args: Sequence[str] = (),
         slurm: Optional[SlurmOptions] = None,
-        bind_to: str = "cores",
+        bind_to: str = option("bind_to").default,
         jaccl_coordinator: bool = True,
     ):
         self.config = LaunchConfig(

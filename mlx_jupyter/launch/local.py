@@ -9,14 +9,15 @@ import signal as _signal
 import weakref
 from typing import Iterator, Mapping, Optional, Sequence
 
+from mlx_jupyter.launch.backends import RECORDS
 from mlx_jupyter.launch import binding
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.launch.local_watchdog import LocalWatchdog
 from mlx_jupyter.launch.streams import LineSplitter, pump
 
 
-#: backends a machine may lack (the ring is built in; mpi's ranks are mpirun's to start)
-CHECKED_BACKENDS = ("nccl", "jaccl", "jaccl-ring")
+#: backends a machine may lack (the ring is built in; mpi's ranks are mpirun's to start): their records say
+CHECKED_BACKENDS = tuple(b.name for b in RECORDS if b.checked)
 #: set to 0 in the launcher's environment to start the ranks anyway (a probe that misses a custom install)
 CHECK_VAR = "MLX_JUPYTER_CHECK_BACKEND"
 

@@ -20,9 +20,9 @@ import warnings
 import weakref
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
-from mlx_jupyter import limits
+from mlx_jupyter import options
 
 #: Environment variable names we export on a remote host.
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -107,8 +107,8 @@ class SSHOptions:
     port: int | None = None
     client_keys: list[str] | None = None        # identity files; None: config/agent/~/.ssh/id_*
     agent: bool = True                          # use SSH_AUTH_SOCK if set
-    connect_timeout: float = 10.0
-    keepalive_interval: float = 1.0
+    connect_timeout: float = options.option("connect_timeout").default    # the flags' defaults (mlx_jupyter.options)
+    keepalive_interval: float = options.option("keepalive_interval").default
     keepalive_count_max: int = 3
     max_sessions: int = 10                      # sshd's MaxSessions (default 10): sessions per connection
     extra: dict[str, Any] = field(default_factory=dict)   # passed to asyncssh.connect as is
@@ -118,23 +118,13 @@ class SSHOptions:
         return self.keepalive_interval * (self.keepalive_count_max + 1)
 
 
-def add_arguments(parser: Any, title: str = "ssh", connect_timeout: float = 10.0, keepalive: bool = True) -> None:
-    """The ssh flags shared by the commands (launch, config), as an argparse group."""
+def add_arguments(parser: Any, title: str = "ssh", connect_timeout: Optional[float] = None,
+                  keepalive: bool = True) -> None:
+    """The ssh flags shared by the commands (launch, config), as an argparse group: the spec's
+    (:mod:`mlx_jupyter.options`); ``keepalive``: the launcher's, else the configurator's."""
     g = parser.add_argument_group(title)
-    g.add_argument("--accept-unknown-hosts", action="store_true",
-                   help="accept hosts missing from known_hosts (a changed key is still refused)")
-    g.add_argument("--ssh-config", action="append", metavar="F", help="ssh_config file(s) instead of ~/.ssh/config")
-    g.add_argument("--known-hosts", metavar="F",
-                   help="known_hosts file instead of the config's UserKnownHostsFile (default ~/.ssh/known_hosts)")
-    g.add_argument("-i", "--identity", action="append", metavar="F", help="private key file(s)")
-    g.add_argument("--connect-timeout", type=limits.arg_type(limits.seconds, "--connect-timeout",
-                                                              high=limits.MAX_SSH_SECONDS, example="10"),
-                   default=connect_timeout, metavar="S", help=f"ssh connect timeout (default {connect_timeout:g})")
-    if keepalive:
-        g.add_argument("--keepalive-interval", type=limits.arg_type(limits.seconds, "--keepalive-interval",
-                                                                     high=limits.MAX_SSH_SECONDS, example="1"),
-                       default=1.0, metavar="S",
-                       help="ssh keepalive interval; a host silent for 4 intervals is declared lost")
+    options.add_to_parser(g, options.LAUNCH if keepalive else options.CONFIG, group="ssh",
+                          **({} if connect_timeout is None else {"connect_timeout": connect_timeout}))
 
 
 def options_from_args(args: Any) -> "SSHOptions":

@@ -12,7 +12,8 @@ from typing import Any, Optional
 
 import jsonschema
 
-from mlx_jupyter import limits
+from mlx_jupyter import limits, options
+from mlx_jupyter.launch import backends
 from mlx_jupyter.hostfile import BACKENDS, HostfileError, check_ssh_name, default_ranks_per_host
 
 #: ranks one start may ask for in all (ranks per host x hosts)
@@ -22,28 +23,33 @@ MAX_BODY = 64 * 1024
 _NAME_MAX = 255      # a host name (with user@), a path component
 _PATH_MAX = 4096
 
+#: the JSON schema of each field the panel offers (the fields: the spec's, mlx_jupyter.options; each by its
+#: Cluster() keyword); an option offered to the panel without a schema here fails at import
+_FIELD_SCHEMA: dict[str, Any] = {
+    "n": {"type": "integer"},   # its range: limits.count, as for -n on the command line
+    "hosts": {"anyOf": [
+        {"type": "null"},
+        {"type": "string", "maxLength": MAX_RANKS * (_NAME_MAX + 1)},
+        {"type": "array", "maxItems": MAX_RANKS, "items": {"type": "string", "minLength": 1, "maxLength": _NAME_MAX}},
+    ]},
+    "hostfile": {"type": ["string", "null"], "maxLength": _PATH_MAX},
+    "backend": {"enum": [*BACKENDS, "", None]},
+}
+_PANEL = [o.keyword for o in options.on(options.PANEL) if o.keyword is not None]
+
 SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
-    "properties": {
-        "n": {"type": "integer"},   # its range: limits.count, as for -n on the command line
-        "hosts": {"anyOf": [
-            {"type": "null"},
-            {"type": "string", "maxLength": MAX_RANKS * (_NAME_MAX + 1)},
-            {"type": "array", "maxItems": MAX_RANKS, "items": {"type": "string", "minLength": 1, "maxLength": _NAME_MAX}},
-        ]},
-        "hostfile": {"type": ["string", "null"], "maxLength": _PATH_MAX},
-        "backend": {"enum": [*BACKENDS, "", None]},
-    },
+    "properties": {name: _FIELD_SCHEMA[name] for name in _PANEL},
 }
 
 #: what each field takes, for the message that names it
-FIELDS = {
+FIELDS = {name: {
     "n": f"ranks per host: an integer from 1 to {MAX_RANKS}",
     "hosts": f"host names: a string \"h1,h2\" or a list of names, at most {MAX_RANKS}",
     "hostfile": "the path of a hostfile under the server's root directory, or null",
-    "backend": f"one of {', '.join(BACKENDS)}, or null for the hostfile's (else ring)",
-}
+    "backend": f"one of {', '.join(BACKENDS)}, or null for {backends.DEFAULT_RULE}",
+}[name] for name in _PANEL}
 
 
 class RequestError(ValueError):
@@ -140,9 +146,10 @@ _FORM = {
 def form_fields() -> list[dict[str, Any]]:
     """The start form's fields, from the same schema and limits the request is checked against:
     name, label, kind (number, text, choice), placeholder, help (what it takes: the refusal's words),
-    and for ``n`` its range, for ``backend`` its choices ("" for the hostfile's, else ring)."""
+    and for ``n`` its range, for ``backend`` its choices ("" for the default: backends.DEFAULT_RULE)."""
     out: list[dict[str, Any]] = []
-    for name, (label, placeholder) in _FORM.items():
+    for name in _PANEL:   # the spec's order; a panel option without a label here fails at once
+        label, placeholder = _FORM[name]
         field: dict[str, Any] = {"name": name, "label": label, "placeholder": placeholder, "help": FIELDS[name]}
         if name == "n":
             field.update(kind="number", min=1, max=MAX_RANKS, default=default_ranks_per_host(False))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from mlx_jupyter.hostfile import BACKENDS
+from mlx_jupyter.launch.backends import RECORDS, get
 
 from .cabling import Cabling
 from .addressing import links_between
@@ -17,9 +17,9 @@ from .netparse import RDMA_HELP
 from .rings import Ring
 
 
-#: The backends the configurator can plan: those of mlx_jupyter.hostfile.BACKENDS (what a launch can
-#: start) that run over Thunderbolt; nccl and mpi need no cabling plan.
-CONFIG_BACKENDS = tuple(b for b in BACKENDS if b in ("ring", "jaccl", "jaccl-ring"))
+#: The backends the configurator can plan: those whose record (mlx_jupyter.launch.backends) says so, the ones
+#: that run over Thunderbolt; nccl and mpi need no cabling plan.
+CONFIG_BACKENDS = tuple(b.name for b in RECORDS if b.configurable)
 DOT_HINT = "Run with --dot to see the cabling."
 RING_ADVICE = " Use the ring backend (--backend ring)."
 
@@ -193,9 +193,10 @@ def choose(topo: Cabling, backend: str | None = None, envs: Sequence[str] = ()) 
     if backend is not None:
         if backend not in CONFIG_BACKENDS:
             raise PlanError(f"unknown backend {backend!r}; choose one of {', '.join(CONFIG_BACKENDS)}")
-        if backend == "ring":
-            return plan_ring(topo, envs, "ring was requested")
-        planner = plan_jaccl if backend == "jaccl" else plan_jaccl_ring
+        rdma = get(backend).rdma   # the record says what its cabling plan needs
+        if not rdma:
+            return plan_ring(topo, envs, f"{backend} was requested")
+        planner = plan_jaccl if rdma == "every" else plan_jaccl_ring
         return planner(topo, envs, f"{backend} was requested", requested=True)
     ring_why, mesh_why = ring_problem(topo), mesh_problem(topo)
     if ring_why and mesh_why:

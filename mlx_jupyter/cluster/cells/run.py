@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
+from mlx_jupyter.launch import backends
 from mlx_jupyter.cluster.cells.outcome import DIED, ERROR, NO_REPLY, OK, RELEASED, RUNNING, RankOutcome
 from mlx_jupyter.cluster.cells.text import describe_exit
 
@@ -149,7 +150,6 @@ class CellRun:
         self._ended: set[int] = set()
         self._abort_sent: dict[int, float] = {}
         self._silent: set[int] = set()   # ranks a peer found unreachable: their host is down or cut off
-        self._abort_replies: dict[int, Any] = {}
         self.msg_ids: dict[int, str] = {}
         self._futures: dict[int, Any] = {}
         self.samples: dict[int, dict] = {}  # rank -> its latest sample of where it is (mlx_jupyter.where)
@@ -344,8 +344,7 @@ class CellRun:
             for r in targets:
                 self._abort_sent[r] = now
         if targets:
-            for rank, fut in self.cluster.send_abort(reason, targets, self.msg_ids).items():
-                self._abort_replies[rank] = fut
+            self.cluster.send_abort(reason, targets, self.msg_ids)
 
     def check_deadlines(self, now: Optional[float] = None) -> None:
         """Give up on ranks that did not end ``release_deadline`` s after their abort."""
@@ -370,7 +369,7 @@ class CellRun:
 
     def _no_reply_note(self) -> str:
         backend, advice = self.cluster.backend, self.cluster.restart_advice
-        if backend == "ring":
+        if backends.supports(backend, "abortable"):
             return (f"did not stop within {self.release_deadline:g} s (busy in native code?); "
                     f"it keeps running: interrupt again, or {advice}")
         # measured with MPI: a blocked collective ignores interrupts and has no sockets we may close

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Optional
 
+from mlx_jupyter.launch import backends
 from mlx_jupyter.cluster.rank import agent as _agent
 from mlx_jupyter.cluster.rank.names import NAMES
 from mlx_jupyter.cluster.rank.sockets import ring_ports_to_await, socket_fds, wait_listening, world_socket_fds
@@ -76,7 +77,7 @@ def start_world_early(wait: float = 30.0) -> bool:
     global EARLY_WORLD
     if EARLY_WORLD is None:
         env = this_rank_env()
-        if not (env.backend == "ring" and env.size > 1 and env.early_world and env.mlx_hostfile):
+        if not (backends.supports(env.backend, "early_world") and env.size > 1 and env.early_world and env.mlx_hostfile):
             return False
         EARLY_WORLD = EarlyWorld("ring", strict=True, hostfile=env.mlx_hostfile,
                                  await_ports=ring_ports_to_await(env.process_rank, env.mlx_hostfile))

@@ -15,6 +15,7 @@ import shlex
 import subprocess
 from typing import Mapping, Sequence
 
+from mlx_jupyter import options
 from mlx_jupyter.hostfile import default_ranks_per_host
 from mlx_jupyter.launch.slurm.commands import TIMEOUT, SlurmError
 from mlx_jupyter.launch.slurm.options import NAME_PREFIX, SlurmOptions, refuse_job_name, split_args
@@ -24,17 +25,10 @@ from mlx_jupyter.launch.slurm.parse import SlurmOutputError, parse_job_id
 SLURM_ONLY = ("nodes", "partition", "time", "account", "slurm_arg", "srun_arg", "detach")
 
 
-def add_arguments(p: argparse.ArgumentParser, positive) -> None:
-    """The ``--slurm`` group of ``mlx-jupyter launch``."""
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``--slurm`` group of ``mlx-jupyter launch``: the spec's (mlx_jupyter.options), then the launcher's own."""
     g = p.add_argument_group("Slurm", "run the ranks as a Slurm job step (-n: ranks per node)")
-    g.add_argument("--slurm", action="store_true",
-                   help="in the current allocation (SLURM_JOB_ID), else in a new one held for the launch")
-    g.add_argument("--nodes", type=positive, metavar="N", help="nodes (default: the allocation's, else 1)")
-    g.add_argument("--partition", metavar="P", help="partition for a new allocation")
-    g.add_argument("--time", metavar="T", help="time limit of a new allocation (Slurm's format: 30, 1:00:00, 1-0)")
-    g.add_argument("--account", metavar="A", help="account to charge a new allocation to")
-    g.add_argument("--slurm-arg", action="append", default=[], metavar="ARG",
-                   help="more sbatch options for a new allocation (srun options inside one); repeatable")
+    options.add_to_parser(g, options.LAUNCH, group="Slurm")
     g.add_argument("--srun-arg", action="append", default=[], metavar="ARG",
                    help="more srun options, e.g. --srun-arg=--mpi=pmix; repeatable")
     g.add_argument("--detach", action="store_true",

@@ -19,6 +19,7 @@ import sys
 import threading
 from typing import Any, Optional
 
+from mlx_jupyter.launch.backends import RECORDS, get
 from mlx_jupyter.launch import contract, where_ask
 from mlx_jupyter.launch.launch_config import LaunchConfig, rank_argv
 from mlx_jupyter.launch.errors import LaunchError
@@ -38,7 +39,7 @@ from mlx_jupyter.launch.where_ask import WhereAnswers
 
 PROG = "mlx-jupyter launch"
 #: Backends whose contract srun can give (jaccl needs each host's RDMA devices from a hostfile).
-SLURM_BACKENDS = ("ring", "nccl", "mpi")
+SLURM_BACKENDS = tuple(b.name for b in RECORDS if b.slurm)
 
 
 class SlurmJob(Ending):
@@ -143,7 +144,7 @@ class SlurmJob(Ending):
         c = self.config
         port = c.starting_port or derived_port(self.job_id or 0, len(self.hosts), c.connections_per_ip)
         mpi_env = None
-        if c.backend == "mpi":
+        if get(c.backend).mpirun:
             from mlx_jupyter.launch.mpi import find_libmpi
 
             libname, libdir = find_libmpi()
@@ -161,7 +162,7 @@ class SlurmJob(Ending):
     async def _start_step(self, nodes: list[str], subset: bool) -> None:
         c = self.config
         env = {**os.environ, **self._plan()}
-        if c.backend != "mpi":   # mpi ranks share output lines: unbuffered fragments would interleave
+        if not get(c.backend).mpirun:   # mpi ranks share output lines: unbuffered fragments would interleave
             env.setdefault("PYTHONUNBUFFERED", "1")
         # the current allocation (not ours, not one held for us): --slurm-arg options are srun's
         explicit = self.allocation is not None and not self.allocation.owned and self.opts.job_id is None
@@ -170,7 +171,7 @@ class SlurmJob(Ending):
         except ValueError as exc:
             raise LaunchError(str(exc)) from None
         mpi = None
-        if c.backend == "mpi" and not any(a.startswith("--mpi") for a in extra):
+        if get(c.backend).mpirun and not any(a.startswith("--mpi") for a in extra):
             mpi = await asyncio.to_thread(commands.mpi_plugin)
         argv = step_argv(self.job_id or 0, nodes, self.opts.ranks_per_node, name=self.name, stdin=c.stdin,
                          kill_on_bad_exit=c.terminate_on_failure, subset=subset, mpi=mpi,

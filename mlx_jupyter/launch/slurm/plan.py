@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
+from mlx_jupyter.launch.backends import get
 from mlx_jupyter.hostfile import Host
 from mlx_jupyter.launch import contract, rank_env
 from mlx_jupyter.launch.slurm.wrapper import control_env
@@ -73,7 +74,7 @@ def plan_step(
     ``mpi_env``: for the mpi backend, :func:`contract.plan_mpi`'s environment (MPI itself numbers the ranks).
     """
     nodes = [h.ssh for h in hosts]
-    if backend == "mpi":
+    if get(backend).mpirun:
         base = dict(mpi_env or {})
         base.setdefault(rank_env.TOKEN, token)
         return StepPlan(list(hosts), {**base, **control_env(nodes, set_rank=False, set_gpu=False, files={})})
