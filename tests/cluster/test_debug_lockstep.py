@@ -222,7 +222,9 @@ def test_mlx_debug_all_with_commands_groups_the_answers(kernel):
 
 def test_from_a_connected_notebook(kernel, capsys):
     """A second handle (a connected notebook's): the post-mortem commands on every rank grouped; a breakpoint,
-    whose cell comes through the controller there, is skipped with one line for all ranks."""
+    whose cell comes through the controller there, reaches its front end over the control channel (which cannot
+    prompt here, in plain Python: one line, the ranks go on; tests/cluster/test_debug_connected.py prompts);
+    Cluster.execute, which shows no prompts, gets the breakpoint skipped after the ranks' wait for a prompt."""
     raise_on_every_rank(kernel)
     cluster_id = kernel.run("import mlx_jupyter.magics as _m\nprint(_m.current().cluster_id)", 10).stdout.strip()
     from mlx_jupyter.cluster import Cluster
@@ -236,10 +238,16 @@ def test_from_a_connected_notebook(kernel, capsys):
         show_run(other.run(code, None, init=False), live=False, timeout=60)
         show_run(other.run("breakpoint()\nprint('after')", None, init=False), live=False, timeout=60)
         out = capsys.readouterr()
+        other.execute("breakpoint()\nprint('later')", targets=[1], init=False, timeout=60)
+        executed = capsys.readouterr()
     finally:
         other.stop()
     text = out.out + out.err
     assert "[ranks 0-2] 21" in text and "[rank 3] 24" in text, text
-    assert "[ranks 0-3] breakpoint() skipped: this cell came through the controller" in text, text
+    assert "[ranks 0-3] -> print('after')" in text, text
+    assert text.count("ranks 0-3: pdb cannot prompt here") == 1, text
     assert "[ranks 0-3] after" in text, text
+    text = executed.out + executed.err
+    assert "[rank 1] breakpoint() skipped: this cell came through the controller and its sender does not show" \
+           in text and "[rank 1] later" in text, text
     works(kernel)

@@ -14,7 +14,10 @@ joins at the next prompt. Where nothing can answer (a kernel run with
 ``allow_stdin=False``, plain Python without a terminal) the ranks are told so,
 one line says it, and they go on (a breakpoint continues, a post-mortem quits):
 a session never hangs. While a prompt waits, the live table (``table``) goes on
-updating from a thread of its own.
+updating from a thread of its own. A cell that went through the controller (a
+connected notebook's) has no cell channel: :class:`ControlDebugLink` asks its ranks
+for their pdb's output and sends them their lines on the control channel
+(``mlx_debug_request``, see :class:`mlx_jupyter.cluster.rank.debugger.ControlPort`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import re
 import sys
 import threading
 import time
+from functools import partial
 from typing import Any, Callable, Optional
 
 from mlx_jupyter.cluster.cells.text import LineGrouper, parse_targets, rank_label
@@ -77,6 +81,70 @@ def split_targets(line: str, size: int) -> tuple[Optional[list[int]], str]:
     return ranks, (m.group(2) or "").strip()
 
 
+class ControlDebugLink:
+    """The pdb sessions of a run through the controller: from ``start`` s into the cell, every ``period`` s,
+    each running rank is asked (``mlx_debug_request``) for what its pdb wrote since; the answers become the
+    run's ``debug`` events, as the cell channel's do. Lines go to the ranks the same way."""
+
+    def __init__(self, run: Any, send_control: Callable[[int, str, dict], Any], period: float = 0.2,
+                 start: float = 0.25):
+        self.run = run
+        self.send_control = send_control
+        self.period = period
+        self.next = run.started + start
+        self.asking: set[int] = set()  # ranks whose last request is unanswered: not asked again meanwhile
+        self._lock = threading.Lock()
+
+    def poll(self, ended: set[int]) -> None:
+        """Ask every running rank not being asked, if it is time (the notebook's thread)."""
+        now = time.monotonic()
+        if now < self.next:
+            return
+        self.next = now + self.period
+        for rank in self.run.ranks:
+            with self._lock:
+                if rank in ended or rank in self.asking or rank not in self.run.msg_ids:
+                    continue
+                self.asking.add(rank)
+            self._request(rank, {})
+
+    def send_line(self, rank: int, line: Optional[str]) -> None:
+        """``rank``'s pdb's next line (None: this front end cannot prompt)."""
+        self._request(rank, {"line": line})
+
+    def _request(self, rank: int, extra: dict) -> None:
+        try:
+            fut = self.send_control(rank, "mlx_debug_request", {"cell": self.run.msg_ids[rank], **extra})
+        except Exception:  # the controller is gone: the run ends by itself, with its own error
+            with self._lock:
+                self.asking.discard(rank)
+            return
+        fut.add_done_callback(partial(self._answered, rank, not extra))
+
+    def _answered(self, rank: int, poll: bool, fut: Any) -> None:
+        """A rank's reply (the client's I/O thread): its pdb's messages, as debug events."""
+        if poll:
+            with self._lock:
+                self.asking.discard(rank)
+        try:
+            msgs = fut.result()["content"].get("msgs") or []
+        except Exception:
+            return
+        for msg in msgs:
+            prompt = msg.get("prompt")
+            self.run.channel_debug(rank, str(msg.get("text") or ""), None if prompt is None else str(prompt),
+                                   bool(msg.get("done")))
+
+
+def control_link(run: Any) -> Optional[ControlDebugLink]:
+    """A :class:`ControlDebugLink` for ``run`` when it went through the controller, else None."""
+    if getattr(run, "via", "") != "controller":
+        return None
+    link = getattr(getattr(run, "cluster", None), "link", None)
+    send = getattr(link, "send_control", None)
+    return None if send is None else ControlDebugLink(run, send)
+
+
 class DebugSessions:
     """The ranks' pdb output and prompts during one run, shown through ``write``, one prompt for them all."""
 
@@ -97,6 +165,7 @@ class DebugSessions:
         self.members: set[int] = set()  # the ranks shown in the session's header
         self.unanswerable = False  # the front end cannot prompt: every prompt is answered None
         self.stopped = False  # the stop button was pressed: show, never prompt
+        self.link = control_link(run)  # a run through the controller: its ranks' pdbs are asked for
 
     # ------------------------------------------------------------ events (the notebook's thread)
 
@@ -125,6 +194,8 @@ class DebugSessions:
 
     def tick(self) -> None:
         """Called while the run is shown: a prompt whose wait for the other ranks is over is asked."""
+        if self.link is not None:
+            self.link.poll(self.ended)
         if self.prompts or self.texts:
             self._advance()
 
@@ -221,7 +292,10 @@ class DebugSessions:
         for rank in ranks:
             self.prompts.pop(rank, None)
             self.sent.add(rank)
-            self.run.answer_debug(rank, line)
+            if self.link is not None:
+                self.link.send_line(rank, line)
+            else:
+                self.run.answer_debug(rank, line)
         self.since = time.monotonic()
 
     def _show_texts(self) -> None:
