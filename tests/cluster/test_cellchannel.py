@@ -486,3 +486,39 @@ def test_hub_on_every_interface_is_reached_on_loopback():
         peer.close()
     finally:
         h.close()
+
+
+def _tcp_pair() -> tuple[socket.socket, socket.socket]:
+    from mlx_jupyter.cluster.shared.transport import tune
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        a = socket.create_connection(listener.getsockname(), timeout=5)
+        b, _ = listener.accept()
+    return tune(a), b
+
+
+def test_a_small_message_is_written_whole_without_releasing_the_gil_and_a_large_one_in_the_end_too():
+    """Writer.send_small: a cell's message goes out at once (the GIL kept: no other thread runs between
+    two ranks' cells); what the socket cannot take at once goes the usual way; a closed peer breaks it."""
+    from mlx_jupyter.cluster.shared.transport import Writer, send_at_once
+
+    a, b = _tcp_pair()
+    try:
+        w = Writer(a)
+        assert w.send_small(b"cell") and b.recv(16) == b"cell"
+        if hasattr(socket, "MSG_DONTWAIT"):
+            assert send_at_once(a, b"x" * 10) == 10 and b.recv(16) == b"x" * 10
+        big = os.urandom(16 << 20)  # more than the socket buffers hold: the rest waits for the reader
+        got = bytearray()
+        reader = threading.Thread(target=lambda: [got.extend(b.recv(1 << 20)) for _ in iter(lambda: len(got) < len(big), False)])
+        reader.start()
+        assert w.send_small(big)
+        reader.join(30)
+        assert bytes(got) == big
+        b.close()
+        results = [w.send_small(b"y" * 65536) for _ in range(50)]  # the first may go before the peer's reset
+        assert False in results and w.broken, results
+        assert not w.send_small(b"z")
+    finally:
+        a.close()
+        b.close()

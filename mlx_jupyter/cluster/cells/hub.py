@@ -151,10 +151,11 @@ class CellHub:
                 pending[rank] = self.pending[msg_id] = Pending(rank, sink)  # before a reply can come
                 targets.append((rank, msg_id, self.idents.get(rank)))
         count = notebook_count()
-        for rank, msg_id, conn in targets:
-            msg = {"t": "cell", "id": msg_id, "code": code, **({"count": count} if count else {})}
-            data = wire.frame(wire.encode(self.session, msg))
-            if conn is None or not conn.writer.send(data):
+        framed = [(rank, msg_id, conn, wire.frame(wire.encode(self.session, {
+            "t": "cell", "id": msg_id, "code": code, **({"count": count} if count else {})})))
+            for rank, msg_id, conn in targets]
+        for rank, msg_id, conn, data in framed:  # back to back: no other thread runs between them
+            if conn is None or not conn.writer.send_small(data):
                 self._unreachable(msg_id, rank)
         return pending
 

@@ -12,7 +12,7 @@ import selectors
 import socket
 import threading
 import time
-from typing import Optional
+from typing import Any, Optional
 
 #: how long a write may wait for the peer to read before the connection counts as broken
 SEND_TIMEOUT = 10.0
@@ -67,6 +67,39 @@ def read_available(sock: socket.socket) -> Optional[bytes]:
     return data or None
 
 
+def _libc_send() -> Any:
+    """libc's ``send``, called holding the GIL (ctypes.PyDLL), or None where it cannot be had."""
+    try:
+        import ctypes
+
+        send = ctypes.PyDLL(None, use_errno=True).send
+        send.restype = ctypes.c_ssize_t
+        send.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int]
+        return send
+    except (OSError, AttributeError):
+        return None
+
+
+_SEND: Any = None
+#: send(2)'s "do not block", where it is defined (Linux, macOS)
+_DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
+_NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)  # a closed peer: EPIPE, no signal (Linux)
+
+
+def send_at_once(sock: socket.socket, data: bytes) -> int:
+    """Write what of ``data`` the socket takes now without letting another thread run (the GIL kept):
+    how many bytes, 0 if none or where this is not possible. Python's own send releases the GIL, and
+    a thread that takes it (the kernel's IOPub or history thread at a cell's start) keeps a sender of
+    several small messages waiting up to the interpreter's switch interval (5 ms) before the next one."""
+    global _SEND
+    if _SEND is None:
+        _SEND = (_libc_send() if _DONTWAIT else None) or False
+    if not _SEND:
+        return 0
+    sent = _SEND(sock.fileno(), data, len(data), _DONTWAIT | _NOSIGNAL)
+    return max(int(sent), 0)
+
+
 class Writer:
     """One connection's writes, whole and in order from any thread; broken after the first failure."""
 
@@ -90,6 +123,20 @@ class Writer:
                 except OSError:
                     pass
                 return False
+
+    def send_small(self, data: bytes, timeout: float = SEND_TIMEOUT) -> bool:
+        """:meth:`send` for a small message among several sent in a row: written without letting another
+        thread take the GIL when the socket has room (:func:`send_at_once`), else as :meth:`send` does."""
+        with self._lock:
+            if self.broken is None:
+                try:
+                    done = send_at_once(self.sock, data)
+                except Exception:  # e.g. ctypes refusing the arguments: the usual path
+                    done = 0
+                if done == len(data):
+                    return True
+                data = data[done:]
+        return self.send(data, timeout)
 
     def close(self) -> None:
         """No more writes (one in progress ends first); the socket is the caller's to close."""
