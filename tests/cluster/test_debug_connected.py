@@ -53,6 +53,8 @@ def test_connected_notebook_gets_one_prompt_for_both_ranks(kernels):
     out = ANSI.sub("", res.stdout)
     assert re.search(r"\[rank 0\] x is 0\n", out) and re.search(r"\[rank 1\] x is 10\n", out), out
     assert s.prompts == ["(Pdb ranks 0-1) "] * 5, s.prompts
+    print("prompt latencies (s):", [round(t, 3) for t in s.latencies])
+    assert max(s.latencies) < 2.0, s.latencies  # each prompt came back within 2 s of its answer
     # the owner's notebook still runs cells on the same ranks, and sees what the connected one defined
     res = owner.run("%%mlx_distributed\nprint('owner sees', x)", 60)
     assert res.status == "ok" and "[rank 1] owner sees 10" in ANSI.sub("", res.stdout), res
