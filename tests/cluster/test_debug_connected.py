@@ -71,6 +71,17 @@ def test_q_from_the_connected_notebook_stops_every_rank(kernels):
     assert res.status == "ok" and "again" in res.stdout, res
 
 
+def test_stop_button_in_the_connected_notebook_ends_every_ranks_session(kernels):
+    _, other = kernels
+    s = Session(other, "%%mlx_distributed\nv = group.rank()\nbreakpoint()\nw = v + 1\n")
+    assert s.prompt() == "(Pdb ranks 0-1) "
+    res = s.finish(None)
+    assert res.status == "error", res
+    assert "interrupted by the user" in ANSI.sub("", "\n".join(res.error["traceback"])), res.error
+    res = other.run("%%mlx_distributed\nprint('again', group.rank())", 60)
+    assert res.status == "ok" and "again" in res.stdout, res
+
+
 def test_without_stdin_the_ranks_go_on(kernels):
     """A connected notebook that cannot prompt (allow_stdin off): one line says so and the cell completes."""
     _, other = kernels
