@@ -66,7 +66,7 @@ QueryReply Group::answer_query(uint32_t initiator, uint32_t kind, uint32_t index
   r.since_pause_end_ms = pause.since_end_ns < 0 ? -1 : pause.since_end_ns / 1000000;
   int from = int(std::find(members_.begin(), members_.end(), int(initiator)) - members_.begin());
   uint32_t what = (kind >> 8) & 0xf;
-  if (from == size() || from == me_ || what > uint32_t(QueryWhat::YourRecvs)) return r;
+  if (!formed_ || from == size() || from == me_ || what > uint32_t(QueryWhat::YourRecvs)) return r;
   bool idle = false;
   std::string why;
   {
@@ -175,6 +175,7 @@ void Group::connect_ring(const Wait& wait) {
   std::lock_guard<std::mutex> lock(abort_mu_);
   right_ = std::move(right);
   left_ = std::move(left);
+  formed_ = true;
   if (aborted_) {
     uint32_t from = open_.load() & ~kWithdrawn;
     right_->withdraw(from, give_up_why_, give_up_origin_, abort_reason_);
