@@ -144,12 +144,22 @@ bool Group::must_time_out(const Wait& wait, bool board) {
     return false;
   }
   if (board) return true;  // the board's gate decides the rest
+  bool unknown = false;
   for (size_t i = 0; i < peers.size(); ++i) {
-    if (replies[i].answer == QueryAnswer::Refused) return true;
-    if (replies[i].answer == QueryAnswer::NotEntered && ask(peers[i], true).answer == QueryAnswer::Refused) return true;
+    QueryAnswer a = replies[i].answer;
+    if (a == QueryAnswer::NotEntered) a = ask(peers[i], true).answer;
+    if (a == QueryAnswer::Refused) return true;
+    unknown |= a == QueryAnswer::Unknown;
   }
-  // Every rank has entered the op (or cannot be reached: gone, its links tell): no rank may time
-  // out of it any more, for another rank may have completed it already.
+  // A rank that could not be reached (it left the world, its host vanished, it is forming a new
+  // world) may have completed the op: ask again a little later; meanwhile its links tell whether
+  // its data still come (a rank that left closed them, a vanished host fails dead-peer detection).
+  if (unknown) {
+    wait.deadline = Clock::now() + std::clamp<Clock::duration>(grace, std::chrono::milliseconds(100), std::chrono::seconds(1));
+    return false;
+  }
+  // Every rank has entered the op: no rank may time out of it any more, for another rank may
+  // have completed it already.
   op_full_ = true;
   wait.deadline = Clock::time_point::max();
   return false;
@@ -270,7 +280,8 @@ void Group::lock_op(const Wait& wait, const OpStart& start) {
       origin = refused_origin_;
     }
     give_up(why, GiveUp::TimedOut, origin);  // (done already if it came while idle)
-    peer_gave_up(ctx_->describe(origin), origin, GiveUp::TimedOut, why);
+    std::string asker = ctx_->describe(origin) + " timed out ";
+    peer_gave_up(ctx_->describe(origin), origin, GiveUp::TimedOut, why.rfind(asker, 0) == 0 ? why.substr(asker.size()) : why);
   };
   for (;;) {
     {
