@@ -136,7 +136,7 @@ bool Group::must_time_out(const Wait& wait, bool board) {
   auto grace = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::max(wait.seconds, 0.0)));
   Clock::time_point later = wait.deadline;
   for (const auto& q : replies) {
-    if (q.paused) later = std::max(later, now + grace);
+    if (q.paused) later = std::max(later, now + std::max<Clock::duration>(grace, std::chrono::seconds(1)));  // (asks at most once a second)
     else if (q.since_pause_end_ms >= 0) later = std::max(later, now - std::chrono::milliseconds(q.since_pause_end_ms) + grace);
   }
   if (later > now) {

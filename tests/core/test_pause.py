@@ -66,8 +66,10 @@ def test_a_peer_paused_in_the_debugger_suspends_the_timeout(transport: str) -> N
     # Paused: every rank completes with the sum of 1 + 2 + 3, ranks 0 and 2 after the whole pause.
     assert all(p[0] == "ok" and p[1] == [6.0] * 4 for p in paused), paused
     assert all(paused[r][2] >= PAUSE - 1.0 for r in (0, 2)), paused
-    # Away without the notice: ranks 0 and 2 time out at their 2 s, rank 1's late call fails naming why.
+    # Away without the notice: ranks 0 and 2 time out at their 2 s (the first to give up may fail the
+    # other just before its own deadline: it then names that rank's timeout), rank 1's late call fails.
     away = [o["away"] for o in outs]
+    assert "CommTimeoutError" in (away[0][0], away[2][0]), away
     for r in (0, 2):
-        assert away[r][0] == "CommTimeoutError" and TIMEOUT - 0.1 <= away[r][2] < TIMEOUT + 2.0, away
+        assert away[r][0] != "ok" and "timed out" in away[r][1] and TIMEOUT - 0.1 <= away[r][2] < TIMEOUT + 2.0, away
     assert away[1][0] != "ok" and "timed out" in away[1][1], away
