@@ -14,6 +14,7 @@ import threading
 import time
 from typing import Any, Optional
 
+from mlx_jupyter.core import pause
 from mlx_jupyter.where import mlx_calls
 
 try:
@@ -37,6 +38,7 @@ def set_debugger(frame: Any = None, post_mortem: bool = False) -> None:
     global _debugger
     _debugger = None if frame is None else {
         "line": frame.f_lineno, "func": frame.f_code.co_name, "post_mortem": post_mortem}
+    pause.set_paused(frame is not None)  # peers' collectives waiting on us do not time out meanwhile
 
 
 def _named(module: str) -> Optional[str]:

@@ -1,6 +1,7 @@
 // Activity's lock-free reader, op names, and the profile's switch and rings.
 #include "mlxj/activity.h"
 
+#include <algorithm>
 #include <new>
 #include <thread>
 
@@ -10,7 +11,22 @@ namespace {
 std::atomic<bool> g_profiling{false};
 std::atomic<uint32_t> g_generation{0};
 std::atomic<size_t> g_capacity{16384};
+std::atomic<bool> g_paused{false};
+std::atomic<int64_t> g_pause_end_ns{-1};  // steady_ns() when the last pause ended
 }  // namespace
+
+void set_paused(bool paused) {
+  if (!paused && g_paused.load()) g_pause_end_ns.store(steady_ns());
+  g_paused.store(paused);
+}
+
+PauseView pause_state() {
+  PauseView v;
+  v.now = g_paused.load();
+  int64_t end = g_pause_end_ns.load();
+  if (end >= 0) v.since_end_ns = std::max<int64_t>(0, steady_ns() - end);
+  return v;
+}
 
 const char* op_kind_name(OpKind k) {
   switch (k) {

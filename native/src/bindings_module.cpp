@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "bindings.h"
+#include "mlxj/activity.h"
 #include "mlxj/dtype.h"
 #include "mlxj/probe.h"
 #include "mlxj/shm_ring_link.h"
@@ -46,6 +47,9 @@ NB_MODULE(_core, m) {
     for (const char* name : dtype_list()) out.append(name);
     return nb::tuple(out);
   }, "The dtype names the core reduces and moves (its one table, native/src/dtype.cpp), in its order.");
+  m.def("_set_paused", [](bool paused) { set_paused(paused); }, nanobind::arg("paused"),
+        "This process is paused at a debugger's prompt (True) or runs again (False): a peer whose op waits "
+        "for it does not time out meanwhile, and counts its timeout from the pause's end.");
   m.def("random_token", [] {
     uint8_t b[16];
     random_bytes(b, sizeof b);

@@ -23,6 +23,7 @@ constexpr const char* kMagic = kHandshakeMagic;
 constexpr int kHandshakeMs = 5000;  // a silent stranger holds a handshake slot this long at most
 constexpr int kMaxPending = 64;     // handshakes in progress at once; a flood evicts the oldest
 constexpr int kFullBackoffMs = 50;  // pause accepting when out of descriptors (poll would spin)
+constexpr size_t kQueryReplyBytes = 8;
 
 Digest mac(const std::string& token, char role, const uint8_t* ni, const uint8_t* na, const ConnHeader* h) {
   uint8_t msg[1 + 32 + 32 + sizeof(ConnHeader)];
@@ -67,6 +68,8 @@ struct Context::Shared {
     uint8_t ok = 0;
     std::string why;
     std::vector<std::function<void(const std::string&)>> hooks;
+    bool query = false;        // a peer's query (ConnKind::Query): answered in the verdict, then closed
+    size_t verdict_bytes = 1;  // kQueryReplyBytes for a query
   };
 
   std::deque<Pending> pending;  // the acceptor thread's alone
@@ -82,7 +85,7 @@ struct Context::Shared {
   // (accepted into the mailbox, or refused and logged); the caller drops it.
   bool advance(Pending& p) {
     for (;;) {
-      size_t want = stage_bytes(p.stage);
+      size_t want = p.stage == 3 ? p.verdict_bytes : stage_bytes(p.stage);
       while (p.done < want) {
         ssize_t r = stage_writes(p.stage) ? platform::send_nosignal(p.fd.get(), p.buf + p.done, want - p.done)
                                           : ::recv(p.fd.get(), p.buf + p.done, want - p.done, 0);
@@ -114,9 +117,10 @@ struct Context::Shared {
           break;
         case 2:
           decide(p);
-          p.buf[0] = p.ok;
+          if (!p.query) p.buf[0] = p.ok;
           break;
         default:
+          if (p.query) return false;  // answered: the connection closes
           for (auto& hook : p.hooks)
             hook("rank " + std::to_string(p.h.initiator) + " left this group to form a new one");
           if (!p.ok) return refuse(p.who, p.why), false;
@@ -140,6 +144,7 @@ struct Context::Shared {
     }
     p.why = answer_problem(p.h, world_size);
     if (!p.why.empty()) return;
+    if ((p.h.kind & 0xff) == uint32_t(ConnKind::Query)) return answer_query(p);
     ConnKey key{p.h.group, p.h.initiator, p.h.kind, p.h.index};
     std::lock_guard<std::mutex> lock(mu);
     // A connection we already have again: that peer left our group and is forming a new
@@ -153,6 +158,27 @@ struct Context::Shared {
     p.ok = 1;
   }
 
+  // A query's verdict: 0x80 | answer, paused, 2 bytes 0, milliseconds since the last pause ended (all ones: never).
+  void answer_query(Pending& p) {
+    QueryHook hook;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (const auto& [group, h] : queries)  // the newest group of that id (the others are gone)
+        if (group == p.h.group) hook = h;
+    }
+    QueryReply r;
+    if (hook) r = hook(p.h.initiator, p.h.kind, p.h.index);  // (without mu: the group takes its own locks)
+    p.query = true;
+    p.ok = 1;
+    p.verdict_bytes = kQueryReplyBytes;
+    std::memset(p.buf, 0, kQueryReplyBytes);
+    p.buf[0] = uint8_t(0x80 | uint8_t(r.answer));
+    p.buf[1] = r.paused ? 1 : 0;
+    uint32_t ms = r.since_pause_end_ms < 0 ? UINT32_MAX : uint32_t(std::min<int64_t>(r.since_pause_end_ms, UINT32_MAX - 1));
+    std::memcpy(p.buf + 4, &ms, 4);
+  }
+
+  std::vector<std::pair<uint64_t, QueryHook>> queries;  // the groups' query hooks, with each group's id
   std::set<ConnKey> consumed;  // keys of the connections groups have taken
   // abort hooks of the groups, with each group's id
   std::vector<std::pair<uint64_t, std::function<void(const std::string&)>>> superseded;
@@ -209,6 +235,48 @@ void Context::log(const std::string& msg) const { shared_->log(msg); }
 void Context::on_superseded(uint64_t group, std::function<void(const std::string&)> hook) {
   std::lock_guard<std::mutex> lock(shared_->mu);
   shared_->superseded.emplace_back(group, std::move(hook));
+}
+
+void Context::on_query(uint64_t group, QueryHook hook) {
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  shared_->queries.emplace_back(group, std::move(hook));
+}
+
+QueryReply Context::query(int peer, const ConnKey& key, Clock::time_point deadline, const Wait& wait) {
+  QueryReply none;
+  const Endpoint& ep = addresses_[peer][0];
+  std::string why;
+  Fd fd = try_connect(ep, deadline, &why);
+  if (!fd.valid()) return none;
+  configure_stream(fd.get(), options_.dead_peer());
+  auto stop = [&] {  // abort and Ctrl-C, not the op's deadline (it has passed: that is why we ask)
+    if (wait.check_abort) wait.check_abort();
+    if (wait.interrupted && wait.interrupted()) throw Interrupted();
+  };
+  uint8_t hello[8 + 32], reply[8 + 32 + 32], ni[32], verdict[kQueryReplyBytes];
+  random_bytes(ni, 32);
+  std::memcpy(hello, kMagic, 8);
+  std::memcpy(hello + 8, ni, 32);
+  std::string err;
+  if (!io_exact(fd.get(), hello, sizeof hello, true, deadline, &err, stop) ||
+      !io_exact(fd.get(), reply, sizeof reply, false, deadline, &err, stop) || !greeted_by_peer(reply, ni))
+    return none;
+  ConnHeader h{key.group, key.initiator, key.kind, key.index, uint32_t(size())};
+  Digest mi = mac(shared_->token, 'I', ni, reply + 8, &h);
+  uint8_t answer[sizeof h + 32];
+  std::memcpy(answer, &h, sizeof h);
+  std::memcpy(answer + sizeof h, mi.data(), 32);
+  if (!io_exact(fd.get(), answer, sizeof answer, true, deadline, &err, stop) ||
+      !io_exact(fd.get(), verdict, sizeof verdict, false, deadline, &err, stop) || !(verdict[0] & 0x80))
+    return none;
+  QueryReply r;
+  uint8_t a = verdict[0] & 0x7f;
+  r.answer = a <= uint8_t(QueryAnswer::Refused) ? QueryAnswer(a) : QueryAnswer::Unknown;
+  r.paused = verdict[1] != 0;
+  uint32_t ms;
+  std::memcpy(&ms, verdict + 4, 4);
+  r.since_pause_end_ms = ms == UINT32_MAX ? -1 : int64_t(ms);
+  return r;
 }
 
 void Context::accept_loop() {

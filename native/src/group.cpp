@@ -30,6 +30,8 @@ constexpr double kNoDeadline = 1e9;  // seconds
 Group::Group(std::shared_ptr<Context> ctx, uint64_t id, std::vector<int> members, CoreOptions options)
     : ctx_(std::move(ctx)), opts_(std::move(options)), id_(id), members_(std::move(members)) {
   me_ = int(std::find(members_.begin(), members_.end(), ctx_->rank()) - members_.begin());
+  sends_in_.assign(members_.size(), 0);
+  recvs_in_.assign(members_.size(), 0);
 }
 
 Group::~Group() = default;
@@ -50,6 +52,117 @@ void Group::watch_for_peers_leaving() {
   ctx_->on_superseded(id_, [weak = std::weak_ptr<Group>(shared_from_this())](const std::string& why) {
     if (auto g = weak.lock()) g->abort(why);
   });
+  ctx_->on_query(id_, [weak = std::weak_ptr<Group>(shared_from_this())](uint32_t initiator, uint32_t kind,
+                                                                         uint32_t index) {
+    if (auto g = weak.lock()) return g->answer_query(initiator, kind, index);
+    return QueryReply{};
+  });
+}
+
+QueryReply Group::answer_query(uint32_t initiator, uint32_t kind, uint32_t index) {
+  QueryReply r;
+  PauseView pause = pause_state();
+  r.paused = pause.now;
+  r.since_pause_end_ms = pause.since_end_ns < 0 ? -1 : pause.since_end_ns / 1000000;
+  int from = int(std::find(members_.begin(), members_.end(), int(initiator)) - members_.begin());
+  uint32_t what = (kind >> 8) & 0xf;
+  if (!formed_ || from == size() || from == me_ || what > uint32_t(QueryWhat::YourRecvs)) return r;
+  bool idle = false;
+  std::string why;
+  {
+    std::lock_guard<std::mutex> lock(op_mu_);
+    uint32_t entered = what == uint32_t(QueryWhat::Collective) ? entered_seq_
+                       : what == uint32_t(QueryWhat::YourSends) ? sends_in_[size_t(from)]
+                                                                : recvs_in_[size_t(from)];
+    if (entered >= index) {
+      r.answer = QueryAnswer::Entered;
+      return r;
+    }
+    if (refused_ || aborted_) {
+      r.answer = QueryAnswer::Refused;
+      return r;
+    }
+    if (!(kind & kQueryRefuse)) {
+      r.answer = QueryAnswer::NotEntered;
+      return r;
+    }
+    // Refused: this rank never enters that op (nor any later one); an op in progress here
+    // (an earlier one, which the peer may have completed) still may complete.
+    uint32_t tenths = kind >> 16;
+    std::string op = what == uint32_t(QueryWhat::Collective) ? "collective #" + std::to_string(index) + " of this group"
+                     : what == uint32_t(QueryWhat::YourSends) ? "send #" + std::to_string(index) + " to it"
+                                                              : "recv #" + std::to_string(index) + " from it";
+    std::string after = tenths ? " after " + std::to_string(tenths / 10) + (tenths % 10 ? "." + std::to_string(tenths % 10) : "") + " s" : "";
+    refused_why_ = ctx_->describe(int(initiator)) + " timed out" + after + " waiting for rank " + std::to_string(me_) +
+                   " to enter " + op;
+    refused_origin_ = int(initiator);
+    refused_ = true;
+    idle = !op_busy_;
+    why = refused_why_;
+  }
+  if (idle) give_up(why, GiveUp::TimedOut, int(initiator));
+  r.answer = QueryAnswer::Refused;
+  return r;
+}
+
+bool Group::must_time_out(const Wait& wait, bool board) {
+  if (op_full_) {
+    wait.deadline = Clock::time_point::max();
+    return false;
+  }
+  uint32_t what;
+  std::vector<int> peers;
+  if (op_.collective) {
+    what = uint32_t(QueryWhat::Collective);
+    for (int r = 0; r < size(); ++r)
+      if (r != me_) peers.push_back(r);
+  } else if (op_.kind == OpKind::Send || op_.kind == OpKind::Recv) {
+    what = uint32_t(op_.kind == OpKind::Send ? QueryWhat::YourRecvs : QueryWhat::YourSends);
+    peers.push_back(op_.peer);
+  } else {
+    return true;  // init: there is no op to agree on yet
+  }
+  uint32_t tenths = wait.seconds > 0 ? uint32_t(std::min(wait.seconds * 10 + 0.5, 65535.0)) : 0;
+  auto bound = std::min<Clock::duration>(ctx_->options().dead_peer(), std::chrono::seconds(5));
+  auto ask = [&](int r, bool refuse) {
+    ConnKey key{id_, uint32_t(members_[me_]),
+                uint32_t(ConnKind::Query) | what << 8 | (refuse ? kQueryRefuse : 0) | tenths << 16, op_entry_};
+    return ctx_->query(members_[r], key, Clock::now() + bound, wait);
+  };
+  std::vector<QueryReply> replies;
+  for (int r : peers) replies.push_back(ask(r, false));
+  // A peer's pause (a debugger's prompt) stops the clock: the timeout counts from its end.
+  auto now = Clock::now();
+  auto grace = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::max(wait.seconds, 0.0)));
+  Clock::time_point later = wait.deadline;
+  for (const auto& q : replies) {
+    if (q.paused) later = std::max(later, now + std::max<Clock::duration>(grace, std::chrono::seconds(1)));  // (asks at most once a second)
+    else if (q.since_pause_end_ms >= 0) later = std::max(later, now - std::chrono::milliseconds(q.since_pause_end_ms) + grace);
+  }
+  if (later > now) {
+    wait.deadline = later;
+    return false;
+  }
+  if (board) return true;  // the board's gate decides the rest
+  bool unknown = false;
+  for (size_t i = 0; i < peers.size(); ++i) {
+    QueryAnswer a = replies[i].answer;
+    if (a == QueryAnswer::NotEntered) a = ask(peers[i], true).answer;
+    if (a == QueryAnswer::Refused) return true;
+    unknown |= a == QueryAnswer::Unknown;
+  }
+  // A rank that could not be reached (it left the world, its host vanished, it is forming a new
+  // world) may have completed the op: ask again a little later; meanwhile its links tell whether
+  // its data still come (a rank that left closed them, a vanished host fails dead-peer detection).
+  if (unknown) {
+    wait.deadline = Clock::now() + std::clamp<Clock::duration>(grace, std::chrono::milliseconds(100), std::chrono::seconds(1));
+    return false;
+  }
+  // Every rank has entered the op: no rank may time out of it any more, for another rank may
+  // have completed it already.
+  op_full_ = true;
+  wait.deadline = Clock::time_point::max();
+  return false;
 }
 
 void Group::connect_ring(const Wait& wait) {
@@ -72,6 +185,7 @@ void Group::connect_ring(const Wait& wait) {
   std::lock_guard<std::mutex> lock(abort_mu_);
   right_ = std::move(right);
   left_ = std::move(left);
+  formed_ = true;
   if (aborted_) {
     uint32_t from = open_.load() & ~kWithdrawn;
     right_->withdraw(from, give_up_why_, give_up_origin_, abort_reason_);
@@ -145,20 +259,49 @@ void Group::give_up(const std::string& reason, GiveUp why, int origin) {
   op_free_.notify_all();
 }
 
-void Group::lock_op(const Wait& wait) {
+void Group::lock_op(const Wait& wait, const OpStart& start) {
+  // Under op_mu_: takes the lock and enters the op (a peer's query then finds it entered), unless
+  // this rank refused to enter it (false).
+  auto enter = [&] {
+    if (refused_) return false;
+    op_busy_ = true;
+    if (aborted_) return true;  // (it fails under the lock, and frees the links)
+    if (start.collective) op_entry_ = entered_seq_ = seq_ + 1;
+    else if (start.kind == OpKind::Send) op_entry_ = ++sends_in_[size_t(start.peer)];
+    else if (start.kind == OpKind::Recv) op_entry_ = ++recvs_in_[size_t(start.peer)];
+    return true;
+  };
+  auto refused = [&] {
+    std::string why;
+    int origin;
+    {
+      std::lock_guard<std::mutex> lock(op_mu_);
+      why = refused_why_;
+      origin = refused_origin_;
+    }
+    give_up(why, GiveUp::TimedOut, origin);  // (done already if it came while idle)
+    std::string asker = ctx_->describe(origin) + " timed out ";
+    peer_gave_up(ctx_->describe(origin), origin, GiveUp::TimedOut, why.rfind(asker, 0) == 0 ? why.substr(asker.size()) : why);
+  };
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(op_mu_);
-      if (!op_busy_) {  // (an aborted group too: the op then fails under the lock, and frees the links)
-        op_busy_ = true;
-        return;
+      if (refused_) {
+        lock.unlock();
+        refused();
+      }
+      if (!op_busy_) {
+        if (enter()) return;
+        lock.unlock();
+        refused();
       }
       if (!aborted_) {  // another thread's op runs: wait for it, looking at Ctrl-C every kBusyCheck
         auto until = std::min(wait.deadline, Clock::now() + kBusyCheck);
         op_free_.wait_until(lock, until, [this] { return !op_busy_ || aborted_; });
         if (!op_busy_) {
-          op_busy_ = true;
-          return;
+          if (enter()) return;
+          lock.unlock();
+          refused();
         }
       }
     }
@@ -181,6 +324,7 @@ void Group::unlock_op() {
 Group::OpScope::OpScope(Group& group, const OpStart& start, double timeout) : g(group) {
   if (start.collective) ++g.seq_;
   g.op_ = start;
+  g.op_full_ = false;
   g.op_seq_ = start.collective ? g.seq_ : start.kind == OpKind::Init ? 0 : ++g.p2p_ops_;
   g.op_moved_ = 0;
   g.op_wait_ns_ = 0;
@@ -380,7 +524,7 @@ void Group::check_stop(Link* const* links, size_t nlinks, bool moving, const Wai
   if (wait.interrupted && wait.interrupted()) throw Interrupted();
   for (size_t i = 0; i < nlinks; ++i)
     if (links[i]->receiving() || links[i]->sending()) links[i]->check_alive(now);
-  if (now < wait.deadline) return;
+  if (now < wait.deadline || !must_time_out(wait)) return;
   if (moving) fail(ErrorKind::Timeout, wait.timed_out() + " while still transferring");
   std::string who;
   for (size_t i = 0; i < nlinks; ++i)
@@ -426,7 +570,7 @@ void Group::check_peer(int peer, const char* what) const {
 
 void Group::send(const void* data, size_t nbytes, Dtype t, int dst, const CallOptions& opts) {
   check_peer(dst, "send to");  // an argument error leaves the group as it is (nothing was sent)
-  guarded(opts, "send to rank " + std::to_string(dst), {OpKind::Send, nbytes, t, false}, [&](const Wait& wait) {
+  guarded(opts, "send to rank " + std::to_string(dst), {OpKind::Send, nbytes, t, false, dst}, [&](const Wait& wait) {
     Step step;
     step.add(&p2p_link(dst, true, wait), true, header(OpCode::Send, t, nbytes), data, nbytes).header.seq = 0;
     run(step, wait);
@@ -435,7 +579,7 @@ void Group::send(const void* data, size_t nbytes, Dtype t, int dst, const CallOp
 
 void Group::recv(void* data, size_t nbytes, Dtype t, int src, const CallOptions& opts) {
   check_peer(src, "recv from");
-  guarded(opts, "recv from rank " + std::to_string(src), {OpKind::Recv, nbytes, t, false}, [&](const Wait& wait) {
+  guarded(opts, "recv from rank " + std::to_string(src), {OpKind::Recv, nbytes, t, false, src}, [&](const Wait& wait) {
     Step step;
     step.add(&p2p_link(src, false, wait), false, header(OpCode::Send, t, nbytes), data, nbytes).header.seq = 0;
     run(step, wait);

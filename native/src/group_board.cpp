@@ -158,7 +158,7 @@ void Group::check_board(int first_missing, uint64_t k, const MsgHeader& h, const
   // Past our own deadline we give the op up, unless every post was counted in first (it then
   // completes on every rank, ours included); name who we waited for.
   if (now >= wait.deadline) {
-    if (!board_->cancel(k)) return;
+    if (!must_time_out(wait, true) || !board_->cancel(k)) return;
     std::string who;
     for (int r = first_missing; r < n; ++r)
       if (r != me_ && !board_->posted(r, k, h)) who += (who.empty() ? "" : ", ") + board_->name(r);

@@ -90,6 +90,15 @@ struct ProfileRecord {
   bool ok = true;
 };
 
+// Whether this process is paused (a debugger's prompt: its ops do not run), as peers whose waits
+// would time out on it ask (Group's timeout agreement): set from Python, read by the acceptor thread.
+void set_paused(bool paused);
+struct PauseView {
+  bool now = false;         // paused at this moment
+  int64_t since_end_ns = -1;  // how long ago the last pause ended (-1: never paused)
+};
+PauseView pause_state();
+
 // Process-wide switch: one relaxed load on the op path when off.
 bool profiling();
 // Starts a new profile (earlier records are dropped as each group records again) keeping the

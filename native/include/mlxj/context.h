@@ -17,7 +17,22 @@
 
 namespace mlxj {
 
-enum class ConnKind : uint32_t { Ring = 1, P2P = 2 };
+enum class ConnKind : uint32_t { Ring = 1, P2P = 2, Query = 3 };
+
+// A query (ConnKind::Query in the low 8 bits of a key's kind; QueryWhat << 8; kQueryRefuse): a
+// rank whose op reached its deadline asks a peer's acceptor whether that peer has entered the
+// same op (index: the collective's number, or the count of send/recv between the two), and
+// whether it is paused (a debugger). With kQueryRefuse, a peer that has not entered it refuses
+// to (its next op fails: the op can then complete on no rank). Answered without the peer's op thread.
+enum class QueryWhat : uint32_t { Collective = 0, YourSends = 1, YourRecvs = 2 };
+constexpr uint32_t kQueryRefuse = 1u << 12;
+enum class QueryAnswer : uint8_t { Unknown = 0, Entered = 1, NotEntered = 2, Refused = 3 };
+struct QueryReply {
+  QueryAnswer answer = QueryAnswer::Unknown;  // Unknown: unreachable, or no such group there
+  bool paused = false;
+  int64_t since_pause_end_ms = -1;  // -1: never paused
+};
+using QueryHook = std::function<QueryReply(uint32_t initiator, uint32_t kind, uint32_t index)>;
 
 // Identifies one connection: which group, who initiated it, why, and which of
 // the parallel connections it is.
@@ -36,10 +51,11 @@ using InterruptCheck = std::function<bool()>;
 
 // What bounds one blocking call.
 struct Wait {
-  Clock::time_point deadline = Clock::time_point::max();
+  mutable Clock::time_point deadline = Clock::time_point::max();
   InterruptCheck interrupted;
   const Waker* abort = nullptr;  // woken when the group is aborted
   std::function<void()> check_abort;  // throws if the group was aborted
+  // (mutable: a group extends it while a peer is paused, or lifts it once every rank has entered the op)
   std::string what;  // "all_sum", "init", ... for timeout messages
   double seconds = -1;  // the call's timeout, for its message
   // "all_sum timed out after 2 s"
@@ -65,6 +81,11 @@ class Context {
   Fd connect(int peer, size_t addr_index, const ConnKey& key, const Wait& wait);
   // Waits for the connection `key` that a peer opens to us.
   Fd accept(const ConnKey& key, int peer, const Wait& wait);
+  // Asks `peer`'s acceptor (one attempt, until `deadline`; abort and Ctrl-C end it): the answer
+  // of its group `key.group`'s query hook, or Unknown when it cannot be reached.
+  QueryReply query(int peer, const ConnKey& key, Clock::time_point deadline, const Wait& wait);
+  // Called (from the acceptor thread) for each query about group `group`.
+  void on_query(uint64_t group, QueryHook hook);
 
   void log(const std::string& msg) const;
   // Called (from the acceptor thread) when a peer reconnects to form a new group with the id

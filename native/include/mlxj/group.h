@@ -126,9 +126,11 @@ class Group : public std::enable_shared_from_this<Group> {
   void check_stop(Link* const* links, size_t nlinks, bool moving, const Wait& wait, Clock::time_point now);
   // The timeout of an op that still waits for `who` (ranks, comma-separated).
   [[noreturn]] static void timed_out(const Wait& wait, const std::string& who);
-  // Waits for the op lock within the op's deadline; abort and Ctrl-C end the wait.
-  // Throws (Timeout, Aborted, Interrupted) without touching the group.
-  void lock_op(const Wait& wait);
+  struct OpStart;
+  // Waits for the op lock within the op's deadline; abort and Ctrl-C end the wait. Taking it, the
+  // op has entered (see answer_query); a group that refused to enter it gives up and throws.
+  // Throws (Timeout, Aborted, Interrupted, a peer's give-up) without touching the group otherwise.
+  void lock_op(const Wait& wait, const OpStart& start);
   void unlock_op();
   struct OpLock {
     Group& g;
@@ -140,6 +142,7 @@ class Group : public std::enable_shared_from_this<Group> {
     uint64_t nbytes = 0;
     Dtype dtype = Dtype::UInt8;
     bool collective = true;
+    int peer = -1;  // send/recv: the other rank
   };
   // Under the op lock: the op's activity from begin to end, and its profile record (when profiling).
   struct OpScope {
@@ -152,7 +155,7 @@ class Group : public std::enable_shared_from_this<Group> {
   template <typename Body>
   void guarded(const CallOptions& opts, const std::string& what, const OpStart& start, Body&& body) {
     Wait wait = make_wait(opts, what);
-    lock_op(wait);
+    lock_op(wait, start);
     OpLock held{*this};
     OpScope scope(*this, start, opts.timeout);
     try {
@@ -175,6 +178,15 @@ class Group : public std::enable_shared_from_this<Group> {
     }
   }
   void failed(const std::string& what, const CommError& e);
+  // Timeout agreement. At its deadline an op asks the ranks it waits for (every other rank for a
+  // collective, the peer for send/recv) whether they have entered it: true if it must time out
+  // now (a rank refused to enter it: it then completes on no rank); false if it goes on, its
+  // deadline moved past a peer's pause (a debugger: the timeout counts from the pause's end) or
+  // lifted (every rank has entered: it completes everywhere, bounded by dead-peer detection).
+  // `board`: the board's gate decides entry; only pauses are asked about.
+  bool must_time_out(const Wait& wait, bool board = false);
+  // A peer's query (the acceptor thread; context.h).
+  QueryReply answer_query(uint32_t initiator, uint32_t kind, uint32_t index);
   // After a failure (the group is aborted for good; we hold the op lock): frees the links' shared memory.
   void release_links();
 
@@ -223,6 +235,18 @@ class Group : public std::enable_shared_from_this<Group> {
   std::mutex op_mu_;
   std::condition_variable op_free_;
   bool op_busy_ = false;
+  // Entry (under op_mu_): the newest collective entered, and send/recv entered per peer; after a
+  // refusal (a peer timed out before we entered), no op enters: refused_why_ says why.
+  uint32_t entered_seq_ = 0;
+  std::vector<uint32_t> sends_in_, recvs_in_;
+  bool refused_ = false;
+  std::string refused_why_;
+  int refused_origin_ = -1;
+  uint32_t op_entry_ = 0;  // this op's number as the query names it (collective #, or send/recv count)
+  bool op_full_ = false;   // every rank has entered this op: its deadline no longer applies
+  // Its ring is connected: only then does it answer queries (a query about a group still forming
+  // comes from a rank of an earlier world of the same id, which this one must not refuse for it).
+  std::atomic<bool> formed_{false};
   mutable std::mutex abort_mu_;
   std::atomic<bool> aborted_{false};
   std::string abort_reason_;
