@@ -1,0 +1,185 @@
+// Drives JupyterLab in headless chromium through a Slurm cluster on the bed: its card in the MLX Cluster panel
+// and its dashboard tab show the Slurm job (id, state, nodes, time left), light and dark; then it stops and its
+// job leaves the queue. Usage: node slurm.mjs <lab url> <token> <screenshot dir> <results.json>
+// (SLURM_CONF in the environment: squeue here asks the bed). Each check lands in results.json ({name: {ok, detail}}).
+import { chromium } from 'playwright-core';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
+const [base, token, shots, resultsFile] = process.argv.slice(2);
+const results = {};
+const record = (name, ok, detail = '') => { results[name] = { ok: !!ok, detail: String(detail) }; };
+const save = () => fs.writeFileSync(resultsFile, JSON.stringify(results, null, 2));
+const shot = (name) => path.join(shots, name);
+const JOB_GONE_MS = 30000;   // the job leaves the queue within this after the cluster's stop
+
+const userData = fs.mkdtempSync(path.join(os.tmpdir(), 'mlxj-chromium-'));
+const browser = await chromium.launchPersistentContext(userData, {
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  headless: true,
+  viewport: { width: 1400, height: 900 },
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-dev-shm-usage',
+         '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+});
+const page = browser.pages()[0] || await browser.newPage();
+const logs = [];
+page.on('console', (m) => { if (m.type() === 'error') logs.push(m.text()); });
+page.on('pageerror', (e) => logs.push(String(e)));
+const failed = [];   // which resource a "Failed to load resource" error was
+page.on('response', (r) => { if (r.status() >= 400) failed.push(`${r.status()} ${r.request().method()} ${r.url().replace(/token=\w+/, 'token=…')}`); });
+
+async function step(name, fn) {
+  try {
+    const detail = await fn();
+    if (!(name in results)) record(name, true, detail ?? '');
+  } catch (e) {
+    record(name, false, e && e.message ? e.message.split('\n')[0] : e);
+    await page.screenshot({ path: shot(`failed-slurm-${name}.png`) }).catch(() => {});
+  }
+  save();
+}
+
+const run = (cmd, args = {}) => page.evaluate(([c, a]) => window.jupyterapp.commands.execute(c, a), [cmd, args]);
+const kernelIdle = () => page.waitForFunction(() => {
+  const k = window.mlxjNotebook?.sessionContext?.session?.kernel;
+  return k && k.status === 'idle';
+}, null, { timeout: 120000 });
+const runCell = (i) => page.evaluate((k) => {
+  window.jupyterapp.shell.activateById(window.mlxjNotebook.id);
+  window.mlxjNotebook.content.activeCellIndex = k;
+  return window.jupyterapp.commands.execute('notebook:run-cell');
+}, i);
+const cellText = (i) => page.evaluate((k) => window.mlxjNotebook.content.widgets[k].node
+  .querySelector('.jp-Cell-outputWrapper')?.innerText ?? '', i);
+// the bed's queue: "jobid state nodes" lines
+const queue = () => execFileSync('squeue', ['--noheader', '--format=%i %T %N'], { encoding: 'utf8', timeout: 20000 }).trim();
+
+const panel = page.locator('#mlx-jupyter-cluster-panel');
+const TIME_LEFT = /^(\d+ min( \d+ s)?|\d+ s)$/;
+// the state as the server gives it (squeue's, described: it names the nodes too, so the card says them twice)
+const STATE = /^RUNNING( on node\[1-2\])?$/;
+const JOB_LINE = /^Slurm job (\d+) · RUNNING( on node\[1-2\])? · on node\[1-2\] · (.+) left$/;
+let jobId = '';
+let clusterId = '';
+
+async function themeTo(name, light) {
+  await run('apputils:change-theme', { theme: name });
+  await page.waitForFunction((l) => document.body.dataset.jpThemeLight === l, light, { timeout: 20000 });
+}
+
+try {
+  await step('slurm_cluster_starts', async () => {
+    await page.goto(`${base}lab/tree/slurm.ipynb?reset&token=${token}`);
+    await page.waitForFunction(() => window.jupyterapp && window.jupyterapp.shell, null, { timeout: 60000 });
+    await page.waitForSelector('.jp-Notebook .jp-Cell', { timeout: 60000 });
+    const dialog = page.locator('.jp-Dialog .jp-mod-accept');
+    if (await dialog.count()) await dialog.first().click();
+    await page.evaluate(() => { window.mlxjNotebook = window.jupyterapp.shell.currentWidget; });
+    await kernelIdle();
+    await runCell(0);
+    await kernelIdle();
+    const text = await cellText(0);
+    const m = /2 ranks ready in .*Slurm job (\d+) on node1,node2/.exec(text);
+    if (!m) throw new Error(`the Slurm cluster did not start: ${JSON.stringify(text.slice(-800))}`);
+    jobId = m[1];
+    const q = queue();
+    if (!new RegExp(`^${jobId} RUNNING node\\[1-2\\]$`, 'm').test(q)) throw new Error(`squeue: ${JSON.stringify(q)}`);
+    return `job ${jobId}; squeue: ${q}`;
+  });
+
+  await step('panel_card_shows_the_job', async () => {
+    await page.locator('.jp-SideBar .lm-TabBar-tab[data-id="mlx-jupyter-cluster-panel"]').click();
+    const line = panel.locator('.mlxj-card .mlxj-card-slurm').first();
+    await line.waitFor({ timeout: 20000 });
+    const card = panel.locator('.mlxj-card', { has: page.locator('.mlxj-card-slurm') }).first();
+    clusterId = await card.getAttribute('data-cluster');
+    // the panel refreshes by itself: wait for squeue's RUNNING state and a time left on the line
+    await page.waitForFunction(() => / · RUNNING.* left$/.test(
+      document.querySelector('#mlx-jupyter-cluster-panel .mlxj-card-slurm')?.textContent || ''), null, { timeout: 20000 });
+    const text = await line.innerText();
+    const owner = await card.locator('.mlxj-card-owner').innerText();
+    const m = JOB_LINE.exec(text.trim());
+    await panel.screenshot({ path: shot('slurm-panel.png') });
+    await page.screenshot({ path: shot('slurm-lab.png') });
+    record('panel_card_shows_the_job', m && m[1] === jobId && TIME_LEFT.test(m[3]) && /slurm\.ipynb/.test(owner),
+      `card ${clusterId}: ${text} | owner: ${owner} | squeue's job ${jobId}`);
+  });
+
+  await step('dashboard_shows_the_job', async () => {
+    const card = panel.locator(`.mlxj-card[data-cluster="${clusterId}"]`);
+    await card.locator('button.mlxj-open-dashboard').click();
+    const dash = page.locator('.mlxj-dashboard');
+    await dash.locator('.mlxj-dash-slurm').waitFor({ timeout: 20000 });
+    const read = () => dash.locator('.mlxj-dash-slurm').evaluate((dl) => Object.fromEntries(
+      ['Slurm-job', 'state', 'nodes', 'time-left'].map((k) => [k, dl.querySelector(`.mlxj-dash-slurm-${k}`)?.textContent ?? null])));
+    const job = await read();
+    const title = await dash.locator('.mlxj-dash-title').innerText();
+    await dash.screenshot({ path: shot('slurm-dashboard.png') });
+    await page.screenshot({ path: shot('slurm-dashboard-lab.png') });
+    const ok = job['Slurm-job'] === jobId && STATE.test(job.state || '') && job.nodes === 'node[1-2]'
+      && TIME_LEFT.test(job['time-left'] || '') && title.includes(clusterId);
+    record('dashboard_shows_the_job', ok, `${title}: ${JSON.stringify(job)}`);
+  });
+
+  await step('dark_theme', async () => {
+    // JupyterLab's dark theme: the card's job line and the dashboard's job list stay readable (theme colours)
+    const look = () => page.evaluate(() => {
+      const line = document.querySelector('#mlx-jupyter-cluster-panel .mlxj-card-slurm');
+      const dd = document.querySelector('.mlxj-dashboard .mlxj-dash-slurm-Slurm-job');
+      return { card: line ? getComputedStyle(line).color : '', dd: dd ? getComputedStyle(dd).color : '',
+               bg: getComputedStyle(document.querySelector('.mlxj-dashboard')).backgroundColor };
+    });
+    const light = await look();
+    await themeTo('JupyterLab Dark', 'false');
+    await page.waitForFunction((bg) => getComputedStyle(document.querySelector('.mlxj-dashboard')).backgroundColor !== bg,
+                               light.bg, { timeout: 10000 });
+    const dark = await look();
+    await page.locator('.mlxj-dashboard').screenshot({ path: shot('slurm-dashboard-dark.png') });
+    await panel.screenshot({ path: shot('slurm-panel-dark.png') });
+    await page.screenshot({ path: shot('slurm-lab-dark.png') });
+    const text = await panel.locator('.mlxj-card-slurm').first().innerText();
+    const job = await page.locator('.mlxj-dashboard .mlxj-dash-slurm-Slurm-job').innerText();
+    await themeTo('JupyterLab Light', 'true');
+    record('dark_theme', light.card !== dark.card && light.dd !== dark.dd && text.includes(`Slurm job ${jobId}`) && job === jobId,
+      `light ${JSON.stringify(light)} dark ${JSON.stringify(dark)}: ${text}`);
+  });
+
+  await step('slurm_cluster_stops', async () => {
+    // the panel offers Stop for the clusters its server started; a kernel's cluster stops in its notebook
+    const card = panel.locator(`.mlxj-card[data-cluster="${clusterId}"]`);
+    const stopButtons = await card.locator('button.mlxj-stop').count();
+    await runCell(1);
+    await kernelIdle();
+    const said = await cellText(1);
+    const stopped = Date.now();
+    await card.waitFor({ state: 'detached', timeout: 20000 });
+    const end = Date.now() + JOB_GONE_MS;
+    let q = queue();
+    while (q && Date.now() < end) {
+      await new Promise((r) => setTimeout(r, 200));  // polling squeue, bounded by JOB_GONE_MS
+      q = queue();
+    }
+    const emptyAfter = Date.now() - stopped;
+    // the open dashboard tab asks once more, hears 404 and says the cluster is gone
+    await page.waitForFunction((id) => (document.querySelector('.mlxj-dashboard')?.textContent || '').includes(`${id} is gone`),
+                               clusterId, { timeout: 10000 });
+    const dashSays = await page.locator('.mlxj-dashboard .mlxj-dash-error').innerText();
+    await page.screenshot({ path: shot('slurm-stopped.png') });
+    record('slurm_cluster_stops', /cluster stopped/.test(said) && q === '',
+      `stop buttons on the kernel's card: ${stopButtons}; cell: ${said.trim()}; squeue ${JSON.stringify(q)} ${emptyAfter} ms after the stop cell; `
+      + `dashboard: ${dashSays.slice(0, 200)}`);
+  });
+
+  await step('console_errors', async () => {
+    // benign: the dashboard's 404 for the stopped cluster (how it learns the cluster is gone)
+    const gone404 = (f) => f.startsWith(`404 GET ${base}mlx-jupyter/clusters/${clusterId}/dashboard`);
+    const errors = failed.every(gone404)
+      ? logs.filter((l) => !/^Failed to load resource: the server responded with a status of 404 \(Not Found\)$/.test(l)) : logs;
+    record('console_errors', errors.length === 0, `${errors.slice(0, 10).join(' | ') || 'none'} (of ${logs.length}); failed: ${failed.slice(0, 10).join(' | ')}`);
+  });
+} finally {
+  save();
+  await browser.close();
+}
