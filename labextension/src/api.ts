@@ -14,6 +14,8 @@ export interface IRank {
   where?: string;
   /** Where its names came from at the cluster's last restart ("its own names", "from rank 0 (3 names)"). */
   restart?: string;
+  /** "owner": a rank on another host, its health as the owning process last wrote it (the server cannot look). */
+  health_from?: string;
 }
 
 /** One rank's recent points, as columns: time (s since the epoch), CPU %, memory bytes, ops/s, bytes/s. */
@@ -76,7 +78,24 @@ export interface ICluster {
   /** The last restart's one line (what came back, and from where). */
   restart_report?: string;
   /** The Slurm job the ranks run in, as squeue shows it now. */
-  slurm?: { job_id: number; state?: string; nodes?: string | string[]; time_left_text?: string };
+  slurm?: ISlurmJob;
+}
+
+/** A Slurm job as squeue shows it: its state word (RUNNING, PENDING...), a pending job's reason, nodes, time left. */
+export interface ISlurmJob {
+  job_id: number;
+  state?: string;
+  reason?: string;
+  nodes?: string | string[];
+  time_left_text?: string;
+}
+
+/** "RUNNING on node[1-2]", "PENDING (Resources)": the job's state word with its reason or its nodes, once. */
+export function slurmState(s: ISlurmJob, nodes: string): string {
+  if (s.reason) {
+    return `${s.state || '?'} (${s.reason})`;
+  }
+  return [s.state || '', nodes ? `on ${nodes}` : ''].filter(p => p).join(' ');
 }
 
 /** Call the server extension's REST API under <base_url>/mlx-jupyter/. */

@@ -1,7 +1,7 @@
 import type { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { IDashboard, IProfile, IRank, IRankSeries, getDashboard } from './api';
+import { IDashboard, IProfile, IRank, IRankSeries, getDashboard, slurmState } from './api';
 import { formatBytes, formatRate, sparkline } from './charts';
 
 /** The dashboard refreshes once a second while it is visible (and never while hidden). */
@@ -119,7 +119,9 @@ export class ClusterDashboard extends Widget {
       const s = c.slurm;
       const nodes = Array.isArray(s.nodes) ? s.nodes.join(',') : s.nodes || '';
       const job = el('dl', 'mlxj-dash-slurm');
-      for (const [k, v] of [['Slurm job', String(s.job_id)], ['state', s.state || '?'], ['nodes', nodes || '?'],
+      // the state word (with a pending job's reason): its nodes have their own row
+      const state = slurmState(s, '') || '?';
+      for (const [k, v] of [['Slurm job', String(s.job_id)], ['state', state], ['nodes', nodes || '?'],
                             ['time left', s.time_left_text || '?']]) {
         job.appendChild(el('dt', '', k));
         job.appendChild(el('dd', `mlxj-dash-slurm-${k.replace(' ', '-')}`, v));

@@ -1,7 +1,8 @@
 import { Widget } from '@lumino/widgets';
 
 import {
-  ICluster, IFormField, IRank, connectCode, getFormFields, listClusters, refusedField, restartCluster, startCluster, stopCluster
+  ICluster, IFormField, IRank, connectCode, getFormFields, listClusters, refusedField, restartCluster, slurmState,
+  startCluster, stopCluster
 } from './api';
 
 /** How often the panel refreshes while it is visible (and never while hidden). */
@@ -34,9 +35,11 @@ function healthSummary(ranks: IRank[]): string {
   const ok = ranks.filter(r => ['ok', 'idle', 'running'].includes(r.health || '')).length;
   const remote = ranks.filter(r => r.health === 'remote').length;
   const bad = ranks.length - ok - remote;
-  const parts = [`${ok} of ${ranks.length} ranks ok`];
+  // ranks on other hosts (a Slurm job's nodes): ok by the owning notebook's record, said with their hosts
+  const away = [...new Set(ranks.filter(r => r.health_from === 'owner').map(r => r.host))];
+  const parts = [`${ok} of ${ranks.length} ranks ok${away.length ? ` (on ${away.join(', ')})` : ''}`];
   if (remote) {
-    parts.push(`${remote} remote`);
+    parts.push(`${remote} on another host: health from the owning notebook`);
   }
   if (bad) {
     parts.push(`${bad} not ok`);
@@ -291,8 +294,7 @@ export class ClusterPanel extends Widget {
       if (c.slurm) {
         const s = c.slurm;
         const nodes = Array.isArray(s.nodes) ? s.nodes.join(',') : (s.nodes || '');
-        const parts = [`Slurm job ${s.job_id}`, s.state || '', nodes ? `on ${nodes}` : '',
-                       s.time_left_text ? `${s.time_left_text} left` : ''];
+        const parts = [`Slurm job ${s.job_id}`, slurmState(s, nodes), s.time_left_text ? `${s.time_left_text} left` : ''];
         card.appendChild(el('div', { class: 'mlxj-card-sub mlxj-card-slurm' }, parts.filter(p => p).join(' · ')));
       }
       if (c.error) {

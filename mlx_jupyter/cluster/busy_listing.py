@@ -63,6 +63,19 @@ class BusyListing:
                 self._stale = True
                 self._cond.notify()
 
+    def republish(self) -> None:
+        """Write the file again with the ranks listed now (a rank died: the file says so), on its thread."""
+        with self._cond:
+            if self._closed:
+                return
+            self._stale = True
+            self._asleep = False
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="mlx-busy-listing", daemon=True)
+                self._thread.start()
+            else:
+                self._cond.notify_all()
+
     def close(self) -> None:
         """Write nothing more (the file is about to go); waits for a write under way."""
         with self._cond:

@@ -178,6 +178,8 @@ class Cluster:
         self.control = RankControl(self.link, self.table, self.startup, self.backend, self.rank_infos)
         self.supervisor = Supervisor(self.link, self.table, self.control, lambda: self.restart_advice)
         self.busy_listing = BusyListing(lambda busy: self._publish(busy=busy) if self.running else None)
+        # the file lists the dead too: the panel's only word on ranks on other hosts (registry.rank_health)
+        self.table.exit_callbacks.append(lambda rank, returncode: self.busy_listing.republish())
         self.processes = ClusterProcesses(self, self.table, self.link, self.startup, self.supervisor,
                                           started=self._publish)
         self.data = DataMover(self.link, self.table, self.supervisor)

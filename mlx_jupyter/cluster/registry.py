@@ -47,15 +47,29 @@ def describe(cluster: Any, owner: str = "kernel", busy: Sequence[int] = ()) -> d
         infos = []
     for info in infos:
         ranks.append({"rank": info.rank, "host": info.host, "pid": info.pid})
+    slurm = _slurm(cluster)
+    # a Slurm cluster's hosts are its ranks' nodes (cluster.hosts is only the default 127.0.0.1)
+    hosts = list(cluster.hosts)
+    if slurm is not None:
+        hosts = list(dict.fromkeys(str(r["host"]) for r in ranks)) or list(slurm["nodes"])
     return {
         "client_file": _client_file(cluster),
         "id": cluster.cluster_id, "owner": owner, "owner_pid": os.getpid(), "backend": cluster.backend,
-        "hosts": list(cluster.hosts), "hostfile": cluster.hostfile, "size": cluster.size,
+        "hosts": hosts, "hostfile": cluster.hostfile, "size": cluster.size,
         "local": bool(getattr(cluster, "local", True)), "ranks": ranks, "published": time.time(),
-        "busy": sorted(busy),
-        "slurm": _slurm(cluster),
+        "busy": sorted(busy), "dead": _dead(cluster),
+        "slurm": slurm,
         "controller_pid": _controller_pid(cluster),
     }
+
+
+def _dead(cluster: Any) -> list[int]:
+    """The ranks whose process the owner saw end (it republishes at each death): the panel's word on
+    ranks on other hosts, whose pids the server cannot look at."""
+    try:
+        return sorted(int(r) for r in cluster.table.dead)
+    except Exception:
+        return []
 
 
 def _controller_pid(cluster: Any) -> Optional[int]:
@@ -141,11 +155,15 @@ def pid_alive(pid: Optional[int]) -> bool:
     return True
 
 
-def rank_health(rank: dict, busy: Sequence[int] = ()) -> str:
-    """"running" (a cell) / "idle" / "exited" for ranks on this machine (by pid), "remote" for the others."""
+def rank_health(rank: dict, busy: Sequence[int] = (), dead: Optional[Sequence[int]] = None) -> str:
+    """"running" (a cell) / "idle" / "exited": for ranks on this machine by their pid, for the others by the
+    owner's record (``dead``: the ranks it saw end); "remote" for those when the record has no word on them."""
     if not is_local(str(rank.get("host", ""))):
-        return "remote"
-    if not pid_alive(rank.get("pid")):
+        if dead is None:
+            return "remote"
+        if rank.get("rank") in dead:
+            return "exited"
+    elif not pid_alive(rank.get("pid")):
         return "exited"
     return "running" if rank.get("rank") in busy else "idle"
 
@@ -165,7 +183,10 @@ def published() -> list[dict[str, Any]]:
             path.unlink(missing_ok=True)
             continue
         busy = data.get("busy") if isinstance(data.get("busy"), list) else []
+        dead = data.get("dead") if isinstance(data.get("dead"), list) else None
         for r in data.get("ranks", []):
-            r["health"] = rank_health(r, busy)
+            r["health"] = rank_health(r, busy, dead)
+            if not is_local(str(r.get("host", ""))):
+                r["health_from"] = "owner"   # not looked at here: as the owning process last wrote
         out.append(data)
     return out

@@ -173,8 +173,8 @@ class ClusterAllocation:
     def info(self) -> dict[str, Any]:
         """For status and the panel: the job id, its state, nodes and time left."""
         if self.job_id is None:
-            return {"job_id": None, "state": "released", "nodes": "", "time_left": None, "time_left_text": "",
-                    "on_failure": self.on_failure}
+            return {"job_id": None, "state": "released", "reason": "", "nodes": "", "time_left": None,
+                    "time_left_text": "", "on_failure": self.on_failure}
         return {**job_info(self.job_id), "on_failure": self.on_failure}
 
     def summary(self) -> str:
@@ -183,7 +183,7 @@ class ClusterAllocation:
         if i["job_id"] is None:
             return "Slurm: no job held"
         left = f", {i['time_left_text']} left" if i["time_left_text"] else ""
-        return f"Slurm job {i['job_id']} {i['state']}{left} (on failure: {self.on_failure})"
+        return f"Slurm job {i['job_id']} {describe_info(i)}{left} (on failure: {self.on_failure})"
 
     def rank_note(self, cluster: Any, rank: int) -> str:
         """:meth:`death_note` for ``cluster``'s ``rank``: its node and its last output."""
@@ -241,12 +241,28 @@ def for_cluster(scheduler: Optional[str], slurm: Optional[SlurmOptions], hosts: 
 
 
 def job_info(job_id: int) -> dict[str, Any]:
-    """The job's id, state, nodes and time left, as squeue shows them now (``state: gone`` once forgotten)."""
+    """The job's id, state word (RUNNING, PENDING...), pending reason, nodes and time left, as squeue shows
+    them now (``state: gone`` once forgotten); :func:`describe_info` puts them in one phrase."""
     try:
         state = commands.job_state(job_id)
     except SlurmError as exc:
-        return {"job_id": job_id, "state": f"unknown ({exc})", "nodes": "", "time_left": None, "time_left_text": ""}
+        return {"job_id": job_id, "state": f"unknown ({exc})", "reason": "", "nodes": "", "time_left": None,
+                "time_left_text": ""}
     if state is None:
-        return {"job_id": job_id, "state": "gone", "nodes": "", "time_left": None, "time_left_text": ""}
-    return {"job_id": job_id, "state": state.describe(), "nodes": state.nodes, "time_left": state.time_left,
+        return {"job_id": job_id, "state": "gone", "reason": "", "nodes": "", "time_left": None, "time_left_text": ""}
+    return state_info(state)
+
+
+def state_info(state: JobState) -> dict[str, Any]:
+    """:func:`job_info` of a job squeue showed as ``state``."""
+    reason = state.reason if state.pending and state.reason not in ("", "None") else ""
+    return {"job_id": state.job_id, "state": state.state, "reason": reason, "nodes": state.nodes,
+            "time_left": state.time_left,
             "time_left_text": format_duration(state.time_left) if state.running else ""}
+
+
+def describe_info(info: dict[str, Any]) -> str:
+    """``RUNNING on node[1-2]``, ``PENDING (Resources)``: :func:`job_info`'s state as ``JobState.describe`` says it."""
+    reason = f" ({info['reason']})" if info.get("reason") else ""
+    where = f" on {info['nodes']}" if info.get("nodes") and not reason else ""
+    return f"{info['state']}{reason}{where}"

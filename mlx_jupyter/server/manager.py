@@ -231,6 +231,8 @@ class ClusterManager:
                     r.update(health="ok", state="idle" if doing == "idle" else "running a cell")
                 elif doing == "exited":
                     r["state"] = "exited"
+                elif doing == "remote":   # an owner's record without its word on the dead (an older version)
+                    r["state"] = "on another host: health from the owning notebook"
             states = {r.get("health") for r in item.get("ranks", [])}
             item["state"] = "running" if states <= {"ok", "remote"} else "degraded"
             item.update(label_owner(item, kernels))

@@ -127,13 +127,16 @@ def test_slurm_cluster_starts_on_the_bed(scenario):
 
 
 def test_panel_card_shows_the_slurm_job(scenario):
-    """The card: "Slurm job N · RUNNING · on node[1-2] · T left", N squeue's job (screenshot slurm-panel.png)."""
+    """The card: "Slurm job N · RUNNING on node[1-2] · T left" (the nodes once), N squeue's job; "ring · 2 ranks ·
+    node1, node2" (the ranks' nodes, not 127.0.0.1); "2 of 2 ranks ok (on node1, node2)", each rank ok and idle by
+    the owning notebook's record, none "remote" (screenshot slurm-panel.png)."""
     check(scenario, "panel_card_shows_the_job")
     assert (ARTIFACTS / "slurm-panel.png").stat().st_size > 10_000
 
 
 def test_dashboard_tab_shows_the_slurm_job(scenario):
-    """The card's Dashboard tab lists the job's id, state, nodes and time left (slurm-dashboard.png)."""
+    """The card's Dashboard tab lists the job's id, state (RUNNING: the nodes have their own row), nodes and time
+    left, the nodes as the hosts, and each rank on its node ok and idle (slurm-dashboard.png)."""
     check(scenario, "dashboard_shows_the_job")
     assert (ARTIFACTS / "slurm-dashboard.png").stat().st_size > 10_000
 

@@ -87,8 +87,12 @@ def test_cells_status_and_stop_on_a_slurm_cluster(slurm, kernel):
     status = kernel.run("%mlx_cluster status", 30)
     listing = asyncio.run(ClusterManager().listing())   # the panel's: the kernel's cluster, from its registry file
     assert [i["slurm"] for i in listing if i.get("slurm")] == [
-        {"job_id": job, "nodes": "node[1-2]", "on_failure": "release", "state": "RUNNING on node[1-2]",
+        {"job_id": job, "nodes": "node[1-2]", "on_failure": "release", "state": "RUNNING", "reason": "",
          "time_left": None, "time_left_text": "unlimited"}], listing
+    [item] = [i for i in listing if i.get("slurm")]   # the ranks' nodes as its hosts, ok by the kernel's record
+    assert item["hosts"] == ["node1", "node2"], item
+    assert [(r["host"], r["health"], r["state"]) for r in item["ranks"]] == [
+        ("node1", "ok", "idle"), ("node1", "ok", "idle"), ("node2", "ok", "idle"), ("node2", "ok", "idle")], item
     assert re.search(rf"Slurm job {job} RUNNING on node\[1-2\], unlimited left", status.stdout), text_of(status)
     assert "node1" in text_of(status) and "node2" in text_of(status)   # each rank's host in the table
     assert kernel.run("%mlx_cluster stop", 30).status == "ok"

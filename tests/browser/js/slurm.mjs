@@ -58,9 +58,13 @@ const queue = () => execFileSync('squeue', ['--noheader', '--format=%i %T %N'], 
 
 const panel = page.locator('#mlx-jupyter-cluster-panel');
 const TIME_LEFT = /^(\d+ min( \d+ s)?|\d+ s)$/;
-// the state as the server gives it (squeue's, described: it names the nodes too, so the card says them twice)
-const STATE = /^RUNNING( on node\[1-2\])?$/;
-const JOB_LINE = /^Slurm job (\d+) · RUNNING( on node\[1-2\])? · on node\[1-2\] · (.+) left$/;
+// the state as squeue's word (the nodes have a row of their own); the card's line names the nodes once
+const STATE = /^RUNNING$/;
+const JOB_LINE = /^Slurm job (\d+) · RUNNING on node\[1-2\] · (.+) left$/;
+// the ranks' hosts are the job's nodes (not the 127.0.0.1 of a cluster without hosts)
+const SUB = /^ring · 2 ranks · node1, node2( ·|$)/;
+// ranks on the nodes: ok by the owning notebook's record (the server cannot look at a pid there)
+const HEALTH = /^2 of 2 ranks ok \(on node1, node2\), idle$/;
 let jobId = '';
 let clusterId = '';
 
@@ -100,11 +104,17 @@ try {
       document.querySelector('#mlx-jupyter-cluster-panel .mlxj-card-slurm')?.textContent || ''), null, { timeout: 20000 });
     const text = await line.innerText();
     const owner = await card.locator('.mlxj-card-owner').innerText();
+    const sub = await card.locator('.mlxj-card-sub').first().innerText();
+    const health = await card.locator('.mlxj-card-health').innerText();
+    const cells = await card.locator('table.mlxj-ranks tr').evaluateAll((trs) => trs.map((tr) => tr.innerText.replace(/\s+/g, ' ').trim()));
     const m = JOB_LINE.exec(text.trim());
     await panel.screenshot({ path: shot('slurm-panel.png') });
     await page.screenshot({ path: shot('slurm-lab.png') });
-    record('panel_card_shows_the_job', m && m[1] === jobId && TIME_LEFT.test(m[3]) && /slurm\.ipynb/.test(owner),
-      `card ${clusterId}: ${text} | owner: ${owner} | squeue's job ${jobId}`);
+    const rows = cells.slice(1);
+    record('panel_card_shows_the_job', m && m[1] === jobId && TIME_LEFT.test(m[2]) && /slurm\.ipynb/.test(owner)
+      && SUB.test(sub.trim()) && HEALTH.test(health.trim()) && rows.length === 2
+      && rows.every((r) => / ok idle$/.test(r) && !/remote/.test(r)),
+      `card ${clusterId}: ${text} | ${sub} | ${health} | rows ${JSON.stringify(rows)} | owner: ${owner} | squeue's job ${jobId}`);
   });
 
   await step('dashboard_shows_the_job', async () => {
@@ -116,11 +126,17 @@ try {
       ['Slurm-job', 'state', 'nodes', 'time-left'].map((k) => [k, dl.querySelector(`.mlxj-dash-slurm-${k}`)?.textContent ?? null])));
     const job = await read();
     const title = await dash.locator('.mlxj-dash-title').innerText();
+    const sub = await dash.locator('.mlxj-dash-sub').first().innerText();
+    const rows = await dash.locator('table.mlxj-dash-ranks tr[data-rank]').evaluateAll((trs) => trs.map((tr) => ({
+      host: tr.querySelector('.mlxj-dash-host')?.textContent, health: tr.querySelector('.mlxj-col-health')?.textContent,
+      state: tr.querySelector('.mlxj-dash-state')?.textContent })));
     await dash.screenshot({ path: shot('slurm-dashboard.png') });
     await page.screenshot({ path: shot('slurm-dashboard-lab.png') });
     const ok = job['Slurm-job'] === jobId && STATE.test(job.state || '') && job.nodes === 'node[1-2]'
-      && TIME_LEFT.test(job['time-left'] || '') && title.includes(clusterId);
-    record('dashboard_shows_the_job', ok, `${title}: ${JSON.stringify(job)}`);
+      && TIME_LEFT.test(job['time-left'] || '') && title.includes(clusterId) && SUB.test(sub.trim())
+      && JSON.stringify(rows) === JSON.stringify([{ host: 'node1', health: 'ok', state: 'idle' },
+                                                  { host: 'node2', health: 'ok', state: 'idle' }]);
+    record('dashboard_shows_the_job', ok, `${title}: ${JSON.stringify(job)} | ${sub} | ranks ${JSON.stringify(rows)}`);
   });
 
   await step('dark_theme', async () => {
