@@ -195,3 +195,5 @@ def test_when_a_cell_hangs():
                 "rank 1's all_gather #1 of float32[8] (built at line 2)")
     assert any(mismatch in ANSI.sub("", "".join(e["traceback"])) for e in errors), errors
     assert "'scale': 0" in out and "'_ih'" not in out and "'In'" not in out, out  # p locals(): the user's names
+    # one prompt for every rank (%mlx_debug --all): the rank whose loss differs stands out
+    assert re.search(r"\[rank 0\] 3\.0\s.*\[rank 1\] nan", out, re.S), out

@@ -115,6 +115,7 @@ class RankAgent:
         self.queue_kicks = 0  # requests found waiting in the shell socket by the watch
         self._silent_cell = False  # a silent cell is running (begun by pre_execute, not pre_run_cell)
         self._numbered = False  # the running cell is named with the notebook's number (number_cells_as)
+        self._error_before: Any = None  # sys.last_value when the cell began: the shell sets it anew if it raises
         self._peer_stopped = 0  # the cell a peer's notice stopped (its interrupt names the peer)
         self.peers: Any = None  # the link to the peers' agents (peers.PeerLink), once installed
         #: (request key, reason) of peers' raised requests: one not begun here yet never runs
@@ -171,6 +172,7 @@ class RankAgent:
             self.cell += 1
             self.cell_started = time.time()
             self._begun = time.monotonic()
+            self._error_before = getattr(sys, "last_value", None)
             self.msg_id = msg_id
             reason = self._not_started.pop(msg_id, None) if msg_id else None
             if reason is None and self._peer_notices and kind == "cell":
@@ -299,7 +301,7 @@ class RankAgent:
                 return  # its code is done; it is ending
             if self.kind == "apply" and self.returned:
                 return  # the request's handler has returned (its reply is sent)
-            if self._showing_traceback(frame):
+            if self._showing_traceback(frame) or self._raised_by_itself():
                 return  # the cell already failed by itself (a peer's abort): it is ending
         nxt = self._sigint_next
         if target is not None and target == self._peer_stopped and nxt is signal.default_int_handler:
@@ -308,6 +310,17 @@ class RankAgent:
             nxt(signum, frame)
         else:
             raise KeyboardInterrupt
+
+    def _raised_by_itself(self) -> bool:
+        """Whether the shell has shown this cell's own error (its code is done; the cell is ending).
+
+        Its peers' release comes when one rank raises; a rank whose own error was shown at that
+        moment would otherwise trade its traceback (what ``%mlx_debug`` opens) for a KeyboardInterrupt.
+        An interrupt landing before the error is shown still turns it into "stopped because rank N
+        raised ...", which names the cause when the peer's error is what broke this rank's op.
+        """
+        shown = getattr(sys, "last_value", None)   # set once the shell has shown the cell's error
+        return shown is not None and shown is not self._error_before and not isinstance(shown, KeyboardInterrupt)
 
     def _showing_traceback(self, frame: Any, depth: int = 40) -> bool:
         """Whether ``frame`` is inside the shell's ``showtraceback``: the cell's code is done.
