@@ -48,6 +48,8 @@ class ControllerGuard:
                 self.stopped(getattr(self.launcher, "stop_data", None))
             elif self.pid is not None:
                 self.exit_code = _peek_exit(self.pid, getattr(self.launcher, "_popen_process", None))
+                if self.exit_code is None and _ended(self.pid):   # dead, and waitid did not say so yet
+                    self.exit_code = -1
         if self.exit_code is None:
             return ""
         how = f" ({describe_exit(self.exit_code)})" if self.exit_code != -1 else ""
@@ -94,6 +96,24 @@ def _peek_exit(pid: int, popen: Any) -> Optional[int]:
         return info.si_status if exited else -info.si_status
     code = popen.poll() if popen is not None else None   # elsewhere: reaps it
     return None if code is None else int(code)
+
+
+def _ended(pid: int) -> bool:
+    """Whether ``pid`` is gone or a zombie. Right after a SIGKILL, ``waitid`` has been seen to answer
+    "still running" for a controller that ``/proc`` already showed as a zombie (a restart then missed
+    the death). The zombie check reads ``/proc`` (Linux); elsewhere only a pid that is gone counts."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            fields = f.read().rsplit(")", 1)[-1].split()
+    except OSError:
+        return False
+    return bool(fields) and fields[0] in ("Z", "X")
 
 
 def _own_group(pid: int) -> Optional[int]:
