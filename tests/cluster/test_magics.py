@@ -282,7 +282,11 @@ def test_start_progress_status_and_cell_options():
 
         plot = k.run("%%mlx_distributed\nimport os\nimport matplotlib.pyplot as plt\n"
                      "print(os.environ['MPLBACKEND'])\nplt.plot([0, 1]); plt.show()", 30)
-        assert "[ranks 0-1] module://matplotlib_inline.backend_inline" in plot.stdout, plot
+        # every rank plots inline (the same line from both is grouped when they come within 0.25 s of
+        # each other, which a loaded machine does not promise: the grouping has tests of its own)
+        backend = "module://matplotlib_inline.backend_inline"
+        assert (f"[ranks 0-1] {backend}" in plot.stdout
+                or f"[rank 0] {backend}" in plot.stdout and f"[rank 1] {backend}" in plot.stdout), plot
         assert sum("image/png" in d.get("data", {}) for d in plot.displays) == 1, plot  # both ranks, grouped
         stop_leaves_nothing(k, kernel_pid)
     finally:
