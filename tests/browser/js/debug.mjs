@@ -77,7 +77,9 @@ try {
       const t = window.jupyterapp.shell.currentWidget.content.widgets[1].node.querySelector('.mlxj-where')?.textContent || '';
       return /in pdb \(line 6\)/.test(t) && /waiting on rank 1 \(in pdb\) for [\d.]+ s; times out after 60 s/.test(t);
     }, null, { timeout: 30000 });
-    await page.locator('.mlxj-where').last().scrollIntoViewIfNeeded();
+    // the table is drawn anew each second: scroll to whichever element is there now (a locator's
+    // element could be replaced between its lookup and the scroll)
+    await page.evaluate(() => { const t = document.querySelectorAll('.mlxj-where'); t[t.length - 1]?.scrollIntoView({ block: 'center' }); });
     await page.screenshot({ path: path.join(shots, 'live-where-pdb.png') });
   });
 
