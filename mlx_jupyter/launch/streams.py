@@ -38,8 +38,8 @@ class EndingNoise:
             first, n = self.ring.get(rank, ("[ring] socket errors on several threads at once", 0))
             self.ring[rank] = (first, n + text.count("[ring]"))
             return True
-        if not text and rank in self.ring:   # the newline an interleaved pair moved onto a line of its own
-            return True
+        if rank in self.ring and not RING_WORDS.sub("", text):   # a fragment an interleaved pair split off
+            return True                                       # (or the newline it moved): "3 was closed by the peer"
         if EXIT_DUMP.match(text):
             if text.startswith("object repr"):
                 self.dumped[rank] = text.split(":", 1)[1].strip()

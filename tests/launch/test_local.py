@@ -463,9 +463,11 @@ def test_ring_errors_interleaved_by_mlxs_threads_are_held_too():
     assert noise.hold(0, "")   # the newline the pair moved
     assert noise.hold(0, "[ring][ring]  SocketSocket 4 3 was closed by the peer")
     assert noise.hold(0, "[ring] Socket 3 was closed by the peer")
+    assert noise.hold(0, "3 was closed by the peer")   # a fragment a pair split onto a line of its own
     assert noise.line(0) == ("[ring] socket errors on several threads at once "
                              "(and 4 more MLX ring socket errors like it)")
     # a user's line that mentions the ring, and a blank line before any ring error, are not noise
     assert not noise.hold(1, "[ring] my own note: socket 3 is slow")
     assert not noise.hold(1, "")
     assert not noise.hold(1, "[ring]] Socket 3 was closed by the peer!")
+    assert not noise.hold(1, "3 was closed by the peer")   # no ring error held for rank 1 yet: its own line
