@@ -203,3 +203,13 @@ def test_the_endpoints_through_a_real_server(tmp_path):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+
+
+def test_points_taken_within_10_ms_keep_distinct_times_so_a_reader_since_the_first_gets_the_second():
+    h = ClusterHistory(min_gap=0)
+    sample = {0: {"cpu": 1.0, "rss": 2**20, "ops": [["core:1", 1, 8]]}}
+    h.add(100.001, sample)
+    h.add(100.004, sample)   # rounds to the same 100.0
+    t = h.series()["ranks"]["0"]["t"]
+    assert t == [100.0, 100.01], t
+    assert h.series(since=100.0)["ranks"]["0"]["t"] == [100.01]

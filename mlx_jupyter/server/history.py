@@ -80,7 +80,10 @@ class ClusterHistory:
                 ops, nbytes = _rates(r.counters, counters, now - r.last)
             cpu = sample.get("cpu")
             rss = sample.get("rss")
-            r.points.append((round(now, 2), float(cpu) if isinstance(cpu, (int, float)) else None,
+            t = round(now, 2)
+            if r.points and t <= r.points[-1][0]:   # one 10 ms apart at least: a reader asks for t > its last
+                t = round(r.points[-1][0] + 0.01, 2)
+            r.points.append((t, float(cpu) if isinstance(cpu, (int, float)) else None,
                              int(rss) if isinstance(rss, (int, float)) and rss else None,
                              None if ops is None else round(ops, 2), None if nbytes is None else round(nbytes)))
             r.counters, r.last = counters, now
