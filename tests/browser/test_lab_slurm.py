@@ -23,6 +23,7 @@ import pytest
 
 from needs import require
 from slurmbed import SlurmBed, missing_requirements
+from tests.browser.lab_scenario import check
 from tests.browser.test_lab import ARTIFACTS, JS, ROOT, descendants, free_port, missing, notebook, wait_http
 
 SCENARIO_TIMEOUT = 300   # s, the whole browser scenario (a Slurm allocation, then srun, then two themes)
@@ -114,11 +115,6 @@ def scenario(tmp_path_factory):
         assert not alive, f"processes left behind by the lab server: {[p.pid for p in alive]}"
         assert not left, f"Slurm jobs left in the queue: {left}"
         assert not bed.leftovers(), f"the Slurm bed left behind: {bed.leftovers()}"
-
-
-def check(results: dict, name: str) -> None:
-    assert name in results, f"step {name} did not run; node said: {results.get('_node', {}).get('detail')}"
-    assert results[name]["ok"], f"{name}: {results[name]['detail']}"
 
 
 def test_slurm_cluster_starts_on_the_bed(scenario):
