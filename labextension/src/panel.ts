@@ -431,12 +431,15 @@ export class ClusterPanel extends Widget {
   private async restart(id: string): Promise<void> {
     this.followed = '';
     this.say(`restarting ${id}, keeping its ranks' names…`);
+    let said: [string, boolean];
     try {
-      this.say(`${id}: ${await restartCluster(id)}`);
+      said = [`${id}: ${await restartCluster(id)}`, false];
     } catch (error) {
-      this.say(`restart failed: ${(error as Error).message}`, true);
+      said = [`restart failed: ${(error as Error).message}`, true];
     }
+    // the table first, so the "kept" line never sits above the old ranks' rows
     await this.refresh();
+    this.say(...said);
   }
 
   private async insert(id: string): Promise<void> {

@@ -493,8 +493,10 @@ try {
     await page.waitForFunction(() => /restart: kept|restart failed/.test(
       document.querySelector('#mlx-jupyter-cluster-panel .mlxj-panel-message').textContent), null, { timeout: 90000 });
     const message = await panel.locator('.mlxj-panel-message').innerText();
-    await page.waitForFunction(() => document.querySelectorAll('#mlx-jupyter-cluster-panel .mlxj-ranks tr.mlxj-health-ok').length === 2,
-                               null, { timeout: 30000 });
+    await page.waitForFunction((old) => {
+      const ok = [...document.querySelectorAll('#mlx-jupyter-cluster-panel .mlxj-ranks tr.mlxj-health-ok')];
+      return ok.length === 2 && ok.every((r) => !old.includes(Number(r.dataset.pid)));
+    }, panelPids, { timeout: 30000 }).catch(() => {});   // the check below names what it saw
     const rows = await rankRows('#mlx-jupyter-cluster-panel .mlxj-ranks tr[data-pid]');
     const fresh = rows.map((r) => r.pid);
     await page.locator('#mlx-jupyter-cluster-panel .mlxj-card-restart').waitFor({ timeout: 10000 });
