@@ -69,7 +69,7 @@ def singleton(per: int, blocks: int) -> dict[str, float]:
 
     from mlx_jupyter import _core
     from mlx_jupyter import distributed as dist
-    from mlx_jupyter.core.group import CoreGroup
+    from mlx_jupyter.collective.group import CoreGroup
 
     g = CoreGroup(_core.Group.world(0, [[]], _core.CoreOptions(), -1.0), "singleton")
     x, out = np.ones(1024, np.float32), np.empty(1024, np.float32)

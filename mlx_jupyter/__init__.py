@@ -21,7 +21,7 @@ _source_tree.step_aside(_TREE)
 
 _LAZY = {
     "Buffer": "mlx_jupyter.buffers",
-    "array_from_pointer": "mlx_jupyter.core.mlx_arrays",
+    "array_from_pointer": "mlx_jupyter.collective.mlx_arrays",
     "Group": "mlx_jupyter.distributed",
     "init": "mlx_jupyter.distributed",
     "is_available": "mlx_jupyter.distributed",

@@ -10,7 +10,7 @@ can view it, and it can be passed as `out=` to every collective.
 """
 
 from mlx_jupyter import _core
-from mlx_jupyter.core.mlx_arrays import buffer_to_mlx
+from mlx_jupyter.collective.mlx_arrays import buffer_to_mlx
 
 Buffer = _core.Buffer
 

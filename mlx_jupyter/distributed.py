@@ -27,11 +27,11 @@ import numpy as np
 
 from mlx_jupyter import _core
 from mlx_jupyter.launch.backends import ANY, NAMES as BACKENDS, supports  # the one list of backends, re-exported here
-from mlx_jupyter.core import arrays
-from mlx_jupyter.core.group import OPS, CoreGroup, Group, MlxGroup, check_stream, core_options, form_ring
-from mlx_jupyter.core.side_channel import all_gather_factory, bootstrap_group, mlx_world
-from mlx_jupyter.core.recording import profile, start as start_profile, stop as stop_profile
-from mlx_jupyter.core.profile import OpRecord
+from mlx_jupyter.collective import arrays
+from mlx_jupyter.collective.group import OPS, CoreGroup, Group, MlxGroup, check_stream, core_options, form_ring
+from mlx_jupyter.collective.side_channel import all_gather_factory, bootstrap_group, mlx_world
+from mlx_jupyter.collective.recording import profile, start as start_profile, stop as stop_profile
+from mlx_jupyter.collective.profile import OpRecord
 from mlx_jupyter.launch import rank_env
 from mlx_jupyter.launch.rank_env import RankEnv, RankEnvError, RingEnv
 
@@ -58,7 +58,7 @@ _world: Group | None = None
 
 def backends() -> list[dict[str, Any]]:
     """For each backend: name, available (machine and MLX build), machine, mlx (True/False/None), detail, fix."""
-    from mlx_jupyter.core.mlx_backends import combine
+    from mlx_jupyter.collective.mlx_backends import combine
 
     return [combine(dict(d)) for d in _core.backends(rank_env.current().mpi_libname)]
 

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from mlx_jupyter import distributed, hostfile, options
-from mlx_jupyter.core.mlx_backends import MLX_FIX
+from mlx_jupyter.collective.mlx_backends import MLX_FIX
 from mlx_jupyter.launch import backends, local
 from mlx_jupyter.launch import cli as launch_cli
 from mlx_jupyter.launch.addresses import needing_address

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from mlx_jupyter import cli
-from mlx_jupyter.config import cli as config_cli
+from mlx_jupyter.configurator import command as config_cli
 from mlx_jupyter.launch import cli as launch_cli
 from mlx_jupyter.suggest import ArgumentParser, closest
 

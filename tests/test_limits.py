@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mlx_jupyter import limits
-from mlx_jupyter.config import cli as config_cli
+from mlx_jupyter.configurator import command as config_cli
 from mlx_jupyter.launch import cli as launch_cli
 from mlx_jupyter.server.requests import MAX_RANKS, RequestError, parse_start
 

@@ -17,7 +17,7 @@ from mlx_jupyter import options
 from mlx_jupyter.launch import backends
 from mlx_jupyter.cluster.cluster import Cluster
 from mlx_jupyter.cluster.engineset import MLXEngineSetLauncher
-from mlx_jupyter.config import cli as config_cli
+from mlx_jupyter.configurator import command as config_cli
 from mlx_jupyter.launch import binding
 from mlx_jupyter.launch import cli as launch_cli
 from mlx_jupyter.launch.launch_config import LaunchConfig

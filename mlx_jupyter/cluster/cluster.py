@@ -506,7 +506,7 @@ class Cluster:
         return execute(self, code, targets, timeout, init)
 
     def profile(self, timeout: float = 10.0) -> dict[int, list[Any]]:
-        """The op records (:class:`~mlx_jupyter.core.profile.OpRecord`) of the last profiled cell, per
+        """The op records (:class:`~mlx_jupyter.collective.profile.OpRecord`) of the last profiled cell, per
         rank; gathered from the ranks once that cell has ended ({} before any)."""
         return self.profiler.collect(timeout)
 

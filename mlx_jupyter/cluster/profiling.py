@@ -13,8 +13,8 @@ from typing import Any, Optional, Sequence
 from mlx_jupyter.cluster.controller_link import ControllerLink
 from mlx_jupyter.cluster.rank_table import RankTable
 from mlx_jupyter.cluster.supervision import Supervisor
-from mlx_jupyter.core import recording
-from mlx_jupyter.core.profile import OpRecord
+from mlx_jupyter.collective import recording
+from mlx_jupyter.collective.profile import OpRecord
 
 
 class RankProfiler:

@@ -10,7 +10,7 @@ import sys
 
 def table(rows: list[dict]) -> str:
     """The backend table as aligned text."""
-    from mlx_jupyter.core.mlx_backends import label
+    from mlx_jupyter.collective.mlx_backends import label
 
     lines = [f"{'backend':<11} {'status':<10} {'machine':<8} {'mlx build':<10} details"]
     for r in rows:

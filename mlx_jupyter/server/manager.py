@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 
 from mlx_jupyter.cluster import last_profile, registry
 from mlx_jupyter.server.history import ClusterHistory
-from mlx_jupyter.server.hostfiles import CheckedHostfile, HostfileReader
+from mlx_jupyter.server.hostfile_field import CheckedHostfile, HostfileReader
 from mlx_jupyter.server.owners import KernelPids, label_owner
 from mlx_jupyter.hostfile import default_ranks_per_host
 from mlx_jupyter.server.requests import check_total

@@ -1,7 +1,7 @@
 """Cable check, the pure part: which cables to measure, in which rounds, and what the numbers mean.
 
 A check sends a short bounded TCP transfer each way over every cable of the address
-plan and times a few round trips (the I/O is `mlx_jupyter.config.measure`). Here: the
+plan and times a few round trips (the I/O is `mlx_jupyter.configurator.measure`). Here: the
 targets, rounds of cables that share no host (run in parallel), parsing the sender's
 JSON line, Gb/s, the flagging rules and the report.
 """

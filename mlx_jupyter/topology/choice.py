@@ -11,7 +11,7 @@ from .cabling import Cabling
 from .addressing import links_between
 from .commands import getifaddr, show
 from .errors import PlanError
-from .hostfiles import HostfileDict, jaccl_hostfile, jaccl_ring_hostfile, ring_hostfile
+from .hostfile_plan import HostfileDict, jaccl_hostfile, jaccl_ring_hostfile, ring_hostfile
 from .model import Cable
 from .netparse import RDMA_HELP
 from .rings import Ring

@@ -9,7 +9,7 @@ from typing import Mapping, Sequence
 from . import addressing, choice, rings
 from .addressing import Link
 from .discover import Outputs, host_from_outputs
-from .hostfiles import HostfileDict, ethernet_hostfile
+from .hostfile_plan import HostfileDict, ethernet_hostfile
 from .model import Cable, MacHost, find_cables, speed_text
 
 

@@ -14,17 +14,17 @@ import threading
 import time
 from typing import Any, Optional
 
-from mlx_jupyter.core import pause
+from mlx_jupyter.collective import pause
 from mlx_jupyter.where import mlx_calls
 
 try:
-    from mlx_jupyter.core.activity import snapshot
+    from mlx_jupyter.collective.activity import snapshot
 except ImportError:  # the native activity record is not built into this core yet
     def snapshot() -> list:  # type: ignore[misc]
         return []
 
 #: modules whose calls are shown by name (the innermost such call is the one the rank is in)
-NAMED = (("mlx_jupyter.distributed", "dist"), ("mlx_jupyter.core", "core"), ("mlx.", "mx"), ("mlx", "mx"),
+NAMED = (("mlx_jupyter.distributed", "dist"), ("mlx_jupyter.collective", "core"), ("mlx.", "mx"), ("mlx", "mx"),
          ("numpy", "np"), ("torch", "torch"))
 #: the most frames of the stack looked at
 MAX_DEPTH = 200

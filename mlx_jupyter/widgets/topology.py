@@ -18,7 +18,7 @@ import traitlets
 
 from mlx_jupyter.topology import DiscoveryError, PlanError, Topology, TopologyError
 
-from mlx_jupyter.config.runners import RecordingRunner, run_async
+from mlx_jupyter.configurator.runners import RecordingRunner, run_async
 from .topology_model import topology_model
 
 HERE = Path(__file__).parent
@@ -32,7 +32,7 @@ def _default_cluster(hostfile: str, backend: str) -> Any:
 
 
 class _WidgetDiscoveryProgress:
-    """`config.DiscoveryProgress`'s interface, reporting into the widget's status."""
+    """`configurator.DiscoveryProgress`'s interface, reporting into the widget's status."""
 
     def __init__(self, widget: "TopologyWidget", total: int) -> None:
         self.widget, self.total, self.done = widget, total, 0
@@ -44,7 +44,7 @@ class _WidgetDiscoveryProgress:
 
 
 class _CheckProgress:
-    """`config.measure.CableCheckProgress`: each measured cable moves the widget's progress bar."""
+    """`configurator.measure.CableCheckProgress`: each measured cable moves the widget's progress bar."""
 
     def __init__(self, widget: "TopologyWidget") -> None:
         self.widget = widget
@@ -91,7 +91,7 @@ class TopologyWidget(anywidget.AnyWidget):
         self.cluster: Any = None
         self._topology: Optional[Topology] = None
         self._checks: dict[int, dict] = {}  # cable id -> the last cable check's annotation
-        self.check_options: Any = None  # a `config.measure.CheckOptions`; None: the defaults
+        self.check_options: Any = None  # a `configurator.measure.CheckOptions`; None: the defaults
         self._lock = threading.Lock()
         self.hostfile_path = hostfile_path
         self.backend = backend or ""
@@ -141,13 +141,13 @@ class TopologyWidget(anywidget.AnyWidget):
     def _runner(self) -> tuple[Any, bool]:
         if self.runner is not None:
             return self.runner, False
-        from mlx_jupyter.config import SSHRunner
+        from mlx_jupyter.configurator import SSHRunner
 
         return SSHRunner(), True
 
     def discover(self, hosts: Optional[Sequence[str]] = None) -> Topology:
         """Run discovery over ssh (or the recordings) on `hosts`, with progress; unreachable hosts are left out."""
-        from mlx_jupyter import config
+        from mlx_jupyter import configurator
         from mlx_jupyter.topology.commands import THUNDERBOLT_DISCOVERY
 
         names = list(dict.fromkeys(hosts or self.hosts))
@@ -159,7 +159,7 @@ class TopologyWidget(anywidget.AnyWidget):
 
         async def go() -> Any:
             try:
-                return await config.discover(runner, names, THUNDERBOLT_DISCOVERY, _WidgetDiscoveryProgress(self, len(names)))
+                return await configurator.discover(runner, names, THUNDERBOLT_DISCOVERY, _WidgetDiscoveryProgress(self, len(names)))
             finally:
                 if own:
                     await runner.close()
@@ -183,11 +183,11 @@ class TopologyWidget(anywidget.AnyWidget):
     def apply_setup(self, auto: bool = True, partial: bool = False) -> dict[str, dict]:
         """Apply the address plan over ssh when every host has passwordless sudo (``partial``: on those
         that have it); the others get commands to copy, as `mlx-jupyter config --auto-setup`."""
-        from mlx_jupyter import config
+        from mlx_jupyter import configurator
 
         topo = self._need_topology()
         commands = topo.setup_commands()
-        allowed, why = config.hosts_to_set_up({h.name: h.sudo for h in topo.hosts}, auto, partial)
+        allowed, why = configurator.hosts_to_set_up({h.name: h.sudo for h in topo.hosts}, auto, partial)
         result = {h.name: {"mode": "auto" if h.name in allowed else "manual", "ok": h.name in allowed,
                            "errors": [], "commands": commands[h.name], "why": why.get(h.name, "")}
                   for h in topo.hosts}
@@ -197,7 +197,7 @@ class TopologyWidget(anywidget.AnyWidget):
 
             async def go() -> dict[str, list[str]]:
                 try:
-                    return await config.apply_setup(runner, {h: commands[h] for h in allowed})
+                    return await configurator.apply_setup(runner, {h: commands[h] for h in allowed})
                 finally:
                     if own:
                         await runner.close()
@@ -219,9 +219,9 @@ class TopologyWidget(anywidget.AnyWidget):
         """Measure every cable of the plan (Gb/s each way, round trip), draw the results on the cables.
 
         Run after Apply setup: the transfers use the plan's addresses. Returns the
-        `topology.cablecheck.Report`; `options` is a `config.measure.CheckOptions`.
+        `topology.cablecheck.Report`; `options` is a `configurator.measure.CheckOptions`.
         """
-        from mlx_jupyter.config import measure
+        from mlx_jupyter.configurator import measure
         from mlx_jupyter.topology.cablecheck import targets
 
         topo = self._need_topology()
@@ -265,7 +265,7 @@ class TopologyWidget(anywidget.AnyWidget):
     def save_hostfile(self, path: Optional[str | Path] = None, form: str = "object") -> Path:
         """Write the hostfile of the chosen backend, as `mlx-jupyter config --output-hostfile`
         (``form="list"``: the plain list MLX 0.29-0.31 read, as ``--hostfile-format list``)."""
-        from mlx_jupyter.config.setup import hostfile_text
+        from mlx_jupyter.configurator.setup import hostfile_text
 
         choice = self.choice
         if not choice.get("hostfile"):

@@ -18,8 +18,8 @@ import time
 import pytest
 
 from e2e_helpers import wait_until
-from mlx_jupyter.config.measure import CheckOptions, check
-from mlx_jupyter.config.runners import SSHRunner
+from mlx_jupyter.configurator.measure import CheckOptions, check
+from mlx_jupyter.configurator.runners import SSHRunner
 from mlx_jupyter.topology.cablecheck import Target, Thresholds
 
 SLOW_RATE = "50mbit"  # the shaped direction; the others run at whatever veth and Python give (Gb/s)

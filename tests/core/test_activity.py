@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from mlx_jupyter import _core
-from mlx_jupyter.core import activity
-from mlx_jupyter.core.activity import OpActivity
-from mlx_jupyter.core.call_tracker import CallTracker
-from mlx_jupyter.core.group import CoreGroup
+from mlx_jupyter.collective import activity
+from mlx_jupyter.collective.activity import OpActivity
+from mlx_jupyter.collective.call_tracker import CallTracker
+from mlx_jupyter.collective.group import CoreGroup
 
 import thread_ranks
 

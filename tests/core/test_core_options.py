@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from mlx_jupyter import _core
-from mlx_jupyter.core.group import CoreGroup, core_options
+from mlx_jupyter.collective.group import CoreGroup, core_options
 from mlx_jupyter.launch.rank_env import read
 from mlx_jupyter.net.hosts import Address
 from mlx_jupyter.net.ports import free_port_block

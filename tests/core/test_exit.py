@@ -22,7 +22,7 @@ SCRIPT = textwrap.dedent("""
     import threading
     import numpy as np
     from mlx_jupyter import _core
-    from mlx_jupyter.core.group import CoreGroup
+    from mlx_jupyter.collective.group import CoreGroup
     from mlx_jupyter.net.hosts import Address
     from mlx_jupyter.net.ports import free_port_block
 

@@ -31,7 +31,7 @@ import json, os, sys
 import numpy as np
 import mlx.core as mx
 from mlx_jupyter import distributed as dist
-from mlx_jupyter.core.group import MlxGroup
+from mlx_jupyter.collective.group import MlxGroup
 try:
     import torch
 except ImportError:

@@ -53,7 +53,7 @@ def test_code_written_for_mlx_runs_on_our_group() -> None:
 # MLX's own ring group behind our API: the same wrapper serves its mpi, nccl and jaccl groups.
 MLX_RING = """
 import mlx.core as mx
-from mlx_jupyter.core.group import MlxGroup
+from mlx_jupyter.collective.group import MlxGroup
 g = MlxGroup.wrap(mx.distributed.init(strict=True, backend="ring"), "ring")
 s = mx.default_stream(mx.cpu)
 total = dist.all_sum(mx.ones(2) * (RANK + 1), group=g, stream=s).tolist()
@@ -76,7 +76,7 @@ def test_what_mlx_backends_lack_says_what_works_instead() -> None:
 
 def test_every_missing_op_of_mlx_backends_has_advice() -> None:
     """MLX's table (ring: split, sum_scatter; jaccl: split; nccl: send, recv; mpi: sum_scatter)."""
-    from mlx_jupyter.core.group import LACKS, lacks
+    from mlx_jupyter.collective.group import LACKS, lacks
 
     table = {"ring": {"split", "sum_scatter"}, "jaccl": {"split"}, "jaccl-ring": {"split"},
              "nccl": {"send", "recv"}, "mpi": {"sum_scatter"}}
@@ -87,7 +87,7 @@ def test_every_missing_op_of_mlx_backends_has_advice() -> None:
 
 def test_an_mpi_world_of_one_is_no_launch() -> None:
     """mpirun -n 1: init("any") skips it (as MLX since #4210); init("mpi", strict=True) raises."""
-    from mlx_jupyter.core.group import MlxGroup
+    from mlx_jupyter.collective.group import MlxGroup
     from mlx_jupyter.launch.rank_env import read
 
     assert read({"OMPI_COMM_WORLD_SIZE": "1"}).launchers == ()

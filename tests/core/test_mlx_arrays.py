@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 mx = pytest.importorskip("mlx.core")
-mlx_arrays = pytest.importorskip("mlx_jupyter.core.mlx_arrays")
+mlx_arrays = pytest.importorskip("mlx_jupyter.collective.mlx_arrays")
 
 import mlx_jupyter  # noqa: E402
 from mlx_jupyter import Buffer  # noqa: E402

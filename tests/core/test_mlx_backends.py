@@ -9,7 +9,7 @@ import pytest
 mx = pytest.importorskip("mlx.core")
 
 import mlx_jupyter.distributed as dist  # noqa: E402
-from mlx_jupyter.core import mlx_backends  # noqa: E402
+from mlx_jupyter.collective import mlx_backends  # noqa: E402
 from mlx_jupyter.commands import doctor  # noqa: E402
 
 

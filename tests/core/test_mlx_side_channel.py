@@ -14,7 +14,7 @@ pytest.importorskip("mlx.core")
 JACCL_SIDE = """
 import struct
 import mlx.core as mx
-from mlx_jupyter.core import side_channel
+from mlx_jupyter.collective import side_channel
 
 factory = dist.all_gather_factory()
 gather = factory(RANK, 2)                     # MLX calls factory(rank, size) once
@@ -69,7 +69,7 @@ def test_the_factory_gathers_what_jaccl_exchanges_over_our_signed_ring() -> None
 
 
 def test_who_bootstraps_over_our_core() -> None:
-    from mlx_jupyter.core.side_channel import wants_side_channel
+    from mlx_jupyter.collective.side_channel import wants_side_channel
     from mlx_jupyter.launch.rank_env import read
 
     devices = {"MLX_IBV_DEVICES": "/tmp/d.json", "MLX_RANK": "1"}
@@ -83,7 +83,7 @@ def test_who_bootstraps_over_our_core() -> None:
 
 def test_mlx_world_without_a_core_ring_leaves_jaccl_to_mlx(monkeypatch: pytest.MonkeyPatch) -> None:
     """No coordinator and no core ring: MLX's own init is called as is (on Linux: its stub's singleton)."""
-    from mlx_jupyter.core.side_channel import mlx_world
+    from mlx_jupyter.collective.side_channel import mlx_world
 
     for var in ("MLX_RANK", "MLX_HOSTFILE", "MLX_JUPYTER_HOSTFILE", "MLX_JACCL_COORDINATOR", "JACCL_COORDINATOR"):
         monkeypatch.delenv(var, raising=False)

@@ -12,8 +12,8 @@ import pytest
 
 import mlx_jupyter.distributed as dist
 from mlx_jupyter import _core
-from mlx_jupyter.core.group import CoreGroup
-from mlx_jupyter.core.profile import OpRecord, summarize, timeline_svg
+from mlx_jupyter.collective.group import CoreGroup
+from mlx_jupyter.collective.profile import OpRecord, summarize, timeline_svg
 
 import thread_ranks
 

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional, Sequence
 
 from mlx_jupyter import _core
-from mlx_jupyter.core.group import CoreGroup
+from mlx_jupyter.collective.group import CoreGroup
 from mlx_jupyter.net.hosts import Address
 from mlx_jupyter.net.ports import free_port_block
 

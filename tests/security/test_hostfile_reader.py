@@ -1,4 +1,4 @@
-"""The panel's hostfile reader (server/hostfiles.py): confined, capped, off the event loop, bounded in time."""
+"""The panel's hostfile reader (server/hostfile_field.py): confined, capped, off the event loop, bounded in time."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
-from mlx_jupyter.server import hostfiles
-from mlx_jupyter.server.hostfiles import HostfileReader
+from mlx_jupyter.server import hostfile_field
+from mlx_jupyter.server.hostfile_field import HostfileReader
 from mlx_jupyter.server.requests import RequestError
 
 GOOD = json.dumps([{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}])
@@ -49,7 +49,7 @@ def test_devices_large_files_and_hidden_files_are_refused(reader, tmp_path):
     if os.geteuid() == 0:   # a device node inside the root: refused before any read
         os.mknod(root / "null.json", stat.S_IFCHR | 0o600, os.makedev(1, 3))
         assert refusal(reader, "null.json").startswith("hostfile: 'null.json' is not a regular file")
-    (root / "big.json").write_bytes(b" " * (hostfiles.MAX_BYTES + 1))
+    (root / "big.json").write_bytes(b" " * (hostfile_field.MAX_BYTES + 1))
     assert "larger than 1024 KiB" in refusal(reader, "big.json")
     (root / ".hidden").mkdir()
     (root / ".hidden" / "h.json").write_text(GOOD)
@@ -79,7 +79,7 @@ def test_a_read_that_hangs_times_out_and_the_loop_keeps_running(reader, monkeypa
         t = asyncio.ensure_future(ticker())
         loop = asyncio.get_running_loop()
         started = loop.time()
-        hung = await asyncio.gather(*(reader.read("h.json") for _ in range(hostfiles.READERS)), return_exceptions=True)
+        hung = await asyncio.gather(*(reader.read("h.json") for _ in range(hostfile_field.READERS)), return_exceptions=True)
         took = loop.time() - started
         refused = await asyncio.gather(reader.read("h.json"), return_exceptions=True)
         t.cancel()

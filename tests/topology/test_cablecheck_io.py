@@ -15,9 +15,9 @@ import pytest
 from check_runner import CheckRunner, Link
 from fake_runner import FakeRunner
 from tb_fixtures import FIXTURES
-from mlx_jupyter import config
-from mlx_jupyter.config import measure
-from mlx_jupyter.config.measure import CheckOptions, check
+from mlx_jupyter import configurator
+from mlx_jupyter.configurator import measure
+from mlx_jupyter.configurator.measure import CheckOptions, check
 from mlx_jupyter.topology import CommandResult, Topology
 from mlx_jupyter.topology.cablecheck import Target, targets
 
@@ -176,7 +176,7 @@ def test_progress_counts_every_cable():
 def cli(*args, links=None):
     runner = CheckRunner(links or {}, inner=FakeRunner(TRI))
     out, err = io.StringIO(), io.StringIO()
-    code = config.main(["--hosts", "tri-1,tri-2,tri-3", "--auto-setup", *args], runner=runner, out=out, err=err)
+    code = configurator.main(["--hosts", "tri-1,tri-2,tri-3", "--auto-setup", *args], runner=runner, out=out, err=err)
     return code, out.getvalue(), err.getvalue(), runner
 
 

@@ -12,8 +12,8 @@ import pytest
 pytest.importorskip("anywidget")
 
 from tb_fixtures import FIXTURES
-from mlx_jupyter.config import cli as config
-from mlx_jupyter.config.runners import RecordingRunner
+from mlx_jupyter.configurator import command as config
+from mlx_jupyter.configurator.runners import RecordingRunner
 from mlx_jupyter.topology import Topology
 from mlx_jupyter.topology.cablecheck import targets
 from mlx_jupyter.widgets import TopologyWidget

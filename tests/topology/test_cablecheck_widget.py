@@ -11,7 +11,7 @@ pytest.importorskip("anywidget")
 
 from check_runner import CheckRunner, Link
 from tb_fixtures import FIXTURES
-from mlx_jupyter.config.measure import CheckOptions
+from mlx_jupyter.configurator.measure import CheckOptions
 from mlx_jupyter.topology import CommandResult, Topology
 from mlx_jupyter.topology.cablecheck import targets
 from mlx_jupyter.widgets import TopologyWidget

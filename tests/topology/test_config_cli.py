@@ -11,7 +11,7 @@ import pytest
 
 from fake_runner import FakeRunner, as_run
 from tb_fixtures import FIXTURES, SCENARIOS, expected
-from mlx_jupyter import config
+from mlx_jupyter import configurator
 from mlx_jupyter.topology import CommandResult, Topology
 
 
@@ -31,7 +31,7 @@ def run(case: str, *args: str, runner: FakeRunner | None = None, hosts: list[str
     runner = runner or FakeRunner(FIXTURES / case)
     names = hosts or expected(case)["hosts"]
     out, err = io.StringIO(), io.StringIO()
-    code = config.main(["--hosts", ",".join(names), *args], runner=runner, out=out, err=err)
+    code = configurator.main(["--hosts", ",".join(names), *args], runner=runner, out=out, err=err)
     return code, out.getvalue(), err.getvalue(), runner
 
 
@@ -188,7 +188,7 @@ def test_hostfile_input(tmp_path):
     src = tmp_path / "in.json"
     src.write_text(json.dumps([{"ssh": "mini-1"}, {"ssh": "mini-2"}]))
     out, err = io.StringIO(), io.StringIO()
-    code = config.main(["--hostfile", str(src)], runner=FakeRunner(FIXTURES / "two-macs-one-cable"), out=out, err=err)
+    code = configurator.main(["--hostfile", str(src)], runner=FakeRunner(FIXTURES / "two-macs-one-cable"), out=out, err=err)
     assert code == 0, err
     assert '"192.168.0.1"' in out.getvalue()
 
@@ -198,7 +198,7 @@ def test_hostfile_input_with_fields_mlx_ignores(tmp_path):
     src = tmp_path / "in.json"
     src.write_text(json.dumps({"note": "rack 3", "hosts": [{"ssh": "mini-1", "comment": "left"}, {"ssh": "mini-2"}]}))
     out, err = io.StringIO(), io.StringIO()
-    code = config.main(["--hostfile", str(src)], runner=FakeRunner(FIXTURES / "two-macs-one-cable"), out=out, err=err)
+    code = configurator.main(["--hostfile", str(src)], runner=FakeRunner(FIXTURES / "two-macs-one-cable"), out=out, err=err)
     assert code == 0, err.getvalue()
     assert '"192.168.0.1"' in out.getvalue()
     warnings = [line for line in err.getvalue().splitlines() if "unknown field" in line]
@@ -220,16 +220,16 @@ def test_a_hostile_hostfile_is_one_error_line(tmp_path, kind, message):
     else:
         src.write_text("[" * 100000 if kind == "deep" else json.dumps({"hots": [{"ssh": "mini-1"}]}))
     out, err = io.StringIO(), io.StringIO()
-    code = config.main(["--hostfile", str(src)], runner=FakeRunner(FIXTURES / "two-macs-one-cable"), out=out, err=err)
+    code = configurator.main(["--hostfile", str(src)], runner=FakeRunner(FIXTURES / "two-macs-one-cable"), out=out, err=err)
     assert code == 1
     assert err.getvalue().startswith(f"error: hostfile {str(src)!r}") and message in err.getvalue(), err.getvalue()
     assert len(err.getvalue().splitlines()) == 1
 
 
 def test_usage_errors_exit_2(capsys):
-    assert config.main([], runner=FakeRunner(None)) == 2
-    assert config.main(["--hosts", "a", "--over", "wifi"], runner=FakeRunner(None)) == 2
-    assert config.main(["--hosts", "a,,b"], runner=FakeRunner(None), err=io.StringIO()) == 1
+    assert configurator.main([], runner=FakeRunner(None)) == 2
+    assert configurator.main(["--hosts", "a", "--over", "wifi"], runner=FakeRunner(None)) == 2
+    assert configurator.main(["--hosts", "a,,b"], runner=FakeRunner(None), err=io.StringIO()) == 1
 
 
 def test_same_mac_twice_is_refused(tmp_path):
@@ -255,14 +255,14 @@ def test_ethernet_without_address_names_host_and_command():
 
 
 def test_ssh_flags_become_ssh_options():
-    args = config.parser().parse_args(["--hosts", "a,b", "--ssh-config", "c1", "--ssh-config", "c2", "--known-hosts",
+    args = configurator.parser().parse_args(["--hosts", "a,b", "--ssh-config", "c1", "--ssh-config", "c2", "--known-hosts",
                                        "kh", "-i", "k1", "--connect-timeout", "2.5", "--accept-unknown-hosts"])
-    opts = config.ssh_options(args)
+    opts = configurator.ssh_options(args)
     assert (opts.config, opts.known_hosts, opts.client_keys, opts.connect_timeout, opts.accept_unknown_hosts) == (
         ["c1", "c2"], "kh", ["k1"], 2.5, True)
-    default = config.ssh_options(config.parser().parse_args(["--hosts", "a,b"]))
+    default = configurator.ssh_options(configurator.parser().parse_args(["--hosts", "a,b"]))
     assert (default.config, default.known_hosts, default.client_keys, default.connect_timeout) == (
-        None, None, None, config.CONNECT_TIMEOUT)
+        None, None, None, configurator.CONNECT_TIMEOUT)
 
 
 # -- progress, --verbose, --no-auto-setup, no stdin at all ----------------------------------------
@@ -278,7 +278,7 @@ class TTY(io.StringIO):
 def run_to(err: io.StringIO, case: str, *args: str, hosts: list[str] | None = None) -> tuple[int, str]:
     names = hosts or expected(case)["hosts"]
     out = io.StringIO()
-    code = config.main(["--hosts", ",".join(names), *args], runner=FakeRunner(FIXTURES / case), out=out, err=err)
+    code = configurator.main(["--hosts", ",".join(names), *args], runner=FakeRunner(FIXTURES / case), out=out, err=err)
     return code, out.getvalue()
 
 
@@ -331,8 +331,8 @@ def test_runs_with_file_descriptor_0_closed(tmp_path):
     out = tmp_path / "hostfile.json"
     driver = (
         "import sys; sys.path.insert(0, sys.argv[1]); from fake_runner import FakeRunner; "
-        "from mlx_jupyter import config; assert sys.stdin is None; "
-        "sys.exit(config.main(['--hosts', 'mini-a,mini-b,mini-c,mini-d', '--auto-setup', '--partial-setup', "
+        "from mlx_jupyter import configurator; assert sys.stdin is None; "
+        "sys.exit(configurator.main(['--hosts', 'mini-a,mini-b,mini-c,mini-d', '--auto-setup', '--partial-setup', "
         "'--output-hostfile', sys.argv[3]], runner=FakeRunner(sys.argv[2])))"
     )
     here = str(FIXTURES.parent.parent / "topology")

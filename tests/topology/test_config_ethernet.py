@@ -12,7 +12,7 @@ import json
 from hypothesis import given, settings, strategies as st
 
 from fake_runner import FakeRunner
-from mlx_jupyter import config
+from mlx_jupyter import configurator
 from mlx_jupyter.topology import CommandResult, DiscoveryError
 from mlx_jupyter.topology.ethernet import pick_addresses, route_targets
 from mlx_jupyter.topology.netparse import IfAddr, parse_route_get
@@ -52,7 +52,7 @@ def linux_runner(addrs: dict[str, CommandResult], routes: dict | None = None, re
 
 def ethernet(runner: FakeRunner, hosts: list[str], *args: str) -> tuple[int, dict | None, str]:
     out, err = io.StringIO(), io.StringIO()
-    code = config.main(["--hosts", ",".join(hosts), "--over", "ethernet", *args], runner=runner, out=out, err=err)
+    code = configurator.main(["--hosts", ",".join(hosts), "--over", "ethernet", *args], runner=runner, out=out, err=err)
     text = out.getvalue()
     hostfile = json.loads(text.split("========\n", 1)[1]) if "Hostfile\n" in text else None
     return code, hostfile, err.getvalue()

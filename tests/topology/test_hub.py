@@ -9,7 +9,7 @@ import pytest
 
 from fake_runner import FakeRunner, as_run
 from hub_recording import HOSTS, two_macs_behind_hub
-from mlx_jupyter import config
+from mlx_jupyter import configurator
 from mlx_jupyter.topology import Cable, CommandResult, End, PlanError, Topology
 from mlx_jupyter.topology.system_profiler import parse_system_profiler
 
@@ -84,7 +84,7 @@ def test_auto_setup_sends_the_alias(hub_ring, tmp_path):
     runner = FakeRunner(hub_ring)
     out, err = io.StringIO(), io.StringIO()
     path = tmp_path / "hostfile.json"
-    code = config.main(["--hosts", ",".join(HOSTS), "--auto-setup", "--output-hostfile", str(path)],
+    code = configurator.main(["--hosts", ",".join(HOSTS), "--auto-setup", "--output-hostfile", str(path)],
                        runner=runner, out=out, err=err)
     assert code == 0, err.getvalue()
     topo = Topology.from_recordings(hub_ring)

@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from tb_fixtures import FIXTURES
-from mlx_jupyter.config import hosts_to_set_up, hostfile_text
+from mlx_jupyter.configurator import hosts_to_set_up, hostfile_text
 from mlx_jupyter.hostfile import loads_hostfile
 from mlx_jupyter.topology import PlanError, Topology
 from mlx_jupyter.topology.system_profiler import parse_speed

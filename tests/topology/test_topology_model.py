@@ -111,7 +111,7 @@ class FakeSSH:
 
 
 def test_ssh_runner_opens_one_connection_per_host():
-    from mlx_jupyter.config import SSHRunner
+    from mlx_jupyter.configurator import SSHRunner
 
     runner = SSHRunner.__new__(SSHRunner)
     fake = FakeSSH()

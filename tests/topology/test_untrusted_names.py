@@ -17,7 +17,7 @@ from hypothesis import given, settings, strategies as st
 
 from fake_runner import FakeRunner
 from tb_fixtures import FIXTURES
-from mlx_jupyter import config
+from mlx_jupyter import configurator
 from mlx_jupyter.topology import CommandResult, DiscoveryError, End, MacHost, Peer, PlanError, Port, Topology
 from mlx_jupyter.topology.addressing import SetupLine
 from mlx_jupyter.topology.commands import NETWORKSETUP, SYSTEM_PROFILER
@@ -68,7 +68,7 @@ def test_malformed_device_is_refused_naming_host_command_and_value(device):
 def test_malformed_device_through_the_cli_sends_no_setup(tmp_path):
     runner = FakeRunner(CASE, answers={("mini-2", NETWORKSETUP): networksetup_with("en2;reboot")})
     out, err = io.StringIO(), io.StringIO()
-    code = config.main(["--hosts", "mini-1,mini-2", "--auto-setup"], runner=runner, out=out, err=err)
+    code = configurator.main(["--hosts", "mini-1,mini-2", "--auto-setup"], runner=runner, out=out, err=err)
     assert code == 1 and err.getvalue().count("error:") == 1
     assert "mini-2: `networksetup -listallhardwareports` gives Thunderbolt 1 the device 'en2;reboot'" in err.getvalue()
     assert runner.setup_calls("mini-1") == runner.setup_calls("mini-2") == []
@@ -127,14 +127,14 @@ def test_apply_setup_refuses_text_and_other_programs():
     runner = FakeRunner(CASE)
     for bad in ("sudo ifconfig en2 inet 192.168.0.1 netmask 255.255.255.252", ["rm", "-rf", "/"], []):
         with pytest.raises((TypeError, ValueError)):
-            asyncio.run(config.apply_setup(runner, {"mini-1": [bad]}))
+            asyncio.run(configurator.apply_setup(runner, {"mini-1": [bad]}))
     assert runner.calls == []  # refused before anything ran
 
 
 def test_auto_setup_sends_argv_with_sudo_n():
     runner = FakeRunner(CASE)
     topo = Topology.from_recordings(CASE)
-    failures = asyncio.run(config.apply_setup(runner, topo.setup_commands()))
+    failures = asyncio.run(configurator.apply_setup(runner, topo.setup_commands()))
     assert failures == {}
     sent = [a for h, a in runner.calls if h == "mini-2"]
     assert sent == [("sudo", "-n", "ifconfig", "bridge0", "down"),

@@ -80,7 +80,7 @@ def test_where_on_an_idle_cluster_and_from_another_thread_while_a_cell_runs(kern
 
 
 def test_with_the_core_record_rank_0_says_its_op_number_and_how_long(kernel):
-    """Our core's activity record (engineer instrument's `mlx_jupyter.core.activity`) adds the op's number,
+    """Our core's activity record (engineer instrument's `mlx_jupyter.collective.activity`) adds the op's number,
     the peer and the time waited."""
     pattern = re.compile(r"^0\s+in all_sum #\d+ at line 4 waiting on rank 1 for \d+\.\d s", re.M)
     cell = ("%%mlx_distributed\nx = np.ones(4)\nif world.rank() == 1:\n    time.sleep(5)\n"

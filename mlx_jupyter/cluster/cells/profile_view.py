@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlx_jupyter.core.profile import summarize, timeline_svg
+from mlx_jupyter.collective.profile import summarize, timeline_svg
 
 
 def show_profile(cluster: Any) -> None:

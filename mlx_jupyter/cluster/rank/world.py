@@ -124,7 +124,7 @@ def _form_world(backend: str, timeout: float) -> tuple[Any, dict[int, int]]:
             EARLY_WORLD = None  # the next cell tries again, in the foreground
             raise early.error
         return early.group, early.sockets
-    from mlx_jupyter.core.side_channel import mlx_world  # JACCL without a coordinator: over our core's ring
+    from mlx_jupyter.collective.side_channel import mlx_world  # JACCL without a coordinator: over our core's ring
 
     env = this_rank_env()
     before = socket_fds()

@@ -60,7 +60,7 @@ def _core_ring(timeout: Optional[float]) -> Any:
     """Our core's ring for the bootstrap, formed once per process (see :func:`bootstrap_group`)."""
     global _BOOT
     from mlx_jupyter import _core
-    from mlx_jupyter.core.group import form_ring
+    from mlx_jupyter.collective.group import form_ring
 
     if bootstrap_group() is not None:
         return _BOOT
@@ -84,7 +84,7 @@ def mlx_world(strict: bool = False, backend: str = "any", factory: Optional[Fact
               env: Optional[RankEnv] = None) -> Any:
     """``mx.distributed.init(strict, backend)``; JACCL bootstraps over our core's ring when no coordinator is set
     (or over ``factory``'s channel), and ``jaccl-ring`` is MLX's jaccl with ``MLX_JACCL_RING``."""
-    from mlx_jupyter.core.group import mlx_init
+    from mlx_jupyter.collective.group import mlx_init
 
     env = env or rank_env.current()
     if factory is None and wants_side_channel(backend, env):

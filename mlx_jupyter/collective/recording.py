@@ -14,8 +14,8 @@ from contextlib import contextmanager
 from typing import Any, Iterator, Optional
 
 from mlx_jupyter import _core
-from mlx_jupyter.core import activity
-from mlx_jupyter.core.profile import OpRecord, Summary, summarize, timeline_svg
+from mlx_jupyter.collective import activity
+from mlx_jupyter.collective.profile import OpRecord, Summary, summarize, timeline_svg
 
 #: records kept per group by default (about 48 bytes each, allocated once per group and profile)
 DEFAULT_CAPACITY = 16384

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence, TextIO
 
-from mlx_jupyter.config.runners import Runner
+from mlx_jupyter.configurator.runners import Runner
 from mlx_jupyter.topology import CommandResult, DiscoveryError
 from mlx_jupyter.topology.commands import (IP_ADDR, PROBE, SUDO_PROBE,
                                           THUNDERBOLT_DISCOVERY, UNAME, getifaddr, ip_route_get, show)

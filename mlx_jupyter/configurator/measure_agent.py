@@ -1,7 +1,7 @@
 """Cable check agent: one TCP transfer each way between two hosts, and a few round trips.
 
 Standard library only: `mlx-jupyter config --measure` runs this file's source on the
-hosts with `python3 -c` (nothing to install there); `python3 -m mlx_jupyter.config.measure_agent`
+hosts with `python3 -c` (nothing to install there); `python3 -m mlx_jupyter.configurator.measure_agent`
 runs it too. `serve` listens on one end's cable address, `send` connects from the other's:
 
     send -> serve: "MJCC1" + token, pings ("P" echoed), "U"   (each end reads the token from the

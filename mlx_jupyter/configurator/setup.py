@@ -6,7 +6,7 @@ import asyncio
 import shlex
 from typing import Mapping, Sequence, Union
 
-from mlx_jupyter.config.runners import Runner
+from mlx_jupyter.configurator.runners import Runner
 from mlx_jupyter.topology.addressing import BRIDGE_DOWN, SETUP_PROGRAMS, SetupLine
 from mlx_jupyter.topology.system_profiler import first_line
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, Sequence, TextIO
 
-from mlx_jupyter.config.runners import Runner
+from mlx_jupyter.configurator.runners import Runner
 from mlx_jupyter.topology import CommandResult
 from mlx_jupyter.topology.cablecheck import (
     ASYMMETRY_FACTOR, SLOW_FRACTION, AgentOutputError, CableResult, Report, Target, Thresholds, judge,

@@ -15,10 +15,10 @@ import sys
 from typing import Any, Sequence, TextIO
 
 from mlx_jupyter.launch import backends
-from mlx_jupyter.config import measure
-from mlx_jupyter.config.discovery import DiscoveryProgress, discover, ethernet_addresses
-from mlx_jupyter.config.runners import COMMAND_TIMEOUT, CONNECT_TIMEOUT, Runner, SSHRunner
-from mlx_jupyter.config.setup import apply_setup, hostfile_text, hosts_to_set_up
+from mlx_jupyter.configurator import measure
+from mlx_jupyter.configurator.discovery import DiscoveryProgress, discover, ethernet_addresses
+from mlx_jupyter.configurator.runners import COMMAND_TIMEOUT, CONNECT_TIMEOUT, Runner, SSHRunner
+from mlx_jupyter.configurator.setup import apply_setup, hostfile_text, hosts_to_set_up
 from mlx_jupyter.topology.choice import CONFIG_BACKENDS
 from mlx_jupyter.topology import DiscoveryError, PlanError, Topology, TopologyError
 from mlx_jupyter.topology.commands import ETHERNET_DISCOVERY, THUNDERBOLT_DISCOVERY
@@ -162,7 +162,7 @@ async def configure(args: argparse.Namespace, runner: Runner, out: TextIO, err: 
             err.write(f"error: no IPv4 address found on {', '.join(missing)} "
                       "(`ipconfig getifaddr en0`/`en1` on macOS, `ip -j -4 addr show` on Linux)\n")
             return 1
-        from mlx_jupyter.topology.hostfiles import ethernet_hostfile
+        from mlx_jupyter.topology.hostfile_plan import ethernet_hostfile
 
         save_hostfile(ethernet_hostfile(names, ips, args.backend or "", envs), args.output_hostfile, out, err, args.hostfile_format)
         return 0

@@ -13,9 +13,9 @@ from typing import Any, Iterator, Optional
 import numpy as np
 
 from mlx_jupyter import _core
-from mlx_jupyter.core import arrays, recording
-from mlx_jupyter.core.activity import OpActivity
-from mlx_jupyter.core.profile import OpRecord
+from mlx_jupyter.collective import arrays, recording
+from mlx_jupyter.collective.activity import OpActivity
+from mlx_jupyter.collective.profile import OpRecord
 
 
 class CallTracker:

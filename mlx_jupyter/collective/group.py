@@ -20,11 +20,11 @@ import numpy as np
 
 from mlx_jupyter import _core
 from mlx_jupyter.launch import backends
-from mlx_jupyter.core import activity, arrays, recording
-from mlx_jupyter.core.activity import OpActivity
-from mlx_jupyter.core.call_tracker import CallTracker
-from mlx_jupyter.core.profile import OpRecord
-from mlx_jupyter.core.auth_warning import warn_if_unauthenticated
+from mlx_jupyter.collective import activity, arrays, recording
+from mlx_jupyter.collective.activity import OpActivity
+from mlx_jupyter.collective.call_tracker import CallTracker
+from mlx_jupyter.collective.profile import OpRecord
+from mlx_jupyter.collective.auth_warning import warn_if_unauthenticated
 from mlx_jupyter.launch.rank_env import RankEnv, RingEnv, check_seconds, load_ring
 
 #: reduction name -> the core's op code (the hot path takes codes, not strings)
