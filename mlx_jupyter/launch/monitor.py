@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Any, Callable, Optional
+from typing import Callable, Optional, Union
 
 from mlx_jupyter.launch import mpi
 from mlx_jupyter.launch.contract import MPIPlan
 from mlx_jupyter.launch.launch_config import LaunchConfig, interpreter_of
+from mlx_jupyter.launch.local import LocalProcess
 from mlx_jupyter.launch.rankinfo import EXITED, KILLED, LOST, RankInfo, describe_exit, rank_prefix
+from mlx_jupyter.launch.remote import RemoteProcess
 from mlx_jupyter.launch.streams import EndingNoise
 from mlx_jupyter.launch.where_ask import WhereAnswers
+
+#: one rank's process (with mpi: mpirun's)
+RankProcess = Union[LocalProcess, RemoteProcess]
 
 #: how Python starts the line that names a module a rank could not import
 MISSING_MODULE = "ModuleNotFoundError: "
@@ -29,11 +34,11 @@ class RankMonitor:
         self.local = local if local is not None else [False] * len(ranks)
         self.argv: list[str] = []             # what every rank runs, once known
         self.missing_modules: dict[int, str] = {}   # rank -> "No module named 'x'" from its stderr
-        self.procs: dict[int, Any] = {}       # rank -> LocalProcess | RemoteProcess
+        self.procs: dict[int, RankProcess] = {}
         self.failures: list[int] = []         # ranks in the order they failed
         self.stopping = False                 # the launch is being torn down: exits are expected
         self.done: Optional[asyncio.Event] = None
-        self.watchers: list[asyncio.Task] = []
+        self.watchers: list[asyncio.Task[None]] = []   # held: the loop keeps only weak references to tasks
         self.reaped = 0
         self.mpi_plan: Optional[MPIPlan] = None
         self.mpi_output: Optional[mpi.TaggedOutput] = None
@@ -54,12 +59,12 @@ class RankMonitor:
             return
         emit_line(self.config, self.size, rank, stream, line)
 
-    def watch(self, rank: int, proc: Any) -> None:
+    def watch(self, rank: int, proc: RankProcess) -> None:
         """Follow ``proc`` (rank ``rank``) until it exits."""
         self.procs[rank] = proc
         self.watchers.append(asyncio.ensure_future(self._watch(rank, proc)))
 
-    async def _watch(self, rank: int, proc: Any) -> None:
+    async def _watch(self, rank: int, proc: RankProcess) -> None:
         code = await proc.wait()
         if self.mpi_output is not None:
             self.mpi_output.flush()
@@ -68,8 +73,7 @@ class RankMonitor:
             emit_line(self.config, self.size, rank, "stderr", noise)
         info = self.ranks[rank]
         info.returncode = code
-        lost = getattr(proc, "lost_reason", None)
-        if lost is not None:
+        if _lost_reason(proc) is not None:
             info.state = LOST
         elif self.stopping and info.state == KILLED:
             pass
@@ -105,8 +109,7 @@ class RankMonitor:
         for r in self.failures:
             code = self.ranks[r].returncode
             return 255 if code is None else code
-        bad = [i for i in self.ranks if i.returncode not in (0, None)]
-        return bad[0].returncode if bad else 0  # type: ignore[return-value]
+        return next((i.returncode for i in self.ranks if i.returncode is not None and i.returncode != 0), 0)
 
     def ended(self) -> bool:
         """Whether every rank has ended (or none was started)."""
@@ -130,7 +133,7 @@ class RankMonitor:
         for r in self.failures:
             i = self.ranks[r]
             if i.state == LOST:
-                reason = getattr(self.procs.get(r), "lost_reason", "")
+                reason = _lost_reason(self.procs.get(r)) or ""
                 parts.append(f"rank {r} on {i.host} lost ({reason})")
             else:
                 parts.append(f"rank {r} on {i.host} {_exited(i.returncode)}{self._missing_module_note(r)}")
@@ -163,6 +166,11 @@ class RankMonitor:
             host = self.mpi_plan.rank_hosts[failure.rank]   # Open MPI's default placement
         where = f" on {host}" if host else ""
         return f"rank {failure.rank}{where} {failure.what} (the first to fail, says mpirun); {code}"
+
+
+def _lost_reason(proc: Optional[RankProcess]) -> Optional[str]:
+    """Why a rank's host was lost (only a remote rank's can be)."""
+    return proc.lost_reason if isinstance(proc, RemoteProcess) else None
 
 
 def _exited(code: Optional[int]) -> str:
