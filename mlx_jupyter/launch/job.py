@@ -180,7 +180,7 @@ class Job:
         if any(p.host.is_local for p in plans):
             refuse_unavailable(self.backend)   # ranks on this machine; remote hosts answer on their watchdog's session
         argv = self.monitor.argv = rank_argv(c.command, c.python, c.cwd)
-        argv = self.monitor.where.boot(argv, c)
+        argv = self.monitor.where.boot(argv, c.where_on_signal)
         if any(h.is_local for h in self.hosts):
             await self.connections.start_local_watchdog()
         await self.connections.connect(remote_check.probe_script(self.backend, argv))
@@ -240,7 +240,7 @@ class Job:
     async def _start_mpi(self) -> None:
         c = self.config
         argv = self.monitor.argv = rank_argv(c.command, c.python, c.cwd)
-        argv = self.monitor.where.boot(argv, c)
+        argv = self.monitor.where.boot(argv, c.where_on_signal)
         watchdog = await self.connections.start_local_watchdog()
         env = {**dict(c.env)}
         if c.rank_env:

@@ -8,7 +8,7 @@ from typing import Callable, Optional, Union
 
 from mlx_jupyter.launch import mpi
 from mlx_jupyter.launch.contract import MPIPlan
-from mlx_jupyter.launch.launch_config import LaunchConfig, interpreter_of
+from mlx_jupyter.launch.launch_config import LaunchConfig, OutputCallback, interpreter_of
 from mlx_jupyter.launch.local import LocalProcess
 from mlx_jupyter.launch.rankinfo import EXITED, KILLED, LOST, RankInfo, describe_exit, rank_prefix
 from mlx_jupyter.launch.remote import RemoteProcess
@@ -57,7 +57,7 @@ class RankMonitor:
             self.missing_modules.setdefault(rank, line[len(MISSING_MODULE):].strip())
         if stream == "stderr" and self.noise.hold(rank, line):
             return
-        emit_line(self.config, self.size, rank, stream, line)
+        emit_line(self.config.on_output, self.size, rank, stream, line)
 
     def watch(self, rank: int, proc: RankProcess) -> None:
         """Follow ``proc`` (rank ``rank``) until it exits."""
@@ -70,7 +70,7 @@ class RankMonitor:
             self.mpi_output.flush()
         noise = self.noise.line(rank)
         if noise is not None:
-            emit_line(self.config, self.size, rank, "stderr", noise)
+            emit_line(self.config.on_output, self.size, rank, "stderr", noise)
         info = self.ranks[rank]
         info.returncode = code
         if _lost_reason(proc) is not None:
@@ -179,15 +179,14 @@ def _exited(code: Optional[int]) -> str:
     return f"exited with code {code}" if text.startswith("exit code") else text
 
 
-def emit_line(config: LaunchConfig, size: int, rank: int, stream: str, line: str) -> None:
-    """One line of a rank's output, to ``config.on_output`` (default: printed with a ``[rank r]`` prefix)."""
-    cb = config.on_output
-    if cb is None:
+def emit_line(on_output: Optional[OutputCallback], size: int, rank: int, stream: str, line: str) -> None:
+    """One line of a rank's output, to ``on_output`` (None: printed with a ``[rank r]`` prefix)."""
+    if on_output is None:
         target = sys.stdout if stream == "stdout" else sys.stderr
         prefix = rank_prefix(rank, size) if size > 1 else ""
         print(prefix + line, file=target, flush=True)
         return
     try:
-        cb(rank, stream, line)
+        on_output(rank, stream, line)
     except Exception as exc:  # noqa: BLE001 - a user callback must not kill the launcher
         print(f"mlx-jupyter launch: on_output callback failed: {exc!r}", file=sys.stderr)

@@ -14,7 +14,6 @@ import asyncio
 import sys
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Optional, Sequence
 
-from mlx_jupyter.launch.launch_config import LaunchConfig
 from mlx_jupyter.launch.rankinfo import RankInfo, describe_exit
 from mlx_jupyter.where import boot, signal_report
 
@@ -39,10 +38,10 @@ class WhereAnswers:
         self.booted = False  # the ranks run through the boot code: only then may they be signalled
         self._answered: Optional[asyncio.Event] = None
 
-    def boot(self, argv: list[str], config: LaunchConfig) -> list[str]:
+    def boot(self, argv: list[str], where_on_signal: bool) -> list[str]:
         """``argv`` started through the where boot code when the launch asked for it (else unchanged:
         a rank that is not Python would die of SIGUSR1, so it is never sent one)."""
-        if not config.where_on_signal:
+        if not where_on_signal:
             return argv
         wrapped = boot.wrap(argv)
         if wrapped is None:

@@ -176,7 +176,7 @@ class SlurmJob(Ending):
         argv = step_argv(self.job_id or 0, nodes, self.opts.ranks_per_node, name=self.name, stdin=c.stdin,
                          kill_on_bad_exit=c.terminate_on_failure, subset=subset, mpi=mpi,
                          in_step=explicit and in_step(os.environ), extra=extra)
-        argv += wrapper_argv(self.where_answers.boot(rank_argv(c.command, c.python, c.cwd), c))
+        argv += wrapper_argv(self.where_answers.boot(rank_argv(c.command, c.python, c.cwd), c.where_on_signal))
         self.log(f"starting {self.size} rank(s) on {', '.join(nodes)} in Slurm job {self.job_id}")
         output = self._output = StepOutput(self.size, self._emit, self._on_start, self._on_rank_exit)
         out = LineSplitter(lambda line: output.line("stdout", line))
@@ -202,7 +202,7 @@ class SlurmJob(Ending):
     # -------------------------------------------------------------- running --
     def _emit(self, rank: int, stream: str, line: str) -> None:
         if not self.where_answers.line(rank, stream, line):
-            emit_line(self.config, self.size, rank, stream, line)
+            emit_line(self.config.on_output, self.size, rank, stream, line)
 
     async def where(self, timeout: float = 2.0) -> Where:
         """Where every rank is: SIGUSR1 to the step (``scancel --signal=USR1``; the task wrapper lets it
