@@ -47,6 +47,12 @@ class Placed(Protocol):
     def host(self) -> str: ...
 
 
+class Request(Protocol):
+    """A cell sent to a rank (a hub's :class:`~.hub.Pending`, an ipyparallel future)."""
+
+    def done(self) -> bool: ...
+
+
 class RunHost(Protocol):
     """What a cell run, and showing it, need of its cluster (:class:`mlx_jupyter.cluster.Cluster` is one)."""
 
@@ -69,7 +75,7 @@ class RunHost(Protocol):
     def death_note(self, rank: int) -> str: ...  # why Slurm ended ``rank`` (time limit, node failure), or ""
     def run_started(self, run: "CellRun") -> None: ...
     def run_ended(self, run: "CellRun") -> None: ...
-    def mark_busy(self, rank: int, request: Any) -> None: ...
+    def mark_busy(self, rank: int, request: Request) -> None: ...  # rank still runs request
 
 #: errors a rank shows when it was stopped from outside: we interrupted it, a peer
 #: aborted our core's group, or MLX's sockets were closed under a blocked collective
@@ -114,7 +120,7 @@ def _reply_content(fut: Any) -> dict[str, Any]:
     return {"status": "error", "ename": ename, "evalue": evalue, "traceback": list(tb)}
 
 
-def _safe(fn: Any) -> Any:
+def _safe(fn: Callable[..., None]) -> Callable[..., None]:
     """Callbacks on the client's I/O thread must never raise (it would print into the cell)."""
 
     def wrapper(*args: Any) -> None:

@@ -39,7 +39,6 @@ import collections
 import inspect
 import os
 import socket
-import sys
 import threading
 import time
 from typing import Any, Awaitable, Callable, Optional
