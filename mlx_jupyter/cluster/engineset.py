@@ -147,7 +147,7 @@ class MLXEngineSetLauncher(EngineLauncher):
         lines.append(line)
         del lines[: -self.output_lines]
 
-    def _on_exit(self, rank: int, returncode: int) -> None:
+    def _on_exit(self, rank: int, returncode: Optional[int]) -> None:
         for cb in list(self.rank_exit_callbacks):
             try:
                 cb(rank, returncode)

@@ -7,7 +7,7 @@ the rank side ask :func:`get` instead of comparing names. How to add one: docs/a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 #: ``init(backend=...)``'s name for "whichever launch environment is present" (not a backend)
 ANY = "any"
@@ -113,7 +113,7 @@ def default_backend() -> str:
     """The backend when neither the caller nor the hostfile names one, for every way in (``launch``,
     ``Launcher``, ``Cluster``, ``%mlx_cluster``, the panel): the record whose ``default_when`` holds,
     "cuda" first (nccl with CUDA, as ``mlx.launch``), else the "otherwise" one (ring)."""
-    holds = {"cuda": _has_cuda, "otherwise": lambda: True}
+    holds: dict[str, Callable[[], bool]] = {"cuda": _has_cuda, "otherwise": lambda: True}
     for when in ("cuda", "otherwise"):
         for record in RECORDS:
             if record.default_when == when and holds[when]():

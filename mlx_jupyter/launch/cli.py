@@ -20,11 +20,11 @@ from mlx_jupyter import limits, options
 from mlx_jupyter.net import ssh
 from mlx_jupyter.net.ports import CORE_PORT_OFFSET, DEFAULT_STARTING_PORT, free_port_block
 from mlx_jupyter.launch.backends import get
-from mlx_jupyter.hostfile import (HostfileError, default_ranks_per_host, merge_settings, parse_env,
+from mlx_jupyter.hostfile import (Host, HostfileError, default_ranks_per_host, merge_settings, parse_env,
                                   parse_host_list, read_hostfile, repeat_hosts)
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.launch.launch_config import local_script
-from mlx_jupyter.launch.job import LaunchConfig, make_job
+from mlx_jupyter.launch.job import LaunchConfig, LaunchJob, make_job
 from mlx_jupyter.launch.rankinfo import rank_prefix
 from mlx_jupyter.launch.slurm import cli as slurm_cli
 from mlx_jupyter.suggest import ArgumentParser
@@ -122,11 +122,12 @@ def verify_command(command: list[str], cwd: Optional[str]) -> None:
         raise CommandLineError(f"command {first!r} not found on PATH; pass --no-verify-script if it exists only on the hosts")
 
 
-def _starting_port(args: argparse.Namespace, hosts: Optional[list]) -> Optional[int]:
+def _starting_port(args: argparse.Namespace, hosts: Optional[list[Host]]) -> Optional[int]:
     """``-p``, else under Slurm None (derived from the job id), else a free block when every rank runs
     on this machine (two local launches at once do not collide), else MLX's default."""
-    if args.starting_port is not None or hosts is None:
-        return args.starting_port
+    given: Optional[int] = args.starting_port
+    if given is not None or hosts is None:
+        return given
     if all(h.is_local for h in hosts):
         return free_port_block(len(hosts) * args.connections_per_ip)
     return DEFAULT_STARTING_PORT
@@ -179,7 +180,7 @@ def make_config(args: argparse.Namespace, command: list[str]) -> LaunchConfig:
 class _Output:
     """Writes rank lines to our stdout/stderr, prefixed or raw (``mode`` None: prefixed with more than one rank)."""
 
-    def __init__(self, mode: Optional[str], job):
+    def __init__(self, mode: Optional[str], job: LaunchJob):
         self.mode, self.job = mode, job   # a Slurm job knows its size once it has its nodes
 
     def __call__(self, rank: int, stream: str, line: str) -> None:
@@ -193,15 +194,13 @@ class _Output:
             pass
 
 
-async def _pump_stdin(job, rank: Optional[int] = None) -> None:
+async def _pump_stdin(job: LaunchJob, rank: Optional[int] = None) -> None:
     """Send our stdin to every rank, or only to ``rank`` (the others get EOF now), until EOF
     (event-driven; files read in a thread)."""
     loop = asyncio.get_running_loop()
     if rank is not None:
         job.close_stdin(others_than=rank)
-        write = partial(job.write_stdin, rank=rank)
-    else:
-        write = job.write_stdin  # a Slurm job's srun takes one stream
+    write = partial(job.write_stdin, rank=rank)   # None: every rank (a Slurm job's srun takes one stream)
     try:
         fd = sys.stdin.fileno()
     except (AttributeError, ValueError, OSError):
@@ -266,7 +265,7 @@ async def run(config: LaunchConfig, output: str | None) -> int:
     loop.add_signal_handler(signal.SIGUSR1, lambda: asyncio.ensure_future(print_where()))
     for sig in (signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(sig, on_term, sig)
-    stdin_task: Optional[asyncio.Task] = None
+    stdin_task: Optional[asyncio.Task[None]] = None
     try:
         try:
             await job.start()

@@ -7,13 +7,16 @@ import asyncio
 import os
 import shutil
 import tempfile
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from mlx_jupyter.hostfile import Host
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.launch.local_watchdog import LocalWatchdog
 from mlx_jupyter.launch.remote import RemoteWatchdog
 from mlx_jupyter.net import ssh
+
+if TYPE_CHECKING:
+    from asyncssh import SSHClientConnection
 
 
 class HostConnections:
@@ -23,12 +26,12 @@ class HostConnections:
     def __init__(self, hosts: Sequence[Host], ssh_options: Optional[ssh.SSHOptions], start_timeout: float,
                  log: Callable[[str], None] = lambda _: None) -> None:
         self.hosts, self.ssh_options, self.start_timeout, self.log = list(hosts), ssh_options, start_timeout, log
-        self.conns: dict[str, list[Any]] = {}   # host -> connections (more than one past MaxSessions)
-        self.rank_conn: dict[int, Any] = {}
-        self.watchdogs: dict[Any, RemoteWatchdog] = {}   # connection -> its watchdog session
+        self.conns: dict[str, list[SSHClientConnection]] = {}   # host -> connections (more than one past MaxSessions)
+        self.rank_conn: dict[int, SSHClientConnection] = {}
+        self.watchdogs: dict[SSHClientConnection, RemoteWatchdog] = {}   # connection -> its watchdog session
         self.local_watchdog: Optional[LocalWatchdog] = None   # owns tmpdir once started
         self.tmpdir: Optional[str] = None
-        self.answers: dict[str, Any] = {}   # host -> its pending answer to connect's check
+        self.answers: dict[str, asyncio.Future[str]] = {}   # host -> its pending answer to connect's check
 
     async def connect(self, check: str = "") -> None:
         """One connection per remote host, in parallel (more only where ranks exceed sshd's MaxSessions), each with its
@@ -45,23 +48,23 @@ class HostConnections:
         try:
             first = await ssh.connect_all(list(by_host), opts)
             self.conns = {h: [c] for h, c in first.items()}
-            extra = [h for h, ranks in by_host.items() for _ in range((len(ranks) - 1) // per_conn)]
-            for h, conn in zip(extra, await asyncio.gather(*(ssh.connect(h, opts) for h in extra))):
-                self.conns[h].append(conn)
+            extra = [name for name, ranks in by_host.items() for _ in range((len(ranks) - 1) // per_conn)]
+            for name, conn in zip(extra, await asyncio.gather(*(ssh.connect(name, opts) for name in extra))):
+                self.conns[name].append(conn)
         except ssh.SSHError as exc:
             raise LaunchError(str(exc)) from None
-        for h, ranks in by_host.items():
+        for name, ranks in by_host.items():
             for k, r in enumerate(ranks):
-                self.rank_conn[r] = self.conns[h][k // per_conn]
-        conns = [(h, conn) for h, cs in self.conns.items() for conn in cs]
-        dogs = await asyncio.gather(*(RemoteWatchdog.start(conn, f"ssh to {h}", self.start_timeout,
-                                                         check if conn is self.conns[h][0] else "")
-                                      for h, conn in conns), return_exceptions=True)
-        for (h, conn), dog in zip(conns, dogs):
+                self.rank_conn[r] = self.conns[name][k // per_conn]
+        conns = [(name, conn) for name, cs in self.conns.items() for conn in cs]
+        dogs = await asyncio.gather(*(RemoteWatchdog.start(conn, f"ssh to {name}", self.start_timeout,
+                                                         check if conn is self.conns[name][0] else "")
+                                      for name, conn in conns), return_exceptions=True)
+        for (name, conn), dog in zip(conns, dogs):
             if isinstance(dog, RemoteWatchdog):
                 self.watchdogs[conn] = dog
                 if dog.answer is not None:
-                    self.answers[h] = dog.answer
+                    self.answers[name] = dog.answer
         for dog in dogs:
             if isinstance(dog, BaseException):
                 raise dog

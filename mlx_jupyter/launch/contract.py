@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 
 from mlx_jupyter.launch.backends import RECORDS, find
 from mlx_jupyter.net.hosts import format_addr
-from mlx_jupyter.hostfile import Host, HostfileError, ring_ports
+from mlx_jupyter.hostfile import Host, HostfileError, RdmaEntry, ring_ports
 from mlx_jupyter.launch import rank_env
 from mlx_jupyter.net.ports import CORE_PORT_OFFSET, DEFAULT_STARTING_PORT
 
@@ -61,7 +61,7 @@ def _need_rank0_ip(hosts: Sequence[Host], backend: str) -> str:
     return hosts[0].ips[0]
 
 
-def check_rdma(hosts: Sequence[Host], ring: bool) -> list[list]:
+def check_rdma(hosts: Sequence[Host], ring: bool) -> list[list[RdmaEntry]]:
     """Validate the ``rdma`` matrix (n x n, null diagonal, a device for every needed pair)."""
     n = len(hosts)
     names = [h.ssh for h in hosts]

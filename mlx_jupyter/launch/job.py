@@ -14,7 +14,7 @@ import os
 import secrets
 import signal
 import sys
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from mlx_jupyter.launch.backends import get
 from mlx_jupyter.hostfile import (BACKENDS, Host, HostfileError, default_ranks_per_host, hostfile_path, merge_settings,
@@ -25,9 +25,10 @@ from mlx_jupyter.launch.connections import HostConnections
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.net.ports import DEFAULT_STARTING_PORT
 from mlx_jupyter.launch.launch_config import ExitCallback, LaunchConfig, OutputCallback, rank_argv
+from mlx_jupyter.launch.launch_job import LaunchJob
 from mlx_jupyter.launch import remote_check
 from mlx_jupyter.launch.local import LocalProcess, refuse_unavailable
-from mlx_jupyter.launch.monitor import RankMonitor
+from mlx_jupyter.launch.monitor import RankMonitor, RankProcess
 from mlx_jupyter.launch.rankinfo import RUNNING, RankInfo
 from mlx_jupyter.launch.remote import RemoteProcess
 from mlx_jupyter.launch.script import rank_script
@@ -35,10 +36,13 @@ from mlx_jupyter.launch.stop import Teardown
 from mlx_jupyter.launch.streams import LineSplitter
 from mlx_jupyter.net import ssh
 
-__all__ = ["ExitCallback", "Job", "LaunchConfig", "OutputCallback", "make_job", "rank_argv"]
+if TYPE_CHECKING:
+    from mlx_jupyter.where.model import Where
+
+__all__ = ["ExitCallback", "Job", "LaunchConfig", "LaunchJob", "OutputCallback", "make_job", "rank_argv"]
 
 
-def make_job(config: LaunchConfig) -> Any:
+def make_job(config: LaunchConfig) -> LaunchJob:
     """The launch for ``config``: a :class:`Job` (local, ssh, mpirun) or, with ``config.slurm``, a Slurm step."""
     if config.slurm is not None:
         from mlx_jupyter.launch.slurm.job import SlurmJob
@@ -55,9 +59,9 @@ class Job:
     def __init__(self, config: LaunchConfig):
         self.config = config
         self.token = secrets.token_hex(16)
-        self._apply_hostfile()
-        if config.backend not in BACKENDS:
-            raise LaunchError(f"backend {config.backend!r} is not one of {', '.join(BACKENDS)}")
+        self.backend = self._apply_hostfile()
+        if self.backend not in BACKENDS:
+            raise LaunchError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}")
         try:
             repeat = config.repeat_hosts or default_ranks_per_host(config.hosts is not None)
             self.hosts: list[Host] = resolve_hosts(config.hosts, repeat)
@@ -69,8 +73,9 @@ class Job:
         self.teardown = Teardown(self.monitor, self.connections, config.grace, self.log)
         self._cpu_shares: dict[int, frozenset[int]] = {}   # local rank -> the CPUs it is bound to
 
-    def _apply_hostfile(self) -> None:
-        """A hostfile path given as ``hosts`` brings its backend and envs (explicit ones win, with a notice)."""
+    def _apply_hostfile(self) -> str:
+        """A hostfile path given as ``hosts`` brings its backend and envs (explicit ones win, with a notice);
+        the backend, with neither the default."""
         c = self.config
         path = hostfile_path(c.hosts)
         try:
@@ -81,6 +86,7 @@ class Job:
         c.backend, c.env = settings.backend, settings.env
         for notice in settings.notices:
             print(f"mlx-jupyter launch: {notice}", file=sys.stderr)
+        return settings.backend
 
     def log(self, msg: str) -> None:
         """A step, on stderr with ``verbose``."""
@@ -101,7 +107,7 @@ class Job:
         """Spawn every rank; return once all have started, or tear down and raise."""
         self.monitor.begin()
         try:
-            if get(self.config.backend).mpirun:
+            if get(self.backend).mpirun:
                 await self._start_mpi()
             else:
                 await self._start_ranks()
@@ -118,7 +124,7 @@ class Job:
         """Send ``sig`` to the process groups of ``ranks`` (default: all running ranks)."""
         await self.teardown.signal(sig, ranks)
 
-    async def where(self, timeout: float = 2.0) -> Any:
+    async def where(self, timeout: float = 2.0) -> Where:
         """Where every rank is: SIGUSR1 to the running ranks (started with ``where_on_signal``), their
         answers within ``timeout`` s, as a :class:`mlx_jupyter.where.model.Where`. With mpi the signal
         goes to mpirun, which passes it on to every rank."""
@@ -158,7 +164,7 @@ class Job:
         c = self.config
         try:
             return contract.plan_ranks(
-                c.backend, self.hosts, env=dict(c.env), token=self.token,
+                self.backend, self.hosts, env=dict(c.env), token=self.token,
                 starting_port=c.starting_port or DEFAULT_STARTING_PORT,
                 connections_per_ip=c.connections_per_ip, nccl_port=c.nccl_port, verbose=c.verbose,
                 coordinator=c.jaccl_coordinator,
@@ -168,17 +174,17 @@ class Job:
 
     async def _start_ranks(self) -> None:
         c = self.config
-        for note in await fill_addresses(c.backend, self.hosts, c.ssh_options):
+        for note in await fill_addresses(self.backend, self.hosts, c.ssh_options):
             print(f"mlx-jupyter launch: {note}", file=sys.stderr)
         plans = self._plans()
         if any(p.host.is_local for p in plans):
-            refuse_unavailable(c.backend)   # ranks on this machine; remote hosts answer on their watchdog's session
+            refuse_unavailable(self.backend)   # ranks on this machine; remote hosts answer on their watchdog's session
         argv = self.monitor.argv = rank_argv(c.command, c.python, c.cwd)
-        argv = self.monitor.where.boot(argv, c)
+        argv = self.monitor.where.boot(argv, c.where_on_signal)
         if any(h.is_local for h in self.hosts):
             await self.connections.start_local_watchdog()
-        await self.connections.connect(remote_check.probe_script(c.backend, argv))
-        await remote_check.refuse_unavailable(self.connections.answers, c.backend)   # before any rank starts
+        await self.connections.connect(remote_check.probe_script(self.backend, argv))
+        await remote_check.refuse_unavailable(self.connections.answers, self.backend)   # before any rank starts
         for p in plans:
             extra = dict(c.rank_env(p.rank)) if c.rank_env else {}
             p.env.update(extra)
@@ -196,13 +202,13 @@ class Job:
             msgs = [str(e) if isinstance(e, LaunchError) else f"rank {r}: {type(e).__name__}: {e}" for r, e in errors]
             raise LaunchError("\n".join(msgs))
 
-    async def _spawn(self, plan: contract.RankPlan, argv: list[str]) -> Any:
+    async def _spawn(self, plan: contract.RankPlan, argv: list[str]) -> RankProcess:
         c = self.config
         rank, host = plan.rank, plan.host
         label = f"rank {rank} on {host.ssh}"
         emit = self.monitor.emit
-        out = LineSplitter(lambda line, r=rank: emit(r, "stdout", line))
-        err = LineSplitter(lambda line, r=rank: emit(r, "stderr", line))
+        out = LineSplitter(lambda line: emit(rank, "stdout", line))
+        err = LineSplitter(lambda line: emit(rank, "stderr", line))
         if host.is_local:
             env = {**os.environ, **plan.env}
             for name, content in plan.files.items():
@@ -211,11 +217,12 @@ class Job:
             if c.cwd is not None and not os.path.isdir(c.cwd):
                 raise LaunchError(f"{label}: working directory {c.cwd!r} does not exist (--cwd)")
             share = self._cpu_shares.get(rank)
-            proc: Any = await LocalProcess.spawn(argv, env, cwd, c.stdin, out, err, label,
-                                                 self.connections.local_watchdog, cpus=share,
-                                                 hold_usr1=self.monitor.where.booted)
-            if proc.bound:
+            local = await LocalProcess.spawn(argv, env, cwd, c.stdin, out, err, label,
+                                             self.connections.local_watchdog, cpus=share,
+                                             hold_usr1=self.monitor.where.booted)
+            if local.bound and share is not None:
                 self.log(f"{label}: bound to {binding.describe(share)} (--bind-to none: unbound)")
+            proc: RankProcess = local
         else:
             cwd = c.cwd if c.cwd is not None else os.getcwd()
             conn = self.connections.rank_conn[rank]
@@ -233,7 +240,7 @@ class Job:
     async def _start_mpi(self) -> None:
         c = self.config
         argv = self.monitor.argv = rank_argv(c.command, c.python, c.cwd)
-        argv = self.monitor.where.boot(argv, c)
+        argv = self.monitor.where.boot(argv, c.where_on_signal)
         watchdog = await self.connections.start_local_watchdog()
         env = {**dict(c.env)}
         if c.rank_env:

@@ -18,8 +18,10 @@ from mlx_jupyter.net.ports import DEFAULT_STARTING_PORT
 if TYPE_CHECKING:
     from mlx_jupyter.launch.slurm.options import SlurmOptions
 
+#: ``on_output(rank, "stdout" | "stderr", line)``; rank -1: mpirun's or srun's own lines
 OutputCallback = Callable[[int, str, str], None]
-ExitCallback = Callable[[int, int], None]
+#: ``on_exit(rank, returncode)``; None under Slurm when no code is known (a rank lost, or ended by Slurm)
+ExitCallback = Callable[[int, Optional[int]], None]
 
 
 @dataclass

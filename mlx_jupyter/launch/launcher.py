@@ -21,10 +21,9 @@ from typing import Any, Callable, Coroutine, Mapping, Optional, Sequence, TypeVa
 from mlx_jupyter.net import ssh
 from mlx_jupyter.hostfile import Host
 from mlx_jupyter.launch import binding
-from mlx_jupyter.launch.job import ExitCallback, LaunchConfig, OutputCallback, make_job
+from mlx_jupyter.launch.job import ExitCallback, LaunchConfig, LaunchJob, OutputCallback, make_job
 from mlx_jupyter.launch.slurm.options import SlurmOptions
 from mlx_jupyter.launch.rankinfo import RankInfo
-from mlx_jupyter.net.ports import DEFAULT_STARTING_PORT
 from mlx_jupyter.options import option
 
 T = TypeVar("T")
@@ -55,7 +54,8 @@ class Launcher:
     stderr names each override); with neither, the backend is ring.
     ``rank_env(rank)`` adds env per rank; ``on_output(rank, "stdout"|"stderr",
     line)`` gets each output line (default: print with a ``[rank r]`` prefix);
-    ``on_exit(rank, returncode)`` is called as each rank ends. With
+    ``on_exit(rank, returncode)`` is called as each rank ends (under Slurm ``None`` when no code is
+    known: a rank lost, or ended by Slurm). With
     ``backend="mpi"`` mpirun is the one process (``ranks`` has one entry), its
     ranks' lines arrive with their rank (Open MPI) and mpirun's own with -1.
     ``stdin=True`` lets :meth:`write_stdin` feed the ranks; otherwise they read EOF.
@@ -105,11 +105,11 @@ class Launcher:
             mpi_args=list(mpi_args), slurm=slurm, bind_to=binding.check_policy(bind_to, "bind_to"),
             jaccl_coordinator=jaccl_coordinator,
         )
-        self._job: Optional[Any] = None
+        self._job: Optional[LaunchJob] = None
 
     # ------------------------------------------------------------- helpers --
     @property
-    def job(self) -> Any:
+    def job(self) -> LaunchJob:
         """The underlying asyncio job (after :meth:`start`)."""
         if self._job is None:
             raise RuntimeError("Launcher.start() has not been called")
@@ -127,8 +127,8 @@ class Launcher:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, _background_loop()))
 
     async def _start(self) -> None:
-        self._job = make_job(self.config)
-        await self._job.start()
+        job = self._job = make_job(self.config)
+        await job.start()
 
     # ------------------------------------------------------------- sync API --
     def start(self) -> "Launcher":
@@ -213,7 +213,7 @@ class Launcher:
     def __enter__(self) -> "Launcher":
         return self.start()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 

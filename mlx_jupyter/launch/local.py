@@ -7,7 +7,7 @@ import contextlib
 import os
 import signal as _signal
 import weakref
-from typing import Iterator, Mapping, Optional, Sequence
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 from mlx_jupyter.launch.backends import RECORDS
 from mlx_jupyter.launch import binding
@@ -22,7 +22,7 @@ CHECKED_BACKENDS = tuple(b.name for b in RECORDS if b.checked)
 CHECK_VAR = "MLX_JUPYTER_CHECK_BACKEND"
 
 
-def refuse_unavailable(backend: str, rows: Optional[list[dict]] = None,
+def refuse_unavailable(backend: str, rows: Optional[list[dict[str, Any]]] = None,
                        environ: Optional[Mapping[str, str]] = None) -> None:
     """LaunchError, in one line, when ``backend`` cannot run on this machine (``rows``: ``distributed.backends()``):
     its ranks would start and fail later on MLX's message about another backend."""
@@ -67,7 +67,7 @@ def _blocked_for_children(hold_usr1: bool) -> Iterator[None]:
 class LocalProcess:
     """One local rank: spawn, stdin, signals to its whole process group, wait."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, pumps: list[asyncio.Task],
+    def __init__(self, proc: asyncio.subprocess.Process, pumps: list[asyncio.Task[None]],
                  watchdog: Optional[LocalWatchdog] = None, watchdog_session: bool = False):
         self._proc = proc
         self._pumps = pumps

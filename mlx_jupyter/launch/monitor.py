@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Any, Callable, Optional
+from typing import Callable, Optional, Union
 
 from mlx_jupyter.launch import mpi
 from mlx_jupyter.launch.contract import MPIPlan
-from mlx_jupyter.launch.launch_config import LaunchConfig, interpreter_of
+from mlx_jupyter.launch.launch_config import LaunchConfig, OutputCallback, interpreter_of
+from mlx_jupyter.launch.local import LocalProcess
 from mlx_jupyter.launch.rankinfo import EXITED, KILLED, LOST, RankInfo, describe_exit, rank_prefix
+from mlx_jupyter.launch.remote import RemoteProcess
 from mlx_jupyter.launch.streams import EndingNoise
 from mlx_jupyter.launch.where_ask import WhereAnswers
+
+#: one rank's process (with mpi: mpirun's)
+RankProcess = Union[LocalProcess, RemoteProcess]
 
 #: how Python starts the line that names a module a rank could not import
 MISSING_MODULE = "ModuleNotFoundError: "
@@ -29,11 +34,11 @@ class RankMonitor:
         self.local = local if local is not None else [False] * len(ranks)
         self.argv: list[str] = []             # what every rank runs, once known
         self.missing_modules: dict[int, str] = {}   # rank -> "No module named 'x'" from its stderr
-        self.procs: dict[int, Any] = {}       # rank -> LocalProcess | RemoteProcess
+        self.procs: dict[int, RankProcess] = {}
         self.failures: list[int] = []         # ranks in the order they failed
         self.stopping = False                 # the launch is being torn down: exits are expected
         self.done: Optional[asyncio.Event] = None
-        self.watchers: list[asyncio.Task] = []
+        self.watchers: list[asyncio.Task[None]] = []   # held: the loop keeps only weak references to tasks
         self.reaped = 0
         self.mpi_plan: Optional[MPIPlan] = None
         self.mpi_output: Optional[mpi.TaggedOutput] = None
@@ -52,24 +57,23 @@ class RankMonitor:
             self.missing_modules.setdefault(rank, line[len(MISSING_MODULE):].strip())
         if stream == "stderr" and self.noise.hold(rank, line):
             return
-        emit_line(self.config, self.size, rank, stream, line)
+        emit_line(self.config.on_output, self.size, rank, stream, line)
 
-    def watch(self, rank: int, proc: Any) -> None:
+    def watch(self, rank: int, proc: RankProcess) -> None:
         """Follow ``proc`` (rank ``rank``) until it exits."""
         self.procs[rank] = proc
         self.watchers.append(asyncio.ensure_future(self._watch(rank, proc)))
 
-    async def _watch(self, rank: int, proc: Any) -> None:
+    async def _watch(self, rank: int, proc: RankProcess) -> None:
         code = await proc.wait()
         if self.mpi_output is not None:
             self.mpi_output.flush()
         noise = self.noise.line(rank)
         if noise is not None:
-            emit_line(self.config, self.size, rank, "stderr", noise)
+            emit_line(self.config.on_output, self.size, rank, "stderr", noise)
         info = self.ranks[rank]
         info.returncode = code
-        lost = getattr(proc, "lost_reason", None)
-        if lost is not None:
+        if _lost_reason(proc) is not None:
             info.state = LOST
         elif self.stopping and info.state == KILLED:
             pass
@@ -105,8 +109,7 @@ class RankMonitor:
         for r in self.failures:
             code = self.ranks[r].returncode
             return 255 if code is None else code
-        bad = [i for i in self.ranks if i.returncode not in (0, None)]
-        return bad[0].returncode if bad else 0  # type: ignore[return-value]
+        return next((i.returncode for i in self.ranks if i.returncode is not None and i.returncode != 0), 0)
 
     def ended(self) -> bool:
         """Whether every rank has ended (or none was started)."""
@@ -130,7 +133,7 @@ class RankMonitor:
         for r in self.failures:
             i = self.ranks[r]
             if i.state == LOST:
-                reason = getattr(self.procs.get(r), "lost_reason", "")
+                reason = _lost_reason(self.procs.get(r)) or ""
                 parts.append(f"rank {r} on {i.host} lost ({reason})")
             else:
                 parts.append(f"rank {r} on {i.host} {_exited(i.returncode)}{self._missing_module_note(r)}")
@@ -165,21 +168,25 @@ class RankMonitor:
         return f"rank {failure.rank}{where} {failure.what} (the first to fail, says mpirun); {code}"
 
 
+def _lost_reason(proc: Optional[RankProcess]) -> Optional[str]:
+    """Why a rank's host was lost (only a remote rank's can be)."""
+    return proc.lost_reason if isinstance(proc, RemoteProcess) else None
+
+
 def _exited(code: Optional[int]) -> str:
     """``exited with code 3``, or :func:`describe_exit`'s text for a signal or an unknown status."""
     text = describe_exit(code)
     return f"exited with code {code}" if text.startswith("exit code") else text
 
 
-def emit_line(config: LaunchConfig, size: int, rank: int, stream: str, line: str) -> None:
-    """One line of a rank's output, to ``config.on_output`` (default: printed with a ``[rank r]`` prefix)."""
-    cb = config.on_output
-    if cb is None:
+def emit_line(on_output: Optional[OutputCallback], size: int, rank: int, stream: str, line: str) -> None:
+    """One line of a rank's output, to ``on_output`` (None: printed with a ``[rank r]`` prefix)."""
+    if on_output is None:
         target = sys.stdout if stream == "stdout" else sys.stderr
         prefix = rank_prefix(rank, size) if size > 1 else ""
         print(prefix + line, file=target, flush=True)
         return
     try:
-        cb(rank, stream, line)
+        on_output(rank, stream, line)
     except Exception as exc:  # noqa: BLE001 - a user callback must not kill the launcher
         print(f"mlx-jupyter launch: on_output callback failed: {exc!r}", file=sys.stderr)

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import signal as _signal
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Awaitable, Callable, Optional
 
 from mlx_jupyter.net import ssh
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.launch.streams import LineSplitter, pump
 from mlx_jupyter.launch.script import MARKER, watchdog_script
+
+if TYPE_CHECKING:   # asyncssh is imported at run time through net.ssh only (its warnings silenced there)
+    from asyncssh import SSHClientConnection, SSHClientProcess
 
 #: Return code reported for a rank whose host stopped answering.
 LOST_CODE = 255
@@ -18,18 +21,18 @@ LOST_CODE = 255
 class RemoteProcess:
     """One remote rank. ``pid`` is its process group id on that host."""
 
-    def __init__(self, conn: Any, proc: Any, pid: int, pumps: list[asyncio.Task], label: str):
+    def __init__(self, conn: SSHClientConnection, proc: SSHClientProcess[bytes], pid: int,
+                 pumps: list[asyncio.Task[None]]):
         self._conn = conn
         self._proc = proc
         self._pumps = pumps
-        self._label = label
         self.pid = pid
         self.lost_reason: Optional[str] = None
 
     @classmethod
     async def spawn(
         cls,
-        conn: Any,
+        conn: SSHClientConnection,
         script: str,
         stdin: bool,
         out: LineSplitter,
@@ -51,7 +54,7 @@ class RemoteProcess:
         line = await _read_marker(proc, out.feed, label, timeout)
         pid = int(line.strip())
         pumps = [asyncio.ensure_future(pump(proc.stdout, out)), asyncio.ensure_future(pump(proc.stderr, err))]
-        return cls(conn, proc, pid, pumps, label)
+        return cls(conn, proc, pid, pumps)
 
     async def wait(self) -> Optional[int]:
         """Wait until the session ends; the exit code, or ``LOST_CODE`` if the host was lost."""
@@ -69,7 +72,7 @@ class RemoteProcess:
         return LOST_CODE
 
     @property
-    def conn(self) -> Any:
+    def conn(self) -> SSHClientConnection:
         """The ssh connection this rank runs on."""
         return self._conn
 
@@ -88,17 +91,19 @@ class RemoteProcess:
             pass
 
 
-async def _open(conn: Any, script: str, label: str, timeout: float) -> Any:
+async def _open(conn: SSHClientConnection, script: str, label: str, timeout: float) -> SSHClientProcess[bytes]:
     """A new ssh session running ``script`` under /bin/sh, bytes in and out."""
+    opening: Awaitable[SSHClientProcess[bytes]] = conn.create_process(ssh.sh_command(script), encoding=None)
     try:
-        return await asyncio.wait_for(conn.create_process(ssh.sh_command(script), encoding=None), timeout)
+        return await asyncio.wait_for(opening, timeout)
     except asyncio.TimeoutError:
         raise LaunchError(f"{label}: the ssh session did not open within {timeout:g} s") from None
     except Exception as exc:  # noqa: BLE001 - asyncssh raises several unrelated types here
         raise LaunchError(f"{label}: cannot open an ssh session ({type(exc).__name__}: {exc})") from None
 
 
-async def _read_marker(proc: Any, early: Any, label: str, timeout: float) -> bytes:
+async def _read_marker(proc: SSHClientProcess[bytes], early: Callable[[bytes], None], label: str,
+                       timeout: float) -> bytes:
     """The text after the marker on the first marker line; earlier lines (a login banner) go to ``early``."""
     marker = MARKER.encode() + b" "
     try:
@@ -130,13 +135,13 @@ class RemoteWatchdog:
     It also delivers signals: one line per request, no ssh session each.
     """
 
-    def __init__(self, proc: Any, path: str):
+    def __init__(self, proc: SSHClientProcess[bytes], path: str):
         self._proc = proc
         self.path = path   # its registry dir on the host
-        self.answer: Optional[asyncio.Future] = None   # the host's answer to ``check`` (remote_check)
+        self.answer: Optional[asyncio.Future[str]] = None   # the host's answer to ``check`` (remote_check)
 
     @classmethod
-    async def start(cls, conn: Any, label: str, timeout: float, check: str = "") -> "RemoteWatchdog":
+    async def start(cls, conn: SSHClientConnection, label: str, timeout: float, check: str = "") -> "RemoteWatchdog":
         """Open the watchdog session on ``conn``; return once it has made its registry dir. ``check``: shell
         lines it runs in the background, whose answer :attr:`answer` reads (``remote_check.read_answer``)."""
         proc = await _open(conn, watchdog_script(check), f"{label} (watchdog)", timeout)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Optional, Protocol, Sequence
 
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.launch.launch_config import interpreter_of
@@ -48,7 +48,13 @@ def probe_script(backend: str, argv: Sequence[str], environ: Optional[Mapping[st
     return f"( a=$({ask}) || a=unknown; printf '%s %s\\n' {quote(MARKER)} \"${{a:-unknown}}\" ) &\n"
 
 
-async def read_answer(stdout: asyncio.StreamReader, timeout: float = PROBE_SECONDS) -> str:
+class LineReader(Protocol):
+    """The watchdog session's stdout (asyncssh's ``SSHReader``, bytes)."""
+
+    async def readline(self) -> bytes: ...
+
+
+async def read_answer(stdout: LineReader, timeout: float = PROBE_SECONDS) -> str:
     """The host's answer on the watchdog's stdout after its first line: 'yes', 'no <why>' or 'unknown'
     (also when it does not come within ``timeout`` s: the launch is not held up by a slow host)."""
     marker = MARKER.encode() + b" "

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import signal as _signal
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Awaitable, Callable, Optional, Sequence
 
 from mlx_jupyter.launch.connections import HostConnections
 from mlx_jupyter.launch.monitor import RankMonitor
 from mlx_jupyter.launch.rankinfo import KILLED, RUNNING
 from mlx_jupyter.launch.remote import RemoteProcess
+
+if TYPE_CHECKING:
+    from asyncssh import SSHClientConnection
 
 
 class Teardown:
@@ -28,8 +31,8 @@ class Teardown:
 
     async def _signal(self, ranks: Sequence[int], sig: int) -> None:
         """Local ranks directly; remote ones with one line to each connection's watchdog."""
-        groups: dict[Any, list[int]] = {}
-        local = []
+        groups: dict[SSHClientConnection, list[int]] = {}
+        local: list[Awaitable[None]] = []
         for r in ranks:
             proc = self.monitor.procs[r]
             if isinstance(proc, RemoteProcess):

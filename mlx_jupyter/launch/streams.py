@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import re
-from typing import Callable, Optional
+from typing import Callable, Optional, Protocol
 
 #: what MLX's ring prints (once per retry) when its sockets are gone, e.g. after a peer was stopped
 RING_NOISE = re.compile(r"^\[ring\] (Socket \d+ was closed by the peer|(Sending to|Receiving from) socket \d+ "
@@ -99,14 +99,20 @@ class LineSplitter:
             self._timer = None
 
 
-async def pump(reader: "asyncio.StreamReader", splitter: LineSplitter, chunk: int = 1 << 16) -> None:
-    """Read ``reader`` until EOF into ``splitter`` (works for asyncio and asyncssh readers)."""
+class ByteReader(Protocol):
+    """A pipe's reading end: asyncio's ``StreamReader``, or asyncssh's ``SSHReader`` of a session without encoding."""
+
+    async def read(self, n: int = -1) -> bytes: ...
+
+
+async def pump(reader: ByteReader, splitter: LineSplitter, chunk: int = 1 << 16) -> None:
+    """Read ``reader`` until EOF into ``splitter``."""
     try:
         while True:
             data = await reader.read(chunk)
             if not data:
                 break
-            splitter.feed(data if isinstance(data, bytes) else data.encode())
+            splitter.feed(data)
     except Exception:  # noqa: BLE001 - a broken stream (e.g. ssh connection lost) just ends it;
         pass           # the rank's fate is reported by its wait()
     finally:

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import TYPE_CHECKING, Awaitable, Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Optional, Sequence
 
-from mlx_jupyter.launch.launch_config import LaunchConfig
 from mlx_jupyter.launch.rankinfo import RankInfo, describe_exit
 from mlx_jupyter.where import boot, signal_report
 
@@ -26,20 +25,23 @@ NO_ANSWER = "no answer (its stack, if printed, is above)"
 #: a running rank that was not started to answer (not Python, or no --where-on-signal): never signalled
 NOT_ASKED = "running (not started to answer SIGUSR1)"
 
+#: one rank's answer: the JSON object its where line carries (:func:`mlx_jupyter.where.signal_report.parse`)
+Sample = dict[str, Any]
+
 
 class WhereAnswers:
     """The ranks' answers to the last where signal (rank -> sample)."""
 
     def __init__(self) -> None:
-        self.samples: dict[int, dict] = {}
+        self.samples: dict[int, Sample] = {}
         self.asked: set[int] = set()
         self.booted = False  # the ranks run through the boot code: only then may they be signalled
         self._answered: Optional[asyncio.Event] = None
 
-    def boot(self, argv: list[str], config: LaunchConfig) -> list[str]:
+    def boot(self, argv: list[str], where_on_signal: bool) -> list[str]:
         """``argv`` started through the where boot code when the launch asked for it (else unchanged:
         a rank that is not Python would die of SIGUSR1, so it is never sent one)."""
-        if not config.where_on_signal:
+        if not where_on_signal:
             return argv
         wrapped = boot.wrap(argv)
         if wrapped is None:
@@ -61,7 +63,7 @@ class WhereAnswers:
             self._answered.set()
         return True
 
-    async def ask(self, ranks: Sequence[int], send: Callable[[], Awaitable[None]], timeout: float) -> dict[int, dict]:
+    async def ask(self, ranks: Sequence[int], send: Callable[[], Awaitable[None]], timeout: float) -> dict[int, Sample]:
         """``send()`` the signal (to ranks started through the boot code only), then the answers of ``ranks``
         that came within ``timeout`` s."""
         self.samples, self.asked = {}, set(ranks)
@@ -82,7 +84,7 @@ def ended_words(info: RankInfo) -> str:
     return "done" if info.returncode == 0 else f"ended ({describe_exit(info.returncode)})"
 
 
-def table(samples: Mapping[int, dict], ended: Mapping[int, str], ranks: Sequence[int], asked: bool = True) -> "Where":
+def table(samples: Mapping[int, Sample], ended: Mapping[int, str], ranks: Sequence[int], asked: bool = True) -> "Where":
     """The :class:`~mlx_jupyter.where.model.Where` of a launch: a running rank without an answer says why
     (``asked``: the ranks were signalled)."""
     from mlx_jupyter.where import model

@@ -9,6 +9,7 @@ from mlx_jupyter.cluster.cells.debug import DebugSessions
 
 class FakeRun:
     ranks = [0, 1, 2]
+    via = "channel"   # its ranks' pdbs answer on the cell channel (answer_debug)
 
     def __init__(self) -> None:
         self.answers: list[tuple[int, Optional[str]]] = []

@@ -67,12 +67,12 @@ def test_late_interrupt_is_not_delivered_to_the_next_cell(agent, monkeypatch):
     """The reviewer's race: the check says cell 1 runs, the signal arrives once cell 2 runs."""
     held = []
     real_kill = signal.pthread_kill
-    monkeypatch.setattr(rankside.signal, "pthread_kill", lambda tid, sig: held.append((tid, sig)))
+    monkeypatch.setattr(signal, "pthread_kill", lambda tid, sig: held.append((tid, sig)))
     agent._pre_run_cell()                      # cell 1
     assert abort_from_control_thread(agent) is True
     agent._post_run_cell()                     # cell 1 ends before the signal arrives
     agent._pre_run_cell()                      # cell 2
-    monkeypatch.setattr(rankside.signal, "pthread_kill", real_kill)
+    monkeypatch.setattr(signal, "pthread_kill", real_kill)
     [(tid, sig)] = held
     real_kill(tid, sig)                        # the signal meant for cell 1, late
     run_python(0.3)                            # no KeyboardInterrupt in cell 2
@@ -85,14 +85,14 @@ def test_late_interrupt_is_not_delivered_to_the_next_cell(agent, monkeypatch):
 def test_late_interrupt_between_cells_and_in_post_run_cell_is_dropped(agent, monkeypatch):
     held = []
     real_kill = signal.pthread_kill
-    monkeypatch.setattr(rankside.signal, "pthread_kill", lambda tid, sig: held.append((tid, sig)))
+    monkeypatch.setattr(signal, "pthread_kill", lambda tid, sig: held.append((tid, sig)))
     agent._pre_run_cell()
     assert abort_from_control_thread(agent) is True
     agent._post_run_cell()
-    monkeypatch.setattr(rankside.signal, "pthread_kill", real_kill)
+    monkeypatch.setattr(signal, "pthread_kill", real_kill)
     real_kill(*held[0])                        # arrives after the cell, before any other
     run_python(0.3)
-    assert agent._interrupt_cell is None       # handled, and dropped
+    assert agent.interrupt.target is None      # handled, and dropped
 
 
 def test_an_outside_sigint_still_interrupts(agent):
@@ -106,7 +106,7 @@ def test_an_outside_sigint_still_interrupts(agent):
 
 def test_no_signal_when_no_cell_runs(agent, monkeypatch):
     sent = []
-    monkeypatch.setattr(rankside.signal, "pthread_kill", lambda *a: sent.append(a))
+    monkeypatch.setattr(signal, "pthread_kill", lambda *a: sent.append(a))
     assert abort_from_control_thread(agent) is False
     agent._pre_run_cell()
     agent._post_run_cell()
@@ -123,7 +123,7 @@ def start_cell(a: rankside.RankAgent, msg_id: str) -> None:
 def test_abort_of_a_queued_cell_keeps_it_from_running(agent, monkeypatch):
     """The abort reaches a rank before the cell it names started there (still queued)."""
     sent = []
-    monkeypatch.setattr(rankside.signal, "pthread_kill", lambda *a: sent.append(a))
+    monkeypatch.setattr(signal, "pthread_kill", lambda *a: sent.append(a))
     assert abort_from_control_thread(agent, "rank 0 raised X", msg_id="m2") is False
     assert "m2" in agent.kernel.aborted          # ipyparallel's kernel answers "aborted"
     assert sent == []
@@ -131,7 +131,7 @@ def test_abort_of_a_queued_cell_keeps_it_from_running(agent, monkeypatch):
 
 def test_abort_of_a_cell_already_dispatched_rejects_it_before_its_first_line(agent, monkeypatch):
     """The kernel took the request before the abort came (between dispatch and pre_run_cell)."""
-    monkeypatch.setattr(rankside.signal, "pthread_kill", lambda *a: pytest.fail("no signal expected"))
+    monkeypatch.setattr(signal, "pthread_kill", lambda *a: pytest.fail("no signal expected"))
     assert abort_from_control_thread(agent, "stop", msg_id="m3") is False
     start_cell(agent, "m3")
     assert "m3" not in agent.kernel.aborted
@@ -155,7 +155,7 @@ def test_rejector_of_a_cell_that_never_compiled_is_removed(agent):
 
 def test_abort_naming_another_cell_does_not_interrupt_the_running_one(agent, monkeypatch):
     sent = []
-    monkeypatch.setattr(rankside.signal, "pthread_kill", lambda *a: sent.append(a))
+    monkeypatch.setattr(signal, "pthread_kill", lambda *a: sent.append(a))
     start_cell(agent, "m6")
     assert abort_from_control_thread(agent, "stop", msg_id="m7") is False
     assert sent == [] and agent.shell.ast_transformers == []
@@ -166,7 +166,7 @@ def test_abort_naming_another_cell_does_not_interrupt_the_running_one(agent, mon
 
 
 def test_abort_of_a_cell_that_already_ended_is_a_no_op(agent, monkeypatch):
-    monkeypatch.setattr(rankside.signal, "pthread_kill", lambda *a: pytest.fail("no signal expected"))
+    monkeypatch.setattr(signal, "pthread_kill", lambda *a: pytest.fail("no signal expected"))
     start_cell(agent, "m8")
     agent._post_run_cell()
     start_cell(agent, "m9")
@@ -203,7 +203,7 @@ def _ended(result_error=None, before_exec=None):
 def test_an_abort_kills_no_group_by_itself(agent, product_group, monkeypatch):
     """Running Python, or already ended: the interrupt is enough (an op of our core that it stops
     aborts its group itself); the group the user or the product made is left alone."""
-    monkeypatch.setattr(rankside.signal, "pthread_kill", lambda *a: None)
+    monkeypatch.setattr(signal, "pthread_kill", lambda *a: None)
     start_cell(agent, "m10")
     assert abort_from_control_thread(agent, "stop", msg_id="m10") is True
     agent._post_run_cell()

@@ -27,9 +27,39 @@ import sys
 import threading
 import time
 from functools import partial
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
 from mlx_jupyter.cluster.cells.text import LineGrouper, parse_targets, rank_label
+
+
+class ControlSender(Protocol):
+    """The link to the ranks' control channels (the controller's)."""
+
+    def send_control(self, rank: int, msg_type: str, content: dict[str, Any]) -> Any: ...  # a future of the reply
+
+
+class ControlHost(Protocol):
+    """A run's cluster, as far as its pdb sessions reach it."""
+
+    @property
+    def link(self) -> ControlSender: ...
+
+
+class DebuggedRun(Protocol):
+    """What the pdb sessions read of a cell run (:class:`~.run.CellRun` is one)."""
+
+    @property
+    def ranks(self) -> Sequence[int]: ...
+    @property
+    def started(self) -> float: ...  # time.monotonic() of its start
+    @property
+    def via(self) -> str: ...  # "controller": its ranks' pdbs are asked on the control channel
+    @property
+    def msg_ids(self) -> Mapping[int, str]: ...  # rank -> the id of its cell
+    @property
+    def cluster(self) -> ControlHost: ...
+    def channel_debug(self, rank: int, text: str, prompt: Optional[str], done: bool = False) -> None: ...
+    def answer_debug(self, rank: int, line: Optional[str]) -> None: ...
 
 
 def can_prompt() -> bool:
@@ -86,7 +116,7 @@ class ControlDebugLink:
     each running rank is asked (``mlx_debug_request``) for what its pdb wrote since; the answers become the
     run's ``debug`` events, as the cell channel's do. Lines go to the ranks the same way."""
 
-    def __init__(self, run: Any, send_control: Callable[[int, str, dict], Any], period: float = 0.2,
+    def __init__(self, run: DebuggedRun, send_control: Callable[[int, str, dict[str, Any]], Any], period: float = 0.2,
                  start: float = 0.25):
         self.run = run
         self.send_control = send_control
@@ -112,7 +142,7 @@ class ControlDebugLink:
         """``rank``'s pdb's next line (None: this front end cannot prompt)."""
         self._request(rank, {"line": line})
 
-    def _request(self, rank: int, extra: dict) -> None:
+    def _request(self, rank: int, extra: dict[str, Any]) -> None:
         try:
             fut = self.send_control(rank, "mlx_debug_request", {"cell": self.run.msg_ids[rank], **extra})
         except Exception:  # the controller is gone: the run ends by itself, with its own error
@@ -136,20 +166,24 @@ class ControlDebugLink:
                                    bool(msg.get("done")))
 
 
-def control_link(run: Any) -> Optional[ControlDebugLink]:
+def control_link(run: DebuggedRun) -> Optional[ControlDebugLink]:
     """A :class:`ControlDebugLink` for ``run`` when it went through the controller, else None."""
-    if getattr(run, "via", "") != "controller":
+    if run.via != "controller":
         return None
-    link = getattr(getattr(run, "cluster", None), "link", None)
-    send = getattr(link, "send_control", None)
-    return None if send is None else ControlDebugLink(run, send)
+    return ControlDebugLink(run, run.cluster.link.send_control)
+
+
+class Ticking(Protocol):
+    """The run's live table, as a waiting prompt keeps it going."""
+
+    def tick(self) -> None: ...
 
 
 class DebugSessions:
     """The ranks' pdb output and prompts during one run, shown through ``write``, one prompt for them all."""
 
-    def __init__(self, run: Any, write: Callable[[str], None], ask: Callable[[str], Optional[str]] = ask,
-                 table: Any = None, period: float = 0.25, gather: float = 1.0, settle: float = 5.0):
+    def __init__(self, run: DebuggedRun, write: Callable[[str], None], ask: Callable[[str], Optional[str]] = ask,
+                 table: Optional[Ticking] = None, period: float = 0.25, gather: float = 1.0, settle: float = 5.0):
         self.run = run
         self.write = write
         self.ask = ask
@@ -316,14 +350,15 @@ class DebugSessions:
 
     def _ask_showing_where(self, prompt: str) -> Optional[str]:
         """``ask(prompt)``, the live table ticking meanwhile (the only one ticking it: the notebook's thread waits)."""
-        if self.table is None:
+        table = self.table
+        if table is None:
             return self.ask(prompt)
         answered = threading.Event()
 
         def tick() -> None:
             while not answered.wait(self.period):
                 try:
-                    self.table.tick()
+                    table.tick()
                 except Exception:  # the table never fails a debug session
                     return
 

@@ -13,14 +13,66 @@ import re
 import sys
 import time
 from collections import deque
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Protocol, Sequence, TypeVar
 
-from mlx_jupyter.cluster.cells.debug import DebugSessions
+from mlx_jupyter.cluster.cells.debug import ControlHost, DebuggedRun, DebugSessions
 from mlx_jupyter.cluster.cells.progress_lines import LiveLines, Show
-from mlx_jupyter.cluster.cells.outcome import ERROR, OK, RELEASED
-from mlx_jupyter.cluster.cells.text import FinishedBar, LineGrouper, group_equal, rank_label, render_outcomes, summary
+from mlx_jupyter.cluster.cells.outcome import ERROR, OK, RELEASED, RankOutcome
+from mlx_jupyter.cluster.cells.text import (FinishedBar, LineGrouper, Writer, group_equal, rank_label, render_outcomes,
+                                            summary)
 
-Publish = Callable[[dict, dict], None]
+Publish = Callable[[dict[str, Any], dict[str, Any]], None]
+
+
+class ShownEvent(Protocol):
+    """One event of a run (:class:`~.run.Event`)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def rank(self) -> int: ...
+    @property
+    def payload(self) -> Any: ...
+
+
+class Emptiable(Protocol):
+    def empty(self) -> bool: ...
+
+
+class ShownHost(ControlHost, Protocol):
+    """A run's cluster, as far as showing the run reaches it."""
+
+    @property
+    def restart_advice(self) -> str: ...  # how to get fresh ranks, as it works where the run is shown
+    def where_samples(self, ranks: Optional[Sequence[int]] = None,
+                      timeout: float = 1.0) -> Mapping[int, dict[str, Any]]: ...
+
+
+if TYPE_CHECKING:  # the live table's module loads only in a kernel (its import is deferred)
+    from mlx_jupyter.cluster.cells.live import LiveTable, SampledRun
+
+    class ShownRun(DebuggedRun, SampledRun, Protocol):
+        """What showing a cell run reads of it (:class:`~.run.CellRun` is one)."""
+
+        @property
+        def cluster(self) -> ShownHost: ...
+        @property
+        def events(self) -> Emptiable: ...
+        @property
+        def outcomes(self) -> Mapping[int, RankOutcome]: ...
+        @property
+        def cause(self) -> Optional[str]: ...  # why the run was stopped, if it was
+        @property
+        def failed(self) -> bool: ...
+        @property
+        def aborted_ranks(self) -> list[int]: ...
+        def next_event(self, timeout: float) -> Optional[ShownEvent]: ...
+        def check_deadlines(self) -> None: ...
+        def interrupt(self, reason: str = "interrupted by the user") -> None: ...
+        def world_closed(self, timeout: float = 1.0) -> dict[int, str]: ...
+
+
+Run = TypeVar("Run", bound="ShownRun")
 
 #: what MLX's ring prints (once per retry) when its sockets are gone, e.g. after a release
 RING_NOISE = re.compile(r"^\[ring\] (Socket \d+ was closed by the peer|(Sending to|Receiving from) socket \d+ "
@@ -30,7 +82,7 @@ RING_NOISE = re.compile(r"^\[ring\] (Socket \d+ was closed by the peer|(Sending 
 class DistributedCellError(Exception):
     """A cell failed on some ranks. IPython shows :meth:`_render_traceback_`."""
 
-    def __init__(self, message: str, lines: list[str], outcomes: Any = None):
+    def __init__(self, message: str, lines: list[str], outcomes: Optional[list[RankOutcome]] = None):
         super().__init__(message)
         self.lines = lines
         self.outcomes = outcomes
@@ -39,25 +91,35 @@ class DistributedCellError(Exception):
         return [f"\x1b[0;31mDistributedCellError\x1b[0m: {self.args[0]}"] + self.lines
 
 
-def _publish(data: dict, metadata: dict) -> None:
+def _publish(data: dict[str, Any], metadata: dict[str, Any]) -> None:
     from IPython.display import publish_display_data
 
-    publish_display_data(data=data, metadata=metadata)
+    publish_display_data(data=data, metadata=metadata)  # type: ignore[no-untyped-call]  # IPython's, untyped
+
+
+def _stdout(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def _stderr(text: str) -> None:
+    sys.stderr.write(text)
+    sys.stderr.flush()
 
 
 class _Displays:
     """Aligns the k-th rich output of every rank and shows identical ones once."""
 
-    def __init__(self, ranks: list[int], hold: float):
+    def __init__(self, ranks: Sequence[int], hold: float):
         self.hold = hold
-        self.queues: dict[int, deque] = {r: deque() for r in ranks}
+        self.queues: dict[int, deque[tuple[float, dict[str, Any]]]] = {r: deque() for r in ranks}
         self.done: set[int] = set()
 
-    def feed(self, rank: int, content: dict) -> None:
+    def feed(self, rank: int, content: dict[str, Any]) -> None:
         self.queues.setdefault(rank, deque()).append((time.monotonic(), content))
 
-    def flush(self, force: bool = False) -> list[tuple[list[int], dict]]:
-        out = []
+    def flush(self, force: bool = False) -> list[tuple[list[int], dict[str, Any]]]:
+        out: list[tuple[list[int], dict[str, Any]]] = []
         now = time.monotonic()
         while True:
             heads = {r: q[0] for r, q in self.queues.items() if q}
@@ -77,27 +139,27 @@ class _Displays:
 class Renderer:
     """Writes one run's output as it arrives (see the module docstring)."""
 
-    def __init__(self, ranks: list[int], mode: str = "grouped", hold: float = 0.25,
+    def __init__(self, ranks: Sequence[int], mode: str = "grouped", hold: float = 0.25,
                  out: Optional[Callable[[str], None]] = None, err: Optional[Callable[[str], None]] = None,
                  publish: Optional[Publish] = None, live: Optional[Show] = None):
         self.ranks = ranks
         self.mode = mode
-        self.out = out or (lambda s: (sys.stdout.write(s), sys.stdout.flush()))
-        self.err = err or (lambda s: (sys.stderr.write(s), sys.stderr.flush()))
+        self.out: Writer = out or _stdout
+        self.err: Writer = err or _stderr
         self.publish = publish or _publish
         self.streams = {"stdout": LineGrouper(ranks, hold), "stderr": LineGrouper(ranks, hold)}
         self.displays = _Displays(ranks, hold)
         self.live = {name: LiveLines(live) for name in self.streams}  # progress lines ("\r"), in place
-        self.noise: dict[str, list] = {}  # rank label -> [MLX's first ring error line, how many more]
+        self.noise: dict[str, tuple[str, int]] = {}  # rank label -> (MLX's first ring error line, how many more)
 
-    def _lines(self, name: str, lines: list) -> str:
+    def _lines(self, name: str, lines: list[tuple[list[int], str]]) -> str:
         """``[label] line`` for each line; MLX's ring errors kept for :meth:`folded_noise`."""
         out = []
         for ranks, line in lines:
             label = self._label(ranks)
             if name == "stderr" and RING_NOISE.match(line.strip()):
-                seen = self.noise.setdefault(label, [line.strip(), -1])
-                seen[1] += 1
+                first, more = self.noise.get(label, (line.strip(), -1))
+                self.noise[label] = (first, more + 1)
                 continue
             out.append(f"[{label}] {line}\n")
         return "".join(out)
@@ -117,7 +179,7 @@ class Renderer:
         else:
             self.streams[name].feed(rank, text)
 
-    def rich(self, rank: int, content: dict, result: bool = False) -> None:
+    def rich(self, rank: int, content: dict[str, Any], result: bool = False) -> None:
         data = content.get("data", {})
         if result and set(data) <= {"text/plain"}:
             self.stream(rank, "stdout", f"Out: {data.get('text/plain', '')}\n")
@@ -160,7 +222,7 @@ class Renderer:
         return lines
 
 
-def _live_table(run: Any) -> Any:
+def _live_table(run: ShownRun) -> Optional[LiveTable]:
     """The live table of where the ranks are (:mod:`.live`), in a kernel only (elsewhere: None)."""
     try:
         from IPython import get_ipython
@@ -172,12 +234,12 @@ def _live_table(run: Any) -> Any:
         return None
     from mlx_jupyter.cluster.cells.live import LiveTable
 
-    where = getattr(run.cluster, "where_samples", None)
-    return LiveTable(run, poll=(lambda: where(run.ranks)) if where is not None and run.via != "channel" else None)
+    where = run.cluster.where_samples
+    return LiveTable(run, poll=(lambda: where(run.ranks)) if run.via != "channel" else None)
 
 
-def show_run(run: Any, mode: str = "grouped", timeout: Optional[float] = None,
-             renderer: Optional[Renderer] = None, live: Any = True) -> Any:
+def show_run(run: Run, mode: str = "grouped", timeout: Optional[float] = None,
+             renderer: Optional[Renderer] = None, live: bool | LiveTable | None = True) -> Run:
     """Show ``run`` until it ends; interrupt it on KeyboardInterrupt or after ``timeout`` s.
 
     ``live``: show where the ranks are under the cell while it runs (True: in a kernel; or a
@@ -239,7 +301,7 @@ def show_run(run: Any, mode: str = "grouped", timeout: Optional[float] = None,
     return run
 
 
-def where_words(run: Any) -> str:
+def where_words(run: SampledRun) -> str:
     """The where table's one-line diagnosis of ``run`` now ("" when the ranks are together, or unknown)."""
     try:
         from mlx_jupyter.where import model
@@ -253,14 +315,14 @@ def where_words(run: Any) -> str:
 WORLD_CLOSED = "WorldClosedError"
 
 
-def failure(run: Any) -> DistributedCellError:
+def failure(run: ShownRun) -> DistributedCellError:
     """The error for a failed run: the cause, each rank's outcome, and hints that offer only what
     works from where they are shown (``run.cluster.restart_advice``)."""
     outcomes = [run.outcomes[r] for r in run.ranks]
     refused = [o for o in outcomes if o.status == ERROR and o.ename == WORLD_CLOSED]
     if refused and all(o.status in (OK, RELEASED) or o.ename == WORLD_CLOSED for o in outcomes):
         return DistributedCellError(refused[0].evalue, [], outcomes)  # one line: the world is dead
-    advice = getattr(run.cluster, "restart_advice", "restart the ranks")
+    advice = run.cluster.restart_advice
     hints = []
     lost = any("connection to a peer was lost" in o.evalue for o in outcomes)
     closed = run.world_closed() if (run.aborted_ranks or lost) else {}

@@ -24,7 +24,7 @@ import selectors
 import socket
 import threading
 import time
-from typing import Any, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol
 
 from mlx_jupyter.cluster.shared import wire
 from mlx_jupyter.cluster.shared.transport import Writer, read_available, tune
@@ -43,8 +43,8 @@ LOST_GRACE = 3.0
 
 
 class Sink(Protocol):
-    def channel_output(self, rank: int, kind: str, content: dict) -> None: ...
-    def channel_reply(self, rank: int, content: dict) -> None: ...
+    def channel_output(self, rank: int, kind: str, content: dict[str, Any]) -> None: ...
+    def channel_reply(self, rank: int, content: dict[str, Any]) -> None: ...
     def channel_debug(self, rank: int, text: str, prompt: Optional[str], done: bool) -> None: ...
 
 
@@ -159,7 +159,7 @@ class CellHub:
                 self._unreachable(msg_id, rank)
         return pending
 
-    def send_call(self, rank: int, msg_id: str, fn: str, args: list, sink: Sink) -> Pending:
+    def send_call(self, rank: int, msg_id: str, fn: str, args: list[Any], sink: Sink) -> Pending:
         """Ask ``rank`` to run the product's function ``fn`` (``module:function``, one that
         :mod:`mlx_jupyter.cluster.rank.calls` allows) with ``args``; its answer comes as the reply."""
         with self._lock:
@@ -271,7 +271,7 @@ class CellHub:
             return False
         return True
 
-    def pump(self, ranks: list[int], timeout: float, idle: Any = None) -> bool:
+    def pump(self, ranks: list[int], timeout: float, idle: Optional[Callable[[], bool]] = None) -> bool:
         """Read and handle what ``ranks``' connections send, from the calling thread: waits at most
         ``timeout`` s for something to come (not at all if ``idle()`` is False once the read turn is
         taken: e.g. its events came meanwhile). False if it could not wait on them (one ended, all
@@ -340,7 +340,7 @@ class CellHub:
                     "evalue": f"the connection to rank {p.rank} was lost while the cell ran (it may still be "
                               "running: %mlx_cluster status)", "traceback": []})
 
-    def _handle(self, conn: Connection, msg: dict) -> None:
+    def _handle(self, conn: Connection, msg: dict[str, Any]) -> None:
         kind = msg["t"]
         if kind == "hello":
             rank = int(msg["rank"])
@@ -358,8 +358,8 @@ class CellHub:
         elif kind == "where":
             with self._lock:
                 p = self.pending.get(str(msg.get("id")))
-            on_where = getattr(p.sink, "channel_where", None) if p is not None else None
-            if on_where is not None and isinstance(msg.get("s"), dict):
+            on_where = getattr(p.sink, "channel_where", None) if p is not None else None  # a cell's sink, not a call's
+            if p is not None and on_where is not None and isinstance(msg.get("s"), dict):
                 on_where(p.rank, msg["s"])
         elif kind == "dbg":
             with self._lock:
@@ -371,7 +371,7 @@ class CellHub:
         elif kind == "reply":
             self._deliver_reply(str(msg.get("id")), msg.get("content") or {})
 
-    def _deliver_reply(self, msg_id: str, content: dict) -> None:
+    def _deliver_reply(self, msg_id: str, content: dict[str, Any]) -> None:
         """The cell's reply to its sink, once (a cell no longer pending is ignored)."""
         with self._lock:
             p = self.pending.pop(msg_id, None)

@@ -10,8 +10,9 @@ at its last state would be wrong about ranks that moved on after the last sample
 
 from __future__ import annotations
 
+import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional, Protocol
 
 from mlx_jupyter.where import model
 
@@ -23,23 +24,35 @@ PERIOD = 0.25
 STUCK = 0.5
 
 
-def _display(data: dict) -> Any:
+class SampledRun(Protocol):
+    """What the table reads of a cell run (:class:`~.run.CellRun` is one)."""
+
+    @property
+    def started(self) -> float: ...  # time.monotonic() of its start
+    @property
+    def done(self) -> threading.Event: ...
+    @property
+    def samples(self) -> Mapping[int, dict[str, Any]]: ...  # rank -> its latest sample
+    def where_rows(self, samples: Optional[Mapping[int, dict[str, Any]]] = None) -> list[model.RankRow]: ...
+
+
+def _display(data: dict[str, Any]) -> Any:
     from IPython.display import display
 
-    return display(data, raw=True, display_id=True)
+    return display(data, raw=True, display_id=True)  # type: ignore[no-untyped-call]  # IPython's, untyped
 
 
 class LiveTable:
     """Shows and updates ``run``'s table through ``show`` (returns a handle with ``update``)."""
 
-    def __init__(self, run: Any, show: Optional[Callable[[dict], Any]] = None, threshold: float = THRESHOLD,
-                 poll: Optional[Callable[[], dict]] = None):
+    def __init__(self, run: SampledRun, show: Optional[Callable[[dict[str, Any]], Any]] = None, threshold: float = THRESHOLD,
+                 poll: Optional[Callable[[], Mapping[int, dict[str, Any]]]] = None):
         self.run = run
         self.show = show or _display
         self.threshold = threshold
         self.poll = poll  # rank -> sample, asked for when no samples come (cells through the controller)
         self.handle: Any = None
-        self.last: Optional[dict] = None
+        self.last: Optional[dict[str, Any]] = None
         self._next = 0.0
         self.shown = 0  # updates made (tests)
         self._waits: dict[int, tuple[str, float]] = {}  # rank -> (the place it waits on a peer at, since)
@@ -74,7 +87,7 @@ class LiveTable:
             self.handle = None
             self._next = float("inf")
 
-    def _stuck(self, rows: list, now: float) -> bool:
+    def _stuck(self, rows: list[model.RankRow], now: float) -> bool:
         """Has a rank waited on a peer at the same place for :data:`STUCK` s (a healthy loop moves on)?"""
         waits = {}
         for row in rows:

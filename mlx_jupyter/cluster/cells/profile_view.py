@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Mapping, Protocol, Sequence
 
-from mlx_jupyter.collective.profile import summarize, timeline_svg
+from mlx_jupyter.collective.profile import OpRecord, summarize, timeline_svg
 
 
-def show_profile(cluster: Any) -> None:
+class Gathered(Protocol):
+    """A cluster's profiler, as far as the view reads it."""
+
+    @property
+    def missing(self) -> Sequence[int]: ...  # ranks of the last profile that could not be asked
+
+
+class Profiled(Protocol):
+    """What the view reads of a cluster (:class:`mlx_jupyter.cluster.Cluster` is one)."""
+
+    @property
+    def cluster_id(self) -> str: ...
+    @property
+    def profiler(self) -> Gathered: ...
+    def profile(self, timeout: float = 10.0) -> Mapping[int, list[OpRecord]]: ...
+
+
+def show_profile(cluster: Profiled) -> None:
     """Gather the last profiled cell's records from ``cluster``'s ranks and display them."""
     from IPython.display import publish_display_data
 
@@ -19,13 +36,13 @@ def show_profile(cluster: Any) -> None:
         print(f"mlx-jupyter: no profile: {exc}")
         return
     records = [r for rs in by_rank.values() for r in rs]
-    missing = getattr(cluster.profiler, "missing", [])
+    missing = cluster.profiler.missing
     text = summarize(records).text
     if missing:
         text += f"\n(no records from rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}: dead or still busy)"
     if records:
         svg = timeline_svg(records)
-        publish_display_data({"image/svg+xml": svg, "text/plain": text})
+        publish_display_data({"image/svg+xml": svg, "text/plain": text})  # type: ignore[no-untyped-call]  # IPython's
         print(text)
         from mlx_jupyter.cluster import last_profile
 

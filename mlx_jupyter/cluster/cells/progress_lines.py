@@ -27,7 +27,7 @@ def _ipython_show(handle: Any, text: str) -> Any:
     ip = get_ipython()
     if ip is None or getattr(ip, "kernel", None) is None:
         return None  # no front end that updates displays: the final lines are enough
-    return display(data, raw=True, display_id=True)
+    return display(data, raw=True, display_id=True)  # type: ignore[no-untyped-call]  # IPython's, untyped
 
 
 class LiveLines:

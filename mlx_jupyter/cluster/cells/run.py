@@ -28,27 +28,54 @@ import time
 import uuid
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Protocol, Sequence
 
 from mlx_jupyter.launch import backends
+from mlx_jupyter.cluster.cells.debug import ControlSender
+from mlx_jupyter.cluster.cells.hub import CellHub, notebook_count
 from mlx_jupyter.cluster.cells.outcome import DIED, ERROR, NO_REPLY, OK, RELEASED, RUNNING, RankOutcome
 from mlx_jupyter.cluster.cells.text import describe_exit
 
+if TYPE_CHECKING:
+    from mlx_jupyter.where.model import RankRow
+
+
+class Placed(Protocol):
+    """A rank's launch record, as far as a run reads it."""
+
+    @property
+    def host(self) -> str: ...
+
+
+class Request(Protocol):
+    """A cell sent to a rank (a hub's :class:`~.hub.Pending`, an ipyparallel future)."""
+
+    def done(self) -> bool: ...
+
 
 class RunHost(Protocol):
-    """What a cell run needs of its cluster (:class:`mlx_jupyter.cluster.Cluster` is one)."""
+    """What a cell run, and showing it, need of its cluster (:class:`mlx_jupyter.cluster.Cluster` is one)."""
 
-    backend: str
-    dead: Mapping[int, Optional[int]]  # rank -> return code, for ranks whose process ended
-    restart_advice: str  # how to get fresh ranks, as it works where the run's messages are shown
+    @property
+    def backend(self) -> str: ...
+    @property
+    def dead(self) -> Mapping[int, Optional[int]]: ...  # rank -> return code, for ranks whose process ended
+    @property
+    def restart_advice(self) -> str: ...  # how to get fresh ranks, as it works where the run's messages are shown
+    @property
+    def link(self) -> ControlSender: ...  # a run through the controller asks its ranks' pdbs there
 
-    def cell_hub(self, ranks: Sequence[int]) -> Any: ...  # the direct channel, or None
+    def cell_hub(self, ranks: Sequence[int]) -> Optional[CellHub]: ...  # the direct channel, or None
     def send_execute(self, rank: int, code: str, hook: Callable[[Any], None], cell_number: int = 0) -> str: ...
     def send_abort(self, reason: str, ranks: Sequence[int], msg_ids: Optional[dict[int, str]] = None) -> dict[int, Any]: ...
-    def status(self, timeout: float = 1.0) -> list[dict]: ...
+    def status(self, timeout: float = 1.0) -> list[dict[str, Any]]: ...
+    def where_samples(self, ranks: Optional[Sequence[int]] = None,
+                      timeout: float = 1.0) -> Mapping[int, dict[str, Any]]: ...  # asked on the control channel
+    def rank_infos(self) -> Sequence[Placed]: ...  # each rank's launch record
+    def death_note(self, rank: int) -> str: ...  # why Slurm ended ``rank`` (time limit, node failure), or ""
     def run_started(self, run: "CellRun") -> None: ...
     def run_ended(self, run: "CellRun") -> None: ...
-    def mark_busy(self, rank: int, request: Any) -> None: ...
+    def mark_busy(self, rank: int, request: Request) -> None: ...  # rank still runs request
 
 #: errors a rank shows when it was stopped from outside: we interrupted it, a peer
 #: aborted our core's group, or MLX's sockets were closed under a blocked collective
@@ -76,7 +103,7 @@ def is_release_error(ename: str, evalue: str, stopped: bool) -> bool:
     return stopped and (ename == "KeyboardInterrupt" or any(t in evalue for t in RELEASE_TEXT))
 
 
-def _reply_content(fut: Any) -> dict:
+def _reply_content(fut: Any) -> dict[str, Any]:
     """An ipyparallel execute future's outcome as reply content (status, ename, evalue, traceback)."""
     exc = fut.exception()
     result = exc if exc is not None else fut.result()
@@ -93,7 +120,7 @@ def _reply_content(fut: Any) -> dict:
     return {"status": "error", "ename": ename, "evalue": evalue, "traceback": list(tb)}
 
 
-def _safe(fn: Any) -> Any:
+def _safe(fn: Callable[..., None]) -> Callable[..., None]:
     """Callbacks on the client's I/O thread must never raise (it would print into the cell)."""
 
     def wrapper(*args: Any) -> None:
@@ -118,7 +145,7 @@ class Event:
     payload: Any = None
 
 
-class _Events(queue.Queue):
+class _Events(queue.Queue["Event"]):
     """A run's events; :meth:`put_quiet` queues one without waking a reader."""
 
     def put_quiet(self, event: "Event") -> None:
@@ -152,9 +179,9 @@ class CellRun:
         self._silent: set[int] = set()   # ranks a peer found unreachable: their host is down or cut off
         self.msg_ids: dict[int, str] = {}
         self._futures: dict[int, Any] = {}
-        self.samples: dict[int, dict] = {}  # rank -> its latest sample of where it is (mlx_jupyter.where)
+        self.samples: dict[int, dict[str, Any]] = {}  # rank -> its latest sample of where it is (mlx_jupyter.where)
         self.first_error: Optional[int] = None  # the first rank whose own error ended its cell
-        self.hub: Any = None  # the cell channel, when the cell went through it
+        self.hub: Optional[CellHub] = None  # the cell channel, when the cell went through it
         self.via = ""  # "channel" (straight to the ranks) or "controller" (ipyparallel's execute_request)
 
     # ------------------------------------------------------------ sending
@@ -174,8 +201,6 @@ class CellRun:
             self._futures.update(hub.send_cells({rank: self.msg_ids[rank] for rank in live}, self.code, self))
             return self
         self.via = "controller"
-        from mlx_jupyter.cluster.cells.hub import notebook_count
-
         number = notebook_count()   # the rank's tracebacks say Cell In[N] with the notebook's N
         for rank in live:
             self.msg_ids[rank] = self.cluster.send_execute(rank, self.code, partial(self._hook, rank), number)
@@ -189,12 +214,12 @@ class CellRun:
 
     # ------------------------------------------------------------ callbacks (I/O thread)
 
-    def _on_iopub(self, rank: int, msg: dict) -> None:
+    def _on_iopub(self, rank: int, msg: dict[str, Any]) -> None:
         self.channel_output(rank, msg["header"]["msg_type"], msg["content"])
 
     # ------------------------------------------------------------ callbacks (cell channel's thread)
 
-    def channel_output(self, rank: int, kind: str, content: dict) -> None:
+    def channel_output(self, rank: int, kind: str, content: dict[str, Any]) -> None:
         if kind == "stream":
             self.events.put(Event("stream", rank, (content.get("name", "stdout"), content.get("text", ""))))
         elif kind == "display_data":
@@ -202,11 +227,11 @@ class CellRun:
         elif kind == "execute_result":
             self.events.put(Event("result", rank, content))
 
-    def channel_where(self, rank: int, sample: dict) -> None:
+    def channel_where(self, rank: int, sample: dict[str, Any]) -> None:
         """A sample of where ``rank`` is (the cell channel's thread)."""
         self.samples[rank] = sample
 
-    def where_rows(self, samples: Optional[Mapping[int, dict]] = None) -> list:
+    def where_rows(self, samples: Optional[Mapping[int, dict[str, Any]]] = None) -> list[RankRow]:
         """Where each rank is, as :func:`mlx_jupyter.where.model.rows` says it (the latest samples)."""
         from mlx_jupyter.where import model
 
@@ -222,10 +247,10 @@ class CellRun:
         if self.hub is not None:
             self.hub.send_debug_line(rank, line)
 
-    def channel_reply(self, rank: int, content: dict) -> None:
+    def channel_reply(self, rank: int, content: dict[str, Any]) -> None:
         """The rank's reply, after all its outputs (one socket, in order): the rank's end."""
         if content.get("ename") == "ChannelError":   # the rank went away: Slurm may say why (time limit, node)
-            why = getattr(self.cluster, "death_note", lambda r: "")(rank)
+            why = self.cluster.death_note(rank)
             if why:
                 content = {**content, "evalue": f"{content.get('evalue', '')}; {why}"}
         self._record_reply(rank, content)
@@ -238,7 +263,7 @@ class CellRun:
             return
         self._record_reply(rank, content)
 
-    def _record_reply(self, rank: int, content: dict) -> None:
+    def _record_reply(self, rank: int, content: dict[str, Any]) -> None:
         outcome = self.outcomes[rank]
         with self._lock:
             if outcome.status != RUNNING:
@@ -302,7 +327,7 @@ class CellRun:
             outcome.note = f"process died ({describe_exit(returncode)}); {self.cluster.restart_advice}"
             self._replied.add(rank)
             self._idle.add(rank)
-        why = getattr(self.cluster, "death_note", lambda r: "")(rank)   # Slurm's reason, if it ended the rank
+        why = self.cluster.death_note(rank)   # Slurm's reason, if it ended the rank
         self._fail(f"rank {rank} died ({describe_exit(returncode)})" + (f": {why}" if why else ""))
         self._maybe_end(rank)
 

@@ -16,13 +16,15 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, Mapping, Optional, Sequence, TypeVar
 
 from mlx_jupyter.cluster.cells.outcome import DIED, ERROR, NO_REPLY, RELEASED, RankOutcome
-from mlx_jupyter.cluster.shared.units import format_bytes  # noqa: F401 - the one size text, used from here too
-from mlx_jupyter.launch.rankinfo import describe_exit  # noqa: F401 - the one exit text, used from here too
+from mlx_jupyter.cluster.shared.units import format_bytes as format_bytes  # the one size text, used from here too
+from mlx_jupyter.launch.rankinfo import describe_exit as describe_exit  # the one exit text, used from here too
 
 MODES = ("grouped", "rank", "raw")
+
+T = TypeVar("T")
 
 
 def rank_ranges(ranks: Iterable[int]) -> str:
@@ -81,7 +83,7 @@ class FinishedBar(str):
 
 @dataclass
 class _RankLines:
-    lines: deque = field(default_factory=deque)  # (arrival time, line without "\n")
+    lines: deque[tuple[float, str]] = field(default_factory=deque)  # (arrival time, line without "\n")
     partial: str = ""  # the unfinished line: at most one "\r", before it what is shown
     done: bool = False
     live: bool = False  # the unfinished line is rewritten in place ("\r"): a progress line
@@ -149,9 +151,9 @@ class LineGrouper:
                 out.append((ranks, line))
 
 
-def group_equal(items: dict[int, object]) -> list[tuple[list[int], object]]:
+def group_equal(items: Mapping[int, T]) -> list[tuple[list[int], T]]:
     """Group ranks whose values compare equal, in rank order of first appearance."""
-    groups: list[tuple[list[int], object]] = []
+    groups: list[tuple[list[int], T]] = []
     for rank in sorted(items):
         for ranks, value in groups:
             if value == items[rank]:

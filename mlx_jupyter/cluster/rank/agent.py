@@ -12,8 +12,7 @@ engine's control thread handles even while a cell blocks the main thread:
   was lost". The world group is then unusable until the ranks restart: from then on a
   cell that uses it is refused with one line (:class:`~.names.WorldGuard`). A rank that
   was only running Python keeps its groups: an abort kills no group by itself.
-  The SIGINT names its cell: one handled only after that cell ended is dropped,
-  never delivered to the next request (see :meth:`RankAgent._on_sigint`).
+  The SIGINT names its cell (:mod:`~mlx_jupyter.cluster.rank.interrupt`).
   An abort naming a cell (``msg_id``) that has not started here yet (its request
   still queued, or between dispatch and ``pre_run_cell``) keeps that cell from
   running: the kernel answers "aborted", or the cell is rejected before its
@@ -39,19 +38,18 @@ import ast
 import collections
 import inspect
 import os
-import signal
 import socket
-import sys
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Awaitable, Callable, Optional
 
 from IPython.core.error import InputRejected
 
 from mlx_jupyter.cluster.rank import cell_end
+from mlx_jupyter.cluster.rank.interrupt import CellInterrupt
 from mlx_jupyter.cluster.rank.kernel_compat import check_kernel, send_abort_reply
 from mlx_jupyter.cluster.rank.names import NAMES, WorldGuard
-from mlx_jupyter.cluster.rank.peers import open_link, request_key, same_request
+from mlx_jupyter.cluster.rank.peers import PeerLink, open_link, request_key, same_request
 from mlx_jupyter.cluster.rank.process import configure_output, rss
 from mlx_jupyter.cluster.rank.sockets import shutdown_sockets, world_socket_fds
 from mlx_jupyter.cluster.shared.wire import CHANNEL_SESSION
@@ -91,7 +89,6 @@ class RankAgent:
         self.kernel = kernel
         self.shell = kernel.shell
         self.rank = rank
-        self.grace = grace
         #: this rank's environment, read once (the engine reads it; default: this process's)
         self.env = env if env is not None else rank_env.current()
         self.backend = self.env.backend
@@ -106,20 +103,17 @@ class RankAgent:
         self.world_sockets: dict[int, int] = {}
         self.world_closed = ""
         self.last_error = ""
-        self._interrupt_cell: Optional[int] = None  # the cell the last SIGINT we sent is for
-        self._sigint_next: Any = signal.default_int_handler
         self.msg_id = ""  # the request of the current (or last) cell
-        self._ended_ids: collections.deque = collections.deque(maxlen=64)
+        self._ended_ids: collections.deque[str] = collections.deque(maxlen=64)
         self._not_started: "collections.OrderedDict[str, str]" = collections.OrderedDict()
         self._rejector: Optional[_RejectCell] = None
         self.queue_kicks = 0  # requests found waiting in the shell socket by the watch
         self._silent_cell = False  # a silent cell is running (begun by pre_execute, not pre_run_cell)
         self._numbered = False  # the running cell is named with the notebook's number (number_cells_as)
-        self._error_before: Any = None  # sys.last_value when the cell began: the shell sets it anew if it raises
-        self._peer_stopped = 0  # the cell a peer's notice stopped (its interrupt names the peer)
-        self.peers: Any = None  # the link to the peers' agents (peers.PeerLink), once installed
-        #: (request key, reason) of peers' raised requests: one not begun here yet never runs
-        self._peer_notices: collections.deque = collections.deque(maxlen=16)
+        self.peers: Optional[PeerLink] = None  # the link to the peers' agents, once installed
+        #: (request key, reason, when) of peers' raised requests: one not begun here yet never runs
+        self._peer_notices: collections.deque[tuple[dict[str, Any], str, float]] = collections.deque(maxlen=16)
+        self.interrupt = CellInterrupt(self, self._lock, self.shell, _ENDING_CODES, grace)
 
     # ------------------------------------------------------------ install
 
@@ -148,7 +142,7 @@ class RankAgent:
 
     # ------------------------------------------------------------ cells
 
-    def _parent(self) -> dict:
+    def _parent(self) -> dict[str, Any]:
         get_parent = getattr(self.kernel, "get_parent", None)
         try:
             return (get_parent("shell") if get_parent else {}) or {}
@@ -172,7 +166,6 @@ class RankAgent:
             self.cell += 1
             self.cell_started = time.time()
             self._begun = time.monotonic()
-            self._error_before = getattr(sys, "last_value", None)
             self.msg_id = msg_id
             reason = self._not_started.pop(msg_id, None) if msg_id else None
             if reason is None and self._peer_notices and kind == "cell":
@@ -185,7 +178,7 @@ class RankAgent:
             aborted = getattr(self.kernel, "aborted", None)
             if aborted is not None:
                 aborted.discard(msg_id)
-        self._guard_sigint()
+        self.interrupt.begin()
         return reason
 
     def _end(self) -> Optional[str]:
@@ -216,7 +209,7 @@ class RankAgent:
             self._silent_cell = False
             self._post_run_cell(getattr(self.shell, "last_execution_result", None))
 
-    def _tracked_apply(self, handler: Any) -> Any:
+    def _tracked_apply(self, handler: Callable[..., Any]) -> Callable[..., Any]:
         """``apply_request`` wrapped in :meth:`_begin`/:meth:`_end`, so that an abort naming it stops it.
 
         One aborted before it began is answered "aborted" (also when our SIGINT
@@ -225,7 +218,7 @@ class RankAgent:
         """
         agent = self
 
-        def apply_request(stream: Any, ident: Any, parent: dict) -> Any:
+        def apply_request(stream: Any, ident: Any, parent: dict[str, Any]) -> Any:
             msg_id = str(parent.get("header", {}).get("msg_id", ""))
             started = awaited = False
             try:
@@ -237,7 +230,7 @@ class RankAgent:
                 if inspect.isawaitable(result):
                     awaited = True
                     return agent._finish_later(result)
-                agent.returned = True  # a late SIGINT from here on is dropped (_on_sigint)
+                agent.returned = True  # a late SIGINT from here on is dropped (CellInterrupt.on_sigint)
                 return result
             except KeyboardInterrupt:
                 if not started:  # stopped before it ran: it still gets its reply
@@ -250,7 +243,7 @@ class RankAgent:
         apply_request.__wrapped__ = handler  # type: ignore[attr-defined]
         return apply_request
 
-    async def _finish_later(self, result: Any) -> Any:
+    async def _finish_later(self, result: Awaitable[Any]) -> Any:
         try:
             value = await result
             self.returned = True
@@ -268,71 +261,6 @@ class RankAgent:
             self.shell.ast_transformers.remove(current)
         except ValueError:
             pass
-
-    def _guard_sigint(self) -> None:
-        """Put :meth:`_on_sigint` in front of this cell's SIGINT handler (main thread only).
-
-        ipykernel installs the handler per request (``default_int_handler``, or its
-        coroutine canceller for async cells) and restores its own afterwards, so this
-        wrapper lives exactly as long as the request of this cell.
-        """
-        if threading.current_thread() is not threading.main_thread():
-            return
-        current = signal.getsignal(signal.SIGINT)
-        if getattr(current, "__self__", None) is self:
-            return
-        self._sigint_next = current
-        signal.signal(signal.SIGINT, self._on_sigint)
-
-    def _on_sigint(self, signum: int, frame: Any) -> None:
-        """SIGINT in the main thread: interrupt the cell it was meant for, swallow a stale one.
-
-        :meth:`abort` sends SIGINT only while the cell it names runs (checked under
-        the lock the cell's end takes), but the handler runs later, at the main
-        thread's next bytecode: by then that cell may be ending (we are in
-        :meth:`_post_run_cell`) or over. Such an interrupt is dropped, never passed
-        to the next cell. A SIGINT not sent by the agent is handled as usual.
-        """
-        target, self._interrupt_cell = self._interrupt_cell, None
-        if target is not None:
-            if not self.executing or target != self.cell:
-                return  # meant for a cell that has ended
-            if frame is not None and frame.f_code in _ENDING_CODES:
-                return  # its code is done; it is ending
-            if self.kind == "apply" and self.returned:
-                return  # the request's handler has returned (its reply is sent)
-            if self._showing_traceback(frame) or self._raised_by_itself():
-                return  # the cell already failed by itself (a peer's abort): it is ending
-        nxt = self._sigint_next
-        if target is not None and target == self._peer_stopped and nxt is signal.default_int_handler:
-            raise KeyboardInterrupt(f"stopped because {self.abort_reason}")  # which peer, and its error
-        if callable(nxt) and nxt is not self._on_sigint:
-            nxt(signum, frame)
-        else:
-            raise KeyboardInterrupt
-
-    def _raised_by_itself(self) -> bool:
-        """Whether the shell has shown this cell's own error (its code is done; the cell is ending).
-
-        Its peers' release comes when one rank raises; a rank whose own error was shown at that
-        moment would otherwise trade its traceback (what ``%mlx_debug`` opens) for a KeyboardInterrupt.
-        An interrupt landing before the error is shown still turns it into "stopped because rank N
-        raised ...", which names the cause when the peer's error is what broke this rank's op.
-        """
-        shown = getattr(sys, "last_value", None)   # set once the shell has shown the cell's error
-        return shown is not None and shown is not self._error_before and not isinstance(shown, KeyboardInterrupt)
-
-    def _showing_traceback(self, frame: Any, depth: int = 40) -> bool:
-        """Whether ``frame`` is inside the shell's ``showtraceback``: the cell's code is done.
-
-        An interrupt landing there is printed by IPython as a stray "KeyboardInterrupt".
-        """
-        code = getattr(getattr(type(self.shell), "showtraceback", None), "__code__", None)
-        while frame is not None and depth > 0 and code is not None:
-            if frame.f_code is code:
-                return True
-            frame, depth = frame.f_back, depth - 1
-        return False
 
     def _post_run_cell(self, result: Any = None) -> None:
         self._drop_rejector()  # a cell that failed to compile never reached it
@@ -361,12 +289,13 @@ class RankAgent:
 
     def _tell_peers(self) -> None:
         """Tell the peers' agents this request raised (before its reply goes out: no later call has begun)."""
-        key = request_key(self._parent()) if self.peers is not None else None
-        if key is not None:
+        peers = self.peers
+        key = request_key(self._parent()) if peers is not None else None
+        if peers is not None and key is not None:
             key["ran"] = time.monotonic() - self._begun  # its peers tell this call from a later one by it
-            self.peers.tell_raised(key, self.last_error)
+            peers.tell_raised(key, self.last_error)
 
-    def _on_peer_raised(self, rank: int, key: dict, error: str) -> None:
+    def _on_peer_raised(self, rank: int, key: dict[str, Any], error: str) -> None:
         """A peer's unsupervised request raised: stop ours if it is the same call, or keep it from
         running if it has not begun here yet (peer link's thread)."""
         reason = f"rank {rank} raised {error}"
@@ -377,7 +306,7 @@ class RankAgent:
             self._peer_notices.append((key, reason, time.monotonic()))
         if running and not self._supervised() and same_request(request_key(self._parent()), key):
             with self._lock:
-                self._peer_stopped = self.cell
+                self.interrupt.peer_stopped = self.cell
             self.abort(reason, msg_id)
 
     def _peer_raised_reason(self, keep: float = 3600.0) -> Optional[str]:
@@ -414,7 +343,7 @@ class RankAgent:
 
     # ------------------------------------------------------------ control handlers
 
-    def _reply(self, stream: Any, idents: Any, parent: dict, msg_type: str, content: dict) -> None:
+    def _reply(self, stream: Any, idents: Any, parent: dict[str, Any], msg_type: str, content: dict[str, Any]) -> None:
         content.setdefault("status", "ok")
         self.kernel.session.send(stream, msg_type, content, parent=parent, ident=idents)
 
@@ -439,51 +368,18 @@ class RankAgent:
             if running:
                 self.abort_reason = reason
                 # under the lock: the cell cannot end between this check and the signal
-                # (its post_run_cell waits for the lock); if the handler runs only after
-                # it ended, _on_sigint sees the cell number and drops it
-                self._interrupt_cell = cell
-                # to the main thread itself: a signal taken by another thread would not
-                # wake a blocking call there (sleep, select) until it returns by itself
-                signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+                # (its post_run_cell waits for the lock)
+                self.interrupt.send(cell)
         if running and (self.world_sockets or self.env.mlx_hostfile) and self.kind == "cell":
-            threading.Thread(target=self._release_native, args=(cell, reason), daemon=True).start()
+            threading.Thread(target=self.interrupt.release_native, args=(cell, reason), daemon=True).start()
         return running
 
-    def _release_native(self, cell: int, reason: str, window: float = 1.5) -> None:
-        """Close MLX's sockets if the cell's main thread stays frozen in native code.
-
-        A thread running Python (say, formatting the KeyboardInterrupt) moves
-        from instruction to instruction; one blocked in a C call (an MLX
-        collective waiting for a peer) keeps the same frame and instruction.
-        Close only after ``grace`` seconds without a move.
-        """
-        main = threading.main_thread().ident
-        end = time.monotonic() + window
-        last: Any = None
-        still_since = time.monotonic()
-        while time.monotonic() < end:
-            with self._lock:
-                if not (self.executing and self.cell == cell):
-                    return
-            frame = sys._current_frames().get(main)
-            where = (id(frame), frame.f_lasti if frame is not None else -1)
-            del frame
-            now = time.monotonic()
-            if where != last:
-                last, still_since = where, now
-            elif now - still_since >= self.grace:
-                with self._lock:  # still that cell: never close the sockets under the next one
-                    if self.executing and self.cell == cell and not self.world_closed:
-                        self.close_world(reason)
-                return
-            time.sleep(0.01)
-
-    def _on_abort(self, stream: Any, idents: Any, parent: dict) -> None:
+    def _on_abort(self, stream: Any, idents: Any, parent: dict[str, Any]) -> None:
         reason = parent["content"].get("reason", "aborted")
         running = self.abort(reason, str(parent["content"].get("msg_id") or ""))
         self._reply(stream, idents, parent, "mlx_abort_reply", {"was_running": running, "rank": self.rank})
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, Any]:
         return {
             "rank": self.rank,
             "pid": os.getpid(),
@@ -503,7 +399,7 @@ class RankAgent:
             "queue_kicks": self.queue_kicks,
         }
 
-    def _on_status(self, stream: Any, idents: Any, parent: dict) -> None:
+    def _on_status(self, stream: Any, idents: Any, parent: dict[str, Any]) -> None:
         self._reply(stream, idents, parent, "mlx_status_reply", self.status())
 
 
@@ -523,7 +419,7 @@ def install(kernel: Any, rank: int, env: Optional[RankEnv] = None) -> RankAgent:
     return AGENT
 
 
-def agent_state() -> dict:
+def agent_state() -> dict[str, Any]:
     """Whether this rank's agent is installed, and if not why (the cluster's start-up probe)."""
     import ipyparallel
 

@@ -35,10 +35,11 @@ def resolve(spec: str) -> Callable[..., Any]:
     module, _, name = str(spec).partition(":")
     if name not in ALLOWED.get(module, ()):
         raise ValueError(f"{spec!r} is not a function the cell channel may call on a rank")
-    return getattr(importlib.import_module(module), name)
+    fn: Callable[..., Any] = getattr(importlib.import_module(module), name)
+    return fn
 
 
-async def run(kernel: Any, post: Callable[[dict], None], msg: dict) -> None:
+async def run(kernel: Any, post: Callable[[dict[str, Any]], None], msg: dict[str, Any]) -> None:
     """Run the call ``msg`` names (after any request running now), then post its reply."""
     from jupyter_client.jsonutil import json_clean
 
@@ -48,7 +49,7 @@ async def run(kernel: Any, post: Callable[[dict], None], msg: dict) -> None:
         args = msg.get("args") or []
         async with main_lock(kernel):
             value = fn(*args)
-        content: dict = {"status": "ok", "value": json_clean(value)}
+        content: dict[str, Any] = {"status": "ok", "value": json_clean(value)}
     except BaseException as exc:  # noqa: BLE001 - the notebook gets the rank's error as one line
         text = (str(exc).strip().splitlines() or [""])[0][:300]
         content = {"status": "error", "ename": type(exc).__name__, "evalue": text, "traceback": []}

@@ -40,7 +40,7 @@ log = logging.getLogger("mlx_jupyter.cluster.rank.channel")
 FORWARDED = frozenset({"stream", "display_data", "update_display_data", "execute_result", "clear_output"})
 
 
-def _parent_of(msg_or_type: Any, parent: Any) -> dict:
+def _parent_of(msg_or_type: Any, parent: Any) -> dict[str, Any]:
     """The parent header of a message being sent (``Session.send``'s two ways of being called)."""
     if isinstance(msg_or_type, dict):
         return msg_or_type.get("parent_header") or {}
@@ -60,7 +60,7 @@ class RankChannel:
         self.url = url
         self.host, self.port = split_addr(url.split("://", 1)[-1])  # tcp://host:port
         self.connect_timeout = connect_timeout
-        self._seen: collections.deque = collections.deque(maxlen=256)  # ids run: a replayed cell is dropped
+        self._seen: collections.deque[object] = collections.deque(maxlen=256)  # ids run: a replayed cell is dropped
         self._reader = wire.FrameReader()
         self.sock: Optional[socket.socket] = None
         self.writer: Optional[Writer] = None
@@ -68,7 +68,7 @@ class RankChannel:
         self.connected = threading.Event()
         self._closed = False
         self._pid = os.getpid()
-        self._debug_lines: collections.deque = collections.deque()  # a debug session's answers (dbg_in)
+        self._debug_lines: collections.deque[Optional[str]] = collections.deque()  # a debug session's answers (dbg_in)
         self._route_outputs()
         threading.Thread(target=self._connect, name="mlx-cell-connect", daemon=True).start()
 
@@ -103,7 +103,7 @@ class RankChannel:
 
     # ------------------------------------------------------------ outbound (any thread)
 
-    def post(self, obj: dict) -> None:
+    def post(self, obj: dict[str, Any]) -> None:
         """Send ``obj`` to the notebook (from any thread; in order per thread)."""
         writer = self.writer
         if os.getpid() != self._pid:
@@ -175,7 +175,8 @@ class RankChannel:
                 self._seen.append(msg.get("id"))
                 self.kernel.io_loop.add_callback(self._execute, msg)
             elif msg["t"] == "dbg_in":
-                self._debug_lines.append(msg.get("line"))
+                line = msg.get("line")
+                self._debug_lines.append(None if line is None else str(line))
             elif msg["t"] == "call" and msg.get("id") not in self._seen:   # the product's own (rank/calls.py)
                 from mlx_jupyter.cluster.rank import calls
 
@@ -219,7 +220,7 @@ class RankChannel:
 
     # ------------------------------------------------------------ running a cell (main thread)
 
-    async def _execute(self, msg: dict) -> None:
+    async def _execute(self, msg: dict[str, Any]) -> None:
         """Run one cell as ipykernel's ``execute_request`` would, then post its reply."""
         kernel = self.kernel
         msg_id = str(msg.get("id", ""))
@@ -235,7 +236,7 @@ class RankChannel:
         request["msg_id"], request["msg_type"] = msg_id, "execute_request"
         # one request at a time, with %px cells and apply requests
         lock = main_lock(kernel)
-        reply: Optional[dict] = None
+        reply: Optional[dict[str, Any]] = None
         try:
             async with lock:
                 number_cells_as(kernel.shell, count if isinstance(count, int) else 0)
@@ -248,18 +249,20 @@ class RankChannel:
         finally:
             self._reply(msg_id, reply)
 
-    async def _run(self, request: dict, code: str) -> dict:
+    async def _run(self, request: dict[str, Any], code: str) -> dict[str, Any]:
         kernel = self.kernel
         kernel.set_parent([], request, channel="shell")
         kernel.pre_handler_hook()  # SIGINT -> KeyboardInterrupt while the cell runs, as for execute_request
         try:
-            return await kernel.do_execute(code, False, store_history=True, user_expressions={}, allow_stdin=False)
+            reply: dict[str, Any] = await kernel.do_execute(code, False, store_history=True, user_expressions={},
+                                                             allow_stdin=False)
+            return reply
         except KeyboardInterrupt:
             return {"status": "error", "ename": "KeyboardInterrupt", "evalue": "", "traceback": []}
         finally:
             kernel.post_handler_hook()
 
-    def _reply(self, msg_id: str, reply: Optional[dict]) -> None:
+    def _reply(self, msg_id: str, reply: Optional[dict[str, Any]]) -> None:
         """Flush the cell's streams (their outputs are posted first), then post the reply."""
         from jupyter_client.jsonutil import json_clean
 
@@ -295,7 +298,8 @@ def number_cells_as(shell: Any, count: int) -> None:
         compiler._mlxj_cache, compiler._mlxj_count = compiler.cache, 0
 
         def cache(transformed_code: str, number: int = 0, raw_code: Optional[str] = None) -> str:
-            return compiler._mlxj_cache(transformed_code, compiler._mlxj_count or number, raw_code)
+            name: str = compiler._mlxj_cache(transformed_code, compiler._mlxj_count or number, raw_code)
+            return name
 
         compiler.cache = cache
     compiler._mlxj_count = count

@@ -25,9 +25,19 @@ import sysconfig
 import threading
 import time
 from collections import OrderedDict, deque
-from typing import Any, Optional
+from typing import Any, Optional, Protocol
 
 from mlx_jupyter.where import sample
+
+
+class DebugPort(Protocol):
+    """What a pdb session talks through: the cell channel (:class:`~.channel.RankChannel`) or a :class:`ControlPort`."""
+
+    @property
+    def rank(self) -> int | str: ...
+    def post(self, msg: dict[str, Any]) -> None: ...
+    def wait_debug_line(self) -> Optional[str]: ...  # None: nobody can answer
+    def drop_debug_lines(self) -> None: ...
 
 
 class _Output(io.TextIOBase):
@@ -75,7 +85,7 @@ _IPYTHON_CACHE = re.compile(r"_{1,3}|_i{1,3}|_i?\d+|_(?:ih|oh|dh)")
 _IPYTHON_NAMES = frozenset(("In", "Out", "exit", "quit", "get_ipython"))
 
 
-def user_names(ns: dict) -> dict:
+def user_names(ns: dict[str, Any]) -> dict[str, Any]:
     """``ns`` without what IPython put in a cell's namespace (``In``, ``Out``, ``exit``, ``_ih``, ``_i3``,
     dunders): what the user defined (and ``mx``/``world``/``group``, which the product gave them)."""
     try:
@@ -95,7 +105,7 @@ class UserNamesPdb(pdb.Pdb):
 
     _WHOLE = ("locals()", "vars()", "globals()")
 
-    def _user_view(self, arg: str) -> Optional[dict]:
+    def _user_view(self, arg: str) -> Optional[dict[str, Any]]:
         frame = getattr(self, "curframe", None)
         if arg.strip() not in self._WHOLE or frame is None:
             return None
@@ -107,21 +117,24 @@ class UserNamesPdb(pdb.Pdb):
     def do_p(self, arg: str) -> None:
         view = self._user_view(arg)
         if view is None:
-            return super().do_p(arg)
+            super().do_p(arg)
+            return
         self.message(repr(view))
 
     def do_pp(self, arg: str) -> None:
         view = self._user_view(arg)
         if view is None:
-            return super().do_pp(arg)
+            super().do_pp(arg)
+            return
         self.message(pprint.pformat(view))
 
 
 class RankPdb(UserNamesPdb):
     """A pdb whose prompt is labelled with the rank and answered by the notebook."""
 
-    def __init__(self, channel: Any, cell_id: str, fallback: str = "c"):
+    def __init__(self, channel: DebugPort, cell_id: str, fallback: str = "c"):
         self.out = _Output()
+        # pdb reads only readline() of its stdin and writes to its stdout: ours are no IO[str]
         super().__init__(stdin=_Input(self), stdout=self.out, skip=SKIP, nosigint=True)  # type: ignore[arg-type]
         self.use_rawinput = False
         self.channel = channel
@@ -201,7 +214,7 @@ def _cell_id(kernel: Any) -> str:
     return str(header.get("msg_id", "")) if header.get("session") == CHANNEL_SESSION else ""
 
 
-def _channel_and_cell() -> tuple[Optional[Any], str]:
+def _channel_and_cell() -> tuple[Optional[DebugPort], str]:
     from mlx_jupyter.cluster.rank import channel as channel_mod
 
     chan = channel_mod.CHANNEL
@@ -229,16 +242,16 @@ class ControlPort:
     """One controller cell's pdb ends on this rank: what pdb writes waits for the notebook's next
     ``mlx_debug_request`` (control thread), whose ``line`` is pdb's next line (main thread)."""
 
-    def __init__(self, rank: Any, cell_id: str, contact: float = CONTACT):
+    def __init__(self, rank: int | str, cell_id: str, contact: float = CONTACT):
         self.rank = rank
         self.cell_id = cell_id
         self.contact = contact
         self._cond = threading.Condition()
-        self._lines: deque = deque()
-        self._outbox: list[dict] = []
+        self._lines: deque[Optional[str]] = deque()
+        self._outbox: list[dict[str, Any]] = []
         self.asked = False  # the notebook asked about this cell: someone drives the prompt
 
-    def post(self, msg: dict) -> None:
+    def post(self, msg: dict[str, Any]) -> None:
         with self._cond:
             self._outbox.append(msg)
 
@@ -259,7 +272,7 @@ class ControlPort:
                 self._cond.wait(0.25)
             return self._lines.popleft()
 
-    def request(self, content: dict) -> dict:
+    def request(self, content: dict[str, Any]) -> dict[str, Any]:
         """An ``mlx_debug_request`` (control thread): its ``line`` queued for pdb; what pdb wrote since the last."""
         with self._cond:
             self.asked = True
@@ -273,7 +286,7 @@ class ControlPort:
 
 _PORTS: "OrderedDict[str, ControlPort]" = OrderedDict()  # the last few controller cells' ports, by request id
 _PORTS_LOCK = threading.Lock()
-_RANK: Any = "?"
+_RANK: int | str = "?"
 
 
 def control_port(cell_id: str) -> ControlPort:
@@ -287,7 +300,7 @@ def control_port(cell_id: str) -> ControlPort:
         return port
 
 
-def _on_debug_request(kernel: Any, stream: Any, idents: Any, parent: dict) -> None:
+def _on_debug_request(kernel: Any, stream: Any, idents: Any, parent: dict[str, Any]) -> None:
     """``mlx_debug_request {cell, line?}`` on the control channel: see :class:`ControlPort`."""
     content = parent.get("content") or {}
     cell = str(content.get("cell") or "")
@@ -310,7 +323,7 @@ def _controller_cell() -> str:
         header.get("session") != CHANNEL_SESSION else ""
 
 
-def _session_ends() -> tuple[Optional[Any], str]:
+def _session_ends() -> tuple[Optional[DebugPort], str]:
     """What a pdb session talks through (the cell channel, or a controller cell's port) and the cell's id."""
     chan, cell_id = _channel_and_cell()
     if chan is not None and cell_id:
@@ -336,7 +349,7 @@ def install() -> None:
     ``mlx_debug_request`` (the rank's sampler, installed first, names the kernel and the rank)."""
     global _RANK, _HANDLER_INSTALLED
     sys.breakpointhook = breakpointhook
-    pdb.set_trace = lambda *, header=None: breakpointhook_at(sys._getframe(1), header)  # type: ignore[assignment]
+    pdb.set_trace = lambda *, header=None: breakpointhook_at(sys._getframe(1), header)
     from mlx_jupyter.cluster.rank import sampler
 
     if sampler.SAMPLER is not None:
@@ -373,7 +386,7 @@ def post_mortem(commands: str = "", grouped: bool = False) -> None:
     if commands:
         script = "".join(c.strip() + "\n" for c in commands.split(";") if c.strip()) + "q\n"
         out = _CellNamed(sys.stdout) if grouped else sys.stdout
-        debugger = UserNamesPdb(stdin=_Script(script, out), stdout=out, nosigint=True)
+        debugger = UserNamesPdb(stdin=_Script(script, out), stdout=out, nosigint=True)  # type: ignore[arg-type]  # as in RankPdb
         debugger.use_rawinput = False
         debugger.prompt = "(Pdb) " if grouped else f"(Pdb rank {rank}) "
     elif chan is None or not cell_id:

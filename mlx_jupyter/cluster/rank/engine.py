@@ -26,7 +26,7 @@ from mlx_jupyter.cluster.rank import channel, debugger, sampler
 from mlx_jupyter.launch import rank_env
 
 
-class MLXEngine(IPEngine):
+class MLXEngine(IPEngine):  # type: ignore[misc]  # ipyparallel ships no types
     """IPEngine with the rank agent installed after registration.
 
     An agent that could not be installed is reported by :func:`agent.agent_state`,
@@ -76,7 +76,7 @@ class MLXEngine(IPEngine):
         self._heart_started = True
         super().start_heartbeat(*args, **kwargs)
 
-    def _beat_early(self, msg: list, maybe_tunnel: Any) -> None:
+    def _beat_early(self, msg: list[Any], maybe_tunnel: Any) -> None:
         """Start the heart before the kernel is built, not after: the hub lists an engine only
         at its heartbeat after the engine's first pong (one to two ``HeartMonitor.period``), so
         that wait now overlaps the build. Requests sent meanwhile queue in the engine's sockets
@@ -92,7 +92,7 @@ class MLXEngine(IPEngine):
         except Exception as exc:  # ipyparallel starts it after the build, as without this
             self.log.debug("could not start the heart early: %s", exc)
 
-    async def complete_registration(self, msg, connect, maybe_tunnel):  # type: ignore[override]
+    async def complete_registration(self, msg: list[Any], connect: Any, maybe_tunnel: Any) -> None:
         self._beat_early(msg, maybe_tunnel)
         with without_debugpy():  # the kernel is built here
             await super().complete_registration(msg, connect, maybe_tunnel)

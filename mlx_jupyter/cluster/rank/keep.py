@@ -21,7 +21,7 @@ import socket
 import sys
 import types
 from pathlib import Path
-from typing import Any, MutableMapping, Optional
+from typing import Any, Callable, MutableMapping, Optional
 
 import cloudpickle
 
@@ -92,9 +92,9 @@ def _is_nn_value_and_grad(fn: types.FunctionType) -> bool:
 
 
 def _rebuild_value_and_grad(model: Any, fn: Any) -> Any:
-    import mlx.nn as nn
+    from mlx.nn.utils import value_and_grad   # mlx.nn's, defined there
 
-    return nn.value_and_grad(model, fn)
+    return value_and_grad(model, fn)
 
 
 def _new_group(kind: str) -> Any:
@@ -116,7 +116,7 @@ def buffer_address(buf: Any) -> int:
     return int(np.frombuffer(buf, dtype=np.uint8).__array_interface__["data"][0])
 
 
-def _rebuild_mlx(buf: Any, dtype: str, shape: tuple, view: Optional[str]) -> Any:
+def _rebuild_mlx(buf: Any, dtype: str, shape: tuple[int, ...], view: Optional[str]) -> Any:
     import mlx.core as mx
     import numpy as np
 
@@ -128,7 +128,7 @@ def _rebuild_mlx(buf: Any, dtype: str, shape: tuple, view: Optional[str]) -> Any
     return arr.view(getattr(mx, dtype)) if view else arr
 
 
-def _rebuild_torch(buf: Any, dtype: str, shape: tuple, view: Optional[str], requires_grad: bool) -> Any:
+def _rebuild_torch(buf: Any, dtype: str, shape: tuple[int, ...], view: Optional[str], requires_grad: bool) -> Any:
     import numpy as np
     import torch
 
@@ -143,14 +143,14 @@ def _rebuild_torch(buf: Any, dtype: str, shape: tuple, view: Optional[str], requ
 _NUMPY_LACKS = {"bfloat16": "uint16"}
 
 
-def _mlx_reduce(arr: Any) -> tuple:
+def _mlx_reduce(arr: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     import numpy as np
 
     dtype = str(arr.dtype).rsplit(".", 1)[-1]
     view = _NUMPY_LACKS.get(dtype)
     raw = arr.view(getattr(sys.modules["mlx.core"], view)) if view else arr
     data = np.ascontiguousarray(np.asarray(raw))
-    return _rebuild_mlx, (pickle.PickleBuffer(data), dtype, tuple(arr.shape), view)
+    return _rebuild_mlx, (pickle.PickleBuffer(data), dtype, tuple(arr.shape), view)  # type: ignore[arg-type]  # numpy's stubs: no __buffer__
 
 
 def _torch_reduce(t: Any) -> Any:
@@ -166,7 +166,7 @@ def _torch_reduce(t: Any) -> Any:
     return _rebuild_torch, (pickle.PickleBuffer(data), dtype, tuple(t.shape), view, bool(t.requires_grad))
 
 
-class _Pickler(cloudpickle.CloudPickler):
+class _Pickler(cloudpickle.CloudPickler):  # type: ignore[misc]  # cloudpickle ships no types
     """cloudpickle, with MLX arrays and torch CPU tensors as out-of-band buffers, and a clear
     refusal for what holds the old processes' resources."""
 
@@ -186,7 +186,7 @@ class _Pickler(cloudpickle.CloudPickler):
             return _mlx_reduce(obj)
         if isinstance(obj, types.FunctionType) and _is_nn_value_and_grad(obj):
             closure = dict(zip(obj.__code__.co_freevars, (c.cell_contents for c in obj.__closure__ or ())))
-            return _rebuild_value_and_grad, (closure["model"], obj.__wrapped__)
+            return _rebuild_value_and_grad, (closure["model"], getattr(obj, "__wrapped__"))  # functools.wraps set it
         if module == "torch" and type(obj).__name__ in ("Tensor", "Parameter"):
             if type(obj).__name__ == "Tensor":
                 reduced = _torch_reduce(obj)
@@ -195,11 +195,11 @@ class _Pickler(cloudpickle.CloudPickler):
         return super().reducer_override(obj)
 
 
-class _UserGlobals(dict):
+class _UserGlobals(dict[str, Any]):
     """Stands for the user's namespace as the globals of the functions defined in it: they are
     rebuilt with the new rank's namespace as their globals, as if defined there."""
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Callable[[], Any], tuple[()]]:
         return _target_namespace, ()
 
 
@@ -211,7 +211,7 @@ def _target_namespace() -> Any:
     return _TARGET["ns"]
 
 
-def _dumps(value: Any, ns: MutableMapping[str, Any], buffer_callback: Any, renewed: Optional[set] = None) -> bytes:
+def _dumps(value: Any, ns: MutableMapping[str, Any], buffer_callback: Any, renewed: Optional[set[str]] = None) -> bytes:
     """``value`` pickled; ``renewed`` gets the kinds of group in it that the new rank's replace."""
     out = io.BytesIO()
     pickler = _Pickler(out, protocol=5, buffer_callback=buffer_callback)
@@ -240,7 +240,7 @@ def _reason(value: Any, exc: BaseException) -> str:
 
 
 def save(dirname: str, rank: int, ns: Optional[MutableMapping[str, Any]] = None,
-         hidden: Optional[MutableMapping[str, Any]] = None, digests: bool = False) -> dict:
+         hidden: Optional[MutableMapping[str, Any]] = None, digests: bool = False) -> dict[str, Any]:
     """Save this rank's user names into ``<keep_root>/<dirname>/rank<r>.*``; what was saved and not.
     ``hidden``: what IPython itself put in the namespace (its ``open``...), left out while unchanged;
     ``digests``: also a digest per saved name (its pickle and its arrays' bytes), to compare across ranks."""
@@ -337,7 +337,8 @@ class _Files:
     """A rank's saved names as two files: the data (raw buffers, each once) and the index (pickles
     and where each buffer is in the data), written where the host has room."""
 
-    def __init__(self, whole: Optional[bytes], together: list, singles: dict, modules: dict[str, str]) -> None:
+    def __init__(self, whole: Optional[bytes], together: list[pickle.PickleBuffer], singles: dict[str, Any],
+                 modules: dict[str, str]) -> None:
         self.whole, self.together, self.singles, self.modules = whole, together, singles, modules
         self.folder: Optional[Path] = None
 
@@ -421,7 +422,7 @@ def _pad(fd: int, offset: int, align: int = 64) -> int:
     return extra
 
 
-def restore(dirname: str, rank: int, ns: Optional[MutableMapping[str, Any]] = None, discard_files: bool = True) -> dict:
+def restore(dirname: str, rank: int, ns: Optional[MutableMapping[str, Any]] = None, discard_files: bool = True) -> dict[str, Any]:
     """Bind the names rank ``rank`` saved into this rank's namespace; then remove its files (unless
     ``discard_files`` is False: a dead rank's new process reads them at the same time, :mod:`.peer_copy`)."""
     if ns is None:
@@ -467,7 +468,7 @@ def _user_ns() -> MutableMapping[str, Any]:
 
 
 def import_modules(modules: dict[str, str], ns: Optional[MutableMapping[str, Any]] = None,
-                   overwrite: bool = False) -> dict:
+                   overwrite: bool = False) -> dict[str, Any]:
     """Bind each name to its module (``np`` -> numpy): a rank's own saved imports (:func:`restore`,
     ``overwrite``), or, for a rank that kept nothing, the other ranks' imports, which are the same
     everywhere (names it has bound already stay); what came back and what did not."""

@@ -52,7 +52,7 @@ def main_lock(kernel: Any) -> Any:
     return kernel._main_asyncio_lock
 
 
-def send_abort_reply(kernel: Any, stream: Any, parent: dict, ident: Any) -> Any:
+def send_abort_reply(kernel: Any, stream: Any, parent: dict[str, Any], ident: Any) -> Any:
     """Answer ``parent`` "aborted", as the kernel does for a request aborted while queued."""
     return kernel._send_abort_reply(stream, parent, ident)
 

@@ -17,13 +17,14 @@ import pickle
 import socket
 import struct
 import threading
+from pathlib import Path
 from typing import Any, MutableMapping, Optional
 
 from mlx_jupyter.cluster.rank import keep
 from mlx_jupyter.cluster.rank.keep_files import keep_dir, private_dir, rank_folder
 
 
-def save_digested(dirname: str, rank: int) -> dict:
+def save_digested(dirname: str, rank: int) -> dict[str, Any]:
     """:func:`keep.save`, with each name's digest (``"digests"``) to compare across the live ranks,
     and the names this rank's cells computed from its rank number (``"from_rank"``): with one live
     rank, nothing to compare with, those are what the dead rank must not get."""
@@ -104,7 +105,7 @@ def _bound(target: ast.AST) -> set[str]:
 
 
 def restore_from(dirname: str, peer: int, names: list[str], ns: Optional[MutableMapping[str, Any]] = None,
-                 stem: str = "rank") -> dict:
+                 stem: str = "rank") -> dict[str, Any]:
     """Bind ``names`` (and every import) that rank ``peer`` saved on this host into this rank's
     namespace; what came back and what did not (the peer's files are left in place). ``stem``:
     "copy" for the files :func:`fetch_from` brought from another host."""
@@ -151,7 +152,7 @@ def restore_from(dirname: str, peer: int, names: list[str], ns: Optional[Mutable
     return {"restored": restored, "imports": back["restored"], "failed": failed, "peer": peer}
 
 
-def _only(ns: MutableMapping[str, Any], before: dict, kept: set[str]) -> None:
+def _only(ns: MutableMapping[str, Any], before: dict[str, Any], kept: set[str]) -> None:
     """Undo what unpickling bound besides ``kept``: a function brings the globals it reads, and
     one that reads a name that differs across ranks (a shard) must not leave the peer's value."""
     for name in [n for n in ns if n not in kept and (n not in before or ns[n] is not before[n])]:
@@ -161,7 +162,7 @@ def _only(ns: MutableMapping[str, Any], before: dict, kept: set[str]) -> None:
             del ns[name]
 
 
-def _whole(index: dict, view: memoryview, wanted: Optional[list[str]] = None) -> Optional[dict]:
+def _whole(index: dict[str, Any], view: memoryview, wanted: Optional[list[str]] = None) -> Optional[dict[str, Any]]:
     """Every name the peer saved, from its one pickle of them all (None if that fails). The MLX
     arrays that only names other than ``wanted`` hold are not copied into MLX (they come back as
     None: those names are dropped), so a dead rank does not pay for its peer's own shard."""
@@ -173,7 +174,8 @@ def _whole(index: dict, view: memoryview, wanted: Optional[list[str]] = None) ->
         used = {o for name, _, rec in index["records"] if name in wanted for o, _ in rec}
         keep.SKIP.update(keep.buffer_address(b) for (o, n), b in zip(spans, buffers) if n and o not in used)
     try:
-        return pickle.loads(whole, buffers=buffers)
+        names: dict[str, Any] = pickle.loads(whole, buffers=buffers)
+        return names
     except Exception:  # noqa: BLE001 - then name by name
         return None
     finally:
@@ -185,7 +187,7 @@ TOKEN_BYTES = 32
 _HEADER = struct.Struct("!QQ")
 
 
-def serve(dirname: str, rank: int, token_hex: str, timeout: float = 60.0) -> dict:
+def serve(dirname: str, rank: int, token_hex: str, timeout: float = 60.0) -> dict[str, Any]:
     """Offer this rank's saved files to one connection that first sends ``token_hex``'s bytes
     (another host's new rank, :func:`fetch_from`); its address: ``{"host", "port"}``."""
     folder = private_dir(rank_folder(dirname, rank), create=False)
@@ -215,7 +217,7 @@ def _ring_address(rank: int) -> str:
         return ""
 
 
-def _send_once(server: socket.socket, token: bytes, paths: list, timeout: float) -> None:
+def _send_once(server: socket.socket, token: bytes, paths: list[Path], timeout: float) -> None:
     """Accept until the connection with the token (or the timeout); send it the two files."""
     with server:
         while True:
@@ -249,7 +251,7 @@ def _read_exact(conn: socket.socket, n: int) -> bytes:
 
 
 def fetch_from(dirname: str, peer: int, host: str, port: int, token_hex: str, names: list[str],
-               timeout: float = 60.0) -> dict:
+               timeout: float = 60.0) -> dict[str, Any]:
     """Bring rank ``peer``'s saved files from its host (:func:`serve`) into this host's keep folder,
     bind ``names`` from them (:func:`restore_from`), and remove the copy."""
     folder = private_dir(keep_dir(dirname), create=True)

@@ -54,7 +54,7 @@ def _stamp(value: Any) -> Optional[float]:
     return None
 
 
-def request_key(parent: dict) -> Optional[dict]:
+def request_key(parent: dict[str, Any]) -> Optional[dict[str, Any]]:
     """What identifies the call a cell's ``execute_request`` belongs to, as every rank of that call sees it.
 
     One call sends each rank its own request: ipyparallel's views one per engine (same client
@@ -72,7 +72,7 @@ def request_key(parent: dict) -> Optional[dict]:
     return key
 
 
-def same_request(mine: Optional[dict], theirs: Any) -> bool:
+def same_request(mine: Optional[dict[str, Any]], theirs: Any) -> bool:
     """Whether my request and a raising peer's (:func:`request_key`, plus ``ran``: seconds the peer's
     request ran before it raised) are one call: same client, same code, and mine sent before the
     client could have seen the peer's error (by the client's clock: ``date`` + ``ran``). A call the
@@ -102,7 +102,7 @@ class PeerLink:
     each authentic notice a peer sends (on a thread of its own)."""
 
     def __init__(self, rank: int, rows: list[tuple[str, int]], key: bytes,
-                 on_raised: Callable[[int, dict, str], None]):
+                 on_raised: Callable[[int, dict[str, Any], str], None]):
         self.rank, self.rows, self.key, self.on_raised = rank, rows, key, on_raised
         self._seen: dict[str, float] = {}
         self.sock = self._bind(*rows[rank])
@@ -122,7 +122,7 @@ class PeerLink:
     def _sign(self, body: bytes) -> bytes:
         return hmac.new(self.key, body, hashlib.sha256).hexdigest().encode()
 
-    def tell_raised(self, key: dict, error: str) -> None:
+    def tell_raised(self, key: dict[str, Any], error: str) -> None:
         """Tell every peer that this rank's request ``key`` raised ``error`` (never raises)."""
         body = json.dumps({"from": self.rank, "key": key, "error": error[:2000], "t": time.time(),
                            "nonce": os.urandom(8).hex()}).encode()
@@ -150,13 +150,15 @@ class PeerLink:
                 except Exception:  # pragma: no cover - a bug; keep serving
                     log.exception("peer notice failed")
 
-    def _open(self, data: bytes) -> Optional[dict]:
+    def _open(self, data: bytes) -> Optional[dict[str, Any]]:
         """The notice in ``data`` if it is signed with our key, fresh and not seen before."""
         sig, _, body = data.partition(b" ")
         if not hmac.compare_digest(sig, self._sign(body)):
             return None
         try:
             notice = json.loads(body)
+            if not isinstance(notice, dict):
+                return None
             age = time.time() - float(notice["t"])
             nonce = str(notice["nonce"])
         except (ValueError, KeyError, TypeError):
@@ -178,7 +180,7 @@ def _is_loopback(host: str) -> bool:
     return is_local(host)
 
 
-def open_link(rank: int, hostfile: str, key: bytes, on_raised: Callable[[int, dict, str], None]) -> Optional[PeerLink]:
+def open_link(rank: int, hostfile: str, key: bytes, on_raised: Callable[[int, dict[str, Any], str], None]) -> Optional[PeerLink]:
     """This rank's peer link, or None (no ring hostfile, a rank alone, no session key, the port taken)."""
     rows = ring_rows(hostfile)
     if len(rows) < 2 or not 0 <= rank < len(rows) or not key:

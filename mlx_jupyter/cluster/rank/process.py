@@ -13,7 +13,7 @@ def rss() -> int:
     try:
         import psutil
 
-        return psutil.Process().memory_info().rss
+        return int(psutil.Process().memory_info().rss)
     except Exception:
         import resource
 
@@ -24,7 +24,7 @@ def rss() -> int:
 def _figure_png(fig: Any) -> Any:
     from IPython.core.pylabtools import print_figure
 
-    return print_figure(fig, "png")
+    return print_figure(fig, "png")  # type: ignore[no-untyped-call]  # IPython's, untyped
 
 
 def register_figure_png(shell: Any) -> None:
@@ -44,7 +44,7 @@ def _text_notebook_bar() -> type:
     """tqdm's text bar, accepting what ``tqdm.notebook``'s bar takes beyond it (``display``)."""
     from tqdm.std import tqdm
 
-    class tqdm_notebook(tqdm):  # noqa: N801 - tqdm's own name, as user code spells it
+    class tqdm_notebook(tqdm):  # type: ignore[misc]  # noqa: N801 - tqdm's own name; tqdm ships no types
         """tqdm's text bar in place of its notebook widget (a rank cannot show a widget)."""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -100,7 +100,7 @@ class CellSampler:
             except Exception:
                 pass
 
-    def take(self) -> dict:
+    def take(self) -> dict[str, Any]:
         """A sample now (any thread)."""
         return sample.take(None, self.rank, self.cpu, rss(), running=self._running)
 
@@ -130,7 +130,7 @@ class CellSampler:
                 if self._serial == serial:
                     self._cond.wait(INTERVAL)
 
-    def _on_where(self, stream: Any, idents: Any, parent: dict) -> None:
+    def _on_where(self, stream: Any, idents: Any, parent: dict[str, Any]) -> None:
         content = {"status": "ok", **self.take()}
         self.kernel.session.send(stream, "mlx_where_reply", content, parent=parent, ident=idents)
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 import os
 import socket
 import time
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from mlx_jupyter.net.hosts import Address
 
 
 def socket_fds() -> dict[int, int]:
@@ -35,7 +38,7 @@ def socket_fds() -> dict[int, int]:
     return out
 
 
-def _read_ring(path: str) -> list[list[tuple[str, int]]]:
+def _read_ring(path: str) -> list[list[Address]]:
     """The ring hostfile at ``path`` (one parser: :func:`mlx_jupyter.launch.rank_env.parse_ring_hostfile`);
     [] if unreadable."""
     from mlx_jupyter.launch.rank_env import parse_ring_hostfile

@@ -69,7 +69,7 @@ class Recorder:
         self._cache: dict[str, tuple[Any, bytes, list[str]]] = {}   # name -> (function or class, its pickle, digests)
         self._evaluated: dict[str, Any] = {}   # name -> the MLX array evaluated at the last cell's end
         self._load()
-        self._slot: Optional[tuple[int, dict, int]] = None
+        self._slot: Optional[tuple[int, dict[str, Any], int]] = None
         self._cv = threading.Condition()
         self._busy = False
         self._stop = False
@@ -148,7 +148,7 @@ class Recorder:
             self._stream = mx.new_stream(mx.cpu)
         return mx.stream(self._stream)
 
-    def _record(self, number: int, names: dict, began: int) -> None:
+    def _record(self, number: int, names: dict[str, Any], began: int) -> None:
         import types
 
         from mlx_jupyter.cluster.rank import keep
@@ -201,7 +201,8 @@ class Recorder:
                 cache[name] = (value, payload, digests)
         if moved():
             return
-        index = {"cell": number, "records": records, "modules": modules, "not_kept": not_kept, "time": time.time()}
+        recorded_at = time.time()
+        index = {"cell": number, "records": records, "modules": modules, "not_kept": not_kept, "time": recorded_at}
         tmp = self.folder / f"rank{self.rank}.record.tmp"
         with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
             pickle.dump(index, f, protocol=5)
@@ -214,7 +215,7 @@ class Recorder:
                 pass
         self.blobs = used
         self._cache = cache
-        self.cell, self.names, self.recorded_at = number, list(records) + list(modules), index["time"]
+        self.cell, self.names, self.recorded_at = number, list(records) + list(modules), recorded_at
         self.written, self.seconds = written, time.perf_counter() - t0
 
     def _write_blob(self, raw: memoryview, stop: Optional[Callable[[], bool]] = None) -> str:
@@ -257,7 +258,7 @@ def cell_ended(number: int) -> None:
         recorder.cell_ended(number)
 
 
-def enable(dirname: str, rank: int) -> dict:
+def enable(dirname: str, rank: int) -> dict[str, Any]:
     """Record this rank's names into this host's keep folder ``dirname`` after every clean cell."""
     global RECORDER
     from mlx_jupyter.cluster.rank import agent as _agent
@@ -275,7 +276,7 @@ def enable(dirname: str, rank: int) -> dict:
     return describe()
 
 
-def disable() -> dict:
+def disable() -> dict[str, Any]:
     """Stop recording (the record on disk stays until the cluster stops)."""
     global RECORDER
     recorder, RECORDER = RECORDER, None
@@ -285,7 +286,7 @@ def disable() -> dict:
     return {"on": False}
 
 
-def describe(wait: float = 0.0) -> dict:
+def describe(wait: float = 0.0) -> dict[str, Any]:
     """Whether this rank records, and its last record: cell, names, bytes written, seconds."""
     recorder = RECORDER
     if recorder is None:
@@ -298,7 +299,7 @@ def describe(wait: float = 0.0) -> dict:
             "folder": str(recorder.folder)}
 
 
-def restore(dirname: str, rank: int, skip: list[str]) -> dict:
+def restore(dirname: str, rank: int, skip: list[str]) -> dict[str, Any]:
     """Bind the names rank ``rank``'s record holds (but ``skip``: its peers gave those) into this
     rank's namespace, with the record's imports; what came back, from which cell, and what did not."""
     import mmap
@@ -315,7 +316,7 @@ def restore(dirname: str, rank: int, skip: list[str]) -> dict:
     ns = keep._user_ns()
     back = keep.import_modules({n: m for n, m in index["modules"].items() if n not in skip}, ns)
     restored, failed = [], dict(back["failed"])
-    maps: dict[str, Any] = {}
+    maps: dict[str, memoryview] = {}
 
     def blob(digest: str) -> memoryview:
         if digest not in maps:

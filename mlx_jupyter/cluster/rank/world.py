@@ -85,7 +85,7 @@ def start_world_early(wait: float = 30.0) -> bool:
     return True
 
 
-def setup(backend: str, world: bool = True, group: bool = True, timeout: float = 30.0) -> dict:
+def setup(backend: str, world: bool = True, group: bool = True, timeout: float = 30.0) -> dict[str, Any]:
     """Define ``mx``, ``world`` (MLX's group) and ``group`` (ours) in this rank's namespace, each only
     where the name is free or still the product's (:mod:`~mlx_jupyter.cluster.rank.names`).
 
@@ -132,7 +132,7 @@ def _form_world(backend: str, timeout: float) -> tuple[Any, dict[int, int]]:
     return w, world_socket_fds(before, env.mlx_hostfile)
 
 
-def reform(timeout: float = 30.0, only_if_needed: bool = False) -> dict:
+def reform(timeout: float = 30.0, only_if_needed: bool = False) -> dict[str, Any]:
     """(Re)form our core's group (the product's: :data:`NAMES.group`); bind it as ``group`` where the
     name is free or still the product's. ``bound`` says whether it was."""
     agent = _agent.AGENT

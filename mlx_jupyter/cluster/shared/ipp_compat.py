@@ -111,7 +111,7 @@ def init_hub_without_pause() -> Iterator[None]:
     from ipyparallel.controller import app
 
     real = app.time
-    app.time = _NoPause()  # type: ignore[assignment]
+    app.time = _NoPause()
     try:
         yield
     finally:
@@ -125,7 +125,7 @@ def heart_monitor_target(target: Callable[..., None]) -> Iterator[None]:
     from ipyparallel.controller import app
 
     real = app.start_heartmonitor
-    app.start_heartmonitor = target  # type: ignore[assignment]
+    app.start_heartmonitor = target
     try:
         yield
     finally:
@@ -162,7 +162,7 @@ def is_closed(client: Any) -> bool:
     return client is None or client._closed
 
 
-def send_control(client: Any, rank: int, msg_type: str, content: dict) -> Any:
+def send_control(client: Any, rank: int, msg_type: str, content: dict[str, Any]) -> Any:
     """Send ``msg_type`` to ``rank``'s control channel; a future of the reply."""
     ident = client._build_targets([rank])[0][0]
     return client._send(client._control_stream, msg_type, content=content, ident=ident)
@@ -173,7 +173,7 @@ def send_execute(client: Any, rank: int, code: str, hook: Callable[[Any], None],
     can arrive; ``cell_number``: the notebook's execution count, for the rank's tracebacks (0: none).
     Returns the request's msg_id."""
     idents, _ = client._build_targets([rank])
-    metadata: dict = {"label": "mlx_distributed", **({"cell_number": cell_number} if cell_number else {})}
+    metadata: dict[str, Any] = {"label": "mlx_distributed", **({"cell_number": cell_number} if cell_number else {})}
     # through the client's ZMQStream, as ipyparallel's views do, never raw on
     # `_mux_socket`: a raw send on that DEALER (requests out, replies in) can
     # consume the edge-triggered ZMQ_FD's read edge without the stream seeing
@@ -182,7 +182,8 @@ def send_execute(client: Any, rank: int, code: str, hook: Callable[[Any], None],
         client._mux_stream, code, silent=False, ident=idents[0],
         metadata=metadata, message_future_hook=hook,
     )
-    return fut.msg_id
+    msg_id: str = fut.msg_id
+    return msg_id
 
 
 def unregister(client: Any, ranks: Iterable[int]) -> None:

@@ -85,13 +85,13 @@ class FrameReader:
         return len(self._buf)
 
 
-def encode(session: Any, obj: dict) -> list[bytes]:
+def encode(session: Any, obj: dict[str, Any]) -> list[bytes]:
     """``[signature, payload]`` for ``obj``."""
     payload = session.pack(obj)
     return [session.sign([payload]), payload]
 
 
-def decode(session: Any, frames: Sequence[bytes]) -> dict:
+def decode(session: Any, frames: Sequence[bytes]) -> dict[str, Any]:
     """The object in a frame pair from :func:`encode`; raises :class:`WireError` if unsigned or bad."""
     if len(frames) != 2:
         raise WireError(f"expected 2 frames (signature, payload), got {len(frames)}")

@@ -79,7 +79,7 @@ def node_ip(node: NodeInfo) -> str:
     except OSError as exc:
         raise SlurmError(f"node {node.name}: cannot resolve its address {node.addr!r} ({exc.strerror or exc}); "
                          "the ring backend needs each node's IP") from None
-    addrs = sorted({i[4][0] for i in infos}, key=lambda a: (":" in a, a))
+    addrs = sorted({str(i[4][0]) for i in infos}, key=lambda a: (":" in a, a))
     return addrs[0]
 
 

@@ -10,12 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import signal as _signal
-from typing import Optional
+import sys
+from typing import TYPE_CHECKING, Optional
 
-from mlx_jupyter.launch.rankinfo import EXITED, KILLED, LOST, PENDING, describe_exit
+from mlx_jupyter.launch.rankinfo import EXITED, KILLED, LOST, PENDING, RankInfo, describe_exit
 from mlx_jupyter.launch.slurm import commands
 from mlx_jupyter.launch.slurm.commands import SlurmError
 from mlx_jupyter.launch.slurm.parse import JobState, SrunNote, format_duration
+
+if TYPE_CHECKING:
+    from mlx_jupyter.launch.launch_config import LaunchConfig
+    from mlx_jupyter.launch.slurm.allocation import Allocation
+    from mlx_jupyter.launch.slurm.output import StepOutput
+
+PROG = "mlx-jupyter launch"
 
 #: What srun prints for a task killed by a signal (strsignal), as exit codes 128 + N.
 _SIGNAL_TEXT = {"Killed": _signal.SIGKILL, "Terminated": _signal.SIGTERM, "Interrupt": _signal.SIGINT,
@@ -36,7 +44,36 @@ def note_code(note: SrunNote) -> Optional[int]:
 
 
 class Ending:
-    """Part of :class:`~mlx_jupyter.launch.slurm.job.SlurmJob`: its end, told."""
+    """Part of :class:`~mlx_jupyter.launch.slurm.job.SlurmJob`: its end, told. The state below is the job's
+    (it sets every field in its ``__init__``); this part reads it and settles the ranks' fates in it."""
+
+    config: LaunchConfig
+    allocation: Optional[Allocation]
+    ranks: list[RankInfo]
+    failures: list[int]           # ranks that failed by themselves, first first
+    end_note: str                 # how Slurm ended the job, if it did
+    _output: Optional[StepOutput]
+    _srun_code: Optional[int]
+    _stopping: bool
+    _fail_timer: Optional[asyncio.TimerHandle]   # set once a rank failed and the others are being ended
+    _told: set[int]               # ranks whose end on_exit has heard of
+    _lost_why: dict[str, str]     # node -> why its ranks were lost
+
+    @property
+    def job_id(self) -> Optional[int]:
+        """The Slurm job the step runs in, once known."""
+        return self.allocation.job_id if self.allocation else None
+
+    def _tell_exit(self, rank: int, code: Optional[int]) -> None:
+        """``on_exit(rank, code)`` once per rank; None when no code is known (a rank lost, or ended by Slurm
+        with its wrapper: "exit status unknown", not a made-up signal)."""
+        if rank in self._told or self.config.on_exit is None:
+            return
+        self._told.add(rank)
+        try:
+            self.config.on_exit(rank, code)
+        except Exception as exc:  # noqa: BLE001 - a user callback must not kill the launcher
+            print(f"{PROG}: on_exit callback failed: {exc!r}", file=sys.stderr)
 
     def srun_said(self) -> str:
         """srun's last lines of its own, joined."""
@@ -45,7 +82,7 @@ class Ending:
     async def _conclude(self) -> None:
         """After srun: settle every rank's state; ask Slurm why the job ended if it ended badly."""
         notes = list(self._output.notes) if self._output is not None else []
-        failed_nodes = {n.node for n in notes if n.kind == "node_failure"}
+        failed_nodes = {n.node for n in notes if n.kind == "node_failure" and n.node is not None}
         by_task = {t: n for n in notes if n.kind == "task" for t in n.tasks}
         for info in self.ranks:
             if info.returncode is not None or info.state == PENDING:   # ended, or never started
@@ -63,7 +100,7 @@ class Ending:
         self._settle_failures(notes)
         trouble = self.failures or any(i.state == LOST for i in self.ranks) or self._srun_code not in (0, None)
         if trouble and not self._stopping_by_us() and self.job_id is not None:
-            await self._explain(notes, failed_nodes)
+            await self._explain(notes, failed_nodes, self.job_id)
         self._lost_why = await self._lost_reasons(failed_nodes)
         for info in self.ranks:   # the ends heard of only now (srun's notes, the silent): on_exit too
             if info.state != PENDING:
@@ -90,9 +127,9 @@ class Ending:
         """Whether we ended the step (a stop, not the failure timer)."""
         return self._stopping and self._fail_timer is None
 
-    async def _explain(self, notes: list[SrunNote], failed_nodes: set[str]) -> None:
+    async def _explain(self, notes: list[SrunNote], failed_nodes: set[str], job_id: int) -> None:
         try:
-            state: Optional[JobState] = await asyncio.to_thread(commands.job_state, self.job_id)
+            state: Optional[JobState] = await asyncio.to_thread(commands.job_state, job_id)
         except SlurmError:
             state = None
         cancelled = [n for n in notes if n.kind == "cancelled"]
@@ -101,7 +138,7 @@ class Ending:
         ours = self.allocation.nodelist if self.allocation is not None and self.allocation.owned else ""
         where = ours or (state.nodes if state and state.nodes else "") or next((n.node for n in cancelled if n.node), "")
         on = f" on {where}" if where else ""
-        job = f"Slurm job {self.job_id}"
+        job = f"Slurm job {job_id}"
         ended = (state.state, state.reason) if state else ("", "")
         if "TIMEOUT" in ended or "TimeLimit" in ended or "TIME LIMIT" in why:
             limit = f" ({format_duration(state.time_limit)})" if state and state.time_limit else ""
@@ -157,7 +194,7 @@ class Ending:
         for r in self.failures:
             i = self.ranks[r]
             parts.append(f"rank {r} on {i.host} {_exited(i.returncode)}")
-        why = getattr(self, "_lost_why", {})
+        why = self._lost_why
         for i in self.ranks:
             if i.state == LOST:
                 parts.append(f"rank {i.rank} on {i.host} lost ({why.get(i.host, 'no end reported')})")

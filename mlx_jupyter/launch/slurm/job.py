@@ -17,8 +17,9 @@ import secrets
 import signal as _signal
 import sys
 import threading
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Optional, Sequence
 
+from mlx_jupyter.hostfile import Host
 from mlx_jupyter.launch.backends import RECORDS, get
 from mlx_jupyter.launch import contract, where_ask
 from mlx_jupyter.launch.launch_config import LaunchConfig, rank_argv
@@ -28,7 +29,7 @@ from mlx_jupyter.launch.local import LocalProcess
 from mlx_jupyter.launch.rankinfo import EXITED, KILLED, RUNNING, RankInfo
 from mlx_jupyter.launch.slurm import commands
 from mlx_jupyter.launch.slurm.allocation import Allocation, WaitCancelled, print_state
-from mlx_jupyter.launch.slurm.ending import Ending
+from mlx_jupyter.launch.slurm.ending import PROG, Ending
 from mlx_jupyter.launch.slurm.options import NAME_PREFIX, SlurmOptions, in_step, split_args, step_argv
 from mlx_jupyter.launch.slurm.output import StepOutput
 from mlx_jupyter.launch.slurm.plan import derived_port, plan_step, rank_hosts
@@ -37,7 +38,9 @@ from mlx_jupyter.launch.streams import LineSplitter
 from mlx_jupyter.launch.monitor import emit_line
 from mlx_jupyter.launch.where_ask import WhereAnswers
 
-PROG = "mlx-jupyter launch"
+if TYPE_CHECKING:
+    from mlx_jupyter.where.model import Where
+
 #: Backends whose contract srun can give (jaccl needs each host's RDMA devices from a hostfile).
 SLURM_BACKENDS = tuple(b.name for b in RECORDS if b.slurm)
 
@@ -53,7 +56,7 @@ class SlurmJob(Ending):
         if backend not in SLURM_BACKENDS:
             raise LaunchError(f"--backend {backend} is not available with Slurm: use {', '.join(SLURM_BACKENDS)} "
                               "(jaccl needs each host's RDMA devices from a hostfile)")
-        config.backend = backend
+        config.backend = self.backend = backend
         if config.rank_env is not None:
             raise LaunchError("rank_env is not available with Slurm: srun gives every task the same environment "
                               "(each rank has MLX_RANK, SLURM_PROCID and SLURM_LOCALID)")
@@ -62,7 +65,7 @@ class SlurmJob(Ending):
         self.name = self.opts.job_name or NAME_PREFIX + secrets.token_hex(4)
         self.allocation: Optional[Allocation] = None
         self.step: Optional[str] = None            # "job.step" once the first rank reports it
-        self.hosts: list = []
+        self.hosts: list[Host] = []
         self.ranks: list[RankInfo] = []
         self.failures: list[int] = []
         self._srun: Optional[LocalProcess] = None
@@ -74,9 +77,10 @@ class SlurmJob(Ending):
         self._cancel = threading.Event()           # wakes a wait for a pending job
         self._stopping = False
         self._fail_timer: Optional[asyncio.TimerHandle] = None
-        self._tasks: list[asyncio.Task] = []
-        self.end_note = ""                         # how Slurm ended the job, if it did
-        self._told: set[int] = set()               # ranks whose end on_exit has heard of
+        self._tasks: list[asyncio.Task[object]] = []   # held: the loop keeps only weak references to tasks
+        self.end_note = ""
+        self._told: set[int] = set()
+        self._lost_why: dict[str, str] = {}
         self.where_answers = WhereAnswers()        # the ranks' answers to SIGUSR1 (--where-on-signal)
 
     # ------------------------------------------------------------- starting --
@@ -84,10 +88,6 @@ class SlurmJob(Ending):
     def size(self) -> int:
         """Number of ranks (as asked for, until the allocation's nodes are known)."""
         return len(self.hosts) or (self.opts.nodes or 1) * self.opts.ranks_per_node
-
-    @property
-    def job_id(self) -> Optional[int]:
-        return self.allocation.job_id if self.allocation else None
 
     def log(self, msg: str) -> None:
         if self.config.verbose:
@@ -144,7 +144,7 @@ class SlurmJob(Ending):
         c = self.config
         port = c.starting_port or derived_port(self.job_id or 0, len(self.hosts), c.connections_per_ip)
         mpi_env = None
-        if get(c.backend).mpirun:
+        if get(self.backend).mpirun:
             from mlx_jupyter.launch.mpi import find_libmpi
 
             libname, libdir = find_libmpi()
@@ -152,7 +152,7 @@ class SlurmJob(Ending):
                                         libdir=libdir, darwin=platform.system() == "Darwin",
                                         inherited=os.environ).env
         try:
-            plan = plan_step(c.backend, self.hosts, env=dict(c.env), token=self.token, starting_port=port,
+            plan = plan_step(self.backend, self.hosts, env=dict(c.env), token=self.token, starting_port=port,
                              connections_per_ip=c.connections_per_ip, nccl_port=c.nccl_port, verbose=c.verbose,
                              mpi_env=mpi_env)
         except ValueError as exc:
@@ -162,7 +162,7 @@ class SlurmJob(Ending):
     async def _start_step(self, nodes: list[str], subset: bool) -> None:
         c = self.config
         env = {**os.environ, **self._plan()}
-        if not get(c.backend).mpirun:   # mpi ranks share output lines: unbuffered fragments would interleave
+        if not get(self.backend).mpirun:   # mpi ranks share output lines: unbuffered fragments would interleave
             env.setdefault("PYTHONUNBUFFERED", "1")
         # the current allocation (not ours, not one held for us): --slurm-arg options are srun's
         explicit = self.allocation is not None and not self.allocation.owned and self.opts.job_id is None
@@ -171,28 +171,30 @@ class SlurmJob(Ending):
         except ValueError as exc:
             raise LaunchError(str(exc)) from None
         mpi = None
-        if get(c.backend).mpirun and not any(a.startswith("--mpi") for a in extra):
+        if get(self.backend).mpirun and not any(a.startswith("--mpi") for a in extra):
             mpi = await asyncio.to_thread(commands.mpi_plugin)
         argv = step_argv(self.job_id or 0, nodes, self.opts.ranks_per_node, name=self.name, stdin=c.stdin,
                          kill_on_bad_exit=c.terminate_on_failure, subset=subset, mpi=mpi,
                          in_step=explicit and in_step(os.environ), extra=extra)
-        argv += wrapper_argv(self.where_answers.boot(rank_argv(c.command, c.python, c.cwd), c))
+        argv += wrapper_argv(self.where_answers.boot(rank_argv(c.command, c.python, c.cwd), c.where_on_signal))
         self.log(f"starting {self.size} rank(s) on {', '.join(nodes)} in Slurm job {self.job_id}")
-        self._output = StepOutput(self.size, self._emit, self._on_start, self._on_rank_exit)
-        out = LineSplitter(lambda line: self._output.line("stdout", line))
-        err = LineSplitter(lambda line: self._output.line("stderr", line))
+        output = self._output = StepOutput(self.size, self._emit, self._on_start, self._on_rank_exit)
+        out = LineSplitter(lambda line: output.line("stdout", line))
+        err = LineSplitter(lambda line: output.line("stderr", line))
         if c.cwd is not None and not os.path.isdir(c.cwd):
             raise LaunchError(f"working directory {c.cwd!r} does not exist here, where srun runs (--cwd)")
         self._srun = await LocalProcess.spawn(argv, env, c.cwd, c.stdin, out, err, "srun", self._guard)
         self._tasks.append(asyncio.ensure_future(self._watch_srun()))
-        ended = asyncio.ensure_future(self._done.wait())
-        started = asyncio.ensure_future(self._started.wait())
+        assert self._done is not None and self._started is not None, "start() first"
+        done, all_started = self._done, self._started
+        ended = asyncio.ensure_future(done.wait())
+        started = asyncio.ensure_future(all_started.wait())
         try:
             await asyncio.wait({ended, started}, timeout=c.start_timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
             ended.cancel()
             started.cancel()
-        if not self._started.is_set() and not self._done.is_set():
+        if not all_started.is_set() and not done.is_set():
             waiting = [str(i.rank) for i in self.ranks if i.state != RUNNING and not i.done]
             raise LaunchError(f"Slurm job {self.job_id}: rank(s) {', '.join(waiting)} did not start within "
                               f"{c.start_timeout:g} s (srun said: {self.srun_said() or 'nothing'})")
@@ -200,9 +202,9 @@ class SlurmJob(Ending):
     # -------------------------------------------------------------- running --
     def _emit(self, rank: int, stream: str, line: str) -> None:
         if not self.where_answers.line(rank, stream, line):
-            emit_line(self.config, self.size, rank, stream, line)
+            emit_line(self.config.on_output, self.size, rank, stream, line)
 
-    async def where(self, timeout: float = 2.0) -> Any:
+    async def where(self, timeout: float = 2.0) -> Where:
         """Where every rank is: SIGUSR1 to the step (``scancel --signal=USR1``; the task wrapper lets it
         pass), the answers of the ranks started with ``where_on_signal`` within ``timeout`` s."""
         ranks = [i.rank for i in self.ranks]
@@ -244,17 +246,6 @@ class SlurmJob(Ending):
             self._fail_timer = loop.call_later(self.opts.failure_grace,
                                                lambda: self._tasks.append(asyncio.ensure_future(self.stop())))
 
-    def _tell_exit(self, rank: int, code: Optional[int]) -> None:
-        """``on_exit(rank, code)`` once per rank; None when no code is known (a rank lost, or ended by Slurm
-        with its wrapper: "exit status unknown", not a made-up signal)."""
-        if rank in self._told or self.config.on_exit is None:
-            return
-        self._told.add(rank)
-        try:
-            self.config.on_exit(rank, code)
-        except Exception as exc:  # noqa: BLE001 - a user callback must not kill the launcher
-            print(f"{PROG}: on_exit callback failed: {exc!r}", file=sys.stderr)
-
     async def _watch_srun(self) -> None:
         assert self._srun is not None
         self._srun_code = await self._srun.wait()
@@ -276,7 +267,7 @@ class SlurmJob(Ending):
         await self._cleanup()
         return self.exit_code()
 
-    async def signal(self, sig: int, ranks: Optional[Any] = None) -> None:
+    async def signal(self, sig: int, ranks: Optional[Sequence[int]] = None) -> None:
         """Send ``sig`` to every rank (Slurm signals whole steps: ``ranks`` cannot pick some)."""
         if self._srun is None or self._done is None or self._done.is_set():
             if sig in (_signal.SIGINT, _signal.SIGTERM) and self._srun is None:
@@ -288,12 +279,15 @@ class SlurmJob(Ending):
         elif sig != _signal.SIGINT:   # srun passes signals on to the tasks, but takes SIGINT for itself
             await self._srun.signal(sig)
 
-    def write_stdin(self, data: bytes) -> None:
-        """Broadcast ``data`` to every rank's stdin (srun --input=all)."""
+    def write_stdin(self, data: bytes, rank: Optional[int] = None) -> None:
+        """Broadcast ``data`` to every rank's stdin (srun --input=all: ``rank`` cannot pick one)."""
+        _one_stream(rank)
         if self._srun is not None:
             self._srun.write(data)
 
-    def close_stdin(self) -> None:
+    def close_stdin(self, others_than: Optional[int] = None) -> None:
+        """EOF to every rank's stdin (srun's one stream: ``others_than`` cannot keep one open)."""
+        _one_stream(others_than)
         if self._srun is not None:
             self._srun.close_stdin()
 
@@ -348,3 +342,10 @@ class SlurmJob(Ending):
             guard.unregister_job(str(alloc.job_id))
             guard.unregister_job(f"name={self.name}")
         await guard.close()
+
+
+def _one_stream(rank: Optional[int]) -> None:
+    """LaunchError when a caller picks one rank's stdin: srun feeds every task from one stream."""
+    if rank is not None:
+        raise LaunchError("with Slurm every rank reads one stdin (srun --input=all): a rank's own stdin "
+                          "(--stdin-rank) works with ranks this launcher starts itself")
