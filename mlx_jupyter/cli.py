@@ -12,7 +12,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("mlx_jupyter.commands.demo", "run a local 2-rank all_sum with our core and with MLX"),
     "doctor": ("mlx_jupyter.commands.doctor", "show which distributed backends can run here, and how to fix the others"),
-    "launch": ("mlx_jupyter.launch.cli", "run a command on every rank, locally, over ssh or under Slurm"),
+    "launch": ("mlx_jupyter.launch.command", "run a command on every rank, locally, over ssh or under Slurm"),
     "config": ("mlx_jupyter.configurator.command", "discover Thunderbolt cabling, plan addresses, set up nodes, write a hostfile"),
 }
 

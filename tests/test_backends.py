@@ -11,7 +11,7 @@ from pathlib import Path
 from mlx_jupyter import distributed, hostfile, options
 from mlx_jupyter.collective.mlx_backends import MLX_FIX
 from mlx_jupyter.launch import backends, local
-from mlx_jupyter.launch import cli as launch_cli
+from mlx_jupyter.launch import command as launch_cli
 from mlx_jupyter.launch.addresses import needing_address
 from mlx_jupyter.launch.slurm.job import SLURM_BACKENDS
 from mlx_jupyter.magic_help import cluster_action_help

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from mlx_jupyter.configurator import command as config_cli
-from mlx_jupyter.launch import cli as launch_cli
+from mlx_jupyter.launch import command as launch_cli
 
 PARSERS = {"launch": launch_cli.build_parser, "config": config_cli.parser}
 CLI = [sys.executable, "-m", "mlx_jupyter"]

@@ -10,7 +10,7 @@ import pytest
 
 from mlx_jupyter import cli
 from mlx_jupyter.configurator import command as config_cli
-from mlx_jupyter.launch import cli as launch_cli
+from mlx_jupyter.launch import command as launch_cli
 from mlx_jupyter.suggest import ArgumentParser, closest
 
 

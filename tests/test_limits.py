@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from mlx_jupyter import limits
 from mlx_jupyter.configurator import command as config_cli
-from mlx_jupyter.launch import cli as launch_cli
+from mlx_jupyter.launch import command as launch_cli
 from mlx_jupyter.server.requests import MAX_RANKS, RequestError, parse_start
 
 

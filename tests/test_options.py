@@ -19,7 +19,7 @@ from mlx_jupyter.cluster.cluster import Cluster
 from mlx_jupyter.cluster.engineset import MLXEngineSetLauncher
 from mlx_jupyter.configurator import command as config_cli
 from mlx_jupyter.launch import binding
-from mlx_jupyter.launch import cli as launch_cli
+from mlx_jupyter.launch import command as launch_cli
 from mlx_jupyter.launch.launch_config import LaunchConfig
 from mlx_jupyter.launch.launcher import Launcher
 from mlx_jupyter.magic_help import CLUSTER_ACTIONS, cluster_action_help
@@ -30,8 +30,8 @@ PACKAGE = Path(options.__file__).resolve().parent
 SPEC_FILE = Path(options.__file__).resolve()
 #: the modules that parse each surface's command line (other commands may have flags of the same name that mean
 #: something else: the configurator's --hosts, the demo's -n)
-PARSERS = {"magics.py": options.START, "launch/cli.py": options.LAUNCH, "launch/slurm/cli.py": options.LAUNCH,
-           "config/cli.py": options.CONFIG, "net/ssh.py": options.LAUNCH}
+PARSERS = {"magics.py": options.START, "launch/command.py": options.LAUNCH, "launch/slurm/command.py": options.LAUNCH,
+           "configurator/command.py": options.CONFIG, "net/ssh.py": options.LAUNCH}
 #: a flag another option of the same name has: %%mlx_distributed's own --timeout (a cell's, not the ranks' start)
 SAME_FLAG_ELSEWHERE = {("magics.py", "--timeout")}
 #: parameters named like an option that every wait has, each with its own default (push, pull, copies)

@@ -56,7 +56,7 @@ def test_ssh_flags_become_ssh_options(start):
 def test_ranks_per_host_default_is_one_rule_for_every_way_in():
     """1 per host named (mlx.launch's -n), 2 when none is: Cluster, the magic (which passes no n),
     the panel's server and the launch CLI all ask hostfile.default_ranks_per_host."""
-    from mlx_jupyter.launch.cli import build_parser, make_config
+    from mlx_jupyter.launch.command import build_parser, make_config
 
     assert REAL_CLUSTER().n == 2 and REAL_CLUSTER(hosts="a,b").n == 1 and REAL_CLUSTER(hosts="a", n=3).n == 3
     parser = build_parser()

@@ -45,7 +45,7 @@ def test_local_launches_default_to_a_free_port_block() -> None:
     import socket
 
     from mlx_jupyter.hostfile import parse_host_list
-    from mlx_jupyter.launch.cli import _starting_port, build_parser
+    from mlx_jupyter.launch.command import _starting_port, build_parser
 
     def port(*argv: str, hosts: str = "127.0.0.1,localhost") -> int:
         return _starting_port(build_parser().parse_args(list(argv)), parse_host_list(hosts, 2))

@@ -15,7 +15,7 @@ import pytest
 from launch_helpers import collector, PY, ROOT, LiveCLI, cli, cpu_seconds, wait_pids_gone, watcher_of
 from needs import require_core
 from mlx_jupyter.launch import LaunchError, Launcher
-from mlx_jupyter.launch.cli import build_parser, split_argv
+from mlx_jupyter.launch.command import build_parser, split_argv
 from mlx_jupyter.net.ssh import SSHOptions
 
 pytestmark = pytest.mark.timeout(120)

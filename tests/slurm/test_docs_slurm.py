@@ -17,7 +17,7 @@ def bash_lines() -> list[str]:
 
 
 def test_launch_lines_are_valid_command_lines():
-    from mlx_jupyter.launch.cli import build_parser, make_config, split_argv
+    from mlx_jupyter.launch.command import build_parser, make_config, split_argv
 
     lines = [line for line in bash_lines() if line.startswith("mlx-jupyter launch")]
     assert len(lines) == 2

@@ -26,7 +26,7 @@ from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.launch.launch_config import local_script
 from mlx_jupyter.launch.job import LaunchConfig, LaunchJob, make_job
 from mlx_jupyter.launch.rankinfo import rank_prefix
-from mlx_jupyter.launch.slurm import cli as slurm_cli
+from mlx_jupyter.launch.slurm import command as slurm_command
 from mlx_jupyter.suggest import ArgumentParser
 
 PROG = "mlx-jupyter launch"
@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "rank R's breakpoint(); default: every rank gets a copy")
     p.add_argument("--output", choices=("prefix", "raw"), help="prefix lines with [rank r] (default with >1 rank)")
     ssh.add_arguments(p)
-    slurm_cli.add_arguments(p)
+    slurm_command.add_arguments(p)
     return p
 
 
@@ -135,7 +135,7 @@ def _starting_port(args: argparse.Namespace, hosts: Optional[list[Host]]) -> Opt
 
 def make_config(args: argparse.Namespace, command: list[str]) -> LaunchConfig:
     """Turn parsed options into a :class:`LaunchConfig` (warnings printed, errors raised)."""
-    misused = slurm_cli.misused(args)
+    misused = slurm_command.misused(args)
     if misused:
         raise CommandLineError(f"{', '.join(misused)} only work(s) with --slurm")
     if args.slurm and (args.hosts or args.hostfile):
@@ -173,7 +173,7 @@ def make_config(args: argparse.Namespace, command: list[str]) -> LaunchConfig:
         connections_per_ip=args.connections_per_ip, nccl_port=args.nccl_port, ssh_options=opts, stdin=True,
         stdin_rank=args.stdin_rank, verbose=args.verbose, mpi_args=list(args.mpi_arg),
         where_on_signal=args.where_on_signal, bind_to=args.bind_to,
-        slurm=slurm_cli.options_from_args(args) if args.slurm else None,
+        slurm=slurm_command.options_from_args(args) if args.slurm else None,
     )
 
 
@@ -293,7 +293,7 @@ async def run(config: LaunchConfig, output: str | None) -> int:
 def _detach(args: argparse.Namespace, command: list[str], config: LaunchConfig) -> int:
     """Submit the launch as a Slurm batch job; print its id."""
     try:
-        job_id = slurm_cli.submit_detached(args, command, dict(config.env))
+        job_id = slurm_command.submit_detached(args, command, dict(config.env))
     except (LaunchError, ValueError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
