@@ -360,27 +360,9 @@ class KeptState:
                     if back else "lost: the saved names (none was restored); the saved files were removed")
         left = "; ".join(f"could not remove {self.dirname} on {h} ({why}): remove it by hand"
                          for h, why in sorted(self.left.items()))
-        if self.phase == "saving":
-            nxt = clean_step(self.cluster.restart_command, getattr(self.cluster, "failed_restart_advice", None))
-        else:
-            nxt = getattr(self.cluster, "failed_restart_advice", None) or next_step(self.cluster.restart_command)
+        context = self.cluster.context   # restart_context.RestartContext: what works where it is shown
+        nxt = context.after_unstarted_restart() if self.phase == "saving" else context.after_failed_restart()
         return f"{head}; {what}{'; ' + left if left else ''}. Next: {nxt}"
-
-
-def next_step(restart_command: str) -> str:
-    """What works after a failed restart, in the words of where it is shown."""
-    if restart_command.startswith("%"):
-        return ("fix the cause, then %mlx_cluster restart (the ranks start empty), "
-                "or %mlx_cluster stop and %mlx_cluster start")
-    return f"fix the cause, then {restart_command} (the ranks start empty), or cluster.stop() and cluster.start()"
-
-
-def clean_step(restart_command: str, panel_advice: Optional[str]) -> str:
-    """What works after a restart that failed before it restarted anything (the ranks keep their names)."""
-    if panel_advice is not None:   # the panel's cluster: its Restart button keeps names, Stop ends it
-        return "press Restart again once the cause is gone, or Stop it and start a new cluster"
-    clean = "%mlx_cluster restart --clean" if restart_command.startswith("%") else "cluster.restart(clean=True)"
-    return f"restart again once the cause is gone (it keeps the names), or {clean} to start the ranks empty"
 
 
 class RankRaised(ClusterError):
@@ -391,10 +373,11 @@ class RestartNotStarted(ClusterError):
     """A keep-state restart that failed before it stopped any rank: the ranks run on, names intact."""
 
 
-def restart_keeping(cluster: Any, restart: Callable[[], None], timeout: Optional[float] = None) -> str:
-    """Save, ``restart()`` the processes, restore; the report line. The folders are removed on
-    every path; a failure raises :class:`ClusterError` saying what was kept and lost and what to do
-    (an interrupt prints that line and goes on as an interrupt)."""
+def restart_keeping(cluster: Any, restart: Callable[[], None], timeout: Optional[float] = None,
+                    origins: Optional[dict[int, str]] = None) -> str:
+    """Save, ``restart()`` the processes, restore; the report line (``origins`` gets where each rank's
+    names came from). The folders are removed on every path; a failure raises :class:`ClusterError`
+    saying what was kept and lost and what to do (an interrupt prints that line and goes on as an interrupt)."""
     state = KeptState(cluster, timeout or 120.0)
     try:
         state.stop_cells()
@@ -402,7 +385,8 @@ def restart_keeping(cluster: Any, restart: Callable[[], None], timeout: Optional
         state.phase = "restarting"
         restart()
         line = state.restore()
-        cluster.restart_origins = state.origins()
+        if origins is not None:
+            origins.update(state.origins())
         return line
     except BaseException as exc:
         state.cleanup()

@@ -4,13 +4,16 @@ even while a cell blocks the rank's main thread)."""
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 from mlx_jupyter.cluster.cells.text import describe_exit, format_bytes
 from mlx_jupyter.cluster.controller_link import ControllerLink
 from mlx_jupyter.cluster.rank_table import RankTable
 from mlx_jupyter.cluster.startup import StartupSequence
 from mlx_jupyter.net.hosts import is_local
+
+if TYPE_CHECKING:
+    from mlx_jupyter.where.model import Where
 
 
 class RankControl:
@@ -84,7 +87,7 @@ class RankControl:
                 pass
         return out
 
-    def where(self, timeout: float = 1.0) -> Any:
+    def where(self, timeout: float = 1.0) -> Where:
         """Where every rank is now: a :class:`mlx_jupyter.where.model.Where` (a table; ``.rows``, ``.diagnosis``)."""
         from mlx_jupyter.where import model
 

@@ -113,10 +113,10 @@ def publish(cluster: Any, owner: str = "kernel", busy: Sequence[int] = ()) -> Pa
     return path
 
 
-def publish_quietly(cluster: Any, busy: Sequence[int] = ()) -> None:
+def publish_quietly(cluster: Any, owner: str = "kernel", busy: Sequence[int] = ()) -> None:
     """:func:`publish`, logging a failure (a read-only runtime dir) instead of raising."""
     try:
-        publish(cluster, getattr(cluster, "publish_as", "kernel"), busy=busy)
+        publish(cluster, owner, busy=busy)
     except Exception as exc:
         log.warning("could not publish cluster %s for the lab panel: %s", cluster.cluster_id, exc)
 
