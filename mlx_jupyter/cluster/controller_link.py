@@ -67,7 +67,7 @@ class ControllerLink:
         """Send ``code`` to ``rank`` as an ``execute_request``; see :func:`ipp_compat.send_execute`."""
         return send_execute(self.client, rank, code, hook, cell_number)
 
-    def send_control(self, rank: int, msg_type: str, content: dict) -> Any:
+    def send_control(self, rank: int, msg_type: str, content: dict[str, Any]) -> Any:
         """``msg_type`` to ``rank``'s control channel; a future of the reply."""
         return send_control(self.client, rank, msg_type, content)
 

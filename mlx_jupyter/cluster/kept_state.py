@@ -11,7 +11,7 @@ from __future__ import annotations
 import secrets
 import sys
 import time
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from mlx_jupyter.cluster.cells.text import rank_label
 from mlx_jupyter.cluster.keep_cleanup import remove_on_hosts
@@ -20,8 +20,11 @@ from mlx_jupyter.cluster.shared.errors import ClusterError
 from mlx_jupyter.cluster.shared.units import format_bytes
 from mlx_jupyter.net.hosts import is_local
 
+if TYPE_CHECKING:
+    from mlx_jupyter.cluster.peer_restore import PeerCopy
 
-def report_line(saved: dict[int, dict], restored: dict[int, dict], lost: dict[int, str],
+
+def report_line(saved: dict[int, dict[str, Any]], restored: dict[int, dict[str, Any]], lost: dict[int, str],
                 imported: Optional[dict[int, list[str]]] = None, peers: Optional[list[str]] = None) -> str:
     """One line: how many names came back on how many ranks (and their size), and each name that
     did not, with why and, when not on every rank, where. ``lost``: rank -> why it kept nothing;
@@ -78,9 +81,9 @@ class KeptState:
         self.cluster = cluster
         self.timeout = timeout
         self.dirname = keep_files.folder_name(cluster.cluster_id, secrets.token_hex(8))
-        self.saved: dict[int, dict] = {}
+        self.saved: dict[int, dict[str, Any]] = {}
         self.lost: dict[int, str] = {}
-        self.restored: dict[int, dict] = {}
+        self.restored: dict[int, dict[str, Any]] = {}
         self.hosts: dict[int, str] = {}          # rank -> its host (as reached), for the ranks asked to save
         self.stale: dict[str, list[str]] = {}    # host -> folders there whose owner (on this host) is gone
         self.phase = "saving"                    # then "restarting", "restoring", "done"
@@ -90,15 +93,15 @@ class KeptState:
         self.imported: dict[int, list[str]] = {}  # rank that kept nothing -> the others' imports it got
         self.died: list[int] = []                 # the ranks that had died: their peers' alike names
         self.all_hosts: dict[int, str] = {}       # rank -> its host, the dead ones too
-        self.peers: Optional[Any] = None          # what the dead ranks got (peer_restore.PeerCopy)
-        self.own: dict[int, dict] = {}            # dead rank -> what its own per-cell record gave back
+        self.peers: Optional[PeerCopy] = None     # what the dead ranks got
+        self.own: dict[int, dict[str, Any]] = {}            # dead rank -> what its own per-cell record gave back
         self.cleaned = False
 
     def _each_rank(self, fn: Callable[..., Any], ranks: list[int], what: str, *args: Any) -> dict[int, Any]:
         """``fn(*args)`` (default ``fn(dirname, rank)``) on every rank at once; see :meth:`_run_plan`."""
         return self._run_plan({r: (fn, list(args or (self.dirname, r))) for r in ranks}, what)
 
-    def _run_plan(self, plan: dict[int, tuple[Callable[..., Any], list]], what: str) -> dict[int, Any]:
+    def _run_plan(self, plan: dict[int, tuple[Callable[..., Any], list[Any]]], what: str) -> dict[int, Any]:
         """Each rank of ``plan`` runs its ``fn(*args)``, all at once; rank -> answer, or the reason
         it gave none: :class:`RankRaised` when the rank's call raised, else a :class:`ClusterError`
         (it died, or did not answer in time). Over the cell channel when it reaches the ranks (no
@@ -207,7 +210,7 @@ class KeptState:
 
         self.phase = "restoring"
         self._form_new_groups()
-        plan: dict[int, tuple[Callable[..., Any], list]] = {}
+        plan: dict[int, tuple[Callable[..., Any], list[Any]]] = {}
         if self.died and self.saved:
             from mlx_jupyter.cluster.peer_restore import plan_dead
 
