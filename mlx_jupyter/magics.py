@@ -22,15 +22,6 @@ from mlx_jupyter.cluster.cells.text import MODES, format_bytes, parse_targets
 
 #: the kernel's cluster (one per kernel)
 _cluster: Optional[Any] = None
-#: how our messages tell a notebook user to restart the ranks
-RESTART_COMMAND = "%mlx_cluster restart"
-
-
-def _adopt(cluster: Any) -> Any:
-    """``cluster`` is the magics' now: its messages name the magic that restarts it."""
-    if cluster is not None:
-        cluster.restart_command = RESTART_COMMAND
-    return cluster
 
 
 def current() -> Any:
@@ -41,11 +32,12 @@ def current() -> Any:
 def set_current(cluster: Any) -> Any:
     """Make ``cluster`` the one ``%%mlx_distributed`` and the other magics use (``None``: none).
 
-    For clusters started elsewhere (a widget, plain Python). The previous cluster is
-    not stopped; it is returned.
+    For clusters started elsewhere (a widget, plain Python): its messages keep the restart of
+    the context it was made with (``Cluster(context=MAGICS)`` for the magics' words). The previous
+    cluster is not stopped; it is returned.
     """
     global _cluster
-    previous, _cluster = _cluster, _adopt(cluster)
+    previous, _cluster = _cluster, cluster
     return previous
 
 
@@ -158,7 +150,8 @@ class MLXMagics(Magics):
         if args.action is None or args.action == "help" or args.help:
             self._cluster_help(args.cluster_id if args.action == "help" else args.action)
             return None
-        from mlx_jupyter.cluster import Cluster, ClusterError
+        from mlx_jupyter.cluster import Cluster, ClusterError, ConnectedCluster
+        from mlx_jupyter.cluster.restart_context import MAGICS
 
         if args.cluster_id is not None and args.action != "connect":
             raise UsageError(f"%mlx_cluster {args.action} takes no cluster id (only connect does)")
@@ -167,18 +160,18 @@ class MLXMagics(Magics):
         if args.action == "connect":
             if _cluster is not None and _cluster.running:
                 raise UsageError(f"this kernel already uses a cluster ({_cluster.cluster_id}): %mlx_cluster stop "
-                                 "first" + (" (it only disconnects)" if _cluster.owner is not None else ""))
+                                 "first" + (" (it only disconnects)" if isinstance(_cluster, ConnectedCluster) else ""))
             try:
-                cluster = Cluster.connect(args.cluster_id, timeout=args.timeout)
+                cluster = Cluster.connect(args.cluster_id, timeout=args.timeout, context=MAGICS)
             except ClusterError as exc:
                 raise UsageError(str(exc)) from None
-            _cluster = _adopt(cluster)
+            _cluster = cluster
             print(f"connected to {cluster.cluster_id}: {cluster.size} ranks ({cluster.backend}; engine id = rank), "
                   f"started by {cluster.owner_text()}")
             return None
         if args.action == "start":
             if _cluster is not None and _cluster.running:
-                if _cluster.owner is not None:
+                if isinstance(_cluster, ConnectedCluster):
                     raise UsageError(f"this notebook is connected to {_cluster.cluster_id}: %mlx_cluster stop "
                                      "first (it only disconnects)")
                 raise UsageError("a cluster is already running: %mlx_cluster restart, or %mlx_cluster stop first")
@@ -193,7 +186,7 @@ class MLXMagics(Magics):
 
             ssh_options = options_from_args(args)
             try:  # an unreadable hostfile: say so now, before starting anything
-                cluster = Cluster(**{**start_kwargs(args), "env": env,
+                cluster = Cluster(**{**start_kwargs(args), "env": env, "context": MAGICS,
                                      "ssh_options": None if ssh_options == SSHOptions() else ssh_options})
                 total = cluster.expected_size()
             except (OSError, ValueError) as exc:
@@ -207,7 +200,7 @@ class MLXMagics(Magics):
             except (ClusterError, Exception) as exc:
                 progress.failed()
                 raise UsageError(f"the cluster did not start: {exc}") from None
-            _cluster = _adopt(cluster)
+            _cluster = cluster
             where = f"; Slurm job {allocation.job_id} on {','.join(allocation.nodes)}" if allocation is not None else ""
             progress.done(f"{cluster.size} ranks ready in {cluster.ready_time:.2f} s "
                           f"({cluster.backend}; engine id = rank{where})")
@@ -218,20 +211,18 @@ class MLXMagics(Magics):
                 return None
             raise UsageError("no cluster running: %mlx_cluster start")
         if args.action == "stop":
-            from mlx_jupyter.cluster.attach import owner_gone
-
-            owner = _cluster.owner
-            gone = owner_gone(_cluster) if owner is not None else None
+            connected = _cluster if isinstance(_cluster, ConnectedCluster) else None
+            gone = connected.gone() if connected is not None else None
             _cluster.stop()
             _cluster = None
-            where = ("with the MLX Cluster panel's Stop button" if owner and owner.get("owner") == "server" else
-                     "in the notebook that started it, with %mlx_cluster stop")
-            if owner is None:
+            if connected is None:
                 print("cluster stopped")
             elif gone:
-                print(f"disconnected from {owner['id']}, which no longer runs: {gone}")
+                print(f"disconnected from {connected.cluster_id}, which no longer runs: {gone}")
             else:
-                print(f"disconnected from {owner['id']}; it keeps running (stop it {where})")
+                where = ("with the MLX Cluster panel's Stop button" if connected.by_server else
+                         "in the notebook that started it, with %mlx_cluster stop")
+                print(f"disconnected from {connected.cluster_id}; it keeps running (stop it {where})")
         elif args.action == "restart":
             progress = _RanksProgressBar(_cluster.size, "restarting")
             t0 = time.perf_counter()
@@ -424,11 +415,11 @@ class MLXMagics(Magics):
 def _wait_for_owner_cell(cluster: Any, targets: list[int], timeout: Optional[float]) -> Optional[float]:
     """A connected notebook whose ranks run the owner's cell: say so at once, then wait for it to end
     (at most ``timeout`` s: the cell is then not sent, and the owner's cell goes on). The timeout left."""
-    from mlx_jupyter.cluster.attach import owner_cell_holding
+    from mlx_jupyter.cluster import ConnectedCluster
 
-    if cluster.owner is None:
+    if not isinstance(cluster, ConnectedCluster):
         return timeout
-    held = owner_cell_holding(cluster, targets)
+    held = cluster.cell_holding(targets)
     if held is None:
         return timeout
     print(f"waiting: {held}; this cell runs once it ends "
@@ -442,7 +433,7 @@ def _wait_for_owner_cell(cluster: Any, targets: list[int], timeout: Optional[flo
             if deadline is not None and time.monotonic() >= deadline:
                 raise UsageError(f"the cell did not run: {held}, and it did not end within --timeout {timeout:g} s")
             pause.wait(0.2)
-            held = owner_cell_holding(cluster, targets)
+            held = cluster.cell_holding(targets)
     except KeyboardInterrupt:
         raise UsageError(f"the cell did not run (interrupted while waiting: {held})") from None
     return None if timeout is None else max(timeout - (time.monotonic() - t0), 0.1)
@@ -451,9 +442,9 @@ def _wait_for_owner_cell(cluster: Any, targets: list[int], timeout: Optional[flo
 def _leave_if_gone() -> None:
     """A connected cluster that no longer runs (stopped by its owner, or the owner died) is left, saying so."""
     global _cluster
-    from mlx_jupyter.cluster.attach import owner_gone
+    from mlx_jupyter.cluster import ConnectedCluster
 
-    gone = owner_gone(_cluster) if _cluster is not None else None
+    gone = _cluster.gone() if isinstance(_cluster, ConnectedCluster) else None
     if gone:
         left = _cluster.cluster_id
         _cluster.stop()

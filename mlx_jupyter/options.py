@@ -134,6 +134,7 @@ PYTHON_ONLY = {
     "ssh_options": "an SSHOptions: what the ssh flags give",
     "cell_channel": "cells straight to the ranks, beside the controller (MLX_JUPYTER_CELL_CHANNEL)",
     "slurm": "a whole SlurmOptions, instead of the Slurm flags",
+    "context": "where it is driven from (restart_context: PYTHON, MAGICS, PANEL): what its messages advise",
 }
 
 _BY_DEST = {o.dest: o for o in SPEC}

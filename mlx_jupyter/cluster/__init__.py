@@ -12,6 +12,7 @@ from typing import Any
 _NAMES = {
     "Cluster": "mlx_jupyter.cluster.cluster",
     "ClusterError": "mlx_jupyter.cluster.shared.errors",
+    "ConnectedCluster": "mlx_jupyter.cluster.connected",
     "MLXEngineSetLauncher": "mlx_jupyter.cluster.engineset",
     "check_ipyparallel": "mlx_jupyter.cluster.shared.ipp_compat",
     "ipyparallel_problems": "mlx_jupyter.cluster.shared.ipp_compat",

@@ -19,15 +19,16 @@ class ControllerLink:
     views for apply/push/pull, cells sent as ``execute_request``, and control messages.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, controller_gone: Callable[[], str] = lambda: "",
+                 gone_advice: Callable[[], str] = lambda: "") -> None:
         self.client: Any = None
         #: start's probes the controller dropped: never answered, they are not requests a cell could overtake
         self.stray_probes: set[str] = set()
         self.queue_kicks = 0  # messages the watch found left unread in the client's sockets
-        #: why the controller is gone ("" while it runs, or when unknowable: a connected handle's)
-        self.controller_gone: Callable[[], str] = lambda: ""
+        #: why the controller is gone ("" while it runs, or when unknown; an owner's processes set their guard's)
+        self.controller_gone = controller_gone
         #: what to do about it, as it works where the message is shown
-        self.gone_advice: Callable[[], str] = lambda: ""
+        self.gone_advice = gone_advice
 
     def need(self) -> Any:
         """The client; a clear error when the cluster is not running."""
@@ -66,7 +67,7 @@ class ControllerLink:
         """Send ``code`` to ``rank`` as an ``execute_request``; see :func:`ipp_compat.send_execute`."""
         return send_execute(self.client, rank, code, hook, cell_number)
 
-    def send_control(self, rank: int, msg_type: str, content: dict) -> Any:
+    def send_control(self, rank: int, msg_type: str, content: dict[str, Any]) -> Any:
         """``msg_type`` to ``rank``'s control channel; a future of the reply."""
         return send_control(self.client, rank, msg_type, content)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import secrets
 import sys
 import time
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from mlx_jupyter.cluster.cells.text import rank_label
 from mlx_jupyter.cluster.keep_cleanup import remove_on_hosts
@@ -20,8 +20,11 @@ from mlx_jupyter.cluster.shared.errors import ClusterError
 from mlx_jupyter.cluster.shared.units import format_bytes
 from mlx_jupyter.net.hosts import is_local
 
+if TYPE_CHECKING:
+    from mlx_jupyter.cluster.peer_restore import PeerCopy
 
-def report_line(saved: dict[int, dict], restored: dict[int, dict], lost: dict[int, str],
+
+def report_line(saved: dict[int, dict[str, Any]], restored: dict[int, dict[str, Any]], lost: dict[int, str],
                 imported: Optional[dict[int, list[str]]] = None, peers: Optional[list[str]] = None) -> str:
     """One line: how many names came back on how many ranks (and their size), and each name that
     did not, with why and, when not on every rank, where. ``lost``: rank -> why it kept nothing;
@@ -78,9 +81,9 @@ class KeptState:
         self.cluster = cluster
         self.timeout = timeout
         self.dirname = keep_files.folder_name(cluster.cluster_id, secrets.token_hex(8))
-        self.saved: dict[int, dict] = {}
+        self.saved: dict[int, dict[str, Any]] = {}
         self.lost: dict[int, str] = {}
-        self.restored: dict[int, dict] = {}
+        self.restored: dict[int, dict[str, Any]] = {}
         self.hosts: dict[int, str] = {}          # rank -> its host (as reached), for the ranks asked to save
         self.stale: dict[str, list[str]] = {}    # host -> folders there whose owner (on this host) is gone
         self.phase = "saving"                    # then "restarting", "restoring", "done"
@@ -90,15 +93,15 @@ class KeptState:
         self.imported: dict[int, list[str]] = {}  # rank that kept nothing -> the others' imports it got
         self.died: list[int] = []                 # the ranks that had died: their peers' alike names
         self.all_hosts: dict[int, str] = {}       # rank -> its host, the dead ones too
-        self.peers: Optional[Any] = None          # what the dead ranks got (peer_restore.PeerCopy)
-        self.own: dict[int, dict] = {}            # dead rank -> what its own per-cell record gave back
+        self.peers: Optional[PeerCopy] = None     # what the dead ranks got
+        self.own: dict[int, dict[str, Any]] = {}            # dead rank -> what its own per-cell record gave back
         self.cleaned = False
 
     def _each_rank(self, fn: Callable[..., Any], ranks: list[int], what: str, *args: Any) -> dict[int, Any]:
         """``fn(*args)`` (default ``fn(dirname, rank)``) on every rank at once; see :meth:`_run_plan`."""
         return self._run_plan({r: (fn, list(args or (self.dirname, r))) for r in ranks}, what)
 
-    def _run_plan(self, plan: dict[int, tuple[Callable[..., Any], list]], what: str) -> dict[int, Any]:
+    def _run_plan(self, plan: dict[int, tuple[Callable[..., Any], list[Any]]], what: str) -> dict[int, Any]:
         """Each rank of ``plan`` runs its ``fn(*args)``, all at once; rank -> answer, or the reason
         it gave none: :class:`RankRaised` when the rank's call raised, else a :class:`ClusterError`
         (it died, or did not answer in time). Over the cell channel when it reaches the ranks (no
@@ -207,7 +210,7 @@ class KeptState:
 
         self.phase = "restoring"
         self._form_new_groups()
-        plan: dict[int, tuple[Callable[..., Any], list]] = {}
+        plan: dict[int, tuple[Callable[..., Any], list[Any]]] = {}
         if self.died and self.saved:
             from mlx_jupyter.cluster.peer_restore import plan_dead
 
@@ -360,27 +363,9 @@ class KeptState:
                     if back else "lost: the saved names (none was restored); the saved files were removed")
         left = "; ".join(f"could not remove {self.dirname} on {h} ({why}): remove it by hand"
                          for h, why in sorted(self.left.items()))
-        if self.phase == "saving":
-            nxt = clean_step(self.cluster.restart_command, getattr(self.cluster, "failed_restart_advice", None))
-        else:
-            nxt = getattr(self.cluster, "failed_restart_advice", None) or next_step(self.cluster.restart_command)
+        context = self.cluster.context   # restart_context.RestartContext: what works where it is shown
+        nxt = context.after_unstarted_restart() if self.phase == "saving" else context.after_failed_restart()
         return f"{head}; {what}{'; ' + left if left else ''}. Next: {nxt}"
-
-
-def next_step(restart_command: str) -> str:
-    """What works after a failed restart, in the words of where it is shown."""
-    if restart_command.startswith("%"):
-        return ("fix the cause, then %mlx_cluster restart (the ranks start empty), "
-                "or %mlx_cluster stop and %mlx_cluster start")
-    return f"fix the cause, then {restart_command} (the ranks start empty), or cluster.stop() and cluster.start()"
-
-
-def clean_step(restart_command: str, panel_advice: Optional[str]) -> str:
-    """What works after a restart that failed before it restarted anything (the ranks keep their names)."""
-    if panel_advice is not None:   # the panel's cluster: its Restart button keeps names, Stop ends it
-        return "press Restart again once the cause is gone, or Stop it and start a new cluster"
-    clean = "%mlx_cluster restart --clean" if restart_command.startswith("%") else "cluster.restart(clean=True)"
-    return f"restart again once the cause is gone (it keeps the names), or {clean} to start the ranks empty"
 
 
 class RankRaised(ClusterError):
@@ -391,10 +376,11 @@ class RestartNotStarted(ClusterError):
     """A keep-state restart that failed before it stopped any rank: the ranks run on, names intact."""
 
 
-def restart_keeping(cluster: Any, restart: Callable[[], None], timeout: Optional[float] = None) -> str:
-    """Save, ``restart()`` the processes, restore; the report line. The folders are removed on
-    every path; a failure raises :class:`ClusterError` saying what was kept and lost and what to do
-    (an interrupt prints that line and goes on as an interrupt)."""
+def restart_keeping(cluster: Any, restart: Callable[[], None], timeout: Optional[float] = None,
+                    origins: Optional[dict[int, str]] = None) -> str:
+    """Save, ``restart()`` the processes, restore; the report line (``origins`` gets where each rank's
+    names came from). The folders are removed on every path; a failure raises :class:`ClusterError`
+    saying what was kept and lost and what to do (an interrupt prints that line and goes on as an interrupt)."""
     state = KeptState(cluster, timeout or 120.0)
     try:
         state.stop_cells()
@@ -402,7 +388,8 @@ def restart_keeping(cluster: Any, restart: Callable[[], None], timeout: Optional
         state.phase = "restarting"
         restart()
         line = state.restore()
-        cluster.restart_origins = state.origins()
+        if origins is not None:
+            origins.update(state.origins())
         return line
     except BaseException as exc:
         state.cleanup()

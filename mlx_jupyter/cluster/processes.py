@@ -20,6 +20,7 @@ from mlx_jupyter.cluster.shared.ipp_compat import check_ipyparallel, preload_ser
 from mlx_jupyter.cluster.startup import ProgressCallback, StartupSequence
 from mlx_jupyter.cluster.supervision import Supervisor
 from mlx_jupyter.launch import rank_env
+from mlx_jupyter.launch.rankinfo import RankInfo
 from mlx_jupyter.net.hosts import is_local
 
 #: controller options for fast admission: schedulers in threads (one process,
@@ -265,13 +266,14 @@ class ClusterProcesses:
     @property
     def engine_set(self) -> MLXEngineSetLauncher:
         assert self.ipp is not None and self._engine_set_id is not None
-        return self.ipp.engines[self._engine_set_id]
+        engine_set: MLXEngineSetLauncher = self.ipp.engines[self._engine_set_id]
+        return engine_set
 
     def has_engine_set(self) -> bool:
         """Whether the ranks' engine set exists (not after a restart whose new ranks failed to start)."""
         return self.ipp is not None and self._engine_set_id is not None and self._engine_set_id in self.ipp.engines
 
-    def rank_infos(self) -> list[Any]:
+    def rank_infos(self) -> list[RankInfo]:
         """Each rank's launch record (rank, host, pid, state)."""
         return list(self.engine_set.launcher.ranks) if self.has_engine_set() and self.engine_set.launcher else []
 

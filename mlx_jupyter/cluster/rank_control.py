@@ -4,13 +4,17 @@ even while a cell blocks the rank's main thread)."""
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
-from mlx_jupyter.cluster.cells.text import describe_exit, format_bytes
 from mlx_jupyter.cluster.controller_link import ControllerLink
 from mlx_jupyter.cluster.rank_table import RankTable
+from mlx_jupyter.cluster.shared.units import format_bytes
 from mlx_jupyter.cluster.startup import StartupSequence
+from mlx_jupyter.launch.rankinfo import describe_exit
 from mlx_jupyter.net.hosts import is_local
+
+if TYPE_CHECKING:
+    from mlx_jupyter.where.model import Where
 
 
 class RankControl:
@@ -58,17 +62,17 @@ class RankControl:
                 out[rank] = False
         return out
 
-    def replies(self, timeout: float = 1.0, ranks: Optional[Sequence[int]] = None) -> dict[int, dict]:
+    def replies(self, timeout: float = 1.0, ranks: Optional[Sequence[int]] = None) -> dict[int, dict[str, Any]]:
         """Each live rank's ``mlx_status_reply`` content (see ``RankAgent.status``), within ``timeout`` s;
         a rank that did not answer is left out."""
         return self._ask("mlx_status_request", ranks, timeout)
 
-    def where_samples(self, ranks: Optional[Sequence[int]] = None, timeout: float = 1.0) -> dict[int, dict]:
+    def where_samples(self, ranks: Optional[Sequence[int]] = None, timeout: float = 1.0) -> dict[int, dict[str, Any]]:
         """Each live rank's sample of where it is now (``mlx_where_request``; answered while a cell
         runs too); a rank that did not answer within ``timeout`` s is left out."""
         return self._ask("mlx_where_request", ranks, timeout)
 
-    def _ask(self, msg_type: str, ranks: Optional[Sequence[int]], timeout: float) -> dict[int, dict]:
+    def _ask(self, msg_type: str, ranks: Optional[Sequence[int]], timeout: float) -> dict[int, dict[str, Any]]:
         """``msg_type`` to each live rank on the control channel; the replies' content within
         ``timeout`` s in all (a rank that did not answer is left out)."""
         ids = self.link.ids()
@@ -84,7 +88,7 @@ class RankControl:
                 pass
         return out
 
-    def where(self, timeout: float = 1.0) -> Any:
+    def where(self, timeout: float = 1.0) -> Where:
         """Where every rank is now: a :class:`mlx_jupyter.where.model.Where` (a table; ``.rows``, ``.diagnosis``)."""
         from mlx_jupyter.where import model
 
@@ -93,7 +97,7 @@ class RankControl:
         ended.update({r: "no reply" for r in self.table.ranks if r not in samples and r not in ended})
         return model.Where(model.rows(samples, ended, self.table.ranks), "where the ranks are")
 
-    def status(self, timeout: float = 1.0, forming_grace: float = 2.0) -> list[dict]:
+    def status(self, timeout: float = 1.0, forming_grace: float = 2.0) -> list[dict[str, Any]]:
         """One row per rank: rank, host, pid, state, backend, memory (bytes), and what the rank says.
 
         ``cell_started`` is when the rank's current cell began (wall clock, ``time.time()``;

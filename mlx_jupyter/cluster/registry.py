@@ -34,7 +34,9 @@ def profile_dir() -> str:
     """
     from IPython.core.profiledir import ProfileDir
 
-    return ProfileDir.create_profile_dir(str(folder().parent / "ipython-profile")).location
+    # IPython's ProfileDir is untyped
+    profile = ProfileDir.create_profile_dir(str(folder().parent / "ipython-profile"))  # type: ignore[no-untyped-call]
+    return str(profile.location)
 
 
 def describe(cluster: Any, owner: str = "kernel", busy: Sequence[int] = ()) -> dict[str, Any]:
@@ -113,10 +115,10 @@ def publish(cluster: Any, owner: str = "kernel", busy: Sequence[int] = ()) -> Pa
     return path
 
 
-def publish_quietly(cluster: Any, busy: Sequence[int] = ()) -> None:
+def publish_quietly(cluster: Any, owner: str = "kernel", busy: Sequence[int] = ()) -> None:
     """:func:`publish`, logging a failure (a read-only runtime dir) instead of raising."""
     try:
-        publish(cluster, getattr(cluster, "publish_as", "kernel"), busy=busy)
+        publish(cluster, owner, busy=busy)
     except Exception as exc:
         log.warning("could not publish cluster %s for the lab panel: %s", cluster.cluster_id, exc)
 
@@ -138,9 +140,10 @@ def unpublish(cluster_id: str) -> None:
 def entry(cluster_id: str) -> Optional[dict[str, Any]]:
     """The published entry of ``cluster_id``, or None (not published, or unreadable)."""
     try:
-        return json.loads(_path(cluster_id).read_text())
+        data: dict[str, Any] = json.loads(_path(cluster_id).read_text())
     except (OSError, ValueError):
         return None
+    return data
 
 
 def pid_alive(pid: Optional[int]) -> bool:
@@ -155,7 +158,7 @@ def pid_alive(pid: Optional[int]) -> bool:
     return True
 
 
-def rank_health(rank: dict, busy: Sequence[int] = (), dead: Optional[Sequence[int]] = None) -> str:
+def rank_health(rank: dict[str, Any], busy: Sequence[int] = (), dead: Optional[Sequence[int]] = None) -> str:
     """"running" (a cell) / "idle" / "exited": for ranks on this machine by their pid, for the others by the
     owner's record (``dead``: the ranks it saw end); "remote" for those when the record has no word on them."""
     if not is_local(str(rank.get("host", ""))):
@@ -170,7 +173,7 @@ def rank_health(rank: dict, busy: Sequence[int] = (), dead: Optional[Sequence[in
 
 def published() -> list[dict[str, Any]]:
     """Every published cluster whose owner is alive; files of dead owners are removed."""
-    out = []
+    out: list[dict[str, Any]] = []
     base = folder()
     if not base.is_dir():
         return out

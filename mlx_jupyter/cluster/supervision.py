@@ -16,7 +16,8 @@ from mlx_jupyter.cluster.shared.errors import ClusterError
 class Run(Protocol):
     """What supervision needs of a cell run in flight (:class:`~mlx_jupyter.cluster.cells.run.CellRun`)."""
 
-    failed: bool
+    @property
+    def failed(self) -> bool: ...
 
     def rank_died(self, rank: int, returncode: Optional[int]) -> None: ...
     def interrupt(self, reason: str = "interrupted by the user") -> None: ...

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from mlx_jupyter.cluster import last_profile, registry
+from mlx_jupyter.cluster.restart_context import PANEL
 from mlx_jupyter.server.history import ClusterHistory
 from mlx_jupyter.server.hostfile_field import CheckedHostfile, HostfileReader
 from mlx_jupyter.server.owners import KernelPids, label_owner
@@ -82,7 +83,9 @@ class ClusterManager:
         A bad hostfile is a `RequestError` naming it (nothing starts)."""
         checked = await self.hostfiles.read(hostfile) if hostfile is not None else None
         extra = {} if backend is None else {"backend": backend}
-        kwargs = dict(n=n, hosts=hosts, hostfile=checked.copy if checked else None, timeout=self.start_timeout, **extra)
+        # the panel's context: a restart publishes it again as the panel's, and a failed one advises Dismiss
+        kwargs = dict(n=n, hosts=hosts, hostfile=checked.copy if checked else None, timeout=self.start_timeout,
+                      context=PANEL, **extra)
         try:   # from here on, a refusal removes the hostfile's copy
             if checked is not None:
                 check_total(n or default_ranks_per_host(True), len(checked.hostfile.hosts), "hostfile")
@@ -90,9 +93,6 @@ class ClusterManager:
         except BaseException:
             self.hostfiles.forget(checked.copy if checked else None)
             raise
-        cluster.publish_as = "server"  # a restart publishes it again as the panel's
-        # a failed restart leaves a failed card, which offers Dismiss: what its message says to do
-        cluster.failed_restart_advice = "dismiss it in the MLX Cluster panel and start a new cluster"
         entry = Entry(cluster, hostfile=checked)
         self.entries[cluster.cluster_id] = entry
         return entry

@@ -26,9 +26,11 @@ ClusterFactory = Callable[[str, str], Any]  # (hostfile path, backend) -> an uns
 
 
 def _default_cluster(hostfile: str, backend: str) -> Any:
+    """A cluster for ``%%mlx_distributed`` (the widget says to use it): its messages use the magics' words."""
     from mlx_jupyter.cluster import Cluster
+    from mlx_jupyter.cluster.restart_context import MAGICS
 
-    return Cluster(n=1, hostfile=hostfile, backend=backend)
+    return Cluster(n=1, hostfile=hostfile, backend=backend, context=MAGICS)
 
 
 class _WidgetDiscoveryProgress:

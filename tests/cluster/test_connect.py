@@ -117,17 +117,15 @@ def test_a_dead_rank_of_the_owner_fails_the_connected_cell_at_once(tmp_path_fact
 def test_a_cell_right_after_the_owners_restart_runs_on_the_new_ranks(tmp_path, monkeypatch):
     """The connected handle's watch looks every 0.2 s; a cell sent between its seeing the old ranks
     die and its seeing the owner's new publication looks again at once instead of calling them dead."""
-    from mlx_jupyter.cluster import attach
-
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
     with Cluster(n=2, timeout=60) as own:
         c = Cluster.connect(own.cluster_id, timeout=30)
         try:
-            c._rank_watch.stop()   # no background look: the state a slow watch leaves is made by hand
-            c._rank_watch.join(5)
+            c.watch.stop()   # no background look: the state a slow watch leaves is made by hand
+            c.watch.join(5)
             own.restart(timeout=60, quiet=True)
             for rank in (0, 1):   # the watch saw the old ranks die, not yet the new publication
-                attach.owner_rank_exited(c, rank, None)
+                c.owner_rank_exited(rank, None)
             r = c.run("import os\npid = os.getpid()")
             assert r.wait(30) and not r.failed
             assert c.pull("pid") == [i.pid for i in own.engine_set.launcher.ranks]

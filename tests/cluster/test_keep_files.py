@@ -11,6 +11,7 @@ from hypothesis import given, strategies as st
 
 from mlx_jupyter.cluster.keep_cleanup import removal_command, remove_on_hosts
 from mlx_jupyter.cluster.kept_state import KeptState
+from mlx_jupyter.cluster.restart_context import MAGICS, PANEL
 from mlx_jupyter.cluster.rank import keep_files
 
 OWNERS = st.builds(keep_files.Owner, st.text("0123456789abcdef", min_size=8, max_size=8),
@@ -64,7 +65,7 @@ def test_local_folders_are_removed_without_ssh():
 
 
 def test_a_failures_message_says_what_was_kept_and_lost_and_what_works_from_where_it_is_shown():
-    magics = SimpleNamespace(cluster_id="mlx-d", restart_command="%mlx_cluster restart", failed_restart_advice=None)
+    magics = SimpleNamespace(cluster_id="mlx-d", context=MAGICS)
     state = KeptState(magics)
     state.saved = {0: {"kept": ["model", "opt"], "bytes": 3 << 20}, 1: {"kept": ["model", "opt"], "bytes": 3 << 20}}
     assert state.failure(KeyboardInterrupt()) == (
@@ -76,8 +77,7 @@ def test_a_failures_message_says_what_was_kept_and_lost_and_what_works_from_wher
         "starting the new ranks failed (rank 1 on h2: exited 1); lost: the 2 names saved on 2 ranks (6.0 MiB), "
         f"as the old ranks are gone; the saved files were removed; could not remove {state.dirname} on h2 "
         "(ssh: connection refused): remove it by hand. Next: ")
-    panel = SimpleNamespace(cluster_id="mlx-e", restart_command="cluster.restart()",
-                            failed_restart_advice="dismiss it in the MLX Cluster panel and start a new cluster")
+    panel = SimpleNamespace(cluster_id="mlx-e", context=PANEL)
     state = KeptState(panel)
     state.phase, state.restored = "restoring", {0: {"restored": ["model"]}}
     assert state.failure(RuntimeError("boom")) == (
