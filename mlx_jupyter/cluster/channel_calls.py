@@ -18,7 +18,7 @@ class CallRaised(ClusterError):
 
 
 class _Answer:
-    """The hub's sink for one call: its reply, once."""
+    """The cell_server's sink for one call: its reply, once."""
 
     def __init__(self) -> None:
         self.content: Optional[dict] = None
@@ -35,18 +35,18 @@ class _Answer:
         self.event.set()
 
 
-def usable(hub: Any, ranks: Sequence[int]) -> bool:
-    """Whether ``hub`` (the cluster's, or None) reaches every rank of ``ranks``."""
-    return hub is not None and hub.session is not None and bool(ranks) and hub.connected(list(ranks))
+def usable(cell_server: Any, ranks: Sequence[int]) -> bool:
+    """Whether ``cell_server`` (the cluster's, or None) reaches every rank of ``ranks``."""
+    return cell_server is not None and cell_server.session is not None and bool(ranks) and cell_server.connected(list(ranks))
 
 
-def call_ranks(hub: Any, fn: Callable[..., Any], calls: dict[int, list], timeout: float,
+def call_ranks(cell_server: Any, fn: Callable[..., Any], calls: dict[int, list], timeout: float,
                dead: Callable[[], Any], what: str) -> dict[int, Any]:
     """``fn(*args)`` on every rank of ``calls`` (rank -> its args) at once over the channel; see :func:`call_each`."""
-    return call_each(hub, {r: (fn, args) for r, args in calls.items()}, timeout, dead, what)
+    return call_each(cell_server, {r: (fn, args) for r, args in calls.items()}, timeout, dead, what)
 
 
-def call_each(hub: Any, plan: dict[int, tuple[Callable[..., Any], list]], timeout: float,
+def call_each(cell_server: Any, plan: dict[int, tuple[Callable[..., Any], list]], timeout: float,
               dead: Callable[[], Any], what: str) -> dict[int, Any]:
     """Each rank of ``plan`` runs its ``fn(*args)``, all at once over the channel; rank -> its
     answer, or a :class:`CallRaised` (its own error), or a :class:`ClusterError` (it died, or took
@@ -56,7 +56,7 @@ def call_each(hub: Any, plan: dict[int, tuple[Callable[..., Any], list]], timeou
     sinks = {}
     for r, (fn, args) in plan.items():
         sinks[r] = _Answer()
-        hub.send_call(r, f"call-{uuid.uuid4().hex}", name_of(fn), list(args), sinks[r])
+        cell_server.send_call(r, f"call-{uuid.uuid4().hex}", name_of(fn), list(args), sinks[r])
     deadline = time.monotonic() + timeout
     out: dict[int, Any] = {}
     for r, sink in sinks.items():

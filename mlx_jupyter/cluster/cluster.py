@@ -1,7 +1,7 @@
 """A cluster this process owns: :class:`Cluster`, the handle that starts, restarts and stops the ranks.
 
 Its processes (an ipyparallel controller set up for fast admission, the ``mlx`` engine set of
-:mod:`mlx_jupyter.cluster.engineset`, the direct cell channel's hub) are
+:mod:`mlx_jupyter.cluster.engineset`, the direct cell channel's cell_server) are
 :class:`~mlx_jupyter.cluster.processes.ClusterProcesses`; what every handle on ranks does (cells,
 data, control, supervision) is :class:`~mlx_jupyter.cluster.session.ClusterSession`'s. A cluster
 of another process's is reached with :meth:`Cluster.connect`
@@ -18,7 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from mlx_jupyter.cluster.busy_listing import BusyListing
-from mlx_jupyter.cluster.cells.hub import CellHub
+from mlx_jupyter.cluster.cells.cell_server import CellServer
 from mlx_jupyter.cluster.connected import ConnectedCluster
 from mlx_jupyter.cluster.engineset import MLXEngineSetLauncher
 from mlx_jupyter.cluster.processes import FAST_CONTROLLER_ARGS, ClusterProcesses
@@ -77,7 +77,7 @@ class Cluster(ClusterSession):
     ``controller_ip`` (an address of this machine the hosts can reach) when
     that name does not resolve to such an address on the hosts.
     ``cell_channel``: send cells straight to the ranks, beside the controller
-    (:mod:`mlx_jupyter.cluster.cells.hub`); default on unless ``MLX_JUPYTER_CELL_CHANNEL=0``.
+    (:mod:`mlx_jupyter.cluster.cells.cell_server`); default on unless ``MLX_JUPYTER_CELL_CHANNEL=0``.
     ``scheduler="slurm"``: the ranks run as one srun step on ``nodes`` nodes (``n`` per node) of a
     Slurm job held for the cluster (``partition``, ``time``, ``account``, ``slurm_args``: sbatch's;
     ``slurm``: a whole :class:`~mlx_jupyter.launch.slurm.SlurmOptions`), the controller here;
@@ -190,7 +190,7 @@ class Cluster(ClusterSession):
 
     def gone_advice(self) -> str:
         return f"restart the cluster: {self.context.command} " \
-               f"({NEW_CONTROLLER_KEPT if self.hub is not None else NEW_CONTROLLER})"
+               f"({NEW_CONTROLLER_KEPT if self.cell_server is not None else NEW_CONTROLLER})"
 
     def expected_size(self) -> int:
         """How many ranks :meth:`start` will start."""
@@ -251,7 +251,7 @@ class Cluster(ClusterSession):
         from mlx_jupyter.cluster import channel_calls
 
         live = [r for r in self.table.ranks if r not in self.table.dead]
-        if clean or (gone and not channel_calls.usable(self.hub, live)):   # nothing to save the names through
+        if clean or (gone and not channel_calls.usable(self.cell_server, live)):   # nothing to save the names through
             fresh_ranks()
             self.last_restart = f"restart: {self.size} ranks started empty ({'--clean' if clean else NEW_CONTROLLER})"
             if self.records.on:
@@ -289,9 +289,9 @@ class Cluster(ClusterSession):
         return self.processes.ipp
 
     @property
-    def hub(self) -> Optional[CellHub]:
-        """The direct cell channel's hub (None without one, or while stopped)."""
-        return self.processes.hub
+    def cell_server(self) -> Optional[CellServer]:
+        """The direct cell channel's cell_server (None without one, or while stopped)."""
+        return self.processes.cell_server
 
     @property
     def engine_set(self) -> MLXEngineSetLauncher:

@@ -108,11 +108,11 @@ class KeptState:
         controller needed: it may be dead), else through the controller."""
         from mlx_jupyter.cluster import channel_calls
 
-        hub = getattr(self.cluster, "hub", None)
+        cell_server = getattr(self.cluster, "cell_server", None)
         if not plan:
             return {}
-        if channel_calls.usable(hub, list(plan)):
-            answers = channel_calls.call_each(hub, plan, self.timeout, lambda: self.cluster.table.dead, what)
+        if channel_calls.usable(cell_server, list(plan)):
+            answers = channel_calls.call_each(cell_server, plan, self.timeout, lambda: self.cluster.table.dead, what)
             return {r: RankRaised(str(a)) if isinstance(a, channel_calls.CallRaised) else a
                     for r, a in answers.items()}
         link, supervisor = self.cluster.link, self.cluster.supervisor

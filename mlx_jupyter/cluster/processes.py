@@ -1,5 +1,5 @@
 """The processes of a cluster of one's own: ipyparallel's controller, the ``mlx`` engine set (one
-engine per rank) and the cell channel's hub; start, restart, and a stop that leaves none behind."""
+engine per rank) and the cell channel's cell_server; start, restart, and a stop that leaves none behind."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Protocol
 import ipyparallel as ipp
 
 from mlx_jupyter.cluster import registry
-from mlx_jupyter.cluster.cells.hub import CellHub
+from mlx_jupyter.cluster.cells.cell_server import CellServer
 from mlx_jupyter.cluster.controller_link import ControllerLink
 from mlx_jupyter.cluster.engineset import MLXEngineSetLauncher
 from mlx_jupyter.cluster.rank_table import RankTable
@@ -129,7 +129,7 @@ class ClusterProcesses:
         self.spec, self.table, self.link, self.startup, self.supervisor = spec, table, link, startup, supervisor
         self.started = started
         self.ipp: Any = None  # ipyparallel's Cluster while running
-        self.hub: Optional[CellHub] = None
+        self.cell_server: Optional[CellServer] = None
         self.stopping = False
         self._engine_set_id: Optional[str] = None
         self._controller_pids: list[int] = []
@@ -151,8 +151,8 @@ class ClusterProcesses:
         es.backend = spec.backend
         es.python = spec.python
         es.environment = dict(spec.env)
-        if self.hub is not None:
-            es.environment.update(rank_env.variables(cell_port=self.hub.port))
+        if self.cell_server is not None:
+            es.environment.update(rank_env.variables(cell_port=self.cell_server.port))
         es.starting_port = spec.starting_port
         es.bind_to = spec.bind_to
         if spec.allocation is not None:
@@ -180,8 +180,8 @@ class ClusterProcesses:
             spec.allocation.ensure()
             if self.controller_ip in (None, "", "*", "0.0.0.0"):
                 self.controller_ip = spec.allocation.controller_ip()
-        if spec.cell_channel and self.hub is None:
-            self.hub = CellHub(self._hub_ip())
+        if spec.cell_channel and self.cell_server is None:
+            self.cell_server = CellServer(self._server_ip())
         self.ipp = ipp.Cluster(
             cluster_id=spec.cluster_id,
             profile_dir=registry.profile_dir(),
@@ -228,7 +228,7 @@ class ClusterProcesses:
 
         threading.Thread(target=alloc.release, name="mlx-slurm-release", daemon=True).start()
 
-    def _hub_ip(self) -> str:
+    def _server_ip(self) -> str:
         """Where the cell channel listens: beside the controller (all interfaces for remote ranks)."""
         if self.spec.local:
             return "127.0.0.1"
@@ -252,8 +252,8 @@ class ClusterProcesses:
         c = self.ipp.connect_client_sync()
         if isinstance(c, ipp.Client):  # its streams exist only once it is connected
             check_ipyparallel(c)
-            if self.hub is not None:
-                self.hub.start(c.session)
+            if self.cell_server is not None:
+                self.cell_server.start(c.session)
         self.link.attach(c)
 
     def start_engines(self) -> None:
@@ -278,13 +278,13 @@ class ClusterProcesses:
         return list(self.engine_set.launcher.ranks) if self.has_engine_set() and self.engine_set.launcher else []
 
     def rank_exited(self, rank: int, returncode: Optional[int]) -> None:
-        """A rank's process ended (launcher thread): the runs waiting on it end, the hub and the
+        """A rank's process ended (launcher thread): the runs waiting on it end, the cell server and the
         controller forget it, then the exit callbacks hear of it."""
         if self.stopping:
             return
         self.table.died(rank, returncode)
-        if self.hub is not None:
-            self.hub.forget([rank])
+        if self.cell_server is not None:
+            self.cell_server.forget([rank])
         self.link.unregister([rank])
         self.supervisor.rank_died(rank, returncode)
         self.table.announce_exit(rank, returncode)
@@ -313,9 +313,9 @@ class ClusterProcesses:
         self.supervisor.interrupt_runs("the cluster is stopping")
         pids = self.pids()
         self.link.close()
-        if self.hub is not None:
-            self.hub.close()
-            self.hub = None
+        if self.cell_server is not None:
+            self.cell_server.close()
+            self.cell_server = None
         if self.ipp is not None:
             try:
                 self.ipp.stop_cluster_sync()
@@ -339,8 +339,8 @@ class ClusterProcesses:
         self.stopping = True
         self.supervisor.interrupt_runs("the cluster is restarting")
         pids = rank_pids(self.engine_set) if self.has_engine_set() else set()   # none: the last restart failed
-        if self.hub is not None:
-            self.hub.forget()
+        if self.cell_server is not None:
+            self.cell_server.forget()
         self.ipp.stop_engines_sync()
         reap(pids, 5.0)
         self.link.unregister(range(self.table.size))

@@ -33,7 +33,7 @@ from mlx_jupyter.cluster.startup import ProgressCallback, StartupSequence
 from mlx_jupyter.cluster.supervision import Supervisor
 
 if TYPE_CHECKING:
-    from mlx_jupyter.cluster.cells.hub import CellHub
+    from mlx_jupyter.cluster.cells.cell_server import CellServer
     from mlx_jupyter.cluster.cells.run import CellRun
     from mlx_jupyter.collective.profile import OpRecord
     from mlx_jupyter.launch.rankinfo import RankInfo
@@ -57,7 +57,7 @@ class ClusterSession(ABC):
         self.last_error_rank: Optional[int] = None
         self.table = RankTable(output=output)
         self.link = ControllerLink(controller_gone=controller_gone, gone_advice=self.gone_advice)
-        self.startup = StartupSequence(self.link, self.table, backend, hub=lambda: self.hub)
+        self.startup = StartupSequence(self.link, self.table, backend, cell_server=lambda: self.cell_server)
         self.control = RankControl(self.link, self.table, self.startup, backend, self.rank_infos)
         self.supervisor = Supervisor(self.link, self.table, self.control, lambda: self.restart_advice)
         self.data = DataMover(self.link, self.table, self.supervisor)
@@ -94,8 +94,8 @@ class ClusterSession(ABC):
         return ""
 
     @property
-    def hub(self) -> Optional[CellHub]:
-        """The direct cell channel's hub (None without one, or while stopped)."""
+    def cell_server(self) -> Optional[CellServer]:
+        """The direct cell channel's cell_server (None without one, or while stopped)."""
         return None
 
     def __enter__(self: _Session) -> _Session:
@@ -274,15 +274,15 @@ class ClusterSession(ABC):
 
     # ------------------------------------------------------------ what a cell run needs (cells.run.RunHost)
 
-    def cell_hub(self, ranks: Optional[Sequence[int]] = None) -> Optional[CellHub]:
+    def channel_for(self, ranks: Optional[Sequence[int]] = None) -> Optional[CellServer]:
         """The direct cell channel for a cell on ``ranks``, if this cluster has one (see
-        :mod:`mlx_jupyter.cluster.cells.hub`) and no request through the controller is still running
+        :mod:`mlx_jupyter.cluster.cells.cell_server`) and no request through the controller is still running
         on those ranks: a cell sent beside it could overtake it."""
-        if self.hub is None or self.link.client is None:
+        if self.cell_server is None or self.link.client is None:
             return None
         if ranks and self.link.requests_on(ranks):
             return None
-        return self.hub
+        return self.cell_server
 
     def send_execute(self, rank: int, code: str, hook: Callable[[Any], None], cell_number: int = 0) -> str:
         """Send ``code`` to ``rank`` through the controller (``cell_number``: the notebook's, for tracebacks)."""

@@ -21,20 +21,20 @@ ProgressCallback = Callable[[int, int], None]
 log = logging.getLogger("mlx_jupyter.cluster")
 
 
-class Hub(Protocol):
-    """What the start-up needs of the direct cell channel (:class:`~mlx_jupyter.cluster.cells.hub.CellHub`)."""
+class ChannelServer(Protocol):
+    """What the start-up needs of the direct cell channel (:class:`~mlx_jupyter.cluster.cells.cell_server.CellServer`)."""
 
     def wait_connected(self, ranks: list[int], timeout: float) -> list[int]: ...
 
 
 class StartupSequence:
     """Waits for the ranks of a (re)start: registered with id = rank, answering requests with
-    their agent installed, on the cell channel (``hub()``, None without one); then asks them to
+    their agent installed, on the cell channel (``cell_server()``, None without one); then asks them to
     form MLX's world (``backend`` ring) in the background."""
 
     def __init__(self, link: ControllerLink, table: RankTable, backend: str,
-                 hub: Callable[[], Optional[Hub]] = lambda: None) -> None:
-        self.link, self.table, self.backend, self.hub = link, table, backend, hub
+                 cell_server: Callable[[], Optional[ChannelServer]] = lambda: None) -> None:
+        self.link, self.table, self.backend, self.cell_server = link, table, backend, cell_server
         self.world_request: Any = None  # the ranks forming MLX's world after start (see begin_world)
 
     def run(self, progress: Optional[ProgressCallback], timeout: float) -> None:
@@ -121,10 +121,10 @@ class StartupSequence:
     def await_cell_channel(self, deadline: float, most: float = 2.0) -> None:
         """Until every rank has said hello on the cell channel; cells to a rank that has not take
         the controller's path (slower, same results), and the log says why."""
-        hub = self.hub()
-        if hub is None:
+        cell_server = self.cell_server()
+        if cell_server is None:
             return
-        missing = hub.wait_connected(self.table.ranks, max(0.0, min(deadline - time.monotonic(), most)))
+        missing = cell_server.wait_connected(self.table.ranks, max(0.0, min(deadline - time.monotonic(), most)))
         if missing:
             errors = self.channel_errors(missing)
             why = "; ".join(f"rank {r}: {errors.get(r) or 'no hello'}" for r in missing)

@@ -67,8 +67,8 @@ def call(cluster: Any, fn: Any, calls: dict[int, list], timeout: float, what: st
     through the controller; rank -> its answer or the exception that stands for it."""
     from mlx_jupyter.cluster import channel_calls
 
-    if channel_calls.usable(cluster.hub, list(calls)):
-        return channel_calls.call_ranks(cluster.hub, fn, calls, timeout, lambda: cluster.table.dead, what)
+    if channel_calls.usable(cluster.cell_server, list(calls)):
+        return channel_calls.call_ranks(cluster.cell_server, fn, calls, timeout, lambda: cluster.table.dead, what)
     out: dict[int, Any] = {}
     for r, args in calls.items():
         try:

@@ -1,4 +1,4 @@
-"""The direct cell channel without engines: its signed frames, the notebook's hub and a rank's
+"""The direct cell channel without engines: its signed frames, the notebook's cell_server and a rank's
 end (over real ZMQ sockets on loopback, with a stand-in kernel)."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from jupyter_client.session import Session
 from tornado.platform.asyncio import AsyncIOLoop
 
 from mlx_jupyter.cluster.shared import wire as cellwire
-from mlx_jupyter.cluster.cells import hub as hubmod
-from mlx_jupyter.cluster.cells.hub import CellHub
+from mlx_jupyter.cluster.cells import cell_server as hubmod
+from mlx_jupyter.cluster.cells.cell_server import CellServer
 from mlx_jupyter.cluster.rank.channel import RankChannel
 
 pytestmark = pytest.mark.timeout(30)
@@ -105,7 +105,7 @@ def test_a_frame_longer_than_the_limit_is_refused_from_its_header():
         cellwire.FrameReader().feed(header)
 
 
-# ---------------------------------------------------------------- the hub
+# ---------------------------------------------------------------- the cell server
 
 
 class Sink:
@@ -165,42 +165,42 @@ class Peer:
 
 
 @pytest.fixture
-def hub():
-    h = CellHub("127.0.0.1").start(session())
+def cell_server():
+    h = CellServer("127.0.0.1").start(session())
     yield h
     h.close()
 
 
-def _hello(hub: CellHub, rank: int, pid: int = 1) -> Peer:
-    """A rank's connection, once the hub has taken its hello (this one: a rank may say it again)."""
-    peer = Peer.dial(hub.port)
+def _hello(cell_server: CellServer, rank: int, pid: int = 1) -> Peer:
+    """A rank's connection, once the cell server has taken its hello (this one: a rank may say it again)."""
+    peer = Peer.dial(cell_server.port)
     peer.send({"t": "hello", "rank": rank, "pid": pid})
-    with hub._hello:
-        assert hub._hello.wait_for(lambda: hub.pids.get(rank) == pid, 5), f"no hello from rank {rank} pid {pid}"
+    with cell_server._hello:
+        assert cell_server._hello.wait_for(lambda: cell_server.pids.get(rank) == pid, 5), f"no hello from rank {rank} pid {pid}"
     return peer
 
 
-def test_hub_sends_a_cell_to_the_rank_that_said_hello_and_hands_back_its_output_then_reply(hub):
-    rank = _hello(hub, 3)
+def test_hub_sends_a_cell_to_the_rank_that_said_hello_and_hands_back_its_output_then_reply(cell_server):
+    rank = _hello(cell_server, 3)
     try:
         sink = Sink()
-        pending = hub.send_cell(3, "m1", "print(1)", sink)
+        pending = cell_server.send_cell(3, "m1", "print(1)", sink)
         assert rank.recv() == {"t": "cell", "id": "m1", "code": "print(1)"} and not pending.done()
         rank.send({"t": "out", "id": "m1", "kind": "stream", "content": {"name": "stdout", "text": "1\n"}})
         rank.send({"t": "reply", "id": "m1", "content": {"status": "ok"}})
         assert sink.replied.wait(5) and pending.done()
         assert sink.outputs == [(3, "stream", {"name": "stdout", "text": "1\n"})]
         assert sink.replies == [(3, {"status": "ok"})]
-        assert hub.pids[3] == 1
+        assert cell_server.pids[3] == 1
     finally:
         rank.close()
 
 
-def _unread_hub_with_rank(rank: int) -> tuple[CellHub, Peer]:
-    """A hub whose own thread never runs (only a reader's pump can read), with ``rank`` connected."""
+def _unread_hub_with_rank(rank: int) -> tuple[CellServer, Peer]:
+    """A cell_server whose own thread never runs (only a reader's pump can read), with ``rank`` connected."""
     from mlx_jupyter.cluster.shared.transport import tune
 
-    h = CellHub("127.0.0.1")
+    h = CellServer("127.0.0.1")
     h.session = session()
     peer = Peer.dial(h.port)
     h.listener.setblocking(True)
@@ -213,7 +213,7 @@ def _unread_hub_with_rank(rank: int) -> tuple[CellHub, Peer]:
 
 def test_the_thread_waiting_for_a_cell_reads_its_reply_itself():
     """CellRun.next_event pumps the ranks' connections: the reply reaches the sink on the waiting
-    thread, with no hand-over from the hub's thread (here it does not even run)."""
+    thread, with no hand-over from the server's thread (here it does not even run)."""
     h, peer = _unread_hub_with_rank(3)
     try:
         got = []
@@ -235,7 +235,7 @@ def test_the_thread_waiting_for_a_cell_reads_its_reply_itself():
         assert sink.outputs == [(3, "stream", {"name": "stdout", "text": "1\n"})]
         assert h.pump([3], 0.01)  # nothing more: it waited, and read nothing
         peer.close()
-        assert not h.pump([3], 5.0)  # the connection ended: left to the hub's thread, the caller waits its own way
+        assert not h.pump([3], 5.0)  # the connection ended: left to the server's thread, the caller waits its own way
         assert not h.pump([7], 0.01)  # no connection to wait on
     finally:
         peer.close()
@@ -244,18 +244,18 @@ def test_the_thread_waiting_for_a_cell_reads_its_reply_itself():
         h.close()
 
 
-def test_hub_closes_a_connection_that_sends_what_is_not_signed_with_the_clusters_key(hub):
-    rogue = Peer.dial(hub.port)
+def test_hub_closes_a_connection_that_sends_what_is_not_signed_with_the_clusters_key(cell_server):
+    rogue = Peer.dial(cell_server.port)
     try:
         rogue.send({"t": "hello", "rank": 0, "pid": 1}, session(b"guess"))
         assert rogue.closed_by_peer()
-        assert hub.dropped == 1 and not hub.connected([0])
+        assert cell_server.dropped == 1 and not cell_server.connected([0])
     finally:
         rogue.close()
 
 
-def test_hub_closes_a_stranger_that_announces_a_huge_message_before_its_hello(hub):
-    rogue = Peer.dial(hub.port)
+def test_hub_closes_a_stranger_that_announces_a_huge_message_before_its_hello(cell_server):
+    rogue = Peer.dial(cell_server.port)
     try:
         rogue.sock.sendall(cellwire.HEADER.pack(64, hubmod.MAX_HELLO + 1))
         assert rogue.closed_by_peer()
@@ -263,15 +263,15 @@ def test_hub_closes_a_stranger_that_announces_a_huge_message_before_its_hello(hu
         rogue.close()
 
 
-def test_hub_closes_strangers_that_stay_silent(hub, monkeypatch):
+def test_hub_closes_strangers_that_stay_silent(cell_server, monkeypatch):
     monkeypatch.setattr(hubmod, "HELLO_TIMEOUT", 0.2)
     monkeypatch.setattr(hubmod, "MAX_UNKNOWN", 3)
-    silent = [Peer.dial(hub.port) for _ in range(5)]
+    silent = [Peer.dial(cell_server.port) for _ in range(5)]
     try:
-        rank = _hello(hub, 2)  # a rank gets through meanwhile
+        rank = _hello(cell_server, 2)  # a rank gets through meanwhile
         assert silent[0].closed_by_peer(), "the oldest silent connection was kept beyond the limit"
         assert all(p.closed_by_peer() for p in silent[1:]), "a silent connection outlived HELLO_TIMEOUT"
-        hub.send_cell(2, "m5", "x = 1", Sink())
+        cell_server.send_cell(2, "m5", "x = 1", Sink())
         assert rank.recv()["id"] == "m5"
         rank.close()
     finally:
@@ -279,44 +279,44 @@ def test_hub_closes_strangers_that_stay_silent(hub, monkeypatch):
             p.close()
 
 
-def test_a_cell_for_a_rank_not_on_the_channel_ends_at_once_saying_so(hub):
+def test_a_cell_for_a_rank_not_on_the_channel_ends_at_once_saying_so(cell_server):
     sink = Sink()
-    pending = hub.send_cell(5, "m2", "x = 1", sink)
+    pending = cell_server.send_cell(5, "m2", "x = 1", sink)
     assert pending.done() and sink.replies[0][1]["ename"] == "ChannelError"
     assert "rank 5 is not connected" in sink.replies[0][1]["evalue"]
 
 
-def test_forgetting_a_rank_ends_its_pending_cells(hub):
-    rank = _hello(hub, 0, pid=9)
+def test_forgetting_a_rank_ends_its_pending_cells(cell_server):
+    rank = _hello(cell_server, 0, pid=9)
     try:
-        pending = hub.send_cell(0, "m3", "import time; time.sleep(100)", Sink())
-        hub.forget([0])
-        assert pending.done() and not hub.connected([0])
+        pending = cell_server.send_cell(0, "m3", "import time; time.sleep(100)", Sink())
+        cell_server.forget([0])
+        assert pending.done() and not cell_server.connected([0])
     finally:
         rank.close()
 
 
-def test_a_cell_whose_rank_connection_breaks_ends_after_the_grace_saying_so(hub, monkeypatch):
+def test_a_cell_whose_rank_connection_breaks_ends_after_the_grace_saying_so(cell_server, monkeypatch):
     monkeypatch.setattr(hubmod, "LOST_GRACE", 0.2)
-    rank = _hello(hub, 1)
+    rank = _hello(cell_server, 1)
     sink = Sink()
-    hub.send_cell(1, "m6", "import time; time.sleep(100)", sink)
+    cell_server.send_cell(1, "m6", "import time; time.sleep(100)", sink)
     assert rank.recv()["id"] == "m6"
     rank.close()
     assert sink.replied.wait(5), "the cell never ended"
     assert sink.replies[0][1]["ename"] == "ChannelError" and "connection to rank 1 was lost" in sink.replies[0][1]["evalue"]
-    assert not hub.connected([1])
+    assert not cell_server.connected([1])
 
 
-def test_a_rank_that_connects_again_gets_the_next_cells_on_its_new_connection(hub):
-    old = _hello(hub, 4, pid=1)
-    new = _hello(hub, 4, pid=2)
+def test_a_rank_that_connects_again_gets_the_next_cells_on_its_new_connection(cell_server):
+    old = _hello(cell_server, 4, pid=1)
+    new = _hello(cell_server, 4, pid=2)
     try:
-        hub.send_cell(4, "m7", "x = 1", Sink())
-        assert new.recv()["id"] == "m7" and hub.pids[4] == 2
+        cell_server.send_cell(4, "m7", "x = 1", Sink())
+        assert new.recv()["id"] == "m7" and cell_server.pids[4] == 2
         old.close()  # the old one ending does not forget the rank
-        hub.send_cell(4, "m8", "x = 2", Sink())
-        assert new.recv()["id"] == "m8" and hub.connected([4])
+        cell_server.send_cell(4, "m8", "x = 2", Sink())
+        assert new.recv()["id"] == "m8" and cell_server.connected([4])
     finally:
         new.close()
 
@@ -376,7 +376,7 @@ def rank_channel(rank: int, port: int, *args):
 
 
 class NotebookEnd:
-    """A listener standing in for the hub: :meth:`accept` gives the rank's connection as a Peer."""
+    """A listener standing in for the cell server: :meth:`accept` gives the rank's connection as a Peer."""
 
     def __init__(self, port: int = 0):
         self.listener = socket.create_server(("127.0.0.1", port))
@@ -478,7 +478,7 @@ def test_rank_that_cannot_reach_the_notebook_says_so():
 
 
 def test_hub_on_every_interface_is_reached_on_loopback():
-    h = CellHub("*").start(session())
+    h = CellServer("*").start(session())
     try:
         peer = Peer.dial(h.port)
         peer.send({"t": "hello", "rank": 0, "pid": 1})

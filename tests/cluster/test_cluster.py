@@ -92,7 +92,7 @@ def test_cells_take_the_cell_channel_unless_it_is_off(cluster):
     assert r.wait(10) and not r.failed
     assert r.via == ("channel" if cluster.cell_channel else "controller")
     if cluster.cell_channel:
-        assert cluster.hub.connected([0, 1]) and sorted(cluster.hub.pids.values()) == \
+        assert cluster.cell_server.connected([0, 1]) and sorted(cluster.cell_server.pids.values()) == \
             sorted(row["pid"] for row in cluster.status())
 
 
@@ -137,15 +137,15 @@ def test_a_cell_after_a_request_still_running_through_the_controller_follows_it(
 
 def test_a_rank_missing_from_the_channel_gets_its_cells_through_the_controller(cluster):
     if not cluster.cell_channel:  # off: there is no channel to miss a rank
-        assert cluster.hub is None and cluster.cell_hub() is None
+        assert cluster.cell_server is None and cluster.channel_for() is None
         return
-    saved = dict(cluster.hub.idents)
-    cluster.hub.idents.pop(1)
+    saved = dict(cluster.cell_server.idents)
+    cluster.cell_server.idents.pop(1)
     try:
         r = cluster.run("import os\nwhere = os.getpid()")
         assert r.wait(10) and not r.failed and r.via == "controller"
     finally:
-        cluster.hub.idents.update(saved)
+        cluster.cell_server.idents.update(saved)
     r = cluster.run("where2 = where")
     assert r.wait(10) and not r.failed and r.via == "channel"
     assert cluster.pull("where2") == [row["pid"] for row in cluster.status()]

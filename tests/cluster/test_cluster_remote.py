@@ -81,7 +81,7 @@ def test_cluster_on_four_ssh_hosts(testbed, caplog, descendants):
         assert all(not i["group_error"] for i in info.values()), info
         # ssh'd ranks dial back to the notebook's cell channel; start waits for that only 2 s (then
         # cells take the controller's path), which a loaded CI machine can exceed: wait here instead
-        missing = c.hub.wait_connected(c.ranks, 15)
+        missing = c.cell_server.wait_connected(c.ranks, 15)
         assert not missing, f"ranks {missing} never dialled back to the cell channel: {caplog.text}"
         ran = show_run(c.run(CELL), timeout=20)
         assert ran.via == "channel", "the remote ranks are not on the direct cell channel"  # ssh'd ranks dial back

@@ -32,7 +32,7 @@ def owner(tmp_path_factory):
 def test_connected_handle_runs_cells_and_moves_data(owner):
     c = Cluster.connect(owner.cluster_id, timeout=30)
     try:
-        assert c.size == 2 and c.owner["id"] == owner.cluster_id and c.hub is None
+        assert c.size == 2 and c.owner["id"] == owner.cluster_id and c.cell_server is None
         c.setup()
         r = c.run("x = mx.distributed.all_sum(mx.array([world.rank() + 1.0]), group=world).item()")
         assert r.wait(30) and not r.failed

@@ -1,7 +1,7 @@
 """One cell run on several ranks, supervised so that it always ends.
 
 A :class:`CellRun` sends the cell to each target rank, straight over the
-cell channel (:mod:`mlx_jupyter.cluster.cells.hub`) when every target rank is connected
+cell channel (:mod:`mlx_jupyter.cluster.cells.cell_server`) when every target rank is connected
 to it, else as an ipyparallel ``execute_request`` through the controller;
 turns what comes back into events (output, results, ends), and keeps the
 no-hang promise (aborts and interrupts go through the controller's control
@@ -14,8 +14,8 @@ channel either way):
 - a rank that has not ended ``release_deadline`` seconds after its abort is
   given up on (``no-reply``): the run ends anyway and says so.
 
-Callbacks arrive on the cell hub's thread, the thread waiting in :meth:`next_event`
-(it reads the cell channel itself: :meth:`CellHub.pump`) or the ipyparallel client's
+Callbacks arrive on the cell server's thread, the thread waiting in :meth:`next_event`
+(it reads the cell channel itself: :meth:`CellServer.pump`) or the ipyparallel client's
 I/O thread; :meth:`next_event` is called from the notebook's thread.
 """
 
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Protocol, Se
 
 from mlx_jupyter.launch import backends
 from mlx_jupyter.cluster.cells.debug import ControlSender
-from mlx_jupyter.cluster.cells.hub import CellHub, notebook_count
+from mlx_jupyter.cluster.cells.cell_server import CellServer, notebook_count
 from mlx_jupyter.cluster.cells.outcome import DIED, ERROR, NO_REPLY, OK, RELEASED, RUNNING, RankOutcome
 from mlx_jupyter.cluster.cells.text import describe_exit
 
@@ -48,7 +48,7 @@ class Placed(Protocol):
 
 
 class Request(Protocol):
-    """A cell sent to a rank (a hub's :class:`~.hub.Pending`, an ipyparallel future)."""
+    """A cell sent to a rank (a cell_server's :class:`~.cell_server.Pending`, an ipyparallel future)."""
 
     def done(self) -> bool: ...
 
@@ -65,7 +65,7 @@ class RunHost(Protocol):
     @property
     def link(self) -> ControlSender: ...  # a run through the controller asks its ranks' pdbs there
 
-    def cell_hub(self, ranks: Sequence[int]) -> Optional[CellHub]: ...  # the direct channel, or None
+    def channel_for(self, ranks: Sequence[int]) -> Optional[CellServer]: ...  # the direct channel, or None
     def send_execute(self, rank: int, code: str, hook: Callable[[Any], None], cell_number: int = 0) -> str: ...
     def send_abort(self, reason: str, ranks: Sequence[int], msg_ids: Optional[dict[int, str]] = None) -> dict[int, Any]: ...
     def status(self, timeout: float = 1.0) -> list[dict[str, Any]]: ...
@@ -181,7 +181,7 @@ class CellRun:
         self._futures: dict[int, Any] = {}
         self.samples: dict[int, dict[str, Any]] = {}  # rank -> its latest sample of where it is (mlx_jupyter.where)
         self.first_error: Optional[int] = None  # the first rank whose own error ended its cell
-        self.hub: Optional[CellHub] = None  # the cell channel, when the cell went through it
+        self.cell_server: Optional[CellServer] = None  # the cell channel, when the cell went through it
         self.via = ""  # "channel" (straight to the ranks) or "controller" (ipyparallel's execute_request)
 
     # ------------------------------------------------------------ sending
@@ -193,12 +193,12 @@ class CellRun:
         for rank in self.ranks:
             if rank in self.cluster.dead:
                 self.rank_died(rank, self.cluster.dead[rank])
-        hub = self.cluster.cell_hub(live)
-        if hub is not None and hub.connected(live):
-            self.via, self.hub = "channel", hub
+        cell_server = self.cluster.channel_for(live)
+        if cell_server is not None and cell_server.connected(live):
+            self.via, self.cell_server = "channel", cell_server
             base = uuid.uuid4().hex  # one per cell: a rank's id is this and its rank
             self.msg_ids.update({rank: f"{base}-{rank}" for rank in live})
-            self._futures.update(hub.send_cells({rank: self.msg_ids[rank] for rank in live}, self.code, self))
+            self._futures.update(cell_server.send_cells({rank: self.msg_ids[rank] for rank in live}, self.code, self))
             return self
         self.via = "controller"
         number = notebook_count()   # the rank's tracebacks say Cell In[N] with the notebook's N
@@ -244,8 +244,8 @@ class CellRun:
 
     def answer_debug(self, rank: int, line: Optional[str]) -> None:
         """Send ``rank``'s pdb its next line (None: this front end cannot prompt)."""
-        if self.hub is not None:
-            self.hub.send_debug_line(rank, line)
+        if self.cell_server is not None:
+            self.cell_server.send_debug_line(rank, line)
 
     def channel_reply(self, rank: int, content: dict[str, Any]) -> None:
         """The rank's reply, after all its outputs (one socket, in order): the rank's end."""
@@ -415,9 +415,9 @@ class CellRun:
     # ------------------------------------------------------------ reading
 
     def next_event(self, timeout: float) -> Optional[Event]:
-        if self.hub is not None and timeout > 0 and self.events.empty() and not self.done.is_set():
+        if self.cell_server is not None and timeout > 0 and self.events.empty() and not self.done.is_set():
             # the ranks' answers are read here, by the thread waiting for them (no hand-over to wake it)
-            if self.hub.pump(self.ranks, timeout, self.events.empty):
+            if self.cell_server.pump(self.ranks, timeout, self.events.empty):
                 timeout = 0
         try:
             return self.events.get(timeout=timeout) if timeout > 0 else self.events.get_nowait()

@@ -3,13 +3,13 @@
 A ``%%mlx_distributed`` cell through ipyparallel travels notebook -> controller
 -> engine, and its reply, status and every output back the same way, each
 message (de)serialised three times. Here the notebook sends the cell straight
-to the rank (:mod:`mlx_jupyter.cluster.cells.hub`), the rank runs it as the kernel runs
+to the rank (:mod:`mlx_jupyter.cluster.cells.cell_server`), the rank runs it as the kernel runs
 an ``execute_request`` (same namespace, history, display hooks, and the rank
 agent's pre/post-run hooks that keep the no-hang promise), and its outputs and
 reply come straight back. The controller still does registration, heartbeats,
 ``%px``, push/pull and the control channel (interrupts, aborts, status).
 
-Connection and threads: one TCP connection to the notebook's hub
+Connection and threads: one TCP connection to the notebook's cell_server
 (:mod:`mlx_jupyter.cluster.shared.transport`), made by a short-lived thread so
 that the engine never waits on the network. Cells are read on the engine's main
 loop, which runs them one at a time with the kernel's own shell requests (no
@@ -73,7 +73,7 @@ class RankChannel:
         threading.Thread(target=self._connect, name="mlx-cell-connect", daemon=True).start()
 
     def _connect(self) -> None:
-        """Dial the hub (retrying a refusal until ``connect_timeout``), then hand the socket to the loop."""
+        """Dial the cell server (retrying a refusal until ``connect_timeout``), then hand the socket to the loop."""
         deadline = time.monotonic() + self.connect_timeout
         pause = 0.01
         while not self._closed:
@@ -85,7 +85,7 @@ class RankChannel:
                     self.error = f"could not connect to the notebook's cell channel at {self.url}: {exc}"
                     log.warning("cell channel: %s", self.error)
                     return
-                time.sleep(pause)  # refused or unreachable: the hub may not listen yet
+                time.sleep(pause)  # refused or unreachable: the cell server may not listen yet
                 pause = min(pause * 2, 0.5)
         else:
             return

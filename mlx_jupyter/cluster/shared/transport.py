@@ -2,7 +2,7 @@
 
 Plain TCP rather than ZMQ: a message then wakes only the thread that reads it,
 not a ZMQ I/O thread on each side as well (on a busy machine each wake-up is a
-scheduling delay). Used by :mod:`mlx_jupyter.cluster.cells.hub` (notebook) and
+scheduling delay). Used by :mod:`mlx_jupyter.cluster.cells.cell_server` (notebook) and
 :mod:`mlx_jupyter.cluster.rank.channel` (rank); the bytes are :mod:`.wire`'s.
 """
 

@@ -4,7 +4,7 @@ A frame pair is ``[signature, payload]``: ``payload`` is the object packed by
 the cluster's ipyparallel session (JSON by default), ``signature`` its HMAC
 with that session's key, so only holders of the cluster's key can run code.
 On the TCP stream each pair is preceded by their two lengths (:func:`frame`,
-:class:`FrameReader`). Pure functions: :mod:`mlx_jupyter.cluster.cells.hub`
+:class:`FrameReader`). Pure functions: :mod:`mlx_jupyter.cluster.cells.cell_server`
 (notebook) and :mod:`mlx_jupyter.cluster.rank.channel` (rank) do the I/O.
 
 Messages (``t`` is the type):

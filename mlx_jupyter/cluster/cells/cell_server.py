@@ -1,12 +1,12 @@
 """The notebook's end of the direct cell channel (see :mod:`mlx_jupyter.cluster.rank.channel`).
 
 A TCP listener, bound beside the controller before the ranks start; each rank
-connects to it and says hello. :meth:`CellHub.send_cells` writes a cell to
+connects to it and says hello. :meth:`CellServer.send_cells` writes a cell to
 its ranks' connections from the calling thread; what comes back (outputs,
-then the reply) is read by the hub's own thread and handed to the cell's sink
+then the reply) is read by the cell server's own thread and handed to the cell's sink
 (a :class:`~mlx_jupyter.cluster.cells.run.CellRun`), or, while the thread that
-shows the cell waits for it, by that thread itself (:meth:`CellHub.pump`): a
-reply then wakes only the thread that needs it, not the hub's thread and then
+shows the cell waits for it, by that thread itself (:meth:`CellServer.pump`): a
+reply then wakes only the thread that needs it, not the server's thread and then
 that one (on a loaded machine each wake-up is a scheduling delay).
 
 The port is open to anyone who can reach it, so a connection that sends
@@ -29,7 +29,7 @@ from typing import Any, Callable, Optional, Protocol
 from mlx_jupyter.cluster.shared import wire
 from mlx_jupyter.cluster.shared.transport import Writer, read_available, tune
 
-log = logging.getLogger("mlx_jupyter.cluster.cells.hub")
+log = logging.getLogger("mlx_jupyter.cluster.cells.cell_server")
 
 #: seconds a new connection has to say hello (signed) before it is closed
 HELLO_TIMEOUT = 5.0
@@ -71,7 +71,7 @@ class Connection:
         self.rank: Optional[int] = None
 
 
-class CellHub:
+class CellServer:
     """Listens on ``ip`` (a free port: :attr:`port`); :meth:`start` once the cluster's session is known."""
 
     def __init__(self, ip: str = "127.0.0.1"):
@@ -92,23 +92,23 @@ class CellHub:
         self.dropped = 0  # connections closed for sending what did not decode (bad signature, ...)
         self._lock = threading.Lock()
         self._hello = threading.Condition(self._lock)
-        self._conns: dict[socket.socket, Connection] = {}  # every open connection (hub thread only)
-        self._lost: dict[str, float] = {}  # msg_id -> when its rank's connection broke (hub thread only)
+        self._conns: dict[socket.socket, Connection] = {}  # every open connection (cell_server thread only)
+        self._lost: dict[str, float] = {}  # msg_id -> when its rank's connection broke (cell_server thread only)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         self._closed = False
         self._thread: Optional[threading.Thread] = None
-        #: held by whichever thread reads the ranks' connections: the hub's, or a cell's reader (pump)
+        #: held by whichever thread reads the ranks' connections: the cell server's, or a cell's reader (pump)
         self._reading = threading.Lock()
-        self._turn = threading.Condition()  # a reader lets the hub's thread take its waiting turn first
-        self._hub_waiting = False
+        self._turn = threading.Condition()  # a reader lets the server's thread take its waiting turn first
+        self._server_waiting = False
 
-    def start(self, session: Any) -> "CellHub":
+    def start(self, session: Any) -> "CellServer":
         """Begin accepting and reading, verifying with ``session``'s key (connections made
         meanwhile wait in the listener's backlog)."""
         self.session = session
         if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="mlx-cell-hub", daemon=True)
+            self._thread = threading.Thread(target=self._loop, name="mlx-cell-cell_server", daemon=True)
             self._thread.start()
         return self
 
@@ -183,7 +183,7 @@ class CellHub:
             "evalue": f"rank {rank} is not connected to the notebook's cell channel (did it restart?); run the cell again",
             "traceback": []})
 
-    # ------------------------------------------------------------ the hub's thread
+    # ------------------------------------------------------------ the server's thread
 
     def _loop(self) -> None:
         selector = selectors.DefaultSelector()
@@ -203,10 +203,10 @@ class CellHub:
                         if not _has_input(key.fileobj):  # type: ignore[arg-type]
                             continue  # a cell's reader took it first (pump): no turn needed
                         with self._turn:
-                            self._hub_waiting = True
+                            self._server_waiting = True
                         with self._reading:
                             with self._turn:
-                                self._hub_waiting = False
+                                self._server_waiting = False
                                 self._turn.notify_all()
                             conn = self._conns.get(key.fileobj)  # type: ignore[call-overload]
                             if conn is not None:
@@ -214,7 +214,7 @@ class CellHub:
                 self._expire(selector)
                 self._end_lost()
         except Exception:  # a bug; say so rather than die silently
-            log.exception("cell channel: the hub's thread failed")
+            log.exception("cell channel: the server's thread failed")
         finally:
             with self._reading:  # not under a reader's poll
                 for conn in list(self._conns.values()):
@@ -275,10 +275,10 @@ class CellHub:
         """Read and handle what ``ranks``' connections send, from the calling thread: waits at most
         ``timeout`` s for something to come (not at all if ``idle()`` is False once the read turn is
         taken: e.g. its events came meanwhile). False if it could not wait on them (one ended, all
-        are gone, or the hub closed): the caller waits its own way. A closed or undecodable connection is left to
-        the hub's thread, which drops it; so is everything else (new connections, other ranks)."""
-        with self._turn:  # the hub's thread has other connections to read too: never starve it
-            self._turn.wait_for(lambda: not self._hub_waiting, timeout)
+        are gone, or the cell server closed): the caller waits its own way. A closed or undecodable connection is left to
+        the server's thread, which drops it; so is everything else (new connections, other ranks)."""
+        with self._turn:  # the server's thread has other connections to read too: never starve it
+            self._turn.wait_for(lambda: not self._server_waiting, timeout)
         if not self._reading.acquire(timeout=timeout):
             return True
         try:
@@ -292,7 +292,7 @@ class CellHub:
             poller = select.poll()
             for fd in conns:
                 poller.register(fd, select.POLLIN)
-            ended = False  # a connection that ended: the caller waits while the hub's thread drops it
+            ended = False  # a connection that ended: the caller waits while the server's thread drops it
             for fd, _ in poller.poll(max(0.0, timeout) * 1000):
                 conn = conns[fd]
                 data = read_available(conn.sock)
@@ -300,7 +300,7 @@ class CellHub:
                     ended = True
                 elif data and not self._consume(conn, data):
                     ended = True
-                    try:  # the hub's thread sees the end and drops it
+                    try:  # the server's thread sees the end and drops it
                         conn.sock.shutdown(socket.SHUT_RDWR)
                     except OSError:
                         pass
