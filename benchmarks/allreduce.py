@@ -106,6 +106,15 @@ def saved_output(path: str | None) -> Iterator[None]:
             fh.write(buf.getvalue())
 
 
+def header(*about: str) -> list[str]:
+    """A run's first lines: the command that ran it, then the machine (platform, cores, Python, ``about``
+    (e.g. MLX's version), load average)."""
+    command = [os.path.basename(sys.executable), f"benchmarks/{os.path.basename(sys.argv[0])}", *sys.argv[1:]]
+    machine = [platform.platform(), f"{os.cpu_count()} cores", f"Python {platform.python_version()}", *about,
+               f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"]
+    return [f"$ {' '.join(command)}", ", ".join(machine)]
+
+
 def human(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
 
@@ -244,9 +253,7 @@ def main() -> int:
     with saved_output(args.save):
         import mlx.core as mx
 
-        print(f"$ {' '.join([os.path.basename(sys.executable), 'benchmarks/allreduce.py'] + sys.argv[1:])}")
-        print(f"{platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-              f"MLX {mx.__version__}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print("\n".join(header(f"MLX {mx.__version__}")))
         runs: dict[int, tuple] = {}
         missing_mpi = False
         for n in [int(x) for x in args.ranks.split(",")]:
@@ -274,9 +281,7 @@ def launcher_main(args: argparse.Namespace, scale: float) -> int:
 
     sizes = [int(x) for x in (args.sizes or "4096").split(",")]
     with saved_output(args.save):
-        print(f"$ {' '.join([os.path.basename(sys.executable), 'benchmarks/allreduce.py'] + sys.argv[1:])}")
-        print(f"{platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-              f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print("\n".join(header()))
         for n in [int(x) for x in args.ranks.split(",")]:
             run_layout(mpirun_command(n), n, sizes, scale, args.runs, human)
         print("ratio: ours / Open MPI time (below 1: we are faster); every result was checked on every rank")

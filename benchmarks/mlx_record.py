@@ -24,15 +24,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import re
 import shutil
 import statistics
 import subprocess
 import sys
 
-from allreduce import saved_output
+from allreduce import header, saved_output
 from launcher_layout import launch_ranks
+from training_step import MODEL
 
 RANK = r"""
 import json, os, time
@@ -47,21 +47,7 @@ rank, per, blocks = world.rank(), int(os.environ["BENCH_PER"]), int(os.environ["
 x = mx.ones(1024)
 def cell():
     mx.eval(mx.distributed.all_sum(x, group=world))
-
-mx.random.seed(0)
-X = mx.random.uniform(-3, 3, (512, 1))
-Y = mx.sin(X) + 0.1 * mx.random.normal(X.shape)
-Xs, Ys = X[rank::world.size()], Y[rank::world.size()]
-class MLP(nn.Module):
-    def __init__(self, hidden=32):
-        super().__init__()
-        self.l1, self.l2, self.l3 = nn.Linear(1, hidden), nn.Linear(hidden, hidden), nn.Linear(hidden, 1)
-    def __call__(self, x):
-        return self.l3(nn.relu(self.l2(nn.relu(self.l1(x)))))
-mx.random.seed(1)
-model = MLP()
-opt = optim.Adam(learning_rate=0.01)
-loss_and_grad = nn.value_and_grad(model, lambda m, x, y: nn.losses.mse_loss(m(x), y))
+""" + MODEL + r"""
 def step():
     loss, grads = loss_and_grad(model, Xs, Ys)
     opt.update(model, tree_map(lambda g: mx.distributed.all_sum(g, group=world) / world.size(), grads))
@@ -146,22 +132,11 @@ mlx_calls.install()
 world = mx.distributed.init()
 what, mode, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 x = mx.ones(1024)
-mx.random.seed(0)
-X = mx.random.uniform(-3, 3, (512, 1))
-Y = mx.sin(X) + 0.1 * mx.random.normal(X.shape)
-class MLP(nn.Module):
-    def __init__(self, hidden=32):
-        super().__init__()
-        self.l1, self.l2, self.l3 = nn.Linear(1, hidden), nn.Linear(hidden, hidden), nn.Linear(hidden, 1)
-    def __call__(self, x):
-        return self.l3(nn.relu(self.l2(nn.relu(self.l1(x)))))
-model = MLP()
-opt = optim.Adam(learning_rate=0.01)
-loss_and_grad = nn.value_and_grad(model, lambda m, x, y: nn.losses.mse_loss(m(x), y))
+""" + MODEL + r"""
 def build():
     mx.distributed.all_sum(x, group=world)
 def step():
-    loss, grads = loss_and_grad(model, X, Y)
+    loss, grads = loss_and_grad(model, Xs, Ys)
     opt.update(model, tree_map(lambda g: mx.distributed.all_sum(g, group=world) / world.size(), grads))
     mx.eval(model.parameters(), opt.state)
 fn = {"build": build, "step": step}[what]
@@ -200,9 +175,7 @@ def main() -> int:
     ap.add_argument("--no-instructions", action="store_true", help="skip callgrind's instruction counts")
     args = ap.parse_args()
     per, blocks = (100, 4) if args.quick else (300, 12)
-    lines = [f"$ {' '.join([os.path.basename(sys.executable), 'benchmarks/mlx_record.py'] + sys.argv[1:])}",
-             f"{platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-             f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+    lines = [*header(),
              f"2 local ranks (mlx-jupyter launch, MLX ring), {blocks} blocks, record on and off alternating; "
              "slower rank's time per unit, median over blocks"]
     res = run(per, blocks)

@@ -13,12 +13,10 @@ The difference on - off is what recording adds to an op (the budget: 1 µs).
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 
-from allreduce import saved_output
+from allreduce import header, saved_output
 from launcher_layout import launch_ranks
 
 RANK = r"""
@@ -95,9 +93,7 @@ def main() -> int:
     ap.add_argument("--save", metavar="FILE", help="also write the output to FILE")
     args = ap.parse_args()
     per, blocks = (500, 6) if args.quick else (2000, 20)
-    lines = [f"$ {' '.join([os.path.basename(sys.executable), 'benchmarks/profile_overhead.py'] + sys.argv[1:])}",
-             f"{platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-             f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+    lines = [*header(),
              f"4 KiB float32 all_sum, 2 local ranks (mlx-jupyter launch), {blocks} blocks of {per} ops; "
              "slower rank's time per op, median over blocks"]
     ours = run(sys.executable, per, blocks)

@@ -13,12 +13,10 @@ every result checked.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 import tempfile
 
-from allreduce import human, launch, ratio, saved_output, slower_rank_median
+from allreduce import header, human, launch, ratio, saved_output, slower_rank_median
 
 SIZES = [64, 1024, 4096, 16384]
 COLUMNS = ["board", "ring", "mpi"]
@@ -94,9 +92,7 @@ def main() -> int:
     if min(counts) < 3:
         ap.error("--ranks: the board forms from 3 ranks on (2 ranks always take one step)")
     with saved_output(args.save):
-        print(f"$ {' '.join([os.path.basename(sys.executable), 'benchmarks/small_ops.py'] + sys.argv[1:])}")
-        print(f"{platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-              f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print("\n".join(header()))
         for n in counts:
             with tempfile.TemporaryDirectory() as out_dir:
                 per_rank, by_mpirun = launch(n, RANK_CODE, {"BENCH_SIZES": str(SIZES),

@@ -11,6 +11,7 @@ import pytest
 from mlx_jupyter.server.history import ClusterHistory
 from mlx_jupyter.server.owners import label_owner
 from mlx_jupyter.server.requests import SCHEMA, form_fields, parse_start
+from tests.security.server_process import JupyterServer
 
 
 def sample(seq: int, nbytes: int = 4096, cpu: float = 1.0, rss: int = 100, group: str = "core:1") -> dict:
@@ -158,51 +159,14 @@ def test_the_forms_fields_are_the_requests_fields_and_its_limits_are_the_checks(
 def test_the_endpoints_through_a_real_server(tmp_path):
     """GET schema and clusters/<id>/dashboard mounted on jupyter_server: the form's fields, 404 for no cluster,
     400 naming ``since`` when it is not a time."""
-    import os
-    import subprocess
-    import sys
-    import time
-    import urllib.error
-    import urllib.request
+    with JupyterServer(tmp_path, tmp_path) as server:
+        def get(path: str) -> tuple[int, dict]:
+            return server.request("GET", f"/mlx-jupyter/{path}", timeout=5)
 
-    from mlx_jupyter.net.ports import free_port_block
-
-    port, token = free_port_block(1, 1), "t0ken"
-    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"), "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_server", f"--port={port}", "--ip=127.0.0.1", "--no-browser",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={tmp_path}", "--allow-root",
-         "--ServerApp.jpserver_extensions={'mlx_jupyter.server': True}"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-
-    def get(path: str) -> tuple[int, dict]:
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/mlx-jupyter/{path}",
-                                     headers={"Authorization": f"token {token}"})
-        try:
-            with urllib.request.urlopen(req, timeout=5) as r:
-                return r.status, json.loads(r.read())
-        except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read())
-
-    try:
-        deadline, reply = time.monotonic() + 60, None
-        while reply is None and time.monotonic() < deadline:
-            assert proc.poll() is None, proc.stderr.read()
-            try:
-                reply = get("schema")
-            except OSError:
-                time.sleep(0.2)  # the server's socket is not up yet (a readiness probe)
-        assert reply == (200, {"fields": form_fields()})
+        assert get("schema") == (200, {"fields": form_fields()})
         assert get("clusters/mlx-none/dashboard") == (404, {"error": "no cluster mlx-none"})
         status, body = get("clusters/mlx-none/dashboard?since=soon")
         assert status == 400 and body["field"] == "since"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
 
 
 def test_points_taken_within_10_ms_keep_distinct_times_so_a_reader_since_the_first_gets_the_second():

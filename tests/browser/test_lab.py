@@ -8,65 +8,16 @@ missing piece is a failure: .ci/run installs all of them.
 
 from __future__ import annotations
 
-import json
 import os
-import secrets
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-JS = Path(__file__).resolve().parent / "js"
-ARTIFACTS = ROOT / "test-artifacts" / "browser"
+from tests.browser.lab_scenario import ARTIFACTS, ROOT, check, lab_server, require_browser, run_scenario
+
 RECORDINGS = ROOT / "tests" / "fixtures" / "thunderbolt"
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 SCENARIO_TIMEOUT = 240  # s, the whole browser scenario (about 40 s here)
 pytestmark = pytest.mark.timeout(SCENARIO_TIMEOUT + 90)
-
-
-def missing() -> str | None:
-    """Why the browser tests cannot run here, or None."""
-    if not Path(CHROMIUM).exists():
-        return f"no chromium at {CHROMIUM} (apt-get install chromium)"
-    if shutil.which("node") is None:
-        return "node is not installed"
-    try:
-        import jupyterlab  # noqa: F401
-    except ImportError:
-        return "jupyterlab is not installed (pip install jupyterlab)"
-    if not (ROOT / "mlx_jupyter" / "server" / "labextension" / "package.json").exists():
-        return "the lab extension is not built (labextension/: npm install && npm run build:prod)"
-    if not (JS / "node_modules" / "playwright-core").exists():
-        if shutil.which("npm") is None:
-            return "npm is not installed"
-        try:
-            subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=JS, check=True, timeout=180,
-                           capture_output=True)
-        except (subprocess.SubprocessError, OSError) as exc:
-            return f"playwright-core could not be installed in tests/browser/js ({exc})"
-    return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def notebook(path: Path, sources: list[str]) -> None:
-    import nbformat
-    from nbformat.v4 import new_code_cell, new_notebook
-
-    nb = new_notebook(cells=[new_code_cell(s) for s in sources])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, path)
 
 
 def topology_sources(hostfile: Path) -> list[str]:
@@ -102,99 +53,17 @@ def progress_source(flag: Path) -> str:
             "    print(f'\\rstep {i}', end='')\n")
 
 
-def wait_http(url: str, proc: subprocess.Popen, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"jupyter lab exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            time.sleep(0.2)  # polling a socket that is not up yet, not synchronising with a test step
-    raise TimeoutError(f"jupyter lab did not answer {url} within {timeout} s")
-
-
-def descendants(pid: int) -> list:
-    import psutil
-
-    try:
-        return psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        return []
-
-
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory):
-    why = missing()
-    if why and os.environ.get("CI") == "true":
-        pytest.fail(f"browser tests cannot run under CI: {why}; .ci/run installs chromium and runs npm ci "
-                    "in tests/browser/js", pytrace=False)
-    if why:
-        pytest.skip(why)
-    import psutil
-
+    require_browser()
     tmp = tmp_path_factory.mktemp("lab")
-    root, config, runtime, labext = tmp / "root", tmp / "config", tmp / "runtime", tmp / "labextensions"
-    settings = tmp / "settings" / "@jupyterlab"
-    for d in (root, config, runtime, labext, settings / "apputils-extension", settings / "notebook-extension"):
-        d.mkdir(parents=True)
-    # a fresh profile: no news prompt, and the notebook's kernel starts without asking
-    (settings / "apputils-extension" / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))
-    (settings / "notebook-extension" / "tracker.jupyterlab-settings").write_text(json.dumps({"autoStartDefaultKernel": True}))
-    (labext / "mlx-jupyter-lab").symlink_to(ROOT / "mlx_jupyter" / "server" / "labextension")
-    (config / "jupyter_server_config.json").write_text(json.dumps({
-        "ServerApp": {"jpserver_extensions": {"mlx_jupyter.server": True}},
-        "LabServerApp": {"extra_labextensions_path": [str(labext)], "user_settings_dir": str(tmp / "settings"),
-                         "workspaces_dir": str(tmp / "workspaces")},
-        "LabApp": {"expose_app_in_browser": True, "news_url": None,
-                   "check_for_updates_class": "jupyterlab.NeverCheckForUpdate"},
-    }))
-    notebook(root / "topology.ipynb", topology_sources(root / "hostfile.json"))
     release = tmp / "release.flag"
-    notebook(root / "status.ipynb", status_sources(release))
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     for old in ARTIFACTS.glob("*.png"):
         old.unlink()
-    port, token = free_port(), secrets.token_hex(16)
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("OMPI_ALLOW_RUN_AS_ROOT")},  # panel_failed_card
-           "JUPYTER_CONFIG_DIR": str(config), "JUPYTER_RUNTIME_DIR": str(runtime), "PYTHONPATH": str(ROOT)}
-    log = open(tmp / "lab.log", "w")
-    lab = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--ServerApp.open_browser=False", "--allow-root"],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}/"
-    results_file = tmp / "results.json"
-    started: set[int] = set()
-    try:
-        wait_http(f"{base}api/status?token={token}", lab, 60)
-        proc = subprocess.run(["node", str(JS / "lab.mjs"), base, token, str(ARTIFACTS), str(results_file),
-                               str(release)],
-                              cwd=JS, timeout=SCENARIO_TIMEOUT, capture_output=True, text=True)
-        started = {p.pid for p in descendants(lab.pid)}
-        results = json.loads(results_file.read_text()) if results_file.exists() else {}
-        results["_node"] = {"ok": proc.returncode == 0, "detail": (proc.stdout + proc.stderr)[-2000:]}
-        yield results
-    finally:
-        children = descendants(lab.pid)
-        lab.send_signal(signal.SIGINT)  # jupyter's clean shutdown: kernels, then server extensions
-        try:
-            lab.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(lab.pid, signal.SIGKILL)
-            lab.wait(5)
-        log.close()
-        gone, alive = psutil.wait_procs(children, timeout=10)
-        for p in alive:
-            p.kill()
-        shutil.copy(tmp / "lab.log", ARTIFACTS / "lab.log")
-        assert not alive, f"processes left behind by the lab server: {[p.pid for p in alive]} (of {sorted(started)})"
-
-
-def check(results: dict, name: str) -> None:
-    assert name in results, f"step {name} did not run; node said: {results.get('_node', {}).get('detail')}"
-    assert results[name]["ok"], f"{name}: {results[name]['detail']}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OMPI_ALLOW_RUN_AS_ROOT")}  # panel_failed_card
+    with lab_server(tmp, {"topology.ipynb": topology_sources(tmp / "root" / "hostfile.json"),
+                          "status.ipynb": status_sources(release)}, panel=True, env=env, log_as="lab.log") as lab:
+        yield run_scenario(lab, "lab.mjs", SCENARIO_TIMEOUT, str(release))
 
 
 def test_lab_loads(scenario):

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser.lab_scenario import check, lab_scenario
-from tests.browser.test_lab import ARTIFACTS
+from tests.browser.lab_scenario import ARTIFACTS, check, lab_scenario
 
 SCENARIO_TIMEOUT = 180
 pytestmark = pytest.mark.timeout(SCENARIO_TIMEOUT + 60)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import queue
+import re
 import statistics
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
-
-import os
 
 import psutil
 from jupyter_client.manager import KernelManager
@@ -29,8 +30,6 @@ class CellResult:
 
     @property
     def traceback(self) -> str:
-        import re
-
         tb = "\n".join(self.error["traceback"]) if self.error else ""
         return re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", tb)
 
@@ -152,6 +151,28 @@ class Kernel:
                 self.km.shutdown_kernel(now=False)
             finally:
                 kill_leftovers(left)
+
+
+def cluster_kernel(n: int, timeout: float = 90, stop: bool = False) -> Iterator[Kernel]:
+    """A module fixture's body: a kernel with ``n`` local ranks started (within ``timeout`` s), closed at the end;
+    with ``stop``, its cluster is stopped first (``%mlx_cluster stop``) when the tests passed through."""
+    k = Kernel()
+    try:
+        res = k.run(f"%load_ext mlx_jupyter\n%mlx_cluster start -n {n}", timeout)
+        assert res.status == "ok", res
+        yield k
+        if stop:
+            k.run("%mlx_cluster stop", 30)
+    finally:
+        k.close()
+
+
+def works(k: Kernel, n: int, timeout: float = 60) -> None:
+    """The next cell runs on all ``n`` ranks, and a collective on the product's group gives the right sum."""
+    res = k.run("%%mlx_distributed\nimport numpy as np\nfrom mlx_jupyter import distributed as dist\n"
+                "print('sum', int(dist.all_sum(np.array([group.rank() + 1]), group=group)[0]))", timeout)
+    assert res.status == "ok", (res.error or {}).get("evalue", res)
+    assert re.search(rf"\[ranks 0-{n - 1}\] sum {n * (n + 1) // 2}", res.stdout), res.stdout
 
 
 def alive(pids) -> list[int]:

@@ -9,7 +9,7 @@ from typing import Callable, Optional, Union
 
 import pytest
 
-from tests.cluster.kernel import CellResult, Kernel
+from tests.cluster.kernel import CellResult, Kernel, cluster_kernel, works
 
 pytestmark = pytest.mark.timeout(180)
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -48,21 +48,7 @@ def run_answering(k: Kernel, code: str, answers: list[Answer], timeout: float = 
 
 @pytest.fixture(scope="module")
 def kernel():
-    k = Kernel()
-    try:
-        res = k.run("%load_ext mlx_jupyter\n%mlx_cluster start -n 2", 90)
-        assert res.status == "ok", res
-        yield k
-    finally:
-        k.close()
-
-
-def works(k: Kernel) -> None:
-    """The next cell runs on both ranks, and a collective on the product's group gives the right sum."""
-    res = k.run("%%mlx_distributed\nimport numpy as np\nfrom mlx_jupyter import distributed as dist\n"
-                "print('sum', int(dist.all_sum(np.array([group.rank() + 1]), group=group)[0]))", 30)
-    assert res.status == "ok", res
-    assert re.search(r"\[ranks 0-1\] sum 3", res.stdout), res.stdout
+    yield from cluster_kernel(2, 90)
 
 
 BREAK_CELL = """%%mlx_distributed
@@ -84,7 +70,7 @@ def test_breakpoint_step_print_continue(kernel):
     assert "-> y = x + 1" in out  # where breakpoint() stopped
     assert re.search(r"^21$", out, re.M), out  # p y after n
     assert "[rank 0] rank 0 y 11 total 32" in out and "[rank 1] rank 1 y 21 total 32" in out, out
-    works(kernel)
+    works(kernel, 2, 30)
 
 
 def test_no_stdin_goes_on_with_one_line(kernel):
@@ -99,7 +85,7 @@ def test_quit_leaves_the_cluster_usable(kernel):
     res, prompts = run_answering(kernel, code, ["q"])  # pdb.set_trace() as breakpoint()
     assert prompts == ["(Pdb rank 1) "]
     assert "rank 1 raised BdbQuit: pdb was quit (q)" in ANSI.sub("", "\n".join(res.error["traceback"])), res.error
-    works(kernel)
+    works(kernel, 2, 30)
 
 
 def test_ranks_that_stop_together_share_one_prompt(kernel):
@@ -119,7 +105,7 @@ def test_stop_button_ends_the_session(kernel):
     assert prompts == ["(Pdb rank 1) "]
     assert res.status == "error", res
     assert "interrupted by the user" in ANSI.sub("", "\n".join(res.error["traceback"])), res.error
-    works(kernel)
+    works(kernel, 2, 30)
 
 
 RAISE_CELL = """%%mlx_distributed
@@ -139,7 +125,7 @@ def test_post_mortem_default_rank_interactive(kernel):
     out = ANSI.sub("", res.stdout)
     assert "scale()" in out and "raise ValueError" in out, out
     assert re.search(r"^21$", out, re.M) and re.search(r"^7$", out, re.M), out
-    works(kernel)
+    works(kernel, 2, 30)
 
 
 def test_post_mortem_commands(kernel):
@@ -205,7 +191,7 @@ def test_the_live_table_and_where_name_the_rank_in_pdb_and_the_timeout_of_who_wa
     assert where.state(1) == "in pdb (line 5)", where
     assert re.match(r"in all_sum #\d+ at line 5 waiting on rank 1 \(in pdb\) for \d+\.\d s; times out after 60 s$",
                     where.state(0)), where
-    works(kernel)
+    works(kernel, 2, 30)
 
 
 def test_post_mortem_shows_in_where_as_the_raising_frame(kernel):
@@ -225,4 +211,4 @@ def test_post_mortem_shows_in_where_as_the_raising_frame(kernel):
     finally:
         other.stop()
     assert where.state(1) == "in pdb post-mortem (line 3 in scale)", where  # the raise, in scale()
-    works(kernel)
+    works(kernel, 2, 30)

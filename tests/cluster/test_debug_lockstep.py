@@ -10,7 +10,7 @@ from typing import Optional
 
 import pytest
 
-from tests.cluster.kernel import CellResult, Kernel
+from tests.cluster.kernel import CellResult, Kernel, cluster_kernel, works
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 #: a group timeout shorter than the pause the test holds the ranks at the prompt
@@ -90,21 +90,7 @@ class Session:
 
 @pytest.fixture(scope="module")
 def kernel():
-    k = Kernel()
-    try:
-        res = k.run("%load_ext mlx_jupyter\n%mlx_cluster start -n 4", 120)
-        assert res.status == "ok", res
-        yield k
-    finally:
-        k.close()
-
-
-def works(k: Kernel) -> None:
-    """The next cell runs on all 4 ranks, and a collective on the product's group gives the right sum."""
-    res = k.run("%%mlx_distributed\nimport numpy as np\nfrom mlx_jupyter import distributed as dist\n"
-                "print('sum', int(dist.all_sum(np.array([group.rank() + 1]), group=group)[0]))", 60)
-    assert res.status == "ok", (res.error or {}).get("evalue", res)
-    assert re.search(r"\[ranks 0-3\] sum 10", res.stdout), res.stdout
+    yield from cluster_kernel(4, 120)
 
 
 LOSS_CELL = f"""%%mlx_distributed
@@ -148,7 +134,7 @@ def test_one_prompt_finds_the_nan_rank_and_the_group_survives_a_long_pause(kerne
     assert "[ranks 0-3] total 10 before 4" in ANSI.sub("", res.stdout), res.stdout
     assert s.prompts == ["(Pdb ranks 0-3) "] * 6, s.prompts
     assert max(s.latencies) < 2.0, s.latencies  # each prompt came back within 2 s of its answer
-    works(kernel)
+    works(kernel, 4, 60)
 
 
 def all_idle(k: Kernel, timeout: float = 60) -> None:
@@ -172,7 +158,7 @@ def test_q_stops_every_rank_cleanly(kernel):
     assert res.status == "error", res
     assert "raised BdbQuit: pdb was quit (q)" in ANSI.sub("", "\n".join(res.error["traceback"])), res.error
     all_idle(kernel)
-    works(kernel)
+    works(kernel, 4, 60)
 
 
 def test_stop_button_ends_every_ranks_session(kernel):
@@ -182,7 +168,7 @@ def test_stop_button_ends_every_ranks_session(kernel):
     assert res.status == "error", res
     assert "interrupted by the user" in ANSI.sub("", "\n".join(res.error["traceback"])), res.error
     all_idle(kernel)
-    works(kernel)
+    works(kernel, 4, 60)
 
 
 RAISE_CELL = """%%mlx_distributed -t {rank}
@@ -207,7 +193,7 @@ def test_mlx_debug_all_after_an_error(kernel):
     s.ask("p secret", "[ranks 0-2] 21\n[rank 3] 24\n")
     res = s.finish("q")
     assert res.status == "ok", res
-    works(kernel)
+    works(kernel, 4, 60)
 
 
 def test_mlx_debug_all_with_commands_groups_the_answers(kernel):
@@ -250,4 +236,4 @@ def test_from_a_connected_notebook(kernel, capsys):
     text = executed.out + executed.err
     assert "[rank 1] breakpoint() skipped: this cell came through the controller and its sender does not show" \
            in text and "[rank 1] later" in text, text
-    works(kernel)
+    works(kernel, 4, 60)

@@ -6,21 +6,14 @@ import re
 
 import pytest
 
-from tests.cluster.kernel import Kernel
+from tests.cluster.kernel import Kernel, cluster_kernel
 
 pytestmark = pytest.mark.timeout(180)
 
 
 @pytest.fixture(scope="module")
 def kernel():
-    k = Kernel()
-    try:
-        res = k.run("%load_ext mlx_jupyter\n%mlx_cluster start -n 2", 90)
-        assert res.status == "ok", res
-        yield k
-        k.run("%mlx_cluster stop", 30)
-    finally:
-        k.close()
+    yield from cluster_kernel(2, 90, stop=True)
 
 
 def test_a_rank_traceback_names_the_notebook_cell(kernel):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cluster.kernel import Kernel
+from tests.cluster.kernel import cluster_kernel
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -24,13 +24,7 @@ for i in range(5):
 
 @pytest.fixture(scope="module")
 def kernel():
-    k = Kernel()
-    try:
-        res = k.run("%load_ext mlx_jupyter\n%mlx_cluster start -n 2", 60)
-        assert res.status == "ok", res
-        yield k
-    finally:
-        k.close()
+    yield from cluster_kernel(2, 60)
 
 
 def _live(res) -> list[str]:

@@ -11,7 +11,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from mlx_jupyter.net.ports import free_port_block
 
@@ -19,11 +19,13 @@ HERE = Path(__file__).resolve().parent
 
 
 class JupyterServer:
-    """``jupyter server`` on 127.0.0.1 serving ``root``, token-authenticated; ``request`` calls its API."""
+    """``jupyter server`` on 127.0.0.1 serving ``root``, token-authenticated, in ``env`` (default: this process's);
+    ``request`` calls its API. As a context manager: ready on entry, stopped on exit."""
 
-    def __init__(self, root: Path, runtime: Path, args: Sequence[str] = ()):
+    def __init__(self, root: Path, runtime: Path, args: Sequence[str] = (), env: Optional[Mapping[str, str]] = None):
         self.root, self.port, self.token = root, free_port_block(1, 1), "t0ken-" + os.urandom(4).hex()
-        env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime / "rt"), "JUPYTER_CONFIG_DIR": str(runtime / "cfg"),
+        env = {**(os.environ if env is None else env),
+               "JUPYTER_RUNTIME_DIR": str(runtime / "rt"), "JUPYTER_CONFIG_DIR": str(runtime / "cfg"),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH", "")]))}
         self.log = open(runtime / "server.log", "w")
         self.proc = subprocess.Popen(
@@ -31,6 +33,16 @@ class JupyterServer:
              f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={root}", "--allow-root",
              "--ServerApp.jpserver_extensions={'mlx_jupyter.server': True}", *args],
             env=env, stdout=subprocess.DEVNULL, stderr=self.log, cwd=str(runtime))
+
+    def __enter__(self) -> "JupyterServer":
+        try:
+            return self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def wait_ready(self, timeout: float = 60) -> "JupyterServer":
         """Until the server answers (a readiness probe), or fail with its log."""

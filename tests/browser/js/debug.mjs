@@ -1,20 +1,15 @@
 // Drives JupyterLab in headless chromium through a rank's pdb: breakpoint() on rank 1 answered in the
 // notebook's stdin box. Usage: node debug.mjs <lab url> <token> <screenshot dir> <results.json>
 // Each check is recorded in results.json ({name: {ok, detail}}); pytest asserts on them.
-import { answer, base, browser, cellText, kernelIdle, page, results, runCell, save, shots, step, token } from './scenario.mjs';
-import path from 'node:path';
+import { answer, cellText, finish, kernelIdle, openNotebook, page, results, runCell, runToEnd, shot, start, step, stopAfterPdb }
+  from './scenario.mjs';
+
+await start();
 
 try {
   await step('debug_notebook_opens', async () => {
-    await page.goto(`${base}lab/tree/debug.ipynb?reset&token=${token}`);
-    await page.waitForFunction(() => window.jupyterapp && window.jupyterapp.shell, null, { timeout: 60000 });
-    await page.waitForSelector('.jp-Notebook .jp-Cell', { timeout: 60000 });
-    const dialog = page.locator('.jp-Dialog .jp-mod-accept');
-    if (await dialog.count()) await dialog.first().click();
-    await kernelIdle();
-    await runCell(0);
-    await kernelIdle();
-    const text = await cellText(0);
+    await openNotebook('debug.ipynb');
+    const text = await runToEnd(0);
     if (!/2 ranks ready/.test(text)) throw new Error(`the cluster did not start: ${text}`);
   });
 
@@ -29,14 +24,14 @@ try {
     // the table is drawn anew each second: scroll to whichever element is there now (a locator's
     // element could be replaced between its lookup and the scroll)
     await page.evaluate(() => { const t = document.querySelectorAll('.mlxj-where'); t[t.length - 1]?.scrollIntoView({ block: 'center' }); });
-    await page.screenshot({ path: path.join(shots, 'live-where-pdb.png') });
+    await page.screenshot({ path: shot('live-where-pdb.png') });
   });
 
   await step('debug_prompt_answered', async () => {
     const first = await answer('p x');
     if (!first.includes('(Pdb rank 1)')) throw new Error(`prompt ${JSON.stringify(first)}`);
     await page.locator('input.jp-Stdin-input').last().waitFor({ state: 'visible', timeout: 60000 });
-    await page.screenshot({ path: path.join(shots, 'pdb-rank-1.png') });
+    await page.screenshot({ path: shot('pdb-rank-1.png') });
     await answer('c');
     await kernelIdle();
     const text = await cellText(1);
@@ -48,14 +43,8 @@ try {
   });
 
   await step('debug_cluster_stops', async () => {
-    if (!results.debug_prompt_answered?.ok) {  // a session left open: the stop button ends it
-      await page.evaluate(() => window.jupyterapp.commands.execute('notebook:interrupt-kernel'));
-      await kernelIdle();
-    }
-    await runCell(2);
-    await kernelIdle();
+    await stopAfterPdb(2, !results.debug_prompt_answered?.ok);
   });
 } finally {
-  save();
-  await browser.close();
+  await finish();
 }

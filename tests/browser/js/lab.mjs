@@ -1,50 +1,18 @@
 // Drives JupyterLab in Debian's headless chromium: the MLX Cluster panel and the topology widget.
 // Usage: node lab.mjs <lab url> <token> <screenshot dir> <results.json> <release flag file>
 // Each check is recorded in results.json ({name: {ok, detail}}); pytest asserts on them.
-import { chromium } from 'playwright-core';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
+import { finish, kernelIdle as idle, logs, more, openNotebook, page, record, resultsFile, run, runCell, shot, start, step }
+  from './scenario.mjs';
 
-const [base, token, shots, resultsFile, releaseFlag] = process.argv.slice(2);
+const [releaseFlag] = more;
 // Console errors known to be harmless, each with why. Anything else fails console_errors.
 const BENIGN = [
   // panel_form_validation: the server refuses a bad host name (400, its message shown under the field)
   /^Failed to load resource: the server responded with a status of 400 \(Bad Request\)$/,
 ];
-const results = {};
-const record = (name, ok, detail = '') => { results[name] = { ok: !!ok, detail: String(detail) }; };
-const save = () => fs.writeFileSync(resultsFile, JSON.stringify(results, null, 2));
-const shot = (name) => path.join(shots, name);
-
-const userData = fs.mkdtempSync(path.join(os.tmpdir(), 'mlxj-chromium-'));
-// a fresh profile each run (playwright-core wants it as launchPersistentContext's argument)
-const browser = await chromium.launchPersistentContext(userData, {
-  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  headless: true,
-  viewport: { width: 1500, height: 1000 },
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-dev-shm-usage',
-         '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-});
-const page = browser.pages()[0] || await browser.newPage();
-const logs = [];
-page.on('console', (m) => { if (m.type() === 'error') logs.push(m.text()); });
-page.on('pageerror', (e) => logs.push(String(e)));
-
-const t0 = Date.now();
-async function step(name, fn) {
-  try {
-    console.log(`${((Date.now() - t0) / 1000).toFixed(1)} s: ${name}`);
-    const detail = await fn();
-    if (!(name in results)) record(name, true, detail ?? '');
-  } catch (e) {
-    record(name, false, e && e.message ? e.message.split('\n')[0] : e);
-    await page.screenshot({ path: shot(`failed-${name}.png`) }).catch(() => {});
-  }
-  save();
-}
-
-const run = (cmd, args = {}) => page.evaluate(([c, a]) => window.jupyterapp.commands.execute(c, a), [cmd, args]);
+await start({ viewport: { width: 1500, height: 1000 } });
 
 // Linux: a pid is gone when /proc has no entry or the process is a zombie; elsewhere kill(pid, 0).
 function alive(pid) {
@@ -67,10 +35,7 @@ async function waitGone(pids, ms) {
 }
 
 // The current notebook's kernel is idle (started and done with whatever ran).
-const kernelIdle = () => page.waitForFunction(() => {
-  const k = window.jupyterapp.shell.currentWidget?.sessionContext?.session?.kernel;
-  return k && k.status === 'idle';
-}, null, { timeout: 60000 });
+const kernelIdle = () => idle(60000);
 
 // Run cells [0, upto) of the current notebook (run-all-above runs those above the active cell).
 const runAbove = (upto) => page.evaluate((i) => {
@@ -85,10 +50,6 @@ const insertCellBelow = (src) => page.evaluate((code) => {
     return nb.activeCellIndex;
   });
 }, src);
-const runCell = (i) => page.evaluate((k) => {
-  window.jupyterapp.shell.currentWidget.content.activeCellIndex = k;
-  return window.jupyterapp.commands.execute('notebook:run-cell');
-}, i);
 
 // The panel's layout: no clipped cell, no wrapped label (what the eye caught in earlier screenshots).
 async function panelLayout() {
@@ -119,13 +80,8 @@ async function rankRows(selector) {
 
 try {
   await step('lab_loads', async () => {
-    await page.goto(`${base}lab/tree/topology.ipynb?reset&token=${token}`);
+    await openNotebook('topology.ipynb');
     await page.waitForSelector('#jp-main-dock-panel', { timeout: 60000 });
-    await page.waitForFunction(() => window.jupyterapp && window.jupyterapp.shell, null, { timeout: 60000 });
-    await page.waitForSelector('.jp-Notebook .jp-Cell', { timeout: 60000 });
-    // older settings may still ask which kernel to start
-    const dialog = page.locator('.jp-Dialog .jp-mod-accept');
-    if (await dialog.count()) await dialog.first().click();
   });
 
   await step('topology_widgets_render', async () => {
@@ -720,7 +676,5 @@ try {
 } finally {
   const errors = logs.filter((l) => !BENIGN.some((re) => re.test(l)));
   record('console_errors', errors.length === 0, errors.slice(0, 20).join(' | ') || `none (${logs.length} benign)`);
-  save();
-  await browser.close();
-  fs.rmSync(userData, { recursive: true, force: true });
+  await finish();
 }

@@ -2,57 +2,17 @@
 // and its dashboard tab show the Slurm job (id, state, nodes, time left), light and dark; then it stops and its
 // job leaves the queue. Usage: node slurm.mjs <lab url> <token> <screenshot dir> <results.json>
 // (SLURM_CONF in the environment: squeue here asks the bed). Each check lands in results.json ({name: {ok, detail}}).
-import { chromium } from 'playwright-core';
 import { execFileSync } from 'node:child_process';
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
+import { base, finish, logs, openNotebook, page, pin, record, run, runToEnd, shot, start, step }
+  from './scenario.mjs';
 
-const [base, token, shots, resultsFile] = process.argv.slice(2);
-const results = {};
-const record = (name, ok, detail = '') => { results[name] = { ok: !!ok, detail: String(detail) }; };
-const save = () => fs.writeFileSync(resultsFile, JSON.stringify(results, null, 2));
-const shot = (name) => path.join(shots, name);
 const JOB_GONE_MS = 30000;   // the job leaves the queue within this after the cluster's stop
+const IDLE_MS = 120000;      // a cell's end (the Slurm allocation's wait included)
 
-const userData = fs.mkdtempSync(path.join(os.tmpdir(), 'mlxj-chromium-'));
-const browser = await chromium.launchPersistentContext(userData, {
-  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  headless: true,
-  viewport: { width: 1400, height: 900 },
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-dev-shm-usage',
-         '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-});
-const page = browser.pages()[0] || await browser.newPage();
-const logs = [];
-page.on('console', (m) => { if (m.type() === 'error') logs.push(m.text()); });
-page.on('pageerror', (e) => logs.push(String(e)));
+await start({ viewport: { width: 1400, height: 900 }, prefix: 'failed-slurm-' });
 const failed = [];   // which resource a "Failed to load resource" error was
 page.on('response', (r) => { if (r.status() >= 400) failed.push(`${r.status()} ${r.request().method()} ${r.url().replace(/token=\w+/, 'token=…')}`); });
 
-async function step(name, fn) {
-  try {
-    const detail = await fn();
-    if (!(name in results)) record(name, true, detail ?? '');
-  } catch (e) {
-    record(name, false, e && e.message ? e.message.split('\n')[0] : e);
-    await page.screenshot({ path: shot(`failed-slurm-${name}.png`) }).catch(() => {});
-  }
-  save();
-}
-
-const run = (cmd, args = {}) => page.evaluate(([c, a]) => window.jupyterapp.commands.execute(c, a), [cmd, args]);
-const kernelIdle = () => page.waitForFunction(() => {
-  const k = window.mlxjNotebook?.sessionContext?.session?.kernel;
-  return k && k.status === 'idle';
-}, null, { timeout: 120000 });
-const runCell = (i) => page.evaluate((k) => {
-  window.jupyterapp.shell.activateById(window.mlxjNotebook.id);
-  window.mlxjNotebook.content.activeCellIndex = k;
-  return window.jupyterapp.commands.execute('notebook:run-cell');
-}, i);
-const cellText = (i) => page.evaluate((k) => window.mlxjNotebook.content.widgets[k].node
-  .querySelector('.jp-Cell-outputWrapper')?.innerText ?? '', i);
 // the bed's queue: "jobid state nodes" lines
 const queue = () => execFileSync('squeue', ['--noheader', '--format=%i %T %N'], { encoding: 'utf8', timeout: 20000 }).trim();
 
@@ -75,16 +35,9 @@ async function themeTo(name, light) {
 
 try {
   await step('slurm_cluster_starts', async () => {
-    await page.goto(`${base}lab/tree/slurm.ipynb?reset&token=${token}`);
-    await page.waitForFunction(() => window.jupyterapp && window.jupyterapp.shell, null, { timeout: 60000 });
-    await page.waitForSelector('.jp-Notebook .jp-Cell', { timeout: 60000 });
-    const dialog = page.locator('.jp-Dialog .jp-mod-accept');
-    if (await dialog.count()) await dialog.first().click();
-    await page.evaluate(() => { window.mlxjNotebook = window.jupyterapp.shell.currentWidget; });
-    await kernelIdle();
-    await runCell(0);
-    await kernelIdle();
-    const text = await cellText(0);
+    await openNotebook('slurm.ipynb');
+    await pin();   // the dashboard tab becomes the current widget later
+    const text = await runToEnd(0, IDLE_MS);
     const m = /2 ranks ready in .*Slurm job (\d+) on node1,node2/.exec(text);
     if (!m) throw new Error(`the Slurm cluster did not start: ${JSON.stringify(text.slice(-800))}`);
     jobId = m[1];
@@ -166,9 +119,7 @@ try {
     // the panel offers Stop for the clusters its server started; a kernel's cluster stops in its notebook
     const card = panel.locator(`.mlxj-card[data-cluster="${clusterId}"]`);
     const stopButtons = await card.locator('button.mlxj-stop').count();
-    await runCell(1);
-    await kernelIdle();
-    const said = await cellText(1);
+    const said = await runToEnd(1, IDLE_MS);
     const stopped = Date.now();
     await card.waitFor({ state: 'detached', timeout: 20000 });
     const end = Date.now() + JOB_GONE_MS;
@@ -196,6 +147,5 @@ try {
     record('console_errors', errors.length === 0, `${errors.slice(0, 10).join(' | ') || 'none'} (of ${logs.length}); failed: ${failed.slice(0, 10).join(' | ')}`);
   });
 } finally {
-  save();
-  await browser.close();
+  await finish();
 }
