@@ -11,7 +11,7 @@ from __future__ import annotations
 import secrets
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
 from mlx_jupyter.cluster.cells.text import rank_label
 from mlx_jupyter.cluster.keep_cleanup import remove_on_hosts
@@ -21,7 +21,48 @@ from mlx_jupyter.cluster.shared.units import format_bytes
 from mlx_jupyter.net.hosts import is_local
 
 if TYPE_CHECKING:
+    from mlx_jupyter.cluster.cells.cell_server import CellServer
+    from mlx_jupyter.cluster.controller_link import ControllerLink
+    from mlx_jupyter.cluster.namespaces import RankNamespaces
     from mlx_jupyter.cluster.peer_restore import PeerCopy
+    from mlx_jupyter.cluster.processes import ClusterProcesses
+    from mlx_jupyter.cluster.rank_control import RankControl
+    from mlx_jupyter.cluster.rank_table import RankTable
+    from mlx_jupyter.cluster.restart_context import RestartContext
+    from mlx_jupyter.cluster.state_records import StateRecords
+    from mlx_jupyter.cluster.supervision import Supervisor
+    from mlx_jupyter.net.ssh import SSHOptions
+
+
+class KeepHost(Protocol):
+    """What a keep-state restart uses of the cluster it restarts (:class:`~mlx_jupyter.cluster.cluster.Cluster`)."""
+
+    @property
+    def cluster_id(self) -> str: ...
+    @property
+    def context(self) -> "RestartContext": ...
+    @property
+    def local(self) -> bool: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def ssh_options(self) -> "Optional[SSHOptions]": ...
+    @property
+    def cell_server(self) -> "Optional[CellServer]": ...
+    @property
+    def records(self) -> "StateRecords": ...
+    @property
+    def table(self) -> "RankTable": ...
+    @property
+    def link(self) -> "ControllerLink": ...
+    @property
+    def control(self) -> "RankControl": ...
+    @property
+    def supervisor(self) -> "Supervisor": ...
+    @property
+    def namespaces(self) -> "RankNamespaces": ...
+    @property
+    def processes(self) -> "ClusterProcesses": ...
 
 
 def report_line(saved: dict[int, dict[str, Any]], restored: dict[int, dict[str, Any]], lost: dict[int, str],
@@ -77,7 +118,7 @@ class KeptState:
     """One keep-state restart of ``cluster``: :meth:`save` on the old ranks, :meth:`restore` on the
     new, :meth:`cleanup` on every path (success, failure, interrupt), :meth:`failure` the message."""
 
-    def __init__(self, cluster: Any, timeout: float = 120.0) -> None:
+    def __init__(self, cluster: KeepHost, timeout: float = 120.0) -> None:
         self.cluster = cluster
         self.timeout = timeout
         self.dirname = keep_files.folder_name(cluster.cluster_id, secrets.token_hex(8))
@@ -108,7 +149,7 @@ class KeptState:
         controller needed: it may be dead), else through the controller."""
         from mlx_jupyter.cluster import channel_calls
 
-        cell_server = getattr(self.cluster, "cell_server", None)
+        cell_server = self.cluster.cell_server
         if not plan:
             return {}
         if channel_calls.usable(cell_server, list(plan)):
@@ -255,7 +296,7 @@ class KeptState:
 
     def _restore_own_records(self) -> None:
         """Each dead rank binds what its own per-cell record holds and its peers did not give."""
-        records = getattr(self.cluster, "records", None)
+        records = self.cluster.records
         if records is None or not records.hosts or not self.died:
             return
         from mlx_jupyter.cluster.rank import state_record
@@ -333,7 +374,7 @@ class KeptState:
                     by_host[host].append(self.dirname)
         if self.cluster.local:
             keep_files.remove_all(self.dirname)
-        self.left = remove_on_hosts(by_host, getattr(self.cluster, "ssh_options", None))
+        self.left = remove_on_hosts(by_host, self.cluster.ssh_options)
 
     def origins(self) -> dict[int, str]:
         """Rank -> where its names came from at this restart (``%mlx_cluster status`` shows it)."""
@@ -376,7 +417,7 @@ class RestartNotStarted(ClusterError):
     """A keep-state restart that failed before it stopped any rank: the ranks run on, names intact."""
 
 
-def restart_keeping(cluster: Any, restart: Callable[[], None], timeout: Optional[float] = None,
+def restart_keeping(cluster: KeepHost, restart: Callable[[], None], timeout: Optional[float] = None,
                     origins: Optional[dict[int, str]] = None) -> str:
     """Save, ``restart()`` the processes, restore; the report line (``origins`` gets where each rank's
     names came from). The folders are removed on every path; a failure raises :class:`ClusterError`
