@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Callable, Container, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Container, Optional, Protocol, Sequence, TypeGuard
 
 from mlx_jupyter.cluster.shared.errors import ClusterError
 
@@ -50,7 +50,7 @@ class _Answer:
         self.event.set()
 
 
-def usable(hub: Optional[CallHub], ranks: Sequence[int]) -> bool:
+def usable(hub: Optional[CallHub], ranks: Sequence[int]) -> TypeGuard[CallHub]:
     """Whether ``hub`` (the cluster's, or None) reaches every rank of ``ranks``."""
     return hub is not None and hub.session is not None and bool(ranks) and hub.connected(list(ranks))
 
