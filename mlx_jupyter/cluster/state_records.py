@@ -17,14 +17,8 @@ if TYPE_CHECKING:
     from mlx_jupyter.cluster.controller_link import ControllerLink
     from mlx_jupyter.cluster.rank_table import RankTable
     from mlx_jupyter.cluster.supervision import Supervisor
+    from mlx_jupyter.launch.rankinfo import RankInfo
     from mlx_jupyter.net.ssh import SSHOptions
-
-
-class Hosted(Protocol):
-    """A rank's launch record, as far as the record's folder goes (:class:`~mlx_jupyter.launch.rankinfo.RankInfo`)."""
-
-    @property
-    def host(self) -> str: ...
 
 
 class CallTarget(Protocol):
@@ -45,7 +39,7 @@ class RecordedCluster(CallTarget, Protocol):
 
     @property
     def running(self) -> bool: ...
-    def rank_infos(self) -> Sequence[Hosted]: ...
+    def rank_infos(self) -> Sequence[RankInfo]: ...
 
 
 class StoppedCluster(Protocol):
