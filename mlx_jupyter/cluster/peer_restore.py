@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Mapping, Optional, Protocol
 
+from mlx_jupyter.cluster.channel_calls import Plan
 from mlx_jupyter.net.hosts import is_local
 
 #: how many names a report line lists before "…"
@@ -20,8 +21,6 @@ SHOWN = 6
 
 #: what a rank answered to a step (a dict of what it did), as it came back
 Answer = Mapping[str, Any]
-#: rank -> (the rank-side function, its arguments)
-Plan = dict[int, tuple[Callable[..., Any], list[Any]]]
 
 
 class SavedState(Protocol):
