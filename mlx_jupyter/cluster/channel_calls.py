@@ -8,9 +8,24 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Container, Optional, Protocol, Sequence, TypeGuard
 
 from mlx_jupyter.cluster.shared.errors import ClusterError
+
+if TYPE_CHECKING:
+    from mlx_jupyter.cluster.cells.cell_server import Sink
+
+#: rank -> (the rank-side function, its arguments)
+Plan = dict[int, tuple[Callable[..., Any], list[Any]]]
+
+
+class CallChannel(Protocol):
+    """What a call needs of the direct cell channel (:class:`~mlx_jupyter.cluster.cells.cell_server.CellServer`)."""
+
+    @property
+    def session(self) -> object: ...   # None until the cell server has started
+    def connected(self, ranks: list[int]) -> bool: ...
+    def send_call(self, rank: int, msg_id: str, fn: str, args: list[Any], sink: Sink) -> object: ...
 
 
 class CallRaised(ClusterError):
@@ -21,33 +36,33 @@ class _Answer:
     """The cell_server's sink for one call: its reply, once."""
 
     def __init__(self) -> None:
-        self.content: Optional[dict] = None
+        self.content: Optional[dict[str, Any]] = None
         self.event = threading.Event()
 
-    def channel_output(self, rank: int, kind: str, content: dict) -> None:
+    def channel_output(self, rank: int, kind: str, content: dict[str, Any]) -> None:
         pass
 
     def channel_debug(self, rank: int, text: str, prompt: Optional[str], done: bool) -> None:
         pass
 
-    def channel_reply(self, rank: int, content: dict) -> None:
+    def channel_reply(self, rank: int, content: dict[str, Any]) -> None:
         self.content = content
         self.event.set()
 
 
-def usable(cell_server: Any, ranks: Sequence[int]) -> bool:
+def usable(cell_server: Optional[CallChannel], ranks: Sequence[int]) -> TypeGuard[CallChannel]:
     """Whether ``cell_server`` (the cluster's, or None) reaches every rank of ``ranks``."""
     return cell_server is not None and cell_server.session is not None and bool(ranks) and cell_server.connected(list(ranks))
 
 
-def call_ranks(cell_server: Any, fn: Callable[..., Any], calls: dict[int, list], timeout: float,
-               dead: Callable[[], Any], what: str) -> dict[int, Any]:
+def call_ranks(cell_server: CallChannel, fn: Callable[..., Any], calls: dict[int, list[Any]], timeout: float,
+               dead: Callable[[], Container[int]], what: str) -> dict[int, Any]:
     """``fn(*args)`` on every rank of ``calls`` (rank -> its args) at once over the channel; see :func:`call_each`."""
     return call_each(cell_server, {r: (fn, args) for r, args in calls.items()}, timeout, dead, what)
 
 
-def call_each(cell_server: Any, plan: dict[int, tuple[Callable[..., Any], list]], timeout: float,
-              dead: Callable[[], Any], what: str) -> dict[int, Any]:
+def call_each(cell_server: CallChannel, plan: Plan, timeout: float, dead: Callable[[], Container[int]],
+              what: str) -> dict[int, Any]:
     """Each rank of ``plan`` runs its ``fn(*args)``, all at once over the channel; rank -> its
     answer, or a :class:`CallRaised` (its own error), or a :class:`ClusterError` (it died, or took
     longer than ``timeout`` s). ``dead()``: the ranks known dead now."""

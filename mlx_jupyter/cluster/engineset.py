@@ -13,22 +13,32 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 
 from ipyparallel.cluster.launcher import EngineLauncher, NotRunning
 from traitlets import Any as TAny
-from traitlets import Dict, Integer, List, Unicode, default
+from traitlets import Dict, Integer, List, TraitType, Unicode, default
 
 from mlx_jupyter.launch import rank_env
 from mlx_jupyter.net.hosts import all_local
 from mlx_jupyter.net.ports import DEFAULT_STARTING_PORT, free_port_block
 from mlx_jupyter.options import option
 
+if TYPE_CHECKING:
+    from mlx_jupyter.hostfile import Host
+    from mlx_jupyter.launch import Launcher
+    from mlx_jupyter.launch.slurm import SlurmOptions
+    from mlx_jupyter.net.ssh import SSHOptions
+
+T = TypeVar("T")
+#: a ``traitlets.Any`` trait, as what it holds (``T`` or None): traitlets checks nothing of it
+Holds = TraitType[Optional[T], Optional[T]]
+
 #: the ranks' matplotlib backend unless ``env`` sets MPLBACKEND (what an ipyparallel engine picks by itself)
 RANK_MPLBACKEND = "module://matplotlib_inline.backend_inline"
 
 
-class MLXEngineSetLauncher(EngineLauncher):
+class MLXEngineSetLauncher(EngineLauncher):  # type: ignore[misc]  # ipyparallel ships no types: its base is Any
     """ipyparallel engine set: one engine per MLX rank, started by our :class:`Launcher`.
 
     The number of engines is ``len(hosts) * repeat_hosts`` (like ``mlx.launch``),
@@ -40,8 +50,9 @@ class MLXEngineSetLauncher(EngineLauncher):
 
     hosts = List(Unicode(), default_value=["127.0.0.1"], config=True, help="hosts, one per rank (repeated)")
     hostfile = Unicode("", config=True, help="JSON hostfile; overrides hosts")
-    hostfile_hosts = TAny(None, allow_none=True, config=True,
-                          help="the hostfile's hosts (mlx_jupyter.hostfile.Host), already read: not read again")
+    hostfile_hosts: Holds[list[Host]] = TAny(
+        None, allow_none=True, config=True,
+        help="the hostfile's hosts (mlx_jupyter.hostfile.Host), already read: not read again")
     repeat_hosts = Integer(0, config=True, help="ranks per host (0: n spread over hosts)")
     backend = Unicode(config=True, help=option("backend").help)
     python = Unicode(sys.executable, config=True, help="interpreter on the ranks")
@@ -49,24 +60,28 @@ class MLXEngineSetLauncher(EngineLauncher):
     starting_port = Integer(0, config=True, help="ring: first port (0: a free block, local hosts only)")
     connections_per_ip = Integer(1, config=True)
     bind_to = Unicode(option("bind_to").default, config=True, help=option("bind_to").help)
-    rank_exit_callbacks = List(help="called as f(rank, returncode) when a rank's process ends")
-    rank_output = Dict(help="rank -> last lines of its process output (engine logs, native stderr)")
+    rank_exit_callbacks: List[Callable[[int, Optional[int]], None]] = List(
+        help="called as f(rank, returncode) when a rank's process ends")
+    rank_output: Dict[int, list[str]] = Dict(
+        help="rank -> last lines of its process output (engine logs, native stderr)")
     output_lines = Integer(200, config=True, help="lines of output kept per rank")
-    ssh_options = TAny(None, allow_none=True, config=True,
-                       help="mlx_jupyter.net.ssh.SSHOptions for remote hosts (None: OpenSSH defaults)")
+    ssh_options: Holds[SSHOptions] = TAny(
+        None, allow_none=True, config=True,
+        help="mlx_jupyter.net.ssh.SSHOptions for remote hosts (None: OpenSSH defaults)")
 
-    slurm = TAny(None, allow_none=True, config=True,
-                 help="mlx_jupyter.launch.slurm.SlurmOptions: the ranks as one srun step (nodes x ranks_per_node)")
+    slurm: Holds[SlurmOptions] = TAny(
+        None, allow_none=True, config=True,
+        help="mlx_jupyter.launch.slurm.SlurmOptions: the ranks as one srun step (nodes x ranks_per_node)")
 
-    launcher = TAny(None, allow_none=True)
+    launcher: Holds[Launcher] = TAny(None, allow_none=True)
 
     @default("backend")
     def _default_backend(self) -> str:
-        from mlx_jupyter.hostfile import default_backend
+        from mlx_jupyter.launch.backends import default_backend
 
         return default_backend()
 
-    def file_hosts(self) -> list[Any]:
+    def file_hosts(self) -> list[Host]:
         """The hostfile's hosts, read once (or as given in ``hostfile_hosts``)."""
         if self.hostfile_hosts is None:
             from mlx_jupyter.hostfile import read_hostfile
@@ -105,7 +120,8 @@ class MLXEngineSetLauncher(EngineLauncher):
         from_file = self.hostfile_hosts is not None
         # a hostfile Cluster already read (and merged) goes as its hosts; one given only by path is
         # the launcher's to read, with its backend and envs
-        hosts: Any = self.file_hosts() if from_file else (self.hostfile or ",".join(self.hosts))
+        hosts: Union[str, list[Host], None] = (self.file_hosts() if from_file
+                                               else (self.hostfile or ",".join(self.hosts)))
         self.n = count
         port: Optional[int] = self.starting_port
         if self.slurm is not None:
@@ -161,7 +177,7 @@ class MLXEngineSetLauncher(EngineLauncher):
             data = self.stop_data_now()
             self.loop.add_callback(lambda: self.notify_stop(data))
 
-    def stop_data_now(self) -> dict:
+    def stop_data_now(self) -> dict[str, Any]:
         """What ipyparallel is told once every rank has ended: ``exit_code`` is that of the
         first rank that ended by itself with a nonzero code, 0 when every such rank was
         stopped by us (stop, restart: listed in ``stopped``); every rank's code in ``ranks``.
@@ -195,6 +211,6 @@ class MLXEngineSetLauncher(EngineLauncher):
         return "\n".join(f"[rank {r}] {line}" for r, lines in self.rank_output.items() for line in lines)
 
     @classmethod
-    def from_dict(cls, d: dict, **kwargs: Any) -> "MLXEngineSetLauncher":
+    def from_dict(cls, d: dict[str, Any], **kwargs: Any) -> "MLXEngineSetLauncher":
         raise NotRunning("MLX ranks belong to the process that launched them")
 

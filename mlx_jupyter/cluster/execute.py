@@ -6,10 +6,19 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Optional, Sequence, TextIO
+from typing import TYPE_CHECKING, Optional, Protocol, Sequence, TextIO
+
+if TYPE_CHECKING:
+    from mlx_jupyter.cluster.cells.run import CellRun
 
 
-def _write(stream: TextIO, rank: int, text: str, pending: dict, noise: list) -> None:
+class CellStarter(Protocol):
+    """What :func:`execute` needs of a cluster: a supervised run of a cell (``Cluster.run``)."""
+
+    def run(self, code: str, targets: Optional[Sequence[int]] = None, *, init: bool = True) -> CellRun: ...
+
+
+def _write(stream: TextIO, rank: int, text: str, pending: dict[int, str], noise: list[int]) -> None:
     """Write ``text`` of ``rank`` line by line, each ``[rank N] ``-prefixed; keep a partial line.
     MLX's ring socket errors after a release are counted in ``noise``, not shown."""
     from mlx_jupyter.cluster.cells.display import RING_NOISE
@@ -24,7 +33,7 @@ def _write(stream: TextIO, rank: int, text: str, pending: dict, noise: list) -> 
         pending[rank] = lines[-1]
 
 
-def execute(cluster: Any, code: str, targets: Optional[Sequence[int]] = None, timeout: Optional[float] = None,
+def execute(cluster: CellStarter, code: str, targets: Optional[Sequence[int]] = None, timeout: Optional[float] = None,
             init: bool = True) -> list[Optional[str]]:
     """Run ``code`` on ``targets`` (default every rank) and wait until it has ended everywhere.
 

@@ -28,8 +28,17 @@ ADMISSION_WINDOW = 30.0
 START_GRACE = 2.0
 
 
-class AdmissionHeartMonitor(ipp_heartmonitor.HeartMonitor):
+class AdmissionHeartMonitor(ipp_heartmonitor.HeartMonitor):  # type: ignore[misc]  # ipyparallel ships no types
     """ipyparallel's heart monitor, pinging quickly only while hearts wait to be admitted."""
+
+    # the traits of ipyparallel's (untyped) HeartMonitor this monitor reads, as they are typed there
+    period: int                    # ms between pings once admission is over
+    max_heartmonitor_misses: int
+    hearts: set[bytes]             # the hearts admitted
+    responses: set[bytes]          # the hearts that answered since the last beat
+    lifetime: float
+    last_ping: float
+    tic: float
 
     def start(self) -> None:
         self.seen: dict[bytes, float] = {}   # heart -> when it last answered
@@ -51,7 +60,7 @@ class AdmissionHeartMonitor(ipp_heartmonitor.HeartMonitor):
         """Seconds without an answer after which a heart has stopped."""
         return self.max_heartmonitor_misses * self.period / 1000
 
-    def connected(self, _event: Any) -> None:
+    def connected(self, _event: list[bytes]) -> None:
         """A heart connected to the pong socket: beat quickly until it has answered."""
         now = time.monotonic()
         self.waiting += 1
@@ -89,7 +98,7 @@ class AdmissionHeartMonitor(ipp_heartmonitor.HeartMonitor):
             self.caller.callback_time = want
             self.caller.start()
 
-    def handle_pong(self, msg: list) -> None:
+    def handle_pong(self, msg: list[bytes]) -> None:
         """A heart answered: any ping of ours it echoes shows it alive, however late."""
         try:
             answered = float(msg[1])

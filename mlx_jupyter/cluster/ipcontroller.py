@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Any, Container, Protocol, Sequence
 
 if __name__ == "__main__":
     # ipyparallel's task scheduler imports numpy only for its "weighted" scheme, which this
@@ -33,7 +34,17 @@ from mlx_jupyter.cluster import heartbeat
 from mlx_jupyter.cluster.shared.ipp_compat import exit_unless_usable, heart_monitor_target, init_hub_without_pause
 
 
-class MLXController(IPController):
+class MonitorHub(Protocol):
+    """What the monitor's filter reads of ipyparallel's ``Hub``: its session (to read a message) and the
+    hearts of the engines unregistered on purpose (see ``shared/ipp_compat.py``)."""
+
+    @property
+    def session(self) -> Any: ...   # jupyter_client's Session, reached through ipyparallel (untyped)
+    @property
+    def expect_stopped_hearts(self) -> Container[bytes]: ...
+
+
+class MLXController(IPController):  # type: ignore[misc]  # ipyparallel ships no types: its base is Any
     """IPController without the pause in ``init_hub``; connection files written atomically; our heart monitor."""
 
     def init_hub(self) -> None:
@@ -45,7 +56,7 @@ class MLXController(IPController):
             hub.monitor.on_recv(lambda msg: None if is_iopub_welcome(msg) or expected_stops(hub, msg)
                                 else dispatch(msg))   # neither is news to the hub
 
-    def save_connection_dict(self, fname: str, cdict: dict) -> None:
+    def save_connection_dict(self, fname: str, cdict: dict[str, Any]) -> None:
         path = os.path.join(self.profile_dir.security_dir, fname)
         self.log.info("writing connection info to %s", path)
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".json")
@@ -62,7 +73,7 @@ class MLXController(IPController):
             raise
 
 
-def is_iopub_welcome(frames: list) -> bool:
+def is_iopub_welcome(frames: Sequence[object]) -> bool:
     """An engine's greeting to a new IOPub subscriber (ipykernel's XPUB, JEP 65).
 
     Meant for the subscriber, not traffic to record: ipyparallel 9's hub would log each one as
@@ -72,7 +83,7 @@ def is_iopub_welcome(frames: list) -> bool:
     return any(isinstance(f, bytes) and b'"msg_type": "iopub_welcome"' in f for f in frames[:4])
 
 
-def expected_stops(hub: object, frames: list) -> bool:
+def expected_stops(hub: MonitorHub, frames: Sequence[object]) -> bool:
     """Whether these are the heart monitor's news that hearts stopped which all belong to engines
     unregistered on purpose (a restart's or a stop's): the hub would only log a warning for each,
     every restart, and do nothing else. Read without the signature check (the hub checks, once,
@@ -80,12 +91,12 @@ def expected_stops(hub: object, frames: list) -> bool:
     if not frames or frames[0] != b"heartmonitor":
         return False
     try:
-        _, parts = hub.session.feed_identities(frames[1:])   # type: ignore[attr-defined]
-        header, content = hub.session.unpack(parts[1]), hub.session.unpack(parts[4])   # type: ignore[attr-defined]
+        _, parts = hub.session.feed_identities(frames[1:])
+        header, content = hub.session.unpack(parts[1]), hub.session.unpack(parts[4])
         hearts = [h.encode("utf8") for h in content["hearts"]]
     except Exception:   # the hub's own handling reports what is wrong with it
         return False
-    expected = hub.expect_stopped_hearts   # type: ignore[attr-defined]
+    expected = hub.expect_stopped_hearts
     return header.get("msg_type") == "stopped_heart" and bool(hearts) and all(h in expected for h in hearts)
 
 

@@ -52,9 +52,10 @@ def save(cluster_id: str, svg: str, summary: str, ranks: list[int]) -> None:
 def load(cluster_id: str) -> Optional[dict[str, Any]]:
     """``cluster_id``'s last profile as saved, or None (none recorded, or unreadable)."""
     try:
-        return json.loads(_path(cluster_id).read_text())
+        data = json.loads(_path(cluster_id).read_text())
     except (OSError, ValueError):
         return None
+    return data if isinstance(data, dict) else None
 
 
 def _sweep(keep: str) -> None:

@@ -41,7 +41,7 @@ class RankNamespaces:
         self.link, self.table, self.supervisor, self.control = link, table, supervisor, control
         self.backend, self.restart_advice, self.out = backend, restart_advice, out
         self.ready = False  # mx/world/group are defined on every rank
-        self.info: dict[int, dict] = {}  # rank -> what its setup said (world, group, group_error, bound)
+        self.info: dict[int, dict[str, Any]] = {}  # rank -> what its setup said (world, group, group_error, bound)
 
     def forget(self) -> None:
         """Fresh ranks: nothing is defined on them yet."""
@@ -89,7 +89,7 @@ class RankNamespaces:
 
     # ------------------------------------------------------------ the steps
 
-    def setup(self, world: bool = True, group: bool = True, timeout: float = 60.0) -> dict[int, dict]:
+    def setup(self, world: bool = True, group: bool = True, timeout: float = 60.0) -> dict[int, dict[str, Any]]:
         """Define ``mx``, ``world`` and ``group`` on every rank (all at once: the ring forms)."""
         from mlx_jupyter.cluster.rank import world as rank_world
 
@@ -102,7 +102,7 @@ class RankNamespaces:
         self.table.unsettled = False
         return self.info
 
-    def reform(self, timeout: float = 10.0, attempts: int = 2) -> dict[int, dict]:
+    def reform(self, timeout: float = 10.0, attempts: int = 2) -> dict[int, dict[str, Any]]:
         """Form our core's group afresh on every rank (after an abort), bound as ``group`` where that
         name is the product's; retried once."""
         for attempt in range(attempts):
@@ -113,13 +113,13 @@ class RankNamespaces:
                     raise
         raise AssertionError("unreachable")
 
-    def _reform(self, timeout: float) -> dict[int, dict]:
+    def _reform(self, timeout: float) -> dict[int, dict[str, Any]]:
         from mlx_jupyter.cluster.rank import world as rank_world
 
         ranks = self.table.ranks
         self.supervisor.check_ranks(ranks)
         ar = self.link.view(ranks).apply_async(rank_world.reform, timeout)
-        infos: Any = self.supervisor.wait(ar, timeout + 5, ranks, "re-forming group")
+        infos: list[dict[str, Any]] = self.supervisor.wait(ar, timeout + 5, ranks, "re-forming group")
         for r, info in zip(ranks, infos):
             self.info.setdefault(r, {}).update(info)
         errors = {r: i["group_error"] for r, i in zip(ranks, infos) if i.get("group_error")}

@@ -11,18 +11,40 @@ straight from that rank. The notebook only compares digests and names the peer: 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Hashable, Mapping, Optional, Protocol
 
+from mlx_jupyter.cluster.channel_calls import Plan
 from mlx_jupyter.net.hosts import is_local
 
 #: how many names a report line lists before "…"
 SHOWN = 6
 
+#: what a rank answered to a step (a dict of what it did), as it came back
+Answer = Mapping[str, Any]
 
-def alike(saved: dict[int, dict]) -> tuple[list[str], list[str]]:
+
+class SavedState(Protocol):
+    """What the dead ranks' copy needs of a keep-state restart (:class:`~.kept_state.KeptState`): what
+    the live ranks saved, where, and a step on some ranks (rank -> answer, or the exception for it)."""
+
+    @property
+    def saved(self) -> Mapping[int, Answer]: ...
+    @property
+    def dirname(self) -> str: ...
+    @property
+    def timeout(self) -> float: ...
+    def _each_rank(self, fn: Callable[..., Any], ranks: list[int], what: str, *args: Any) -> dict[int, Any]: ...
+
+
+def alike(saved: Mapping[int, Answer]) -> tuple[list[str], list[str]]:
     """The names every live rank saved with one digest, and those that differ (or some rank lacks)."""
-    digests = [s.get("digests") for s in saved.values()]
-    if not digests or any(d is None for d in digests):
+    digests: list[Mapping[str, Hashable]] = []
+    for answer in saved.values():
+        digest = answer.get("digests")
+        if digest is None:
+            return [], []
+        digests.append(digest)
+    if not digests:
         return [], []
     names: set[str] = set().union(*digests)
     same = sorted(n for n in names if all(n in d for d in digests) and len({d[n] for d in digests}) == 1)
@@ -45,14 +67,14 @@ def choose_peer(rank: int, live: list[int], hosts: dict[int, str]) -> Optional[i
 class PeerCopy:
     """What the dead ranks got from their peers: rank -> the peer's answer (restored, failed, peer)."""
 
-    got: dict[int, dict] = field(default_factory=dict)
+    got: dict[int, Answer] = field(default_factory=dict)
     no_peer: list[int] = field(default_factory=list)      # dead ranks with no live rank at all
     differ: list[str] = field(default_factory=list)       # names not alike across the live ranks
     errors: dict[int, str] = field(default_factory=dict)  # dead rank -> why its copy failed
     live: int = 0                                          # how many live ranks were compared
     guessed: list[str] = field(default_factory=list)      # one live rank: names its cells computed from its rank
 
-    def note(self, answers: dict[int, Any]) -> None:
+    def note(self, answers: Mapping[int, Any]) -> None:
         """Keep each dead rank's answer, or why it got nothing."""
         from mlx_jupyter.cluster.shared.errors import ClusterError
 
@@ -62,7 +84,7 @@ class PeerCopy:
             else:
                 self.got[r] = answer
 
-    def clause(self, rank: int, own: Optional[dict] = None) -> str:
+    def clause(self, rank: int, own: Optional[Answer] = None) -> str:
         """The report's words for dead rank ``rank`` (one that got names from a peer); ``own``: what
         its own per-cell record gave back besides (:func:`mlx_jupyter.cluster.rank.state_record.restore`)."""
         got = self.got[rank]
@@ -88,10 +110,10 @@ class PeerCopy:
                  if n not in back]
         return text + (f"; lost: {', '.join(lost)}" if lost else "")
 
-    def origins(self, ranks: list[int], own: list[int], records: Optional[dict[int, dict]] = None) -> dict[int, str]:
+    def origins(self, ranks: list[int], own: list[int], records: Optional[Mapping[int, Answer]] = None) -> dict[int, str]:
         """Rank -> where its names came from at this restart (for ``%mlx_cluster status``): its own
         saved names, a peer, its own per-cell record (``records``: dead rank -> what it gave), or none."""
-        out = {}
+        out: dict[int, str] = {}
         for r in ranks:
             rec = (records or {}).get(r, {})
             n_rec = len(rec.get("restored", []))
@@ -109,7 +131,7 @@ class PeerCopy:
         return out
 
 
-def _own_words(own: dict, short: bool = False) -> str:
+def _own_words(own: Answer, short: bool = False) -> str:
     """What a dead rank's own record gave back: ``2 from its own record of cell 7 (shard, r)``."""
     names = list(own.get("restored", []))
     shown = ", ".join(names[:SHOWN]) + (", …" if len(names) > SHOWN else "")
@@ -117,7 +139,7 @@ def _own_words(own: dict, short: bool = False) -> str:
     return f"{count} from its own record of cell {own.get('cell')} ({shown})"
 
 
-def own_clause(rank: int, own: dict) -> str:
+def own_clause(rank: int, own: Answer) -> str:
     """The report's words for a dead rank whose names came from its own record only (no live peer)."""
     if own.get("restored"):
         text = f"rank {rank} died: {_own_words(own)}"
@@ -135,7 +157,7 @@ def _tagged(names: list[str], why: str, why_one: Optional[str] = None) -> list[s
     return names[:-1] + [f"{names[-1]} ({why_one if len(names) == 1 and why_one else why})"]
 
 
-def plan_dead(state: Any, dead: list[int], hosts: dict[int, str]) -> tuple[PeerCopy, dict[int, tuple[Any, list]]]:
+def plan_dead(state: SavedState, dead: list[int], hosts: dict[int, str]) -> tuple[PeerCopy, Plan]:
     """What each of ``dead`` (new processes) gets from its live peers: the names they hold alike,
     from one live peer on its host. The copies from a peer on another host are made here (over the
     network); the same-host ones come back as a plan (rank -> (function, args)) that the restart runs
@@ -149,7 +171,7 @@ def plan_dead(state: Any, dead: list[int], hosts: dict[int, str]) -> tuple[PeerC
         guessed = sorted(set(state.saved[live[0]].get("from_rank", [])) & set(same))
         same = [n for n in same if n not in guessed]
     result = PeerCopy(differ=differ, live=len(live), guessed=guessed)
-    plan: dict[int, tuple[Any, list]] = {}
+    plan: Plan = {}
     for r in dead:
         peer = choose_peer(r, live, hosts)
         if peer is None:
@@ -162,7 +184,7 @@ def plan_dead(state: Any, dead: list[int], hosts: dict[int, str]) -> tuple[PeerC
     return result, plan
 
 
-def _over_network(state: Any, rank: int, peer: int, hosts: dict[int, str], names: list[str]) -> dict[int, Any]:
+def _over_network(state: SavedState, rank: int, peer: int, hosts: dict[int, str], names: list[str]) -> dict[int, Any]:
     """Dead rank ``rank`` fetches ``peer``'s saved files from the peer's host straight from the peer
     (one connection, opened with a one-time token), then binds ``names``; rank -> its answer."""
     import secrets

@@ -9,7 +9,7 @@ import asyncio
 import os
 import secrets
 from dataclasses import replace
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Protocol, Sequence
 
 from mlx_jupyter.cluster.shared.errors import ClusterError
 from mlx_jupyter.launch.slurm import commands
@@ -18,10 +18,29 @@ from mlx_jupyter.launch.slurm.commands import SlurmError
 from mlx_jupyter.launch.slurm.options import NAME_PREFIX, SlurmOptions, refuse_job_name
 from mlx_jupyter.launch.slurm.parse import JobState, format_duration, parse_srun_line
 
+if TYPE_CHECKING:
+    from mlx_jupyter.launch.local_watchdog import LocalWatchdog
+    from mlx_jupyter.launch.rankinfo import RankInfo
+
 #: what a cluster does with its allocation after a rank fails
 ON_FAILURE = ("release", "keep")
 #: seconds a status probe of the job may take (it runs while the user waits)
 STATUS_TIMEOUT = 5.0
+
+
+class RankOutput(Protocol):
+    """The ranks' last output lines (the engine set's, :class:`~.engineset.MLXEngineSetLauncher`)."""
+
+    @property
+    def rank_output(self) -> Mapping[int, Sequence[str]]: ...
+
+
+class SlurmRanks(Protocol):
+    """What a dead rank's note reads of its cluster: where each rank ran, what it printed last."""
+
+    def rank_infos(self) -> Sequence[RankInfo]: ...
+    @property
+    def engine_set(self) -> RankOutput: ...   # may raise once the ranks are gone
 
 
 class ClusterAllocation:
@@ -39,7 +58,7 @@ class ClusterAllocation:
         self.ips: dict[str, str] = {}
         self.last_state = ""
         self.last_job_id: Optional[int] = None   # kept after a release: a dead rank's note still names the job
-        self._guard: Any = None
+        self._guard: Optional[LocalWatchdog] = None
 
     @property
     def job_id(self) -> Optional[int]:
@@ -65,35 +84,36 @@ class ClusterAllocation:
                 self.release()
             current = None if self.opts.allocate else Allocation.current(os.environ)
             if current is not None:
-                self.allocation = current
+                self.allocation = alloc = current
             else:
-                self._submit(on_state)
-            nodes = self.allocation.nodes()
+                alloc = self._submit(on_state)
+            nodes = alloc.nodes()
             want = self.opts.nodes or len(nodes)
             if want > len(nodes):
-                raise ClusterError(f"--nodes {want}: Slurm job {self.allocation.job_id} has only "
+                raise ClusterError(f"--nodes {want}: Slurm job {alloc.job_id} has only "
                                    f"{len(nodes)} node(s) ({', '.join(nodes)})")
             self.nodes = nodes[:want]
-            self.last_job_id = self.allocation.job_id
+            self.last_job_id = alloc.job_id
             info = commands.nodes_info(self.nodes)
             self.ips = {n: commands.node_ip(info[n]) for n in self.nodes}
         except SlurmError as exc:
             self.release()
             raise ClusterError(str(exc)) from None
 
-    def _submit(self, on_state: Optional[Callable[[JobState], None]]) -> None:
+    def _submit(self, on_state: Optional[Callable[[JobState], None]]) -> Allocation:
+        """A new job of ours (now :attr:`allocation`), once it runs."""
         import threading
 
         guard = self._watchdog()
         guard.register_job(f"name={self.name}")   # before sbatch: the kernel may die before it answers
         try:
-            self.allocation = Allocation.submit(self.opts, self.name)
+            self.allocation = alloc = Allocation.submit(self.opts, self.name)
         except SlurmError as exc:
             # sbatch failed or did not answer, yet the job may be queued: the watchdog, closed with its name
             # still registered, cancels it by that name (as `mlx-jupyter launch --slurm` does)
             self._close_watchdog(cancel=True)
             raise SlurmError(f"{exc} (a job it may have queued, named {self.name}, was cancelled)") from None
-        guard.register_job(str(self.allocation.job_id))
+        guard.register_job(str(alloc.job_id))
 
         show = on_state or self.opts.on_state
 
@@ -103,16 +123,17 @@ class ClusterAllocation:
                 show(state)
 
         try:   # on this thread: a KeyboardInterrupt (the stop button) lands in its wait
-            self.allocation.wait_running(threading.Event(), self.opts.poll_interval, seen)
+            alloc.wait_running(threading.Event(), self.opts.poll_interval, seen)
         except KeyboardInterrupt:
-            job = self.allocation.job_id
+            job = alloc.job_id
             self.release()
             raise ClusterError(f"Slurm job {job} cancelled while {self.last_state or 'PENDING'}: "
                                "nothing is left in the queue") from None
         except WaitCancelled as exc:
             raise ClusterError(str(exc)) from None
+        return alloc
 
-    def _watchdog(self) -> Any:
+    def _watchdog(self) -> LocalWatchdog:
         """The kernel's watchdog on our job: it scancels it if this process dies, even by SIGKILL."""
         if self._guard is None:
             from mlx_jupyter.launch.launcher import _background_loop
@@ -185,7 +206,7 @@ class ClusterAllocation:
         left = f", {i['time_left_text']} left" if i["time_left_text"] else ""
         return f"Slurm job {i['job_id']} {describe_info(i)}{left} (on failure: {self.on_failure})"
 
-    def rank_note(self, cluster: Any, rank: int) -> str:
+    def rank_note(self, cluster: SlurmRanks, rank: int) -> str:
         """:meth:`death_note` for ``cluster``'s ``rank``: its node and its last output."""
         infos = cluster.rank_infos()
         try:

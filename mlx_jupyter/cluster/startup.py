@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from concurrent.futures import FIRST_COMPLETED
+from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import wait as wait_any
 from typing import Any, Callable, Optional, Protocol
 
@@ -27,6 +27,14 @@ class ChannelServer(Protocol):
     def wait_connected(self, ranks: list[int], timeout: float) -> list[int]: ...
 
 
+class RankRequest(Protocol):
+    """A request in flight on some ranks, one message each (ipyparallel's ``AsyncResult``)."""
+
+    @property
+    def msg_ids(self) -> list[str]: ...
+    def wait(self, timeout: Optional[float] = None) -> object: ...
+
+
 class StartupSequence:
     """Waits for the ranks of a (re)start: registered with id = rank, answering requests with
     their agent installed, on the cell channel (``cell_server()``, None without one); then asks them to
@@ -35,7 +43,7 @@ class StartupSequence:
     def __init__(self, link: ControllerLink, table: RankTable, backend: str,
                  cell_server: Callable[[], Optional[ChannelServer]] = lambda: None) -> None:
         self.link, self.table, self.backend, self.cell_server = link, table, backend, cell_server
-        self.world_request: Any = None  # the ranks forming MLX's world after start (see begin_world)
+        self.world_request: Optional[RankRequest] = None  # the ranks forming MLX's world after start (begin_world)
 
     def run(self, progress: Optional[ProgressCallback], timeout: float) -> None:
         """The whole sequence, within ``timeout`` s; a ClusterError says which rank did not make it."""
@@ -86,8 +94,8 @@ class StartupSequence:
         client = self.link.need()
         dead = self.table.dead
         pending = set(self.table.ranks)
-        answers: dict[int, dict] = {}
-        sent: dict[int, list] = {rank: [] for rank in pending}
+        answers: dict[int, dict[str, Any]] = {}
+        sent: dict[int, list[Future[Any]]] = {rank: [] for rank in pending}
         while pending:
             for rank in pending:
                 sent[rank].append(client.direct_view(targets=rank).execute(PROBE_CODE, silent=True, block=False))
@@ -165,18 +173,19 @@ class StartupSequence:
         ar = self.world_request
         if ar is None:
             return []
-        return [r for r, m in zip(self.table.ranks, getattr(ar, "msg_ids", [])) if self.link.outstanding(m)]
+        return [r for r, m in zip(self.table.ranks, ar.msg_ids) if self.link.outstanding(m)]
 
     def wait_world(self, grace: float) -> None:
         """Up to ``grace`` s for the ranks still forming MLX's world (a moment more gives their real state)."""
-        if self.forming_world():
+        ar = self.world_request
+        if ar is not None and self.forming_world():
             try:
-                self.world_request.wait(grace)
+                ar.wait(grace)
             except Exception:
                 pass
 
 
-def probe_answer(done: Any) -> dict:
+def probe_answer(done: Future[Any]) -> dict[str, Any]:
     """The rank agent's state from an answered start probe (see ``agent.require_agent``)."""
     try:
         done.result(0)

@@ -7,10 +7,46 @@ The rank side is :mod:`mlx_jupyter.cluster.rank.state_record`; the folder is a k
 from __future__ import annotations
 
 import secrets
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence
 
 from mlx_jupyter.cluster.rank import keep_files
 from mlx_jupyter.cluster.shared.errors import ClusterError
+
+if TYPE_CHECKING:
+    from mlx_jupyter.cluster.channel_calls import CallChannel
+    from mlx_jupyter.cluster.controller_link import ControllerLink
+    from mlx_jupyter.cluster.rank_table import RankTable
+    from mlx_jupyter.cluster.supervision import Supervisor
+    from mlx_jupyter.launch.rankinfo import RankInfo
+    from mlx_jupyter.net.ssh import SSHOptions
+
+
+class CallTarget(Protocol):
+    """What a call to the ranks needs of a cluster: the cell channel, else the controller under supervision."""
+
+    @property
+    def cell_server(self) -> Optional[CallChannel]: ...
+    @property
+    def table(self) -> RankTable: ...
+    @property
+    def link(self) -> ControllerLink: ...
+    @property
+    def supervisor(self) -> Supervisor: ...
+
+
+class RecordedCluster(CallTarget, Protocol):
+    """What switching the record needs of a cluster besides: whether it runs, and its ranks' hosts."""
+
+    @property
+    def running(self) -> bool: ...
+    def rank_infos(self) -> Sequence[RankInfo]: ...
+
+
+class StoppedCluster(Protocol):
+    """What removing the record's folders needs of a cluster: how to reach its hosts."""
+
+    @property
+    def ssh_options(self) -> Optional[SSHOptions]: ...
 
 
 class StateRecords:
@@ -22,7 +58,7 @@ class StateRecords:
         self.hosts: set[str] = set()   # the hosts a record may be on (for the removal at stop)
         self.errors: dict[int, str] = {}
 
-    def switch(self, cluster: Any, on: Optional[bool] = None, timeout: float = 30.0) -> dict[int, Any]:
+    def switch(self, cluster: RecordedCluster, on: Optional[bool] = None, timeout: float = 30.0) -> dict[int, Any]:
         """Turn the record on (or off) on every live rank; rank -> its answer (an error as a string)."""
         from mlx_jupyter.cluster.rank import state_record
 
@@ -32,7 +68,7 @@ class StateRecords:
         live = [r for r in table.ranks if r not in table.dead]
         if not live or not cluster.running:
             return {}
-        self.hosts |= {i.host for i in cluster.processes.rank_infos()}
+        self.hosts |= {i.host for i in cluster.rank_infos()}
         if self.on:
             answers = call(cluster, state_record.enable, {r: [self.dirname, r] for r in live}, timeout,
                            "switching the state record on")
@@ -42,14 +78,14 @@ class StateRecords:
         self.errors = {r: str(a) for r, a in answers.items() if isinstance(a, Exception)}
         return answers
 
-    def describe(self, cluster: Any, wait: float = 0.0, timeout: float = 30.0) -> dict[int, Any]:
+    def describe(self, cluster: CallTarget, wait: float = 0.0, timeout: float = 30.0) -> dict[int, Any]:
         """Each live rank's record: cell, names, bytes written, seconds (``wait``: for a record in progress)."""
         from mlx_jupyter.cluster.rank import state_record
 
         live = [r for r in cluster.table.ranks if r not in cluster.table.dead]
         return call(cluster, state_record.describe, {r: [wait] for r in live}, timeout, "reading the state record")
 
-    def cleanup(self, cluster: Any) -> None:
+    def cleanup(self, cluster: StoppedCluster) -> None:
         """Remove the record's folder on every host it may be on (at stop)."""
         if not self.hosts:
             return
@@ -58,17 +94,19 @@ class StateRecords:
 
         if any(is_local(h) for h in self.hosts):
             keep_files.remove_all(self.dirname)
-        remove_on_hosts({h: [self.dirname] for h in self.hosts}, getattr(cluster, "ssh_options", None))
+        remove_on_hosts({h: [self.dirname] for h in self.hosts}, cluster.ssh_options)
         self.hosts = set()
 
 
-def call(cluster: Any, fn: Any, calls: dict[int, list], timeout: float, what: str) -> dict[int, Any]:
+def call(cluster: CallTarget, fn: Callable[..., Any], calls: dict[int, list[Any]], timeout: float,
+         what: str) -> dict[int, Any]:
     """``fn(*args)`` on each rank of ``calls``: over the cell channel when it reaches them, else
     through the controller; rank -> its answer or the exception that stands for it."""
     from mlx_jupyter.cluster import channel_calls
 
-    if channel_calls.usable(cluster.cell_server, list(calls)):
-        return channel_calls.call_ranks(cluster.cell_server, fn, calls, timeout, lambda: cluster.table.dead, what)
+    cell_server = cluster.cell_server
+    if channel_calls.usable(cell_server, list(calls)):
+        return channel_calls.call_ranks(cell_server, fn, calls, timeout, lambda: cluster.table.dead, what)
     out: dict[int, Any] = {}
     for r, args in calls.items():
         try:
