@@ -24,7 +24,6 @@ class ControllerLink:
         self.client: Any = None
         #: start's probes the controller dropped: never answered, they are not requests a cell could overtake
         self.stray_probes: set[str] = set()
-        self.queue_kicks = 0  # messages the watch found left unread in the client's sockets
         #: why the controller is gone ("" while it runs, or when unknown; an owner's processes set their guard's)
         self.controller_gone = controller_gone
         #: what to do about it, as it works where the message is shown
@@ -46,10 +45,7 @@ class ControllerLink:
     def attach(self, client: Any) -> None:
         """Use ``client``, with its sockets watched for messages left unread."""
         self.client = client
-        watch_queues(client_streams(client), self._kicked)
-
-    def _kicked(self, stream: Any) -> None:
-        self.queue_kicks += 1
+        watch_queues(client_streams(client))
 
     def view(self, ranks: Sequence[int] | int) -> Any:
         """A non-blocking DirectView on ``ranks``."""
