@@ -17,7 +17,7 @@ import pytest
 from ranks import run as run_ranks
 
 #: rank 0's timeout in the failing op (seconds): also the trigger of the "during" case
-GIVE_UP = 0.5
+GIVE_UP = 1.0
 
 CODE = r"""
 import os
