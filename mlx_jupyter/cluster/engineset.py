@@ -12,7 +12,6 @@ ipyparallel::
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 
 from ipyparallel.cluster.launcher import EngineLauncher, NotRunning
