@@ -96,7 +96,7 @@ CallOptions call(double timeout) {
 namespace {
 
 // The one representation of a reduction across the binding: its code (0 sum, 1 max, 2 min),
-// as mlx_jupyter.core.group.OPS maps the names.
+// as mlx_jupyter.collective.group.OPS maps the names.
 ReduceOp reduce_op(int op) {
   if (op < 0 || op > 2) throw std::invalid_argument("unknown reduction code " + std::to_string(op) + " (0 sum, 1 max, 2 min)");
   return ReduceOp(op);
