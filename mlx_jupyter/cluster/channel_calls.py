@@ -33,7 +33,7 @@ class CallRaised(ClusterError):
 
 
 class _Answer:
-    """The cell_server's sink for one call: its reply, once."""
+    """The cell server's sink for one call: its reply, once."""
 
     def __init__(self) -> None:
         self.content: Optional[dict[str, Any]] = None

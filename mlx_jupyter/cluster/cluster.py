@@ -1,7 +1,7 @@
 """A cluster this process owns: :class:`Cluster`, the handle that starts, restarts and stops the ranks.
 
 Its processes (an ipyparallel controller set up for fast admission, the ``mlx`` engine set of
-:mod:`mlx_jupyter.cluster.engineset`, the direct cell channel's cell_server) are
+:mod:`mlx_jupyter.cluster.engineset`, the direct cell channel's server) are
 :class:`~mlx_jupyter.cluster.processes.ClusterProcesses`; what every handle on ranks does (cells,
 data, control, supervision) is :class:`~mlx_jupyter.cluster.session.ClusterSession`'s. A cluster
 of another process's is reached with :meth:`Cluster.connect`
@@ -290,7 +290,7 @@ class Cluster(ClusterSession):
 
     @property
     def cell_server(self) -> Optional[CellServer]:
-        """The direct cell channel's cell_server (None without one, or while stopped)."""
+        """The direct cell channel's server (None without one, or while stopped)."""
         return self.processes.cell_server
 
     @property

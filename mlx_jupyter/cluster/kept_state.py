@@ -297,7 +297,7 @@ class KeptState:
     def _restore_own_records(self) -> None:
         """Each dead rank binds what its own per-cell record holds and its peers did not give."""
         records = self.cluster.records
-        if records is None or not records.hosts or not self.died:
+        if not records.hosts or not self.died:
             return
         from mlx_jupyter.cluster.rank import state_record
 

@@ -1,5 +1,5 @@
 """The processes of a cluster of one's own: ipyparallel's controller, the ``mlx`` engine set (one
-engine per rank) and the cell channel's cell_server; start, restart, and a stop that leaves none behind."""
+engine per rank) and the cell channel's server; start, restart, and a stop that leaves none behind."""
 
 from __future__ import annotations
 

@@ -95,7 +95,7 @@ class ClusterSession(ABC):
 
     @property
     def cell_server(self) -> Optional[CellServer]:
-        """The direct cell channel's cell_server (None without one, or while stopped)."""
+        """The direct cell channel's server (None without one, or while stopped)."""
         return None
 
     def __enter__(self: _Session) -> _Session:

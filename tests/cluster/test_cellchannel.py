@@ -1,4 +1,4 @@
-"""The direct cell channel without engines: its signed frames, the notebook's cell_server and a rank's
+"""The direct cell channel without engines: its signed frames, the notebook's cell server and a rank's
 end (over real ZMQ sockets on loopback, with a stand-in kernel)."""
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ def test_hub_sends_a_cell_to_the_rank_that_said_hello_and_hands_back_its_output_
 
 
 def _unread_hub_with_rank(rank: int) -> tuple[CellServer, Peer]:
-    """A cell_server whose own thread never runs (only a reader's pump can read), with ``rank`` connected."""
+    """A cell server whose own thread never runs (only a reader's pump can read), with ``rank`` connected."""
     from mlx_jupyter.cluster.shared.transport import tune
 
     h = CellServer("127.0.0.1")

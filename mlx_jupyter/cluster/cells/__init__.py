@@ -1,1 +1,1 @@
-"""The notebook side of one cell run: the direct channel's cell_server, supervision, display."""
+"""The notebook side of one cell run: the direct channel's server, supervision, display."""

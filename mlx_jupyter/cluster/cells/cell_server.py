@@ -92,8 +92,8 @@ class CellServer:
         self.dropped = 0  # connections closed for sending what did not decode (bad signature, ...)
         self._lock = threading.Lock()
         self._hello = threading.Condition(self._lock)
-        self._conns: dict[socket.socket, Connection] = {}  # every open connection (cell_server thread only)
-        self._lost: dict[str, float] = {}  # msg_id -> when its rank's connection broke (cell_server thread only)
+        self._conns: dict[socket.socket, Connection] = {}  # every open connection (the server's thread only)
+        self._lost: dict[str, float] = {}  # msg_id -> when its rank's connection broke (the server's thread only)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         self._closed = False
@@ -108,7 +108,7 @@ class CellServer:
         meanwhile wait in the listener's backlog)."""
         self.session = session
         if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="mlx-cell-cell_server", daemon=True)
+            self._thread = threading.Thread(target=self._loop, name="mlx-cell-server", daemon=True)
             self._thread.start()
         return self
 

@@ -48,7 +48,7 @@ class Placed(Protocol):
 
 
 class Request(Protocol):
-    """A cell sent to a rank (a cell_server's :class:`~.cell_server.Pending`, an ipyparallel future)."""
+    """A cell sent to a rank (a cell server's :class:`~.cell_server.Pending`, an ipyparallel future)."""
 
     def done(self) -> bool: ...
 

@@ -9,7 +9,7 @@ agent's pre/post-run hooks that keep the no-hang promise), and its outputs and
 reply come straight back. The controller still does registration, heartbeats,
 ``%px``, push/pull and the control channel (interrupts, aborts, status).
 
-Connection and threads: one TCP connection to the notebook's cell_server
+Connection and threads: one TCP connection to the notebook's cell server
 (:mod:`mlx_jupyter.cluster.shared.transport`), made by a short-lived thread so
 that the engine never waits on the network. Cells are read on the engine's main
 loop, which runs them one at a time with the kernel's own shell requests (no
