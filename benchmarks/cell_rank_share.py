@@ -2,7 +2,7 @@
 alternating blocks of ``%%mlx_distributed`` ``x = 1`` run as usual and with the ranks answering at
 once (their cell channel patched to reply without running the cell), beside a plain ``x = 1`` cell.
 
-    .venv/bin/python benchmarks/cell_rank_share.py [--rounds 10] [--cells 15]
+    .venv/bin/python benchmarks/cell_rank_share.py [--rounds 10] [--cells 15] [--save benchmarks/results/cell_rank_share.txt]
 
 The patch is this benchmark's only: it replaces ``RankChannel._run`` on the ranks for ``x = 1`` alone.
 """
@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+from allreduce import header, saved_output  # noqa: E402
 from guard import must, new_kernel, stop  # noqa: E402
 
 TRIVIAL = "%%mlx_distributed\nx = 1"
@@ -35,7 +36,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=10, help="blocks of each mode, alternating")
     ap.add_argument("--cells", type=int, default=15, help="trivial cells per block")
+    ap.add_argument("--save", help="also write the whole output here (e.g. benchmarks/results/cell_rank_share.txt)")
     args = ap.parse_args()
+    with saved_output(args.save):
+        print("\n".join(header()))
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
+    """The alternating blocks, then the medians."""
     k = new_kernel()
     times: dict[str, list[float]] = {"plain cell (x = 1)": [], "ranks answer at once": [], "ranks run the cell": []}
     try:
