@@ -6,6 +6,7 @@ every rule (when the ranks get ``mx``/``world``/``group``, what is formed again 
 
 from __future__ import annotations
 
+import argparse
 import html
 import os
 import threading
@@ -48,12 +49,21 @@ class UsageError(Exception):
         return [f"\x1b[0;31mUsageError\x1b[0m: {self}"]
 
 
+#: each magic's options for an empty line (the usual ``%%mlx_distributed``): parsed once
+_DEFAULTS: dict[Any, Any] = {}
+
+
 def _parse(magic: Any, line: str) -> Any:
     """``magic``'s options from ``line``; a line the shell cannot split (an unclosed quote) is a UsageError."""
     from IPython.core.error import UsageError as ParseError
 
     try:
-        return parse_argstring(magic, line)
+        if line.strip():
+            return parse_argstring(magic, line)
+        key = getattr(magic, "__func__", magic)
+        if key not in _DEFAULTS:
+            _DEFAULTS[key] = vars(parse_argstring(magic, ""))
+        return argparse.Namespace(**_DEFAULTS[key])   # a new one each time: callers may change it
     except ValueError as exc:   # shlex: "No closing quotation", "No escaped character"
         raise UsageError(f"cannot split the options {line.strip()[:80]!r} into words ({exc}): "
                          "close the quote, or escape it with a backslash") from None

@@ -23,5 +23,7 @@ __all__ = sorted(_NAMES)
 
 def __getattr__(name: str) -> Any:
     if name in _NAMES:
-        return getattr(importlib.import_module(_NAMES[name]), name)
+        value = getattr(importlib.import_module(_NAMES[name]), name)
+        globals()[name] = value   # found directly from now on (the magics import two names per cell)
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

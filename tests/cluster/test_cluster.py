@@ -117,6 +117,40 @@ def test_all_a_cells_output_arrives_before_its_end(cluster):
         assert "".join(seen[(rank, "stderr")]) == "err"
 
 
+def test_a_cell_runs_as_the_kernel_runs_it_await_input_history_errors_and_results(cluster):
+    """The channel runs plain cells itself (rank.kernel_compat.run_plain_cell) and hands the rest
+    to the kernel's do_execute: either way a cell behaves as in a notebook."""
+    r = run(cluster, "import asyncio\nawait asyncio.sleep(0)\nawaited = world.rank() + 10")
+    assert not r.failed and cluster.pull("awaited") == [10, 11]
+    t0 = time.monotonic()
+    with pytest.raises(DistributedCellError) as err:
+        run(cluster, "input('name? ')")
+    assert time.monotonic() - t0 < 10
+    assert {o.ename for o in err.value.outcomes} == {"StdinNotImplementedError"}, err.value.outcomes
+    run(cluster, "marker_cell = 1")
+    run(cluster, "_last_in = In[-2] if len(In) > 1 else ''\n_n = len(In)\nshown = 7\nshown")
+    assert cluster.pull("_last_in") == ["marker_cell = 1"] * 2, "the cell is in the rank's history"
+    with pytest.raises(DistributedCellError) as err:
+        run(cluster, "def f():\n    raise ValueError('on purpose')\nf()")
+    outcome = err.value.outcomes[0]
+    assert outcome.ename == "ValueError" and outcome.evalue == "on purpose"
+    assert any("on purpose" in line for line in outcome.traceback) and \
+        any("f()" in line for line in outcome.traceback), outcome.traceback
+    with pytest.raises(DistributedCellError) as err:
+        run(cluster, "def broken(:\n    pass")
+    assert {o.ename for o in err.value.outcomes} == {"SyntaxError"}
+
+
+def test_a_cell_awaiting_is_stopped_by_its_timeout_and_the_ranks_go_on(cluster):
+    t0 = time.monotonic()
+    with pytest.raises(DistributedCellError, match="timed out after 1 s") as err:
+        show_run(cluster.run("import asyncio\nawait asyncio.sleep(60)"), timeout=1)
+    assert time.monotonic() - t0 < 6
+    assert [o.status for o in err.value.outcomes] == ["released"] * 2, err.value.outcomes
+    assert {o.ename for o in err.value.outcomes} == {"KeyboardInterrupt"}, err.value.outcomes
+    assert not run(cluster, "await asyncio.sleep(0)\nafter = 1").failed
+
+
 def test_a_cell_after_a_request_still_running_through_the_controller_follows_it(cluster, tmp_path):
     """A cell sent beside the controller could overtake a ``%px`` still on its way or running:
     while one is unanswered on a target rank the cell takes the controller's path too."""

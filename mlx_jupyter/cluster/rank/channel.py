@@ -19,6 +19,7 @@ makes them (the main thread, ipykernel's IOPub thread), whole, under one lock.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 import os
@@ -31,6 +32,7 @@ from typing import Any, Optional
 
 from mlx_jupyter.cluster.shared import wire
 from mlx_jupyter.cluster.shared.transport import Writer, read_available, tune
+from mlx_jupyter.cluster.rank import cell_runner
 from mlx_jupyter.cluster.rank.kernel_compat import flush_streams, main_lock
 from mlx_jupyter.net.hosts import split_addr
 
@@ -47,6 +49,10 @@ def _parent_of(msg_or_type: Any, parent: Any) -> dict[str, Any]:
     if isinstance(parent, dict):
         return parent.get("header", parent) or {}
     return {}
+
+
+#: the cells' tasks until they end (the loop keeps only weak references to its tasks)
+_CELLS: set["asyncio.Future[None]"] = set()
 
 
 class RankChannel:
@@ -173,7 +179,10 @@ class RankChannel:
                 continue
             if msg["t"] == "cell" and msg.get("id") not in self._seen:
                 self._seen.append(msg.get("id"))
-                self.kernel.io_loop.add_callback(self._execute, msg)
+                # a task, not the loop's add_callback: that wakes the loop through its pipe and then
+                # wraps the coroutine in a second callback, two turns of the loop before the cell starts
+                _CELLS.add(task := asyncio.ensure_future(self._execute(msg)))
+                task.add_done_callback(_CELLS.discard)
             elif msg["t"] == "dbg_in":
                 line = msg.get("line")
                 self._debug_lines.append(None if line is None else str(line))
@@ -254,9 +263,7 @@ class RankChannel:
         kernel.set_parent([], request, channel="shell")
         kernel.pre_handler_hook()  # SIGINT -> KeyboardInterrupt while the cell runs, as for execute_request
         try:
-            reply: dict[str, Any] = await kernel.do_execute(code, False, store_history=True, user_expressions={},
-                                                             allow_stdin=False)
-            return reply
+            return await cell_runner.run_cell(kernel, code)
         except KeyboardInterrupt:
             return {"status": "error", "ename": "KeyboardInterrupt", "evalue": "", "traceback": []}
         finally:
@@ -274,7 +281,8 @@ class RankChannel:
                 continue
         content = reply or {"status": "error", "ename": "RuntimeError", "evalue": "no reply", "traceback": []}
         try:
-            content = json_clean(content)
+            if not _plain(content):   # an error's traceback, a payload: made JSON-safe
+                content = json_clean(content)
         except Exception:
             content = {k: content.get(k) for k in ("status", "ename", "evalue", "traceback") if k in content}
         self.post({"t": "reply", "id": msg_id, "content": content})
@@ -283,6 +291,16 @@ class RankChannel:
         """Stop connecting or reading, and close the connection (on the main loop)."""
         self._closed = True
         self._detach()
+
+
+#: the reply of a cell that ran without error and left no payload (cell_runner): JSON already
+_PLAIN_OK = {"status", "execution_count", "user_expressions", "payload"}
+
+
+def _plain(content: dict[str, Any]) -> bool:
+    """Whether ``content`` is an ok reply with nothing in it for ``json_clean`` to change."""
+    return (content.get("status") == "ok" and set(content) <= _PLAIN_OK and isinstance(content.get("execution_count"), int)
+            and not content.get("user_expressions") and not content.get("payload"))
 
 
 def number_cells_as(shell: Any, count: int) -> None:

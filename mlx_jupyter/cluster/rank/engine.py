@@ -22,7 +22,7 @@ from ipyparallel.engine.app import IPEngine
 from mlx_jupyter.cluster.shared.connection_files import await_json_file
 from mlx_jupyter.cluster.shared.ipp_compat import exit_unless_usable
 from mlx_jupyter.cluster.rank import agent
-from mlx_jupyter.cluster.rank import channel, debugger, sampler
+from mlx_jupyter.cluster.rank import cell_runner, channel, debugger, sampler
 from mlx_jupyter.launch import rank_env
 
 
@@ -103,6 +103,7 @@ class MLXEngine(IPEngine):  # type: ignore[misc]  # ipyparallel ships no types
             env = rank_env.current()
             rank = self.id if self.id is not None else env.process_rank
             agent.install(self.kernel, rank, env)
+            cell_runner.install(self.kernel)   # cells with top-level await through the controller
             sampler.install(self.kernel, rank)
         except Exception as exc:
             agent.AGENT_ERROR = f"{type(exc).__name__}: {exc}"

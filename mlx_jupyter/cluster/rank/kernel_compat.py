@@ -18,10 +18,11 @@ KERNEL_FIX = "install ipykernel 7.x and ipyparallel 9.x: pip install 'ipykernel>
 
 #: what the agent and the cell channel use: the shell and its session, the request handler
 #: tables (abort and status requests, tracked apply requests), ipyparallel's set of aborted
-#: requests and its "aborted" reply, and ipykernel's lock that runs one shell request at a
-#: time (without it a direct-channel cell could overtake a %px request)
+#: requests and its "aborted" reply, ipykernel's lock that runs one shell request at a
+#: time (without it a direct-channel cell could overtake a %px request), and its input
+#: forwarding, switched around a channel cell as do_execute does (:mod:`.cell_runner`)
 KERNEL_NEEDS = ("shell", "session", "control_handlers", "shell_handlers", "aborted", "_send_abort_reply",
-                "_main_asyncio_lock")
+                "_main_asyncio_lock", "_forward_input", "_restore_input")
 
 
 def _versions() -> str:
