@@ -16,7 +16,7 @@ from typing import Any, Optional
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from mlx_jupyter import early_cells, limits, options
+from mlx_jupyter import limits, options
 from mlx_jupyter.magic_help import (CLUSTER_ACTIONS, cluster_action_help, cluster_actions_text, cluster_arguments,
                                    help_without_body, plain_help)
 from mlx_jupyter.cluster.cells.text import MODES, format_bytes, parse_targets
@@ -306,10 +306,6 @@ class MLXMagics(Magics):
         from mlx_jupyter.cluster import ClusterError
         from mlx_jupyter.cluster.cells.display import show_run
 
-        early = early_cells.claim(self.shell, line, cell)   # started as the kernel took the cell
-        if early is not None:
-            show_run(early)
-            return None
         args = _parse(self.mlx_distributed, line)
         if args.help:
             print(plain_help(self.mlx_distributed.parser.format_help()), end="")
@@ -483,7 +479,6 @@ def load_ipython_extension(ip: Any) -> None:
     cleanup = getattr(ip, "input_transformers_cleanup", None)
     if cleanup is not None and help_without_body not in cleanup:
         cleanup.append(help_without_body)
-    early_cells.install(ip, current)
 
 
 def unload_ipython_extension(ip: Any) -> None:
@@ -492,7 +487,6 @@ def unload_ipython_extension(ip: Any) -> None:
     cleanup = getattr(ip, "input_transformers_cleanup", None)
     if cleanup is not None and help_without_body in cleanup:
         cleanup.remove(help_without_body)
-    early_cells.uninstall(ip)
     if _cluster is not None:
         _cluster.stop()
         _cluster = None
