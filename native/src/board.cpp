@@ -1,6 +1,7 @@
 #include "mlxj/board.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "mlxj/errors.h"
@@ -11,6 +12,8 @@ namespace mlxj {
 namespace {
 
 constexpr size_t kReasonBytes = 240;
+// how long a rank that found an op given up waits for the giver's words (Board::gave_up)
+constexpr std::chrono::milliseconds kReasonWait{200};
 // A gate: the op (high 32 bits), whether it was given up, how many posts are counted in.
 constexpr uint64_t kGivenUp = uint64_t(1) << 31;
 constexpr uint64_t kCount = kGivenUp - 1;
@@ -117,8 +120,19 @@ bool Board::cancel(uint64_t k) {
 }
 
 void Board::gave_up() const {
-  int a = aborted_by();
   const Header& hd = header();
+  // A rank giving up an op flags the gate first (cancel) and writes who and why just after
+  // (mark_aborted, which bumps `posts`): a rank that saw the flag in between waits a moment for
+  // those words, so that its error names the rank and the cause.
+  auto until = std::chrono::steady_clock::now() + kReasonWait;
+  for (;;) {
+    uint32_t seen = hd.posts.load(std::memory_order_seq_cst);
+    if (hd.reason_len.load(std::memory_order_acquire) != 0) break;
+    auto left = std::chrono::duration_cast<std::chrono::microseconds>(until - std::chrono::steady_clock::now()).count();
+    if (left <= 0) break;
+    platform::wait_word(const_cast<std::atomic<uint32_t>*>(&hd.posts), seen, left);
+  }
+  int a = aborted_by();
   bool told = hd.reason_len.load(std::memory_order_acquire) != 0;
   int origin = told && hd.origin >= -1 && hd.origin < 1 << 24 ? hd.origin : -1;
   peer_gave_up(a > 0 ? name(a - 1) : std::string("a rank"), origin, GiveUp(told ? hd.why & 3 : 0), abort_reason());

@@ -160,9 +160,14 @@ def test_skipped_op_times_out_naming_the_peer_and_aborts(n: int, transport: str,
         info = _results(ranks, [0])[0]
         ranks.procs[victim].stdin.write("go\n")
         ranks.procs[victim].stdin.flush()
-    assert info["error"] == "CommTimeoutError" and info["board"] == (path == "board"), info
+    assert info["board"] == (path == "board"), info
     assert 0.9 <= info["elapsed"] < 3.0, info
     assert f"rank {victim} (127.0.0.1:" in info["message"], info
+    if info["error"] != "CommTimeoutError":
+        # From 3 ranks on, another rank waiting for the same victim may time out a moment first: its
+        # give-up then releases rank 0, and says that it timed out waiting for the victim.
+        assert n >= 3 and info["error"] == "PeerError" and "gave up on this group (rank " in info["message"] \
+            and " timed out" in info["message"], info
 
 
 def test_abort_from_another_thread_fails_pending_and_later_ops() -> None:
