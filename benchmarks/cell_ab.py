@@ -13,12 +13,30 @@ import argparse
 import statistics
 import sys
 from pathlib import Path
+from typing import Callable, Optional
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from allreduce import header, saved_output  # noqa: E402
 from guard import must, new_kernel, stop  # noqa: E402
+from tests.cluster.kernel import Kernel  # noqa: E402
 
 TRIVIAL = "%%mlx_distributed\nx = 1"
+
+
+def alternate(k: Kernel, switches: dict[str, str], code: str, rounds: int, cells: int,
+              between: Optional[Callable[[], None]] = None) -> dict[str, list[float]]:
+    """``cells`` timed runs of ``code`` after each switch (kernel code) of ``switches``, in blocks
+    whose order flips every round; ``between()`` after each round. Each side's round trips in seconds."""
+    times: dict[str, list[float]] = {name: [] for name in switches}
+    names = list(switches)
+    for i in range(rounds):
+        for name in names if i % 2 == 0 else names[::-1]:
+            must(k, switches[name])
+            must(k, code)  # the first cell after a switch is not timed
+            times[name] += [must(k, code) for _ in range(cells)]
+        if between is not None:
+            between()
+    return times
 
 
 def main() -> None:
@@ -34,18 +52,13 @@ def main() -> None:
     with saved_output(args.save):
         print("\n".join(header()))
         k = new_kernel()
-        times: dict[str, list[float]] = {"on": [], "off": []}
         try:
             must(k, "%mlx_cluster start -n 2", 120)
             if args.setup:
                 must(k, args.setup)
             for _ in range(10):
                 must(k, args.code)
-            for i in range(args.rounds):
-                for side in ("on", "off") if i % 2 == 0 else ("off", "on"):
-                    must(k, getattr(args, side))
-                    must(k, args.code)  # the first cell after a switch is not timed
-                    times[side] += [must(k, args.code) for _ in range(args.cells)]
+            times = alternate(k, {"on": args.on, "off": args.off}, args.code, args.rounds, args.cells)
         finally:
             stop(k)
         on, off = (statistics.median(times[s]) * 1000 for s in ("on", "off"))

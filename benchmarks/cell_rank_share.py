@@ -16,6 +16,7 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from allreduce import header, saved_output  # noqa: E402
+from cell_ab import alternate  # noqa: E402
 from guard import must, new_kernel, stop  # noqa: E402
 
 TRIVIAL = "%%mlx_distributed\nx = 1"
@@ -46,20 +47,18 @@ def main() -> None:
 def run(args: argparse.Namespace) -> None:
     """The alternating blocks, then the medians."""
     k = new_kernel()
-    times: dict[str, list[float]] = {"plain cell (x = 1)": [], "ranks answer at once": [], "ranks run the cell": []}
+    plain: list[float] = []
     try:
         must(k, "%mlx_cluster start -n 2", 120)
         must(k, PATCH)
         for _ in range(10):
             must(k, TRIVIAL)
-        for i in range(args.rounds):
-            for mode in (("at once", "as usual") if i % 2 == 0 else ("as usual", "at once")):
-                must(k, MODES[mode])
-                name = "ranks answer at once" if mode == "at once" else "ranks run the cell"
-                times[name] += [must(k, TRIVIAL) for _ in range(args.cells)]
-            times["plain cell (x = 1)"] += [must(k, "x = 1") for _ in range(args.cells // 2 or 1)]
+        blocks = alternate(k, MODES, TRIVIAL, args.rounds, args.cells,
+                           between=lambda: plain.extend(must(k, "x = 1") for _ in range(args.cells // 2 or 1)))
     finally:
         stop(k)
+    times = {"plain cell (x = 1)": plain, "ranks answer at once": blocks["at once"],
+             "ranks run the cell": blocks["as usual"]}
     for name, values in times.items():
         print(f"{name:24} {statistics.median(values) * 1000:7.2f} ms  (n={len(values)})")
 
