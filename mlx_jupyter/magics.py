@@ -303,8 +303,8 @@ class MLXMagics(Magics):
     @cell_magic
     def mlx_distributed(self, line: str, cell: str) -> Any:
         """Run the cell on every rank (or --targets); no cell ever hangs."""
-        from mlx_jupyter.cluster import ClusterError
         from mlx_jupyter.cluster.cells.display import show_run
+        from mlx_jupyter.cluster.shared.errors import ClusterError   # (the package's lazy names cost a look-up a cell)
 
         args = _parse(self.mlx_distributed, line)
         if args.help:
@@ -425,7 +425,7 @@ class MLXMagics(Magics):
 def _wait_for_owner_cell(cluster: Any, targets: list[int], timeout: Optional[float]) -> Optional[float]:
     """A connected notebook whose ranks run the owner's cell: say so at once, then wait for it to end
     (at most ``timeout`` s: the cell is then not sent, and the owner's cell goes on). The timeout left."""
-    from mlx_jupyter.cluster import ConnectedCluster
+    from mlx_jupyter.cluster.connected import ConnectedCluster
 
     if not isinstance(cluster, ConnectedCluster):
         return timeout

@@ -23,7 +23,5 @@ __all__ = sorted(_NAMES)
 
 def __getattr__(name: str) -> Any:
     if name in _NAMES:
-        value = getattr(importlib.import_module(_NAMES[name]), name)
-        globals()[name] = value   # found directly from now on (the magics import two names per cell)
-        return value
+        return getattr(importlib.import_module(_NAMES[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
