@@ -329,12 +329,16 @@ def _hold_rank(c: Cluster, rank: int, gate) -> object:
 
 
 def _interrupt_when(pred, timeout: float = 20) -> threading.Thread:
-    """SIGINT to this (main) thread once ``pred()`` holds: the stop button of a plain-Python session."""
+    """SIGINT to this (main) thread once ``pred()`` holds: the stop button of a plain-Python session.
+    Never fired otherwise (the test then fails on its own): a SIGINT landing later, in another test,
+    would stop the whole pytest run. Join the thread before the test ends."""
     main = threading.main_thread().ident
 
     def fire():
         deadline = time.monotonic() + timeout
-        while not pred() and time.monotonic() < deadline:
+        while not pred():
+            if time.monotonic() > deadline:
+                return
             time.sleep(0.02)
         signal.pthread_kill(main, signal.SIGINT)
 
@@ -374,7 +378,8 @@ def test_interrupted_setup_stops_on_every_rank(cluster, tmp_path):
         cluster.setup(timeout=30)
     firing.join(5)
     assert time.monotonic() - t0 < 20
-    assert not _busy(cluster, 0), "rank 0 still runs the interrupted setup"
+    # the rank's agent says idle once the aborted request's reply is out (a moment on a loaded machine)
+    assert _wait_for(lambda: not _busy(cluster, 0), 5), "rank 0 still runs the interrupted setup"
     gate.touch()
     held.get(10)
     # rank 1's queued setup is answered "aborted" at once (run, it would block 30 s forming `group`)
@@ -390,9 +395,10 @@ def test_interrupted_push_is_not_applied_later(cluster, tmp_path):
     gate = tmp_path / "gate"
     held = _hold_rank(cluster, 1, gate)
     assert _wait_for(lambda: _busy(cluster, 1))
-    _interrupt_when(_main_thread_waiting)
+    firing = _interrupt_when(_main_thread_waiting)
     with pytest.raises(KeyboardInterrupt, match="push interrupted"):
         cluster.push({"late": 1}, timeout=30)
+    firing.join(5)
     gate.touch()
     held.get(10)
     assert _wait_for(lambda: not cluster.client.outstanding, 5), cluster.client.outstanding
