@@ -425,7 +425,7 @@ class MLXMagics(Magics):
 def _wait_for_owner_cell(cluster: Any, targets: list[int], timeout: Optional[float]) -> Optional[float]:
     """A connected notebook whose ranks run the owner's cell: say so at once, then wait for it to end
     (at most ``timeout`` s: the cell is then not sent, and the owner's cell goes on). The timeout left."""
-    from mlx_jupyter.cluster.connected import ConnectedCluster
+    from mlx_jupyter.cluster import ConnectedCluster
 
     if not isinstance(cluster, ConnectedCluster):
         return timeout
