@@ -7,14 +7,18 @@ call's data (before the fix, a late all_sum returned 102 = 100 from rank 0 + 1 +
 "during" case the ranks arrive at rank 0's deadline: then either all complete with the right
 result or all fail, never a mix. Every op, over the board, the shared-memory ring (board off)
 and TCP, on the main thread and on a second thread. One launch per transport and thread runs all
-ops and timings in turn, forming a new world for each (an aborted group stays aborted).
+ops and timings in turn, forming a new world for each (an aborted group stays aborted). The
+launches of the selected cases run side by side (each mostly waits out rank 0's timeout, 21
+times), so the file takes about one launch's time; each case is judged by its own test.
 """
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
-from ranks import run as run_ranks
+from ranks import Ranks
 
 #: rank 0's timeout in the failing op (seconds): also the trigger of the "during" case
 GIVE_UP = 1.0
@@ -119,11 +123,34 @@ TRANSPORTS = {
 }
 
 
+@pytest.fixture(scope="module")
+def outcomes(request: pytest.FixtureRequest) -> dict[tuple[str, bool], list | AssertionError]:
+    """Each selected (transport, thread) case's ranks' outputs, or why its launch failed."""
+    wanted = {(item.callspec.params["transport"], item.callspec.params["thread"])
+              for item in request.session.items
+              if item.module is request.module and item.originalname == "test_an_op_that_failed_on_one_rank_completes_on_none"}
+    cases = {(transport, thread): Ranks(3, CODE, env={**TRANSPORTS[transport], "GIVE_UP": str(GIVE_UP),
+                                                   "IN_THREAD": "1" if thread else "0"})
+             for transport, thread in sorted(wanted)}
+    got: dict[tuple[str, bool], list | AssertionError] = {}
+    with contextlib.ExitStack() as stack:
+        for ranks in cases.values():
+            stack.enter_context(ranks).start()
+        for key, ranks in cases.items():
+            try:
+                got[key] = [r["out"] for r in ranks.results(timeout=600)]
+            except AssertionError as exc:  # a rank failed: that case's test reports it, the others still judge theirs
+                got[key] = exc
+    return got
+
+
+@pytest.mark.timeout(900)  # the shared launch counts against the first case's time
 @pytest.mark.parametrize("thread", [False, True], ids=["main_thread", "second_thread"])
 @pytest.mark.parametrize("transport", list(TRANSPORTS))
-def test_an_op_that_failed_on_one_rank_completes_on_none(transport: str, thread: bool) -> None:
-    env = {**TRANSPORTS[transport], "GIVE_UP": str(GIVE_UP), "IN_THREAD": "1" if thread else "0"}
-    outs = [r["out"] for r in run_ranks(3, CODE, timeout=600, env=env)]
+def test_an_op_that_failed_on_one_rank_completes_on_none(transport: str, thread: bool, outcomes) -> None:
+    outs = outcomes[(transport, thread)]
+    if isinstance(outs, AssertionError):
+        raise outs
     problems = []
     for key in outs[0]:
         name, timing = key.split("/")
