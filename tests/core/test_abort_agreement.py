@@ -14,11 +14,12 @@ times), so the file takes about one launch's time; each case is judged by its ow
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 
-from ranks import Ranks
+from ranks import Ranks, results_side_by_side, selected_cases
+
+# .ci/run runs it beside the sanitizer builds: its verdicts hold for any timing (slowed ranks included)
+pytestmark = pytest.mark.waits
 
 #: rank 0's timeout in the failing op (seconds): also the trigger of the "during" case
 GIVE_UP = 1.0
@@ -124,33 +125,23 @@ TRANSPORTS = {
 
 
 @pytest.fixture(scope="module")
-def outcomes(request: pytest.FixtureRequest) -> dict[tuple[str, bool], list | AssertionError]:
-    """Each selected (transport, thread) case's ranks' outputs, or why its launch failed."""
-    wanted = {(item.callspec.params["transport"], item.callspec.params["thread"])
-              for item in request.session.items
-              if item.module is request.module and item.originalname == "test_an_op_that_failed_on_one_rank_completes_on_none"}
+def outcomes(request: pytest.FixtureRequest) -> dict:
+    """Each selected (transport, thread) case's ranks' results, or why its launch failed."""
     cases = {(transport, thread): Ranks(3, CODE, env={**TRANSPORTS[transport], "GIVE_UP": str(GIVE_UP),
                                                    "IN_THREAD": "1" if thread else "0"})
-             for transport, thread in sorted(wanted)}
-    got: dict[tuple[str, bool], list | AssertionError] = {}
-    with contextlib.ExitStack() as stack:
-        for ranks in cases.values():
-            stack.enter_context(ranks).start()
-        for key, ranks in cases.items():
-            try:
-                got[key] = [r["out"] for r in ranks.results(timeout=600)]
-            except AssertionError as exc:  # a rank failed: that case's test reports it, the others still judge theirs
-                got[key] = exc
-    return got
+             for transport, thread in selected_cases(request, "test_an_op_that_failed_on_one_rank_completes_on_none",
+                                                     "transport", "thread")}
+    return results_side_by_side(cases, timeout=600)
 
 
 @pytest.mark.timeout(900)  # the shared launch counts against the first case's time
 @pytest.mark.parametrize("thread", [False, True], ids=["main_thread", "second_thread"])
 @pytest.mark.parametrize("transport", list(TRANSPORTS))
 def test_an_op_that_failed_on_one_rank_completes_on_none(transport: str, thread: bool, outcomes) -> None:
-    outs = outcomes[(transport, thread)]
-    if isinstance(outs, AssertionError):
-        raise outs
+    launched = outcomes[(transport, thread)]
+    if isinstance(launched, AssertionError):
+        raise launched
+    outs = [r["out"] for r in launched]
     problems = []
     for key in outs[0]:
         name, timing = key.split("/")
