@@ -18,9 +18,6 @@ import pytest
 
 from ranks import Ranks, results_side_by_side, selected_cases
 
-# .ci/run runs it beside the sanitizer builds: its verdicts hold for any timing (slowed ranks included)
-pytestmark = pytest.mark.waits
-
 #: rank 0's timeout in the failing op (seconds): also the trigger of the "during" case
 GIVE_UP = 1.0
 
