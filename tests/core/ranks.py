@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -106,3 +107,29 @@ class Ranks:
 def run(n: int, code: str, timeout: float = 90, **kw) -> list[dict]:
     with Ranks(n, code, **kw) as ranks:
         return ranks.start().results(timeout)
+
+
+def selected_cases(request, test_name: str, *params: str) -> list[tuple]:
+    """The parameter tuples of `test_name`'s selected cases in the requesting module (after -k/-m/--deselect)."""
+    return sorted({tuple(item.callspec.params[p] for p in params) for item in request.session.items
+                   if item.module is request.module and item.originalname == test_name})
+
+
+def results_side_by_side(cases: dict, timeout: float) -> dict:
+    """Starts the cases' Ranks at once, then gives each case's results, or the AssertionError saying why its
+    ranks failed (that case's test raises it; the others still judge theirs). MLXJ_TEST_SIDE_BY_SIDE=N
+    runs N at a time (.ci/sanitizers: 1, as instrumented ranks are many times slower)."""
+    at_once = int(os.environ.get("MLXJ_TEST_SIDE_BY_SIDE") or 0) or max(len(cases), 1)
+    keys = list(cases)
+    got: dict = {}
+    for i in range(0, len(keys), at_once):
+        batch = keys[i:i + at_once]
+        with contextlib.ExitStack() as stack:
+            for key in batch:
+                stack.enter_context(cases[key]).start()
+            for key in batch:
+                try:
+                    got[key] = cases[key].results(timeout)
+                except AssertionError as exc:
+                    got[key] = exc
+    return got

@@ -7,14 +7,16 @@ call's data (before the fix, a late all_sum returned 102 = 100 from rank 0 + 1 +
 "during" case the ranks arrive at rank 0's deadline: then either all complete with the right
 result or all fail, never a mix. Every op, over the board, the shared-memory ring (board off)
 and TCP, on the main thread and on a second thread. One launch per transport and thread runs all
-ops and timings in turn, forming a new world for each (an aborted group stays aborted).
+ops and timings in turn, forming a new world for each (an aborted group stays aborted). The
+launches of the selected cases run side by side (each mostly waits out rank 0's timeout, 21
+times), so the file takes about one launch's time; each case is judged by its own test.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from ranks import run as run_ranks
+from ranks import Ranks, results_side_by_side, selected_cases
 
 #: rank 0's timeout in the failing op (seconds): also the trigger of the "during" case
 GIVE_UP = 1.0
@@ -119,11 +121,24 @@ TRANSPORTS = {
 }
 
 
+@pytest.fixture(scope="module")
+def outcomes(request: pytest.FixtureRequest) -> dict:
+    """Each selected (transport, thread) case's ranks' results, or why its launch failed."""
+    cases = {(transport, thread): Ranks(3, CODE, env={**TRANSPORTS[transport], "GIVE_UP": str(GIVE_UP),
+                                                   "IN_THREAD": "1" if thread else "0"})
+             for transport, thread in selected_cases(request, "test_an_op_that_failed_on_one_rank_completes_on_none",
+                                                     "transport", "thread")}
+    return results_side_by_side(cases, timeout=600)
+
+
+@pytest.mark.timeout(900)  # the shared launch counts against the first case's time
 @pytest.mark.parametrize("thread", [False, True], ids=["main_thread", "second_thread"])
 @pytest.mark.parametrize("transport", list(TRANSPORTS))
-def test_an_op_that_failed_on_one_rank_completes_on_none(transport: str, thread: bool) -> None:
-    env = {**TRANSPORTS[transport], "GIVE_UP": str(GIVE_UP), "IN_THREAD": "1" if thread else "0"}
-    outs = [r["out"] for r in run_ranks(3, CODE, timeout=600, env=env)]
+def test_an_op_that_failed_on_one_rank_completes_on_none(transport: str, thread: bool, outcomes) -> None:
+    launched = outcomes[(transport, thread)]
+    if isinstance(launched, AssertionError):
+        raise launched
+    outs = [r["out"] for r in launched]
     problems = []
     for key in outs[0]:
         name, timing = key.split("/")

@@ -5,14 +5,14 @@
 in an ``all_sum`` with a 2 s timeout. They must not time out: once rank 1 resumes and calls the same
 ``all_sum``, all three complete with the right sum. Without the notice, the same 6 s away makes ranks 0
 and 2 time out at 2 s (and rank 1's late call fails, naming rank 0). Over the board, the shared-memory
-ring and TCP.
+ring and TCP: the three launches run side by side (each mostly waits), each judged by its own test.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from ranks import run as run_ranks
+from ranks import Ranks, results_side_by_side, selected_cases
 
 PAUSE = 6.0
 TIMEOUT = 2.0
@@ -56,11 +56,23 @@ TRANSPORTS = {
 }
 
 
+@pytest.fixture(scope="module")
+def outcomes(request: pytest.FixtureRequest) -> dict:
+    """Each selected transport's ranks' results, or why its launch failed."""
+    cases = {transport: Ranks(3, CODE, env={**TRANSPORTS[transport][0], "PAUSE": str(PAUSE), "OP_TIMEOUT": str(TIMEOUT)})
+             for (transport,) in selected_cases(request, "test_a_peer_paused_in_the_debugger_suspends_the_timeout",
+                                                "transport")}
+    return results_side_by_side(cases, timeout=120)
+
+
+@pytest.mark.timeout(300)  # the shared launch counts against the first case's time
 @pytest.mark.parametrize("transport", list(TRANSPORTS))
-def test_a_peer_paused_in_the_debugger_suspends_the_timeout(transport: str) -> None:
-    env, kind = TRANSPORTS[transport]
-    outs = [r["out"] for r in run_ranks(3, CODE, timeout=120,
-                                        env={**env, "PAUSE": str(PAUSE), "OP_TIMEOUT": str(TIMEOUT)})]
+def test_a_peer_paused_in_the_debugger_suspends_the_timeout(transport: str, outcomes) -> None:
+    kind = TRANSPORTS[transport][1]
+    launched = outcomes[transport]
+    if isinstance(launched, AssertionError):
+        raise launched
+    outs = [r["out"] for r in launched]
     assert all(kind in o["paused"][3] for o in outs), [o["paused"][3] for o in outs]
     paused = [o["paused"] for o in outs]
     # Paused: every rank completes with the sum of 1 + 2 + 3, ranks 0 and 2 after the whole pause.
