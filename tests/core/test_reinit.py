@@ -23,6 +23,9 @@ CODE = r"""
 import select
 g = dist.init(strict=True, backend="ring", timeout=30)
 sub = g.split(1 if RANK == 1 else 0, timeout=30)   # {0, 2} and {1}
+# every rank is done with the split before rank 1 leaves the world: a split still connecting its new
+# group on a peer when a rank leaves is aborted there (a known gap of its own, not this test's subject)
+g.barrier(timeout=30)
 if RANK == 1:
     dist.shutdown()
     t0 = time.monotonic()
