@@ -21,6 +21,11 @@ from typing import Any, Optional
 ASYNC_WORDS = ("await", "async")
 
 
+def may_await(code: str) -> bool:
+    """Whether ``code`` may be a cell with top-level ``await`` (else the shell's ``run_cell`` runs it)."""
+    return any(word in code for word in ASYNC_WORDS)
+
+
 async def run_cell(kernel: Any, code: str, silent: bool = False, store_history: bool = True,
                    user_expressions: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """Run ``code`` in ``kernel``'s shell as ``do_execute`` would (history, display hooks, events, input
@@ -30,7 +35,7 @@ async def run_cell(kernel: Any, code: str, silent: bool = False, store_history: 
     kernel._forward_input(False)   # input() and getpass() say that the notebook cannot answer
     try:
         interrupted = False
-        if not any(word in code for word in ASYNC_WORDS):
+        if not may_await(code):
             res = shell.run_cell(code, store_history=store_history, silent=silent)
         else:
             res, interrupted = await _run_maybe_async(shell, code, silent, store_history)
@@ -50,7 +55,7 @@ def install(kernel: Any) -> None:
     async def do_execute(code: str, silent: bool, store_history: bool = True,
                          user_expressions: Optional[dict[str, Any]] = None, allow_stdin: bool = False,
                          **kwargs: Any) -> Any:
-        if any(word in code for word in ASYNC_WORDS):
+        if may_await(code):
             reply = await run_cell(kernel, code, silent, store_history, user_expressions)
             if reply["status"] == "error" and hasattr(kernel, "get_engine_info"):   # as ipyparallel's adds it
                 reply["engine_info"] = kernel.get_engine_info(method="execute")
@@ -88,7 +93,7 @@ class _cancel_on_sigint:
     own code would stop the loop instead of the cell). Main thread only; elsewhere it does nothing."""
 
     def __init__(self, task: "asyncio.Future[Any]"):
-        self.task, self.fired = task, False
+        self.fired = False
         self.saved: Any = None
         if threading.current_thread() is threading.main_thread():
             loop = asyncio.get_running_loop()
