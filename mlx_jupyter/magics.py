@@ -303,6 +303,7 @@ class MLXMagics(Magics):
     @cell_magic
     def mlx_distributed(self, line: str, cell: str) -> Any:
         """Run the cell on every rank (or --targets); no cell ever hangs."""
+        from mlx_jupyter.cluster.cells import reply_tail
         from mlx_jupyter.cluster.cells.display import show_run
         from mlx_jupyter.cluster.shared.errors import ClusterError   # (the package's lazy names cost a look-up a cell)
 
@@ -332,6 +333,7 @@ class MLXMagics(Magics):
                 from mlx_jupyter.cluster.cells.profile_view import show_profile
 
                 show_profile(cluster)
+            reply_tail.skip_for_this_request(self.shell)   # its output is out: no flush round trips, no sleep
         return None
 
     @magic_arguments()

@@ -33,7 +33,8 @@ from typing import Any, Optional
 from mlx_jupyter.cluster.shared import wire
 from mlx_jupyter.cluster.shared.transport import Writer, read_available, tune
 from mlx_jupyter.cluster.rank import cell_runner
-from mlx_jupyter.cluster.rank.kernel_compat import flush_streams, main_lock
+from mlx_jupyter.cluster.rank.kernel_compat import main_lock
+from mlx_jupyter.cluster.shared.kernel_streams import flush_streams
 from mlx_jupyter.net.hosts import split_addr
 
 log = logging.getLogger("mlx_jupyter.cluster.rank.channel")

@@ -3,14 +3,11 @@
 Checked when a rank's agent is installed (:func:`check_kernel`); a kernel that lacks one
 of these fails the cluster's start with a message naming the fix, rather than running
 without it. Pinned in pyproject.toml to the versions tested. ipykernel's ``OutStream``
-internals (:func:`flush_streams`) are used only where present; elsewhere the streams are
-flushed the public way.
+internals are used by :mod:`mlx_jupyter.cluster.shared.kernel_streams`, only where present.
 """
 
 from __future__ import annotations
 
-import sys
-import threading
 from typing import Any
 
 #: how to get a kernel whose internals this package uses (named in every compat error)
@@ -56,59 +53,3 @@ def main_lock(kernel: Any) -> Any:
 def send_abort_reply(kernel: Any, stream: Any, parent: dict[str, Any], ident: Any) -> Any:
     """Answer ``parent`` "aborted", as the kernel does for a request aborted while queued."""
     return kernel._send_abort_reply(stream, parent, ident)
-
-
-def _track_flushes(stream: Any) -> bool:
-    """Count ``stream``'s ``_flush`` calls in progress (``_mlxj_flushing``); False if it was not yet counted.
-
-    ``_flush`` clears the stream's pending flag before it sends what it took from the buffer,
-    so only this count tells that a flush is still sending.
-    """
-    if hasattr(stream, "_mlxj_flushing"):
-        return True
-    original = stream._flush
-
-    def _flush() -> None:
-        stream._mlxj_flushing += 1
-        try:
-            original()
-        finally:
-            stream._mlxj_flushing -= 1
-
-    stream._mlxj_flushing = 0
-    stream._flush = _flush
-    return False
-
-
-def _has_output(stream: Any) -> bool:
-    """Whether ``stream`` holds text not yet sent, or is sending some now (read in that order)."""
-    return bool(stream._flush_pending or stream._buffers or stream._mlxj_flushing)
-
-
-def flush_streams(streams: list[Any], timeout: float = 10.0) -> None:
-    """Have every output of the cell's stdout and stderr sent before this returns.
-
-    ipykernel's ``OutStream`` sends from its IOPub thread. When nothing is buffered or being
-    sent (the usual cell), this returns at once; else one marker scheduled on that thread
-    after a ``_flush`` of each stream with text is one round trip for both, instead of
-    ``flush()``'s one each. Streams that are not ipykernel's are flushed as usual.
-    """
-    streams = [s for s in streams if s is not None]
-    pub = getattr(streams[0], "pub_thread", None) if streams else None
-    thread = getattr(pub, "thread", None)
-    if (pub is None or thread is None or not thread.is_alive() or thread.ident == threading.get_ident()
-            or not all(getattr(s, "pub_thread", None) is pub and hasattr(s, "_flush")
-                       and hasattr(s, "_flush_pending") and hasattr(s, "_buffers") for s in streams)):
-        for s in streams:
-            s.flush()
-        return
-    counted = all([_track_flushes(s) for s in streams])  # a list: every stream gets counted, not only the first
-    busy = [s for s in streams if _has_output(s)]
-    if counted and not busy:
-        return
-    for s in busy:
-        pub.schedule(s._flush)
-    done = threading.Event()
-    pub.schedule(done.set)
-    if not done.wait(timeout):
-        print("mlx_jupyter: flushing the cell's output timed out", file=sys.__stderr__)
