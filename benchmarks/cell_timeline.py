@@ -55,7 +55,8 @@ async def _tl_execute_request(*a, _h=_tl_handler):
     try:
         return await _h(*a)
     finally:
-        _tl_kcpu[-1] += _tl_time.thread_time_ns()
+        if _tl_kcpu:  # (the cell that reads the probes empties the list)
+            _tl_kcpu[-1] += _tl_time.thread_time_ns()
         _tl_mark("kernel: execute_request done")
 _tl_kernel.shell_handlers["execute_request"] = _tl_execute_request
 _tl_kcpu = []
