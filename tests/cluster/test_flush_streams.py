@@ -82,22 +82,27 @@ def test_text_written_is_sent_before_flush_returns(streams):
     assert sorted(streams.sent) == ["to stderr\n", "to stdout\n"]
 
 
-def test_a_flush_still_sending_is_waited_for(streams):
-    """The interval flush has taken the text (nothing pending, buffer empty) but not sent it yet."""
-    flush_streams([streams.out, streams.err])
+def waits_for_text_being_sent(streams, flush) -> None:
+    """``flush()`` does not return while the IOPub thread's flush has taken the text (nothing pending,
+    buffer empty) but not sent it yet, and returns once it is sent."""
     streams.release.clear()
     streams.out.write("late\n")
     streams.pub.schedule(streams.out._flush)
     assert streams.sending.wait(5)
     assert not streams.out._flush_pending and not streams.out._buffers
     returned = threading.Event()
-    waiter = threading.Thread(target=lambda: (flush_streams([streams.out, streams.err]), returned.set()))
+    waiter = threading.Thread(target=lambda: (flush(), returned.set()))
     waiter.start()
-    assert not returned.wait(0.3), "flush_streams returned while the text was still being sent"
+    assert not returned.wait(0.3), "the flush returned while the text was still being sent"
     streams.release.set()
     assert returned.wait(5)
     assert streams.sent == ["late\n"]
     waiter.join(5)
+
+
+def test_a_flush_still_sending_is_waited_for(streams):
+    flush_streams([streams.out, streams.err])
+    waits_for_text_being_sent(streams, lambda: flush_streams([streams.out, streams.err]))
 
 
 def test_streams_that_are_not_ipykernels_are_flushed_as_usual(streams, capsys):
@@ -164,18 +169,7 @@ def test_the_skip_still_sends_what_the_cell_printed(kernel_streams):
 def test_while_skipped_a_flush_still_sending_is_waited_for(kernel_streams):
     streams, shell = kernel_streams
     assert skip(streams, shell)
-    streams.release.clear()
-    streams.out.write("late\n")
-    streams.pub.schedule(streams.out._flush)
-    assert streams.sending.wait(5)
-    returned = threading.Event()
-    waiter = threading.Thread(target=lambda: (streams.out.flush(), returned.set()))
-    waiter.start()
-    assert not returned.wait(0.3), "flush returned while the text was still being sent"
-    streams.release.set()
-    assert returned.wait(5)
-    assert streams.sent == ["late\n"]
-    waiter.join(5)
+    waits_for_text_being_sent(streams, streams.out.flush)
 
 
 def test_a_sleep_changed_meanwhile_stands(kernel_streams):
