@@ -3,6 +3,7 @@ against it (:func:`run_scenario`), and the check of one of its steps (:func:`che
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import secrets
@@ -32,9 +33,7 @@ def missing() -> str | None:
         return f"no chromium at {CHROMIUM} (apt-get install chromium)"
     if shutil.which("node") is None:
         return "node is not installed"
-    try:
-        import jupyterlab  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("jupyterlab") is None:   # found, not imported: its import takes 2 s
         return "jupyterlab is not installed (pip install jupyterlab)"
     if not (ROOT / "mlx_jupyter" / "server" / "labextension" / "package.json").exists():
         return "the lab extension is not built (labextension/: npm install && npm run build:prod)"
@@ -181,6 +180,7 @@ def run_scenario(lab: Lab, script: str, timeout: float, *args: str, env: Mapping
     results_file = lab.tmp / "results.json"
     proc = subprocess.run(["node", str(JS / script), lab.base, lab.token, str(ARTIFACTS), str(results_file), *args],
                           cwd=JS, env=env, timeout=timeout, capture_output=True, text=True)
+    (ARTIFACTS / f"{Path(script).stem}-steps.log").write_text(proc.stdout + proc.stderr)  # when each step began
     lab.started = {p.pid for p in descendants(lab.pid)}
     results = json.loads(results_file.read_text()) if results_file.exists() else {}
     results["_node"] = {"ok": proc.returncode == 0, "detail": (proc.stdout + proc.stderr)[-2000:]}

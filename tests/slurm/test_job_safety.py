@@ -6,11 +6,12 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from launch_helpers import PY, cli
+from launch_helpers import PY, cli, cli_env
 from mlx_jupyter.cluster import Cluster, ClusterError
 from mlx_jupyter.launch.slurm import commands
 from slurm_helpers import ROOT, wait_until
@@ -54,14 +55,23 @@ def test_a_cluster_whose_sbatch_answers_too_late_cancels_the_queued_job(slurm, m
     assert wait_until(lambda: our_jobs(slurm).get(name) == "CANCELLED", 15), (name, our_jobs(slurm), before)
 
 
+#: ``mlx-jupyter launch ARGS`` with the bound on every Slurm command set to LATE (as the test above sets it in
+#: this process), instead of the default 30 s the slowed sbatch would be waited out for
+LAUNCH_WITH_LATE_BOUND = ("import sys\nfrom mlx_jupyter.launch.slurm import commands\n"
+                          f"commands.TIMEOUT = {LATE!r}\nfrom mlx_jupyter.cli import main\nsys.exit(main())")
+
+
 def test_a_launch_whose_sbatch_answers_too_late_cancels_the_queued_job(slurm, tmp_path):
     """The launcher's way, which the cluster now shares: its watchdog cancels the job by name."""
     env = {"SLURM_CONF": str(slurm.conf), "PYTHONPATH": str(ROOT),
            "PATH": f"{slow_sbatch(tmp_path)}{os.pathsep}{os.environ['PATH']}"}
     before = set(our_jobs(slurm))
-    # the launch's own bound is Slurm's 30 s: the slowed sbatch (a minute) is past it
-    res = cli(["--slurm", "--nodes", "1", PY, "-c", "print('must not run')"], env=env, timeout=90)
-    assert res.returncode == 1 and "sbatch did not answer within 30 s" in res.stderr, res.stderr
+    # the launch's bound on sbatch (LATE here, 30 s by default): the slowed sbatch (a minute) is past it
+    assert commands.TIMEOUT == 30.0
+    res = subprocess.run([PY, "-c", LAUNCH_WITH_LATE_BOUND, "launch", "--slurm", "--nodes", "1", PY, "-c",
+                          "print('must not run')"], capture_output=True, text=True, timeout=90, env=cli_env(env),
+                         cwd=ROOT)
+    assert res.returncode == 1 and f"sbatch did not answer within {LATE:g} s" in res.stderr, res.stderr
     new = {n: s for n, s in our_jobs(slurm).items() if n not in before}
     assert wait_until(lambda: {n: s for n, s in our_jobs(slurm).items() if n not in before}
                       and all(s == "CANCELLED" for n, s in our_jobs(slurm).items() if n not in before), 15), new

@@ -420,10 +420,15 @@ try {
     await page.screenshot({ path: shot('dashboard-charts-dark.png') });
     await dash.screenshot({ path: shot('dashboard-charts-tab-dark.png') });
     await panel.screenshot({ path: shot('panel-dark.png') });
-    // JupyterLab's high-contrast theme: the same variables, so the same code; kept as pictures
+    // JupyterLab's high-contrast theme: the same variables, so the same code; kept as pictures. Its background
+    // is dark's (a wait for another one ran out its 10 s): wait for the theme to be applied, then for its text
     await run('apputils:change-theme', { theme: 'JupyterLab Dark High Contrast' });
-    await page.waitForFunction((bg) => getComputedStyle(document.querySelector('.mlxj-dashboard')).backgroundColor !== bg,
-                               dark.background, { timeout: 10000 }).catch(() => {});
+    await page.waitForFunction(() => document.body.dataset.jpThemeName === 'JupyterLab Dark High Contrast', null,
+                               { timeout: 20000 });
+    await page.waitForFunction((d) => {
+      const s = getComputedStyle(document.querySelector('.mlxj-dashboard'));
+      return s.backgroundColor !== d.background || s.color !== d.text;
+    }, dark, { timeout: 10000 }).catch(() => {});
     const contrast = await look();
     await dash.screenshot({ path: shot('dashboard-charts-tab-high-contrast.png') });
     await panel.screenshot({ path: shot('panel-high-contrast.png') });

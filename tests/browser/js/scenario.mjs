@@ -38,6 +38,7 @@ export async function start({ viewport = { width: 1300, height: 900 }, prefix = 
 
 // The results written, chromium closed, its profile removed.
 export async function finish() {
+  console.log(`${((Date.now() - t0) / 1000).toFixed(1)} s: the steps are done`);
   save();
   await browser?.close();
   if (userData) fs.rmSync(userData, { recursive: true, force: true });
