@@ -18,6 +18,13 @@ ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
 #: the first line of each table ``--where-on-signal`` prints
 WHERE_HEADER = "where the ranks are"
+#: the least time between two asks of ``LiveCLI.where_showing``, and how long it gives a table's last line
+WHERE_ASK_GAP, WHERE_TAIL = 0.3, 0.1
+
+
+def table_rows(table: str) -> int:
+    """How many rank rows (``N  state ...``) the text after a where table's title holds so far."""
+    return sum(1 for line in table.split("\n")[2:] if re.match(r"\d+ ", line))
 
 
 def cli_env(extra: Optional[dict] = None) -> dict:
@@ -106,10 +113,11 @@ class LiveCLI:
             for t in self._threads:
                 t.join(5)
 
-    def where_showing(self, want: Sequence[str], timeout: float = 15, per_ask: float = 4.0) -> str:
+    def where_showing(self, want: Sequence[str], ranks: int, timeout: float = 15, per_ask: float = 4.0) -> str:
         """SIGUSR1 to the launcher (``--where-on-signal``) until one table on stderr matches every regex in
         ``want``; that table. A rank that has printed "ready" may still be a line short of where it will wait
-        when the first signal lands, so it asks again rather than trusting one sample."""
+        when the first signal lands, so it asks again once the last table is complete (a row for each of the
+        ``ranks``, then its optional diagnosis line) and does not match; ``per_ask``: how long a table may take."""
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
             seen = self.wait_until(lambda t: True).count(WHERE_HEADER)
@@ -118,11 +126,24 @@ class LiveCLI:
                 last = text.rsplit(WHERE_HEADER, 1)[-1]
                 return text.count(WHERE_HEADER) > seen and all(re.search(p, last, re.M) for p in want)
 
+            def rows_in(text: str) -> bool:
+                return text.count(WHERE_HEADER) > seen and table_rows(text.rsplit(WHERE_HEADER, 1)[-1]) >= ranks
+
+            asked = time.monotonic()
             self.proc.send_signal(signal.SIGUSR1)
             try:
-                return self.wait_until(shown, timeout=min(per_ask, left)).rsplit(WHERE_HEADER, 1)[1]
+                text = self.wait_until(lambda t: shown(t) or rows_in(t), timeout=min(per_ask, left))
             except TimeoutError:
                 continue
+            if not shown(text):
+                # the rows are in; the diagnosis line, if any, comes in the same print: give it WHERE_TAIL s,
+                # and space the asks WHERE_ASK_GAP s apart (each has every rank sample its stack; Slurm: scancel)
+                wait = min(max(WHERE_TAIL, asked + WHERE_ASK_GAP - time.monotonic()), deadline - time.monotonic())
+                try:
+                    text = self.wait_until(shown, timeout=max(wait, 0))
+                except TimeoutError:
+                    continue
+            return text.rsplit(WHERE_HEADER, 1)[1]
         raise AssertionError(f"no table showed {list(want)} within {timeout} s:\n{self.text}")
 
     def __enter__(self) -> "LiveCLI":

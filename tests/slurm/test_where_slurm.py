@@ -31,6 +31,6 @@ def test_sigusr1_names_each_ranks_line_on_its_node(slurm, tmp_path):
         run.wait_for(r"^\[rank +\d\] ready$", 2, timeout=60)
         run.where_showing([r"^0\s+waits in MLX all_sum #1 \(float32\[3\], built at line 6, evaluated at line 6\) "
                            r"on rank 1", r"^1\s+has called 0 MLX collectives and is at line 5: time\.sleep\(8\)"],
-                          timeout=25, per_ask=8.0)
+                          ranks=2, timeout=25, per_ask=8.0)
         assert run.finish(40) == 0, run.text  # the signals asked; they ended no rank
         assert not re.search(r"User defined signal|\bterminated\b", run.text), run.lines

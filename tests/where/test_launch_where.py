@@ -45,7 +45,7 @@ def test_sigusr1_names_each_ranks_line(tmp_path, backend):
         job.wait_until(lambda t: t.count("ready") == 2, stream="stdout", timeout=30)
         job.where_showing([r"^0\s+waits in MLX all_sum #1 \(float32\[3\], built at line 6, evaluated at line 6\) "
                            r"on rank 1",
-                           r"^1\s+has called 0 MLX collectives and is at line 5: time\.sleep\(6\)"])
+                           r"^1\s+has called 0 MLX collectives and is at line 5: time\.sleep\(6\)"], ranks=2)
         assert job.finish(20) == 0, job.text
 
 
@@ -92,7 +92,8 @@ def test_where_shows_the_line_of_a_python_u_script_and_of_a_c_command(tmp_path):
     for command in (["python", "-u", str(script)], ["python", "-c", script.read_text()]):
         with LiveCLI(["-n", "2", "--where-on-signal", "--", *command]) as job:
             job.wait_until(lambda t: t.count("ready") == 2, stream="stdout", timeout=30)
-            job.where_showing([r"^0\s+running line 3: time\.sleep\(30\)", r"^1\s+running line 3: time\.sleep\(30\)"])
+            job.where_showing([r"^0\s+running line 3: time\.sleep\(30\)", r"^1\s+running line 3: time\.sleep\(30\)"],
+                              ranks=2)
             assert "does not run a Python script" not in job.text, job.text
             job.proc.send_signal(signal.SIGTERM)
             job.finish(20)
@@ -130,7 +131,7 @@ def test_a_launched_rank_at_its_pdb_prompt_shows_as_in_pdb(tmp_path):
         job.wait_until(lambda t: "(Pdb)" in t, stream="stdout", timeout=30)
         job.where_showing([r"^1\s+in pdb \(line 6\)",
                             r"^0\s+in mx\.distributed\.all_sum at line 6 waiting on rank 1 \(in pdb\); no timeout "
-                            r"\(MLX's collectives have none"])
+                            r"\(MLX's collectives have none"], ranks=2)
         job.write("c\n", close=True)
         assert job.finish(20) == 0, job.text
 
@@ -140,7 +141,7 @@ def test_a_rank_that_is_not_python_is_never_signalled():
     with LiveCLI(["-n", "2", "--where-on-signal", "--", "sh", "-c", "echo ready; read line; echo done"],
                  stdin=True) as job:
         job.wait_until(lambda t: t.count("ready") == 2, stream="stdout", timeout=20)
-        table = job.where_showing([r"not started to answer(.|\n)*not started to answer"])
+        table = job.where_showing([r"not started to answer(.|\n)*not started to answer"], ranks=2)
         assert table.count("not started to answer") == 2, table
         job.write("go\ngo\n", close=True)
         assert job.finish(20) == 0, job.text
@@ -182,7 +183,7 @@ def test_sigusr1_names_an_mlx_wait_inside_mlx_nn_on_four_ranks(tmp_path):
             r"^0\s+waits in MLX all_sum #1 \(float32\[6\], built at line 7 through nn\.utils\.average_gradients, "
             r"evaluated at line 8\) on rank 3",
             r"^1\s+waits in MLX all_sum #1 .* on rank 3", r"^2\s+waits in MLX all_sum #1 .* on rank 3",
-            r"^3\s+has called 0 MLX collectives and is at line 6: time\.sleep\(6\)"], timeout=20)
+            r"^3\s+has called 0 MLX collectives and is at line 6: time\.sleep\(6\)"], ranks=4, timeout=20)
         assert job.finish(30) == 0, job.text
 
 
@@ -209,7 +210,7 @@ def test_sigusr1_names_an_mlx_mismatch(tmp_path):
                            r"^0\s+in MLX all_sum #1 \(float32\[4\], built at line 4(, evaluated at line 6)?\), "
                            r"which does not match rank 1's all_gather #1",
                            r"^MLX collectives do not match: rank 0's all_sum #1 of float32\[4\] \(built at line 4\) "
-                           r"and rank 1's all_gather #1 of float32\[8\] \(built at line 5\)"])
+                           r"and rank 1's all_gather #1 of float32\[8\] \(built at line 5\)"], ranks=2)
         job.finish(30)
 
 
@@ -232,5 +233,6 @@ def test_sigusr1_names_an_mlx_wait_on_a_split(tmp_path):
         job.wait_until(lambda t: t.count("ready") == 2, stream="stdout", timeout=30)
         job.where_showing([r"^0\s+waits in MLX all_sum #1 \(float32\[2\], built at line 7, evaluated at line 7\) "
                            r"on rank 1",
-                           r"^1\s+has called 0 MLX collectives on group world/0 and is at line 6: time\.sleep\(6\)"])
+                           r"^1\s+has called 0 MLX collectives on group world/0 and is at line 6: time\.sleep\(6\)"],
+                          ranks=2)
         job.finish(30)   # (MLX frees the split's communicator after MPI_Finalize: the exit code is MLX's)
