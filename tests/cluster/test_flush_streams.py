@@ -172,6 +172,11 @@ def test_while_skipped_a_flush_still_sending_is_waited_for(kernel_streams):
     waits_for_text_being_sent(streams, streams.out.flush)
 
 
+def test_the_first_skip_waits_for_a_flush_begun_before_flushes_were_counted(kernel_streams):
+    streams, shell = kernel_streams
+    waits_for_text_being_sent(streams, lambda: skip(streams, shell))
+
+
 def test_a_sleep_changed_meanwhile_stands(kernel_streams):
     streams, shell = kernel_streams
     assert skip(streams, shell)

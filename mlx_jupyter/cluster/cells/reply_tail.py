@@ -45,9 +45,8 @@ def skip_for_this_request(shell: Any, streams: Optional[list[Any]] = None) -> bo
     streams = [sys.stdout, sys.stderr] if streams is None else streams
     if kernel is None or not hasattr(kernel, "_execute_sleep") or not all(map(is_kernel_stream, streams)):
         return False
-    tail = _tail_of(shell, kernel, streams)
-    flush_streams(streams)
-    tail.arm()
+    flush_streams(streams)   # first, so that on first use it counts flushes and waits for one in progress
+    _tail_of(shell, kernel, streams).arm()
     return True
 
 
