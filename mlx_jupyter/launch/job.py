@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 from mlx_jupyter.launch.backends import get
 from mlx_jupyter.hostfile import (BACKENDS, Host, HostfileError, default_ranks_per_host, hostfile_path, merge_settings,
                                   read_hostfile, resolve_hosts)
-from mlx_jupyter.launch import binding, contract, mpi, where_ask
+from mlx_jupyter.launch import binding, contract, mpi, mpi_exits, where_ask
 from mlx_jupyter.launch.addresses import fill_addresses
 from mlx_jupyter.launch.connections import HostConnections
 from mlx_jupyter.launch.errors import LaunchError
@@ -247,9 +247,10 @@ class Job:
             env.update(c.rank_env(0))
         # no PYTHONUNBUFFERED here: ranks share mpirun's output, and unbuffered
         # writes of line fragments would interleave between ranks
+        marker = mpi_exits.new_marker()
         try:
             cmd, plan, version = mpi.mpirun_command(self.hosts, argv, env, self.token, c.cwd, c.mpi_args,
-                                                    self.connections.write_local_file)
+                                                    self.connections.write_local_file, marker)
         except ValueError as exc:
             raise LaunchError(str(exc)) from None
         self.log(f"running {ssh.join(cmd)}")
@@ -259,7 +260,7 @@ class Job:
         m.ranks = [RankInfo(0, "mpirun")]
         m.mpi_plan = plan
         if version is not None:
-            m.mpi_output = tagged = mpi.TaggedOutput(m.emit, version)
+            m.mpi_output = tagged = mpi.TaggedOutput(m.emit, version, marker)
             out = LineSplitter(lambda line: tagged.line("stdout", line))
             err = LineSplitter(lambda line: tagged.line("stderr", line))
         else:

@@ -165,7 +165,7 @@ class RankMonitor:
         if host is None and not custom and failure.rank < len(self.mpi_plan.rank_hosts):
             host = self.mpi_plan.rank_hosts[failure.rank]   # Open MPI's default placement
         where = f" on {host}" if host else ""
-        return f"rank {failure.rank}{where} {failure.what} (the first to fail, says mpirun); {code}"
+        return f"rank {failure.rank}{where} {failure.what} (the first to fail); {code}"
 
 
 def _lost_reason(proc: Optional[RankProcess]) -> Optional[str]:

@@ -3,7 +3,8 @@
 With Open MPI, ``--tag-output`` marks each line with its rank (parsed back
 into per-rank lines by :class:`TaggedOutput`), ``--stdin all`` broadcasts
 stdin when no rank runs on this machine (see :func:`mpirun_command`), and
-mpirun's own report of the first failing rank is picked up for the summary.
+each rank reports its own exit status (:mod:`mlx_jupyter.launch.mpi_exits`) for the summary;
+mpirun's report of the first failing rank is the fallback where no rank could report.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
-from mlx_jupyter.launch import contract
+from mlx_jupyter.launch import contract, mpi_exits
 from mlx_jupyter.net.hosts import bare_host, is_local
 from mlx_jupyter.hostfile import Host
 from mlx_jupyter.launch.errors import LaunchError
@@ -141,10 +142,12 @@ class TaggedOutput:
     newline, so the others are kept per rank until that rank's line is complete.
     """
 
-    def __init__(self, emit: Callable[[int, str, str], None], version: tuple[int, int] = (4, 0)):
+    def __init__(self, emit: Callable[[int, str, str], None], version: tuple[int, int] = (4, 0),
+                 marker: Optional[str] = None):
         self._emit = emit
         self._tag = _TAG5 if version >= (5, 0) else _TAG
-        self.failure: Optional[Failure] = None
+        self._said: Optional[Failure] = None          # what mpirun's own message says
+        self.exits = mpi_exits.ExitMarkers(marker) if marker else None
         self._pending_rank: Optional[int] = None
         self._partial: dict[tuple[int, str], str] = {}   # (rank, stream) -> the start of its current line
 
@@ -162,22 +165,38 @@ class TaggedOutput:
             if i + 1 < len(tags):
                 self._partial[key] = self._partial.get(key, "") + text[m.end():tags[i + 1].start()]
             else:   # the chunk the newline ended
-                self._emit(key[0], key[1], self._partial.pop(key, "") + text[m.end():])
+                self._emit_rank(key[0], key[1], self._partial.pop(key, "") + text[m.end():])
+
+    @property
+    def failure(self) -> Optional[Failure]:
+        """The first rank to fail: from the ranks' own exit reports, else from mpirun's message."""
+        first = self.exits.first_failure() if self.exits is not None else None
+        if first is not None:
+            return Failure(first.rank, first.what())
+        return self._said
+
+    def _emit_rank(self, rank: int, stream: str, text: str) -> None:
+        if self.exits is not None and stream == "stderr":
+            rest = self.exits.take(rank, text)
+            if rest is None:
+                return
+            text = rest
+        self._emit(rank, stream, text)
 
     def flush(self) -> None:
         """Emit the ranks' unfinished lines (at the end of the run)."""
         partial, self._partial = self._partial, {}
         for (rank, kind), text in partial.items():
-            self._emit(rank, kind, text)
+            self._emit_rank(rank, kind, text)
 
     def _scan(self, text: str) -> None:
         if (m := _FIRST_FAILED.search(text)) is not None:
             self._pending_rank = int(m.group(1))
-        elif (m := _EXIT_CODE.search(text)) is not None and self._pending_rank is not None and self.failure is None:
-            self.failure = Failure(self._pending_rank, f"exited with code {m.group(1)}")
-        elif (m := _SIGNALLED.search(text)) is not None and self.failure is None:
+        elif (m := _EXIT_CODE.search(text)) is not None and self._pending_rank is not None and self._said is None:
+            self._said = Failure(self._pending_rank, f"exited with code {m.group(1)}")
+        elif (m := _SIGNALLED.search(text)) is not None and self._said is None:
             name = f" ({m.group(4)})" if m.group(4) else ""
-            self.failure = Failure(int(m.group(1)), f"was killed by signal {m.group(3)}{name}", m.group(2))
+            self._said = Failure(int(m.group(1)), f"was killed by signal {m.group(3)}{name}", m.group(2))
 
 
 def _may_be_this_machine(host: Host) -> bool:
@@ -203,11 +222,13 @@ def mpirun_command(
     cwd: Optional[str],
     mpi_args: Sequence[str],
     write_file: Callable[[str, str], str],
+    exit_marker: Optional[str] = None,
 ) -> tuple[list[str], contract.MPIPlan, Optional[tuple[int, int]]]:
     """(full argv, plan, Open MPI's version: output rank-tagged; None: another MPI, untagged).
 
     The hostfile is written with ``write_file``. Start mpirun with ``plan.env`` in its
     environment: the command line names the variables to forward, never their values.
+    With Open MPI and an ``exit_marker``, each rank reports its exit status under that marker.
     """
     mpirun = find_mpirun()
     version = open_mpi_version(mpirun)
@@ -237,4 +258,6 @@ def mpirun_command(
             cmd += shlex.split(arg)
         except ValueError as exc:
             raise LaunchError(f"--mpi-arg {arg!r}: {exc}") from None
+    if version is not None and exit_marker:   # only tagged output tells whose the marker is
+        argv = mpi_exits.reporting(argv, exit_marker)
     return [*cmd, "--", *argv], plan, version
