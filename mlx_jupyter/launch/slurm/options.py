@@ -63,6 +63,27 @@ def split_args(items: Sequence[str], flag: str = "--slurm-arg") -> list[str]:
     return out
 
 
+#: sbatch's and srun's short options that take no argument: getopt reads the next letter of a bundle
+#: (``-vJname``) as another option; after any other letter the rest of the word is that option's argument
+_SHORT_FLAGS = frozenset("HhOQsuVvWlXZE")
+
+
+def renames_job(word: str) -> bool:
+    """Whether one sbatch/srun word sets the job's name: ``-J``, a bundle reaching it (``-vJx``), or
+    ``--job-name`` or any prefix getopt_long takes for it (``--jo=x``)."""
+    if word.startswith("--"):
+        long = word.split("=", 1)[0]
+        return len(long) >= 3 and "--job-name".startswith(long)
+    if not word.startswith("-"):
+        return False
+    for letter in word[1:]:
+        if letter == "J":
+            return True
+        if letter not in _SHORT_FLAGS:
+            return False
+    return False
+
+
 def refuse_job_name(items: Sequence[str], flag: str = "--slurm-arg") -> None:
     """An error naming the item of ``items`` (sbatch options) that would rename the job (``-J``, ``--job-name``).
 
@@ -72,8 +93,7 @@ def refuse_job_name(items: Sequence[str], flag: str = "--slurm-arg") -> None:
     """
     for item in items:
         for word in split_args([item], flag):
-            long = word.split("=", 1)[0]
-            if word.startswith("-J") or (len(long) >= 5 and "--job-name".startswith(long)):
+            if renames_job(word):
                 raise SlurmOptionsError(
                     f"{flag} {item!r}: the job's name is mlx-jupyter's own ({NAME_PREFIX}…, unique), which its "
                     "watchdog cancels the job by if this process dies before sbatch answers; a name of yours "
