@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence, Union
 
 from mlx_jupyter.launch.backends import NAMES, default_backend  # noqa: F401  (default_backend: re-exported)
+from mlx_jupyter.launch import rank_env
+from mlx_jupyter.limits import MAX_RANKS
 from mlx_jupyter.net.hosts import format_addr, is_ip, runs_here
 from mlx_jupyter.net.ports import CORE_PORT_OFFSET, DEFAULT_STARTING_PORT
 from mlx_jupyter.suggest import typo_of
@@ -131,8 +133,10 @@ def parse_host_list(text: str, repeat: int = 1) -> list[Host]:
     """Parse ``"h1,h2"`` (``--hosts``): an entry that is an IP is also that host's IP."""
     if repeat < 1:
         raise HostfileError(f"-n/--repeat-hosts must be > 0, got {repeat}")
+    names = text.split(",")
+    check_total_ranks(len(names) * repeat, repeat, len(names))
     hosts: list[Host] = []
-    for i, name in enumerate(text.split(",")):
+    for i, name in enumerate(names):
         name = name.strip()
         if not name:
             raise HostfileError(f"--hosts {text!r}: entry {i + 1} is empty")
@@ -297,17 +301,28 @@ class LaunchSettings:
     notices: list[str] = field(default_factory=list)
 
 
+def refuse_launcher_variables(env: Mapping[str, str], where: str) -> None:
+    """A :class:`HostfileError` naming ``where`` and the first variable of ``env`` that the launcher sets."""
+    for key in env:
+        why = rank_env.LAUNCHER_SETS.get(key)
+        if why is not None:
+            raise HostfileError(f"{where} {key}: the launcher sets it for each rank ({why}); drop it")
+
+
 def merge_settings(hostfile: Hostfile | None, source: str, backend: str | None = None,
-                   env: Mapping[str, str] | None = None) -> LaunchSettings:
+                   env: Mapping[str, str] | None = None, env_source: str = "--env") -> LaunchSettings:
     """The one rule for every entry point: the hostfile's backend and envs, under the explicit ones;
     with no backend from either, :func:`default_backend`.
 
-    Each explicit value that replaces a different one from the file gives a notice naming both.
+    Each explicit value that replaces a different one from the file gives a notice naming both. A variable
+    the launcher sets itself (``rank_env.LAUNCHER_SETS``) is refused, naming ``env_source`` or the file.
     """
     explicit = dict(env or {})
+    refuse_launcher_variables(explicit, env_source)
     if hostfile is None:
         return LaunchSettings(backend or default_backend(), explicit)
     merged, notices = parse_env(hostfile.envs, f"{source} envs")
+    refuse_launcher_variables(merged, f"{source} envs")
     notices[:0] = hostfile.warnings
     if backend and hostfile.backend and backend != hostfile.backend:
         notices.append(f"{source} says backend {hostfile.backend!r}; using {backend!r} as given explicitly")
@@ -346,7 +361,15 @@ def repeat_hosts(hosts: Sequence[Host], repeat: int) -> list[Host]:
     """Each host ``repeat`` times in a row (``-n``): ranks r*repeat .. on host r."""
     if repeat < 1:
         raise HostfileError(f"-n/--repeat-hosts must be > 0, got {repeat}")
+    check_total_ranks(len(hosts) * repeat, repeat, len(hosts))
     return [Host(h.ssh, list(h.ips), list(h.rdma)) for h in hosts for _ in range(repeat)]
+
+
+def check_total_ranks(total: int, repeat: int, hosts: int) -> None:
+    """Refuse a launch of more than ``limits.MAX_RANKS`` ranks, naming the count of hosts and ``-n``."""
+    if total > MAX_RANKS:
+        raise HostfileError(f"{hosts} hosts with -n {repeat} make {total} ranks: at most {MAX_RANKS} "
+                            "ranks in all (fewer hosts, or a smaller -n)")
 
 
 def resolve_hosts(hosts: Union[str, Path, Sequence[Host], None], repeat: int = 1) -> list[Host]:

@@ -16,6 +16,8 @@ MAX_SECONDS = 7 * 24 * 3600.0
 MAX_SSH_SECONDS = 3600.0
 #: ranks per host (-n): more than this is a typo, and would not fit the ports of one host
 MAX_RANKS_PER_HOST = 1024
+#: ranks of one launch in all (hosts times -n): past it, a hostfile or host list is a mistake
+MAX_RANKS = 1024
 #: Slurm nodes (--nodes)
 MAX_NODES = 65536
 #: ring connections per IP (--connections-per-ip)

@@ -59,7 +59,7 @@ def _read(hostfile: Optional[str], backend: Optional[str],
     from mlx_jupyter.hostfile import merge_settings, read_hostfile
 
     hf = read_hostfile(hostfile) if hostfile else None
-    return hf, merge_settings(hf, f"hostfile {hostfile}", backend, env)
+    return hf, merge_settings(hf, f"hostfile {hostfile}", backend, env, env_source="env (--env)")
 
 
 class Cluster(ClusterSession):

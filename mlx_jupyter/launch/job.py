@@ -82,7 +82,7 @@ class Job:
             hf = read_hostfile(path) if path is not None else None
         except HostfileError as exc:
             raise LaunchError(str(exc)) from None
-        settings = merge_settings(hf, f"hostfile {path}", c.backend, c.env)
+        settings = merge_settings(hf, f"hostfile {path}", c.backend, c.env, env_source="env=")
         c.backend, c.env = settings.backend, settings.env
         for notice in settings.notices:
             print(f"mlx-jupyter launch: {notice}", file=sys.stderr)

@@ -56,6 +56,20 @@ CELL_PORT = "MLX_JUPYTER_CELL_PORT"          # the notebook's cell channel (abse
 #: read in the notebook, not on ranks: 0 sends cells through the controller instead
 CELL_CHANNEL = "MLX_JUPYTER_CELL_CHANNEL"
 
+#: what a launcher sets for each rank itself, with why: a value given with --env, ``env=`` or a hostfile's
+#: envs would be overwritten, so it is refused where it is given
+LAUNCHER_SETS: dict[str, str] = {
+    RANK: "the launcher numbers the ranks 0 to n-1",
+    HOSTFILE: "the launcher writes each launch's ring hostfile (give the hosts with --hosts or --hostfile)",
+    WORLD_SIZE: "the launcher counts the ranks",
+    NCCL_HOST_IP: "the launcher takes rank 0's address from the hosts",
+    "NCCL_PORT": "the launcher sets it from --nccl-port (use that)",
+    JACCL_COORDINATOR: "the launcher takes rank 0's address and --starting-port",
+    "MLX_IBV_DEVICES": "the launcher writes it from the hostfile's rdma entries",
+    TOKEN: "each launch makes its own secret",
+    OWN_HOSTFILE: "the launcher writes our core's ring hostfile",
+}
+
 TRANSPORTS = ("auto", "tcp")
 SHM_MECHANISMS = ("auto", "named")
 #: the longest a dead-peer timeout may be, in seconds (a day)

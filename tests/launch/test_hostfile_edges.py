@@ -155,3 +155,49 @@ def test_dumps_forms_and_merge_settings():
     assert merge_settings(hf, "h.json").backend == "mpi" and merge_settings(hf, "h.json", "mpi").notices[-1] == \
         "h.json envs 'bad key=1': expected KEY=VALUE with KEY made of [A-Za-z0-9_]; skipped"
     assert merge_settings(None, "x", "nccl", {"A": "1"}) .env == {"A": "1"}
+
+
+# ------------------------------------------ what a launch may be given --
+
+def test_a_launch_of_at_most_1024_ranks_in_all():
+    assert len(parse_host_list(",".join(["h"] * 1024))) == 1024
+    assert len(repeat_hosts([Host("a", [])] * 512, 2)) == 1024
+    assert len(parse_host_list("a,b", 512)) == 1024
+    with pytest.raises(HostfileError) as info:
+        parse_host_list(",".join(["h"] * 1100))
+    assert str(info.value) == ("1100 hosts with -n 1 make 1100 ranks: at most 1024 ranks in all "
+                               "(fewer hosts, or a smaller -n)")
+    with pytest.raises(HostfileError, match=r"^2 hosts with -n 513 make 1026 ranks: at most 1024"):
+        parse_host_list("a,b", 513)
+    with pytest.raises(HostfileError, match=r"^1025 hosts with -n 1 make 1025 ranks: at most 1024"):
+        repeat_hosts([Host("a", [])] * 1025, 1)
+    with pytest.raises(HostfileError, match=r"^513 hosts with -n 2 make 1026 ranks"):
+        repeat_hosts([Host("a", [])] * 513, 2)
+
+
+def test_a_hostfile_of_1100_entries_is_refused_before_any_rank_starts(tmp_path):
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps([{"ssh": f"h{i}"} for i in range(1100)]))
+    with pytest.raises(HostfileError, match=r"^1100 hosts with -n 1 make 1100 ranks: at most 1024"):
+        resolve_hosts(str(path))
+
+
+@pytest.mark.parametrize("key", ["MLX_RANK", "MLX_HOSTFILE", "MLX_WORLD_SIZE", "NCCL_HOST_IP", "NCCL_PORT",
+                                 "MLX_JACCL_COORDINATOR", "MLX_IBV_DEVICES", "MLX_JUPYTER_TOKEN", "MLX_JUPYTER_HOSTFILE"])
+def test_a_variable_the_launcher_sets_is_refused_where_it_is_given(key):
+    with pytest.raises(HostfileError) as info:
+        merge_settings(None, "x", "ring", {"A": "1", key: "3"})
+    assert str(info.value).startswith(f"--env {key}: the launcher sets it for each rank (")
+    assert str(info.value).endswith("); drop it")
+    with pytest.raises(HostfileError, match=rf"^env \(--env\) {key}: the launcher sets it"):
+        merge_settings(None, "x", "ring", {key: "3"}, env_source="env (--env)")
+    hf = Hostfile([Host("a", ["10.0.0.1"])], envs=["B=2", f"{key}=3"])
+    with pytest.raises(HostfileError, match=rf"^hostfile h.json envs {key}: the launcher sets it for each rank"):
+        merge_settings(hf, "hostfile h.json", "ring", {"A": "1"})
+
+
+def test_variables_of_the_users_own_pass():
+    hf = Hostfile([Host("a", ["10.0.0.1"])], envs=["MLX_METAL_FAST_SYNCH=1", "MLX_JUPYTER_TIMEOUT=5"])
+    got = merge_settings(hf, "hostfile h.json", "ring", {"MLX_RANKS": "x", "RANK": "2", "MLX_JUPYTER_PORT_OFFSET": "7"})
+    assert got.env == {"MLX_METAL_FAST_SYNCH": "1", "MLX_JUPYTER_TIMEOUT": "5", "MLX_RANKS": "x", "RANK": "2",
+                       "MLX_JUPYTER_PORT_OFFSET": "7"}

@@ -249,3 +249,19 @@ def test_cli_runs_a_script_without_py_suffix(tmp_path):
     res = cli(["-n", "1", "--cwd", str(tmp_path), "--", "job"], timeout=60, cwd=str(tmp_path))
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "ran True"
+
+
+def test_a_variable_the_launcher_sets_is_refused_not_dropped(tmp_path):
+    """``--env MLX_RANK=3`` and a hostfile's ``MLX_JUPYTER_TOKEN=...`` were overwritten without a word: now
+    the launch stops before any rank starts, naming where the variable was given."""
+    marker = tmp_path / "started"
+    code = f"open({str(marker)!r}, 'a').write('x')"
+    res = cli(["-n", "2", "--env", "FOO=1", "--env", "MLX_RANK=3", PY, "-c", code])
+    assert res.returncode == 2 and not marker.exists()
+    assert "--env MLX_RANK: the launcher sets it for each rank (the launcher numbers the ranks 0 to n-1); drop it" \
+        in res.stderr, res.stderr
+    hostfile = tmp_path / "hf.json"
+    hostfile.write_text(json.dumps({"envs": ["MLX_JUPYTER_TOKEN=abc"], "hosts": [{"ssh": "127.0.0.1"}]}))
+    res = cli(["--hostfile", str(hostfile), PY, "-c", code])
+    assert res.returncode == 2 and not marker.exists()
+    assert f"hostfile {hostfile} envs MLX_JUPYTER_TOKEN: the launcher sets it for each rank" in res.stderr, res.stderr
