@@ -54,6 +54,8 @@ __all__ = [
 
 _lock = threading.Lock()
 _world: Group | None = None
+#: groups of other backends asked for by name after the world formed (MLX caches one per backend too)
+_others: dict[str, Group] = {}
 
 
 def backends() -> list[dict[str, Any]]:
@@ -75,8 +77,11 @@ def _check_name(backend: str) -> None:
         raise ValueError(f"unknown backend {backend!r}: valid names are {', '.join(VALID)}")
 
 
+_SINGLETON = "singleton"
+
+
 def _singleton(env: RankEnv) -> Group:
-    return CoreGroup(_core.Group.world(0, [[]], core_options(env), -1.0), "singleton", env.timeout)
+    return CoreGroup(_core.Group.world(0, [[]], core_options(env), -1.0), _SINGLETON, env.timeout)
 
 
 _form_ring = form_ring
@@ -98,8 +103,10 @@ def init(strict: bool = False, backend: str = "any", *, timeout: float | None = 
         raise ValueError(f"all_gather_factory is only supported with backend='jaccl' (as in MLX), not {backend!r}")
     with _lock:
         if _world is not None:
-            if not _world.aborted:
+            if not _world.aborted and (backend in (ANY, _world.backend)):
                 return _world
+            if not _world.aborted:
+                return _another_backend(backend, strict, timeout, all_gather_factory)
             _world.close("re-formed by init()")
             _world = None
         env = rank_env.current()
@@ -148,13 +155,37 @@ def _form(name: str, env: RankEnv, ring: RingEnv | None, timeout: float | None, 
     return MlxGroup.wrap(mlx_world(strict=True, backend=name, factory=factory, env=env), name, env.timeout)
 
 
+def _another_backend(backend: str, strict: bool, timeout: float | None, factory: Any) -> Group:
+    """``init(backend=...)`` naming another backend than the world's: that backend's own group, formed and
+    cached as MLX does (never the world of another backend); ``strict`` raises if it cannot form."""
+    group = _others.get(backend)
+    if group is not None and not group.aborted:
+        return group
+    env = rank_env.current()
+    try:
+        group = _form(backend, env, None, timeout, factory)
+    except (RankEnvError, SetupError, RuntimeError) as exc:
+        assert _world is not None
+        if strict:
+            formed = "a single-rank group" if _world.backend == _SINGLETON else f"the {_world.backend} backend's"
+            raise SetupError(f"init(backend={backend!r}, strict=True): {exc} (this process's world, formed by an "
+                             f"earlier init(), is {formed})") from None
+        warnings.warn(f"mlx_jupyter: init(backend={backend!r}): {exc}; a single-rank group instead", stacklevel=3)
+        group = _singleton(env)
+    _others[backend] = group
+    return group
+
+
 def shutdown() -> None:
-    """Aborts and forgets the world group; the next `init()` on every rank forms a new one."""
+    """Aborts and forgets the world group (and any other backend's); the next `init()` on every rank forms a new one."""
     global _world
     with _lock:
         if _world is not None:
             _world.close("shut down by this rank")
         _world = None
+        for group in _others.values():
+            group.close("shut down by this rank")
+        _others.clear()
 
 
 def _group(group: Group | None) -> Group:

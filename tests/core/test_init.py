@@ -105,3 +105,21 @@ def test_backends_say_why_and_how_to_fix_here() -> None:
         assert ("openmpi" in mpi["fix"] or "open-mpi" in mpi["fix"]) and "MLX_MPI_LIBNAME" in mpi["fix"], mpi
     assert dist.is_available("ring") and dist.is_available("mpi") == mpi["available"]
     assert dist.is_available("jaccl") == rows["jaccl"]["available"]
+
+
+def test_init_naming_another_backend_than_the_worlds_never_returns_the_world() -> None:
+    """MLX keeps one group per backend: after init() formed one, init(backend="nccl", strict=True) tries nccl and
+    raises where it cannot form (it used to return the cached group of another backend without a word)."""
+    code = CATCH + """
+world = dist.init()
+strict = attempt(strict=True, backend="nccl")
+loose = attempt(backend="mpi")
+report(strict=strict, loose=loose, same=dist.init() is world,
+       other_cached=dist.init(backend="mpi") is dist.init(backend="mpi"), other_is_world=dist.init(backend="mpi") is world)
+"""
+    res = _python(code, {})
+    assert res["strict"]["error"] == "SetupError", res
+    assert res["strict"]["message"].startswith("init(backend='nccl', strict=True): the nccl backend is not available here"), res
+    assert res["strict"]["message"].endswith("(this process's world, formed by an earlier init(), is a single-rank group)"), res
+    assert res["loose"]["size"] == 1 and "init(backend='mpi')" in res["loose"]["warnings"][0], res
+    assert res["same"] and res["other_cached"] and not res["other_is_world"], res
