@@ -350,9 +350,14 @@ class ClusterProcesses:
         if self.link.ids():
             raise ClusterError(f"the controller still lists engines {self.link.ids()} after stopping them")
         self.stopping = False
-        if self.spec.allocation is not None:   # a kept allocation is reused; a released one asked for again
-            self.spec.allocation.ensure()
-            self.ipp.config.MLXEngineSetLauncher.slurm = self.spec.allocation.step_options()
-        self.start_engines()
-        self.startup.run(progress, timeout)
+        try:
+            if self.spec.allocation is not None:   # a kept allocation is reused; a released one asked for again
+                self.spec.allocation.ensure()
+                self.ipp.config.MLXEngineSetLauncher.slurm = self.spec.allocation.step_options()
+            self.start_engines()
+            self.startup.run(progress, timeout)
+        except BaseException as exc:   # the old ranks are gone: say so at every later request, not ipyparallel
+            how = "interrupted" if isinstance(exc, KeyboardInterrupt) else "stopped by an error"
+            self.table.not_running = f"the last restart was {how} before the new ranks connected"
+            raise
         self.started()

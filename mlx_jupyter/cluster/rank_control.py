@@ -131,6 +131,8 @@ class RankControl:
                 row["state"] = f"unreachable: {gone}; {self.link.gone_advice()}"
             elif self.link.client is not None and rank in self.link.ids():
                 row["state"] = "forming MLX world" if rank in forming else "no reply"
+            if self.table.not_running:   # whatever answers, the cluster takes no request until restarted
+                row.update(state=f"not running: {self.table.not_running}", busy=False)
             rows.append(row)
         return rows
 

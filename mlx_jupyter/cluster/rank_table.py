@@ -32,6 +32,8 @@ class RankTable:
         #: an abort was sent, or a cell failed, since the ranks' namespaces were last looked at
         self.unsettled = False
         self.changed = threading.Event()  # set at every death: a wait for the ranks looks again
+        #: why no rank runs although the table has ranks (a restart stopped them and did not finish), or ""
+        self.not_running = ""
         self.exit_callbacks: list[ExitCallback] = []
         self._output = output
 
@@ -45,6 +47,7 @@ class RankTable:
         self.dead.clear()
         self.busy.clear()
         self.unsettled = False
+        self.not_running = ""
 
     def died(self, rank: int, returncode: Optional[int]) -> None:
         """``rank``'s process ended (any thread): a wait for the ranks looks again."""
@@ -61,6 +64,8 @@ class RankTable:
 
     def check(self, ranks: Sequence[int], restart_advice: str) -> None:
         """Raise a clear error if one of ``ranks`` is dead or still busy with an earlier request."""
+        if self.not_running:
+            raise ClusterError(f"the ranks are not running: {self.not_running}\n{restart_advice}")
         if any(r in self.dead for r in ranks):
             raise ClusterError(self.dead_message("is dead") + f"\n{restart_advice}")
         busy = [r for r in ranks if r in self.busy and not self.busy[r].done()]
