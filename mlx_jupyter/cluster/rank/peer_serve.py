@@ -6,7 +6,7 @@ until the one fetcher that proves the secret has its copy, or the offer's time i
 from __future__ import annotations
 
 import logging
-import select
+import selectors
 import socket
 import threading
 import time
@@ -53,6 +53,7 @@ class Offer:
 
     def __init__(self, server: socket.socket, key: bytes, paths: list[Path], timeout: float):
         self.server, self.key, self.paths, self.timeout = server, key, paths, timeout
+        server.setblocking(False)   # a connection reset before accept() must not block the loop
         self.deadline = time.monotonic() + timeout
         self.done = threading.Event()
         self._lock = threading.Lock()
@@ -65,12 +66,14 @@ class Offer:
 
     def _accept(self) -> None:
         try:
-            with self.server:
+            with self.server, selectors.DefaultSelector() as sel:   # not select(): a rank may hold fds past 1024
+                sel.register(self.server, selectors.EVENT_READ)
+                sel.register(self._wake_r, selectors.EVENT_READ)
                 while not self.done.is_set():
                     left = self.deadline - time.monotonic()
                     if left <= 0:
                         return   # nobody came who proved the secret
-                    ready, _, _ = select.select([self.server, self._wake_r], [], [], left)
+                    ready = {key.fileobj for key, _ in sel.select(left)}
                     if self.server in ready and not self.done.is_set():
                         try:
                             conn, _ = self.server.accept()
@@ -96,6 +99,7 @@ class Offer:
     def _serve(self, conn: socket.socket) -> None:
         with conn:
             try:
+                conn.settimeout(peer_wire.HANDSHAKE_TIMEOUT)   # (accepted from a non-blocking listener)
                 digest = peer_wire.answer(conn, self.key, min(self.deadline, time.monotonic() + peer_wire.HANDSHAKE_TIMEOUT))
             except (OSError, peer_wire.PeerCopyRefused) as exc:
                 log.debug("peer copy: a connection was refused: %s", exc)
