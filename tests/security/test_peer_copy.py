@@ -26,6 +26,8 @@ from mlx_jupyter.cluster.rank import keep, keep_files, peer_copy
 pytestmark = pytest.mark.timeout(60)
 
 MAGIC_LEN, NONCE_LEN, PROOF_LEN = 8, 32, 32
+#: idle connections at once: past the server's cap (peer_serve.MAX_PENDING, 32)
+FLOOD = 36
 
 
 class _Mkdir:
@@ -215,3 +217,38 @@ def test_without_a_ring_hostfile_the_offer_is_on_the_interface_toward_the_fetche
     assert got["restored"] == ["n"]
     with pytest.raises(OSError, match="not offered on every interface"):
         peer_copy.serve(folder_name, 0, token, timeout=10)   # nothing to tell the interface by
+
+
+def test_a_flood_of_idle_connections_past_the_cap_drops_the_oldest_and_the_fetch_gets_through(folder_name, monkeypatch):
+    monkeypatch.setattr(peer_copy, "_ring_address", lambda rank: "127.0.0.1")
+    _save(folder_name, {"n": 3})
+    token = secrets.token_hex(peer_copy.TOKEN_BYTES)
+    offer = peer_copy.serve(folder_name, 0, token, timeout=10)
+    idle = [socket.create_connection(("127.0.0.1", offer["port"]), 10) for _ in range(FLOOD)]
+    try:
+        idle[0].settimeout(4)   # dropped for the newer ones, well before its handshake's 5 s
+        assert idle[0].recv(16) == b""
+        got = peer_copy.fetch_from(folder_name, 0, "127.0.0.1", offer["port"], token, ["n"], timeout=10)
+        assert got["restored"] == ["n"]
+    finally:
+        for s in idle:
+            s.close()
+    from mlx_jupyter.cluster.rank import peer_serve
+
+    assert FLOOD > peer_serve.MAX_PENDING
+
+
+def test_the_token_alone_is_not_the_key_without_the_clusters_secret(folder_name, monkeypatch):
+    """Someone who read the token off the controller's traffic, but lacks the engines' session key."""
+    from types import SimpleNamespace
+
+    from mlx_jupyter.cluster.rank import agent
+
+    monkeypatch.setattr(peer_copy, "_ring_address", lambda rank: "127.0.0.1")
+    _save(folder_name, {"n": 3})
+    token = secrets.token_hex(peer_copy.TOKEN_BYTES)
+    monkeypatch.setattr(agent, "AGENT", SimpleNamespace(kernel=SimpleNamespace(session=SimpleNamespace(key=b"k" * 32))))
+    offer = peer_copy.serve(folder_name, 0, token, timeout=10)
+    monkeypatch.setattr(agent, "AGENT", None)
+    with pytest.raises(ConnectionError, match="did not prove it holds this restart's secret"):
+        peer_copy.fetch_from(folder_name, 0, "127.0.0.1", offer["port"], token, ["n"], timeout=10)
