@@ -252,3 +252,14 @@ def test_the_token_alone_is_not_the_key_without_the_clusters_secret(folder_name,
     monkeypatch.setattr(agent, "AGENT", None)
     with pytest.raises(ConnectionError, match="did not prove it holds this restart's secret"):
         peer_copy.fetch_from(folder_name, 0, "127.0.0.1", offer["port"], token, ["n"], timeout=10)
+
+
+def test_the_notebook_names_the_fetchers_host_as_the_serving_rank_can_route_to_it(monkeypatch):
+    from mlx_jupyter.cluster import peer_restore
+    from mlx_jupyter.cluster.rank import peer_serve
+
+    monkeypatch.setattr(peer_serve, "route_address", lambda host: f"this machine toward {host}")
+    assert peer_restore._toward("fetcher.example", "server.example") == "fetcher.example"
+    assert peer_restore._toward("127.0.0.1", "localhost") == "127.0.0.1"   # both here: loopback
+    # the fetcher on the notebook's machine, the server elsewhere: "localhost" means nothing there
+    assert peer_restore._toward("localhost", "server.example") == "this machine toward server.example"
