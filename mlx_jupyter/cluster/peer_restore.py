@@ -186,7 +186,8 @@ def plan_dead(state: SavedState, dead: list[int], hosts: dict[int, str]) -> tupl
 
 def _over_network(state: SavedState, rank: int, peer: int, hosts: dict[int, str], names: list[str]) -> dict[int, Any]:
     """Dead rank ``rank`` fetches ``peer``'s saved files from the peer's host straight from the peer
-    (one connection, opened with a one-time token), then binds ``names``; rank -> its answer."""
+    (one connection on which both prove a one-time token under the cluster's secret), then binds
+    ``names``; rank -> its answer."""
     import secrets
 
     from mlx_jupyter.cluster.rank import peer_copy
@@ -194,9 +195,24 @@ def _over_network(state: SavedState, rank: int, peer: int, hosts: dict[int, str]
 
     token = secrets.token_hex(peer_copy.TOKEN_BYTES)
     offer = state._each_rank(peer_copy.serve, [peer], "offering a rank's saved names to a dead rank",
-                             state.dirname, peer, token, state.timeout)[peer]
+                             state.dirname, peer, token, state.timeout,
+                             _toward(hosts.get(rank, ""), hosts.get(peer, "")))[peer]
     if isinstance(offer, ClusterError):
         return {rank: ClusterError(f"rank {peer} could not offer its names: {offer}")}
     host = offer.get("host") or hosts.get(peer, "")
     return state._each_rank(peer_copy.fetch_from, [rank], "copying a rank's saved names from another host",
                             state.dirname, peer, host, offer["port"], token, names, state.timeout)
+
+
+def _toward(fetcher: str, server: str) -> str:
+    """The fetching rank's host as the serving rank can route to it: the notebook's name for it,
+    or, when that is this machine's own (``localhost``), this machine's address on its route to
+    the server's host ("" if none)."""
+    if not fetcher or not is_local(fetcher) or not server or is_local(server):
+        return fetcher
+    from mlx_jupyter.cluster.rank.peer_serve import route_address
+
+    try:
+        return route_address(server)
+    except OSError:
+        return ""

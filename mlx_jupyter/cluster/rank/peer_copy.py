@@ -4,24 +4,26 @@ binds the chosen names from one peer's saved files on its own host (:func:`resto
 files are in shared memory (or the temp dir), mapped and read in place, never sent through the
 notebook. The peer's files stay for the peer's own restore, which removes them. A dead rank with
 no live peer on its host gets the files straight from a peer on another host (:func:`serve`,
-:func:`fetch_from`: one TCP connection between the two ranks, opened with a one-time token).
+:func:`fetch_from`: one TCP connection between the two ranks, both proving the restart's secret,
+:mod:`.peer_wire`).
 """
 
 from __future__ import annotations
 
 import ast
-import hmac
 import mmap
 import os
 import pickle
+import shutil
 import socket
-import struct
-import threading
 from pathlib import Path
 from typing import Any, MutableMapping, Optional
 
 from mlx_jupyter.cluster.rank import keep
 from mlx_jupyter.cluster.rank.keep_files import keep_dir, private_dir, rank_folder
+
+#: what a copy fetched over the network leaves free where it is written (as a save does)
+ROOM_MARGIN = 64 << 20
 
 
 def save_digested(dirname: str, rank: int) -> dict[str, Any]:
@@ -182,27 +184,43 @@ def _whole(index: dict[str, Any], view: memoryview, wanted: Optional[list[str]] 
         keep.SKIP.clear()
 
 
-#: the one-time token's length (bytes) a fetching rank sends first
+#: the one-time token's length (bytes) the notebook gives both ranks (never sent between them)
 TOKEN_BYTES = 32
-_HEADER = struct.Struct("!QQ")
 
 
-def serve(dirname: str, rank: int, token_hex: str, timeout: float = 60.0) -> dict[str, Any]:
-    """Offer this rank's saved files to one connection that first sends ``token_hex``'s bytes
-    (another host's new rank, :func:`fetch_from`); its address: ``{"host", "port"}``."""
+def serve(dirname: str, rank: int, token_hex: str, timeout: float = 60.0, toward: str = "") -> dict[str, Any]:
+    """Offer this rank's saved files to the one connection that proves it holds ``token_hex``
+    under the cluster's secret (another host's new rank, :func:`fetch_from`), for ``timeout`` s;
+    its address, ``{"host", "port"}``: this rank's ring address, else the one on its route to
+    ``toward`` (the fetching rank's host: loopback when that is this host), never every interface."""
+    from mlx_jupyter.cluster.rank import peer_serve
+
     folder = private_dir(rank_folder(dirname, rank), create=False)
     paths = [folder / f"rank{rank}.index", folder / f"rank{rank}.data"]
-    token = bytes.fromhex(token_hex)
-    host = _ring_address(rank)
-    try:
-        server = socket.create_server((host, 0)) if host else None
-    except OSError:
-        server = None
-    server = server or socket.create_server(("", 0))
-    server.settimeout(timeout)
-    threading.Thread(target=_send_once, args=(server, token, paths, timeout), name="mlx-peer-copy",
-                     daemon=True).start()
-    return {"host": host, "port": server.getsockname()[1]}
+    candidates, why = [_ring_address(rank)], "no ring hostfile"
+    if toward:
+        try:
+            candidates.append(peer_serve.route_address(toward))
+        except OSError as exc:
+            why += f", and {exc}"
+    if not any(candidates):
+        raise OSError(f"rank {rank} cannot tell which of its interfaces the fetching rank reaches ({why}): "
+                      "its names are not offered on every interface")
+    server = peer_serve.listen(candidates)
+    host, port = server.getsockname()[:2]
+    peer_serve.Offer(server, _copy_key(token_hex), paths, timeout).start()
+    return {"host": host, "port": port}
+
+
+def _copy_key(token_hex: str) -> bytes:
+    """The peer copy's key: the notebook's one-time token under the engines' session key (the
+    cluster's secret, which the controller's traffic does not carry)."""
+    from mlx_jupyter.cluster.rank import agent as _agent
+    from mlx_jupyter.cluster.rank.peer_wire import copy_key
+
+    kernel = getattr(_agent.AGENT, "kernel", None)
+    cluster_key = getattr(getattr(kernel, "session", None), "key", b"") or b""
+    return copy_key(bytes.fromhex(token_hex), bytes(cluster_key))
 
 
 def _ring_address(rank: int) -> str:
@@ -213,67 +231,28 @@ def _ring_address(rank: int) -> str:
 
         rows = ring_rows(this_rank_env().mlx_hostfile)
         return rows[rank][0] if rank < len(rows) else ""
-    except Exception:  # noqa: BLE001 - no ring hostfile: the notebook's name for the host
+    except Exception:  # noqa: BLE001 - no ring hostfile: the route toward the fetcher
         return ""
-
-
-def _send_once(server: socket.socket, token: bytes, paths: list[Path], timeout: float) -> None:
-    """Accept until the connection with the token (or the timeout); send it the two files."""
-    with server:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return   # timed out: nobody came
-            with conn:
-                conn.settimeout(timeout)
-                try:
-                    if not hmac.compare_digest(_read_exact(conn, len(token)), token):
-                        continue
-                    sizes = [p.stat().st_size for p in paths]
-                    conn.sendall(_HEADER.pack(*sizes))
-                    for path in paths:
-                        with open(path, "rb") as f:
-                            conn.sendfile(f)
-                    return
-                except OSError:
-                    continue
-
-
-def _read_exact(conn: socket.socket, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        chunk = conn.recv(min(n - len(out), 1 << 20))
-        if not chunk:
-            raise ConnectionError("the peer closed the connection")
-        out += chunk
-    return bytes(out)
 
 
 def fetch_from(dirname: str, peer: int, host: str, port: int, token_hex: str, names: list[str],
                timeout: float = 60.0) -> dict[str, Any]:
     """Bring rank ``peer``'s saved files from its host (:func:`serve`) into this host's keep folder,
-    bind ``names`` from them (:func:`restore_from`), and remove the copy."""
+    bind ``names`` from them (:func:`restore_from`), and remove the copy. The server proves the
+    secret first; its header's sizes are capped by the room here and all it sent is checked
+    against its digest before anything is unpickled (:mod:`.peer_wire`)."""
+    from mlx_jupyter.cluster.rank import peer_wire
+
     folder = private_dir(keep_dir(dirname), create=True)
     paths = [folder / f"copy{peer}.index", folder / f"copy{peer}.data"]
+    room = max(0, shutil.disk_usage(folder).free - ROOM_MARGIN)
+    where = f"the room in {folder.parent} less {ROOM_MARGIN >> 20} MiB"
     try:
         with socket.create_connection((host, port), timeout) as conn:
-            conn.sendall(bytes.fromhex(token_hex))
-            sizes = _HEADER.unpack(_read_exact(conn, _HEADER.size))
-            for path, size in zip(paths, sizes):
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                try:
-                    left = size
-                    while left:
-                        chunk = conn.recv(min(left, 4 << 20))
-                        if not chunk:
-                            raise ConnectionError(f"rank {peer}'s host closed the connection early")
-                        view = memoryview(chunk)
-                        while view.nbytes:
-                            view = view[os.write(fd, view):]
-                        left -= len(chunk)
-                finally:
-                    os.close(fd)
+            digest = peer_wire.dial(conn, _copy_key(token_hex), f"rank {peer}'s offer at {host}:{port}")
+            sizes = peer_wire.read_header(conn, digest, room, where)
+            peer_wire.receive_files(conn, digest, paths, sizes,
+                                    lambda: f"rank {peer}'s host closed the connection early")
         answer = restore_from(dirname, peer, names, stem="copy")
         answer["over"] = "network"
         return answer
