@@ -233,6 +233,29 @@ class KeptState:
                 self._note_stale(r, answer.get("others", []))
         if failed:   # a live rank's names would be lost: restart nothing
             raise ClusterError("; ".join(f"rank {r}: {why}" for r, why in sorted(failed.items())))
+        self._peers_for_the_dead_while_saving(saver)
+
+    def _peers_for_the_dead_while_saving(self, saver: Callable[..., Any]) -> None:
+        """Ranks that died while saving are dead ranks too: their peers give them the names they held alike,
+        which needs the survivors' digests (saved again with them if the first save had none)."""
+        from mlx_jupyter.cluster.rank import peer_copy
+
+        table = self.cluster.table
+        newly = [r for r in table.ranks if r in table.dead and r not in self.died and r in self.lost]
+        if not newly or not self.saved:
+            return
+        self.died = sorted(set(self.died) | set(newly))
+        for r in newly:
+            self.lost[r] = "the rank died while saving its names"
+        if saver is peer_copy.save_digested:
+            return
+        for r, answer in self._each_rank(peer_copy.save_digested, sorted(self.saved),
+                                         "saving the ranks' names with digests").items():
+            if isinstance(answer, ClusterError):
+                self.lost[r] = f"saving failed: {answer}"
+                self.saved.pop(r)
+            elif not isinstance(answer, RankRaised):
+                self.saved[r] = answer
 
     def _note_stale(self, rank: int, names: list[str]) -> None:
         """Of the folders another host's rank saw there, those this host's gone processes left."""

@@ -33,3 +33,24 @@ def test_after_an_interrupted_restart_every_request_says_so_and_a_restart_mends_
         c.execute("y = world.rank() + 2")
         assert c.pull("y") == [2, 3]
         assert [row["state"] for row in c.status()] == ["idle", "idle"]
+
+
+def test_a_rank_killed_while_saving_gets_the_names_its_peers_hold_alike():
+    """Rank 0 dies in the middle of the restart's save (a name whose pickling kills it): it is a dead rank like
+    one that died before, so its peers give it what they hold alike (it used to lose everything)."""
+    from mlx_jupyter.cluster.cells.display import show_run
+
+    with Cluster(n=3) as c:
+        show_run(c.run("import os, numpy as np\n"
+                       "class Bomb:\n"
+                       "    def __reduce__(self):\n"
+                       "        os.kill(os.getpid(), 9)\n"
+                       "alike = np.arange(4) * 3\n"
+                       "mine = world.rank()\n"
+                       "if world.rank() == 0:\n"
+                       "    bomb = Bomb()"), timeout=30)
+        c.restart(timeout=60, quiet=True)
+        line = c.last_restart
+        assert "rank 0 died" in line and "everything on rank 0" not in line, line
+        show_run(c.run("got = [globals().get('alike', np.zeros(1)).tolist(), globals().get('mine')]"), timeout=30)
+        assert c.pull("got") == [[[0, 3, 6, 9], None], [[0, 3, 6, 9], 1], [[0, 3, 6, 9], 2]]
