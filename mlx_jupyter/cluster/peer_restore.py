@@ -100,12 +100,12 @@ class PeerCopy:
             text += " over the network" if got.get("over") == "network" else ""
         if self.live == 1:
             text += (f" (rank {got['peer']} was the only live rank, nothing to compare with: every name its cells "
-                     "did not compute from the rank's number was copied)")
+                     "did not compute from the rank's number or process was copied)")
         back = set((own or {}).get("restored", []))
         if back:
             text += f"; {_own_words(own or {}, short=True)}"
         lost = _tagged([n for n in self.differ if n not in back], "they differ across ranks", "it differs across ranks")
-        lost += _tagged([n for n in self.guessed if n not in back], "computed from the rank's number")
+        lost += _tagged([n for n in self.guessed if n not in back], "computed from the rank's number or process")
         lost += [f"{n} ({why})" for n, why in sorted({**got.get("failed", {}), **(own or {}).get("failed", {})}.items())
                  if n not in back]
         return text + (f"; lost: {', '.join(lost)}" if lost else "")

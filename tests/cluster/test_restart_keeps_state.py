@@ -253,7 +253,7 @@ def test_a_rank_that_died_comes_back_with_its_peers_names_and_imports():
         assert c.last_restart == (
             "restart: kept 4 names on 1 rank (21 B); rank 1 died: its imports restored from rank 0 "
             "(rank 0 was the only live rank, nothing to compare with: every name its cells did not compute from the "
-            "rank's number was copied); lost: x (computed from the rank's number)"), c.last_restart
+            "rank's number or process was copied); lost: x (computed from the rank's number or process)"), c.last_restart
         show_run(c.run("ok = [np.ones(1).tolist(), os.getpid() > 0, globals().get('x')]"), timeout=30)
         assert c.pull("ok") == [[[1.0], True, 0], [[1.0], True, None]]
 

@@ -75,8 +75,8 @@ def test_two_ranks_a_killed_rank_trains_on_bit_for_bit():
         line = c.last_restart
         assert line.endswith("; rank 1 died: 10 names restored from rank 0 (MLP, X, Y, grad_fn, loss_fn, losses, …) "
                              "and its imports (rank 0 was the only live rank, nothing to compare with: every name its "
-                             "cells did not compute from the rank's number was copied); lost: shard (computed from "
-                             "the rank's number)"), line
+                             "cells did not compute from the rank's number or process was copied); lost: shard "
+                             "(computed from the rank's number or process)"), line
         assert "\n" not in line and "everything on rank 1" not in line
         assert c.restart_origins == {0: "its own names", 1: "from rank 0 (10 names)"}
         assert after == _uninterrupted_next_step(c)
@@ -251,3 +251,15 @@ def test_the_status_rows_and_the_panels_card_get_where_each_ranks_names_came_fro
     assert status_column(SimpleNamespace(restart_origins={0: "its own names", 1: "from rank 0 (3 names)"}), rows)
     assert rows == [{"rank": 0, "restart": "its own names"}, {"rank": 1, "restart": "from rank 0 (3 names)"}]
     assert not status_column(SimpleNamespace(), [{"rank": 0}])   # never restarted (or --clean): no column
+
+
+def test_names_from_the_process_are_the_ranks_own_and_a_collective_that_agrees_everywhere_is_not():
+    """``pid = os.getpid()`` was copied with the peer's value; ``losses.append(all_sum(loss).item())`` was
+    dropped though the all_sum made it the same on every rank (issue 45 §8)."""
+    cells = ["import os, socket\npid = os.getpid()\nhost = socket.gethostname()\nr = world.rank()",
+             "losses, mine, mx_losses, parts = [], [], [], []\nfor i in range(3):\n"
+             "    loss = f(X[r::2])\n    losses.append(mx.distributed.all_sum(loss, group=world).item() / 2)\n"
+             "    mine.append(loss.item())\n    parts.append(mx.distributed.sum_scatter(loss))\n"
+             "    mx_losses.append(dist.all_gather(loss))\n"
+             "m = all_max(mine[-1])\nlabel = f'{pid}'"]
+    assert peer_copy.rank_dependent(cells) == ["host", "label", "loss", "mine", "parts", "pid", "r"]

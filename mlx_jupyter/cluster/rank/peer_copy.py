@@ -10,7 +10,6 @@ no live peer on its host gets the files straight from a peer on another host (:f
 
 from __future__ import annotations
 
-import ast
 import mmap
 import os
 import pickle
@@ -21,6 +20,7 @@ from typing import Any, MutableMapping, Optional
 
 from mlx_jupyter.cluster.rank import keep
 from mlx_jupyter.cluster.rank.keep_files import keep_dir, private_dir, rank_folder
+from mlx_jupyter.cluster.rank.rank_taint import rank_dependent
 
 #: what a copy fetched over the network leaves free where it is written (as a save does)
 ROOM_MARGIN = 64 << 20
@@ -34,76 +34,6 @@ def save_digested(dirname: str, rank: int) -> dict[str, Any]:
     history = keep._user_ns().get("In", [])
     answer["from_rank"] = rank_dependent([c for c in history if isinstance(c, str)])
     return answer
-
-
-#: strings that name a rank's number in its environment
-_RANK_VARS = frozenset({"MLX_RANK", "RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"})
-
-
-#: the methods that put a value into a list, set or deque
-_FILLS = frozenset({"append", "extend", "insert", "add", "appendleft", "extendleft"})
-
-
-def rank_dependent(sources: list[str]) -> list[str]:
-    """The global names cells assigned from the rank's number (``world.rank()``, ``MLX_RANK``) or
-    from a name so assigned (``Xs = X[r::n]``, then ``loss = f(Xs)``), in cell order."""
-    tainted: set[str] = set()
-    for src in sources:
-        try:
-            tree = ast.parse(src)
-        except (SyntaxError, ValueError):
-            continue
-        for stmt in _module_level(tree.body):
-            if isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and stmt.value is not None:
-                if _depends(stmt.value, tainted):
-                    for target in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]):
-                        tainted |= _bound(target)
-            elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
-                call = stmt.value   # losses.append(f(r)): the list now holds the rank's data (opt.update(g) does
-                # not make the optimizer the rank's: its gradients were averaged, which no parse can tell)
-                if isinstance(call.func, ast.Attribute) and call.func.attr in _FILLS \
-                        and _depends(call, tainted, skip=call.func):
-                    tainted |= _bound(call.func.value)
-    return sorted(tainted)
-
-
-def _module_level(body: list[ast.stmt]) -> list[ast.stmt]:
-    """A cell's statements that bind globals: its own and those in its loops, ifs, withs and trys."""
-    out: list[ast.stmt] = []
-    for stmt in body:
-        out.append(stmt)
-        if isinstance(stmt, (ast.For, ast.AsyncFor, ast.While, ast.If, ast.With, ast.AsyncWith, ast.Try)):
-            for block in ("body", "orelse", "finalbody"):
-                out.extend(_module_level(getattr(stmt, block, []) or []))
-            for handler in getattr(stmt, "handlers", []) or []:
-                out.extend(_module_level(handler.body))
-    return out
-
-
-def _depends(expr: ast.AST, tainted: set[str], skip: Optional[ast.AST] = None) -> bool:
-    for node in ast.walk(expr):
-        if node is skip:
-            continue
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "rank":
-            return True
-        if isinstance(node, ast.Name) and node.id in tainted:
-            return True
-        if isinstance(node, ast.Constant) and node.value in _RANK_VARS:
-            return True
-    return False
-
-
-def _bound(target: ast.AST) -> set[str]:
-    """The global names an assignment target binds or changes (``a, b``, ``d[k]``, ``obj.x``)."""
-    if isinstance(target, ast.Name):
-        return {target.id}
-    if isinstance(target, (ast.Tuple, ast.List)):
-        return set().union(*(_bound(t) for t in target.elts)) if target.elts else set()
-    if isinstance(target, ast.Starred):
-        return _bound(target.value)
-    if isinstance(target, (ast.Subscript, ast.Attribute)):
-        return _bound(target.value)
-    return set()
 
 
 def restore_from(dirname: str, peer: int, names: list[str], ns: Optional[MutableMapping[str, Any]] = None,
