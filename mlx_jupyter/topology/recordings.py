@@ -29,11 +29,38 @@ DISCOVERY = THUNDERBOLT_DISCOVERY
 _SUDO_REFUSED = "sudo: a password is required\n"
 
 
+class RecordingsNotFound(FileNotFoundError):
+    """No recorded cluster at the folder given; the message says where the examples are."""
+
+
+def examples_folder() -> Path | None:
+    """The recorded examples of the source checkout this package runs from (tests/fixtures/thunderbolt), if any."""
+    folder = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "thunderbolt"
+    return folder if folder.is_dir() else None
+
+
+def missing_folder(folder: Path) -> RecordingsNotFound:
+    """The error for a folder that is not there: the path it meant from here, and the examples' own."""
+    examples = examples_folder()
+    where = f"{folder} (from {Path.cwd()})" if not folder.is_absolute() else str(folder)
+    if examples is None:
+        hint = ("the recorded examples are in an mlx_jupyter source checkout's tests/fixtures/thunderbolt/; "
+                "give the path of one case folder there")
+    else:
+        cases = sorted(p.name for p in examples.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
+        example = examples / (folder.name if (examples / folder.name).is_dir() else cases[0])
+        hint = (f"the recorded examples are in {examples} ({', '.join(cases)}): give one by its full path, "
+                f"e.g. Topology.from_recordings({str(example)!r})")
+    return RecordingsNotFound(f"no recorded cluster at {where}: {hint}")
+
+
 class Recording:
     """One recorded cluster: answers a host's command from its folder, like that Mac would."""
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
+        if not self.folder.is_dir():
+            raise missing_folder(self.folder)
         self.addresses: dict[str, set[str]] = {}   # host -> addresses its setup commands gave it
 
     def hosts(self) -> list[str]:
