@@ -234,6 +234,11 @@ class MLXMagics(Magics):
                          "in the notebook that started it, with %mlx_cluster stop")
                 print(f"disconnected from {connected.cluster_id}; it keeps running (stop it {where})")
         elif args.action == "restart":
+            if isinstance(_cluster, ConnectedCluster):   # refused at once by the owner's rule: no progress bar first
+                try:
+                    _cluster.restart(timeout=args.timeout, clean=args.clean, quiet=True)
+                except ClusterError as exc:
+                    raise UsageError(f"restart refused: {exc}") from None
             progress = _RanksProgressBar(_cluster.size, "restarting")
             t0 = time.perf_counter()
             try:

@@ -88,6 +88,11 @@ def test_magic_connect_then_distributed_cell(owner, capsys):
                           "print('sum', mx.distributed.all_sum(mx.array([2.0]), group=world).item())")
         out = capsys.readouterr().out
         assert "sum 4.0" in out
+        with pytest.raises(magics.UsageError) as refused:   # no "restarting: 0/2 ranks connected, then it failed" first
+            ip.run_line_magic("mlx_cluster", "restart")
+        assert str(refused.value).startswith(f"restart refused: {owner.cluster_id} belongs to "), refused.value
+        assert "restart it in that kernel's notebook with %mlx_cluster restart" in str(refused.value)
+        assert capsys.readouterr().out == ""
         ip.run_line_magic("mlx_cluster", "stop")
         assert "keeps running" in capsys.readouterr().out
         assert owner.running
