@@ -1,6 +1,6 @@
 """What each group of this process is doing now: `snapshot()`, safe from any thread.
 
-Every `Group` (core/group.py) registers itself here when made, weakly. A core group's activity is
+Every `Group` (collective/group.py) registers itself here when made, weakly. A core group's activity is
 read from the native core without locks (a seqlock of atomics, updated by the op's own thread);
 an MLX-backend group's is kept in Python around each call (its state is then "running", never
 "waiting": MLX does not say on whom it waits).

@@ -1,7 +1,7 @@
 """`mlx-jupyter config`: discover the cabling, plan addresses, set the hosts up, write a hostfile.
 
 :mod:`.discovery` gathers what the hosts answer, :mod:`.setup` applies the address plan,
-:mod:`.runners` reach the hosts (ssh, or a recording), :mod:`.cli` is the command line.
+:mod:`.runners` reach the hosts (ssh, or a recording), :mod:`.command` is the command line.
 """
 
 from __future__ import annotations

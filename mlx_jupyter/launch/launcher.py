@@ -51,7 +51,8 @@ class Launcher:
     or ``"h1,h2"``; ``127.0.0.1``/``localhost`` ranks run without ssh. ``repeat_hosts``
     ranks per host (default: :func:`~mlx_jupyter.hostfile.default_ranks_per_host`). A hostfile's
     ``backend`` and ``envs`` apply unless ``backend``/``env`` say otherwise (a notice on
-    stderr names each override); with neither, the backend is ring.
+    stderr names each override); with neither, :func:`~mlx_jupyter.launch.backends.default_backend` (nccl
+    where CUDA is available, as ``mlx.launch``, else ring).
     ``rank_env(rank)`` adds env per rank; ``on_output(rank, "stdout"|"stderr",
     line)`` gets each output line (default: print with a ``[rank r]`` prefix);
     ``on_exit(rank, returncode)`` is called as each rank ends (under Slurm ``None`` when no code is

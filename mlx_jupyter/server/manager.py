@@ -3,7 +3,7 @@
 Starting and stopping run on one worker thread (ipyparallel's synchronous API wants a thread
 without a running loop, and one thread keeps a cluster's start and stop in order); the server's
 event loop only awaits them, and a cluster handle is made in a thread too (it may resolve host
-names). A hostfile is read by :mod:`.hostfiles` (confined to the server's root, off the loop).
+names). A hostfile is read by :mod:`.hostfile_field` (confined to the server's root, off the loop).
 Every cluster, ours or a kernel's, is listed from the registry.
 """
 
