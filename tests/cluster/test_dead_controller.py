@@ -205,3 +205,43 @@ def test_a_connected_handle_names_the_owners_dead_controller(tmp_path):
         print("ok")
     ''')
     assert out.strip().endswith("ok"), out
+
+
+def test_a_controller_killed_mid_cell_ends_the_cells_through_it_within_5_s_naming_it(tmp_path):
+    """A cell through the controller (``cell_channel=False``, and every connected notebook's) used to
+    wait for good once the controller was SIGKILLed under it (issue 44 §3): it ends, naming it."""
+    out = isolated(f'''
+        os.environ["JUPYTER_RUNTIME_DIR"] = {str(tmp_path)!r}
+        from mlx_jupyter.cluster.cells.display import DistributedCellError, show_run
+        owner = Cluster(n=2, timeout=60, cell_channel=False).start()
+        connected = None
+        try:
+            assert owner.execute("world.rank()", timeout=60) == ["0", "1"]
+            connected = Cluster.connect(owner.cluster_id, timeout=30)
+            assert connected.execute("world.rank()", timeout=60) == ["0", "1"]
+            cell = "import time\\nprint('in', flush=True)\\ntime.sleep(120)"
+            runs = [owner.run(cell, [0]), connected.run(cell, [1])]
+            for run in runs:
+                assert run.via == "controller", run.via
+                ev = run.next_event(60)
+                while ev is None or ev.kind != "stream":
+                    ev = run.next_event(60)
+            pid = owner.ipp.controller.pid
+            os.kill(pid, signal.SIGKILL)
+            t0 = time.monotonic()
+            for run in runs:
+                try:
+                    show_run(run, live=None)
+                    raise AssertionError("the cell ended well")
+                except DistributedCellError as err:
+                    text = str(err) + "\\n".join(err.lines)
+                assert time.monotonic() - t0 < NAMED_WITHIN, time.monotonic() - t0
+                assert f"the cluster's controller (pid {{pid}}" in text and "is dead" in text, text
+                assert "restart" in text, text
+        finally:
+            if connected is not None:
+                connected.stop()
+            owner.stop()
+        print("ok")
+    ''')
+    assert out.strip().endswith("ok"), out
