@@ -19,7 +19,7 @@ SHELL_START_TOKEN = r"""start_token() {
     set -f; set -- ${_st_line##*) }; set +f
     printf '%s\n' "${20}"
   else
-    ps -o lstart= -p "$1" 2>/dev/null | tr -s ' ' | sed 's/^ //; s/ $//'
+    LC_ALL=C TZ=UTC ps -o lstart= -p "$1" 2>/dev/null | tr -s ' ' | sed 's/^ //; s/ $//'
   fi
 }"""
 
@@ -35,10 +35,11 @@ def _proc_start(pid: int) -> Optional[str]:
 
 
 def _ps_start(pid: int) -> Optional[str]:
-    """Elsewhere: ``ps``'s start time of ``pid``, spaces squeezed as the shell's ``tr -s ' '`` does."""
+    """Elsewhere: ``ps``'s start time of ``pid``, spaces squeezed as the shell's ``tr -s ' '`` does (in
+    the C locale and UTC on both sides: the watchdogs run with another environment than the notebook)."""
     try:
         out = subprocess.run(["ps", "-o", "lstart=", "-p", str(int(pid))], capture_output=True, text=True,
-                             timeout=10).stdout
+                             timeout=10, env={**os.environ, "LC_ALL": "C", "TZ": "UTC"}).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     token = " ".join(out.split())
