@@ -68,7 +68,8 @@ exit "$_mj_rc"
 # It creates a registry dir (each rank wrapper writes a file named after its
 # process group id, holding its temp dir), prints it, then blocks in `read` on
 # the session's stdin: no CPU, no timer. Each line the launcher writes there is
-# "SIGNAME -PGID..." and is delivered with kill(1) (no ssh session per signal).
+# "SIGNAME -PGID..." and is delivered with kill(1) (no ssh session per signal),
+# except to a registered rank whose pid no longer has the start recorded.
 # stdin reaches EOF when the launcher closes it (normal end) or when sshd drops
 # the session because the connection died: the launcher was killed (its kernel
 # closes the socket at once) or the network went away (sshd learns of it once
@@ -84,7 +85,12 @@ trap '' HUP PIPE
 G=$(mktemp -d "${TMPDIR:-/tmp}/mlx-jupyter.XXXXXX") || { echo "cannot create a temp dir in ${TMPDIR:-/tmp}" >&2; exit 125; }
 printf '%s %s\n' "$MARKER" "$G"
 while read -r sig groups; do
-  kill -s "$sig" -- $groups 2>/dev/null
+  for g in $groups; do
+    f=$G/${g#-} tok=
+    [ -f "$f" ] && { IFS= read -r _ && IFS= read -r tok; } <"$f"
+    [ -n "$tok" ] && [ "$(start_token "${g#-}")" != "$tok" ] && continue   # its pid names another process now
+    kill -s "$sig" -- "$g" 2>/dev/null
+  done
 done
 for f in "$G"/*; do
   [ -f "$f" ] || continue

@@ -38,3 +38,29 @@ def test_the_remote_watchdog_kills_a_registered_pid_only_while_it_is_the_rank_re
         if rank.poll() is None:
             rank.kill()
             rank.wait()
+
+
+def test_a_signal_line_for_a_registered_pid_that_names_another_process_now_is_not_delivered(tmp_path):
+    """The launcher's ``SIGNAME -PGID`` lines: a group whose registration says another start is skipped."""
+    procs = [subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE,
+                              start_new_session=True) for _ in range(2)]
+    watchdog = subprocess.Popen(["/bin/sh", "-c", watchdog_script()], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env={"PATH": "/usr/bin:/bin", "TMPDIR": str(tmp_path)})
+    try:
+        folder = watchdog.stdout.readline().rstrip("\n").rsplit(" ", 1)[1]
+        stale, rank = procs
+        with open(f"{folder}/{stale.pid}", "w") as f:
+            f.write(f"{tmp_path}/mlx-jupyter.x\n1\n")   # registered for an earlier process of that pid
+        with open(f"{folder}/{rank.pid}", "w") as f:
+            f.write(f"{tmp_path}/mlx-jupyter.y\n{start_token(rank.pid)}\n")
+        watchdog.stdin.write(f"TERM -{stale.pid} -{rank.pid}\n")
+        watchdog.stdin.flush()
+        assert rank.wait(10) == -signal.SIGTERM
+        assert stale.poll() is None, "the signal reached a process the launcher did not start"
+        watchdog.stdin.close()
+        assert watchdog.wait(10) == 0 and stale.poll() is None
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
