@@ -19,7 +19,8 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from mlx_jupyter import limits, options
 from mlx_jupyter.magic_help import (CLUSTER_ACTIONS, cluster_action_help, cluster_actions_text, cluster_arguments,
                                    help_without_body, plain_help)
-from mlx_jupyter.cluster.cells.text import MODES, format_bytes, parse_targets
+from mlx_jupyter.cluster.cells.targets import parse_targets
+from mlx_jupyter.cluster.cells.text import MODES, format_bytes
 
 #: the kernel's cluster (one per kernel)
 _cluster: Optional[Any] = None

@@ -210,9 +210,11 @@ class Cluster(ClusterSession):
                 self.allocation.release()
             raise
         self.ready_time = time.perf_counter() - t0
+        from mlx_jupyter.cluster import registry
         from mlx_jupyter.cluster.rank.keep_files import sweep_stale
 
         sweep_stale()   # what a restart whose kernel was killed left here (a listing of one folder)
+        registry.sweep()   # and the entries and key files of its clusters
         if self.records.on:
             self.records.switch(self)
         return self

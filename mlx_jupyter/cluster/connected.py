@@ -82,14 +82,14 @@ class ConnectedCluster(ClusterSession):
     def controller_gone(self) -> str:
         """Why the owner's controller is gone ("" while its process runs, or when unknown)."""
         pid = self.owner.get("controller_pid")
-        if not isinstance(pid, int) or registry.pid_alive(pid):
+        if not isinstance(pid, int) or registry.alive(self.owner, "controller"):
             return ""
         return f"the cluster's controller (pid {pid}, started by {self.owner_text()}) is dead"
 
     def gone(self) -> Optional[str]:
         """Why the cluster no longer runs (its owner ended, or stopped it); None while it runs."""
         pid = self.owner.get("owner_pid")
-        if pid and not registry.pid_alive(pid):
+        if pid and not registry.alive(self.owner):
             who = "the Jupyter server that started it" if self.by_server else f"the kernel that started it (pid {pid})"
             return f"{who} has ended, and the cluster with it"
         if registry.entry(self.cluster_id) is None:

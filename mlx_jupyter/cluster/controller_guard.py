@@ -5,6 +5,9 @@ pid), and the controller forks a child of its own. Killed by SIGKILL, the contro
 child to init, where it outlived ``Cluster.stop()`` and the notebook. Here the group is
 registered with a :class:`~mlx_jupyter.launch.local_watchdog.LocalWatchdog`, which kills it
 when the notebook dies (even by SIGKILL), and :meth:`ControllerGuard.end` kills it at stop.
+Every kill checks identity first (:mod:`mlx_jupyter.proc_identity`): the group only while the
+controller is the process started (alive or unreaped, it holds the group's id), its child only
+while that is the process recorded; a pid reused since is left alone.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import signal
 from typing import Any, Optional
 
 from mlx_jupyter.cluster.cells.text import describe_exit
+from mlx_jupyter.proc_identity import same_process, start_token
 
 log = logging.getLogger("mlx_jupyter.cluster")
 
@@ -28,11 +32,26 @@ class ControllerGuard:
         #: None: a controller that is not a process of ours (ipyparallel's ssh or batch launchers): not guarded
         self.pid: Optional[int] = int(pid) if isinstance(pid, int) else None
         self.pgid: Optional[int] = _own_group(self.pid) if self.pid is not None else None
+        #: when the controller started: a pid that no longer has it is someone else's
+        self.token = start_token(self.pid) if self.pid is not None else None
+        #: the group's other processes (the heart monitor it forks), each with its start (:meth:`record_members`)
+        self.members: dict[int, str] = {}
         self.exit_code: Optional[int] = None   # -1: ended, how unknown
         #: its connection files: a killed controller leaves them, and a new one's client would read them
         self.files = list(getattr(launcher, "connection_files", {}).values())
         #: the watchdog guarding the group, being started off the cluster's start path (a process spawn)
         self._watchdog: Any = _start_watchdog(self.pgid) if watchdog and self.pgid is not None else None
+
+    def record_members(self) -> None:
+        """Note the group's other processes now (the controller is up: it has forked them), for the
+        watchdog and :meth:`end` to kill one by one once the controller itself is gone."""
+        if self.pgid is None or self.pid is None:
+            return
+        self.members = {p: tok for p in _descendants(self.pid) if _group_of(p) == self.pgid
+                        for tok in [start_token(p)] if tok}
+        pending, pgid, members = self._watchdog, self.pgid, dict(self.members)
+        if pending is not None and members:
+            pending.add_done_callback(lambda f: f.exception() is None and f.result().add_members(pgid, members))
 
     def stopped(self, data: Any) -> None:
         """ipyparallel saw the controller end (its wait thread)."""
@@ -57,11 +76,17 @@ class ControllerGuard:
 
     def end(self) -> None:
         """Kill whatever is left of the controller's group (its orphaned child too); release the watchdog."""
-        if self.pgid is not None:
+        if self.pgid is not None and self.pid is not None and same_process(self.pid, self.token):
             try:
                 os.killpg(self.pgid, signal.SIGKILL)
             except OSError:
                 pass
+        for pid, token in self.members.items():   # the controller reaped: its group's id may be free
+            if same_process(pid, token):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
         for path in self.files if self.exit_code is not None else ():
             try:
                 os.unlink(path)
@@ -114,6 +139,23 @@ def _ended(pid: int) -> bool:
     except OSError:
         return False
     return bool(fields) and fields[0] in ("Z", "X")
+
+
+def _descendants(pid: int) -> list[int]:
+    """``pid``'s descendants now (none when psutil, which ipyparallel brings, cannot tell)."""
+    try:
+        import psutil
+
+        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except Exception:
+        return []
+
+
+def _group_of(pid: int) -> Optional[int]:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
 
 
 def _own_group(pid: int) -> Optional[int]:

@@ -17,7 +17,7 @@ class DataMover:
         self.link, self.table, self.supervisor = link, table, supervisor
 
     def _targets(self, targets: Optional[Sequence[int]]) -> list[int]:
-        ranks = list(self.table.ranks if targets is None else targets)
+        ranks = self.supervisor.select(targets)
         self.supervisor.check_ranks(ranks)
         return ranks
 

@@ -12,6 +12,8 @@ monitor process (``start_heartmonitor`` below is its target; see ``cluster/ipcon
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from typing import Any
 
@@ -109,7 +111,24 @@ class AdmissionHeartMonitor(ipp_heartmonitor.HeartMonitor):  # type: ignore[misc
             self.responses.add(msg[0])
 
 
+def end_with_parent(poll: float = 0.2) -> threading.Thread:
+    """End this process within ``poll`` s of its parent's death (it is then re-parented): the
+    controller, SIGKILLed, left this process orphaned until the cluster's stop (issue 44 §4)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll)
+        os._exit(0)   # nothing of it outlives the controller: no cleanup to wait for
+
+    t = threading.Thread(target=watch, name="mlx-controller-watch", daemon=True)
+    t.start()
+    return t
+
+
 def start_heartmonitor(**kwargs: Any) -> None:
-    """ipyparallel's heart monitor process, with :class:`AdmissionHeartMonitor` as its monitor."""
+    """ipyparallel's heart monitor process, with :class:`AdmissionHeartMonitor` as its monitor;
+    it ends with the controller that forked it."""
+    end_with_parent()
     ipp_heartmonitor.HeartMonitor = AdmissionHeartMonitor  # this process only: it is ours
     ipp_heartmonitor.start_heartmonitor(**kwargs)

@@ -89,24 +89,41 @@ def rank_pids(engine_set: Any) -> set[int]:
     if engine_set.launcher is None:
         return pids
     for info in engine_set.launcher.ranks:
-        if info.pid and is_local(info.host):
+        if info.pid and is_local(info.host) and not info.done:   # a reaped rank's pid may be anyone's now
             pids.update(process_tree(info.pid))
     return pids
 
 
-def reap(pids: Iterable[int], timeout: float) -> None:
-    """Make sure these processes are gone: SIGTERM what is left, then SIGKILL."""
+def identify(pids: Iterable[int]) -> dict[int, Any]:
+    """psutil's handle on each of ``pids`` running now: it keeps the process's start and refuses to
+    signal the pid once reused by another process (none without psutil, which ipyparallel brings)."""
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover
+        return {}
+    out: dict[int, Any] = {}
+    for pid in set(pids):
+        try:
+            out[pid] = psutil.Process(pid)
+        except psutil.Error:
+            pass
+    return out
+
+
+def reap(procs: Iterable[Any], timeout: float) -> None:
+    """Make sure these processes (psutil handles, taken while they were ours: :func:`identify`) are
+    gone: SIGTERM what is left, then SIGKILL; a pid reused since is not touched."""
     try:
         import psutil
     except ImportError:  # pragma: no cover
         return
-    procs = []
-    for pid in set(pids):
+    alive = []
+    for p in set(procs):
         try:
-            procs.append(psutil.Process(pid))
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:   # is_running: same pid and start
+                alive.append(p)
         except psutil.Error:
             pass
-    alive = [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     if not alive:
         return
     _, alive = psutil.wait_procs(alive, timeout=min(timeout, 1.0))
@@ -132,7 +149,8 @@ class ClusterProcesses:
         self.cell_server: Optional[CellServer] = None
         self.stopping = False
         self._engine_set_id: Optional[str] = None
-        self._controller_pids: list[int] = []
+        #: the controller's processes, identified while they were ours (:func:`identify`)
+        self._controller_procs: dict[int, Any] = {}
         self.guard: Any = None  # the controller's ControllerGuard while it runs
         self.controller_ip: Optional[str] = spec.controller_ip
 
@@ -197,7 +215,7 @@ class ClusterProcesses:
         preload_serializer()
         try:
             self.ipp.start_controller_sync()
-            self._controller_pids = process_tree(self.ipp.controller.pid)
+            self._controller_procs = identify(process_tree(self.ipp.controller.pid))
             from mlx_jupyter.cluster.controller_guard import ControllerGuard
 
             self.guard = ControllerGuard(self.ipp.controller)
@@ -210,6 +228,7 @@ class ClusterProcesses:
                 self.connect_client()
                 self.start_engines()
             self.startup.run(progress, timeout)
+            self.guard.record_members()
         except BaseException:
             self.stop()
             raise
@@ -261,7 +280,9 @@ class ClusterProcesses:
         self.table.reset(0)  # before the launch: a rank may die while it starts
         self._engine_set_id = self.ipp.start_engines_sync(rank_exit_callbacks=[self.rank_exited])
         self.table.size = self.engine_set.n
-        self._controller_pids = sorted(set(self._controller_pids) | set(process_tree(self.ipp.controller.pid)))
+        if self.guard is None or not self.guard.gone():   # alive: its pid and tree are still its own
+            found = identify(process_tree(self.ipp.controller.pid))
+            self._controller_procs = {**found, **self._controller_procs}
 
     @property
     def engine_set(self) -> MLXEngineSetLauncher:
@@ -296,22 +317,28 @@ class ClusterProcesses:
 
     def pids(self) -> set[int]:
         """Every process of this cluster on this machine: the controller's tree and the ranks'."""
-        pids = set(self._controller_pids)
-        if self.ipp is not None and self.ipp.controller is not None:
-            pids.update(process_tree(self.ipp.controller.pid))
+        return set(self.procs())
+
+    def procs(self) -> dict[int, Any]:
+        """:meth:`pids`, each with psutil's handle taken while it was ours (a reused pid is not included)."""
+        procs = dict(self._controller_procs)
+        if self.ipp is not None and self.ipp.controller is not None and (self.guard is None or not self.guard.gone()):
+            for pid, proc in identify(process_tree(self.ipp.controller.pid)).items():
+                procs.setdefault(pid, proc)
         try:
             for es in list(self.ipp.engines.values()) if self.ipp else []:
                 if es.launcher is not None:
-                    pids.update(rank_pids(es))
+                    for pid, proc in identify(rank_pids(es)).items():
+                        procs.setdefault(pid, proc)
         except Exception:
             pass
-        return pids
+        return procs
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every rank, the controller and the client; leave no process behind."""
         self.stopping = True
         self.supervisor.interrupt_runs("the cluster is stopping")
-        pids = self.pids()
+        procs = list(self.procs().values())
         self.link.close()
         if self.cell_server is not None:
             self.cell_server.close()
@@ -322,7 +349,7 @@ class ClusterProcesses:
             except Exception:
                 pass
             self.ipp = None
-        reap(pids, timeout)
+        reap(procs, timeout)
         if self.guard is not None:   # the controller's orphaned child too, if it was killed
             self.guard.end()
             self.guard = None
@@ -338,11 +365,11 @@ class ClusterProcesses:
             return
         self.stopping = True
         self.supervisor.interrupt_runs("the cluster is restarting")
-        pids = rank_pids(self.engine_set) if self.has_engine_set() else set()   # none: the last restart failed
+        procs = identify(rank_pids(self.engine_set)) if self.has_engine_set() else {}   # none: the last restart failed
         if self.cell_server is not None:
             self.cell_server.forget()
         self.ipp.stop_engines_sync()
-        reap(pids, 5.0)
+        reap(procs.values(), 5.0)
         self.link.unregister(range(self.table.size))
         deadline = time.monotonic() + 5.0
         while self.link.ids() and time.monotonic() < deadline:

@@ -2,6 +2,10 @@
 
 A process that owns a `Cluster` publishes it (`publish(cluster)`); the server lists the files and
 drops those whose owner has died. One file per cluster: `<runtime>/mlx-jupyter/clusters/<id>.json`.
+An entry names its owner and controller with their starts (:mod:`mlx_jupyter.proc_identity`): a
+pid reused since says nothing of them. A dead owner's entry goes (:func:`sweep`, at every start and
+listing) with its dead controller's key files (``ipcontroller-<id>-*.json``, ``cluster-<id>.json``),
+which a SIGKILL left.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from mlx_jupyter.net.hosts import is_local
+from mlx_jupyter.proc_identity import same_process, start_token
 
 log = logging.getLogger("mlx_jupyter.cluster")
 
@@ -61,8 +66,16 @@ def describe(cluster: Any, owner: str = "kernel", busy: Sequence[int] = ()) -> d
         "local": bool(getattr(cluster, "local", True)), "ranks": ranks, "published": time.time(),
         "busy": sorted(busy), "dead": _dead(cluster),
         "slurm": slurm,
-        "controller_pid": _controller_pid(cluster),
+        "controller_pid": _controller_pid(cluster), "controller_start": _controller_start(cluster),
+        "owner_start": start_token(os.getpid()),
     }
+
+
+def _controller_start(cluster: Any) -> Optional[str]:
+    """When the controller started (its guard's record, taken when it was started)."""
+    guard = getattr(getattr(cluster, "processes", None), "guard", None)
+    token = getattr(guard, "token", None)
+    return token if isinstance(token, str) else None
 
 
 def _dead(cluster: Any) -> list[int]:
@@ -171,6 +184,44 @@ def rank_health(rank: dict[str, Any], busy: Sequence[int] = (), dead: Optional[S
     return "running" if rank.get("rank") in busy else "idle"
 
 
+def alive(data: dict[str, Any], who: str = "owner") -> bool:
+    """Whether the entry's owner (or ``"controller"``) still runs: its pid, with the start recorded
+    when there is one (an entry from before starts were recorded: the pid alone)."""
+    pid, token = data.get(f"{who}_pid"), data.get(f"{who}_start")
+    if not isinstance(pid, int) or not pid_alive(pid):
+        return False
+    return same_process(pid, token) if isinstance(token, str) else True
+
+
+def _drop(path: Path, data: dict[str, Any]) -> None:
+    """Remove a dead owner's entry, and its controller's key files once that is dead too."""
+    path.unlink(missing_ok=True)
+    cluster_id = path.stem
+    if data.get("id") != cluster_id or alive(data, "controller"):
+        return
+    try:
+        security = Path(profile_dir()) / "security"
+        for key in [*security.glob(f"ipcontroller-{cluster_id}-*.json"), security / f"cluster-{cluster_id}.json"]:
+            key.unlink(missing_ok=True)
+    except OSError as exc:
+        log.warning("could not remove the key files of %s: %s", cluster_id, exc)
+
+
+def sweep() -> list[str]:
+    """Remove the entries of owners that are gone (and their dead controllers' key files); the ids removed."""
+    removed = []
+    base = folder()
+    for path in sorted(base.glob("*.json")) if base.is_dir() else []:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and not alive(data):
+            _drop(path, data)
+            removed.append(path.stem)
+    return removed
+
+
 def published() -> list[dict[str, Any]]:
     """Every published cluster whose owner is alive; files of dead owners are removed."""
     out: list[dict[str, Any]] = []
@@ -182,8 +233,8 @@ def published() -> list[dict[str, Any]]:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if not pid_alive(data.get("owner_pid")):
-            path.unlink(missing_ok=True)
+        if not alive(data):
+            _drop(path, data)
             continue
         busy = data.get("busy") if isinstance(data.get("busy"), list) else []
         dead = data.get("dead") if isinstance(data.get("dead"), list) else None

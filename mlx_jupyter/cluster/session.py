@@ -89,6 +89,11 @@ class ClusterSession(ABC):
     def stop(self, timeout: float = 10.0) -> None:
         """Let go of the ranks: stop them (the owner) or disconnect (a connected handle)."""
 
+    def controller_lost(self) -> str:
+        """Why the controller is gone and what to do, in one line ("" while it runs)."""
+        gone = self.link.controller_gone() if self.link.client is not None else ""
+        return f"{gone}; {self.gone_advice()}" if gone else ""
+
     def death_note(self, rank: int) -> str:
         """Why a scheduler ended ``rank``, in a few words; empty when none did."""
         return ""
@@ -234,7 +239,7 @@ class ClusterSession(ABC):
         """
         from mlx_jupyter.cluster.cells.run import CellRun
 
-        ranks = list(self.ranks if targets is None else targets)
+        ranks = self.supervisor.select(targets)
         self.check_ranks(ranks)
         if init:
             self.namespaces.prepare()

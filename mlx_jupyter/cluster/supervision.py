@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Optional, Protocol, Sequence
 
+from mlx_jupyter.cluster.cells.targets import check_targets
 from mlx_jupyter.cluster.cells.text import rank_label
 from mlx_jupyter.cluster.controller_link import ControllerLink
 from mlx_jupyter.cluster.rank_control import RankControl
@@ -41,6 +42,12 @@ class Supervisor:
         """Raise a clear error if the cluster is not running, or a rank is dead or still busy."""
         self.link.need()
         self.table.check(ranks, self.restart_advice())
+
+    def select(self, targets: Optional[Sequence[int]]) -> list[int]:
+        """The ranks ``targets`` names (None: all) once the cluster runs; a
+        :class:`~.cells.targets.TargetsError` naming ``targets`` for none or a rank the cluster lacks."""
+        self.link.need()
+        return check_targets(targets, self.table.size)
 
     def wait(self, ar: Any, timeout: Optional[float], ranks: Sequence[int], what: str = "the request") -> Any:
         """Wait for an AsyncResult; fail at once if one of ``ranks`` dies, or after ``timeout``.

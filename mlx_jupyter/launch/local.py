@@ -14,6 +14,7 @@ from mlx_jupyter.launch import binding
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.launch.local_watchdog import LocalWatchdog
 from mlx_jupyter.launch.streams import LineSplitter, pump
+from mlx_jupyter.proc_identity import start_token
 
 
 #: backends a machine may lack (the ring is built in; mpi's ranks are mpirun's to start): their records say
@@ -136,7 +137,8 @@ class LocalProcess:
     async def wait(self) -> Optional[int]:
         """Wait for exit and the end of its output; kill what is left of its group."""
         code = await self._proc.wait()
-        self._killpg(_signal.SIGKILL)
+        if start_token(self.pid) is None:   # reaped: a process with its pid now is another's, and so is its group
+            self._killpg(_signal.SIGKILL)
         if self._watchdog is not None and not self._watchdog_session:
             self._watchdog.unregister(self.pid)
         await asyncio.gather(*self._pumps, return_exceptions=True)

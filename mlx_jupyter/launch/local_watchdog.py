@@ -6,7 +6,11 @@ only write end the launcher holds (close-on-exec, and closed in children of
 At EOF (the launcher closed it, or died) it SIGKILLs the process group and
 session of each rank registered in ``<dir>/pids/`` (every local rank leads its
 own session; the launcher adds a rank once spawned and removes it once reaped)
-and removes the launch's temp dir ``<dir>``. Slurm jobs and steps registered in
+and removes the launch's temp dir ``<dir>``. A pid file holds ``PID TOKEN`` lines, the group's
+leader first, each with the process's start (:mod:`mlx_jupyter.proc_identity`): the group and
+session are killed only while their leader is the very process registered (alive or a zombie, it
+holds the id, so nobody else can have it), and a member recorded alone (its leader may be gone)
+only while it is itself; a reused pid names another process and is left alone. Slurm jobs and steps registered in
 ``<dir>/slurm/`` (by id, or by the unique name given before the job id is known)
 are cancelled with ``scancel``: an allocation never outlives its launcher either.
 
@@ -23,7 +27,9 @@ import re
 import shutil
 import tempfile
 import threading
-from typing import Optional
+from typing import Iterable, Optional
+
+from mlx_jupyter.proc_identity import SHELL_START_TOKEN, start_token
 
 # $1: the temp base where a killed mpirun leaves its session dir, which Open MPI
 # names ompi.<node>.<uid>/pid.<mpirun's pid> (mpirun leads the registered session).
@@ -37,20 +43,29 @@ from typing import Optional
 LOCAL_WATCHDOG_SCRIPT = r"""trap '' HUP INT PIPE
 t=$1
 d=$2
+""" + SHELL_START_TOKEN + r"""
 while read -r _; do :; done
 for f in "$d"/pids/*; do
   [ -f "$f" ] || continue
   id=${f##*/}
-  kill -s KILL -- "-$id" 2>/dev/null
-  if command -v pkill >/dev/null 2>&1; then
-    pkill -KILL -s "$id" 2>/dev/null
-  elif [ -r /proc/self/stat ]; then
-    for s in /proc/[0-9]*/stat; do
-      IFS= read -r line 2>/dev/null <"$s" || continue
-      set -f; set -- ${line##*) }; set +f
-      [ "$4" = "$id" ] && p=${s#/proc/} && kill -s KILL "${p%/stat}" 2>/dev/null
-    done
+  p= tok=
+  { IFS=' ' read -r p tok; } <"$f" 2>/dev/null
+  if [ "$p" = "$id" ] && [ -n "$tok" ] && [ "$(start_token "$id")" = "$tok" ]; then
+    kill -s KILL -- "-$id" 2>/dev/null
+    if command -v pkill >/dev/null 2>&1; then
+      pkill -KILL -s "$id" 2>/dev/null
+    elif [ -r /proc/self/stat ]; then
+      for s in /proc/[0-9]*/stat; do
+        IFS= read -r line 2>/dev/null <"$s" || continue
+        set -f; set -- ${line##*) }; set +f
+        [ "$4" = "$id" ] && p=${s#/proc/} && kill -s KILL "${p%/stat}" 2>/dev/null
+      done
+    fi
   fi
+  while IFS=' ' read -r p tok; do
+    case $p in ''|*[!0-9]*) continue ;; esac
+    [ -n "$tok" ] && [ "$(start_token "$p")" = "$tok" ] && kill -s KILL "$p" 2>/dev/null
+  done <"$f"
   rm -rf "$t"/ompi.*/pid."$id" 2>/dev/null
 done
 for f in "$d"/slurm/*; do
@@ -128,9 +143,17 @@ class LocalWatchdog:
         return cls(path, write_fd, proc)
 
     def register(self, pgid: int) -> None:
-        """Guard a rank's process group (call as soon as it is spawned)."""
-        with open(os.path.join(self.path, "pids", str(int(pgid))), "w"):
-            pass
+        """Guard a rank's process group (call as soon as it is spawned, while it is our unreaped child:
+        its start is read now, and a pid that no longer names it is never killed)."""
+        token = start_token(int(pgid))
+        with open(os.path.join(self.path, "pids", str(int(pgid))), "w") as f:
+            f.write(f"{int(pgid)} {token}\n" if token else "")
+
+    def add_members(self, pgid: int, pids: Iterable[int]) -> None:
+        """Guard these processes of ``pgid``'s group one by one too (its leader may die before them)."""
+        lines = [f"{int(p)} {tok}\n" for p in pids if int(p) != int(pgid) for tok in [start_token(int(p))] if tok]
+        with open(os.path.join(self.path, "pids", str(int(pgid))), "a") as f:
+            f.write("".join(lines))
 
     def unregister(self, pgid: int) -> None:
         """Forget a reaped rank (its group id may be reused)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Mapping, NamedTuple, Sequence
 
 from mlx_jupyter.net.ssh import check_name, export, join, quote
+from mlx_jupyter.proc_identity import SHELL_START_TOKEN
 
 #: First stdout line of a rank: MARKER + " " + pid (= its process group id).
 MARKER = "\x1emlx-jupyter-pid"
@@ -50,7 +51,7 @@ else
 fi
 _mj_pid=$!
 exec 3<&-
-if [ -n "$_mj_guard" ] && ! printf '%s\n' "$_mj_d" 2>/dev/null >"$_mj_guard/$_mj_pid"; then
+if [ -n "$_mj_guard" ] && ! printf '%s\n%s\n' "$_mj_d" "$(start_token "$_mj_pid")" 2>/dev/null >"$_mj_guard/$_mj_pid"; then
   kill -s KILL -- "-$_mj_pid" "$_mj_pid" 2>/dev/null   # the watchdog is gone, so is the launcher: don't run unguarded
   die "the launcher's watchdog on this host is gone"
 fi
@@ -58,7 +59,7 @@ while :; do
   wait "$_mj_pid"; _mj_rc=$?
   kill -0 "$_mj_pid" 2>/dev/null || break
 done
-kill -s KILL -- "-$_mj_pid" 2>/dev/null
+[ -n "$(start_token "$_mj_pid")" ] || kill -s KILL -- "-$_mj_pid" 2>/dev/null   # reaped: a pid in use is another's
 [ -n "$_mj_guard" ] && rm -f "$_mj_guard/$_mj_pid"
 exit "$_mj_rc"
 """
@@ -67,25 +68,38 @@ exit "$_mj_rc"
 # It creates a registry dir (each rank wrapper writes a file named after its
 # process group id, holding its temp dir), prints it, then blocks in `read` on
 # the session's stdin: no CPU, no timer. Each line the launcher writes there is
-# "SIGNAME -PGID..." and is delivered with kill(1) (no ssh session per signal).
+# "SIGNAME -PGID..." and is delivered with kill(1) (no ssh session per signal),
+# except to a registered rank whose pid no longer has the start recorded.
 # stdin reaches EOF when the launcher closes it (normal end) or when sshd drops
 # the session because the connection died: the launcher was killed (its kernel
 # closes the socket at once) or the network went away (sshd learns of it once
 # packets flow again, from the launcher's retransmitted FIN/RST, or from its
 # own ClientAliveInterval if set). Then every registered group is SIGKILLed and
-# the temp dirs removed. sshd sends no SIGHUP to a session without a tty, but a
+# the temp dirs removed: only while its pid still names the rank registered (the
+# file's second line is the rank's start, proc_identity's token; a pid reused
+# since is left alone). sshd sends no SIGHUP to a session without a tty, but a
 # HUP is ignored anyway so that the cleanup always runs. Plain POSIX sh.
 REMOTE_WATCHDOG_SCRIPT = r"""umask 077
 trap '' HUP PIPE
+""" + SHELL_START_TOKEN + r"""
 G=$(mktemp -d "${TMPDIR:-/tmp}/mlx-jupyter.XXXXXX") || { echo "cannot create a temp dir in ${TMPDIR:-/tmp}" >&2; exit 125; }
 printf '%s %s\n' "$MARKER" "$G"
 while read -r sig groups; do
-  kill -s "$sig" -- $groups 2>/dev/null
+  for g in $groups; do
+    f=$G/${g#-} tok=
+    [ -f "$f" ] && { IFS= read -r _ && IFS= read -r tok; } <"$f"
+    [ -n "$tok" ] && [ "$(start_token "${g#-}")" != "$tok" ] && continue   # its pid names another process now
+    kill -s "$sig" -- "$g" 2>/dev/null
+  done
 done
 for f in "$G"/*; do
   [ -f "$f" ] || continue
-  kill -s KILL -- "-${f##*/}" "${f##*/}" 2>/dev/null   # the pid too: it may not have called setsid yet
-  IFS= read -r dir <"$f" && case $dir in "${TMPDIR:-/tmp}"/mlx-jupyter.*) rm -rf "$dir" ;; esac
+  dir= tok=
+  { IFS= read -r dir; IFS= read -r tok; } <"$f"
+  if [ -n "$tok" ] && [ "$(start_token "${f##*/}")" = "$tok" ]; then
+    kill -s KILL -- "-${f##*/}" "${f##*/}" 2>/dev/null   # the pid too: it may not have called setsid yet
+  fi
+  case $dir in "${TMPDIR:-/tmp}"/mlx-jupyter.*) rm -rf "$dir" ;; esac
 done
 rm -rf "$G"
 """
@@ -163,6 +177,7 @@ def rank_script(
         f"_mj_hold_usr1={'1' if hold_usr1 else ''}",
         '_mj_d=$(mktemp -d "${TMPDIR:-/tmp}/mlx-jupyter.XXXXXX") || die "cannot create a temp dir in ${TMPDIR:-/tmp}"',
         "_mj_pid=",
+        SHELL_START_TOKEN,
         "trap 'rm -rf \"$_mj_d\"' EXIT",
         # Where sshd delivers signals (non-root logins), pass them to the group.
         "trap '[ -n \"$_mj_pid\" ] && kill -s TERM -- \"-$_mj_pid\" 2>/dev/null' HUP TERM",

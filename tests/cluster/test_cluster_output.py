@@ -3,8 +3,9 @@
 import pytest
 
 from mlx_jupyter.cluster.cells.outcome import DIED, ERROR, RELEASED, RankOutcome
+from mlx_jupyter.cluster.cells.targets import parse_targets
 from mlx_jupyter.cluster.cells.text import (
-    LineGrouper, describe_exit, parse_targets, rank_label, rank_ranges, render_outcomes,
+    LineGrouper, describe_exit, rank_label, rank_ranges, render_outcomes,
 )
 
 
@@ -130,3 +131,26 @@ def test_a_peer_error_about_a_rank_that_already_ended_aborts_nothing():
     run.channel_reply(1, {"status": "ok"})
     run.channel_reply(0, {"status": "error", "ename": "PeerError", "evalue": "rank 1 (10.0.0.2:1) stopped responding"})
     assert aborted == [] and run.cause is None and run.done.is_set()
+
+
+def test_a_run_through_a_controller_that_died_ends_every_rank_still_running_naming_it():
+    from types import SimpleNamespace
+
+    from mlx_jupyter.cluster.cells.outcome import NO_REPLY, OK
+    from mlx_jupyter.cluster.cells.run import CellRun
+
+    lost = []
+    host = SimpleNamespace(backend="ring", restart_advice="", run_ended=lambda run: None,
+                           controller_lost=lambda: lost[0] if lost else "")
+    run = CellRun(host, "x", [0, 1])
+    run.via = "controller"
+    run.channel_reply(0, {"status": "ok"})
+    run.check_deadlines(now=1000.0)
+    assert not run.done.is_set()
+    lost.append("the cluster's controller (pid 7) is dead (killed by SIGKILL); restart the cluster")
+    run.check_deadlines(now=1000.1)
+    assert not run.done.is_set(), "asked again before CONTROLLER_LOOK"
+    run.check_deadlines(now=1001.0)
+    assert run.done.is_set() and run.cause == lost[0]
+    assert run.outcomes[0].status == OK and run.outcomes[1].status == NO_REPLY
+    assert "controller" in run.outcomes[1].note

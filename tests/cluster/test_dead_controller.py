@@ -205,3 +205,87 @@ def test_a_connected_handle_names_the_owners_dead_controller(tmp_path):
         print("ok")
     ''')
     assert out.strip().endswith("ok"), out
+
+
+def test_a_controller_killed_mid_cell_ends_the_cells_through_it_within_5_s_naming_it(tmp_path):
+    """A cell through the controller (``cell_channel=False``, and every connected notebook's) used to
+    wait for good once the controller was SIGKILLed under it (issue 44 §3): it ends, naming it."""
+    out = isolated(f'''
+        os.environ["JUPYTER_RUNTIME_DIR"] = {str(tmp_path)!r}
+        from mlx_jupyter.cluster.cells.display import DistributedCellError, show_run
+        owner = Cluster(n=2, timeout=60, cell_channel=False).start()
+        connected = None
+        try:
+            assert owner.execute("world.rank()", timeout=60) == ["0", "1"]
+            connected = Cluster.connect(owner.cluster_id, timeout=30)
+            assert connected.execute("world.rank()", timeout=60) == ["0", "1"]
+            cell = "import time\\nprint('in', flush=True)\\ntime.sleep(120)"
+            runs = [owner.run(cell, [0]), connected.run(cell, [1])]
+            for run in runs:
+                assert run.via == "controller", run.via
+                ev = run.next_event(60)
+                while ev is None or ev.kind != "stream":
+                    ev = run.next_event(60)
+            pid = owner.ipp.controller.pid
+            os.kill(pid, signal.SIGKILL)
+            t0 = time.monotonic()
+            for run in runs:
+                try:
+                    show_run(run, live=None)
+                    raise AssertionError("the cell ended well")
+                except DistributedCellError as err:
+                    text = str(err) + "\\n".join(err.lines)
+                assert time.monotonic() - t0 < NAMED_WITHIN, time.monotonic() - t0
+                assert f"the cluster's controller (pid {{pid}}" in text and "is dead" in text, text
+                assert "restart" in text, text
+        finally:
+            if connected is not None:
+                connected.stop()
+            owner.stop()
+        print("ok")
+    ''')
+    assert out.strip().endswith("ok"), out
+
+
+def test_the_controllers_forked_child_ends_with_it_before_any_stop():
+    """Issue 44 §4: the heart monitor the controller forks sat orphaned until ``stop()``."""
+    out = isolated('''
+        c = Cluster(n=2, timeout=60).start()
+        try:
+            group = controller_group(c)
+            assert len(group) >= 2, group
+            os.kill(group[0], signal.SIGKILL)
+            assert wait_gone(group, 3) == [], "the controller's child outlived it"
+        finally:
+            c.stop()
+        print("ok")
+    ''')
+    assert out.strip().endswith("ok"), out
+
+
+def test_the_guard_kills_no_process_whose_start_differs_from_the_one_it_recorded():
+    """A recycled pid: the guard's controller pid and its member's name live processes of this test
+    (each leading its own group, as a reused pid's new owner may) with other start times; ``end()``
+    leaves them alive, and kills them once the starts are their own."""
+    from types import SimpleNamespace
+
+    from mlx_jupyter.cluster.controller_guard import ControllerGuard
+    from mlx_jupyter.proc_identity import start_token
+
+    procs = [subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE,
+                              start_new_session=True) for _ in range(2)]
+    try:
+        guard = ControllerGuard(SimpleNamespace(pid=procs[0].pid, connection_files={}), watchdog=False)
+        assert guard.pgid == procs[0].pid and guard.token == start_token(procs[0].pid)
+        guard.token = "1"   # recorded for an earlier process of that pid
+        guard.members = {procs[1].pid: "1"}
+        guard.end()
+        assert [p.poll() for p in procs] == [None, None], "the guard killed a process it did not start"
+        guard.token, guard.members = start_token(procs[0].pid), {procs[1].pid: start_token(procs[1].pid)}
+        guard.end()
+        assert [p.wait(5) for p in procs] == [-signal.SIGKILL, -signal.SIGKILL]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()

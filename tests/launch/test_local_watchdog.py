@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 import psutil
 import pytest
@@ -18,6 +19,7 @@ import pytest
 from launch_helpers import PY, LiveCLI, cli_env, pid_alive, wait_pids_gone, watcher_of, watchers_of
 from mlx_jupyter.launch import Launcher
 from mlx_jupyter.launch.local_watchdog import LOCAL_WATCHDOG_SCRIPT, LocalWatchdog
+from mlx_jupyter.proc_identity import start_token
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -224,7 +226,7 @@ def test_watcher_kills_the_rest_of_a_registered_session(tmp_path, kill_by):
     try:
         procs.append(psutil.Process(int(leader.stdout.readline())))
         assert os.getpgid(procs[1].pid) != leader.pid and os.getsid(procs[1].pid) == leader.pid
-        (guarded / "pids" / str(leader.pid)).touch()
+        (guarded / "pids" / str(leader.pid)).write_text(f"{leader.pid} {start_token(leader.pid)}\n")
         session_dir = tmp_path / "base" / "ompi.node.0" / f"pid.{leader.pid}"   # as a killed mpirun leaves it
         (session_dir / "pmix").mkdir(parents=True)
         watcher = subprocess.Popen(["/bin/sh", "-c", LOCAL_WATCHDOG_SCRIPT, "w", str(tmp_path / "base"), str(guarded)],
@@ -239,3 +241,65 @@ def test_watcher_kills_the_rest_of_a_registered_session(tmp_path, kill_by):
     finally:
         kill_leftovers(procs)
         leader.stdout.close()
+
+
+#: A process of the test's own in a session of its own, as a rank is: what a reused pid would name.
+STRANGER = "import sys; print('up', flush=True); sys.stdin.read()"
+
+
+@pytest.mark.parametrize("recorded", ["another start", "no start"])
+def test_a_pid_file_naming_a_process_by_another_start_leaves_it_alive(tmp_path, recorded):
+    """A recycled pid: the pid file names a live process (the test's, leading its own group and
+    session, as a reused pid's new owner may) but with another start time, or none; the watcher,
+    fired, must leave it and its group alone (issue 44 §4: it killed by pid file alone)."""
+    guarded = tmp_path / "guarded"
+    (guarded / "pids").mkdir(parents=True)
+    stranger = subprocess.Popen([PY, "-c", STRANGER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    try:
+        assert stranger.stdout.readline() == "up\n"
+        token = start_token(stranger.pid)
+        assert token
+        other = str(int(token) - 1) if token.isdigit() else token.replace(":", ";")
+        (guarded / "pids" / str(stranger.pid)).write_text(
+            f"{stranger.pid} {other}\n{stranger.pid} {other}\n" if recorded == "another start" else "")
+        watcher = subprocess.Popen(["/bin/sh", "-c", LOCAL_WATCHDOG_SCRIPT, "w", str(tmp_path / "base"), str(guarded)],
+                                   stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+        watcher.stdin.close()   # the launcher is gone: the watcher does its cleanup
+        assert watcher.wait(10) == 0 and watcher.stderr.read() == b""
+        assert not guarded.exists()
+        assert stranger.poll() is None, "the watcher killed a process it did not start"
+        stranger.stdin.close()
+        assert stranger.wait(10) == 0
+    finally:
+        if stranger.poll() is None:
+            stranger.kill()
+            stranger.wait()
+
+
+def test_a_member_recorded_alone_is_killed_after_its_leader_is_gone_and_only_while_it_is_itself(tmp_path):
+    """The controller's case: its leader dead (SIGKILL), a forked child left in its group; the
+    child, recorded with its start, is killed; a member whose start does not match is left."""
+    async def scenario() -> tuple[int, Optional[int]]:
+        guard = await LocalWatchdog.start()
+        leader = await asyncio.create_subprocess_exec("sleep", "60", start_new_session=True)
+        member = await asyncio.create_subprocess_exec("sleep", "60", start_new_session=True)
+        stranger = await asyncio.create_subprocess_exec("sleep", "60", start_new_session=True)
+        try:
+            guard.register(leader.pid)
+            guard.add_members(leader.pid, [member.pid])
+            with open(os.path.join(guard.path, "pids", str(leader.pid)), "a") as f:
+                f.write(f"{stranger.pid} 1\n")   # a start it never had: a pid reused since
+            leader.kill()
+            await leader.wait()   # reaped: its pid may be anyone's now
+            await guard.close()
+            await asyncio.wait_for(member.wait(), 5)
+            return member.returncode, stranger.returncode
+        finally:
+            for p in (leader, member, stranger):
+                if p.returncode is None:
+                    p.kill()
+                    await p.wait()
+
+    member_code, stranger_code = asyncio.run(scenario())
+    assert member_code == -signal.SIGKILL and stranger_code is None

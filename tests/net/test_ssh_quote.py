@@ -194,8 +194,11 @@ def test_watchdog_signals_then_kills_registered_groups_at_eof():
         if registered.exists():
             break
         pause.wait(0.05)
-    rank_dir = Path(registered.read_text().strip())
-    assert rank_dir.is_dir() and os.getpgid(pgid) == pgid
+    from mlx_jupyter.proc_identity import start_token
+
+    lines = registered.read_text().splitlines()   # the rank's temp dir, then its start
+    rank_dir = Path(lines[0])
+    assert rank_dir.is_dir() and os.getpgid(pgid) == pgid and lines[1] == start_token(pgid)
     dog.stdin.write(f"USR1 -{pgid}\n".encode())
     dog.stdin.flush()
     assert rank.stdout.readline() == b"usr1\n"

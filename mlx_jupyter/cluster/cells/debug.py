@@ -29,7 +29,8 @@ import time
 from functools import partial
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
-from mlx_jupyter.cluster.cells.text import LineGrouper, parse_targets, rank_label
+from mlx_jupyter.cluster.cells.targets import TargetsError, parse_targets
+from mlx_jupyter.cluster.cells.text import LineGrouper, rank_label
 
 
 class ControlSender(Protocol):
@@ -103,10 +104,10 @@ def split_targets(line: str, size: int) -> tuple[Optional[list[int]], str]:
     if m is None:
         return None, line
     try:
-        ranks = parse_targets(m.group(1), size)
-    except ValueError as exc:
-        if str(exc).startswith("no rank"):
-            raise
+        ranks = parse_targets(m.group(1), size, flag="rank")
+    except TargetsError:
+        raise
+    except ValueError:
         raise ValueError(f"cannot read the ranks {m.group(1)!r}: write them as 2, 0,2 or 0-3 (no spaces)") from None
     return ranks, (m.group(2) or "").strip()
 

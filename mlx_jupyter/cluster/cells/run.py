@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Protocol, Se
 from mlx_jupyter.launch import backends
 from mlx_jupyter.cluster.cells.debug import ControlSender
 from mlx_jupyter.cluster.cells.cell_server import CellServer, notebook_count
+from mlx_jupyter.cluster.cells.replies import is_release_error, reply_content
 from mlx_jupyter.cluster.cells.outcome import DIED, ERROR, NO_REPLY, OK, RELEASED, RUNNING, RankOutcome
 from mlx_jupyter.cluster.cells.text import describe_exit
 
@@ -73,51 +74,21 @@ class RunHost(Protocol):
                       timeout: float = 1.0) -> Mapping[int, dict[str, Any]]: ...  # asked on the control channel
     def rank_infos(self) -> Sequence[Placed]: ...  # each rank's launch record
     def death_note(self, rank: int) -> str: ...  # why Slurm ended ``rank`` (time limit, node failure), or ""
+    def controller_lost(self) -> str: ...  # why the controller is gone and what to do, or "" while it runs
     def run_started(self, run: "CellRun") -> None: ...
     def run_ended(self, run: "CellRun") -> None: ...
     def mark_busy(self, rank: int, request: Request) -> None: ...  # rank still runs request
 
-#: errors a rank shows when it was stopped from outside: we interrupted it, a peer
-#: aborted our core's group, or MLX's sockets were closed under a blocked collective
-RELEASE_ERRORS = {"AbortedError", "PeerError"}
-RELEASE_TEXT = ("connection to a peer was lost",)
 #: how a rank's end is said in the table of where the ranks are
 ENDED_WORDS = {OK: "done", ERROR: "raised", RELEASED: "released", DIED: "dead", NO_REPLY: "no reply"}
 #: a rank's answer for a cell aborted before it started there (rank.agent.CellAborted)
 NOT_STARTED = "CellAborted"
 #: the event put once the whole run has ended (after ``done`` is set), waking a reader that waits
 FINISHED = "finished"
+#: how often a run through the controller asks whether the controller still lives (its death ends the run)
+CONTROLLER_LOOK = 0.25
 #: our core's PeerError for a peer whose host stopped acknowledging (down, or the network cut)
 _SILENT_PEER = re.compile(r"rank (\d+) \([^)]*\) stopped responding")
-
-
-def is_release_error(ename: str, evalue: str, stopped: bool) -> bool:
-    """Whether a rank's error says it was stopped from outside rather than failing by itself.
-
-    ``stopped``: we sent this rank an abort, or a peer died, during this run.
-    Our core's abort errors always count; an interrupt or MLX's lost connection
-    only when we caused it (a `world` closed in an earlier cell is an error).
-    """
-    if ename in RELEASE_ERRORS:
-        return True
-    return stopped and (ename == "KeyboardInterrupt" or any(t in evalue for t in RELEASE_TEXT))
-
-
-def _reply_content(fut: Any) -> dict[str, Any]:
-    """An ipyparallel execute future's outcome as reply content (status, ename, evalue, traceback)."""
-    exc = fut.exception()
-    result = exc if exc is not None else fut.result()
-    if type(result).__name__ == "ExecuteReply":
-        return {"status": "ok"}
-    if type(result).__name__ == "TaskAborted":
-        return {"status": "aborted"}
-    ename = getattr(result, "ename", None) or type(result).__name__
-    evalue = getattr(result, "evalue", None)
-    evalue = str(result) if evalue is None else str(evalue)
-    tb = getattr(result, "traceback", None) or []
-    if isinstance(tb, str):
-        tb = tb.split("\n")
-    return {"status": "error", "ename": ename, "evalue": evalue, "traceback": list(tb)}
 
 
 def _safe(fn: Callable[..., None]) -> Callable[..., None]:
@@ -183,6 +154,7 @@ class CellRun:
         self.first_error: Optional[int] = None  # the first rank whose own error ended its cell
         self.cell_server: Optional[CellServer] = None  # the cell channel, when the cell went through it
         self.via = ""  # "channel" (straight to the ranks) or "controller" (ipyparallel's execute_request)
+        self._controller_looked = 0.0
 
     # ------------------------------------------------------------ sending
 
@@ -257,7 +229,7 @@ class CellRun:
         self._on_idle(rank)
 
     def _on_reply(self, rank: int, fut: Any) -> None:
-        content = _reply_content(fut)
+        content = reply_content(fut)
         if content.get("ename") == "EngineError":   # ipyparallel saw the engine die before the launcher told us
             self.rank_died(rank, None)
             return
@@ -372,8 +344,14 @@ class CellRun:
             self.cluster.send_abort(reason, targets, self.msg_ids)
 
     def check_deadlines(self, now: Optional[float] = None) -> None:
-        """Give up on ranks that did not end ``release_deadline`` s after their abort."""
+        """Give up on ranks that did not end ``release_deadline`` s after their abort, and on every
+        rank of a run through a controller that died (nothing of theirs can come back)."""
         now = time.monotonic() if now is None else now
+        if self.via == "controller" and now - self._controller_looked >= CONTROLLER_LOOK:
+            self._controller_looked = now
+            lost = self.cluster.controller_lost()
+            if lost:
+                self._controller_died(lost)
         late = []
         with self._lock:
             for rank, sent in self._abort_sent.items():
@@ -390,6 +368,19 @@ class CellRun:
                     self._idle.add(rank)
                     late.append(rank)
         for rank in late:
+            self._maybe_end(rank)
+
+    def _controller_died(self, lost: str) -> None:
+        """End every rank still running: their replies and outputs went through the dead controller."""
+        with self._lock:
+            self.cause = self.cause or lost
+            running = [r for r in self.ranks if r not in self._ended and self.outcomes[r].status == RUNNING]
+            for rank in running:
+                self.outcomes[rank].status = NO_REPLY
+                self.outcomes[rank].note = "unreachable: the controller its cell went through is dead"
+                self._replied.add(rank)
+                self._idle.add(rank)
+        for rank in running:
             self._maybe_end(rank)
 
     def _no_reply_note(self) -> str:

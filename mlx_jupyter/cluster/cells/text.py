@@ -47,28 +47,6 @@ def rank_label(ranks: Iterable[int]) -> str:
     return f"rank {items[0]}" if len(items) == 1 else f"ranks {rank_ranges(items)}"
 
 
-def parse_targets(spec: str, size: int) -> list[int]:
-    """``"0,2-3"`` / ``"all"`` / ``":2"`` -> sorted rank list, each checked against ``size``."""
-    spec = spec.strip()
-    if spec in ("", "all", ":"):
-        return list(range(size))
-    if ":" in spec:
-        lo, _, hi = spec.partition(":")
-        return list(range(size))[slice(int(lo) if lo else None, int(hi) if hi else None)]
-    ranks: set[int] = set()
-    for part in spec.split(","):
-        part = part.strip()
-        if "-" in part[1:]:
-            a, b = part.split("-", 1)
-            ranks.update(range(int(a), int(b) + 1))
-        else:
-            ranks.add(int(part))
-    bad = sorted(r for r in ranks if not 0 <= r < size)
-    if bad:
-        raise ValueError(f"no rank {rank_ranges(bad)} in a cluster of {size} ranks (0-{size - 1})")
-    return sorted(ranks)
-
-
 def overwrite(line: str) -> str:
     """``line`` as a terminal shows it: text after a carriage return overwrites from the line's start."""
     shown = ""
