@@ -28,6 +28,23 @@ SENTENCES = (
 )
 
 
+def _byte_chars(data: bytes) -> list[str]:
+    """The characters byte-level BPE writes ``data``'s bytes as (GPT-2's table: printable bytes
+    stand for themselves, the others for the code points from 256 up, in byte order)."""
+    kept = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    table, extra = {b: chr(b) for b in kept}, 0
+    for b in range(256):
+        if b not in table:
+            table[b], extra = chr(256 + extra), extra + 1
+    return [table[b] for b in data]
+
+
+#: the bytes the tokenizer knows: printable ASCII and the newline (the chat template's), so that a
+#: random model's tokens are letters, pieces of words and words, never stray control bytes; other
+#: characters of a prompt are dropped
+ALPHABET = _byte_chars(bytes([10, *range(32, 127)]))
+
+
 def write_tokenizer(folder: Path, vocab_size: int = 384, texts: Sequence[str] = SENTENCES) -> int:
     """Train a byte-level BPE of at most ``vocab_size`` tokens on ``texts`` and save it in
     ``folder``; return the tokenizer's size (ids 0..size-1, the special tokens first)."""
@@ -37,7 +54,7 @@ def write_tokenizer(folder: Path, vocab_size: int = 384, texts: Sequence[str] = 
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL), show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+                                  initial_alphabet=ALPHABET, limit_alphabet=len(ALPHABET))
     tok.train_from_iterator(list(texts), trainer=trainer)
     folder.mkdir(parents=True, exist_ok=True)
     tok.save(str(folder / "tokenizer.json"))
