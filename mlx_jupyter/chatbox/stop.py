@@ -38,9 +38,15 @@ def _on_stop(kernel: Any, stream: Any, idents: Any, parent: dict[str, Any]) -> N
     kernel.session.send(stream, "mlx_chat_stop_reply", {"status": "ok", "reply": reply}, parent=parent, ident=idents)
 
 
+#: stops kept for replies that have not begun here (a stop that came after its reply's end is never spent)
+KEEP = 64
+
+
 def request(reply: str) -> None:
     """Ask this rank to stop ``reply`` (whether it has begun here or not)."""
     with _lock:
+        if len(_stopped) >= KEEP:
+            _stopped.clear()
         _stopped.add(reply)
 
 

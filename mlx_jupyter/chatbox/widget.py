@@ -96,7 +96,11 @@ class ChatBox(widgets.VBox):
 
     def stop(self) -> bool:
         """End the reply being made after the same token on every rank (the model stays loaded)."""
-        return self.session.stop()
+        try:
+            return self.session.stop()
+        except Exception as e:  # e.g. the controller is gone: the control channel cannot carry the stop
+            self.status.value = note(f"the stop did not reach the ranks: {type(e).__name__}: {e}", error=True)
+            return False
 
     def reset(self) -> None:
         """Forget the chat (the model stays loaded)."""

@@ -33,3 +33,35 @@ def test_the_messages_put_the_system_prompt_first_and_the_prompt_last():
 def test_names_on_the_ranks_must_be_python_names(name):
     with pytest.raises(ValueError, match="not a Python name"):
         ChatSession(cluster=None, model=name)  # type: ignore[arg-type]
+
+
+def test_a_stop_request_on_the_control_channel_is_noted_and_answered():
+    from mlx_jupyter.chatbox import stop
+
+    sent = []
+
+    class Session:
+        def send(self, stream, msg_type, content, parent, ident):
+            sent.append((msg_type, content))
+
+    class Kernel:
+        control_handlers: dict = {}
+        session = Session()
+
+    kernel = Kernel()
+    assert stop.install(kernel)
+    kernel.control_handlers[stop.MSG_TYPE]("stream", [b"id"], {"content": {"reply": "r1"}})
+    assert stop.requested("r1") and not stop.requested("r2")
+    assert sent == [("mlx_chat_stop_reply", {"status": "ok", "reply": "r1"})]
+    stop.forget("r1")
+    assert not stop.requested("r1")
+
+
+def test_the_agreed_stop_on_one_rank_is_its_own_wish():
+    import mlx.core as mx
+
+    from mlx_jupyter.chatbox import stop
+
+    world = mx.distributed.init()
+    assert world.size() == 1
+    assert stop.agreed(True, None, world) and not stop.agreed(False, None, world)
