@@ -27,6 +27,7 @@ _LAZY = {
     "is_available": "mlx_jupyter.distributed",
     "backends": "mlx_jupyter.distributed",
     "Cluster": "mlx_jupyter.cluster",
+    "chat": "mlx_jupyter.chatbox.widget",
 }
 
 

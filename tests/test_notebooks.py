@@ -66,7 +66,7 @@ def test_every_notebook_is_tested():
          "04-remote-cluster-over-ssh.ipynb", "05-launch-from-a-notebook.ipynb",
          "06-when-a-cell-hangs.ipynb",
          "07-slurm-cluster.ipynb",   # needs Slurm: run on the Slurm bed by tests/slurm/test_notebook_slurm.py
-         "buffers_and_backends.ipynb"])
+         "08-sharded-chat.ipynb", "buffers_and_backends.ipynb"])
 
 
 @pytest.mark.timeout(240)
@@ -197,3 +197,22 @@ def test_when_a_cell_hangs():
     assert "'scale': 0" in out and "'_ih'" not in out and "'In'" not in out, out  # p locals(): the user's names
     # one prompt for every rank (%mlx_debug --all): the rank whose loss differs stands out
     assert re.search(r"\[rank 0\] 3\.0\s.*\[rank 1\] nan", out, re.S), out
+
+
+@pytest.mark.timeout(240)
+def test_sharded_chat():
+    """A tiny model made here, loaded sharded (tensor, then pipeline), chatted with, a reply stopped."""
+    require_module("mlx_lm", "MLX-LM (pip install '.[notebooks]')")
+    nb = run("08-sharded-chat.ipynb")
+    out = text_of(nb)
+    assert "'model.safetensors.index.json'" in out and "'tokenizer.json'" in out, out
+    assert "[rank 0] rank 0: 2 of 4 attention heads in each layer" in out, out
+    assert re.search(r"\[ranks 0-1\] '[^\n]+'", out), out  # plain MLX-LM: the same text on both ranks
+    assert re.search(r"48 tokens · [0-9.]+ tokens/s · first token [0-9.]+ s · prompt \d+ tokens at \d+ tokens/s · token limit",
+                     out), out
+    stopped = re.search(r"(\d+) tokens · .* · stopped", out)
+    assert stopped and int(stopped.group(1)) < 5000, out
+    assert f"[ranks 0-1] stopped after {stopped.group(1)} tokens; world sums to 2.0" in out, out
+    assert "[rank 0] rank 0: layers 2-3; " in out and "[rank 1] rank 1: layers 0-1; " in out, out
+    assert "application/vnd.jupyter.widget-view+json" in mimetypes(nb)
+    assert "cluster stopped" in out and "Traceback" not in out
