@@ -262,9 +262,8 @@ class Job:
         m.mpi_plan = plan
         if version is not None:
             m.mpi_output = tagged = mpi.TaggedOutput(m.emit, version, marker)
-            # a piece of mpirun's line goes on as a line, as before (its rank tags end pieces there)
-            out = LineSplitter(lambda text, _: tagged.line("stdout", text))
-            err = LineSplitter(lambda text, _: tagged.line("stderr", text))
+            out = LineSplitter(lambda text, ends: tagged.piece("stdout", text, ends))
+            err = LineSplitter(lambda text, ends: tagged.piece("stderr", text, ends))
         else:
             out = LineSplitter(lambda text, ends: m.emit(0, "stdout", text, ends))
             err = LineSplitter(lambda text, ends: m.emit(0, "stderr", text, ends))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import threading
 
@@ -20,7 +21,7 @@ from launch_helpers import PY, ROOT, cli_env
 #: each stdin line is [rank, stream, text]: that rank writes text to that stream, flushed, no newline added
 RANK = (
     "import json, os, sys\n"
-    "me = int(os.environ['MLX_RANK'])\n"
+    "me = int(os.environ.get('MLX_RANK') or os.environ['OMPI_COMM_WORLD_RANK'])\n"
     "for line in sys.stdin:\n"
     "    rank, stream, text = json.loads(line)\n"
     "    if rank == me:\n"
@@ -32,11 +33,11 @@ RANK = (
 class Streamed:
     """A running launcher of ``ranks`` RANK processes; its stdout (and stderr with ``merged``) read as bytes come."""
 
-    def __init__(self, ranks: int = 2, merged: bool = False, output: tuple[str, ...] = ()):
+    def __init__(self, ranks: int = 2, merged: bool = False, output: tuple[str, ...] = (), env: dict | None = None):
         self.proc = subprocess.Popen([PY, "-m", "mlx_jupyter", "launch", "-n", str(ranks), *output, "--", PY, "-c", RANK],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT if merged else subprocess.DEVNULL,
-                                     env=cli_env(), cwd=ROOT)
+                                     env=cli_env(env), cwd=ROOT)
         self.text = ""
         self._cond = threading.Condition()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -134,7 +135,38 @@ def test_an_unfinished_last_line_is_ended_before_the_launcher_exits():
         assert s.text == "[rank 0] no newline\n"
 
 
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed (apt-get install openmpi-bin)")
+def test_mpi_ranks_stream_through_mpiruns_tags():
+    # mpirun gives this machine's ranks' stdin to rank 0 only: rank 1 reads EOF and ends
+    root = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}   # the tests run as root
+    with Streamed(output=("--backend", "mpi"), env=root) as s:
+        s.step(0, "streamed", "[rank 0] streamed")
+        s.step(0, " tokens", "[rank 0] streamed tokens")
+        s.step(0, "\n", "[rank 0] streamed tokens\n")
+        assert s.finish() == 0
+
+
 # ---------------------------------------------------------------- the pieces, without processes
+
+
+def test_mpi_tags_in_pieces_give_each_rank_its_pieces():
+    from mlx_jupyter.launch.mpi import TaggedOutput
+
+    got: list = []
+    t = TaggedOutput(lambda *a: got.append(a), (4, 1))
+    # as Open MPI 4.1.4 wrote two ranks' `print(w, end="", flush=True)`: each chunk tagged, one mpirun line
+    t.piece("stdout", "[1,1]<stdout>:tok", False)
+    t.piece("stdout", "[1,0]<stdout>:tok[1,1]<std", False)   # a tag cut at the end of a piece is held
+    t.piece("stdout", "out>: more", False)
+    t.piece("stdout", " still", False)                        # no tag: the chunk mpirun's line is in goes on
+    t.piece("stdout", "[1,0]<stdout>: end", True)
+    t.piece("stderr", "mpirun: a note", False)                # mpirun's own line is read whole
+    t.piece("stderr", " of its own", True)
+    t.flush()
+    assert got == [(1, "stdout", "tok", False), (0, "stdout", "tok", False), (1, "stdout", " more", False),
+                   (1, "stdout", " still", False), (0, "stdout", " end", True), (-1, "stderr", "mpirun: a note of its own", True),
+                   (1, "stdout", "", True)]
+
 
 
 def _split(chunks: list[bytes], linger: float = 0.05) -> list[tuple[str, bool]]:
