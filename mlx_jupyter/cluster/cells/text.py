@@ -121,6 +121,10 @@ class LineGrouper:
         """Each rank's unfinished progress line (one rewritten with ``\\r``), as shown now."""
         return {r: overwrite(st.partial) for r, st in self._ranks.items() if st.live and overwrite(st.partial)}
 
+    def partials(self) -> dict[int, str]:
+        """Each rank's unfinished line (not a progress line) whose earlier lines have all been flushed."""
+        return {r: st.partial for r, st in self._ranks.items() if st.partial and not st.live and not st.lines}
+
     def finish(self, rank: int, now: Optional[float] = None) -> None:
         st = self._ranks.setdefault(rank, _RankLines())
         if overwrite(st.partial):
