@@ -46,13 +46,13 @@ class OpenLine:
         """The text showing the ranks' unfinished lines (``{rank: its text so far}``) as far as they grew."""
         out: list[str] = []
         if self._open is not None and self._open[0] == stream:
-            ranks, shown = self._open[1], self._open[2]
-            if all(r in partials for r in ranks):
-                common = os.path.commonprefix([partials[r] for r in ranks])
+            writing, shown = self._open[1], self._open[2]
+            if all(r in partials for r in writing):
+                common = os.path.commonprefix([partials[r] for r in writing])
                 if len(common) > len(shown) and common.startswith(shown):
                     out.append(common[len(shown):])
-                    self._open = (stream, ranks, common)
-            partials = {r: p for r, p in partials.items() if r not in ranks}
+                    self._open = (stream, writing, common)
+            partials = {r: p for r, p in partials.items() if r not in writing}
         groups = group_equal(partials) if grouped else [([r], p) for r, p in sorted(partials.items())]
         for ranks, text in groups:
             start = self._shown(stream, ranks, text, forget=False)
