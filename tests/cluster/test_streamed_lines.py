@@ -78,3 +78,18 @@ def test_rank_mode_streams_each_rank_apart():
     r.stream(0, "stdout", "same")
     _feed(r, 1, "same")
     assert "".join(out) == "[rank 0] same\n[rank 1] same"
+
+
+def test_a_line_shown_in_part_waits_for_no_other_rank_and_whole_lines_still_group():
+    r, out, _, _ = _renderer(hold=10.0)
+    _feed(r, 0, "a")
+    _feed(r, 0, "\n")                      # its start is out: the line ends now, not after the hold
+    _feed(r, 0, "b")                       # so the next line's tokens show at once
+    assert "".join(out) == "[rank 0] a\n[rank 0] b"
+    r.stream(0, "stdout", "\nsame\n")
+    _feed(r, 1, "same\n")                  # lines align by position: rank 1's first meets rank 0's "b"
+    r.end(0)
+    r.end(1)
+    r.flush()
+    assert "".join(out) == "[rank 0] a\n[rank 0] b\n[rank 1] same\n[rank 0] same\n"
+

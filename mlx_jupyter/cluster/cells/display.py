@@ -206,7 +206,7 @@ class Renderer:
             return
         for name, g in self.streams.items():
             write = self.out if name == "stdout" else self.err
-            lines = g.flush(force=force)
+            lines = g.flush(force=force, eager=self.open.started(name))   # a line shown in part waits for none
             bars = [x for x in lines if isinstance(x[1], FinishedBar)] if name == "stderr" else []
             if bars:  # a finished bar (tqdm writes on stderr) is a success's output, not an error's
                 self.out(self._lines("stdout", bars))

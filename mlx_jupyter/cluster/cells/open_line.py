@@ -28,6 +28,13 @@ class OpenLine:
         if self._open is not None:
             self._writers[self._open[0]](self._end())
 
+    def started(self, stream: str) -> set[int]:
+        """The ranks whose current line on ``stream`` is shown in part (open, or broken off)."""
+        ranks = {r for s, r in self._cut if s == stream}
+        if self._open is not None and self._open[0] == stream:
+            ranks.update(self._open[1])
+        return ranks
+
     def lines(self, stream: str, items: Sequence[tuple[list[int], str]]) -> str:
         """The text showing complete lines ``(ranks, line)``: the rest of the open line, or ``[label] line``."""
         out: list[str] = []
