@@ -33,8 +33,10 @@ RANK = (
 class Streamed:
     """A running launcher of ``ranks`` RANK processes; its stdout (and stderr with ``merged``) read as bytes come."""
 
-    def __init__(self, ranks: int = 2, merged: bool = False, output: tuple[str, ...] = (), env: dict | None = None):
-        self.proc = subprocess.Popen([PY, "-m", "mlx_jupyter", "launch", "-n", str(ranks), *output, "--", PY, "-c", RANK],
+    def __init__(self, ranks: int | None = 2, merged: bool = False, output: tuple[str, ...] = (),
+                 env: dict | None = None):
+        count = ["-n", str(ranks)] if ranks is not None else []
+        self.proc = subprocess.Popen([PY, "-m", "mlx_jupyter", "launch", *count, *output, "--", PY, "-c", RANK],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT if merged else subprocess.DEVNULL,
                                      env=cli_env(env), cwd=ROOT)
@@ -54,8 +56,9 @@ class Streamed:
         self.proc.stdin.write((json.dumps([rank, stream, text]) + "\n").encode())
         self.proc.stdin.flush()
 
-    def shows(self, expected: str, timeout: float = 15) -> str:
-        """Wait until the output so far is exactly ``expected``; the output."""
+    def shows(self, expected: str, timeout: float = 60) -> str:
+        """Wait until the output so far is exactly ``expected``; the output. (``timeout`` only ends a hang: the
+        first step waits for the launch to start, over ssh on a loaded machine too.)"""
         with self._cond:
             if not self._cond.wait_for(lambda: self.text == expected, timeout):
                 raise AssertionError(f"after {timeout} s the launcher showed {self.text!r}, not {expected!r}")
@@ -133,6 +136,13 @@ def test_an_unfinished_last_line_is_ended_before_the_launcher_exits():
         s.step(0, "no newline", "[rank 0] no newline")
         assert s.finish() == 0
         assert s.text == "[rank 0] no newline\n"
+
+
+def test_ranks_on_other_hosts_stream_over_ssh(testbed):
+    with Streamed(None, output=(*testbed.cli_ssh_args(), "--hosts", ",".join(testbed.ips[:2]))) as s:
+        s.step(1, "streamed", "[rank 1] streamed")
+        s.step(1, " tokens\n", "[rank 1] streamed tokens\n")
+        assert s.finish() == 0
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed (apt-get install openmpi-bin)")
