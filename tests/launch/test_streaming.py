@@ -235,3 +235,15 @@ def test_terminal_breaks_only_where_other_output_comes_between(monkeypatch, caps
     t.write(0, "stdout", "b", True, "[0] ")
     out, err = capsys.readouterr()
     assert (out, err) == (("[0] a\n[0] b\n", "[0] w\n") if same else ("[0] ab\n", "[0] w\n"))
+
+
+def test_a_ranks_exit_report_ends_its_unfinished_stderr_line_unseen():
+    from mlx_jupyter.launch.mpi import TaggedOutput
+
+    got: list = []
+    t = TaggedOutput(lambda *a: got.append(a), (4, 1), "mark")
+    t.piece("stderr", "[1,0]<stderr>:oops", False)
+    t.piece("stderr", "[1,0]<stderr>:mark 3", True)   # the reporting shell's line after the rank's last piece
+    t.flush()
+    assert got == [(0, "stderr", "oops", False), (0, "stderr", "", True)]
+    assert (t.failure.rank, t.failure.what) == (0, "exited with code 3")
