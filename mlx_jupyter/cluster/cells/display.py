@@ -211,7 +211,10 @@ class Renderer:
             if bars:  # a finished bar (tqdm writes on stderr) is a success's output, not an error's
                 self.out(self._lines("stdout", bars))
                 lines = [x for x in lines if not isinstance(x[1], FinishedBar)]
-            text = self._lines(name, lines) + self.open.partials(name, g.partials(), self.mode == "grouped")
+            text = self._lines(name, lines) if lines else ""
+            partials = g.partials()
+            if partials:
+                text += self.open.partials(name, partials, self.mode == "grouped")
             if text:
                 write(text)
             live = g.live()

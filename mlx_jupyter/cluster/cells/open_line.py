@@ -30,6 +30,8 @@ class OpenLine:
 
     def started(self, stream: str) -> set[int]:
         """The ranks whose current line on ``stream`` is shown in part (open, or broken off)."""
+        if self._open is None and not self._cut:
+            return set()
         ranks = {r for s, r in self._cut if s == stream}
         if self._open is not None and self._open[0] == stream:
             ranks.update(self._open[1])

@@ -141,11 +141,13 @@ class LineGrouper:
         """``eager``: ranks whose next line is shown in part already: it waits for no other rank's."""
         now = time.monotonic() if now is None else now
         out: list[tuple[list[int], str]] = []
-        started = set(eager)
+        started: Optional[set[int]] = None
         while True:
             heads = {r: st.lines[0] for r, st in self._ranks.items() if st.lines}
             if not heads:
                 return out
+            if started is None:
+                started = set(eager)
             waiting = [r for r, st in self._ranks.items() if not st.lines and not st.done]
             oldest = min(t for t, _ in heads.values())
             if waiting and not force and now - oldest < self.hold and started.isdisjoint(heads):
