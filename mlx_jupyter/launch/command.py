@@ -27,6 +27,7 @@ from mlx_jupyter.launch.launch_config import local_script
 from mlx_jupyter.launch.job import LaunchConfig, LaunchJob, make_job
 from mlx_jupyter.launch.rankinfo import rank_prefix
 from mlx_jupyter.launch.slurm import command as slurm_command
+from mlx_jupyter.launch.terminal import TERMINAL
 from mlx_jupyter.suggest import ArgumentParser
 
 PROG = "mlx-jupyter launch"
@@ -178,20 +179,17 @@ def make_config(args: argparse.Namespace, command: list[str]) -> LaunchConfig:
 
 
 class _Output:
-    """Writes rank lines to our stdout/stderr, prefixed or raw (``mode`` None: prefixed with more than one rank)."""
+    """Writes rank text to our stdout/stderr as it comes (:class:`~.terminal.Terminal`), prefixed or raw
+    (``mode`` None: prefixed with more than one rank)."""
 
     def __init__(self, mode: Optional[str], job: LaunchJob):
         self.mode, self.job = mode, job   # a Slurm job knows its size once it has its nodes
 
-    def __call__(self, rank: int, stream: str, line: str) -> None:
-        target = sys.stdout if stream == "stdout" else sys.stderr
+    def __call__(self, rank: int, stream: str, text: str, ends: bool) -> None:
         size = self.job.size
         prefix = self.mode == "prefix" or (self.mode is None and size > 1)
-        try:   # rank -1: mpirun's or srun's own messages, never prefixed
-            target.write((rank_prefix(rank, size) if prefix else "") + line + "\n")
-            target.flush()
-        except (BrokenPipeError, ValueError):
-            pass
+        # rank -1: mpirun's or srun's own messages, never prefixed
+        TERMINAL.write(rank, stream, text, ends, rank_prefix(rank, size) if prefix else "", breaks=prefix)
 
 
 async def _pump_stdin(job: LaunchJob, rank: Optional[int] = None) -> None:
@@ -226,7 +224,7 @@ async def _pump_stdin(job: LaunchJob, rank: Optional[int] = None) -> None:
 async def run(config: LaunchConfig, output: str | None) -> int:
     """Launch, forward stdin and signals, wait; return the exit status."""
     job = make_job(config)
-    config.on_output = _Output(output, job)
+    config.on_text = _Output(output, job)
     loop = asyncio.get_running_loop()
     interrupts = 0
     started = False
@@ -237,10 +235,10 @@ async def run(config: LaunchConfig, output: str | None) -> int:
         interrupts += 1
         if not started:   # e.g. waiting for a Slurm allocation: give up on it
             stopped_by = signal.SIGINT
-            print(f"\n{PROG}: interrupted while starting; cancelling", file=sys.stderr)
+            TERMINAL.say(f"\n{PROG}: interrupted while starting; cancelling")
             asyncio.ensure_future(job.stop(2.0))
         elif interrupts == 1:
-            print(f"\n{PROG}: forwarding Ctrl-C to every rank (press again to terminate them)", file=sys.stderr)
+            TERMINAL.say(f"\n{PROG}: forwarding Ctrl-C to every rank (press again to terminate them)")
             asyncio.ensure_future(job.signal(signal.SIGINT))
         else:
             asyncio.ensure_future(job.stop(2.0))
@@ -253,13 +251,12 @@ async def run(config: LaunchConfig, output: str | None) -> int:
 
     async def print_where() -> None:
         if not started:
-            print(f"{PROG}: the ranks are still starting", file=sys.stderr)
+            TERMINAL.say(f"{PROG}: the ranks are still starting")
             return
         if not config.where_on_signal:
-            print(f"{PROG}: the ranks were started without --where-on-signal: they cannot say where they are",
-                  file=sys.stderr)
+            TERMINAL.say(f"{PROG}: the ranks were started without --where-on-signal: they cannot say where they are")
         where = await job.where()
-        print(f"{PROG}: {where}", file=sys.stderr, flush=True)
+        TERMINAL.say(f"{PROG}: {where}")
 
     loop.add_signal_handler(signal.SIGINT, on_sigint)
     loop.add_signal_handler(signal.SIGUSR1, lambda: asyncio.ensure_future(print_where()))
@@ -282,6 +279,7 @@ async def run(config: LaunchConfig, output: str | None) -> int:
             stdin_task.cancel()
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):
             loop.remove_signal_handler(sig)
+    TERMINAL.end_lines()   # a last unfinished line, so the summary and the shell's prompt start on their own
     summary = job.summary()
     if summary:
         print(f"{PROG}: {summary}", file=sys.stderr)

@@ -34,6 +34,7 @@ from mlx_jupyter.launch.remote import RemoteProcess
 from mlx_jupyter.launch.script import rank_script
 from mlx_jupyter.launch.stop import Teardown
 from mlx_jupyter.launch.streams import LineSplitter
+from mlx_jupyter.launch.terminal import TERMINAL
 from mlx_jupyter.net import ssh
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ class Job:
     def log(self, msg: str) -> None:
         """A step, on stderr with ``verbose``."""
         if self.config.verbose:
-            print(f"mlx-jupyter launch: {msg}", file=sys.stderr)
+            TERMINAL.say(f"mlx-jupyter launch: {msg}")
 
     @property
     def ranks(self) -> list[RankInfo]:
@@ -207,8 +208,8 @@ class Job:
         rank, host = plan.rank, plan.host
         label = f"rank {rank} on {host.ssh}"
         emit = self.monitor.emit
-        out = LineSplitter(lambda line: emit(rank, "stdout", line))
-        err = LineSplitter(lambda line: emit(rank, "stderr", line))
+        out = LineSplitter(lambda text, ends: emit(rank, "stdout", text, ends))
+        err = LineSplitter(lambda text, ends: emit(rank, "stderr", text, ends))
         if host.is_local:
             env = {**os.environ, **plan.env}
             for name, content in plan.files.items():
@@ -261,11 +262,11 @@ class Job:
         m.mpi_plan = plan
         if version is not None:
             m.mpi_output = tagged = mpi.TaggedOutput(m.emit, version, marker)
-            out = LineSplitter(lambda line: tagged.line("stdout", line))
-            err = LineSplitter(lambda line: tagged.line("stderr", line))
+            out = LineSplitter(lambda text, ends: tagged.piece("stdout", text, ends))
+            err = LineSplitter(lambda text, ends: tagged.piece("stderr", text, ends))
         else:
-            out = LineSplitter(lambda line: m.emit(0, "stdout", line))
-            err = LineSplitter(lambda line: m.emit(0, "stderr", line))
+            out = LineSplitter(lambda text, ends: m.emit(0, "stdout", text, ends))
+            err = LineSplitter(lambda text, ends: m.emit(0, "stderr", text, ends))
         env = mpi.outside_enclosing_job({**os.environ, **plan.env})
         proc = await LocalProcess.spawn(cmd, env, c.cwd, c.stdin, out, err, "mpirun",
                                         watchdog, watchdog_session=True)

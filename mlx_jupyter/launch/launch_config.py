@@ -18,8 +18,11 @@ from mlx_jupyter.net.ports import DEFAULT_STARTING_PORT
 if TYPE_CHECKING:
     from mlx_jupyter.launch.slurm.options import SlurmOptions
 
-#: ``on_output(rank, "stdout" | "stderr", line)``; rank -1: mpirun's or srun's own lines
+#: ``on_output(rank, "stdout" | "stderr", line)``; rank -1: mpirun's or srun's own lines. An unfinished
+#: line comes in pieces, one call each (see :class:`~mlx_jupyter.launch.rank_output.RankOutput`)
 OutputCallback = Callable[[int, str, str], None]
+#: ``on_text(rank, stream, text, ends_line)``: text as it comes; ``ends_line`` False for a piece of an unfinished line
+TextCallback = Callable[[int, str, str, bool], None]
 #: ``on_exit(rank, returncode)``; None under Slurm when no code is known (a rank lost, or ended by Slurm)
 ExitCallback = Callable[[int, Optional[int]], None]
 
@@ -41,6 +44,7 @@ class LaunchConfig:
     nccl_port: int = 12345
     rank_env: Optional[Callable[[int], Mapping[str, str]]] = None
     on_output: Optional[OutputCallback] = None
+    on_text: Optional[TextCallback] = None
     on_exit: Optional[ExitCallback] = None
     ssh_options: Optional[ssh.SSHOptions] = None
     stdin: bool = False

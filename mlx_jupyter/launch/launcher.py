@@ -22,6 +22,7 @@ from mlx_jupyter.net import ssh
 from mlx_jupyter.hostfile import Host
 from mlx_jupyter.launch import binding
 from mlx_jupyter.launch.job import ExitCallback, LaunchConfig, LaunchJob, OutputCallback, make_job
+from mlx_jupyter.launch.launch_config import TextCallback
 from mlx_jupyter.launch.slurm.options import SlurmOptions
 from mlx_jupyter.launch.rankinfo import RankInfo
 from mlx_jupyter.options import option
@@ -54,7 +55,9 @@ class Launcher:
     stderr names each override); with neither, :func:`~mlx_jupyter.launch.backends.default_backend` (nccl
     where CUDA is available, as ``mlx.launch``, else ring).
     ``rank_env(rank)`` adds env per rank; ``on_output(rank, "stdout"|"stderr",
-    line)`` gets each output line (default: print with a ``[rank r]`` prefix);
+    line)`` gets each output line, and each piece of an unfinished line as it comes (a prompt);
+    ``on_text(rank, stream, text, ends_line)`` gets the same pieces, telling a line's end (default for
+    neither: written as it comes, a line continued while the same rank writes it, ``[rank r]`` at line starts);
     ``on_exit(rank, returncode)`` is called as each rank ends (under Slurm ``None`` when no code is
     known: a rank lost, or ended by Slurm). With
     ``backend="mpi"`` mpirun is the one process (``ranks`` has one entry), its
@@ -87,6 +90,7 @@ class Launcher:
         on_exit: Optional[ExitCallback] = None,
         ssh_options: Optional[ssh.SSHOptions] = None,
         *,
+        on_text: Optional[TextCallback] = None,
         nccl_port: int = 12345,
         stdin: bool = False,
         terminate_on_failure: bool = True,
@@ -101,7 +105,7 @@ class Launcher:
             command=list(command), hosts=hosts, repeat_hosts=repeat_hosts, backend=backend,
             env=dict(env or {}), cwd=cwd, cwd_required=cwd is not None, python=python,
             starting_port=starting_port, connections_per_ip=connections_per_ip, nccl_port=nccl_port,
-            rank_env=rank_env, on_output=on_output, on_exit=on_exit, ssh_options=ssh_options, stdin=stdin,
+            rank_env=rank_env, on_output=on_output, on_text=on_text, on_exit=on_exit, ssh_options=ssh_options, stdin=stdin,
             terminate_on_failure=terminate_on_failure, start_timeout=start_timeout, verbose=verbose,
             mpi_args=list(mpi_args), slurm=slurm, bind_to=binding.check_policy(bind_to, "bind_to"),
             jaccl_coordinator=jaccl_coordinator,

@@ -8,9 +8,10 @@ from typing import Callable, Optional, Union
 
 from mlx_jupyter.launch import mpi
 from mlx_jupyter.launch.contract import MPIPlan
-from mlx_jupyter.launch.launch_config import LaunchConfig, OutputCallback, interpreter_of
+from mlx_jupyter.launch.launch_config import LaunchConfig, interpreter_of
 from mlx_jupyter.launch.local import LocalProcess
-from mlx_jupyter.launch.rankinfo import EXITED, KILLED, LOST, RankInfo, describe_exit, rank_prefix
+from mlx_jupyter.launch.rank_output import RankOutput
+from mlx_jupyter.launch.rankinfo import EXITED, KILLED, LOST, RankInfo, describe_exit
 from mlx_jupyter.launch.remote import RemoteProcess
 from mlx_jupyter.launch.streams import EndingNoise
 from mlx_jupyter.launch.where_ask import WhereAnswers
@@ -44,20 +45,39 @@ class RankMonitor:
         self.mpi_output: Optional[mpi.TaggedOutput] = None
         self.where = WhereAnswers()           # the ranks' answers to SIGUSR1 (--where-on-signal)
         self.noise = EndingNoise()            # MLX's ring errors, CPython's exit dump: one line at a rank's end
+        self.output = RankOutput(config, lambda: self.size)
+        self._midline: set[tuple[int, str]] = set()   # (rank, stream) whose line came in part so far
+        self._held: set[tuple[int, str]] = set()      # ... and whose first part a filter took: the rest goes too
 
     def begin(self) -> None:
         """Start of the launch (on its loop): the event that is set once every rank has ended."""
         self.done = asyncio.Event()
 
-    def emit(self, rank: int, stream: str, line: str) -> None:
-        """One line of a rank's output, to ``on_output`` (default: printed with a ``[rank r]`` prefix)."""
-        if self.where.line(rank, stream, line):
+    def emit(self, rank: int, stream: str, text: str, ends: bool = True) -> None:
+        """Text of a rank's output (``ends``: it ends its line) to :class:`RankOutput`; a line's start is
+        looked at first (where answers, missing modules, ending noise)."""
+        key = (rank, stream)
+        if key in self._held:
+            if ends:
+                self._held.discard(key)
             return
+        if key not in self._midline and self._taken(rank, stream, text):
+            if not ends:
+                self._held.add(key)
+            return
+        if ends:
+            self._midline.discard(key)
+        else:
+            self._midline.add(key)
+        self.output(rank, stream, text, ends)
+
+    def _taken(self, rank: int, stream: str, line: str) -> bool:
+        """Whether ``line`` (or a line's start) is kept here rather than shown."""
+        if self.where.line(rank, stream, line):
+            return True
         if stream == "stderr" and line.startswith(MISSING_MODULE):
             self.missing_modules.setdefault(rank, line[len(MISSING_MODULE):].strip())
-        if stream == "stderr" and self.noise.hold(rank, line):
-            return
-        emit_line(self.config.on_output, self.size, rank, stream, line)
+        return stream == "stderr" and self.noise.hold(rank, line)
 
     def watch(self, rank: int, proc: RankProcess) -> None:
         """Follow ``proc`` (rank ``rank``) until it exits."""
@@ -70,7 +90,7 @@ class RankMonitor:
             self.mpi_output.flush()
         noise = self.noise.line(rank)
         if noise is not None:
-            emit_line(self.config.on_output, self.size, rank, "stderr", noise)
+            self.output(rank, "stderr", noise)
         info = self.ranks[rank]
         info.returncode = code
         if _lost_reason(proc) is not None:
@@ -178,15 +198,3 @@ def _exited(code: Optional[int]) -> str:
     text = describe_exit(code)
     return f"exited with code {code}" if text.startswith("exit code") else text
 
-
-def emit_line(on_output: Optional[OutputCallback], size: int, rank: int, stream: str, line: str) -> None:
-    """One line of a rank's output, to ``on_output`` (None: printed with a ``[rank r]`` prefix)."""
-    if on_output is None:
-        target = sys.stdout if stream == "stdout" else sys.stderr
-        prefix = rank_prefix(rank, size) if size > 1 else ""
-        print(prefix + line, file=target, flush=True)
-        return
-    try:
-        on_output(rank, stream, line)
-    except Exception as exc:  # noqa: BLE001 - a user callback must not kill the launcher
-        print(f"mlx-jupyter launch: on_output callback failed: {exc!r}", file=sys.stderr)

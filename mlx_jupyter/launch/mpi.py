@@ -119,6 +119,16 @@ _EXIT_CODE = re.compile(r"Exit code:\s*(-?\d+)")
 _SIGNALLED = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)(?: \(([^)]*)\))?")
 
 
+#: what the end of a piece of mpirun's line may hold of a tag cut short (held until more comes)
+_TAG_START = re.compile(r"\[[\d,\]<a-z>]{0,40}(: ?)?")
+
+
+def _cut_tag(text: str) -> int:
+    """Where a tag cut short at the end of ``text`` begins (``len(text)``: none)."""
+    at = text.rfind("[")
+    return at if at >= 0 and _TAG_START.fullmatch(text, at) else len(text)
+
+
 def _key(tag: "re.Match[str]") -> tuple[int, str]:
     """(rank, "stdout" | "stderr") of a tag (stddiag counts as stderr)."""
     return int(tag.group(2)), "stdout" if tag.group(3) == "stdout" else "stderr"
@@ -134,38 +144,52 @@ class Failure:
 
 
 class TaggedOutput:
-    """mpirun's output, tagged lines in, ``emit(rank, stream, text)`` out; rank -1 for mpirun's own lines.
+    """mpirun's output, tagged lines in, ``emit(rank, stream, text, ends_line)`` out; rank -1 for mpirun's own lines.
 
-    Open MPI tags each chunk a rank writes, and a line written in pieces (an
-    unbuffered ``print``) can be spread over several of mpirun's lines, between
-    other ranks' chunks: only a chunk that ends mpirun's line ended with a
-    newline, so the others are kept per rank until that rank's line is complete.
+    Open MPI tags each chunk a rank writes as it comes, and a line written in pieces (an unbuffered
+    ``print``, a reply streamed token by token) is spread over tags of mpirun's lines, between other
+    ranks' chunks: only a chunk that ends mpirun's line ended with a newline, so the others go on as
+    pieces of their rank's line (``ends_line`` False). :meth:`piece` takes mpirun's line as it comes.
     """
 
-    def __init__(self, emit: Callable[[int, str, str], None], version: tuple[int, int] = (4, 0),
+    def __init__(self, emit: Callable[[int, str, str, bool], None], version: tuple[int, int] = (4, 0),
                  marker: Optional[str] = None):
         self._emit = emit
         self._tag = _TAG5 if version >= (5, 0) else _TAG
         self._said: Optional[Failure] = None          # what mpirun's own message says
         self.exits = mpi_exits.ExitMarkers(marker) if marker else None
         self._pending_rank: Optional[int] = None
-        self._partial: dict[tuple[int, str], str] = {}   # (rank, stream) -> the start of its current line
+        self._open: set[tuple[int, str]] = set()   # (rank, stream) whose line came in part so far
+        self._rest: dict[str, str] = {}            # stream -> what is held of mpirun's line (untagged, or a cut tag)
+        self._current: dict[str, tuple[int, str]] = {}   # stream -> the rank whose chunk mpirun's line is in
 
     def line(self, stream: str, text: str) -> None:
         """One line of mpirun's stdout or stderr (without its newline)."""
+        self.piece(stream, text, True)
+
+    def piece(self, stream: str, text: str, ends: bool) -> None:
+        """A piece of mpirun's line on ``stream``; ``ends``: its newline came."""
+        text = self._rest.pop(stream, "") + text
+        current = self._current.pop(stream, None)
+        if not ends:
+            if current is None and not self._tag.search(text):   # mpirun's own line: read whole
+                self._rest[stream] = text
+                return
+            cut = _cut_tag(text)
+            text, self._rest[stream] = text[:cut], text[cut:]
         tags = list(self._tag.finditer(text))
-        if not tags:
-            self._scan(text)
-            self._emit(-1, stream, text)
-            return
-        if tags[0].start() > 0:   # text before the first tag: the end of an untagged partial line
-            self._emit(-1, stream, text[: tags[0].start()])
+        lead = text[: tags[0].start()] if tags else text
+        if current is not None:
+            self._put(current, lead, ends and not tags)
+        elif lead:   # untagged text: mpirun's own line, or the end of one before a tag
+            self._scan(lead)
+            self._emit(-1, stream, lead, True)
         for i, m in enumerate(tags):
-            key = _key(m)
-            if i + 1 < len(tags):
-                self._partial[key] = self._partial.get(key, "") + text[m.end():tags[i + 1].start()]
-            else:   # the chunk the newline ended
-                self._emit_rank(key[0], key[1], self._partial.pop(key, "") + text[m.end():])
+            last = i + 1 == len(tags)
+            self._put(_key(m), text[m.end():len(text) if last else tags[i + 1].start()], last and ends)
+        after = _key(tags[-1]) if tags else current
+        if not ends and after is not None:
+            self._current[stream] = after
 
     @property
     def failure(self) -> Optional[Failure]:
@@ -175,19 +199,28 @@ class TaggedOutput:
             return Failure(first.rank, first.what())
         return self._said
 
-    def _emit_rank(self, rank: int, stream: str, text: str) -> None:
-        if self.exits is not None and stream == "stderr":
-            rest = self.exits.take(rank, text)
+    def flush(self) -> None:
+        """End the ranks' unfinished lines (at the end of the run)."""
+        ended, self._open = self._open, set()
+        for rank, kind in sorted(ended):
+            self._emit(rank, kind, "", True)
+
+    def _put(self, key: tuple[int, str], text: str, ends: bool) -> None:
+        if ends and self.exits is not None and key[1] == "stderr":   # a rank's exit report ends its stderr
+            rest = self.exits.take(key[0], text)
             if rest is None:
+                if key in self._open:
+                    self._open.discard(key)
+                    self._emit(key[0], key[1], "", True)
                 return
             text = rest
-        self._emit(rank, stream, text)
-
-    def flush(self) -> None:
-        """Emit the ranks' unfinished lines (at the end of the run)."""
-        partial, self._partial = self._partial, {}
-        for (rank, kind), text in partial.items():
-            self._emit_rank(rank, kind, text)
+        if ends:
+            self._open.discard(key)
+        elif not text:
+            return
+        else:
+            self._open.add(key)
+        self._emit(key[0], key[1], text, ends)
 
     def _scan(self, text: str) -> None:
         if (m := _FIRST_FAILED.search(text)) is not None:

@@ -1,4 +1,4 @@
-"""Bytes from a rank's pipe in, text lines out (a partial line is flushed after a short silence);
+"""Bytes from a rank's pipe in, text lines out (an unfinished line in pieces, as it comes);
 the noise a failing rank prints while it ends, held and said in one line."""
 
 from __future__ import annotations
@@ -57,41 +57,55 @@ class EndingNoise:
         return "; ".join(parts) or None
 
 
-class LineSplitter:
-    """Feed bytes; ``emit(line)`` gets each line without its newline.
+#: ``emit(text, ends_line)``: a whole line (its newline taken off) with True, a piece of an unfinished line with False
+Emit = Callable[[str, bool], None]
 
-    A trailing partial line (a ``pdb`` prompt, a progress bar) is emitted once
-    no more bytes arrive for ``linger`` seconds, so prompts show up.
+
+class LineSplitter:
+    """Feed bytes; ``emit(text, ends_line)`` gets each line without its newline, in pieces as it comes.
+
+    Text of an unfinished line (a reply streamed token by token, a ``pdb`` prompt, a progress bar) is
+    emitted as a piece ``linger`` seconds after its first byte came, whether or not more follows; the
+    rest of that line comes later, ending with the piece that has ``ends_line``. ``linger`` None: whole
+    lines only (a line's pieces are joined here).
     """
 
-    def __init__(self, emit: Callable[[str], None], linger: float = 0.1):
+    def __init__(self, emit: Emit, linger: Optional[float] = 0.05):
         self._emit = emit
         self._linger = linger
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._partial = ""
+        self._midline = False   # a piece of the current line was emitted: its end must be too
         self._timer: Optional[asyncio.TimerHandle] = None
 
     def feed(self, data: bytes) -> None:
-        """Take a chunk; emit every complete line in it."""
-        self._cancel()
+        """Take a chunk; emit every complete line in it, and time the piece it leaves."""
         text = self._partial + self._decoder.decode(data)
         *lines, self._partial = text.split("\n")
         for line in lines:
-            self._emit(line.removesuffix("\r"))
-        if self._partial:
+            self._midline = False
+            self._emit(line.removesuffix("\r"), True)
+        if lines:
+            self._cancel()
+        if self._partial and self._linger is not None and self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self._linger, self._flush)
 
     def close(self) -> None:
-        """End of stream: emit whatever is left."""
+        """End of stream: emit whatever is left, as the end of its line."""
         self._cancel()
         self._partial += self._decoder.decode(b"", final=True)
-        self._flush()
+        if self._partial or self._midline:
+            text, self._partial, self._midline = self._partial, "", False
+            self._emit(text, True)
 
     def _flush(self) -> None:
         self._timer = None
-        if self._partial:
-            text, self._partial = self._partial, ""
-            self._emit(text)
+        # a "\r" at the end is held back: it may be the first half of a "\r\n"
+        text = self._partial.removesuffix("\r")
+        if text:
+            self._partial = self._partial[len(text):]
+            self._midline = True
+            self._emit(text, False)
 
     def _cancel(self) -> None:
         if self._timer is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import os
 import re
 import signal
@@ -62,6 +63,7 @@ class LiveCLI:
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env(env), cwd=ROOT)
         self.lines: list[str] = []
         self.streams: dict[str, list[str]] = {"stdout": [], "stderr": []}
+        self._partial = {"stdout": "", "stderr": ""}   # each stream's unfinished line (a prompt), seen as it comes
         self._cond = threading.Condition()
         self._threads = [threading.Thread(target=self._read, args=(s, name), daemon=True)
                          for s, name in ((self.proc.stdout, "stdout"), (self.proc.stderr, "stderr"))]
@@ -69,12 +71,23 @@ class LiveCLI:
             t.start()
 
     def _read(self, stream, name: str) -> None:
-        for raw in iter(stream.readline, b""):
-            line = raw.decode(errors="replace").rstrip("\n")
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        while True:
+            data = os.read(stream.fileno(), 1 << 16)
             with self._cond:
-                self.lines.append(line)
-                self.streams[name].append(line)
+                *done, self._partial[name] = (self._partial[name] + decoder.decode(data, final=not data)).split("\n")
+                if not data and self._partial[name]:
+                    done.append(self._partial[name])
+                    self._partial[name] = ""
+                self.lines.extend(done)
+                self.streams[name].extend(done)
                 self._cond.notify_all()
+            if not data:
+                return
+
+    def _so_far(self, stream: str) -> list[str]:
+        """``stream``'s lines and its unfinished one (under the lock)."""
+        return self.streams[stream] + ([self._partial[stream]] if self._partial[stream] else [])
 
     def write(self, text: str, close: bool = False) -> None:
         """Send ``text`` to the launcher's stdin (opened with ``stdin=True``); ``close`` ends it."""
@@ -86,8 +99,8 @@ class LiveCLI:
     def wait_until(self, done: Callable[[str], bool], stream: str = "stderr", timeout: float = 30) -> str:
         """Block until ``done(text of stream so far)``; return that text; raise on timeout."""
         with self._cond:
-            ok = self._cond.wait_for(lambda: done("\n".join(self.streams[stream])), timeout)
-            text = "\n".join(self.streams[stream])
+            ok = self._cond.wait_for(lambda: done("\n".join(self._so_far(stream))), timeout)
+            text = "\n".join(self._so_far(stream))
         if not ok:
             raise TimeoutError(f"waited {timeout} s on {stream}; got:\n" + self.text)
         return text
@@ -96,10 +109,12 @@ class LiveCLI:
         """Block until ``count`` lines match ``pattern`` (regex); raise on timeout."""
         rx = re.compile(pattern)
         with self._cond:
-            ok = self._cond.wait_for(lambda: len([x for x in self.lines if rx.search(x)]) >= count, timeout)
+            def seen() -> list[str]:
+                return [x for x in self.lines + [p for p in self._partial.values() if p] if rx.search(x)]
+            ok = self._cond.wait_for(lambda: len(seen()) >= count, timeout)
             if not ok:
                 raise TimeoutError(f"waited {timeout} s for {count} x {pattern!r}; got:\n" + "\n".join(self.lines))
-            return [x for x in self.lines if rx.search(x)]
+            return seen()
 
     def finish(self, timeout: float = 30) -> int:
         """Wait for exit (kill on timeout) and for the output readers."""

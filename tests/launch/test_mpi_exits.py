@@ -28,7 +28,14 @@ SHORT_ONLY = [
 
 def _feed(lines, marker=MARK):
     out: list[tuple[int, str, str]] = []
-    tagged = TaggedOutput(lambda r, s, text: out.append((r, s, text)), (4, 1), marker)
+    parts: dict[tuple[int, str], str] = {}
+
+    def emit(rank: int, stream: str, text: str, ends: bool) -> None:   # a rank's pieces joined into its line
+        parts[rank, stream] = parts.get((rank, stream), "") + text
+        if ends:
+            out.append((rank, stream, parts.pop((rank, stream))))
+
+    tagged = TaggedOutput(emit, (4, 1), marker)
     for stream, line in lines:
         tagged.line(stream, line)
     tagged.flush()

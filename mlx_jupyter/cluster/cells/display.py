@@ -16,6 +16,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Protocol, Sequence, TypeVar
 
 from mlx_jupyter.cluster.cells.debug import ControlHost, DebuggedRun, DebugSessions
+from mlx_jupyter.cluster.cells.open_line import OpenLine
 from mlx_jupyter.cluster.cells.progress_lines import LiveLines, Show
 from mlx_jupyter.cluster.cells.outcome import ERROR, OK, RELEASED, RankOutcome
 from mlx_jupyter.cluster.cells.text import (FinishedBar, LineGrouper, Writer, group_equal, rank_label, render_outcomes,
@@ -150,22 +151,28 @@ class Renderer:
         self.streams = {"stdout": LineGrouper(ranks, hold), "stderr": LineGrouper(ranks, hold)}
         self.displays = _Displays(ranks, hold)
         self.live = {name: LiveLines(live) for name in self.streams}  # progress lines ("\r"), in place
+        self.open = OpenLine({"stdout": lambda t: self.out(t), "stderr": lambda t: self.err(t)}, self._label)
         self.noise: dict[str, tuple[str, int]] = {}  # rank label -> (MLX's first ring error line, how many more)
 
     def _lines(self, name: str, lines: list[tuple[list[int], str]]) -> str:
-        """``[label] line`` for each line; MLX's ring errors kept for :meth:`folded_noise`."""
-        out = []
+        """``[label] line`` for each line (the rest of it where its start is shown); MLX's ring errors kept
+        for :meth:`folded_noise`."""
+        kept = []
         for ranks, line in lines:
-            label = self._label(ranks)
             if name == "stderr" and RING_NOISE.match(line.strip()):
+                label = self._label(ranks)
                 first, more = self.noise.get(label, (line.strip(), -1))
                 self.noise[label] = (first, more + 1)
                 continue
-            out.append(f"[{label}] {line}\n")
-        return "".join(out)
+            kept.append((ranks, line))
+        return self.open.lines(name, kept)
 
-    def _label(self, ranks: list[int]) -> str:
+    def _label(self, ranks: Sequence[int]) -> str:
         return rank_label(ranks)
+
+    def close_line(self) -> None:
+        """End a rank's line shown in part, before output of another kind (a display, pdb, a summary)."""
+        self.open.close()
 
     def stream(self, rank: int, name: str, text: str) -> None:
         write = self.out if name == "stdout" else self.err
@@ -199,18 +206,24 @@ class Renderer:
             return
         for name, g in self.streams.items():
             write = self.out if name == "stdout" else self.err
-            lines = g.flush(force=force)
+            lines = g.flush(force=force, eager=self.open.started(name))   # a line shown in part waits for none
             bars = [x for x in lines if isinstance(x[1], FinishedBar)] if name == "stderr" else []
             if bars:  # a finished bar (tqdm writes on stderr) is a success's output, not an error's
                 self.out(self._lines("stdout", bars))
                 lines = [x for x in lines if not isinstance(x[1], FinishedBar)]
-            text = self._lines(name, lines)
+            text = self._lines(name, lines) if lines else ""
+            partials = g.partials()
+            if partials:
+                text += self.open.partials(name, partials, self.mode == "grouped")
             if text:
                 write(text)
             live = g.live()
             rows = group_equal(live) if self.mode == "grouped" else [([r], line) for r, line in sorted(live.items())]
+            if rows and not self.live[name].shown:
+                self.close_line()   # the progress lines' display comes below it
             self.live[name].show([(self._label(ranks), line) for ranks, line in rows])
         for ranks, content in self.displays.flush(force=force):
+            self.close_line()
             self.out(f"[{self._label(ranks)}]\n")
             self.publish(content["data"], content["metadata"])
 
@@ -266,6 +279,7 @@ def show_run(run: Run, mode: str = "grouped", timeout: Optional[float] = None,
                     debug.rank_ended(ev.rank)
                 elif ev.kind == "debug":
                     r.flush()
+                    r.close_line()
                     debug.event(ev.rank, *ev.payload)
                 ev = run.next_event(0) if not run.events.empty() else None
             r.flush()
@@ -287,6 +301,7 @@ def show_run(run: Run, mode: str = "grouped", timeout: Optional[float] = None,
             if stops >= 3:  # the user insists: stop waiting, whatever the ranks do
                 break
     r.flush(force=True)
+    r.close_line()   # a rank's line left unfinished (a rank that died)
     if table is not None:
         table.finish()
     noise = r.folded_noise()

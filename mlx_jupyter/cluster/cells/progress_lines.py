@@ -38,6 +38,11 @@ class LiveLines:
         self._handle: Any = None
         self._text = ""
 
+    @property
+    def shown(self) -> bool:
+        """Whether the display is made (later lines update it in place)."""
+        return self._handle is not None
+
     def show(self, lines: list[tuple[str, str]]) -> None:
         """Show ``(label, line)`` pairs as ``[label] line`` rows; an empty list clears the display."""
         text = "\n".join(f"[{label}] {line}" for label, line in lines)

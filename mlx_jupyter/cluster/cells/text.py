@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Optional, Sequence, TypeVar
+from typing import Callable, Collection, Iterable, Mapping, Optional, Sequence, TypeVar
 
 from mlx_jupyter.cluster.cells.outcome import DIED, ERROR, NO_REPLY, RELEASED, RankOutcome
 from mlx_jupyter.cluster.shared.units import format_bytes as format_bytes  # the one size text, used from here too
@@ -99,6 +99,10 @@ class LineGrouper:
         """Each rank's unfinished progress line (one rewritten with ``\\r``), as shown now."""
         return {r: overwrite(st.partial) for r, st in self._ranks.items() if st.live and overwrite(st.partial)}
 
+    def partials(self) -> dict[int, str]:
+        """Each rank's unfinished line (not a progress line) whose earlier lines have all been flushed."""
+        return {r: st.partial for r, st in self._ranks.items() if st.partial and not st.live and not st.lines}
+
     def finish(self, rank: int, now: Optional[float] = None) -> None:
         st = self._ranks.setdefault(rank, _RankLines())
         if overwrite(st.partial):
@@ -110,17 +114,23 @@ class LineGrouper:
     def pending(self) -> bool:
         return any(st.lines or st.partial for st in self._ranks.values())
 
-    def flush(self, now: Optional[float] = None, force: bool = False) -> list[tuple[list[int], str]]:
+    def flush(self, now: Optional[float] = None, force: bool = False,
+              eager: Collection[int] = ()) -> list[tuple[list[int], str]]:
+        """``eager``: ranks whose next line is shown in part already: it waits for no other rank's."""
         now = time.monotonic() if now is None else now
         out: list[tuple[list[int], str]] = []
+        started: Optional[set[int]] = None
         while True:
             heads = {r: st.lines[0] for r, st in self._ranks.items() if st.lines}
             if not heads:
                 return out
+            if started is None:
+                started = set(eager)
             waiting = [r for r, st in self._ranks.items() if not st.lines and not st.done]
             oldest = min(t for t, _ in heads.values())
-            if waiting and not force and now - oldest < self.hold:
+            if waiting and not force and now - oldest < self.hold and started.isdisjoint(heads):
                 return out
+            started.difference_update(heads)
             groups: dict[str, list[int]] = {}
             for r in sorted(heads):
                 self._ranks[r].lines.popleft()

@@ -35,7 +35,8 @@ from mlx_jupyter.launch.slurm.output import StepOutput
 from mlx_jupyter.launch.slurm.plan import derived_port, plan_step, rank_hosts
 from mlx_jupyter.launch.slurm.wrapper import wrapper_argv
 from mlx_jupyter.launch.streams import LineSplitter
-from mlx_jupyter.launch.monitor import emit_line
+from mlx_jupyter.launch.terminal import TERMINAL
+from mlx_jupyter.launch.rank_output import RankOutput
 from mlx_jupyter.launch.where_ask import WhereAnswers
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ class SlurmJob(Ending):
         self.failures: list[int] = []
         self._srun: Optional[LocalProcess] = None
         self._output: Optional[StepOutput] = None
+        self._rank_output = RankOutput(config, lambda: self.size)
         self._srun_code: Optional[int] = None
         self._guard: Optional[LocalWatchdog] = None
         self._done: Optional[asyncio.Event] = None
@@ -91,7 +93,7 @@ class SlurmJob(Ending):
 
     def log(self, msg: str) -> None:
         if self.config.verbose:
-            print(f"{PROG}: {msg}", file=sys.stderr)
+            TERMINAL.say(f"{PROG}: {msg}")
 
     async def start(self) -> None:
         """Get the nodes, start srun; return once every rank runs, or tear down and raise."""
@@ -179,8 +181,9 @@ class SlurmJob(Ending):
         argv += wrapper_argv(self.where_answers.boot(rank_argv(c.command, c.python, c.cwd), c.where_on_signal))
         self.log(f"starting {self.size} rank(s) on {', '.join(nodes)} in Slurm job {self.job_id}")
         output = self._output = StepOutput(self.size, self._emit, self._on_start, self._on_rank_exit)
-        out = LineSplitter(lambda line: output.line("stdout", line))
-        err = LineSplitter(lambda line: output.line("stderr", line))
+        # srun's lines, a piece of one as a line (as before: srun labels what it passes on)
+        out = LineSplitter(lambda text, _: output.line("stdout", text))
+        err = LineSplitter(lambda text, _: output.line("stderr", text))
         if c.cwd is not None and not os.path.isdir(c.cwd):
             raise LaunchError(f"working directory {c.cwd!r} does not exist here, where srun runs (--cwd)")
         self._srun = await LocalProcess.spawn(argv, env, c.cwd, c.stdin, out, err, "srun", self._guard)
@@ -202,7 +205,7 @@ class SlurmJob(Ending):
     # -------------------------------------------------------------- running --
     def _emit(self, rank: int, stream: str, line: str) -> None:
         if not self.where_answers.line(rank, stream, line):
-            emit_line(self.config.on_output, self.size, rank, stream, line)
+            self._rank_output(rank, stream, line)
 
     async def where(self, timeout: float = 2.0) -> Where:
         """Where every rank is: SIGUSR1 to the step (``scancel --signal=USR1``; the task wrapper lets it

@@ -1,0 +1,95 @@
+"""A cell's unfinished lines shown as they come (issue 43 §1), through the renderer a cell's display uses."""
+
+from __future__ import annotations
+
+from mlx_jupyter.cluster.cells.display import Renderer
+
+
+def _renderer(ranks=(0, 1), hold=10.0, mode="grouped"):
+    out, err, shown = [], [], []
+    r = Renderer(list(ranks), mode, hold=hold, out=out.append, err=err.append,
+                 publish=lambda data, meta: shown.append(data), live=lambda handle, text: None)
+    return r, out, err, shown
+
+
+def _feed(r, rank, text, stream="stdout"):
+    r.stream(rank, stream, text)
+    r.flush()
+
+
+def test_a_ranks_tokens_grow_one_line_shown_before_its_newline():
+    r, out, _, _ = _renderer()
+    _feed(r, 0, "streamed")
+    assert "".join(out) == "[rank 0] streamed"
+    _feed(r, 0, " tokens")
+    assert "".join(out) == "[rank 0] streamed tokens"
+    _feed(r, 0, " end\n")   # the line waits for rank 1 (hold), its start is out already
+    r.end(1)
+    r.flush()
+    assert "".join(out) == "[rank 0] streamed tokens end\n"
+
+
+def test_identical_tokens_of_several_ranks_show_once_as_far_as_all_wrote():
+    r, out, _, _ = _renderer()
+    r.stream(0, "stdout", "The")
+    _feed(r, 1, "The")
+    _feed(r, 0, " answer")
+    assert "".join(out) == "[ranks 0-1] The"
+    _feed(r, 1, " answer")
+    r.stream(0, "stdout", "\n")
+    _feed(r, 1, "\n")
+    assert "".join(out) == "[ranks 0-1] The answer\n"
+
+
+def test_another_ranks_text_breaks_the_line_and_the_rest_comes_labelled():
+    r, out, _, _ = _renderer()
+    _feed(r, 0, "a")
+    _feed(r, 1, "x")
+    _feed(r, 0, " b")
+    r.stream(0, "stdout", "\n")
+    r.stream(1, "stdout", "\n")
+    r.flush(force=True)
+    assert "".join(out) == "[rank 0] a\n[rank 1] x\n[rank 0]  b\n"   # rank 1's line was all shown before its break
+
+
+def test_a_line_broken_after_its_last_piece_adds_no_empty_line():
+    r, out, _, _ = _renderer(ranks=(0, 1), hold=0.0)
+    _feed(r, 0, "a")
+    _feed(r, 1, "x")
+    assert "".join(out) == "[rank 0] a\n[rank 1] x"
+    _feed(r, 0, "\n")   # rank 0's line was all shown: its newline shows nothing more
+    _feed(r, 1, "\n")
+    assert "".join(out) == "[rank 0] a\n[rank 1] x\n"
+
+
+def test_the_other_stream_and_a_display_break_the_line():
+    r, out, err, shown = _renderer(ranks=(0,), hold=0.0)
+    _feed(r, 0, "loading")
+    _feed(r, 0, "warning\n", "stderr")
+    assert ("".join(out), "".join(err)) == ("[rank 0] loading\n", "[rank 0] warning\n")
+    _feed(r, 0, " done")
+    r.rich(0, {"data": {"image/png": "x"}, "metadata": {}})
+    r.flush()
+    assert "".join(out) == "[rank 0] loading\n[rank 0]  done\n[rank 0]\n" and len(shown) == 1
+
+
+def test_rank_mode_streams_each_rank_apart():
+    r, out, _, _ = _renderer(mode="rank")
+    r.stream(0, "stdout", "same")
+    _feed(r, 1, "same")
+    assert "".join(out) == "[rank 0] same\n[rank 1] same"
+
+
+def test_a_line_shown_in_part_waits_for_no_other_rank_and_whole_lines_still_group():
+    r, out, _, _ = _renderer(hold=10.0)
+    _feed(r, 0, "a")
+    _feed(r, 0, "\n")                      # its start is out: the line ends now, not after the hold
+    _feed(r, 0, "b")                       # so the next line's tokens show at once
+    assert "".join(out) == "[rank 0] a\n[rank 0] b"
+    r.stream(0, "stdout", "\nsame\n")
+    _feed(r, 1, "same\n")                  # lines align by position: rank 1's first meets rank 0's "b"
+    r.end(0)
+    r.end(1)
+    r.flush()
+    assert "".join(out) == "[rank 0] a\n[rank 0] b\n[rank 1] same\n[rank 0] same\n"
+
