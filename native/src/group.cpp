@@ -15,13 +15,6 @@ namespace mlxj {
 
 namespace {
 
-uint64_t mix(uint64_t x) {  // splitmix64: group ids of splits
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 constexpr size_t kReduceGrain = 64 * 1024;  // reduce arriving data in pieces this big
 constexpr double kNoDeadline = 1e9;  // seconds
 
@@ -531,40 +524,6 @@ void Group::recv(void* data, size_t nbytes, Dtype t, int src, const CallOptions&
     step.add(&p2p_link(src, false, wait), false, header(OpCode::Send, t, nbytes), data, nbytes).header.seq = 0;
     run(step, wait);
   });
-}
-
-std::shared_ptr<Group> Group::split(int color, int key, const CallOptions& opts, const CoreOptions* options) {
-  std::shared_ptr<Group> sub;
-  guarded(opts, "split", {OpKind::Split, 8, Dtype::Int32}, [&](const Wait& wait) {
-    int n = size();
-    std::vector<int32_t> all(2 * n);
-    int32_t mine[2] = {int32_t(color), int32_t(key < 0 ? me_ : key)};
-    gather_ring(mine, all.data(), sizeof mine, header(OpCode::Split, Dtype::Int32, sizeof mine), wait);
-    // This group's part of the split is done: an abort of it from now on (a peer-left hook)
-    // withdraws from the next collective, and leaves the new group's forming alone.
-    if (!complete_collective()) wait.check_abort();
-    std::vector<std::pair<std::pair<int32_t, int>, int>> same;  // ((key, rank), world rank)
-    for (int r = 0; r < n; ++r)
-      if (all[2 * r] == color) same.push_back({{all[2 * r + 1], r}, members_[r]});
-    std::sort(same.begin(), same.end());
-    std::vector<int> members;
-    for (auto& s : same) members.push_back(s.second);
-    uint64_t id = mix(id_ ^ mix(uint64_t(++splits_) << 32 ^ uint32_t(color)));
-    CoreOptions sub_options = options ? *options : opts_;
-    const CoreOptions& world = ctx_->options();  // the connections' settings stay the world's
-    sub_options.token = world.token;
-    sub_options.verbose = world.verbose;
-    sub_options.dead_peer_timeout = world.dead_peer_timeout;
-    sub.reset(new Group(ctx_, id, std::move(members), std::move(sub_options)));
-    sub->watch_for_peers_leaving();
-    // Every colour is known: the rest is the new group's own business. An abort of this group
-    // now (a rank that is not in the new group has already left it) must not fail the new group;
-    // the new group's own abort, the deadline and Ctrl-C still end it.
-    Wait own = sub->make_wait(opts, "split");
-    own.deadline = wait.deadline;
-    sub->connect_ring(own);
-  });
-  return sub;
 }
 
 void Group::barrier(const CallOptions& opts) {
