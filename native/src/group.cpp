@@ -84,7 +84,10 @@ bool Group::must_time_out(const Wait& wait, bool board) {
   for (size_t i = 0; i < peers.size(); ++i) {
     QueryAnswer a = replies[i].answer;
     if (a == QueryAnswer::NotEntered) a = ask(peers[i], true).answer;
-    if (a == QueryAnswer::Refused) return true;
+    if (a == QueryAnswer::Refused) {
+      op_refused_by_ = peers[i];
+      return true;
+    }
     unknown |= a == QueryAnswer::Unknown;
   }
   // A rank that could not be reached (it left the world, its host vanished, it is forming a new
@@ -265,6 +268,7 @@ Group::OpScope::OpScope(Group& group, const OpStart& start, double timeout) : g(
   if (start.collective) ++g.seq_;
   g.op_ = start;
   g.op_full_ = false;
+  g.op_refused_by_ = -1;
   g.op_seq_ = start.collective ? g.seq_ : start.kind == OpKind::Init ? 0 : ++g.p2p_ops_;
   g.op_moved_ = 0;
   g.op_wait_ns_ = 0;
@@ -465,7 +469,9 @@ void Group::check_stop(Link* const* links, size_t nlinks, bool moving, const Wai
   for (size_t i = 0; i < nlinks; ++i)
     if (links[i]->receiving() || links[i]->sending()) links[i]->check_alive(now);
   if (now < wait.deadline || !must_time_out(wait)) return;
-  if (moving) fail(ErrorKind::Timeout, wait.timed_out() + " while still transferring");
+  if (moving)
+    fail(ErrorKind::Timeout, wait.timed_out() + " while still transferring" +
+                                 (op_refused_by_ >= 0 ? " (" + describe(op_refused_by_) + " had not entered it)" : ""));
   std::string who;
   for (size_t i = 0; i < nlinks; ++i)
     if (links[i]->receiving() || links[i]->sending()) who += (who.empty() ? "" : ", ") + links[i]->name();

@@ -251,6 +251,7 @@ class Group : public std::enable_shared_from_this<Group> {
   int refused_origin_ = -1;
   uint32_t op_entry_ = 0;  // this op's number as the query names it (collective #, or send/recv count)
   bool op_full_ = false;   // every rank has entered this op: its deadline no longer applies
+  int op_refused_by_ = -1;  // the group rank whose refusal timed this op out (must_time_out)
   // Its ring is connected: only then does it answer queries (a query about a group still forming
   // comes from a rank of an earlier world of the same id, which this one must not refuse for it).
   std::atomic<bool> formed_{false};
