@@ -14,9 +14,14 @@ namespace {
 constexpr size_t kReasonBytes = 240;
 // how long a rank that found an op given up waits for the giver's words (Board::gave_up)
 constexpr std::chrono::milliseconds kReasonWait{200};
-// A gate: the op (high 32 bits), whether it was given up, how many posts are counted in.
+// A gate: the op (high 32 bits), whether it was given up (bit 31), 1 + the rank that flagged it
+// (bits 16-30: its error names that rank even before the rank's reason is written), how many
+// posts are counted in (bits 0-15).
 constexpr uint64_t kGivenUp = uint64_t(1) << 31;
-constexpr uint64_t kCount = kGivenUp - 1;
+constexpr int kFlaggerShift = 16;
+constexpr uint64_t kCount = (uint64_t(1) << kFlaggerShift) - 1;
+constexpr uint64_t kFlagger = (kGivenUp - 1) & ~kCount;
+uint64_t flagged_by(int rank) { return kGivenUp | (uint64_t(rank + 1) << kFlaggerShift); }
 uint32_t gate_op(uint64_t g) { return uint32_t(g >> 32); }
 uint64_t gate_of(uint64_t k) { return uint64_t(uint32_t(k)) << 32; }
 
@@ -46,8 +51,9 @@ size_t Board::bytes_for(int n) {
   return sizeof(Header) + 2 * size_t(n) * sizeof(Slot);
 }
 
-Board::Board(std::shared_ptr<SharedSegment> seg, int me, std::vector<std::string> names)
-    : seg_(std::move(seg)), base_(seg_->payload()), n_(int(names.size())), me_(me), names_(std::move(names)) {
+Board::Board(std::shared_ptr<SharedSegment> seg, int me, std::vector<std::string> names, std::vector<int> world)
+    : seg_(std::move(seg)), base_(seg_->payload()), n_(int(names.size())), me_(me), names_(std::move(names)),
+      world_(std::move(world)) {
   if (seg_->payload_bytes() < bytes_for(n_)) fail(ErrorKind::Config, "shared memory too small for the board");
 }
 
@@ -73,7 +79,7 @@ void Board::post(uint64_t k, const MsgHeader& h, const void* data, size_t nbytes
     } else {
       corrupt_gate(k, g);
     }
-    if (g & kGivenUp) gave_up();  // (the previous op's flag is corruption as well: nobody got past it)
+    if (g & kGivenUp) gave_up(g);  // (the previous op's flag is corruption as well: nobody got past it)
   } while (!gate.compare_exchange_weak(g, next, std::memory_order_acq_rel, std::memory_order_acquire));
   last_posted_.store(k, std::memory_order_relaxed);
   header().posts.fetch_add(1, std::memory_order_seq_cst);
@@ -104,7 +110,7 @@ bool Board::complete(uint64_t k) const {
     if (gate_op(g) + 2 == uint32_t(k) || (g == 0 && k <= 2)) return false;  // nobody else has posted op k yet
     corrupt_gate(k, g);
   }
-  if (g & kGivenUp) gave_up();
+  if (g & kGivenUp) gave_up(g);
   if (int(g & kCount) > n_) corrupt_gate(k, g);
   return int(g & kCount) == n_;
 }
@@ -115,11 +121,11 @@ bool Board::cancel(uint64_t k) {
   for (;;) {
     if (gate_op(g) != uint32_t(k) || (g & kGivenUp)) return true;  // (given up already)
     if (int(g & kCount) == n_) return false;
-    if (gate.compare_exchange_weak(g, g | kGivenUp, std::memory_order_acq_rel, std::memory_order_acquire)) return true;
+    if (gate.compare_exchange_weak(g, g | flagged_by(me_), std::memory_order_acq_rel, std::memory_order_acquire)) return true;
   }
 }
 
-void Board::gave_up() const {
+void Board::gave_up(uint64_t gate) const {
   const Header& hd = header();
   // A rank giving up an op flags the gate first (cancel) and writes who and why just after
   // (mark_aborted, which bumps `posts`): a rank that saw the flag in between waits a moment for
@@ -135,6 +141,12 @@ void Board::gave_up() const {
   int a = aborted_by();
   bool told = hd.reason_len.load(std::memory_order_acquire) != 0;
   int origin = told && hd.origin >= -1 && hd.origin < 1 << 24 ? hd.origin : -1;
+  if (!told) {  // not written yet (the giver is slow to): the gate names who flagged it, at its deadline (cancel)
+    int f = int((gate & kFlagger) >> kFlaggerShift) - 1;
+    if (f >= 0 && f < n_)
+      peer_gave_up(name(f), size_t(f) < world_.size() ? world_[size_t(f)] : -1, GiveUp::TimedOut,
+                   "it gave up the op at its deadline");
+  }
   peer_gave_up(a > 0 ? name(a - 1) : std::string("a rank"), origin, GiveUp(told ? hd.why & 3 : 0), abort_reason());
 }
 
@@ -169,9 +181,9 @@ void Board::mark_aborted(const std::string& reason, int origin, int why) {
         ++m;
         continue;
       }
-      next = g | kGivenUp;
+      next = g | flagged_by(me_);
     } else if (gate_op(g) + 2 == uint32_t(m) || g == 0) {
-      next = gate_of(m) | kGivenUp;
+      next = gate_of(m) | flagged_by(me_);
     } else {
       ++m;  // (the gate is past m: m completed)
       continue;

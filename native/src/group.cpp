@@ -15,13 +15,6 @@ namespace mlxj {
 
 namespace {
 
-uint64_t mix(uint64_t x) {  // splitmix64: group ids of splits
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 constexpr size_t kReduceGrain = 64 * 1024;  // reduce arriving data in pieces this big
 constexpr double kNoDeadline = 1e9;  // seconds
 
@@ -46,63 +39,6 @@ std::shared_ptr<Group> Group::world(int rank, std::vector<std::vector<Endpoint>>
   g->watch_for_peers_leaving();
   g->guarded(opts, "init", {OpKind::Init, 0, Dtype::UInt8, false}, [&](const Wait& wait) { g->connect_ring(wait); });
   return g;
-}
-
-void Group::watch_for_peers_leaving() {
-  ctx_->on_superseded(id_, [weak = std::weak_ptr<Group>(shared_from_this())](const std::string& why) {
-    if (auto g = weak.lock()) g->abort(why);
-  });
-  ctx_->on_query(id_, [weak = std::weak_ptr<Group>(shared_from_this())](uint32_t initiator, uint32_t kind,
-                                                                         uint32_t index) {
-    if (auto g = weak.lock()) return g->answer_query(initiator, kind, index);
-    return QueryReply{};
-  });
-}
-
-QueryReply Group::answer_query(uint32_t initiator, uint32_t kind, uint32_t index) {
-  QueryReply r;
-  PauseView pause = pause_state();
-  r.paused = pause.now;
-  r.since_pause_end_ms = pause.since_end_ns < 0 ? -1 : pause.since_end_ns / 1000000;
-  int from = int(std::find(members_.begin(), members_.end(), int(initiator)) - members_.begin());
-  uint32_t what = (kind >> 8) & 0xf;
-  if (!formed_ || from == size() || from == me_ || what > uint32_t(QueryWhat::YourRecvs)) return r;
-  bool idle = false;
-  std::string why;
-  {
-    std::lock_guard<std::mutex> lock(op_mu_);
-    uint32_t entered = what == uint32_t(QueryWhat::Collective) ? entered_seq_
-                       : what == uint32_t(QueryWhat::YourSends) ? sends_in_[size_t(from)]
-                                                                : recvs_in_[size_t(from)];
-    if (entered >= index) {
-      r.answer = QueryAnswer::Entered;
-      return r;
-    }
-    if (refused_ || aborted_) {
-      r.answer = QueryAnswer::Refused;
-      return r;
-    }
-    if (!(kind & kQueryRefuse)) {
-      r.answer = QueryAnswer::NotEntered;
-      return r;
-    }
-    // Refused: this rank never enters that op (nor any later one); an op in progress here
-    // (an earlier one, which the peer may have completed) still may complete.
-    uint32_t tenths = kind >> 16;
-    std::string op = what == uint32_t(QueryWhat::Collective) ? "collective #" + std::to_string(index) + " of this group"
-                     : what == uint32_t(QueryWhat::YourSends) ? "send #" + std::to_string(index) + " to it"
-                                                              : "recv #" + std::to_string(index) + " from it";
-    std::string after = tenths ? " after " + std::to_string(tenths / 10) + (tenths % 10 ? "." + std::to_string(tenths % 10) : "") + " s" : "";
-    refused_why_ = ctx_->describe(int(initiator)) + " timed out" + after + " waiting for rank " + std::to_string(me_) +
-                   " to enter " + op;
-    refused_origin_ = int(initiator);
-    refused_ = true;
-    idle = !op_busy_;
-    why = refused_why_;
-  }
-  if (idle) give_up(why, GiveUp::TimedOut, int(initiator));
-  r.answer = QueryAnswer::Refused;
-  return r;
 }
 
 bool Group::must_time_out(const Wait& wait, bool board) {
@@ -148,7 +84,10 @@ bool Group::must_time_out(const Wait& wait, bool board) {
   for (size_t i = 0; i < peers.size(); ++i) {
     QueryAnswer a = replies[i].answer;
     if (a == QueryAnswer::NotEntered) a = ask(peers[i], true).answer;
-    if (a == QueryAnswer::Refused) return true;
+    if (a == QueryAnswer::Refused) {
+      op_refused_by_ = peers[i];
+      return true;
+    }
     unknown |= a == QueryAnswer::Unknown;
   }
   // A rank that could not be reached (it left the world, its host vanished, it is forming a new
@@ -318,6 +257,10 @@ void Group::unlock_op() {
     std::lock_guard<std::mutex> lock(op_mu_);
     op_busy_ = false;
   }
+  try {
+    give_up_if_left();  // (runs in OpLock's destructor: nothing may escape)
+  } catch (...) {
+  }
   op_free_.notify_one();
 }
 
@@ -325,6 +268,7 @@ Group::OpScope::OpScope(Group& group, const OpStart& start, double timeout) : g(
   if (start.collective) ++g.seq_;
   g.op_ = start;
   g.op_full_ = false;
+  g.op_refused_by_ = -1;
   g.op_seq_ = start.collective ? g.seq_ : start.kind == OpKind::Init ? 0 : ++g.p2p_ops_;
   g.op_moved_ = 0;
   g.op_wait_ns_ = 0;
@@ -525,7 +469,9 @@ void Group::check_stop(Link* const* links, size_t nlinks, bool moving, const Wai
   for (size_t i = 0; i < nlinks; ++i)
     if (links[i]->receiving() || links[i]->sending()) links[i]->check_alive(now);
   if (now < wait.deadline || !must_time_out(wait)) return;
-  if (moving) fail(ErrorKind::Timeout, wait.timed_out() + " while still transferring");
+  if (moving)
+    fail(ErrorKind::Timeout, wait.timed_out() + " while still transferring" +
+                                 (op_refused_by_ >= 0 ? " (" + describe(op_refused_by_) + " had not entered it)" : ""));
   std::string who;
   for (size_t i = 0; i < nlinks; ++i)
     if (links[i]->receiving() || links[i]->sending()) who += (who.empty() ? "" : ", ") + links[i]->name();
@@ -584,40 +530,6 @@ void Group::recv(void* data, size_t nbytes, Dtype t, int src, const CallOptions&
     step.add(&p2p_link(src, false, wait), false, header(OpCode::Send, t, nbytes), data, nbytes).header.seq = 0;
     run(step, wait);
   });
-}
-
-std::shared_ptr<Group> Group::split(int color, int key, const CallOptions& opts, const CoreOptions* options) {
-  std::shared_ptr<Group> sub;
-  guarded(opts, "split", {OpKind::Split, 8, Dtype::Int32}, [&](const Wait& wait) {
-    int n = size();
-    std::vector<int32_t> all(2 * n);
-    int32_t mine[2] = {int32_t(color), int32_t(key < 0 ? me_ : key)};
-    gather_ring(mine, all.data(), sizeof mine, header(OpCode::Split, Dtype::Int32, sizeof mine), wait);
-    // This group's part of the split is done: an abort of it from now on (a peer-left hook)
-    // withdraws from the next collective, and leaves the new group's forming alone.
-    if (!complete_collective()) wait.check_abort();
-    std::vector<std::pair<std::pair<int32_t, int>, int>> same;  // ((key, rank), world rank)
-    for (int r = 0; r < n; ++r)
-      if (all[2 * r] == color) same.push_back({{all[2 * r + 1], r}, members_[r]});
-    std::sort(same.begin(), same.end());
-    std::vector<int> members;
-    for (auto& s : same) members.push_back(s.second);
-    uint64_t id = mix(id_ ^ mix(uint64_t(++splits_) << 32 ^ uint32_t(color)));
-    CoreOptions sub_options = options ? *options : opts_;
-    const CoreOptions& world = ctx_->options();  // the connections' settings stay the world's
-    sub_options.token = world.token;
-    sub_options.verbose = world.verbose;
-    sub_options.dead_peer_timeout = world.dead_peer_timeout;
-    sub.reset(new Group(ctx_, id, std::move(members), std::move(sub_options)));
-    sub->watch_for_peers_leaving();
-    // Every colour is known: the rest is the new group's own business. An abort of this group
-    // now (a rank that is not in the new group has already left it) must not fail the new group;
-    // the new group's own abort, the deadline and Ctrl-C still end it.
-    Wait own = sub->make_wait(opts, "split");
-    own.deadline = wait.deadline;
-    sub->connect_ring(own);
-  });
-  return sub;
 }
 
 void Group::barrier(const CallOptions& opts) {

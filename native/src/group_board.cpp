@@ -75,7 +75,7 @@ void Group::join_board(const MsgHeader& h, const Wait& wait) {
   board_hot_spin_ = cores <= 0 || n <= cores;
   std::vector<std::string> names;
   for (int r = 0; r < n; ++r) names.push_back(describe(r));
-  auto board = std::make_unique<Board>(std::move(seg), me_, std::move(names));
+  auto board = std::make_unique<Board>(std::move(seg), me_, std::move(names), members_);
   std::lock_guard<std::mutex> lock(abort_mu_);
   board_ = std::move(board);
   if (aborted_) board_->mark_aborted(abort_reason_, give_up_origin_, int(give_up_why_));  // (gives up the first board op)

@@ -39,7 +39,8 @@ class Board {
 
   // `seg`'s payload holds at least bytes_for(n) bytes, zeroed by its creator's OS (every slot
   // empty); `me` is this rank's slot; `names` name every rank in errors ("rank 1 (127.0.0.1:5001)").
-  Board(std::shared_ptr<SharedSegment> seg, int me, std::vector<std::string> names);
+  // `world`: each rank's world rank (who gave up is named by it; empty: unknown).
+  Board(std::shared_ptr<SharedSegment> seg, int me, std::vector<std::string> names, std::vector<int> world = {});
   const std::string& name(int r) const { return names_[size_t(r)]; }
 
   // Publishes this rank's contribution to op k (k = 1, 2, ...) and counts it in; throws
@@ -72,13 +73,15 @@ class Board {
   struct Header;
   Slot& slot(int r, uint64_t k) const;
   Header& header() const;
-  [[noreturn]] void gave_up() const;
+  // Throws naming who gave up op `gate` (a gate word with its flag set) and why.
+  [[noreturn]] void gave_up(uint64_t gate) const;
   [[noreturn]] void corrupt_gate(uint64_t k, uint64_t gate) const;
 
   std::shared_ptr<SharedSegment> seg_;
   uint8_t* base_;
   int n_, me_;
   std::vector<std::string> names_;
+  std::vector<int> world_;
   std::atomic<uint64_t> last_posted_{0};  // (this process's) the newest op this rank counted itself in
 };
 

@@ -74,6 +74,11 @@ class Group : public std::enable_shared_from_this<Group> {
  private:
   Group(std::shared_ptr<Context> ctx, uint64_t id, std::vector<int> members, CoreOptions options);
   void watch_for_peers_leaving();
+  // A peer left this group to form a new one (it dials us with a key we consumed): the group is over
+  // from the next op on, but an op in progress here goes on, decided by its links and board like any
+  // op a peer left after (the peer may have completed it: failing it here would diverge).
+  void peer_left(const std::string& why);
+  void give_up_if_left();  // (not under op_mu_) gives up if a peer left: at an op's start and end
   void connect_ring(const Wait& wait);
   Link& p2p_link(int peer, bool sending, const Wait& wait);
   // A send/recv peer: throws std::invalid_argument (ValueError) unless it is another rank of this group.
@@ -157,6 +162,7 @@ class Group : public std::enable_shared_from_this<Group> {
     Wait wait = make_wait(opts, what);
     lock_op(wait, start);
     OpLock held{*this};
+    give_up_if_left();  // (the op then fails at once: the peer that left never enters it)
     OpScope scope(*this, start, opts.timeout);
     try {
       wait.check_abort();
@@ -241,9 +247,11 @@ class Group : public std::enable_shared_from_this<Group> {
   std::vector<uint32_t> sends_in_, recvs_in_;
   bool refused_ = false;
   std::string refused_why_;
+  std::string left_why_;  // a peer left the group during an op (peer_left): given up once the op ends
   int refused_origin_ = -1;
   uint32_t op_entry_ = 0;  // this op's number as the query names it (collective #, or send/recv count)
   bool op_full_ = false;   // every rank has entered this op: its deadline no longer applies
+  int op_refused_by_ = -1;  // the group rank whose refusal timed this op out (must_time_out)
   // Its ring is connected: only then does it answer queries (a query about a group still forming
   // comes from a rank of an earlier world of the same id, which this one must not refuse for it).
   std::atomic<bool> formed_{false};
