@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, Ty
 
 from mlx_jupyter.cluster.controller_link import ControllerLink
 from mlx_jupyter.cluster.data import DataMover
+from mlx_jupyter.cluster.drain import Drainer
 from mlx_jupyter.cluster.namespaces import RankNamespaces
 from mlx_jupyter.cluster.profiling import RankProfiler
 from mlx_jupyter.cluster.rank_control import RankControl
@@ -64,6 +65,7 @@ class ClusterSession(ABC):
         self.namespaces = RankNamespaces(self.link, self.table, self.supervisor, self.control, backend,
                                          restart_advice=lambda: self.restart_advice)
         self.profiler = RankProfiler(self.link, self.table, self.supervisor)
+        self.drainer = Drainer(self.link, self.table, backend)
 
     # ------------------------------------------------------------ what each handle says for itself
 
@@ -289,9 +291,13 @@ class ClusterSession(ABC):
         return self.link.send_execute(rank, code, hook, cell_number)
 
     def send_abort(self, reason: str, ranks: Sequence[int],
-                   msg_ids: Optional[dict[int, str]] = None) -> dict[int, Any]:
+                   msg_ids: Optional[dict[int, str]] = None, drain: bool = False) -> dict[int, Any]:
         """``mlx_abort_request`` to each rank's control channel; see :meth:`RankControl.send_abort`."""
-        return self.control.send_abort(reason, ranks, msg_ids)
+        return self.control.send_abort(reason, ranks, msg_ids, drain)
+
+    def drain(self, ranks: Sequence[int]) -> None:
+        """After a run's abort: have its stopped ranks make the MLX collectives its blocked ranks wait in."""
+        self.drainer.start(ranks)
 
     def run_started(self, run: CellRun) -> None:
         self.supervisor.run_started(run)

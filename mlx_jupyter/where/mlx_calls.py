@@ -51,6 +51,8 @@ class Record:
         self.last: tuple[str, Callable[[], int]] = self.world
         self.user_code: Any = None                       # the code of the last caller outside MLX
         self.cell = 0
+        #: label -> (seq, output) of the group's last collective: whether it ran tells a drain what this rank did
+        self.outs: dict[str, tuple[int, Any]] = {}
 
     def _counted(self, key: str) -> tuple[str, Callable[[], int]]:
         counter = self.counters.get(key)
@@ -95,6 +97,7 @@ class Record:
         """A collective of ``group`` on ``x``, called from ``frame`` (the wrappers inline this)."""
         label, count = self.world if group is None else (self.last if group is self.last_group else self.relabel(group))
         seq = count()
+        self.outs[label] = (seq, None)
         if frame.f_code is not self.user_code and self.from_mlx_code(frame):
             self._from_mlx(label, seq, op, held(x), None, frame)
             return
@@ -133,6 +136,7 @@ class Record:
         self.world = self._counted(WORLD)
         self.last_group, self.last = None, self.world
         self.calls.clear()
+        self.outs.clear()
         self.cell += 1
 
     def snapshot(self, cell_files: tuple[str, ...] = ()) -> dict:
@@ -215,6 +219,7 @@ def _wrap_collective(fn: Callable, op: str) -> Callable:
             else:
                 label, count = record.relabel(group)
             seq = count()
+            record.outs[label] = (seq, out)
             frame = getframe(1)
             code = frame.f_code
             if code is not record.user_code and record.from_mlx_code(frame):

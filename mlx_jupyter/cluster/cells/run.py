@@ -67,7 +67,9 @@ class RunHost(Protocol):
 
     def channel_for(self, ranks: Sequence[int]) -> Optional[CellServer]: ...  # the direct channel, or None
     def send_execute(self, rank: int, code: str, hook: Callable[[Any], None], cell_number: int = 0) -> str: ...
-    def send_abort(self, reason: str, ranks: Sequence[int], msg_ids: Optional[dict[int, str]] = None) -> dict[int, Any]: ...
+    def send_abort(self, reason: str, ranks: Sequence[int], msg_ids: Optional[dict[int, str]] = None,
+                   drain: bool = False) -> dict[int, Any]: ...
+    def drain(self, ranks: Sequence[int]) -> None: ...  # the stopped ranks make what their peers wait in
     def status(self, timeout: float = 1.0) -> list[dict[str, Any]]: ...
     def where_samples(self, ranks: Optional[Sequence[int]] = None,
                       timeout: float = 1.0) -> Mapping[int, dict[str, Any]]: ...  # asked on the control channel
@@ -176,6 +178,7 @@ class CellRun:
         self._idle: set[int] = set()
         self._ended: set[int] = set()
         self._abort_sent: dict[int, float] = {}
+        self._drained = False  # a drain was started (issue 42: MLX's world outlives the abort)
         self._silent: set[int] = set()   # ranks a peer found unreachable: their host is down or cut off
         self.msg_ids: dict[int, str] = {}
         self._futures: dict[int, Any] = {}
@@ -368,8 +371,12 @@ class CellRun:
             now = time.monotonic()
             for r in targets:
                 self._abort_sent[r] = now
+            first = targets and not self._drained
+            self._drained = self._drained or bool(targets)
         if targets:
-            self.cluster.send_abort(reason, targets, self.msg_ids)
+            self.cluster.send_abort(reason, targets, self.msg_ids, drain=True)
+        if first:  # once per run: it considers every rank of the run
+            self.cluster.drain(self.ranks)
 
     def check_deadlines(self, now: Optional[float] = None) -> None:
         """Give up on ranks that did not end ``release_deadline`` s after their abort."""

@@ -1,0 +1,103 @@
+"""A drain after a cell run's abort (issue 42): the ranks that stopped make the MLX collectives their
+blocked peers wait in, with neutral data, so that MLX's world outlives the error or the stop button.
+
+:meth:`Drainer.start` runs beside the abort: it asks the run's ranks their pending state on the control
+channel until every rank still running is frozen in native code, plans (:mod:`mlx_jupyter.where.drain_plan`)
+and has each rank that is behind make its calls (:mod:`mlx_jupyter.cluster.rank.drain`); when no drain
+is possible it tells the frozen ranks why, and they close MLX's sockets as before, naming that reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Optional, Sequence
+
+from mlx_jupyter.cluster.controller_link import ControllerLink
+from mlx_jupyter.cluster.rank_table import RankTable
+from mlx_jupyter.launch import backends
+from mlx_jupyter.where import drain_plan
+
+log = logging.getLogger("mlx_jupyter.cluster.drain")
+
+#: how long the drain waits for the stopped ranks' Python to end and the others to freeze
+SETTLE = 0.6
+#: how long one rank may take to make its calls (the rank's own limit is 0.5 s)
+MAKE = 0.7
+
+
+class Drainer:
+    """Drains the MLX collectives of stopped runs on ``table``'s ranks through ``link``'s control channel."""
+
+    def __init__(self, link: ControllerLink, table: RankTable, backend: str) -> None:
+        self.link, self.table = link, table
+        record = backends.find(backend)
+        self.ops: tuple[str, ...] = record.drain_ops if record is not None else ()
+        self.last = ""  # what the last drain did, in words (for the tests and the debug log)
+
+    def start(self, ranks: Sequence[int]) -> threading.Thread:
+        """Drain a run over ``ranks`` whose abort was just sent, on a thread of its own."""
+        thread = threading.Thread(target=self._run, args=(list(ranks),), name="mlx-drain", daemon=True)
+        thread.start()
+        return thread
+
+    def _run(self, ranks: list[int]) -> None:
+        try:
+            self.last = self.drain(ranks)
+        except Exception as exc:  # pragma: no cover - a bug: the ranks' own hold still ends in the shutdown
+            log.exception("drain failed")
+            self.last = f"failed: {exc}"
+        log.debug("drain: %s", self.last)
+
+    def drain(self, ranks: list[int]) -> str:
+        """Plan and run the drain; what happened, in words."""
+        end = time.monotonic() + SETTLE
+        while True:
+            states = self._ask(ranks, "mlx_drain_state_request", {}, max(0.05, end - time.monotonic()))
+            plan = drain_plan.plan(states, ranks, self.table.dead, self.ops)
+            if not plan.wait or time.monotonic() > end:
+                break
+            time.sleep(0.02)   # polling the ranks: a Python rank's KeyboardInterrupt ends it within ms
+        if plan.wait or not plan.frozen:
+            return "nothing to drain" if not plan.wait else "a rank still runs Python"
+        if plan.why:
+            self._verdict(plan.frozen, plan.why)
+            return f"not drained: {plan.why}"
+        futures = {r: self.link.send_control(r, "mlx_drain_request", {"calls": [list(c) for c in calls]})
+                   for r, calls in plan.calls.items()}
+        failed = []
+        deadline = time.monotonic() + MAKE
+        for rank, fut in futures.items():
+            reply = _content(fut, max(0.0, deadline - time.monotonic()))
+            if reply is None or not reply.get("done"):
+                why = (reply or {}).get("error") or "no answer"
+                failed.append(f"rank {rank}'s drain failed ({why})")
+        if failed:
+            self._verdict(plan.frozen, "; ".join(failed))
+            return "not drained: " + "; ".join(failed)
+        return "drained: " + drain_plan.describe(plan.calls)
+
+    def _ask(self, ranks: Sequence[int], msg_type: str, content: dict[str, Any], timeout: float) -> dict[int, Any]:
+        ids = self.link.ids()
+        futures = {r: self.link.send_control(r, msg_type, content) for r in ranks
+                   if r not in self.table.dead and r in ids}
+        deadline = time.monotonic() + timeout
+        out = {}
+        for rank, fut in futures.items():
+            reply = _content(fut, max(0.0, deadline - time.monotonic()))
+            if reply is not None:
+                out[rank] = reply
+        return out
+
+    def _verdict(self, frozen: Sequence[int], why: str) -> None:
+        """No drain: the frozen ranks close MLX's sockets now, for ``why``."""
+        for rank in frozen:
+            self.link.send_control(rank, "mlx_drain_verdict_request", {"reason": why})
+
+
+def _content(fut: Any, timeout: float) -> Optional[dict[str, Any]]:
+    try:
+        return dict(fut.result(timeout)["content"])
+    except Exception:
+        return None

@@ -1,0 +1,156 @@
+"""A drain on a rank (issue 42): the MLX collectives a blocked peer waits in, made here with neutral
+data, so that the peer's op completes and MLX's world stays usable.
+
+The notebook asks every rank of a stopped run for its :func:`pending_state`, plans
+(:mod:`mlx_jupyter.where.drain_plan`), has each rank that is behind :func:`make` the missing calls,
+and tells a frozen rank's :class:`Gate` the verdict when no drain is possible (its sockets are then
+closed as before). A frozen rank whose op completes raises its pending KeyboardInterrupt at the next
+bytecode: no user code runs on a drained result.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Optional, Sequence
+
+from mlx_jupyter.where import mlx_calls
+
+#: the longest a frozen rank waits for the notebook's drain or verdict before closing MLX's sockets itself
+HOLD = 0.8
+#: the longest a drain's calls may take here before the rank says it did not finish
+MAKE_TIMEOUT = 0.5
+
+
+def _status() -> Optional[Callable[[Any], int]]:
+    """The bridge's ``status(array)`` (0 never scheduled, 1 scheduled, 2 ran), None without the bridge."""
+    try:
+        from mlx_jupyter import _mlx_bridge  # type: ignore[attr-defined]
+
+        return getattr(_mlx_bridge, "status", None)
+    except Exception:
+        return None
+
+
+def joined(record: Any) -> dict[str, int]:
+    """Per group label, the collectives this rank made less a last one never evaluated (it joined none)."""
+    made = record.counts
+    status = _status()
+    out = dict(made)
+    if status is None:
+        return out
+    for label, (seq, arr) in list(record.outs.items()):
+        if arr is not None and made.get(label) == seq and status(arr) == 0:
+            out[label] = seq - 1
+    return out
+
+
+def pending_state(executing: bool, frozen: bool) -> dict[str, Any]:
+    """What a drain's plan reads of this rank (any thread): its collectives and whether it is stuck."""
+    record = mlx_calls.RECORD
+    state: dict[str, Any] = {"executing": executing, "frozen": frozen, "made": {}, "joined": {}, "calls": [],
+                             "groups": {}}
+    if record is None:
+        return state
+    state.update(made=record.counts, joined=joined(record), groups={k: list(v) for k, v in record.groups.items()})
+    calls = []
+    for key, seq, op, x, *_ in list(record.calls):
+        dtype, shape = x if isinstance(x, tuple) else (x.dtype, x.shape)
+        calls.append([key, seq, op, str(dtype).replace("mlx.core.", ""), list(shape or ())])
+    state["calls"] = calls
+    return state
+
+
+def _group(record: Any, label: str) -> Any:
+    """The group a label names on this rank (None: MLX's global group)."""
+    for group, name in list(record.labels.values()):
+        if name == label:
+            return group
+    if label == mlx_calls.WORLD:
+        return None
+    raise LookupError(f"no group `{label}` on this rank")
+
+
+def make(calls: Sequence[Sequence[Any]], timeout: float = MAKE_TIMEOUT) -> dict[str, Any]:
+    """Make ``calls`` ([label, seq, op, dtype, shape], in order) with zeros, on a thread of their own;
+    ``done`` says whether all completed within ``timeout`` s, ``error`` why not."""
+    import mlx.core as mx
+
+    record = mlx_calls.RECORD
+    result: dict[str, Any] = {"done": False, "error": "", "made": 0}
+    if record is None:
+        result["error"] = "MLX's collectives are not recorded on this rank"
+        return result
+
+    def run() -> None:
+        try:
+            for label, seq, op, dtype, shape in calls:
+                fn = getattr(mx.distributed, str(op))
+                fn = getattr(fn, "__wrapped__", fn)   # MLX's own: the drain is not the user's call
+                out = fn(mx.zeros(tuple(shape), dtype=getattr(mx, str(dtype))), group=_group(record, str(label)))
+                mx.eval(out)
+                result["made"] += 1
+            result["done"] = True
+        except Exception as exc:  # a peer gone meanwhile: the notebook falls back to the shutdown
+            result["error"] = f"{type(exc).__name__}: {exc}"
+
+    thread = threading.Thread(target=run, name="mlx-drain", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        result["error"] = f"its calls did not complete within {timeout:g} s"
+    return result
+
+
+class Gate:
+    """Where a frozen cell waits for the notebook's drain or its verdict (see :meth:`hold`)."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.frozen = 0  # the cell found frozen in native code
+        self.verdicts: dict[int, str] = {}
+
+    def hold(self, cell: int, running: Callable[[], bool], wait: float = HOLD) -> Optional[str]:
+        """Cell ``cell`` is frozen: wait until it ends (None: drained) or a verdict comes (the reason to
+        close MLX's sockets), at most ``wait`` s."""
+        end = time.monotonic() + wait
+        with self.cond:
+            self.frozen = cell
+            while running() and cell not in self.verdicts:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return f"no drain came within {wait:g} s"
+                self.cond.wait(min(left, 0.02))   # a cell's end does not notify: its state is polled
+            return self.verdicts.pop(cell, None) if running() else None
+
+    def is_frozen(self, cell: int) -> bool:
+        return self.frozen == cell
+
+    def verdict(self, cell: int, reason: str) -> None:
+        """No drain for ``cell``: its hold ends, and MLX's sockets are closed for ``reason``."""
+        with self.cond:
+            self.verdicts[cell] = reason
+            self.cond.notify_all()
+
+
+def handlers(agent: Any) -> dict[str, Callable[[Any, Any, dict[str, Any]], None]]:
+    """The control-channel requests of a drain, answered by ``agent`` (a :class:`~.agent.RankAgent`)."""
+
+    def on_state(stream: Any, idents: Any, parent: dict[str, Any]) -> None:
+        executing, cell = agent.executing, agent.cell
+        agent._reply(stream, idents, parent, "mlx_drain_state_reply",
+                     pending_state(executing, executing and agent.gate.is_frozen(cell)))
+
+    def on_make(stream: Any, idents: Any, parent: dict[str, Any]) -> None:
+        # a rank still running a cell makes nothing: the drain is for one whose cell ended
+        made = ({"done": False, "error": f"rank {agent.rank} still runs a cell", "made": 0} if agent.executing
+                else make(parent["content"].get("calls") or []))
+        agent._reply(stream, idents, parent, "mlx_drain_reply", made)
+
+    def on_verdict(stream: Any, idents: Any, parent: dict[str, Any]) -> None:
+        if agent.executing:
+            agent.gate.verdict(agent.cell, str(parent["content"].get("reason") or "no drain"))
+        agent._reply(stream, idents, parent, "mlx_drain_verdict_reply", {})
+
+    return {"mlx_drain_state_request": on_state, "mlx_drain_request": on_make,
+            "mlx_drain_verdict_request": on_verdict}
