@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from mlx_jupyter.cluster.controller_link import ControllerLink
 from mlx_jupyter.cluster.rank_table import RankTable
@@ -22,7 +22,7 @@ from mlx_jupyter.where import drain_plan
 log = logging.getLogger("mlx_jupyter.cluster.drain")
 
 #: how long the drain waits for the stopped ranks' Python to end and the others to freeze
-SETTLE = 0.6
+SETTLE = 0.9
 #: how long one rank may take to make its calls (the rank's own limit is 0.5 s)
 MAKE = 0.7
 
@@ -36,25 +36,31 @@ class Drainer:
         self.ops: tuple[str, ...] = record.drain_ops if record is not None else ()
         self.last = ""  # what the last drain did, in words (for the tests and the debug log)
 
-    def start(self, ranks: Sequence[int]) -> threading.Thread:
-        """Drain a run over ``ranks`` whose abort was just sent, on a thread of its own."""
-        thread = threading.Thread(target=self._run, args=(list(ranks),), name="mlx-drain", daemon=True)
+    def start(self, ranks: Sequence[int], msg_ids: Mapping[int, str]) -> threading.Thread:
+        """Drain a run over ``ranks`` (``msg_ids``: its request on each) whose abort was just sent, on a
+        thread of its own."""
+        thread = threading.Thread(target=self._run, args=(list(ranks), dict(msg_ids)), name="mlx-drain", daemon=True)
         thread.start()
         return thread
 
-    def _run(self, ranks: list[int]) -> None:
+    def _run(self, ranks: list[int], msg_ids: dict[int, str]) -> None:
         try:
-            self.last = self.drain(ranks)
+            self.last = self.drain(ranks, msg_ids)
         except Exception as exc:  # pragma: no cover - a bug: the ranks' own hold still ends in the shutdown
             log.exception("drain failed")
             self.last = f"failed: {exc}"
         log.debug("drain: %s", self.last)
 
-    def drain(self, ranks: list[int]) -> str:
-        """Plan and run the drain; what happened, in words."""
+    def drain(self, ranks: list[int], msg_ids: dict[int, str]) -> str:
+        """Plan and run the drain of the run whose request on each rank is ``msg_ids``; what happened, in words.
+
+        Every request names the run's request on its rank: a rank that has begun another one since
+        (the run ended meanwhile) answers for nothing, makes nothing and holds nothing."""
         end = time.monotonic() + SETTLE
         while True:
-            states = self._ask(ranks, "mlx_drain_state_request", {}, max(0.05, end - time.monotonic()))
+            states = self._ask(ranks, msg_ids, max(0.05, end - time.monotonic()))
+            if any(not st.get("this_run") for st in states.values()):
+                return "the run is over"
             plan = drain_plan.plan(states, ranks, self.table.dead, self.ops)
             if not plan.wait or time.monotonic() > end:
                 break
@@ -62,9 +68,10 @@ class Drainer:
         if plan.wait or not plan.frozen:
             return "nothing to drain" if not plan.wait else "a rank still runs Python"
         if plan.why:
-            self._verdict(plan.frozen, plan.why)
+            self._verdict(plan.frozen, plan.why, msg_ids)
             return f"not drained: {plan.why}"
-        futures = {r: self.link.send_control(r, "mlx_drain_request", {"calls": [list(c) for c in calls]})
+        futures = {r: self.link.send_control(r, "mlx_drain_request",
+                                             {"calls": [list(c) for c in calls], "msg_id": msg_ids.get(r, "")})
                    for r, calls in plan.calls.items()}
         failed = []
         deadline = time.monotonic() + MAKE
@@ -72,16 +79,19 @@ class Drainer:
             reply = _content(fut, max(0.0, deadline - time.monotonic()))
             if reply is None or not reply.get("done"):
                 why = (reply or {}).get("error") or "no answer"
+                log.debug("rank %d's drain: %s", rank, reply)
                 failed.append(f"rank {rank}'s drain failed ({why})")
         if failed:
-            self._verdict(plan.frozen, "; ".join(failed))
+            log.debug("drain failed; the states were %s", states)
+            self._verdict(plan.frozen, "; ".join(failed), msg_ids)
             return "not drained: " + "; ".join(failed)
         return "drained: " + drain_plan.describe(plan.calls)
 
-    def _ask(self, ranks: Sequence[int], msg_type: str, content: dict[str, Any], timeout: float) -> dict[int, Any]:
+    def _ask(self, ranks: Sequence[int], msg_ids: dict[int, str], timeout: float) -> dict[int, Any]:
+        """Each live rank's pending state for the run (:func:`mlx_jupyter.cluster.rank.drain.pending_state`)."""
         ids = self.link.ids()
-        futures = {r: self.link.send_control(r, msg_type, content) for r in ranks
-                   if r not in self.table.dead and r in ids}
+        futures = {r: self.link.send_control(r, "mlx_drain_state_request", {"msg_id": msg_ids.get(r, "")})
+                   for r in ranks if r not in self.table.dead and r in ids}
         deadline = time.monotonic() + timeout
         out = {}
         for rank, fut in futures.items():
@@ -90,10 +100,10 @@ class Drainer:
                 out[rank] = reply
         return out
 
-    def _verdict(self, frozen: Sequence[int], why: str) -> None:
+    def _verdict(self, frozen: Sequence[int], why: str, msg_ids: dict[int, str]) -> None:
         """No drain: the frozen ranks close MLX's sockets now, for ``why``."""
         for rank in frozen:
-            self.link.send_control(rank, "mlx_drain_verdict_request", {"reason": why})
+            self.link.send_control(rank, "mlx_drain_verdict_request", {"reason": why, "msg_id": msg_ids.get(rank, "")})
 
 
 def _content(fut: Any, timeout: float) -> Optional[dict[str, Any]]:

@@ -295,9 +295,9 @@ class ClusterSession(ABC):
         """``mlx_abort_request`` to each rank's control channel; see :meth:`RankControl.send_abort`."""
         return self.control.send_abort(reason, ranks, msg_ids, drain)
 
-    def drain(self, ranks: Sequence[int]) -> None:
+    def drain(self, ranks: Sequence[int], msg_ids: Mapping[int, str]) -> None:
         """After a run's abort: have its stopped ranks make the MLX collectives its blocked ranks wait in."""
-        self.drainer.start(ranks)
+        self.drainer.start(ranks, msg_ids)
 
     def run_started(self, run: CellRun) -> None:
         self.supervisor.run_started(run)

@@ -69,7 +69,7 @@ class RunHost(Protocol):
     def send_execute(self, rank: int, code: str, hook: Callable[[Any], None], cell_number: int = 0) -> str: ...
     def send_abort(self, reason: str, ranks: Sequence[int], msg_ids: Optional[dict[int, str]] = None,
                    drain: bool = False) -> dict[int, Any]: ...
-    def drain(self, ranks: Sequence[int]) -> None: ...  # the stopped ranks make what their peers wait in
+    def drain(self, ranks: Sequence[int], msg_ids: Mapping[int, str]) -> None: ...  # make what peers wait in
     def status(self, timeout: float = 1.0) -> list[dict[str, Any]]: ...
     def where_samples(self, ranks: Optional[Sequence[int]] = None,
                       timeout: float = 1.0) -> Mapping[int, dict[str, Any]]: ...  # asked on the control channel
@@ -376,7 +376,7 @@ class CellRun:
         if targets:
             self.cluster.send_abort(reason, targets, self.msg_ids, drain=True)
         if first:  # once per run: it considers every rank of the run
-            self.cluster.drain(self.ranks)
+            self.cluster.drain(self.ranks, self.msg_ids)
 
     def check_deadlines(self, now: Optional[float] = None) -> None:
         """Give up on ranks that did not end ``release_deadline`` s after their abort."""

@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional, Sequence
 from mlx_jupyter.where import mlx_calls
 
 #: the longest a frozen rank waits for the notebook's drain or verdict before closing MLX's sockets itself
-HOLD = 0.8
+HOLD = 1.0
 #: the longest a drain's calls may take here before the rank says it did not finish
 MAKE_TIMEOUT = 0.5
 
@@ -95,10 +95,12 @@ def make(calls: Sequence[Sequence[Any]], timeout: float = MAKE_TIMEOUT) -> dict[
             result["error"] = f"{type(exc).__name__}: {exc}"
 
     thread = threading.Thread(target=run, name="mlx-drain", daemon=True)
+    began = time.monotonic()
     thread.start()
     thread.join(timeout)
-    if thread.is_alive():
-        result["error"] = f"its calls did not complete within {timeout:g} s"
+    result["took"] = time.monotonic() - began
+    if thread.is_alive():  # a call left waiting would pair with the next cell's: the caller closes the world
+        result.update(error=f"its calls did not complete within {timeout:g} s", stuck=True)
     return result
 
 
@@ -136,19 +138,28 @@ class Gate:
 def handlers(agent: Any) -> dict[str, Callable[[Any, Any, dict[str, Any]], None]]:
     """The control-channel requests of a drain, answered by ``agent`` (a :class:`~.agent.RankAgent`)."""
 
+    def this_run(parent: dict[str, Any]) -> bool:
+        """Whether the request the drain names is this rank's current (or last) one: none began since."""
+        return bool(parent["content"].get("msg_id")) and parent["content"]["msg_id"] == agent.msg_id
+
     def on_state(stream: Any, idents: Any, parent: dict[str, Any]) -> None:
         executing, cell = agent.executing, agent.cell
-        agent._reply(stream, idents, parent, "mlx_drain_state_reply",
-                     pending_state(executing, executing and agent.gate.is_frozen(cell)))
+        state = pending_state(executing, executing and agent.gate.is_frozen(cell))
+        state["this_run"] = this_run(parent)
+        agent._reply(stream, idents, parent, "mlx_drain_state_reply", state)
 
     def on_make(stream: Any, idents: Any, parent: dict[str, Any]) -> None:
-        # a rank still running a cell makes nothing: the drain is for one whose cell ended
-        made = ({"done": False, "error": f"rank {agent.rank} still runs a cell", "made": 0} if agent.executing
+        # only a rank whose cell of that run ended makes anything, and before any other request begins
+        refused = ("it still runs a cell" if agent.executing else
+                   "" if this_run(parent) else "it began another request since")
+        made = ({"done": False, "error": f"rank {agent.rank}: {refused}", "made": 0} if refused
                 else make(parent["content"].get("calls") or []))
+        if made.get("stuck"):
+            agent.close_world(f"a drain's call was left waiting ({made['error']})")
         agent._reply(stream, idents, parent, "mlx_drain_reply", made)
 
     def on_verdict(stream: Any, idents: Any, parent: dict[str, Any]) -> None:
-        if agent.executing:
+        if agent.executing and this_run(parent):
             agent.gate.verdict(agent.cell, str(parent["content"].get("reason") or "no drain"))
         agent._reply(stream, idents, parent, "mlx_drain_verdict_reply", {})
 
