@@ -1,0 +1,140 @@
+"""Issue 42: MLX's `world` outlives a rank's error and the stop button (a drain), on real ranks.
+
+A rank that raised, or was stopped in Python, while its peers wait in an MLX collective on `world`
+makes the calls they wait in with zeros; the peers' ops complete, they stop before their code sees
+the drained result, and the next cell's collective on the same `world` gives the right sum, with no
+restart. Where no drain is possible, MLX's world is shut down as before, with the reason in one line.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from mlx_jupyter.cluster import Cluster
+from mlx_jupyter.cluster.cells.display import DistributedCellError, show_run
+from mlx_jupyter.where import drain_plan
+
+pytestmark = pytest.mark.timeout(300)
+
+#: the promise of the issue: a stopped rank's peers are released within this long
+RELEASE_WITHIN = 1.0
+
+
+# ---------------------------------------------------------------- the plan, alone
+
+
+def _state(executing: bool, frozen: bool, joined: dict, calls: list) -> dict:
+    return {"executing": executing, "frozen": frozen, "made": dict(joined), "joined": dict(joined),
+            "calls": calls, "groups": {"world": [0, 2]}, "this_run": True}
+
+
+def test_the_plan_has_the_rank_behind_make_the_call_its_blocked_peer_waits_in():
+    call = ["world", 3, "all_gather", "float32", [4]]
+    states = {0: _state(True, True, {"world": 3}, [call]), 1: _state(False, False, {"world": 2}, [])}
+    plan = drain_plan.plan(states, [0, 1])
+    assert plan.calls == {1: [("world", 3, "all_gather", "float32", (4,))]} and not plan.why
+    assert drain_plan.describe(plan.calls) == "rank 1 made all_gather #3 on `world`"
+
+
+def test_the_plan_waits_for_a_rank_still_in_python_and_names_what_it_cannot_drain():
+    waiting = {0: _state(True, True, {"world": 1}, [["world", 1, "all_sum", "float32", [2]]]),
+               1: _state(True, False, {"world": 0}, [])}
+    assert drain_plan.plan(waiting, [0, 1]).wait
+    differ = {0: _state(True, True, {"world": 1}, [["world", 1, "all_sum", "float32", [2]]]),
+              1: _state(True, True, {"world": 1}, [["world", 1, "all_sum", "float32", [3]]]),
+              2: _state(False, False, {"world": 0}, [])}
+    assert "differs across ranks" in drain_plan.plan(differ, [0, 1, 2]).why
+    p2p = {0: _state(True, True, {"world": 0, "world:1>0": 1}, [["world:1>0", 1, "recv", "float32", [3]]]),
+           1: _state(False, False, {"world": 0}, [])}
+    assert drain_plan.plan(p2p, [0, 1]).why == "rank 0: a send/recv is waiting with no matching partner"
+    assert drain_plan.plan(waiting, [0, 1], dead={1: -9}).why.startswith("rank 1 died")
+    assert "cannot be drained" in drain_plan.plan(
+        {0: _state(True, True, {"world": 1}, [["world", 1, "all_max", "float32", [2]]]),
+         1: _state(False, False, {"world": 0}, [])}, [0, 1], ops=("all_sum",)).why
+
+
+# ---------------------------------------------------------------- on real ranks
+
+#: rank 1 raises while the others wait in the collective (``{op}``); ``after`` is set only where
+#: a rank's code went on past its wait
+RAISES = """
+if world.rank() == 1:
+    1/0
+y = mx.distributed.{op}(mx.ones(4), group=world)
+mx.eval(y)
+after = True
+"""
+
+
+def _sum_is_right(c: Cluster, n: int) -> None:
+    """The next cell's collective on the same `world` gives the right result on every rank."""
+    show_run(c.run("z = mx.distributed.all_sum(mx.ones(2), group=world).tolist()"), timeout=30)
+    assert c.pull("z") == [[float(n)] * 2] * n
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_a_rank_that_raises_while_the_others_wait_in_mlxs_collective_keeps_world(n):
+    with Cluster(n=n) as c:
+        for op in ("all_sum", "all_gather"):
+            with pytest.raises(DistributedCellError) as err:
+                show_run(c.run(RAISES.format(op=op)), timeout=30)
+            assert str(err.value).startswith("rank 1 raised ZeroDivisionError"), err.value
+            shown = "\n".join(err.value.lines)
+            assert "stopped (KeyboardInterrupt) because rank 1 raised ZeroDivisionError" in shown, shown
+            assert "restart" not in shown, shown
+            assert all(not row.get("world_closed") for row in c.status()), c.status()
+            # no rank's code ran on a drained result
+            show_run(c.run("went_on = 'after' in globals()"), timeout=30)
+            assert c.pull("went_on") == [False] * n
+            _sum_is_right(c, n)
+
+
+STOPPED_LOOP = """
+x = mx.ones(1000)
+i = 0
+while True:
+    mx.eval(mx.distributed.all_sum(x, group=world))
+    i += 1
+    if i == 1:
+        print('ARMED', flush=True)
+"""
+
+
+def _stop_when_armed(c: Cluster, code: str, n: int) -> float:
+    """Run ``code``, press stop once every rank printed ARMED; seconds until every rank ended."""
+    r = c.run(code)
+    armed: set[int] = set()
+    while len(armed) < n:
+        ev = r.next_event(30)
+        assert ev is not None, armed
+        if ev.kind == "stream" and "ARMED" in ev.payload[1]:
+            armed.add(ev.rank)
+    began = time.monotonic()
+    r.interrupt()
+    assert r.wait(10)
+    took = time.monotonic() - began
+    assert all(o.status == "released" for o in r.outcomes.values()), r.outcomes
+    return took
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_stop_during_a_loop_of_all_sums_keeps_world(n):
+    with Cluster(n=n) as c:
+        for _ in range(5):
+            took = _stop_when_armed(c, STOPPED_LOOP, n)
+            assert took <= RELEASE_WITHIN, f"released {took:.2f} s after the stop"
+            assert all(not row.get("world_closed") for row in c.status()), c.status()
+            _sum_is_right(c, n)
+
+
+def test_a_recv_with_no_partner_still_shuts_world_down_naming_why():
+    with Cluster(n=2) as c:
+        with pytest.raises(DistributedCellError):
+            show_run(c.run("if world.rank() == 1:\n    1/0\n"
+                           "mx.eval(mx.distributed.recv_like(mx.ones(3), 1, group=world))"), timeout=30)
+        with pytest.raises(DistributedCellError) as err:
+            show_run(c.run("z = mx.distributed.all_sum(mx.ones(2), group=world)"), timeout=30)
+        assert "not drained: rank 0: a send/recv is waiting with no matching partner" in str(err.value), err.value
+        assert "restart the ranks: cluster.restart()" in str(err.value), err.value
