@@ -35,12 +35,14 @@ class Drainer:
         record = backends.find(backend)
         self.ops: tuple[str, ...] = record.drain_ops if record is not None else ()
         self.last = ""  # what the last drain did, in words (for the tests and the debug log)
+        self.thread: Optional[threading.Thread] = None  # the last drain's
 
     def start(self, ranks: Sequence[int], msg_ids: Mapping[int, str]) -> threading.Thread:
         """Drain a run over ``ranks`` (``msg_ids``: its request on each) whose abort was just sent, on a
         thread of its own."""
         thread = threading.Thread(target=self._run, args=(list(ranks), dict(msg_ids)), name="mlx-drain", daemon=True)
         thread.start()
+        self.thread = thread
         return thread
 
     def _run(self, ranks: list[int], msg_ids: dict[int, str]) -> None:
@@ -56,16 +58,23 @@ class Drainer:
 
         Every request names the run's request on its rank: a rank that has begun another one since
         (the run ended meanwhile) answers for nothing, makes nothing and holds nothing."""
-        end = time.monotonic() + SETTLE
+        began = time.monotonic()
+        end = began + SETTLE
         while True:
             states = self._ask(ranks, msg_ids, max(0.05, end - time.monotonic()))
+            log.debug("states at %.3f s: %s", time.monotonic() - began,
+                      {r: (st.get("executing"), st.get("frozen"), st.get("joined")) for r, st in states.items()})
             if any(not st.get("this_run") for st in states.values()):
                 return "the run is over"
             plan = drain_plan.plan(states, ranks, self.table.dead, self.ops)
             if not plan.wait or time.monotonic() > end:
                 break
             time.sleep(0.02)   # polling the ranks: a Python rank's KeyboardInterrupt ends it within ms
+        if plan.wait and plan.why:   # they did not finish by themselves meanwhile
+            self._verdict(plan.frozen, plan.why, msg_ids)
+            return f"not drained: {plan.why}"
         if plan.wait or not plan.frozen:
+            log.debug("nothing drained; the states were %s", states)
             return "nothing to drain" if not plan.wait else "a rank still runs Python"
         if plan.why:
             self._verdict(plan.frozen, plan.why, msg_ids)

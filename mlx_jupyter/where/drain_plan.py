@@ -18,7 +18,8 @@ Call = tuple[str, int, str, str, tuple[int, ...]]
 
 @dataclass
 class Plan:
-    """``wait``: a rank still runs Python (ask again); ``calls``: rank -> the collectives it makes, in order;
+    """``wait``: ask again (a rank still runs Python, or the blocked ranks may finish by themselves: ``why``
+    then says what to tell them if they do not); ``calls``: rank -> the collectives it makes, in order;
     ``why``: the one line saying why no drain is possible; ``frozen``: the ranks blocked in native code."""
 
     wait: bool = False
@@ -72,10 +73,12 @@ def plan(states: Mapping[int, Mapping[str, Any]], ranks: Sequence[int], dead: Co
                     return Plan(why=f"`{made[2]}` cannot be drained on this backend", frozen=frozen)
                 calls.setdefault(r, []).append(made)
     if not calls:
-        why = ("a send/recv is waiting with no matching partner" if p2p else
-               "no rank is behind in MLX's collectives: the blocked ranks wait in native code the record "
-               "does not show")
-        return Plan(why=f"{_label(frozen)}: {why}", frozen=frozen)
+        if p2p:
+            return Plan(why=f"{_label(frozen)}: a send/recv is waiting with no matching partner", frozen=frozen)
+        # every rank joined every collective: a slow one ends by itself; ask again until the caller gives up
+        return Plan(wait=True, frozen=frozen,
+                    why=f"{_label(frozen)}: no rank is behind in MLX's collectives, yet the blocked ranks did not "
+                        "finish (native code the record does not show)")
     if any(len({c[0] for c in cs}) > 1 for cs in calls.values()):
         return Plan(why="collectives are pending on several groups at once; their order is unknown", frozen=frozen)
     return Plan(calls=calls, frozen=frozen)

@@ -150,7 +150,7 @@ class CellInterrupt:
             now = time.monotonic()
             if where != last:
                 last, still_since = where, now
-            elif now - still_since >= self.grace:
+            elif now - still_since >= (self.grace if hold is None else min(self.grace, HOLD_AFTER)):
                 why = hold(cell) if hold is not None else ""
                 if why is None:
                     return  # drained: the cell ends by itself, MLX's world is kept
@@ -161,6 +161,10 @@ class CellInterrupt:
                         request.close_world(reason)
                 return
             time.sleep(0.01)
+
+
+#: with a drain to wait for, a cell this long frozen is held (nothing is closed at that point)
+HOLD_AFTER = 0.15
 
 
 def _main_thread_id() -> int:
