@@ -2,7 +2,7 @@
 
 Input: each rank's pending state (:func:`mlx_jupyter.cluster.rank.drain.pending_state`): whether it still
 runs the cell and is frozen in native code, per group label the collectives it made (``made``) and those
-that joined the stream (``joined``: made, less a last one never evaluated), and its newest calls
+of them it never evaluated (``unrun``: never scheduled on its stream), and its newest calls
 ``[label, seq, op, dtype, shape]``. Output: a :class:`Plan`: wait, nothing to do, the calls per rank, or
 why it cannot be done (the caller then shuts MLX's world down as before, saying that one line).
 """
@@ -52,20 +52,25 @@ def plan(states: Mapping[int, Mapping[str, Any]], ranks: Sequence[int], dead: Co
     if any(not states[r].get("frozen") for r in running):
         return Plan(wait=True)
     frozen = sorted(running)
-    joined = {r: {str(k): int(v) for k, v in (states[r].get("joined") or {}).items()} for r in ranks}
-    p2p = [r for r in frozen if any(":" in k for k, v in joined[r].items() if v)]
-    labels = sorted({k for r in ranks for k in joined[r] if ":" not in k})
+    ran = {r: _ran(states[r]) for r in ranks}
+    p2p = [r for r in frozen if any(":" in k and v for k, v in ran[r].items())]
+    labels = sorted({k for r in ranks for k in ran[r] if ":" not in k})
     calls: dict[int, list[Call]] = {}
     for label in labels:
-        members = [r for r in ranks if label in (states[r].get("groups") or {}) or label in joined[r]]
-        target = max(joined[r].get(label, 0) for r in members)
-        behind = [r for r in members if joined[r].get(label, 0) < target]
-        stuck = [r for r in behind if r in frozen]
-        if stuck:
-            return Plan(why=f"{_label(stuck)} is blocked in another collective than its peers on `{label}`; "
-                            "the collectives differ across ranks", frozen=frozen)
-        for r in behind:
-            for seq in range(joined[r].get(label, 0) + 1, target + 1):
+        members = [r for r in ranks if label in (states[r].get("groups") or {}) or label in ran[r]]
+        every = set().union(*(ran[r].get(label, set()) for r in members))
+        for r in members:
+            mine = ran[r].get(label, set())
+            missing = sorted(every - mine)
+            if not missing:
+                continue
+            if r in frozen:
+                return Plan(why=f"{_label([r])} is blocked in another collective than its peers on `{label}`; "
+                                "the collectives differ across ranks", frozen=frozen)
+            if mine and max(mine) > missing[0]:   # it ran a later one: the ranks paired them differently
+                return Plan(why=f"rank {r} ran its collectives on `{label}` in another order than its peers "
+                                f"(#{max(mine)} before #{missing[0]})", frozen=frozen)
+            for seq in missing:
                 made = _the_call(states, members, label, seq)
                 if isinstance(made, str):
                     return Plan(why=made, frozen=frozen)
@@ -82,6 +87,14 @@ def plan(states: Mapping[int, Mapping[str, Any]], ranks: Sequence[int], dead: Co
     if any(len({c[0] for c in cs}) > 1 for cs in calls.values()):
         return Plan(why="collectives are pending on several groups at once; their order is unknown", frozen=frozen)
     return Plan(calls=calls, frozen=frozen)
+
+
+def _ran(state: Mapping[str, Any]) -> dict[str, set[int]]:
+    """Per group label, the numbers of the collectives a rank ran (or runs now): those it made, less
+    those it never evaluated. MLX runs one evaluation's ops in the order they were made, so the
+    numbers are also the order on the stream."""
+    unrun = {str(k): set(v) for k, v in (state.get("unrun") or {}).items()}
+    return {str(k): set(range(1, int(v) + 1)) - unrun.get(str(k), set()) for k, v in (state.get("made") or {}).items()}
 
 
 def _the_call(states: Mapping[int, Mapping[str, Any]], members: Sequence[int], label: str,

@@ -17,6 +17,7 @@ import itertools
 import linecache
 import sys
 import threading
+import weakref
 from collections import deque
 from typing import Any, Callable, Optional
 
@@ -51,8 +52,9 @@ class Record:
         self.last: tuple[str, Callable[[], int]] = self.world
         self.user_code: Any = None                       # the code of the last caller outside MLX
         self.cell = 0
-        #: label -> (seq, output) of the group's last collective: whether it ran tells a drain what this rank did
-        self.outs: dict[str, tuple[int, Any]] = {}
+        #: label -> the group's newest collectives' (seq, output): whether each ran tells a drain what this rank
+        #: did (the newest held, the older ones by weak reference: the record keeps no large array alive)
+        self.outs: dict[str, deque] = {}
 
     def _counted(self, key: str) -> tuple[str, Callable[[], int]]:
         counter = self.counters.get(key)
@@ -97,7 +99,6 @@ class Record:
         """A collective of ``group`` on ``x``, called from ``frame`` (the wrappers inline this)."""
         label, count = self.world if group is None else (self.last if group is self.last_group else self.relabel(group))
         seq = count()
-        self.outs[label] = (seq, None)
         if frame.f_code is not self.user_code and self.from_mlx_code(frame):
             self._from_mlx(label, seq, op, held(x), None, frame)
             return
@@ -219,7 +220,13 @@ def _wrap_collective(fn: Callable, op: str) -> Callable:
             else:
                 label, count = record.relabel(group)
             seq = count()
-            record.outs[label] = (seq, out)
+            outs = record.outs.get(label)
+            if outs is None:
+                outs = record.outs[label] = deque(maxlen=KEEP)
+            elif outs:
+                last = outs[-1]
+                outs[-1] = (last[0], weakref.ref(last[1]))   # only the newest is held
+            outs.append((seq, out))
             frame = getframe(1)
             code = frame.f_code
             if code is not record.user_code and record.from_mlx_code(frame):

@@ -28,8 +28,8 @@ RELEASE_WITHIN = 1.0
 # ---------------------------------------------------------------- the plan, alone
 
 
-def _state(executing: bool, frozen: bool, joined: dict, calls: list) -> dict:
-    return {"executing": executing, "frozen": frozen, "made": dict(joined), "joined": dict(joined),
+def _state(executing: bool, frozen: bool, made: dict, calls: list, unrun: dict | None = None) -> dict:
+    return {"executing": executing, "frozen": frozen, "made": dict(made), "unrun": unrun or {},
             "calls": calls, "groups": {"world": [0, 2]}, "this_run": True}
 
 
@@ -39,6 +39,21 @@ def test_the_plan_has_the_rank_behind_make_the_call_its_blocked_peer_waits_in():
     plan = drain_plan.plan(states, [0, 1])
     assert plan.calls == {1: [("world", 3, "all_gather", "float32", (4,))]} and not plan.why
     assert drain_plan.describe(plan.calls) == "rank 1 made all_gather #3 on `world`"
+
+
+def test_the_plan_follows_what_each_rank_ran_not_what_it_built():
+    """A lazy graph: rank 0 built all_sum #1 and all_gather #2 but evaluates only #2 (it waits there); rank 1
+    built #1 and never evaluated it. Rank 1 makes #2 alone: #1 ran nowhere."""
+    built = [["world", 1, "all_sum", "float32", [4]], ["world", 2, "all_gather", "float32", [4]]]
+    states = {0: _state(True, True, {"world": 2}, built, {"world": [1]}),
+              1: _state(False, False, {"world": 1}, built[:1], {"world": [1]})}
+    assert drain_plan.plan(states, [0, 1]).calls == {1: [("world", 2, "all_gather", "float32", (4,))]}
+    ahead = {0: _state(True, True, {"world": 2}, built, {"world": [1]}),
+             1: _state(False, False, {"world": 1}, built[:1])}   # rank 1 ran #1, which rank 0 never did
+    assert "is blocked in another collective" in drain_plan.plan(ahead, [0, 1]).why
+    three = built + [["world", 3, "all_sum", "float32", [8]]]
+    states = {0: _state(True, True, {"world": 3}, three), 1: _state(False, False, {"world": 0}, [])}
+    assert [c[1] for c in drain_plan.plan(states, [0, 1]).calls[1]] == [1, 2, 3]   # the order they were made
 
 
 def test_the_plan_waits_for_a_rank_still_in_python_and_names_what_it_cannot_drain():
@@ -75,6 +90,31 @@ after = True
 """
 
 
+#: lazy graphs: rank 1 raises while the others evaluate several collectives at once, or only some of
+#: those they built (MLX runs one evaluation's ops in the order they were made)
+LAZY = {
+    "three at once": """
+if world.rank() == 1:
+    1/0
+x = mx.ones(4)
+y = mx.distributed.all_gather(x, group=world)
+z = mx.distributed.all_sum(x * 2, group=world)
+w = mx.distributed.all_sum(mx.ones(8) * 3, group=world)
+mx.eval(w, z, y)
+after = True
+""",
+    "the later of two": """
+x = mx.ones(4)
+y = mx.distributed.all_sum(x, group=world)
+if world.rank() == 1:
+    1/0
+z = mx.distributed.all_gather(x * 2, group=world)
+mx.eval(z)
+after = True
+""",
+}
+
+
 def _sum_is_right(c: Cluster, n: int) -> None:
     """The next cell's collective on the same `world` gives the right result on every rank."""
     show_run(c.run("z = mx.distributed.all_sum(mx.ones(2), group=world).tolist()"), timeout=30)
@@ -107,6 +147,19 @@ def test_a_rank_that_raises_while_the_others_wait_in_mlxs_collective_keeps_world
             assert "restart" not in shown, shown
             assert all(not row.get("world_closed") for row in c.status()), c.status()
             # no rank's code ran on a drained result
+            show_run(c.run("went_on = 'after' in globals()"), timeout=30)
+            assert c.pull("went_on") == [False] * n
+            _sum_is_right(c, n)
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_a_rank_that_raises_while_the_others_evaluate_a_lazy_graph_keeps_world(n, backend):
+    with Cluster(n=n, backend=backend) as c:
+        for code in LAZY.values():
+            with pytest.raises(DistributedCellError) as err:
+                show_run(c.run(code), timeout=30)
+            assert str(err.value).startswith("rank 1 raised ZeroDivisionError"), err.value
+            assert all(not row.get("world_closed") for row in c.status()), c.status()
             show_run(c.run("went_on = 'after' in globals()"), timeout=30)
             assert c.pull("went_on") == [False] * n
             _sum_is_right(c, n)

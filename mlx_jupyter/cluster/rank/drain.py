@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from typing import Any, Callable, Optional, Sequence
 
 from mlx_jupyter.where import mlx_calls
@@ -32,27 +33,35 @@ def _status() -> Optional[Callable[[Any], int]]:
         return None
 
 
-def joined(record: Any) -> dict[str, int]:
-    """Per group label, the collectives this rank made less a last one never evaluated (it joined none)."""
-    made = record.counts
+def _outputs(outs: Any) -> list[tuple[int, Any]]:
+    """(seq, output or None when freed) of a label's newest collectives, oldest first."""
+    out = []
+    for seq, held in list(outs):
+        arr = held() if isinstance(held, weakref.ref) else held
+        out.append((seq, arr))
+    return out
+
+
+def unrun(record: Any) -> dict[str, list[int]]:
+    """Per group label, the collectives this rank made but never evaluated (status 0: never scheduled on
+    its stream, so never run); the others it ran, or runs now. Without the bridge: none known."""
     status = _status()
-    out = dict(made)
+    out: dict[str, list[int]] = {}
     if status is None:
         return out
-    for label, (seq, arr) in list(record.outs.items()):
-        if arr is not None and made.get(label) == seq and status(arr) == 0:
-            out[label] = seq - 1
+    for label, outs in list(record.outs.items()):
+        out[label] = [seq for seq, arr in _outputs(outs) if arr is not None and status(arr) == 0]
     return out
 
 
 def pending_state(executing: bool, frozen: bool) -> dict[str, Any]:
     """What a drain's plan reads of this rank (any thread): its collectives and whether it is stuck."""
     record = mlx_calls.RECORD
-    state: dict[str, Any] = {"executing": executing, "frozen": frozen, "made": {}, "joined": {}, "calls": [],
+    state: dict[str, Any] = {"executing": executing, "frozen": frozen, "made": {}, "unrun": {}, "calls": [],
                              "groups": {}}
     if record is None:
         return state
-    state.update(made=record.counts, joined=joined(record), groups={k: list(v) for k, v in record.groups.items()})
+    state.update(made=record.counts, unrun=unrun(record), groups={k: list(v) for k, v in record.groups.items()})
     calls = []
     for key, seq, op, x, *_ in list(record.calls):
         dtype, shape = x if isinstance(x, tuple) else (x.dtype, x.shape)
