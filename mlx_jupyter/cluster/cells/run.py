@@ -69,7 +69,7 @@ class RunHost(Protocol):
     def send_execute(self, rank: int, code: str, hook: Callable[[Any], None], cell_number: int = 0) -> str: ...
     def send_abort(self, reason: str, ranks: Sequence[int], msg_ids: Optional[dict[int, str]] = None,
                    drain: bool = False) -> dict[int, Any]: ...
-    def drain(self, ranks: Sequence[int], msg_ids: Mapping[int, str]) -> None: ...  # make what peers wait in
+    def drain(self, ranks: Sequence[int], msg_ids: Mapping[int, str]) -> None: ...  # issue 42: keep MLX's world
     def status(self, timeout: float = 1.0) -> list[dict[str, Any]]: ...
     def where_samples(self, ranks: Optional[Sequence[int]] = None,
                       timeout: float = 1.0) -> Mapping[int, dict[str, Any]]: ...  # asked on the control channel
@@ -178,7 +178,6 @@ class CellRun:
         self._idle: set[int] = set()
         self._ended: set[int] = set()
         self._abort_sent: dict[int, float] = {}
-        self._drained = False  # a drain was started (issue 42: MLX's world outlives the abort)
         self._silent: set[int] = set()   # ranks a peer found unreachable: their host is down or cut off
         self.msg_ids: dict[int, str] = {}
         self._futures: dict[int, Any] = {}
@@ -368,14 +367,13 @@ class CellRun:
                 r for r in self.ranks
                 if r not in self._ended and r not in self._abort_sent and self.outcomes[r].status == RUNNING
             ]
+            first = bool(targets) and not self._abort_sent   # one drain per run: it considers every rank
             now = time.monotonic()
             for r in targets:
                 self._abort_sent[r] = now
-            first = targets and not self._drained
-            self._drained = self._drained or bool(targets)
         if targets:
             self.cluster.send_abort(reason, targets, self.msg_ids, drain=True)
-        if first:  # once per run: it considers every rank of the run
+        if first:
             self.cluster.drain(self.ranks, self.msg_ids)
 
     def check_deadlines(self, now: Optional[float] = None) -> None:

@@ -4,12 +4,12 @@ A :class:`RankAgent` is installed in every engine started by
 :mod:`mlx_jupyter.cluster.rank.engine`. It answers two control-channel requests, which the
 engine's control thread handles even while a cell blocks the main thread:
 
-- ``mlx_abort_request {reason, msg_id}``: interrupt the running cell (SIGINT: Python
+- ``mlx_abort_request {reason, msg_id, drain}``: interrupt the running cell (SIGINT: Python
   code stops at its next bytecode; an op of our core stops too, and aborts its group,
-  which fails the peers' ops at once), and if the cell is still frozen in native code
-  after ``grace`` seconds, close MLX's world sockets. MLX's own collectives cannot be
-  cancelled; closing their sockets makes a blocked ring op raise "connection to a peer
-  was lost". The world group is then unusable until the ranks restart: from then on a
+  which fails the peers' ops at once). A cell still frozen in native code waits for the
+  notebook's drain (:mod:`~mlx_jupyter.cluster.rank.drain`), else, or after ``grace`` s
+  without one, MLX's world sockets are closed: a blocked ring op raises "connection to a
+  peer was lost". The world group is then unusable until the ranks restart: from then on a
   cell that uses it is refused with one line (:class:`~.names.WorldGuard`). A rank that
   was only running Python keeps its groups: an abort kills no group by itself.
   The SIGINT names its cell (:mod:`~mlx_jupyter.cluster.rank.interrupt`).
@@ -41,7 +41,6 @@ import os
 import socket
 import threading
 import time
-from functools import partial
 from typing import Any, Awaitable, Callable, Optional
 
 from IPython.core.error import InputRejected
@@ -354,10 +353,9 @@ class RankAgent:
         """Stop this rank's cell. Returns whether a cell ran.
 
         ``msg_id`` names the cell to stop; if it has not started here yet, it never will.
-        Without it, whatever cell runs is stopped; one that already ended is left alone. With ``drain``,
+        Without it, whatever cell runs is stopped; one that already ended is left alone. No group is
+        aborted here (an op of our core that the interrupt stops aborts its group itself). ``drain``:
         a cell frozen in native code waits for the notebook's drain before MLX's sockets are closed.
-        No group is aborted here: an op of our core that the interrupt stops aborts its group
-        itself, and a rank that was running Python keeps it.
         """
         with self._lock:
             running = self.executing and (not msg_id or msg_id == self.msg_id)
@@ -375,7 +373,7 @@ class RankAgent:
                 # (its post_run_cell waits for the lock)
                 self.interrupt.send(cell)
         if running and (drain or self.world_sockets or self.env.mlx_hostfile) and self.kind == "cell":
-            hold = partial(self.gate.hold, running=lambda: self.executing and self.cell == cell) if drain else None
+            hold = (lambda c: self.gate.hold(c, lambda: self.executing and self.cell == c)) if drain else None
             threading.Thread(target=self.interrupt.release_native, args=(cell, reason, hold), daemon=True).start()
         return running
 
