@@ -16,6 +16,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from mlx_jupyter.cluster.controller_link import ControllerLink
 from mlx_jupyter.cluster.rank_table import RankTable
+from mlx_jupyter.cluster.shared.errors import ClusterError
 from mlx_jupyter.launch import backends
 from mlx_jupyter.where import drain_plan
 
@@ -48,6 +49,8 @@ class Drainer:
     def _run(self, ranks: list[int], msg_ids: dict[int, str]) -> None:
         try:
             self.last = self.drain(ranks, msg_ids)
+        except ClusterError as exc:   # the cluster stopped meanwhile: nothing is left to drain
+            self.last = f"stopped: {exc}"
         except Exception as exc:  # pragma: no cover - a bug: the ranks' own hold still ends in the shutdown
             log.exception("drain failed")
             self.last = f"failed: {exc}"
@@ -79,7 +82,7 @@ class Drainer:
         if plan.why:
             self._verdict(plan.frozen, plan.why, msg_ids)
             return f"not drained: {plan.why}"
-        futures = {r: self.link.send_control(r, "mlx_drain_request",
+        futures = {r: self._send(r, "mlx_drain_request",
                                              {"calls": [list(c) for c in calls], "msg_id": msg_ids.get(r, "")})
                    for r, calls in plan.calls.items()}
         failed = []
@@ -99,7 +102,7 @@ class Drainer:
     def _ask(self, ranks: Sequence[int], msg_ids: dict[int, str], timeout: float) -> dict[int, Any]:
         """Each live rank's pending state for the run (:func:`mlx_jupyter.cluster.rank.drain.pending_state`)."""
         ids = self.link.ids()
-        futures = {r: self.link.send_control(r, "mlx_drain_state_request", {"msg_id": msg_ids.get(r, "")})
+        futures = {r: self._send(r, "mlx_drain_state_request", {"msg_id": msg_ids.get(r, "")})
                    for r in ranks if r not in self.table.dead and r in ids}
         deadline = time.monotonic() + timeout
         out = {}
@@ -109,10 +112,14 @@ class Drainer:
                 out[rank] = reply
         return out
 
+    def _send(self, rank: int, msg_type: str, content: dict[str, Any]) -> Any:
+        self.link.need()   # ClusterError once the cluster is stopped
+        return self.link.send_control(rank, msg_type, content)
+
     def _verdict(self, frozen: Sequence[int], why: str, msg_ids: dict[int, str]) -> None:
         """No drain: the frozen ranks close MLX's sockets now, for ``why``."""
         for rank in frozen:
-            self.link.send_control(rank, "mlx_drain_verdict_request", {"reason": why, "msg_id": msg_ids.get(rank, "")})
+            self._send(rank, "mlx_drain_verdict_request", {"reason": why, "msg_id": msg_ids.get(rank, "")})
 
 
 def _content(fut: Any, timeout: float) -> Optional[dict[str, Any]]:

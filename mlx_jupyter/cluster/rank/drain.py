@@ -80,9 +80,11 @@ def _group(record: Any, label: str) -> Any:
     raise LookupError(f"no group `{label}` on this rank")
 
 
-def make(calls: Sequence[Sequence[Any]], timeout: float = MAKE_TIMEOUT) -> dict[str, Any]:
-    """Make ``calls`` ([label, seq, op, dtype, shape], in order) with zeros, on a thread of their own;
-    ``done`` says whether all completed within ``timeout`` s, ``error`` why not."""
+def make(calls: Sequence[Sequence[Any]], on_main: Callable[[Callable[[], None]], None],
+         still_this_run: Callable[[], bool], timeout: float = MAKE_TIMEOUT) -> dict[str, Any]:
+    """Make ``calls`` ([label, seq, op, dtype, shape], in order) with zeros, on the rank's main thread
+    (``on_main`` runs a function there): MLX's default streams are per thread, and the rank's own calls
+    ran on the main thread's. ``done`` says whether all completed within ``timeout`` s."""
     import mlx.core as mx
 
     record = mlx_calls.RECORD
@@ -90,9 +92,13 @@ def make(calls: Sequence[Sequence[Any]], timeout: float = MAKE_TIMEOUT) -> dict[
     if record is None:
         result["error"] = "MLX's collectives are not recorded on this rank"
         return result
+    finished = threading.Event()
 
     def run() -> None:
         try:
+            if not still_this_run():   # checked on the main thread: no request can begin meanwhile
+                result["error"] = "it began another request since"
+                return
             for label, seq, op, dtype, shape in calls:
                 fn = getattr(mx.distributed, str(op))
                 fn = getattr(fn, "__wrapped__", fn)   # MLX's own: the drain is not the user's call
@@ -102,14 +108,14 @@ def make(calls: Sequence[Sequence[Any]], timeout: float = MAKE_TIMEOUT) -> dict[
             result["done"] = True
         except Exception as exc:  # a peer gone meanwhile: the notebook falls back to the shutdown
             result["error"] = f"{type(exc).__name__}: {exc}"
+        finally:
+            finished.set()
 
-    thread = threading.Thread(target=run, name="mlx-drain", daemon=True)
     began = time.monotonic()
-    thread.start()
-    thread.join(timeout)
-    result["took"] = time.monotonic() - began
-    if thread.is_alive():  # a call left waiting would pair with the next cell's: the caller closes the world
+    on_main(run)
+    if not finished.wait(timeout):  # a call left waiting would pair with the next cell's: the caller closes the world
         result.update(error=f"its calls did not complete within {timeout:g} s", stuck=True)
+    result["took"] = time.monotonic() - began
     return result
 
 
@@ -162,7 +168,8 @@ def handlers(agent: Any) -> dict[str, Callable[[Any, Any, dict[str, Any]], None]
         refused = ("it still runs a cell" if agent.executing else
                    "" if this_run(parent) else "it began another request since")
         made = ({"done": False, "error": f"rank {agent.rank}: {refused}", "made": 0} if refused
-                else make(parent["content"].get("calls") or []))
+                else make(parent["content"].get("calls") or [], agent.kernel.io_loop.add_callback,
+                          lambda: not agent.executing and this_run(parent)))
         if made.get("stuck"):
             agent.close_world(f"a drain's call was left waiting ({made['error']})")
         agent._reply(stream, idents, parent, "mlx_drain_reply", made)
