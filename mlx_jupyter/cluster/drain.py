@@ -23,7 +23,7 @@ from mlx_jupyter.where import drain_plan
 log = logging.getLogger("mlx_jupyter.cluster.drain")
 
 #: how long the drain waits for the stopped ranks' Python to end and the others to freeze
-SETTLE = 0.9
+SETTLE = 1.0
 #: how long one rank may take to make its calls (the rank's own limit is 0.5 s)
 MAKE = 0.7
 
@@ -98,6 +98,21 @@ class Drainer:
             self._verdict(plan.frozen, "; ".join(failed), msg_ids)
             return "not drained: " + "; ".join(failed)
         return "drained: " + drain_plan.describe(plan.calls)
+
+    def agreed_stop(self, ranks: Sequence[int], msg_ids: Mapping[int, str], timeout: float = 1.0) -> dict[str, int]:
+        """Pause the run's ranks at their next MLX call, gather the calls each made, and tell them the last
+        any made, per group: each stops (KeyboardInterrupt) before its first call past it, so every rank
+        stops at the same call. {} when no rank made any (plain Python) or one did not answer: the
+        caller then interrupts as before."""
+        futures = {r: self._send(r, "mlx_stop_pause_request", {"msg_id": msg_ids.get(r, "")}) for r in ranks}
+        deadline = time.monotonic() + timeout
+        replies = [_content(f, max(0.0, deadline - time.monotonic())) for f in futures.values()]
+        made = [{str(k): int(v) for k, v in (rep.get("made") or {}).items() if ":" not in str(k)}
+                for rep in replies if rep and rep.get("paused")]
+        after = {k: max(m.get(k, 0) for m in made) for k in {k for m in made for k in m}}
+        for rank in ranks:   # always: a paused rank waits for its number
+            self._send(rank, "mlx_stop_after_request", {"after": after, "msg_id": msg_ids.get(rank, "")})
+        return after if len(made) == len(ranks) and any(after.values()) else {}
 
     def _ask(self, ranks: Sequence[int], msg_ids: dict[int, str], timeout: float) -> dict[int, Any]:
         """Each live rank's pending state for the run (:func:`mlx_jupyter.cluster.rank.drain.pending_state`)."""

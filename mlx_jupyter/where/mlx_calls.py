@@ -31,6 +31,8 @@ KEEP = SENT = 8
 #: sample is taken (reading them costs more than the rest of the record); a larger one's are read at once,
 #: so that the record never holds more than KEEP * HOLD_BYTES of arrays alive
 HOLD_BYTES = 1 << 20
+#: the longest a call waits for an agreed stop's last number (then it stops there)
+STOP_WAIT = 2.0
 #: the label of the global group (``group=None`` and what ``init`` returns)
 WORLD = "world"
 
@@ -55,6 +57,10 @@ class Record:
         #: label -> the group's newest collectives' (seq, output): whether each ran tells a drain what this rank
         #: did (the newest held, the older ones by weak reference: the record keeps no large array alive)
         self.outs: dict[str, deque] = {}
+        #: an agreed stop (:mod:`mlx_jupyter.cluster.drain`): label -> the last call number any rank had made;
+        #: the next call waits for it (at most STOP_WAIT s) until ``stop_known`` is set
+        self.stop_after: Optional[dict[str, int]] = None
+        self.stop_known = threading.Event()
 
     def _counted(self, key: str) -> tuple[str, Callable[[], int]]:
         counter = self.counters.get(key)
@@ -111,6 +117,18 @@ class Record:
         self.user_code = frame.f_code
         return False
 
+    def stop_here(self, group: Any) -> None:
+        """Raise KeyboardInterrupt if the next call on ``group`` is past the agreed stop's last one (wait
+        for that number while the notebook gathers it)."""
+        if not self.stop_known.wait(STOP_WAIT):
+            raise KeyboardInterrupt("stopped at a collective boundary (the agreed last call did not come)")
+        label = self.label(group)
+        last = (self.stop_after or {}).get(label)
+        counter = self.counters.get(label)
+        if last is not None and counter is not None and _made(counter) >= last:
+            raise KeyboardInterrupt(f"stopped at a collective boundary: after MLX call #{last} on `{label}`, "
+                                    "the last any rank had made")
+
     def add(self, op: str, x: Any, group: Any, peer: int, frame: Any) -> None:
         """A point-to-point op with its peer in ``group``'s numbers; ``x``: the array or ``(dtype, shape)``."""
         label = WORLD if group is None else (self.last[0] if group is self.last_group else self.relabel(group)[0])
@@ -138,6 +156,8 @@ class Record:
         self.last_group, self.last = None, self.world
         self.calls.clear()
         self.outs.clear()
+        self.stop_after = None
+        self.stop_known.set()
         self.cell += 1
 
     def snapshot(self, cell_files: tuple[str, ...] = ()) -> dict:
@@ -210,8 +230,10 @@ def _wrap_collective(fn: Callable, op: str) -> Callable:
     # MLX's signature spelled out: forwarding *args and **kwargs costs more than the whole record
     def call(x: Any, *, group: Any = None, stream: Any = None) -> Any:
         __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
-        out = fn(x, group=group, stream=stream)
         record = RECORD
+        if record.stop_after is not None:  # an agreed stop: no call past the last one any rank made
+            record.stop_here(group)
+        out = fn(x, group=group, stream=stream)
         try:  # Record.collective, inlined: this runs on every call
             if group is None:
                 label, count = record.world

@@ -160,7 +160,8 @@ def test_a_rank_that_raises_while_the_others_evaluate_a_lazy_graph_keeps_world(n
             with pytest.raises(DistributedCellError) as err:
                 show_run(c.run(code), timeout=30)
             assert str(err.value).startswith("rank 1 raised ZeroDivisionError"), err.value
-            assert all(not row.get("world_closed") for row in c.status()), c.status()
+            assert all(not row.get("world_closed") for row in c.status()), \
+                ([row.get("world_closed") for row in c.status()], c.drainer.last)
             show_run(c.run("went_on = 'after' in globals()"), timeout=30)
             assert c.pull("went_on") == [False] * n
             _sum_is_right(c, n)
@@ -189,7 +190,8 @@ def _stop_in_the_loop(c: Cluster, code: str, n: int, rng: random.Random) -> floa
     r.interrupt()
     assert r.wait(10)
     took = time.monotonic() - began
-    assert all(o.status == "released" for o in r.outcomes.values()), r.outcomes
+    assert all(o.status == "released" for o in r.outcomes.values()), \
+        ({k: (o.status, o.note[:160]) for k, o in r.outcomes.items()}, c.drainer.last)
     return took
 
 
@@ -253,3 +255,35 @@ def test_a_recv_with_no_partner_still_shuts_world_down_naming_why():
             show_run(c.run("z = mx.distributed.all_sum(mx.ones(2), group=world)"), timeout=30)
         assert "not drained: rank 0: a send/recv is waiting with no matching partner" in str(err.value), err.value
         assert "restart the ranks: cluster.restart()" in str(err.value), err.value
+
+
+#: rank 1 does more Python work between its calls than the others: at any moment the ranks' counts differ
+UNEVEN = """
+x = mx.ones(1000)
+i = 0
+while True:
+    mx.eval(mx.distributed.all_sum(x, group=world))
+    i += 1
+    if world.rank() == 1:
+        for _ in range(20000):
+            pass
+"""
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_an_agreed_stop_stops_every_rank_at_the_same_call(n):
+    """``stop_at_boundary`` (a chat's Stop): every rank stops before its first call past the last one any rank
+    had made, so all have completed the same calls (``i`` alike), none was drained, and `world` works."""
+    with Cluster(n=n) as c:
+        for _ in range(3):
+            r = c.run(UNEVEN)
+            deadline = time.monotonic() + 60
+            while min([((s.get("mlx") or {}).get("counts") or {}).get("world", 0)
+                       for s in c.where_samples().values()] or [0]) < 3:
+                assert time.monotonic() < deadline
+            assert c.stop_at_boundary(r, timeout=1.0)
+            assert all(o.status == "released" and "stopped at a collective boundary" in o.evalue
+                       for o in r.outcomes.values()), {k: (o.status, o.evalue) for k, o in r.outcomes.items()}
+            counts = c.pull("i")
+            assert len(set(counts)) == 1, counts
+            _sum_is_right(c, n)

@@ -354,11 +354,15 @@ class CellRun:
             cause = self.cause
         self._abort_running(f"{cause}")
 
-    def interrupt(self, reason: str = "interrupted by the user") -> None:
-        """Stop every rank still running this cell (any thread)."""
+    def interrupt(self, reason: str = "interrupted by the user", agreed: bool = False) -> None:
+        """Stop every rank still running this cell (any thread). ``agreed``: they were told where to stop
+        (an agreed stop): count their KeyboardInterrupt as a release, and send nothing yet."""
         with self._lock:
             if self.cause is None:
                 self.cause = reason
+            if agreed:
+                self._abort_sent.update({r: time.monotonic() for r in self.ranks if r not in self._ended})
+                return
         self._abort_running(reason)
 
     def _abort_running(self, reason: str) -> None:

@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional, Sequence
 from mlx_jupyter.where import mlx_calls
 
 #: the longest a frozen rank waits for the notebook's drain or verdict before closing MLX's sockets itself
-HOLD = 1.0
+HOLD = 1.3
 #: the longest a drain's calls may take here before the rank says it did not finish
 MAKE_TIMEOUT = 0.5
 
@@ -179,5 +179,23 @@ def handlers(agent: Any) -> dict[str, Callable[[Any, Any, dict[str, Any]], None]
             agent.gate.verdict(agent.cell, str(parent["content"].get("reason") or "no drain"))
         agent._reply(stream, idents, parent, "mlx_drain_verdict_reply", {})
 
+    def on_stop_pause(stream: Any, idents: Any, parent: dict[str, Any]) -> None:
+        # the next call waits for the agreed number: the calls made, read after this, are all there will be
+        record = mlx_calls.RECORD
+        paused = agent.executing and this_run(parent) and record is not None
+        if paused:
+            record.stop_known.clear()
+            record.stop_after = {}
+        agent._reply(stream, idents, parent, "mlx_stop_pause_reply",
+                     {"paused": paused, "made": record.counts if paused else {}})
+
+    def on_stop_after(stream: Any, idents: Any, parent: dict[str, Any]) -> None:
+        record = mlx_calls.RECORD
+        if record is not None and record.stop_after is not None and this_run(parent):
+            record.stop_after = {str(k): int(v) for k, v in (parent["content"].get("after") or {}).items()}
+            record.stop_known.set()
+        agent._reply(stream, idents, parent, "mlx_stop_after_reply", {})
+
     return {"mlx_drain_state_request": on_state, "mlx_drain_request": on_make,
-            "mlx_drain_verdict_request": on_verdict}
+            "mlx_drain_verdict_request": on_verdict, "mlx_stop_pause_request": on_stop_pause,
+            "mlx_stop_after_request": on_stop_after}
