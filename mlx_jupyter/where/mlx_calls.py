@@ -40,9 +40,10 @@ WORLD = "world"
 class Record:
     """What this rank called into MLX's collectives since the cell began.
 
-    Each call is one tuple ``(key, seq, op, x, peer, code, lasti, via)``: ``x`` is the input array (small
+    Each call is one tuple ``(key, seq, op, x, peer, code, lasti, via, out)``: ``x`` is the input array (small
     ones) or its ``(dtype, shape)``, ``code``/``lasti`` the caller's code object and instruction (its line
-    is found only when a sample is taken). Each key counts with an ``itertools.count`` (one C call)."""
+    is found only when a sample is taken), ``out`` a collective's output (a large one by weak reference:
+    whether it ran tells a drain what this rank did). Each key counts with an ``itertools.count`` (one C call)."""
 
     def __init__(self) -> None:
         self.counters: dict[str, Any] = {}               # key -> itertools.count of its next number
@@ -54,9 +55,6 @@ class Record:
         self.last: tuple[str, Callable[[], int]] = self.world
         self.user_code: Any = None                       # the code of the last caller outside MLX
         self.cell = 0
-        #: label -> the group's newest collectives' (seq, output): whether each ran tells a drain what this rank
-        #: did (the newest held, the older ones by weak reference: the record keeps no large array alive)
-        self.outs: dict[str, deque] = {}
         #: an agreed stop (:mod:`mlx_jupyter.cluster.drain`): label -> the last call number any rank had made;
         #: the next call waits for it (at most STOP_WAIT s) until ``stop_known`` is set
         self.stop_after: Optional[dict[str, int]] = None
@@ -108,7 +106,7 @@ class Record:
         if frame.f_code is not self.user_code and self.from_mlx_code(frame):
             self._from_mlx(label, seq, op, held(x), None, frame)
             return
-        self.calls.append((label, seq, op, held(x), None, frame.f_code, frame.f_lasti, None))
+        self.calls.append((label, seq, op, held(x), None, frame.f_code, frame.f_lasti, None, None))
 
     def from_mlx_code(self, frame: Any) -> bool:
         """Whether ``frame`` runs MLX's own Python code (else its code is remembered as the user's)."""
@@ -136,14 +134,14 @@ class Record:
         key = f"{label}:{me}>{peer}" if op == "send" else f"{label}:{peer}>{me}"
         self._from_mlx(key, self._counted(key)[1](), op, x, peer, frame)
 
-    def _from_mlx(self, key: str, seq: int, op: str, x: Any, peer: Optional[int], frame: Any) -> None:
+    def _from_mlx(self, key: str, seq: int, op: str, x: Any, peer: Optional[int], frame: Any, out: Any = None) -> None:
         """Noted at the first frame outside MLX's Python code, naming the MLX function it went through."""
         via = None
         while frame is not None and str(frame.f_globals.get("__name__", "")).startswith("mlx."):
             via = via or f"{frame.f_globals['__name__']}.{frame.f_code.co_name}"   # mlx.nn.average_gradients
             frame = frame.f_back
         code, lasti = (frame.f_code, frame.f_lasti) if frame is not None else (None, -1)
-        self.calls.append((key, seq, op, x, peer, code, lasti, via))
+        self.calls.append((key, seq, op, x, peer, code, lasti, via, out))
 
     def made(self) -> int:
         """The calls made since the cell began (changes whenever a call is made)."""
@@ -155,7 +153,6 @@ class Record:
         self.world = self._counted(WORLD)
         self.last_group, self.last = None, self.world
         self.calls.clear()
-        self.outs.clear()
         self.stop_after = None
         self.stop_known.set()
         self.cell += 1
@@ -185,7 +182,7 @@ def _size(group: Any) -> int:
 
 
 def _call_dict(c: tuple, cell_files: tuple[str, ...]) -> dict:
-    key, seq, op, x, peer, code, lasti, via = c
+    key, seq, op, x, peer, code, lasti, via, _out = c
     dtype, shape = x if isinstance(x, tuple) else (x.dtype, x.shape)
     line = _line_of(code, lasti)
     return {"key": key, "seq": seq, "op": op, "dtype": str(dtype).replace("mlx.core.", ""),
@@ -242,20 +239,16 @@ def _wrap_collective(fn: Callable, op: str) -> Callable:
             else:
                 label, count = record.relabel(group)
             seq = count()
-            outs = record.outs.get(label)
-            if outs is None:
-                outs = record.outs[label] = deque(maxlen=KEEP)
-            elif outs:
-                last = outs[-1]
-                outs[-1] = (last[0], weakref.ref(last[1]))   # only the newest is held
-            outs.append((seq, out))
             frame = getframe(1)
             code = frame.f_code
-            if code is not record.user_code and record.from_mlx_code(frame):
-                record._from_mlx(label, seq, op, held(x), None, frame)
+            if x.nbytes <= hold:   # a small input and output are held; a large output by weak reference
+                x_held, out_held = x, out
             else:
-                record.calls.append((label, seq, op, x if x.nbytes <= hold else (x.dtype, x.shape), None,
-                                     code, frame.f_lasti, None))
+                x_held, out_held = (x.dtype, x.shape), weakref.ref(out)
+            if code is not record.user_code and record.from_mlx_code(frame):
+                record._from_mlx(label, seq, op, x_held, None, frame, out_held)
+            else:
+                record.calls.append((label, seq, op, x_held, None, code, frame.f_lasti, None, out_held))
         except Exception:  # the record never changes what the call does
             pass
         return out

@@ -26,31 +26,24 @@ MAKE_TIMEOUT = 0.5
 def _status() -> Optional[Callable[[Any], int]]:
     """The bridge's ``status(array)`` (0 never scheduled, 1 scheduled, 2 ran), None without the bridge."""
     try:
-        from mlx_jupyter import _mlx_bridge  # type: ignore[attr-defined]
+        from mlx_jupyter import _mlx_bridge
 
         return getattr(_mlx_bridge, "status", None)
     except Exception:
         return None
 
 
-def _outputs(outs: Any) -> list[tuple[int, Any]]:
-    """(seq, output or None when freed) of a label's newest collectives, oldest first."""
-    out = []
-    for seq, held in list(outs):
-        arr = held() if isinstance(held, weakref.ref) else held
-        out.append((seq, arr))
-    return out
-
-
 def unrun(record: Any) -> dict[str, list[int]]:
-    """Per group label, the collectives this rank made but never evaluated (status 0: never scheduled on
-    its stream, so never run); the others it ran, or runs now. Without the bridge: none known."""
+    """Per group label, the newest collectives this rank made but never evaluated (status 0: never
+    scheduled on its stream, so never run); the others it ran, or runs now. Without the bridge: none known."""
     status = _status()
     out: dict[str, list[int]] = {}
     if status is None:
         return out
-    for label, outs in list(record.outs.items()):
-        out[label] = [seq for seq, arr in _outputs(outs) if arr is not None and status(arr) == 0]
+    for key, seq, _op, _x, _peer, _code, _lasti, _via, held in list(record.calls):
+        arr = held() if isinstance(held, weakref.ref) else held
+        if arr is not None and ":" not in key and status(arr) == 0:
+            out.setdefault(key, []).append(seq)
     return out
 
 
@@ -182,12 +175,12 @@ def handlers(agent: Any) -> dict[str, Callable[[Any, Any, dict[str, Any]], None]
     def on_stop_pause(stream: Any, idents: Any, parent: dict[str, Any]) -> None:
         # the next call waits for the agreed number: the calls made, read after this, are all there will be
         record = mlx_calls.RECORD
-        paused = agent.executing and this_run(parent) and record is not None
-        if paused:
+        made: dict[str, int] = {}
+        if record is not None and agent.executing and this_run(parent):
             record.stop_known.clear()
             record.stop_after = {}
-        agent._reply(stream, idents, parent, "mlx_stop_pause_reply",
-                     {"paused": paused, "made": record.counts if paused else {}})
+            made = record.counts
+        agent._reply(stream, idents, parent, "mlx_stop_pause_reply", {"paused": bool(made), "made": made})
 
     def on_stop_after(stream: Any, idents: Any, parent: dict[str, Any]) -> None:
         record = mlx_calls.RECORD
