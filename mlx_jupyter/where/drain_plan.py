@@ -44,8 +44,9 @@ def plan(states: Mapping[int, Mapping[str, Any]], ranks: Sequence[int], dead: Co
     if gone:
         return Plan(why=f"{_label(gone)} died, so its collectives cannot be made for it; restart the ranks")
     silent = [r for r in ranks if r not in states]
-    if silent:
-        return Plan(why=f"{_label(silent)} did not answer the drain's question in time (busy in native code?)")
+    if silent:   # asked again until the caller gives up (a loaded machine), then this is why
+        return Plan(wait=True, why=f"{_label(silent)} did not answer the drain's question in time",
+                    frozen=[r for r, st in states.items() if st.get("frozen")])
     running = [r for r in ranks if states[r].get("executing")]
     if not running:
         return Plan()

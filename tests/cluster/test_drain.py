@@ -287,3 +287,17 @@ def test_an_agreed_stop_stops_every_rank_at_the_same_call(n):
             counts = c.pull("i")
             assert len(set(counts)) == 1, counts
             _sum_is_right(c, n)
+
+
+def test_a_rank_killed_while_its_peer_waits_still_gets_the_restart_naming_why():
+    """SIGKILL: nobody can make the dead rank's calls (its sockets closed, the ring releases the peer by
+    itself); nothing is drained, and the error names the death and the restart, as before."""
+    with Cluster(n=2) as c:
+        with pytest.raises(DistributedCellError) as err:
+            show_run(c.run("import os, signal\nif world.rank() == 1:\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+                           "mx.eval(mx.distributed.all_sum(mx.ones(3), group=world))"), timeout=30)
+        shown = str(err.value) + "\n" + "\n".join(err.value.lines)
+        assert str(err.value).startswith("rank 1 died"), shown
+        assert "cluster.restart()" in shown, shown
+        c.drainer.thread.join(5)
+        assert not c.drainer.last.startswith("drained"), c.drainer.last
