@@ -65,8 +65,10 @@ class Drainer:
         end = began + SETTLE
         while True:
             states = self._ask(ranks, msg_ids, max(0.05, end - time.monotonic()))
-            log.debug("states at %.3f s: %s", time.monotonic() - began,
-                      {r: (st.get("executing"), st.get("frozen"), st.get("made"), st.get("unrun")) for r, st in states.items()})
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("states at %.3f s: %s", time.monotonic() - began,
+                          {r: (st.get("executing"), st.get("frozen"), st.get("made"), st.get("unrun"))
+                           for r, st in states.items()})
             if any(not st.get("this_run") for st in states.values()):
                 return "the run is over"
             plan = drain_plan.plan(states, ranks, self.table.dead, self.ops)
