@@ -30,11 +30,12 @@ class RankControl:
         self.rank_infos = rank_infos
 
     def send_abort(self, reason: str, ranks: Sequence[int],
-                   msg_ids: Optional[dict[int, str]] = None) -> dict[int, Any]:
+                   msg_ids: Optional[dict[int, str]] = None, drain: bool = False) -> dict[int, Any]:
         """``mlx_abort_request`` to each rank's control channel; futures of the replies.
 
         ``msg_ids`` (rank -> request) names the cell to stop on each rank: one that
-        has not started there yet is then never run.
+        has not started there yet is then never run. ``drain``: a rank frozen in an MLX
+        collective waits for a drain (:mod:`mlx_jupyter.cluster.drain`) before closing MLX's sockets.
         """
         futures: dict[int, Any] = {}
         if self.link.closed:
@@ -43,7 +44,7 @@ class RankControl:
         for rank in ranks:
             if rank in self.table.dead or rank not in ids:
                 continue
-            content = {"reason": reason, "msg_id": (msg_ids or {}).get(rank, "")}
+            content = {"reason": reason, "msg_id": (msg_ids or {}).get(rank, ""), "drain": drain}
             futures[rank] = self.link.send_control(rank, "mlx_abort_request", content)
         if futures:
             self.table.unsettled = True

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, Ty
 
 from mlx_jupyter.cluster.controller_link import ControllerLink
 from mlx_jupyter.cluster.data import DataMover
+from mlx_jupyter.cluster.drain import Drainer
 from mlx_jupyter.cluster.namespaces import RankNamespaces
 from mlx_jupyter.cluster.profiling import RankProfiler
 from mlx_jupyter.cluster.rank_control import RankControl
@@ -64,6 +65,7 @@ class ClusterSession(ABC):
         self.namespaces = RankNamespaces(self.link, self.table, self.supervisor, self.control, backend,
                                          restart_advice=lambda: self.restart_advice)
         self.profiler = RankProfiler(self.link, self.table, self.supervisor)
+        self.drainer = Drainer(self.link, self.table, backend)
 
     # ------------------------------------------------------------ what each handle says for itself
 
@@ -294,9 +296,31 @@ class ClusterSession(ABC):
         return self.link.send_execute(rank, code, hook, cell_number)
 
     def send_abort(self, reason: str, ranks: Sequence[int],
-                   msg_ids: Optional[dict[int, str]] = None) -> dict[int, Any]:
+                   msg_ids: Optional[dict[int, str]] = None, drain: bool = False) -> dict[int, Any]:
         """``mlx_abort_request`` to each rank's control channel; see :meth:`RankControl.send_abort`."""
-        return self.control.send_abort(reason, ranks, msg_ids)
+        return self.control.send_abort(reason, ranks, msg_ids, drain)
+
+    def drain(self, ranks: Sequence[int], msg_ids: Mapping[int, str]) -> None:
+        """After a run's abort: have its stopped ranks make the MLX collectives its blocked ranks wait in."""
+        self.drainer.start(ranks, msg_ids)
+
+    def stop_at_boundary(self, run: CellRun, timeout: float = 1.0) -> bool:
+        """Stop ``run`` at a collective boundary (issue 42's agreed stop; a chat's Stop): every rank stops
+        before its first MLX call past the last one any rank had made, so all stop at the same call and no
+        result is drained. Ranks that made the same calls (nobody waits), or that do not reach the boundary
+        within ``timeout`` s, are interrupted as by the stop button. Whether the run ended within ``timeout``."""
+        if run.done.is_set():
+            return True
+        if not self.drainer.agreed_stop(run.ranks, run.msg_ids, timeout):
+            run.interrupt("interrupted by the user")
+            return run.wait(timeout)
+        run.interrupt("stopped at a collective boundary (the last MLX call any rank had made)", agreed=True)
+        if run.wait(timeout):
+            return True
+        left = [r for r in run.ranks if run.outcomes[r].status == "running"]   # as by the stop button
+        self.send_abort("interrupted by the user: a rank did not reach the agreed stop", left, run.msg_ids, True)
+        self.drain(run.ranks, run.msg_ids)
+        return run.wait(timeout)
 
     def run_started(self, run: CellRun) -> None:
         self.supervisor.run_started(run)

@@ -17,6 +17,7 @@ import itertools
 import linecache
 import sys
 import threading
+import weakref
 from collections import deque
 from typing import Any, Callable, Optional
 
@@ -30,6 +31,8 @@ KEEP = SENT = 8
 #: sample is taken (reading them costs more than the rest of the record); a larger one's are read at once,
 #: so that the record never holds more than KEEP * HOLD_BYTES of arrays alive
 HOLD_BYTES = 1 << 20
+#: the longest a call waits for an agreed stop's last number (then it stops there)
+STOP_WAIT = 2.0
 #: the label of the global group (``group=None`` and what ``init`` returns)
 WORLD = "world"
 
@@ -37,9 +40,10 @@ WORLD = "world"
 class Record:
     """What this rank called into MLX's collectives since the cell began.
 
-    Each call is one tuple ``(key, seq, op, x, peer, code, lasti, via)``: ``x`` is the input array (small
+    Each call is one tuple ``(key, seq, op, x, peer, code, lasti, via, out)``: ``x`` is the input array (small
     ones) or its ``(dtype, shape)``, ``code``/``lasti`` the caller's code object and instruction (its line
-    is found only when a sample is taken). Each key counts with an ``itertools.count`` (one C call)."""
+    is found only when a sample is taken), ``out`` a collective's output (a large one by weak reference:
+    whether it ran tells a drain what this rank did). Each key counts with an ``itertools.count`` (one C call)."""
 
     def __init__(self) -> None:
         self.counters: dict[str, Any] = {}               # key -> itertools.count of its next number
@@ -51,6 +55,10 @@ class Record:
         self.last: tuple[str, Callable[[], int]] = self.world
         self.user_code: Any = None                       # the code of the last caller outside MLX
         self.cell = 0
+        #: an agreed stop (:mod:`mlx_jupyter.cluster.drain`): label -> the last call number any rank had made;
+        #: the next call waits for it (at most STOP_WAIT s) until ``stop_known`` is set
+        self.stop_after: Optional[dict[str, int]] = None
+        self.stop_known = threading.Event()
 
     def _counted(self, key: str) -> tuple[str, Callable[[], int]]:
         counter = self.counters.get(key)
@@ -98,7 +106,7 @@ class Record:
         if frame.f_code is not self.user_code and self.from_mlx_code(frame):
             self._from_mlx(label, seq, op, held(x), None, frame)
             return
-        self.calls.append((label, seq, op, held(x), None, frame.f_code, frame.f_lasti, None))
+        self.calls.append((label, seq, op, held(x), None, frame.f_code, frame.f_lasti, None, None))
 
     def from_mlx_code(self, frame: Any) -> bool:
         """Whether ``frame`` runs MLX's own Python code (else its code is remembered as the user's)."""
@@ -107,6 +115,18 @@ class Record:
         self.user_code = frame.f_code
         return False
 
+    def stop_here(self, group: Any) -> None:
+        """Raise KeyboardInterrupt if the next call on ``group`` is past the agreed stop's last one (wait
+        for that number while the notebook gathers it)."""
+        if not self.stop_known.wait(STOP_WAIT):
+            raise KeyboardInterrupt("stopped at a collective boundary (the agreed last call did not come)")
+        label = self.label(group)
+        last = (self.stop_after or {}).get(label)
+        counter = self.counters.get(label)
+        if last is not None and counter is not None and _made(counter) >= last:
+            raise KeyboardInterrupt(f"stopped at a collective boundary: after MLX call #{last} on `{label}`, "
+                                    "the last any rank had made")
+
     def add(self, op: str, x: Any, group: Any, peer: int, frame: Any) -> None:
         """A point-to-point op with its peer in ``group``'s numbers; ``x``: the array or ``(dtype, shape)``."""
         label = WORLD if group is None else (self.last[0] if group is self.last_group else self.relabel(group)[0])
@@ -114,14 +134,14 @@ class Record:
         key = f"{label}:{me}>{peer}" if op == "send" else f"{label}:{peer}>{me}"
         self._from_mlx(key, self._counted(key)[1](), op, x, peer, frame)
 
-    def _from_mlx(self, key: str, seq: int, op: str, x: Any, peer: Optional[int], frame: Any) -> None:
+    def _from_mlx(self, key: str, seq: int, op: str, x: Any, peer: Optional[int], frame: Any, out: Any = None) -> None:
         """Noted at the first frame outside MLX's Python code, naming the MLX function it went through."""
         via = None
         while frame is not None and str(frame.f_globals.get("__name__", "")).startswith("mlx."):
             via = via or f"{frame.f_globals['__name__']}.{frame.f_code.co_name}"   # mlx.nn.average_gradients
             frame = frame.f_back
         code, lasti = (frame.f_code, frame.f_lasti) if frame is not None else (None, -1)
-        self.calls.append((key, seq, op, x, peer, code, lasti, via))
+        self.calls.append((key, seq, op, x, peer, code, lasti, via, out))
 
     def made(self) -> int:
         """The calls made since the cell began (changes whenever a call is made)."""
@@ -133,6 +153,8 @@ class Record:
         self.world = self._counted(WORLD)
         self.last_group, self.last = None, self.world
         self.calls.clear()
+        self.stop_after = None
+        self.stop_known.set()
         self.cell += 1
 
     def snapshot(self, cell_files: tuple[str, ...] = ()) -> dict:
@@ -160,7 +182,7 @@ def _size(group: Any) -> int:
 
 
 def _call_dict(c: tuple, cell_files: tuple[str, ...]) -> dict:
-    key, seq, op, x, peer, code, lasti, via = c
+    key, seq, op, x, peer, code, lasti, via, _out = c
     dtype, shape = x if isinstance(x, tuple) else (x.dtype, x.shape)
     line = _line_of(code, lasti)
     return {"key": key, "seq": seq, "op": op, "dtype": str(dtype).replace("mlx.core.", ""),
@@ -205,8 +227,10 @@ def _wrap_collective(fn: Callable, op: str) -> Callable:
     # MLX's signature spelled out: forwarding *args and **kwargs costs more than the whole record
     def call(x: Any, *, group: Any = None, stream: Any = None) -> Any:
         __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
-        out = fn(x, group=group, stream=stream)
         record = RECORD
+        if record.stop_after is not None:  # an agreed stop: no call past the last one any rank made
+            record.stop_here(group)
+        out = fn(x, group=group, stream=stream)
         try:  # Record.collective, inlined: this runs on every call
             if group is None:
                 label, count = record.world
@@ -217,11 +241,14 @@ def _wrap_collective(fn: Callable, op: str) -> Callable:
             seq = count()
             frame = getframe(1)
             code = frame.f_code
-            if code is not record.user_code and record.from_mlx_code(frame):
-                record._from_mlx(label, seq, op, held(x), None, frame)
+            if x.nbytes <= hold:   # a small input and output are held; a large output by weak reference
+                x_held, out_held = x, out
             else:
-                record.calls.append((label, seq, op, x if x.nbytes <= hold else (x.dtype, x.shape), None,
-                                     code, frame.f_lasti, None))
+                x_held, out_held = (x.dtype, x.shape), weakref.ref(out)
+            if code is not record.user_code and record.from_mlx_code(frame):
+                record._from_mlx(label, seq, op, x_held, None, frame, out_held)
+            else:
+                record.calls.append((label, seq, op, x_held, None, code, frame.f_lasti, None, out_held))
         except Exception:  # the record never changes what the call does
             pass
         return out

@@ -137,4 +137,10 @@ NB_MODULE(_mlx_bridge, m) {
   m.def("array_from_pointer", &array_from_pointer, "address"_a, "shape"_a, "dtype"_a, "deleter"_a = nb::none(),
         "An mlx.core.array over the memory at `address`; `deleter(address)` runs exactly once: "
         "when MLX is done with the memory (at once if MLX copied it), or before any error is raised.");
+  // What a drain asks of a collective's output: was it ever scheduled, has it run (mlx_jupyter.cluster.rank.drain).
+  m.def("status", [](const mx::array& a) {
+          if (a.status() == mx::array::Status::unscheduled) return 0;
+          return a.is_available() ? 2 : 1;
+        }, "array"_a,
+        "0: never scheduled (not evaluated), 1: scheduled, not finished, 2: available (its computation ran).");
 }

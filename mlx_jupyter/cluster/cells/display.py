@@ -341,12 +341,15 @@ def failure(run: ShownRun) -> DistributedCellError:
     hints = []
     lost = any("connection to a peer was lost" in o.evalue for o in outcomes)
     closed = run.world_closed() if (run.aborted_ranks or lost) else {}
-    now = sorted(r for r, why in closed.items() if run.cause and why == run.cause)
+    drain = f"{run.cause}; not drained: " if run.cause else None   # the drain's reason follows (issue 42)
+    now = sorted(r for r, why in closed.items() if run.cause and (why == run.cause or why.startswith(drain or "-")))
     earlier = sorted(set(closed) - set(now))
     if now:
+        undrained = next((closed[r][len(drain or ""):] for r in now if drain and closed[r].startswith(drain)), "")
         hints.append(
             f"MLX's `world` was shut down on {rank_label(now)} to release {'it' if len(now) == 1 else 'them'} "
-            "from a blocked MLX operation (MLX cannot cancel its collectives). From now on MLX operations "
+            "from a blocked MLX operation (MLX cannot cancel its collectives"
+            + (f"; it could not be drained: {undrained}" if undrained else "") + "). From now on MLX operations "
             "on `world` fail on every rank; our `group` keeps working. For a new `world`, "
             f"{advice}."
         )

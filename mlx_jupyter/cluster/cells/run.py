@@ -68,7 +68,9 @@ class RunHost(Protocol):
 
     def channel_for(self, ranks: Sequence[int]) -> Optional[CellServer]: ...  # the direct channel, or None
     def send_execute(self, rank: int, code: str, hook: Callable[[Any], None], cell_number: int = 0) -> str: ...
-    def send_abort(self, reason: str, ranks: Sequence[int], msg_ids: Optional[dict[int, str]] = None) -> dict[int, Any]: ...
+    def send_abort(self, reason: str, ranks: Sequence[int], msg_ids: Optional[dict[int, str]] = None,
+                   drain: bool = False) -> dict[int, Any]: ...
+    def drain(self, ranks: Sequence[int], msg_ids: Mapping[int, str]) -> None: ...  # issue 42: keep MLX's world
     def status(self, timeout: float = 1.0) -> list[dict[str, Any]]: ...
     def where_samples(self, ranks: Optional[Sequence[int]] = None,
                       timeout: float = 1.0) -> Mapping[int, dict[str, Any]]: ...  # asked on the control channel
@@ -324,11 +326,15 @@ class CellRun:
             cause = self.cause
         self._abort_running(f"{cause}")
 
-    def interrupt(self, reason: str = "interrupted by the user") -> None:
-        """Stop every rank still running this cell (any thread)."""
+    def interrupt(self, reason: str = "interrupted by the user", agreed: bool = False) -> None:
+        """Stop every rank still running this cell (any thread). ``agreed``: they were told where to stop
+        (an agreed stop): count their KeyboardInterrupt as a release, and send nothing yet."""
         with self._lock:
             if self.cause is None:
                 self.cause = reason
+            if agreed:
+                self._abort_sent.update({r: time.monotonic() for r in self.ranks if r not in self._ended})
+                return
         self._abort_running(reason)
 
     def _abort_running(self, reason: str) -> None:
@@ -337,11 +343,14 @@ class CellRun:
                 r for r in self.ranks
                 if r not in self._ended and r not in self._abort_sent and self.outcomes[r].status == RUNNING
             ]
+            first = bool(targets) and not self._abort_sent   # one drain per run: it considers every rank
             now = time.monotonic()
             for r in targets:
                 self._abort_sent[r] = now
         if targets:
-            self.cluster.send_abort(reason, targets, self.msg_ids)
+            self.cluster.send_abort(reason, targets, self.msg_ids, drain=True)
+        if first:
+            self.cluster.drain(self.ranks, self.msg_ids)
 
     def check_deadlines(self, now: Optional[float] = None) -> None:
         """Give up on ranks that did not end ``release_deadline`` s after their abort, and on every

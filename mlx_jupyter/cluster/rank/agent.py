@@ -4,12 +4,12 @@ A :class:`RankAgent` is installed in every engine started by
 :mod:`mlx_jupyter.cluster.rank.engine`. It answers two control-channel requests, which the
 engine's control thread handles even while a cell blocks the main thread:
 
-- ``mlx_abort_request {reason, msg_id}``: interrupt the running cell (SIGINT: Python
+- ``mlx_abort_request {reason, msg_id, drain}``: interrupt the running cell (SIGINT: Python
   code stops at its next bytecode; an op of our core stops too, and aborts its group,
-  which fails the peers' ops at once), and if the cell is still frozen in native code
-  after ``grace`` seconds, close MLX's world sockets. MLX's own collectives cannot be
-  cancelled; closing their sockets makes a blocked ring op raise "connection to a peer
-  was lost". The world group is then unusable until the ranks restart: from then on a
+  which fails the peers' ops at once). A cell still frozen in native code waits for the
+  notebook's drain (:mod:`~mlx_jupyter.cluster.rank.drain`), else, or after ``grace`` s
+  without one, MLX's world sockets are closed: a blocked ring op raises "connection to a
+  peer was lost". The world group is then unusable until the ranks restart: from then on a
   cell that uses it is refused with one line (:class:`~.names.WorldGuard`). A rank that
   was only running Python keeps its groups: an abort kills no group by itself.
   The SIGINT names its cell (:mod:`~mlx_jupyter.cluster.rank.interrupt`).
@@ -45,7 +45,7 @@ from typing import Any, Awaitable, Callable, Optional
 
 from IPython.core.error import InputRejected
 
-from mlx_jupyter.cluster.rank import cell_end
+from mlx_jupyter.cluster.rank import cell_end, drain
 from mlx_jupyter.cluster.rank.interrupt import CellInterrupt
 from mlx_jupyter.cluster.rank.kernel_compat import check_kernel, send_abort_reply
 from mlx_jupyter.cluster.rank.names import NAMES, WorldGuard
@@ -114,6 +114,7 @@ class RankAgent:
         #: (request key, reason, when) of peers' raised requests: one not begun here yet never runs
         self._peer_notices: collections.deque[tuple[dict[str, Any], str, float]] = collections.deque(maxlen=16)
         self.interrupt = CellInterrupt(self, self._lock, self.shell, _ENDING_CODES, grace)
+        self.gate = drain.Gate()  # a frozen cell waits here for the notebook's drain
 
     # ------------------------------------------------------------ install
 
@@ -125,6 +126,7 @@ class RankAgent:
         self.shell.events.register("post_execute", self._post_execute)
         self.kernel.control_handlers["mlx_abort_request"] = self._on_abort
         self.kernel.control_handlers["mlx_status_request"] = self._on_status
+        self.kernel.control_handlers.update(drain.handlers(self))
         handlers = self.kernel.shell_handlers
         if "apply_request" in handlers:
             handlers["apply_request"] = self._tracked_apply(handlers["apply_request"])
@@ -347,13 +349,13 @@ class RankAgent:
         content.setdefault("status", "ok")
         self.kernel.session.send(stream, msg_type, content, parent=parent, ident=idents)
 
-    def abort(self, reason: str, msg_id: str = "") -> bool:
+    def abort(self, reason: str, msg_id: str = "", drain: bool = False) -> bool:
         """Stop this rank's cell. Returns whether a cell ran.
 
         ``msg_id`` names the cell to stop; if it has not started here yet, it never will.
-        Without it, whatever cell runs is stopped; one that already ended is left alone.
-        No group is aborted here: an op of our core that the interrupt stops aborts its group
-        itself, and a rank that was running Python keeps it.
+        Without it, whatever cell runs is stopped; one that already ended is left alone. No group is
+        aborted here (an op of our core that the interrupt stops aborts its group itself). ``drain``:
+        a cell frozen in native code waits for the notebook's drain before MLX's sockets are closed.
         """
         with self._lock:
             running = self.executing and (not msg_id or msg_id == self.msg_id)
@@ -370,13 +372,14 @@ class RankAgent:
                 # under the lock: the cell cannot end between this check and the signal
                 # (its post_run_cell waits for the lock)
                 self.interrupt.send(cell)
-        if running and (self.world_sockets or self.env.mlx_hostfile) and self.kind == "cell":
-            threading.Thread(target=self.interrupt.release_native, args=(cell, reason), daemon=True).start()
+        if running and (drain or self.world_sockets or self.env.mlx_hostfile) and self.kind == "cell":
+            hold = (lambda c: self.gate.hold(c, lambda: self.executing and self.cell == c)) if drain else None
+            threading.Thread(target=self.interrupt.release_native, args=(cell, reason, hold), daemon=True).start()
         return running
 
     def _on_abort(self, stream: Any, idents: Any, parent: dict[str, Any]) -> None:
         reason = parent["content"].get("reason", "aborted")
-        running = self.abort(reason, str(parent["content"].get("msg_id") or ""))
+        running = self.abort(reason, str(parent["content"].get("msg_id") or ""), bool(parent["content"].get("drain")))
         self._reply(stream, idents, parent, "mlx_abort_reply", {"was_running": running, "rank": self.rank})
 
     def status(self) -> dict[str, Any]:

@@ -126,13 +126,15 @@ class CellInterrupt:
             frame, depth = frame.f_back, depth - 1
         return False
 
-    def release_native(self, cell: int, reason: str, window: float = 1.5) -> None:
+    def release_native(self, cell: int, reason: str, hold: Optional[Callable[[int], Optional[str]]] = None,
+                       window: float = 1.5) -> None:
         """Close MLX's sockets if the cell's main thread stays frozen in native code.
 
         A thread running Python (say, formatting the KeyboardInterrupt) moves
         from instruction to instruction; one blocked in a C call (an MLX
         collective waiting for a peer) keeps the same frame and instruction.
-        Close only after ``grace`` seconds without a move.
+        Close only after ``grace`` seconds without a move, and then, with ``hold``, only
+        once it says no drain released the cell (its answer: why, added to ``reason``).
         """
         request, main = self.request, _main_thread_id()
         end = time.monotonic() + window
@@ -148,12 +150,21 @@ class CellInterrupt:
             now = time.monotonic()
             if where != last:
                 last, still_since = where, now
-            elif now - still_since >= self.grace:
+            elif now - still_since >= (self.grace if hold is None else min(self.grace, HOLD_AFTER)):
+                why = hold(cell) if hold is not None else ""
+                if why is None:
+                    return  # drained: the cell ends by itself, MLX's world is kept
+                if why:
+                    reason = f"{reason}; not drained: {why}"
                 with self.lock:  # still that cell: never close the sockets under the next one
                     if request.executing and request.cell == cell and not request.world_closed:
                         request.close_world(reason)
                 return
             time.sleep(0.01)
+
+
+#: with a drain to wait for, a cell this long frozen is held (nothing is closed at that point)
+HOLD_AFTER = 0.15
 
 
 def _main_thread_id() -> int:
