@@ -28,7 +28,7 @@ class LiveState:
         sample; a dead rank and one that did not answer have none): ``where``, ``memory`` where the
         row has none, ``mlx_memory``; add a point to the charts; the headline ("" unless a rank stalled)."""
         for row in rows:
-            sample = samples.get(row.get("rank"))
+            sample = samples.get(int(row["rank"]))
             if sample is None:
                 continue
             if sample.get("rss") and not row.get("memory"):
@@ -38,7 +38,7 @@ class LiveState:
             if isinstance(sample.get("mlx_memory"), dict):
                 row["mlx_memory"] = sample["mlx_memory"]
         self.history.add(now, samples)
-        self.history.forget({row.get("rank") for row in rows})
+        self.history.forget({int(row["rank"]) for row in rows})
         # as RankControl.where: a dead rank and one that did not answer are ended rows
         ended = {row["rank"]: "dead" for row in rows
                  if str(row.get("state", "")).startswith("dead") or row.get("health") in ("dead", "exited")}
@@ -46,5 +46,5 @@ class LiveState:
         where = model.rows(samples, ended, [row["rank"] for row in rows])
         states = {row.rank: row.state for row in where}
         for row in rows:
-            row["where"] = states.get(row.get("rank"), "")
+            row["where"] = states.get(int(row["rank"]), "")
         return self.stall.headline(now, where, samples)

@@ -119,7 +119,7 @@ class WatchedClusters:
     def _close(self, watch: _Watch) -> None:
         handle, pending = watch.handle, watch.pending
         if pending is not None:   # made after all: closed once it is
-            pending.add_done_callback(lambda f: f.exception() is None and _stop(f.result()))
+            pending.add_done_callback(_stop_made)
         if handle is not None:
             _stop(handle)
 
@@ -127,6 +127,12 @@ class WatchedClusters:
         """Let go of every handle (server exit)."""
         self.keep(set())
         self._connector.shutdown(wait=False)
+
+
+def _stop_made(made: concurrent.futures.Future) -> None:
+    """Disconnect a handle made after it was let go."""
+    if not made.cancelled() and made.exception() is None:
+        _stop(made.result())
 
 
 def _stop(handle: Any) -> None:
