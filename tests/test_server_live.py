@@ -185,3 +185,14 @@ def test_a_kernels_cluster_gets_memory_where_and_charts_like_the_panels(tmp_path
     assert [r["where"] for r in item["ranks"]] == ["idle", "running line 3: train()"]
     assert item["ranks"][1]["mlx_memory"] == {"active": 2**30, "peak": 2**31, "cache": 2**20}
     assert item["series"]["ranks"]["1"]["mlx_peak"] == [2**31] and item["diagnosis"] == ""
+
+
+def test_a_rank_that_did_not_answer_keeps_the_owners_words_where_asked():
+    """A kernel's cluster: the server's 0.5 s wait missed rank 1's answer this time; its row says what the owner
+    says ("idle"), not "no reply" one look and "idle" the next."""
+    rows = [{"rank": 0, "health": "ok", "state": "idle"}, {"rank": 1, "health": "ok", "state": "idle"}]
+    LiveState().look(1.0, rows, {0: {"rank": 0, "running": False}}, say_no_reply=False)
+    assert [r["where"] for r in rows] == ["idle", ""]
+    ours = [{"rank": 0, "state": "idle"}, {"rank": 1, "state": "idle"}]
+    LiveState().look(1.0, ours, {0: {"rank": 0, "running": False}})
+    assert [r["where"] for r in ours] == ["idle", "no reply"]

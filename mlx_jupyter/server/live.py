@@ -23,10 +23,13 @@ class LiveState:
     history: ClusterHistory = field(default_factory=ClusterHistory)   # the dashboard's charts
     stall: StallWatch = field(default_factory=StallWatch)
 
-    def look(self, now: float, rows: list[dict[str, Any]], samples: Mapping[int, dict[str, Any]]) -> str:
+    def look(self, now: float, rows: list[dict[str, Any]], samples: Mapping[int, dict[str, Any]],
+             say_no_reply: bool = True) -> str:
         """Fill ``rows`` (one per rank, the status's or the registry's) from ``samples`` (rank -> where
         sample; a dead rank and one that did not answer have none): ``where``, ``memory`` where the
-        row has none, ``mlx_memory``; add a point to the charts; the headline ("" unless a rank stalled)."""
+        row has none, ``mlx_memory``; add a point to the charts; the headline ("" unless a rank stalled).
+        ``say_no_reply`` False: a rank that did not answer this look keeps its row's own words (the
+        owner's record of a cluster the server did not start) instead of "no reply"."""
         for row in rows:
             sample = samples.get(int(row["rank"]))
             if sample is None:
@@ -46,5 +49,6 @@ class LiveState:
         where = model.rows(samples, ended, [row["rank"] for row in rows])
         states = {row.rank: row.state for row in where}
         for row in rows:
-            row["where"] = states.get(int(row["rank"]), "")
+            state = states.get(int(row["rank"]), "")
+            row["where"] = "" if state == "no reply" and not say_no_reply else state
         return self.stall.headline(now, where, samples)

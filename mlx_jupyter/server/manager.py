@@ -233,7 +233,8 @@ class ClusterManager:
             samples = await loop.run_in_executor(None, self.watched.samples, entry, STATUS_TIMEOUT)
             live = self.watched.live(item["id"])
             if samples is not None and live is not None:
-                item["diagnosis"] = live.look(time.time(), item.get("ranks", []), samples)
+                # the server's short wait may miss a busy rank's answer: the owner's words stay, not "no reply"
+                item["diagnosis"] = live.look(time.time(), item.get("ranks", []), samples, say_no_reply=False)
             out.append(item)
         return out
 
@@ -271,9 +272,10 @@ class ClusterManager:
             item = await self._ours(entry)
             item["series"] = entry.live.history.series(since)
         else:
-            item = next(iter(await self._theirs(set(self.entries), only=cluster_id)), None)
-            if item is None:
+            theirs = await self._theirs(set(self.entries), only=cluster_id)
+            if not theirs:
                 return None
+            item = theirs[0]
             live = self.watched.live(cluster_id)
             item["series"] = live.history.series(since) if live is not None else {"window": 0, "ranks": {}}
         await self._with_slurm([item])
