@@ -137,7 +137,8 @@ export class TimeChart {
         { label: 'time', value: (_u, v) => (v === null ? '–' : clock(v)) },
         ...lines.map(l => ({
           label: l.label, stroke: PALETTE[l.rank % PALETTE.length], width: 1.5, dash: l.dash ? [5, 3] : undefined,
-          points: { show: false }, value: (_u: uPlot, v: number | null) => (v === null || v === undefined ? '–' : spec.format(v))
+          // a dot only where a line has too few points to be drawn (a history a second old)
+          points: { show: (_u: uPlot, _s: number, i0: number, i1: number) => i1 - i0 < 3 }, value: (_u: uPlot, v: number | null) => (v === null || v === undefined ? '–' : spec.format(v))
         }))
       ],
       axes: [
