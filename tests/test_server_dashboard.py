@@ -92,7 +92,7 @@ def test_the_dashboard_endpoint_gives_the_cluster_its_series_restart_origins_and
         m = ClusterManager(factory=Fake)
         entry = await m.create(n=2, hosts="127.0.0.1", backend="ring")
         await m.start(entry)
-        entry.history = ClusterHistory(min_gap=0)
+        entry.live.history = ClusterHistory(min_gap=0)
         first = await m.dashboard("mlx-dash")
         assert first["profile"] is None and first["owner_text"] == "started from this panel"
         last_profile.save("mlx-dash", "<svg/>", "20 op records on 2 ranks", [0, 1])
@@ -130,13 +130,30 @@ def test_kernels_clusters_say_alive_and_what_they_do_and_whose_they_are(tmp_path
     async def nobody():
         return {}
 
-    [item] = asyncio.run(ClusterManager(kernel_pids=mine).listing())
+    [item] = asyncio.run(ClusterManager(kernel_pids=mine, watched=Unreachable()).listing())
     assert [(r["health"], r["state"]) for r in item["ranks"]] == [("ok", "idle"), ("ok", "running a cell")]
     assert item["state"] == "running" and item["owner_kind"] == "notebook"
     assert item["owner_text"] == f"started by status.ipynb (kernel pid {os.getpid()})"
-    [item] = asyncio.run(ClusterManager(kernel_pids=nobody).listing())
+    [item] = asyncio.run(ClusterManager(kernel_pids=nobody, watched=Unreachable()).listing())
     assert item["owner_kind"] == "other" and item["owner_text"] == f"another process's cluster (pid {os.getpid()})"
-    assert asyncio.run(ClusterManager(kernel_pids=nobody).dashboard("mlx-k"))["series"] is None
+    # no handle on its controller yet (made off the listing's path): no points, and nothing asked of the ranks
+    assert asyncio.run(ClusterManager(kernel_pids=nobody, watched=Unreachable()).dashboard("mlx-k"))["series"]["ranks"] == {}
+
+
+class Unreachable:
+    """No handle on any cluster: as the server's watch before (or without) its connection."""
+
+    def keep(self, ids):
+        pass
+
+    def samples(self, entry, timeout):
+        return None
+
+    def live(self, cluster_id):
+        return None
+
+    def close(self):
+        pass
 
 
 def test_label_owner_without_the_servers_kernels_names_the_pid():

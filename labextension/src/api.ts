@@ -14,18 +14,27 @@ export interface IRank {
   where?: string;
   /** Where its names came from at the cluster's last restart ("its own names", "from rank 0 (3 names)"). */
   restart?: string;
+  /** MLX's own memory in bytes (mx.get_active_memory() and friends), for a rank that imported MLX. */
+  mlx_memory?: { active?: number; peak?: number; cache?: number } | null;
   /** "owner": a rank on another host, its health as the owning process last wrote it (the server cannot look). */
   health_from?: string;
 }
 
-/** One rank's recent points, as columns: time (s since the epoch), CPU %, memory bytes, ops/s, bytes/s. */
+/** One rank's recent points, as columns: time (s since the epoch), CPU %, RSS bytes, ops/s, bytes/s and
+ * MLX's active, peak and cache bytes (mlx_jupyter.server.history.COLUMNS). */
 export interface IRankSeries {
   t: number[];
   cpu: (number | null)[];
   memory: (number | null)[];
   ops: (number | null)[];
   bytes: (number | null)[];
+  mlx_active: (number | null)[];
+  mlx_peak: (number | null)[];
+  mlx_cache: (number | null)[];
 }
+
+/** The series' columns, time first. */
+export const SERIES_KEYS = ['t', 'cpu', 'memory', 'ops', 'bytes', 'mlx_active', 'mlx_peak', 'mlx_cache'] as const;
 
 /** A cluster's last `--profile` timeline, as the notebook that ran it kept it. */
 export interface IProfile {
@@ -38,7 +47,7 @@ export interface IProfile {
 
 /** The dashboard's view of one cluster: as listed, plus its ranks' series and last profile. */
 export interface IDashboard extends ICluster {
-  /** null: the server reads no live status of this cluster (a kernel's). */
+  /** Every cluster's, whoever started it (a kernel's once the server is connected to its controller). */
   series: { window: number; ranks: Record<string, IRankSeries> } | null;
   profile: IProfile | null;
 }

@@ -1,15 +1,14 @@
 import type { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { IDashboard, IProfile, IRank, IRankSeries, getDashboard, slurmState } from './api';
-import { formatBytes, formatRate, sparkline } from './charts';
+import { IDashboard, IProfile, IRankSeries, SERIES_KEYS, getDashboard, slurmState } from './api';
+import { ChartPanel, WINDOWS } from './chartpanel';
+import { rankTable } from './ranktable';
 
 /** The dashboard refreshes once a second while it is visible (and never while hidden). */
 const REFRESH_MS = 1000;
-/** The charts' window: the last five minutes (the server keeps as much, one point a second at most). */
-const WINDOW_S = 300;
-/** The charts' shortest span: a young history fills the width instead of a sliver at its right end. */
-const MIN_SPAN_S = 60;
+/** The points kept: the widest window offered (the server keeps as much, one point a second at most). */
+const KEEP_S = Math.max(...WINDOWS.map(w => w[1]));
 
 function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls = '', text?: string): HTMLElementTagNameMap[K] {
   const node = document.createElement(tag);
@@ -22,21 +21,11 @@ function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls = '', text?: stri
   return node;
 }
 
-/** What a rank is doing, in words: the where model's line when there is one, else its state or health. */
-function doing(r: IRank): string {
-  return r.where || r.state || r.health || 'unknown';
-}
+const emptySeries = (): IRankSeries => ({ t: [], cpu: [], memory: [], ops: [], bytes: [], mlx_active: [], mlx_peak: [],
+  mlx_cache: [] });
 
-/** The charted measures: the column's name, the series' key, the scale's floor, how a value reads. */
-const MEASURES: [string, keyof Omit<IRankSeries, 't'>, number, (v: number) => string][] = [
-  ['CPU', 'cpu', 100, v => `${Math.round(v)}%`],
-  ['memory', 'memory', 0, formatBytes],
-  ['collectives/s', 'ops', 1, formatRate],
-  ['bytes/s', 'bytes', 1024, v => formatBytes(v)]
-];
-
-/** A cluster's live dashboard, in a main-area tab: its ranks, where each one is, their CPU, memory and
- * collectives over the last minutes, its Slurm job and its last profile. */
+/** A cluster's live dashboard, in a main-area tab: its ranks, where each one is, their CPU, memory (RSS and
+ * MLX's own) and collectives over time, its Slurm job and its last profile. */
 export class ClusterDashboard extends Widget {
   constructor(readonly clusterId: string) {
     super();
@@ -46,6 +35,22 @@ export class ClusterDashboard extends Widget {
     this.title.closable = true;
     this.addClass('mlxj-dashboard');
     this.node.setAttribute('data-cluster', clusterId);
+    this.charts = new ChartPanel(`mlxj-${clusterId}`);
+    // parts that stay put between refreshes: the charts keep their canvas, hover and zoom
+    this.top = el('div', 'mlxj-dash-body');
+    this.chartsNote = el('div', 'mlxj-dash-note', 'A point a second while this tab or the panel is shown. '
+      + 'Collectives are the ops of our core\'s groups (group, mlx_jupyter.distributed; MLX\'s own mx.distributed '
+      + 'calls are not counted); bytes/s is their count times the last op\'s size. MLX memory: '
+      + 'mx.get_active_memory() and mx.get_cache_memory() on ranks that imported MLX.');
+    this.profileBox = el('div', 'mlxj-dash-profile-box');
+    this.updated = el('div', 'mlxj-dash-updated');
+    this.node.append(this.top, this.charts.node, this.chartsNote, this.profileBox, this.updated);
+    this.showCharts(false);
+  }
+
+  private showCharts(on: boolean): void {
+    this.charts.node.hidden = !on;
+    this.chartsNote.hidden = !on;
   }
 
   /** Fetch the cluster (the points since the last one) and redraw; an error is shown in place, not thrown. */
@@ -61,7 +66,8 @@ export class ClusterDashboard extends Widget {
       if (gone) {   // stopped (here or by its kernel): nothing more to ask for until it is opened again
         window.clearInterval(this.timer);
       }
-      this.node.replaceChildren(el('h2', 'mlxj-dash-title', `MLX cluster ${this.clusterId}`),
+      this.showCharts(false);
+      this.top.replaceChildren(el('h2', 'mlxj-dash-title', `MLX cluster ${this.clusterId}`),
         el('div', 'mlxj-dash-error', gone ? `${this.clusterId} is gone: it was stopped, or its kernel ended.`
           : `cannot read ${this.clusterId}: ${(error as Error).message}`));
     } finally {
@@ -81,11 +87,11 @@ export class ClusterDashboard extends Widget {
       }
     }
     for (const [rank, add] of Object.entries(d.series.ranks)) {
-      const s = this.series.get(rank) || { t: [], cpu: [], memory: [], ops: [], bytes: [] };
+      const s = this.series.get(rank) || emptySeries();
       const from = add.t.findIndex(t => t > this.newest);   // an answer that crossed a refresh repeats none
       if (from >= 0) {
-        for (const k of ['t', 'cpu', 'memory', 'ops', 'bytes'] as const) {
-          (s[k] as (number | null)[]).push(...add[k].slice(from));
+        for (const k of SERIES_KEYS) {
+          (s[k] as (number | null)[]).push(...(add[k] || add.t.map(() => null)).slice(from));
         }
       }
       this.series.set(rank, s);
@@ -95,9 +101,9 @@ export class ClusterDashboard extends Widget {
       newest = Math.max(newest, s.t[s.t.length - 1] ?? 0);
     }
     for (const s of this.series.values()) {
-      const keep = s.t.findIndex(t => t >= newest - WINDOW_S);
+      const keep = s.t.findIndex(t => t >= newest - KEEP_S);
       if (keep > 0) {
-        for (const k of ['t', 'cpu', 'memory', 'ops', 'bytes'] as const) {
+        for (const k of SERIES_KEYS) {
           s[k].splice(0, keep);
         }
       }
@@ -107,7 +113,7 @@ export class ClusterDashboard extends Widget {
 
   private render(c: IDashboard): void {
     this.merge(c);
-    const root = el('div', 'mlxj-dash-body');
+    const root = document.createDocumentFragment();
     const head = el('div', 'mlxj-dash-head');
     head.appendChild(el('h2', 'mlxj-dash-title', `MLX cluster ${c.id}`));
     head.appendChild(el('span', `mlxj-pill mlxj-pill-${c.state}`, c.state));
@@ -131,103 +137,31 @@ export class ClusterDashboard extends Widget {
     if (c.error) {
       root.appendChild(el('pre', 'mlxj-dash-error', c.error));
     }
-    if (c.diagnosis) {
+    if (c.diagnosis) {   // the server says it only for a rank that has stalled (no progress for 2 s)
       root.appendChild(el('div', 'mlxj-dash-diagnosis', c.diagnosis));
     }
     if (c.restart_report) {
       root.appendChild(el('div', 'mlxj-dash-restart', `last restart: ${c.restart_report.replace(/^restart: /, '')}`));
     }
-    if (c.ranks && c.ranks.length) {
-      root.appendChild(this.rankTable(c));
-      if (c.series) {
-        const span = this.span();
-        root.appendChild(el('h3', 'mlxj-dash-h3',
-          span >= WINDOW_S ? `The last ${WINDOW_S / 60} minutes` : `The last ${Math.round(span)} s (up to ${WINDOW_S / 60} minutes)`));
-        root.appendChild(this.charts(c));
-      }
-      root.appendChild(el('div', 'mlxj-dash-note', c.series
-        ? 'A point a second while this tab or the panel is shown. '
-          + 'Collectives are the ops of our core\'s groups (group, mlx_jupyter.distributed; MLX\'s own '
-          + 'mx.distributed calls are not counted); bytes/s is their count times the last op\'s size.'
-        : 'No charts: the server reads the live state only of clusters started from this panel '
-          + '(this one belongs to a kernel; %mlx_cluster status and where show its ranks there).'));
+    if (c.ranks && c.ranks.length && c.state !== 'starting') {
+      root.appendChild(rankTable(c.ranks));
     } else if (c.state === 'starting') {
-      root.appendChild(el('div', 'mlxj-dash-sub', `${c.connected ?? 0} ranks connected…`));
+      root.appendChild(el('div', 'mlxj-dash-sub', `starting: ${c.connected ?? 0} of ${c.size} ranks connected…`));
     }
-    root.appendChild(this.profileSection(c.profile));
-    root.appendChild(el('div', 'mlxj-dash-updated', `updated ${new Date().toLocaleTimeString()} · every second while shown`));
-    this.node.replaceChildren(root);
-  }
-
-  private rankTable(c: IDashboard): HTMLTableElement {
-    const restarted = c.ranks.some(r => r.restart);
-    const table = el('table', 'mlxj-dash-ranks');
-    const hr = el('tr');
-    const names = ['rank', 'host', 'pid', 'health', 'state', ...(restarted ? ['names from'] : []), 'memory'];
-    for (const name of names) {
-      hr.appendChild(el('th', '', name));
+    const live = !!(c.ranks && c.ranks.length && c.series && this.series.size);
+    if (!live && c.ranks && c.ranks.length && c.state !== 'starting') {
+      root.appendChild(el('div', 'mlxj-dash-note mlxj-dash-waiting-charts', 'Charts: waiting for the ranks\' first samples…'));
     }
-    table.appendChild(hr);
-    for (const r of c.ranks) {
-      const tr = el('tr', `mlxj-health-${r.health || 'unknown'}`);
-      tr.setAttribute('data-rank', String(r.rank));
-      tr.appendChild(el('td', 'mlxj-dash-rank', String(r.rank)));
-      tr.appendChild(el('td', 'mlxj-dash-host', r.host));
-      tr.appendChild(el('td', 'mlxj-dash-pid', String(r.pid ?? '?')));
-      tr.appendChild(el('td', 'mlxj-col-health', r.health || 'unknown'));
-      tr.appendChild(el('td', 'mlxj-dash-state', doing(r)));
-      if (restarted) {
-        tr.appendChild(el('td', 'mlxj-dash-restart-origin', r.restart || ''));
-      }
-      const memory = el('td', 'mlxj-dash-memory');
-      memory.appendChild(el('span', 'mlxj-dash-value', typeof r.memory === 'number' ? r.memory_text || '' : ''));
-      tr.appendChild(memory);
-      table.appendChild(tr);
+    this.top.replaceChildren(root);
+    this.showCharts(live);
+    if (live) {
+      this.charts.update(this.series, this.newest);
     }
-    return table;
-  }
-
-  /** Per rank, a small chart of each measure over the last minutes, with its last value. */
-  private charts(c: IDashboard): HTMLElement {
-    const grid = el('div', 'mlxj-dash-charts');
-    grid.style.gridTemplateColumns = `max-content repeat(${MEASURES.length}, minmax(96px, 1fr))`;
-    grid.appendChild(el('div', 'mlxj-dash-charts-head', ''));
-    for (const [name] of MEASURES) {
-      grid.appendChild(el('div', 'mlxj-dash-charts-head', name));
+    const profile = this.profileSection(c.profile);
+    if (this.profileBox.firstChild !== profile) {
+      this.profileBox.replaceChildren(profile);
     }
-    for (const r of c.ranks) {
-      grid.appendChild(el('div', 'mlxj-dash-charts-rank', `rank ${r.rank}`));
-      const s = this.series.get(String(r.rank)) || { t: [], cpu: [], memory: [], ops: [], bytes: [] };
-      for (const [name, key, floor, format] of MEASURES) {
-        const cell = this.chartCell(r, s, name, key, floor, format);
-        cell.setAttribute('data-rank', String(r.rank));
-        grid.appendChild(cell);
-      }
-    }
-    return grid;
-  }
-
-  /** One measure of one rank: its last value and its chart. */
-  private chartCell(r: IRank, s: IRankSeries, name: string, key: keyof Omit<IRankSeries, 't'>, floor: number,
-                    format: (v: number) => string): HTMLElement {
-    const td = el('div', `mlxj-dash-chart mlxj-dash-chart-${key}`);
-    const values = s[key];
-    let last: number | null = null;
-    for (let i = values.length - 1; i >= 0 && last === null; i--) {
-      last = values[i];
-    }
-    // memory: the status row's own figure when the series has none yet (the server's words for it)
-    const text = last !== null ? format(last) : key === 'memory' && typeof r.memory === 'number' ? r.memory_text || '' : '–';
-    td.title = `rank ${r.rank} ${name}`;
-    td.setAttribute('data-points', String(values.filter(v => v !== null).length));
-    td.setAttribute('data-last', last === null ? '' : String(last));
-    td.setAttribute('data-newest', String(s.t[s.t.length - 1] ?? ''));
-    td.setAttribute('data-peak', String(Math.max(0, ...values.filter((v): v is number => v !== null))));
-    const value = el('span', 'mlxj-dash-value', key === 'memory' ? text : `${text}${key === 'bytes' && last !== null ? '/s' : ''}`);
-    td.appendChild(value);
-    td.appendChild(sparkline(s.t, values, { window: this.span(), now: this.newest, floor, format,
-                                            title: `rank ${r.rank} ${name}` }));
-    return td;
+    this.updated.textContent = `updated ${new Date().toLocaleTimeString()} · every second while shown`;
   }
 
   /** The cluster's last --profile timeline, drawn once per profile (an image: the SVG runs nothing). */
@@ -257,15 +191,6 @@ export class ClusterDashboard extends Widget {
     this.profileNode = box;
     this.profileTime = p ? p.time : 0;
     return box;
-  }
-
-  /** The charts' time span: the history's age, between MIN_SPAN_S and WINDOW_S. */
-  private span(): number {
-    let oldest = this.newest;
-    for (const s of this.series.values()) {
-      oldest = Math.min(oldest, s.t[0] ?? oldest);
-    }
-    return Math.min(WINDOW_S, Math.max(MIN_SPAN_S, this.newest - oldest));
   }
 
   /** Refresh now and every second; called when it shows (a tab brought forward, or opened in a split, visible at once). */
@@ -301,9 +226,15 @@ export class ClusterDashboard extends Widget {
 
   dispose(): void {
     window.clearInterval(this.timer);
+    this.charts.dispose();
     super.dispose();
   }
 
+  private charts: ChartPanel;
+  private top: HTMLElement;
+  private chartsNote: HTMLElement;
+  private profileBox: HTMLElement;
+  private updated: HTMLElement;
   private timer = 0;
   private busy = false;
   /** The newest point's time (the server's clock): the next request asks for the points after it. */

@@ -43,9 +43,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
         dash?.dispose();
         dash = new ClusterDashboard(id);
         dashboards.set(id, dash);
-        // beside the notebook in use, so both show while a cell runs; else a tab of its own
+        // a tab among the dashboards already open (another split would squeeze the notebook to a strip);
+        // the first one beside the notebook in use, so both show while a cell runs; else a tab of its own
+        const open = [...dashboards.values()].find(d => d !== dash && !d.isDisposed && d.isAttached);
         const beside = tracker?.currentWidget;
-        app.shell.add(dash, 'main', beside && !beside.isDisposed ? { mode: 'split-right', ref: beside.id } : {});
+        app.shell.add(dash, 'main', open ? { mode: 'tab-after', ref: open.id }
+          : beside && !beside.isDisposed ? { mode: 'split-right', ref: beside.id } : {});
       }
       app.shell.activateById(dash.id);
     };

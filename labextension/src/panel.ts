@@ -1,58 +1,13 @@
 import { Widget } from '@lumino/widgets';
 
+import { el, errorBox, healthSummary, rankTable } from './cardparts';
 import {
-  ICluster, IFormField, IRank, connectCode, getFormFields, listClusters, refusedField, restartCluster, slurmState,
+  ICluster, IFormField, connectCode, getFormFields, listClusters, refusedField, restartCluster, slurmState,
   startCluster, stopCluster
 } from './api';
 
 /** How often the panel refreshes while it is visible (and never while hidden). */
 const REFRESH_MS = 2000;
-/** How long a Stop or Restart question waits for its answer. */
-const CONFIRM_MS = 15000;
-
-function el<K extends keyof HTMLElementTagNameMap>(
-  tag: K,
-  attrs: Record<string, string> = {},
-  text?: string
-): HTMLElementTagNameMap[K] {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    node.setAttribute(k, v);
-  }
-  if (text !== undefined) {
-    node.textContent = text;
-  }
-  return node;
-}
-
-/** A rank's memory as the server formats it (mlx_jupyter.cluster.cells.text.format_bytes); '' when unknown. */
-function memory(r: IRank): string {
-  return r.memory === null || r.memory === undefined ? '' : r.memory_text || '';
-}
-
-/** "2 of 2 ranks ok": the health summary written out, not only as a colour. */
-function healthSummary(ranks: IRank[]): string {
-  const ok = ranks.filter(r => ['ok', 'idle', 'running'].includes(r.health || '')).length;
-  const remote = ranks.filter(r => r.health === 'remote').length;
-  const bad = ranks.length - ok - remote;
-  // ranks on other hosts (a Slurm job's nodes): ok by the owning notebook's record, said with their hosts
-  const away = [...new Set(ranks.filter(r => r.health_from === 'owner').map(r => r.host))];
-  const parts = [`${ok} of ${ranks.length} ranks ok${away.length ? ` (on ${away.join(', ')})` : ''}`];
-  if (remote) {
-    parts.push(`${remote} on another host: health from the owning notebook`);
-  }
-  if (bad) {
-    parts.push(`${bad} not ok`);
-  }
-  // a kernel's ranks: what they do, in words (the server's own clusters say it per rank, in "where")
-  const busy = ranks.filter(r => r.state === 'running a cell').map(r => r.rank);
-  if (busy.length) {
-    parts.push(`running a cell on rank${busy.length > 1 ? 's' : ''} ${busy.join(', ')}`);
-  } else if (ranks.length && ranks.every(r => r.state === 'idle')) {
-    parts.push('idle');
-  }
-  return parts.join(', ');
-}
 
 /** The form's CSS class per field (the browser tests and the style sheet name them). */
 const FIELD_CLASS: Record<string, string> = {
@@ -70,23 +25,6 @@ function invalid(f: IFormField, value: string): string {
     return `${f.label}: at most ${f.maxLength} characters`;
   }
   return '';
-}
-
-/** Errors longer than this show their first part, with "more" to read the rest. */
-const ERROR_PREVIEW = 160;
-
-/** A cluster's error: wrapped to the sidebar's width; a long one collapsed behind "more". */
-function errorBox(error: string): HTMLElement {
-  if (error.length <= ERROR_PREVIEW) {
-    return el('pre', { class: 'mlxj-error' }, error);
-  }
-  const box = el('details', { class: 'mlxj-error mlxj-error-long' });
-  const summary = el('summary', { class: 'mlxj-error-summary' });
-  summary.appendChild(el('span', { class: 'mlxj-error-preview' }, `${error.slice(0, ERROR_PREVIEW).trimEnd()}…`));
-  summary.appendChild(el('span', { class: 'mlxj-more' }, ' more'));
-  box.appendChild(summary);
-  box.appendChild(el('pre', { class: 'mlxj-error-full' }, error));
-  return box;
 }
 
 /** The left sidebar panel "MLX Cluster". */
@@ -300,9 +238,12 @@ export class ClusterPanel extends Widget {
       if (c.error) {
         card.appendChild(errorBox(c.error));
       }
-      if (c.ranks && c.ranks.length) {
+      if (c.state === 'starting') {   // its ranks are not up yet: their count, not "0 of 2 ok, 2 not ok"
+        card.appendChild(el('div', { class: 'mlxj-card-sub mlxj-card-starting' },
+          `starting: ${c.connected ?? 0} of ${c.size || '?'} ranks connected…`));
+      } else if (c.ranks && c.ranks.length) {
         card.appendChild(el('div', { class: 'mlxj-card-health' }, healthSummary(c.ranks)));
-        card.appendChild(this.rankTable(c.ranks));
+        card.appendChild(rankTable(c.ranks));
         // where each busy rank is, as lines that wrap (a column would widen the card)
         for (const r of c.ranks.filter(r => r.where && r.where !== 'idle' && r.where !== r.state)) {
           card.appendChild(el('div', { class: 'mlxj-card-where' }, `rank ${r.rank}: ${r.where}`));
@@ -313,8 +254,6 @@ export class ClusterPanel extends Widget {
         if (c.restart_report) {   // issue 33: where the restarted ranks' names came from
           card.appendChild(el('div', { class: 'mlxj-card-restart' }, `last ${c.restart_report}`));
         }
-      } else if (c.state === 'starting') {
-        card.appendChild(el('div', { class: 'mlxj-card-sub' }, `${c.connected ?? 0} ranks connected…`));
       }
       const actions = el('div', { class: 'mlxj-card-actions' });
       if (c.state === 'failed') {
@@ -376,44 +315,9 @@ export class ClusterPanel extends Widget {
     }
   }
 
-  /** One row per rank. The host column only when the ranks are on several hosts (else it is in the card),
-   * and no column that is empty for every rank (a kernel's cluster has no live state or memory). */
-  private rankTable(ranks: IRank[]): HTMLTableElement {
-    const several = new Set(ranks.map(r => r.host)).size > 1;
-    const all: [string, (r: IRank) => string][] = [
-      ['rank', r => String(r.rank)],
-      ['host', r => (several ? r.host : '')],
-      ['pid', r => String(r.pid ?? '')],
-      ['health', r => r.health || 'unknown'],
-      ['state', r => (r.state && r.state !== r.health ? r.state : '')],
-      ['names from', r => r.restart || ''],
-      ['memory', r => memory(r)]
-    ];
-    const cols = all.filter(([, value]) => ranks.some(r => value(r) !== ''));
-    const table = el('table', { class: 'mlxj-ranks' });
-    const hr = el('tr');
-    for (const [name] of cols) {
-      hr.appendChild(el('th', { class: `mlxj-col-${name.replace(' ', '-')}` }, name));
-    }
-    table.appendChild(hr);
-    for (const r of ranks) {
-      const tr = el('tr', { class: `mlxj-health-${r.health || 'unknown'}`, 'data-pid': String(r.pid ?? '') });
-      for (const [name, value] of cols) {
-        tr.appendChild(el('td', { class: `mlxj-col-${name.replace(' ', '-')}` }, value(r)));
-      }
-      table.appendChild(tr);
-    }
-    return table;
-  }
-
-  /** Ask in the card before a Stop or Restart; the question goes away by itself after a while. */
+  /** Ask in the card before a Stop or Restart; the question stays until it is answered (Cancel takes it back). */
   private confirm(id: string, action: 'stop' | 'restart'): void {
     this.confirming = { id, action };
-    window.clearTimeout(this.confirmTimer);
-    this.confirmTimer = window.setTimeout(() => {
-      this.confirming = null;
-      void this.refresh();
-    }, CONFIRM_MS);
     void this.refresh();
   }
 
@@ -433,7 +337,8 @@ export class ClusterPanel extends Widget {
     this.say(`restarting ${id}, keeping its ranks' names…`);
     let said: [string, boolean];
     try {
-      said = [`${id}: ${await restartCluster(id)}`, false];
+      await restartCluster(id);
+      said = [`${id} restarted: its card says what came back`, false];   // the report is on the card, once
     } catch (error) {
       said = [`restart failed: ${(error as Error).message}`, true];
     }
@@ -478,5 +383,4 @@ export class ClusterPanel extends Widget {
   private timer = 0;
   private followed = '';
   private confirming: { id: string; action: 'stop' | 'restart' } | null = null;
-  private confirmTimer = 0;
 }

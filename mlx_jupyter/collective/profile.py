@@ -7,6 +7,7 @@ waiting on its peers (docs/collective-core.md says exactly how it is measured).
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Optional
@@ -134,6 +135,8 @@ _COLOURS = {"all_sum": "#4c78a8", "all_max": "#72b7b2", "all_min": "#54a24b", "a
             "sum_scatter": "#b279a2", "send": "#e45756", "recv": "#ff9da6", "barrier": "#9d755d",
             "split": "#bab0ac", "init": "#bab0ac"}
 _WAIT = "#d0d0d0"
+#: the timeline's own background and text (it is an image: the theme does not reach it)
+_PAPER, _INK = "#ffffff", "#1f1f1f"
 
 
 def timeline_svg(records: Iterable[OpRecord], width: int = 900, row: int = 26) -> str:
@@ -144,9 +147,12 @@ def timeline_svg(records: Iterable[OpRecord], width: int = 900, row: int = 26) -
     ranks = sorted({r.rank for r in records})
     left, top, right = 64, 24, 40  # room for the last time label, centred on the axis's end
     height = top + row * max(1, len(ranks)) + 40
+    # a light card of its own: shown as an image, it cannot follow the notebook's theme, and on a dark
+    # one a transparent picture's dark text would be unreadable
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
-             '<title>mlx_jupyter profile: each rank\'s ops over time</title>']
+             f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11" fill="{_INK}">',
+             '<title>mlx_jupyter profile: each rank\'s ops over time</title>',
+             f'<rect width="{width}" height="{height}" rx="4" fill="{_PAPER}"/>']
     if not records:
         parts.append(f'<text x="{left}" y="{top + 14}">no ops recorded</text></svg>')
         return "\n".join(parts)
@@ -174,9 +180,9 @@ def timeline_svg(records: Iterable[OpRecord], width: int = 900, row: int = 26) -
                             if w > 0.2 else "") + '</g>')
     axis = top + row * len(ranks) + 4
     parts.append(f'<line x1="{left}" y1="{axis}" x2="{width - right}" y2="{axis}" stroke="#444"/>')
-    for j in range(6):
-        t = span * j / 5
-        parts.append(f'<text x="{x(t0 + t):.1f}" y="{axis + 14}" text-anchor="middle">{escape(_s(t))}</text>')
+    for t, label in axis_ticks(span):
+        parts.append(f'<line x1="{x(t0 + t):.1f}" y1="{axis}" x2="{x(t0 + t):.1f}" y2="{axis + 4}" stroke="#444"/>'
+                     f'<text x="{x(t0 + t):.1f}" y="{axis + 16}" text-anchor="middle">{escape(label)}</text>')
     legend = sorted({r.op for r in records})
     lx = left
     for op in legend + ["waiting"]:
@@ -186,6 +192,23 @@ def timeline_svg(records: Iterable[OpRecord], width: int = 900, row: int = 26) -
         lx += 24 + 7 * len(op)
     parts.append("</svg>")
     return "\n".join(parts)
+
+
+def axis_ticks(span: float, most: int = 7) -> list[tuple[float, str]]:
+    """Round times from 0 to ``span`` s for the axis, a step of 1, 2 or 5 times a power of ten (at most
+    ``most`` ticks), each labelled in the unit that suits the span: ``0``, ``100 ms``, ``1.5 s``."""
+    step = 10.0 ** math.floor(math.log10(max(span, 1e-9) / most))
+    for m in (1, 2, 5, 10):
+        if span / (step * m) <= most - 1:
+            step *= m
+            break
+    unit, scale = ("s", 1.0) if span >= 1 else ("ms", 1e3) if span >= 1e-3 else ("µs", 1e6)
+    digits = max(0, -math.floor(math.log10(step * scale) + 1e-9))
+    out = []
+    for i in range(int(span / step + 1e-9) + 1):
+        t = i * step
+        out.append((t, "0" if i == 0 else f"{t * scale:.{digits}f} {unit}"))
+    return out
 
 
 def _bursts(records: list[OpRecord], pixel: float) -> list[list[OpRecord]]:

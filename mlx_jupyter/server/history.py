@@ -1,4 +1,5 @@
-"""A cluster's recent per-rank time series for its dashboard: CPU, memory, collectives per second.
+"""A cluster's recent per-rank time series for its dashboard: CPU, memory (the process's RSS and
+MLX's active, peak and cache), collectives per second.
 
 Fed with the ranks' where samples (:mod:`mlx_jupyter.where.sample`) each time the server reads
 a cluster's live status, at most one point a second whoever asks (the panel every 2 s, a shown
@@ -16,15 +17,17 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-#: points kept per rank: five minutes at one a second
-WINDOW = 300
+#: points kept per rank: fifteen minutes at one a second (the dashboard's widest window)
+WINDOW = 900
 #: the least time between two points of a rank (a faster reader gets no more points)
 MIN_GAP = 0.9
+#: a point's fields: time (s), CPU %, RSS bytes, ops/s, bytes/s, MLX's active, peak and cache bytes
+COLUMNS = ("t", "cpu", "memory", "ops", "bytes", "mlx_active", "mlx_peak", "mlx_cache")
 
 
 @dataclass
 class _Rank:
-    """One rank's ring of points ``(t, cpu %, memory bytes, ops/s, bytes/s)`` and its last counters."""
+    """One rank's ring of points (:data:`COLUMNS`) and its last counters."""
 
     points: deque = field(default_factory=lambda: deque(maxlen=WINDOW))
     counters: dict[str, tuple[int, int]] = field(default_factory=dict)
@@ -40,6 +43,14 @@ def _counters(sample: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
         except (TypeError, ValueError):
             continue
     return out
+
+
+def _mlx(sample: Mapping[str, Any]) -> tuple[Optional[int], ...]:
+    """MLX's active, peak and cache bytes (None each where the rank has no MLX, or MLX lacks it)."""
+    memory = sample.get("mlx_memory")
+    memory = memory if isinstance(memory, Mapping) else {}
+    return tuple(int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+                 for v in (memory.get("active"), memory.get("peak"), memory.get("cache")))
 
 
 def _rates(before: Mapping[str, tuple[int, int]], now: Mapping[str, tuple[int, int]], seconds: float) -> tuple[float, float]:
@@ -85,7 +96,8 @@ class ClusterHistory:
                 t = round(r.points[-1][0] + 0.01, 2)
             r.points.append((t, float(cpu) if isinstance(cpu, (int, float)) else None,
                              int(rss) if isinstance(rss, (int, float)) and rss else None,
-                             None if ops is None else round(ops, 2), None if nbytes is None else round(nbytes)))
+                             None if ops is None else round(ops, 2), None if nbytes is None else round(nbytes),
+                             *_mlx(sample)))
             r.counters, r.last = counters, now
             added += 1
         return added
@@ -99,12 +111,12 @@ class ClusterHistory:
 
     def series(self, since: Optional[float] = None) -> dict[str, Any]:
         """The points after ``since`` (all when None), per rank, as columns:
-        ``{"window": s, "ranks": {"0": {"t": [...], "cpu": [...], "memory": [...], "ops": [...], "bytes": [...]}}}``."""
+        ``{"window": s, "ranks": {"0": {"t": [...], "cpu": [...], "memory": [...], ...}}}`` (:data:`COLUMNS`)."""
         out: dict[str, Any] = {}
         with self._lock:
             ranks = [(rank, list(r.points)) for rank, r in sorted(self.ranks.items())]
         for rank, kept in ranks:
             points = [p for p in kept if since is None or p[0] > since]
             out[str(rank)] = {name: [p[i] for p in points]
-                              for i, name in enumerate(("t", "cpu", "memory", "ops", "bytes"))}
+                              for i, name in enumerate(COLUMNS)}
         return {"window": self.window, "ranks": out}

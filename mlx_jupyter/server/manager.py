@@ -4,13 +4,15 @@ Starting and stopping run on one worker thread (ipyparallel's synchronous API wa
 without a running loop, and one thread keeps a cluster's start and stop in order); the server's
 event loop only awaits them, and a cluster handle is made in a thread too (it may resolve host
 names). A hostfile is read by :mod:`.hostfile_field` (confined to the server's root, off the loop).
-Every cluster, ours or a kernel's, is listed from the registry.
+Every cluster, ours or a kernel's, is listed from the registry, and read live the same way: its
+ranks' where samples, ours through our handle, a kernel's through a handle of :mod:`.watched`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import copy
 import logging
 import os
 import time
@@ -19,11 +21,12 @@ from typing import Any, Callable, Optional
 
 from mlx_jupyter.cluster import last_profile, registry
 from mlx_jupyter.cluster.restart_context import PANEL
-from mlx_jupyter.server.history import ClusterHistory
 from mlx_jupyter.server.hostfile_field import CheckedHostfile, HostfileReader
+from mlx_jupyter.server.live import LiveState
 from mlx_jupyter.server.owners import KernelPids, label_owner
 from mlx_jupyter.hostfile import default_ranks_per_host
 from mlx_jupyter.server.requests import check_total
+from mlx_jupyter.server.watched import WatchedClusters
 
 log = logging.getLogger(__name__)
 Factory = Callable[..., Any]
@@ -49,7 +52,7 @@ class Entry:
     connected: int = 0
     started: float = field(default_factory=time.time)
     hostfile: Optional[CheckedHostfile] = None
-    history: ClusterHistory = field(default_factory=ClusterHistory)   # the dashboard's charts
+    live: LiveState = field(default_factory=LiveState)   # the dashboard's charts, the stall watch
 
 
 def _default_factory(**kwargs: Any) -> Any:
@@ -63,13 +66,15 @@ class ClusterManager:
 
     def __init__(self, factory: Factory = _default_factory, start_timeout: float = 60.0,
                  root_dir: Optional[str] = None, allow_hidden: bool = False,
-                 kernel_pids: Optional[KernelPids] = None) -> None:
+                 kernel_pids: Optional[KernelPids] = None, watched: Optional[WatchedClusters] = None) -> None:
         """``root_dir``: the directory hostfile paths are confined to (the server's; default the cwd);
-        ``kernel_pids``: this server's kernels (pid -> notebook path), to tell their clusters from others'."""
+        ``kernel_pids``: this server's kernels (pid -> notebook path), to tell their clusters from others';
+        ``watched``: the handles on clusters the server did not start (made here by default)."""
         self.factory = factory
         self.kernel_pids = kernel_pids
         self.start_timeout = start_timeout
         self.entries: dict[str, Entry] = {}
+        self.watched = watched if watched is not None else WatchedClusters()
         self.hostfiles = HostfileReader(root_dir or os.getcwd(), allow_hidden)
         self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mlx-cluster-manager")
 
@@ -168,11 +173,8 @@ class ClusterManager:
         return await self._on_worker(lambda: self._restart(entry))
 
     def _status(self, entry: Entry) -> tuple[list[dict], str]:
-        """Each rank's status row with ``where`` (its state as the notebook's live table says it), and
-        the one-line diagnosis when the ranks are in different places. The ranks' where samples also
-        feed the dashboard's charts (``entry.history``)."""
-        from mlx_jupyter.where import model
-
+        """Each rank's status row with ``where`` (its state as the notebook's live table says it) and its
+        memory, and the headline when a rank has stalled (:mod:`.live`); the samples feed the charts."""
         cluster = entry.cluster
         try:
             rows = cluster.status(timeout=STATUS_TIMEOUT)
@@ -185,20 +187,7 @@ class ClusterManager:
             samples = cluster.where_samples(None, STATUS_TIMEOUT)
         except Exception:
             return rows, ""
-        for row in rows:   # the status rows' memory where a rank's sample has none
-            sample = samples.get(row.get("rank"))
-            if sample is not None and not sample.get("rss") and row.get("memory"):
-                sample["rss"] = row["memory"]
-        entry.history.add(time.time(), samples)
-        entry.history.forget({row.get("rank") for row in rows})
-        # as RankControl.where: a dead rank and one that did not answer are ended rows
-        ended = {row["rank"]: "dead" for row in rows if str(row.get("state", "")).startswith("dead")}
-        ended.update({row["rank"]: "no reply" for row in rows if row["rank"] not in samples and row["rank"] not in ended})
-        where = model.Where(model.rows(samples, ended, [row["rank"] for row in rows]), "where the ranks are")
-        states = {row.rank: row.state for row in where.rows}
-        for row in rows:
-            row["where"] = states.get(row.get("rank"), "")
-        return rows, where.diagnosis
+        return rows, entry.live.look(time.time(), rows, samples)
 
     async def _ours(self, entry: Entry) -> dict[str, Any]:
         """A cluster this server started, as the panel lists it (live rank status while it runs)."""
@@ -217,13 +206,18 @@ class ClusterManager:
                 item["restart_report"] = report   # the last restart's one line (what came back, from where)
         return item
 
-    async def _theirs(self, seen: set[str]) -> list[dict[str, Any]]:
-        """Clusters of kernels and other processes, from their registry files, labelled by owner."""
+    async def _theirs(self, seen: set[str], only: Optional[str] = None) -> list[dict[str, Any]]:
+        """Clusters of kernels and other processes (``only`` that one), from their registry files, labelled
+        by owner, each rank read live through the server's handle on it once it has one."""
         kernels = await self._kernel_pids()
         out = []
-        for item in registry.published():
-            if item["id"] in seen:
+        loop = asyncio.get_running_loop()
+        listed = [item for item in registry.published() if item["id"] not in seen]
+        self.watched.keep({item["id"] for item in listed})
+        for item in listed:
+            if only is not None and item["id"] != only:
                 continue
+            entry = copy.deepcopy(item)   # the owner's record, for the handle that reads its ranks
             for r in item.get("ranks", []):
                 # the registry's "idle"/"running" is what the rank does, not its health: both are alive
                 doing = r.get("health")
@@ -236,6 +230,11 @@ class ClusterManager:
             states = {r.get("health") for r in item.get("ranks", [])}
             item["state"] = "running" if states <= {"ok", "remote"} else "degraded"
             item.update(label_owner(item, kernels))
+            samples = await loop.run_in_executor(None, self.watched.samples, entry, STATUS_TIMEOUT)
+            live = self.watched.live(item["id"])
+            if samples is not None and live is not None:
+                # the server's short wait may miss a busy rank's answer: the owner's words stay, not "no reply"
+                item["diagnosis"] = live.look(time.time(), item.get("ranks", []), samples, say_no_reply=False)
             out.append(item)
         return out
 
@@ -271,12 +270,14 @@ class ClusterManager:
         entry = self.entries.get(cluster_id)
         if entry is not None:
             item = await self._ours(entry)
-            item["series"] = entry.history.series(since)
+            item["series"] = entry.live.history.series(since)
         else:
-            item = next((i for i in await self._theirs(set(self.entries)) if i["id"] == cluster_id), None)
-            if item is None:
+            theirs = await self._theirs(set(self.entries), only=cluster_id)
+            if not theirs:
                 return None
-            item["series"] = None   # the server reads no live status of a kernel's ranks
+            item = theirs[0]
+            live = self.watched.live(cluster_id)
+            item["series"] = live.history.series(since) if live is not None else {"window": 0, "ranks": {}}
         await self._with_slurm([item])
         item["profile"] = await asyncio.get_running_loop().run_in_executor(None, last_profile.load, cluster_id)
         return item
@@ -289,6 +290,7 @@ class ClusterManager:
             except Exception as exc:  # keep stopping the others
                 log.warning("stopping mlx cluster %s failed: %s", cid, exc)
         self._worker.shutdown(wait=False)
+        self.watched.close()
         self.hostfiles.close()
 
 

@@ -15,7 +15,7 @@ import time
 from typing import Any, Optional
 
 from mlx_jupyter.collective import pause
-from mlx_jupyter.where import mlx_calls
+from mlx_jupyter.where import mlx_calls, mlx_memory
 
 try:
     from mlx_jupyter.collective.activity import snapshot
@@ -174,7 +174,7 @@ def take(thread_id: Optional[int], rank: int, cpu: Optional[CpuMeter] = None, rs
         del frame
     out = {"rank": rank, "pid": os.getpid(), "running": running, "time": time.time(), **where,
            "activity": activity() if running else [], "cpu": cpu.percent() if cpu else None, "rss": rss,
-           "ops": counters()}
+           "ops": counters(), "mlx_memory": mlx_memory.read()}
     debugger = _debugger
     if running and debugger is not None:
         out["debugger"] = debugger  # the debugger's own word: the frame it shows, a post-mortem's too

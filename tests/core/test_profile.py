@@ -13,7 +13,7 @@ import pytest
 import mlx_jupyter.distributed as dist
 from mlx_jupyter import _core
 from mlx_jupyter.collective.group import CoreGroup
-from mlx_jupyter.collective.profile import OpRecord, summarize, timeline_svg
+from mlx_jupyter.collective.profile import OpRecord, axis_ticks, summarize, timeline_svg
 
 import thread_ranks
 
@@ -128,3 +128,20 @@ def test_timeline_is_well_formed_svg_and_escapes():
     assert ET.fromstring(timeline_svg([])).tag.endswith("svg")
     many = [OpRecord("g", 0, 1, "barrier", k, 0, "", k * 1e-7, k * 1e-7 + 5e-8, 0.0) for k in range(10_000)]
     assert len(list(ET.fromstring(timeline_svg(many)).iter("{http://www.w3.org/2000/svg}rect"))) < 1000
+
+
+def test_timeline_axis_has_round_ticks_in_the_spans_unit():
+    """Issue 45: 0, 100 ms, 200 ms ... rather than the span's fifths (406.021 ms)."""
+    assert [label for _, label in axis_ticks(0.406021)] == ["0", "100 ms", "200 ms", "300 ms", "400 ms"]
+    assert [label for _, label in axis_ticks(2.5)] == ["0", "0.5 s", "1.0 s", "1.5 s", "2.0 s", "2.5 s"]
+    assert [label for _, label in axis_ticks(0.0456)][-1] == "40 ms" and len(axis_ticks(13.7)) >= 3
+    records = [OpRecord("g", r, 2, "all_sum", 1, 8, "int64", 0.0, 0.406021, 0.0, None) for r in range(2)]
+    svg = timeline_svg(records)
+    texts = [t.text for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text")]
+    assert "400 ms" in texts and not any("406" in (t or "") for t in texts)
+
+
+def test_timeline_has_its_own_light_background_for_dark_themes():
+    root = ET.fromstring(timeline_svg([OpRecord("g", 0, 1, "all_sum", 1, 8, "int64", 0.0, 1.0, 0.0, None)]))
+    first = next(root.iter("{http://www.w3.org/2000/svg}rect"))
+    assert first.get("fill") == "#ffffff" and first.get("width") == root.get("width") and root.get("fill") == "#1f1f1f"
