@@ -66,8 +66,14 @@ def plan(states: Mapping[int, Mapping[str, Any]], ranks: Sequence[int], dead: Co
             if not missing:
                 continue
             if r in frozen:
-                return Plan(why=f"{_label([r])} is blocked in another collective than its peers on `{label}`; "
-                                "the collectives differ across ranks", frozen=frozen)
+                why = (f"{_label([r])} is blocked in another collective than its peers on `{label}`; "
+                       "the collectives differ across ranks")
+                ahead = [q for q in members if set(missing) & ran[q].get(label, set())]
+                if any(states[q].get("executing") for q in ahead):
+                    # the states are asked one by one: a ring rank leaves an op before its peers do and may
+                    # already wait in the next while this one finishes the last; ask again before judging
+                    return Plan(wait=True, why=why, frozen=frozen)
+                return Plan(why=why, frozen=frozen)
             if mine and max(mine) > missing[0]:   # it ran a later one: the ranks paired them differently
                 return Plan(why=f"rank {r} ran its collectives on `{label}` in another order than its peers "
                                 f"(#{max(mine)} before #{missing[0]})", frozen=frozen)

@@ -57,6 +57,18 @@ def test_the_plan_follows_what_each_rank_ran_not_what_it_built():
     assert [c[1] for c in drain_plan.plan(states, [0, 1]).calls[1]] == [1, 2, 3]   # the order they were made
 
 
+def test_a_rank_seen_in_the_next_collective_while_its_peer_finishes_the_last_is_asked_again():
+    """Ring: rank 1 left all_sum #1 first and already waits in #2 when asked, while rank 0, asked a moment
+    before, still finishes #1. Not a mismatch (a 4-rank Stop in average_gradients was shut down for it): ask
+    again; once rank 0 has finished #1 and stopped, it makes #2."""
+    calls = [["world", 1, "all_sum", "float32", [8]], ["world", 2, "all_sum", "float32", [8]]]
+    moving = {0: _state(True, True, {"world": 1}, calls[:1]), 1: _state(True, True, {"world": 2}, calls)}
+    plan = drain_plan.plan(moving, [0, 1])
+    assert plan.wait and "rank 0 is blocked in another collective" in plan.why and not plan.calls
+    settled = {0: _state(False, False, {"world": 1}, calls[:1]), 1: _state(True, True, {"world": 2}, calls)}
+    assert drain_plan.plan(settled, [0, 1]).calls == {0: [("world", 2, "all_sum", "float32", (8,))]}
+
+
 def test_the_plan_waits_for_a_rank_still_in_python_and_names_what_it_cannot_drain():
     waiting = {0: _state(True, True, {"world": 1}, [["world", 1, "all_sum", "float32", [2]]]),
                1: _state(True, False, {"world": 0}, [])}
