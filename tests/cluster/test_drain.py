@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import random
-import statistics
 import threading
 import time
 
@@ -208,11 +207,8 @@ def _stop_in_the_loop(c: Cluster, code: str, n: int, rng: random.Random) -> floa
 
 
 def _assert_released_in_time(took: list[float], c: Cluster) -> None:
-    """The promise: released within 1 s of the stop. Measured as the median of the stops (on this machine,
-    shared by other test runs, a stopped rank's own Python sometimes takes that long to see its
-    KeyboardInterrupt), and none past the run's release deadline (it would be a rank that did not stop)."""
-    assert statistics.median(took) <= RELEASE_WITHIN, (took, c.drainer.last)
-    assert max(took) < 2.0, (took, c.drainer.last)
+    """The promise: every stop released within 1 s (0.04 to 0.73 s seen at a load average of 6)."""
+    assert max(took) <= RELEASE_WITHIN, (sorted(took)[-5:], c.drainer.last)
 
 
 #: the stop tests run on the ring only: under MPI, ranks busy-polling a collective on this loaded 2-core
