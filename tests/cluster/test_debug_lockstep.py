@@ -117,7 +117,7 @@ def test_one_prompt_finds_the_nan_rank_and_the_group_survives_a_long_pause(kerne
         head = s.shown(0, "[ranks 0-3] -> total = ")
         assert "--- pdb on ranks 0-3 together" in head, head
         where = other.where(timeout=5)
-        assert [where.state(r) for r in range(4)] == ["in pdb (line 6)"] * 4, where
+        assert [where.state(r) for r in range(4)] == ["in pdb (line 7)"] * 4, where
         s.ask("p loss", "[ranks 0-2] 3.0\n[rank 3] nan\n")  # the nan rank, found in one command
         out = s.ask("rank 3 p loss * 2", "[rank 3] nan")
         assert "ranks 0-2" not in out, out
