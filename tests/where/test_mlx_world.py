@@ -66,6 +66,17 @@ def test_rank_0_waits_in_mlx_all_sum_on_rank_1_which_has_not_called_it(kernel, t
     assert re.search(r"^1\s+has called 0 MLX collectives and is at line 4", text, re.M), text
 
 
+def test_the_call_evaluated_is_named_not_the_first_one_built(kernel, tmp_path):
+    """Lazy: rank 0 evaluates b, its all_sum #2, while #1 (a) is never evaluated: #2 is the one it waits in."""
+    cell = ("if world.rank() == 1:\n"
+            "    LAG\n"
+            "a = mx.distributed.all_sum(mx.ones(4), group=world)\n"
+            "b = mx.distributed.all_sum(mx.ones(6), group=world)\n"
+            "print(b)")
+    _hang(kernel, tmp_path, cell, r"^0\s+waits in MLX all_sum #2 \(float32\[6\], built at line 5, evaluated at line 6\) "
+                                  r"on rank 1")
+
+
 @pytest.mark.parametrize("op, shape, words", [
     ("all_gather", "(3, 2)", "all_gather #1 (float32[3,2]"),
     ("all_max", "(5,)", "all_max #1 (float32[5]"),
