@@ -153,7 +153,7 @@ def all_idle(k: Kernel, timeout: float = 60) -> None:
 def test_q_stops_every_rank_cleanly(kernel):
     s = Session(kernel, "%%mlx_distributed\nv = group.rank()\nbreakpoint()\nw = v + 1\n")
     assert s.prompt() == "(Pdb ranks 0-3) "
-    assert "[ranks 0-3] > <cell>(3)<module>()" in s.shown(0, "-> w = v + 1")
+    assert "[ranks 0-3] > <cell>(4)<module>()" in s.shown(0, "-> w = v + 1")
     res = s.finish("q")
     assert res.status == "error", res
     assert "raised BdbQuit: pdb was quit (q)" in ANSI.sub("", "\n".join(res.error["traceback"])), res.error
@@ -202,7 +202,7 @@ def test_mlx_debug_all_with_commands_groups_the_answers(kernel):
     assert res.status == "ok", res
     out = ANSI.sub("", res.stdout)
     assert "[ranks 0-2] 21" in out and "[rank 3] 24" in out, out
-    assert "[ranks 0-3] > <cell>(3)scale()" in out and "[ranks 0-3] (Pdb) p secret" in out, out
+    assert "[ranks 0-3] > <cell>(4)scale()" in out and "[ranks 0-3] (Pdb) p secret" in out, out
     assert kernel.run("%mlx_debug 1 --all", 10).status == "error"
 
 
