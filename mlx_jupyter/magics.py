@@ -327,7 +327,8 @@ class MLXMagics(Magics):
                              "(or Cluster.run(code, profile=True), then Cluster.profile())")
         timeout = _wait_for_owner_cell(cluster, targets, args.timeout)
         try:
-            run = cluster.run(cell, targets, init=args.init, profile=args.profile)
+            # the cell's code is on the editor's lines 2 and on (line 1: %%mlx_distributed)
+            run = cluster.run(cell, targets, init=args.init, profile=args.profile, first_line=2)
         except ClusterError as exc:
             raise UsageError(str(exc)) from None
         if not args.block:

@@ -68,7 +68,7 @@ def test_doc_blocks_run_as_written(doc: str, tmp_path: Path) -> None:
         launched = outcome.of("launch -n 2 -- python train.py")
         assert "rank 0 of 2: [3.0, 3.0] [2.0, 2.0]" in launched and "rank 1 of 2: [3.0, 3.0] [2.0, 2.0]" in launched
     if doc == "docs/debugging.md":
-        assert re.search(r"rank 0 is in all_sum #1 at line 3 waiting on rank 1 for [0-9.]+ s; rank 1 is idle",
+        assert re.search(r"rank 0 is in all_sum #1 at line 4 waiting on rank 1 for [0-9.]+ s; rank 1 is idle",
                          outcome.of("hung.wait")), outcome.of("hung.wait")
         launched = outcome.of("--where-on-signal")
         assert "waits in MLX all_sum #1 (float32[3], built at line 6, evaluated at line 6) on rank 1" in launched, launched

@@ -179,7 +179,7 @@ def test_when_a_cell_hangs():
     """A real mismatched-collective hang: where shows it, the live view collapses, the fix runs."""
     nb = run("06-when-a-cell-hangs.ipynb")
     out = text_of(nb)
-    assert re.search(r"rank 0 is in all_sum #\d+ at line 4 waiting on rank 1 for [0-9.]+ s; rank 1 is idle", out), out
+    assert re.search(r"rank 0 is in all_sum #\d+ at line 5 waiting on rank 1 for [0-9.]+ s; rank 1 is idle", out), out
     assert "[ranks 0-1] past the collective" not in out  # rank 0 never got past it
     assert re.search(r"the cell ran \d\.\d s: rank 0 released; rank 1 done", out), out
     assert "[ranks 0-1] [3. 3. 3. 3.]" in out, out
@@ -188,11 +188,11 @@ def test_when_a_cell_hangs():
     assert any("timed out after 3 s" in "".join(e["traceback"]) for e in errors), errors
     assert any("rank 1 raised ZeroDivisionError" in "".join(e["traceback"]) for e in errors), errors
     # MLX's own collectives on world: the late rank named, then a mismatch named in the table and the error
-    assert re.search(r"rank 0 waits in MLX all_sum #1 \(float32\[6\], built at line 4, evaluated at line 5\) on rank 1"
-                     r"(?: for [0-9.]+ s)?; rank 1 has called 0 MLX collectives and is at line 3: if world", out), out
+    assert re.search(r"rank 0 waits in MLX all_sum #1 \(float32\[6\], built at line 5, evaluated at line 6\) on rank 1"
+                     r"(?: for [0-9.]+ s)?; rank 1 has called 0 MLX collectives and is at line 4: if world", out), out
     assert "[ranks 0-1] array([2, 2, 2, 2, 2, 2], dtype=float32)" in out, out
-    mismatch = ("MLX collectives do not match: rank 0's all_sum #1 of float32[4] (built at line 1) and "
-                "rank 1's all_gather #1 of float32[8] (built at line 2)")
+    mismatch = ("MLX collectives do not match: rank 0's all_sum #1 of float32[4] (built at line 2) and "
+                "rank 1's all_gather #1 of float32[8] (built at line 3)")
     assert any(mismatch in ANSI.sub("", "".join(e["traceback"])) for e in errors), errors
     assert "'scale': 0" in out and "'_ih'" not in out and "'In'" not in out, out  # p locals(): the user's names
     # one prompt for every rank (%mlx_debug --all): the rank whose loss differs stands out

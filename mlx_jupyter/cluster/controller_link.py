@@ -59,9 +59,10 @@ class ControllerLink:
         unanswered on one of ``ranks`` (unknowable: True)."""
         return requests_outstanding(self.client, ranks, ignore=self.stray_probes)
 
-    def send_execute(self, rank: int, code: str, hook: Callable[[Any], None], cell_number: int = 0) -> str:
+    def send_execute(self, rank: int, code: str, hook: Callable[[Any], None], cell_number: int = 0,
+                     first_line: int = 1) -> str:
         """Send ``code`` to ``rank`` as an ``execute_request``; see :func:`ipp_compat.send_execute`."""
-        return send_execute(self.client, rank, code, hook, cell_number)
+        return send_execute(self.client, rank, code, hook, cell_number, first_line)
 
     def send_control(self, rank: int, msg_type: str, content: dict[str, Any]) -> Any:
         """``msg_type`` to ``rank``'s control channel; a future of the reply."""

@@ -231,13 +231,15 @@ class ClusterSession(ABC):
     # ------------------------------------------------------------ cells
 
     def run(self, code: str, targets: Optional[Sequence[int]] = None, release_deadline: float = 2.0,
-            init: bool = True, profile: bool = False) -> CellRun:
+            init: bool = True, profile: bool = False, first_line: int = 1) -> CellRun:
         """Start a supervised run of ``code`` on ``targets`` (default all); see :class:`CellRun`.
 
         ``init``: first define ``mx``, ``world`` and ``group`` on the ranks, or mend them after an
         abort, as :class:`~mlx_jupyter.cluster.namespaces.RankNamespaces` decides (the magics'
         ``--no-init`` turns it off). ``profile``: record every op of our core on the ranks while
-        the cell runs; :meth:`profile` gives the records once it has ended.
+        the cell runs; :meth:`profile` gives the records once it has ended. ``first_line``: the
+        number of ``code``'s first line in the ranks' tracebacks, pdb and where table (the magics
+        give 2: the editor's line 1 is ``%%mlx_distributed``; from Python it is line 1).
         """
         from mlx_jupyter.cluster.cells.run import CellRun
 
@@ -247,7 +249,7 @@ class ClusterSession(ABC):
             self.namespaces.prepare()
         if profile:
             self.profiler.start(ranks)
-        run = CellRun(self, code, ranks, release_deadline)
+        run = CellRun(self, code, ranks, release_deadline, first_line)
         if profile:
             self.profiler.attach(run)
         return run.start()
@@ -291,9 +293,11 @@ class ClusterSession(ABC):
             return None
         return self.cell_server
 
-    def send_execute(self, rank: int, code: str, hook: Callable[[Any], None], cell_number: int = 0) -> str:
-        """Send ``code`` to ``rank`` through the controller (``cell_number``: the notebook's, for tracebacks)."""
-        return self.link.send_execute(rank, code, hook, cell_number)
+    def send_execute(self, rank: int, code: str, hook: Callable[[Any], None], cell_number: int = 0,
+                     first_line: int = 1) -> str:
+        """Send ``code`` to ``rank`` through the controller (``cell_number``, ``first_line``: the
+        notebook's cell number and the code's first line, for tracebacks)."""
+        return self.link.send_execute(rank, code, hook, cell_number, first_line)
 
     def send_abort(self, reason: str, ranks: Sequence[int],
                    msg_ids: Optional[dict[int, str]] = None, drain: bool = False) -> dict[int, Any]:

@@ -129,13 +129,24 @@ def states(samples: Mapping[int, Mapping], ranks: Sequence[int],
     if not records:
         return {}
     out: dict[int, MlxState] = {}
-    for r, (call, p, other) in sorted(mismatches({**finished, **records}, ranks).items()):
+    evaluates = {r: _evaluates(samples[r], rec) for r, rec in records.items()}
+    every = {**finished, **records}
+    for r, found in sorted(mismatches(every, ranks).items()):
         if r not in records:
             continue
-        s = samples[r]
+        s, mine = samples[r], evaluates[r]
+        if mine is not None and mine is not found[0]:   # it evaluates another call than the one that differs
+            found = _mismatch_of(r, mine, every, ranks)
+            if found is None:
+                continue   # it waits in a call that matches: the wait's words below
+        call, p, other = found
         evaluated = f", evaluated at line {s['line']}" if s.get("line") is not None and s.get("mlx_eval") else ""
-        state = (f"in MLX {_what(call)} ({signature(call)}, {_built(call)}{evaluated}), which does not match "
-                 f"rank {p}'s {_what(other)} ({signature(other)}, {_built(other)})")
+        theirs = f"rank {p}'s {_what(other)} ({signature(other)}, {_built(other)})"
+        if s.get("mlx_eval"):
+            state = f"in MLX {_what(call)} ({signature(call)}, {_built(call)}{evaluated}), which does not match {theirs}"
+        else:   # it went on (MLX's ring may let one side through): not in it any more
+            state = (f"has called MLX {_what(call)} ({signature(call)}, {_built(call)}), which does not match "
+                     f"{theirs}, and is {_at(s)}")
         lo, hi = sorted([(r, call), (p, other)], key=lambda x: x[0])
         says = (f"MLX collectives do not match: rank {lo[0]}'s {_what(lo[1])} of {signature(lo[1])} "
                 f"({_built(lo[1])}) and rank {hi[0]}'s {_what(hi[1])} of {signature(hi[1])} ({_built(hi[1])})")
@@ -144,7 +155,7 @@ def states(samples: Mapping[int, Mapping], ranks: Sequence[int],
     for r in sorted(records):
         if r in out or not samples[r].get("mlx_eval") or samples[r].get("still", STILL) < STILL:
             continue
-        waits = _waits(r, samples, records, ranks, ended)
+        waits = _waits(r, samples, records, ranks, ended, evaluates)
         if waits is None:
             continue
         call, on, key = waits
@@ -164,10 +175,47 @@ def states(samples: Mapping[int, Mapping], ranks: Sequence[int],
     return out
 
 
+def _evaluates(sample: Mapping, rec: Mapping) -> Optional[Mapping]:
+    """The recorded call the rank's evaluation evaluates, when its sample could tell (``mlx_evaluates``)."""
+    told = sample.get("mlx_evaluates")
+    if not sample.get("mlx_eval") or not isinstance(told, (list, tuple)) or len(told) != 2:
+        return None
+    return _call(rec, told[0], told[1])
+
+
+def _mismatch_of(r: int, call: Mapping, records: Mapping[int, Mapping],
+                 ranks: Sequence[int]) -> Optional[tuple[Mapping, int, Mapping]]:
+    """(``call``, a peer, its call of the same number) where the two differ; None when none does."""
+    for p in _members(call.get("key", ""), records, ranks):
+        other = _call(records[p], call.get("key", ""), call.get("seq", -1)) if p != r else None
+        if other is not None and not _same(call, other):
+            return call, p, other
+    return None
+
+
+def _waits_in(r: int, call: Mapping, samples: Mapping[int, Mapping], records: Mapping[int, Mapping],
+              ranks: Sequence[int], evaluates: Mapping[int, Optional[Mapping]]) -> Optional[list[int]]:
+    """The peers rank ``r`` waits on in ``call``, the one it evaluates: those that have not made it, else
+    those not evaluating it (evaluating nothing, or another call: MLX runs its graph in its own order)."""
+    key, seq = call.get("key", ""), call.get("seq", 0)
+    peers = [p for p in _members(key, records, ranks) if p != r]
+    behind = [p for p in peers if (records[p].get("counts") or {}).get(key, 0) < seq]
+    if behind:
+        return behind
+    elsewhere = [p for p in peers if not samples[p].get("mlx_eval")
+                 or (evaluates.get(p) is not None and evaluates[p] is not _call(records[p], key, seq))]
+    return elsewhere or None
+
+
 def _waits(r: int, samples: Mapping[int, Mapping], records: Mapping[int, Mapping], ranks: Sequence[int],
-           ended: Mapping[int, str]) -> Optional[tuple[Optional[Mapping], list[int], str]]:
+           ended: Mapping[int, str], evaluates: Optional[Mapping[int, Optional[Mapping]]] = None,
+           ) -> Optional[tuple[Optional[Mapping], list[int], str]]:
     """(the call rank ``r`` waits in, the ranks it waits on, its key), or None when no peer is behind."""
     rec = records[r]
+    mine = (evaluates or {}).get(r)
+    if mine is not None and not any(p in ended and p != r for p in ranks):
+        on = _waits_in(r, mine, samples, records, ranks, evaluates or {})
+        return (mine, on, mine.get("key", "")) if on else None
     counts = rec.get("counts") or {}
     keys = sorted((k for k, n in counts.items() if n), key=lambda k: (k != WORLD, ":" in k, k))
     for key in keys:

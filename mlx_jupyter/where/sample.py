@@ -15,7 +15,7 @@ import time
 from typing import Any, Optional
 
 from mlx_jupyter.collective import pause
-from mlx_jupyter.where import mlx_calls, mlx_memory
+from mlx_jupyter.where import mlx_calls, mlx_evaluated, mlx_memory
 
 try:
     from mlx_jupyter.collective.activity import snapshot
@@ -103,6 +103,15 @@ def _safe_evaluating(frame: Any) -> Optional[str]:
         return None
 
 
+def _safe_evaluated(frame: Any, text: str) -> Optional[list]:
+    """``[key, seq]`` of the recorded call the evaluation at ``frame`` evaluates (None: not told)."""
+    try:
+        found = mlx_evaluated.evaluated(frame, text, list(mlx_calls.RECORD.calls))  # type: ignore[union-attr]
+    except Exception:  # a sampler never fails the rank
+        return None
+    return list(found) if found is not None else None
+
+
 class _Still:
     """How long a thread has been at the same instruction of the same frame, having made no MLX call
     meanwhile (a native call blocks there; a loop passing the same line again has made calls)."""
@@ -169,6 +178,8 @@ def take(thread_id: Optional[int], rank: int, cpu: Optional[CpuMeter] = None, rs
         if frame is not None and mlx_calls.RECORD is not None:
             where["mlx"] = mlx_calls.snapshot(cell_files)
             where["mlx_eval"] = _safe_evaluating(frame)
+            if where["mlx_eval"]:
+                where["mlx_evaluates"] = _safe_evaluated(frame, where["mlx_eval"])
             where["still"] = _STILL.seconds(tid, frame, mlx_calls.RECORD.made())
     finally:
         del frame

@@ -145,8 +145,8 @@ total = dist.all_sum(np.array([group.rank() + 1]), group=group, timeout=60)
 print('total', int(total[0]))
 """
 #: the live table's rows while rank 1 sits at its prompt and rank 0 waits for it in all_sum (timeout=60)
-IN_PDB = re.compile(r"^1\s+in pdb \(line 5\)", re.M)
-WAITING_ON_PDB = re.compile(r"^0\s+in all_sum #\d+ at line 5 waiting on rank 1 \(in pdb\) for \d+\.\d s; "
+IN_PDB = re.compile(r"^1\s+in pdb \(line 6\)", re.M)
+WAITING_ON_PDB = re.compile(r"^0\s+in all_sum #\d+ at line 6 waiting on rank 1 \(in pdb\) for \d+\.\d s; "
                             r"times out after 60 s", re.M)
 
 
@@ -187,9 +187,9 @@ def test_the_live_table_and_where_name_the_rank_in_pdb_and_the_timeout_of_who_wa
     assert prompts == ["(Pdb rank 1) "], prompts
     out = ANSI.sub("", res.stdout)
     assert "[ranks 0-1] total 3" in out, out
-    assert seen and "rank 1 is in pdb (line 5)" in seen, seen  # the one-line diagnosis too
-    assert where.state(1) == "in pdb (line 5)", where
-    assert re.match(r"in all_sum #\d+ at line 5 waiting on rank 1 \(in pdb\) for \d+\.\d s; times out after 60 s$",
+    assert seen and "rank 1 is in pdb (line 6)" in seen, seen  # the one-line diagnosis too
+    assert where.state(1) == "in pdb (line 6)", where
+    assert re.match(r"in all_sum #\d+ at line 6 waiting on rank 1 \(in pdb\) for \d+\.\d s; times out after 60 s$",
                     where.state(0)), where
     works(kernel, 2, 30)
 
@@ -210,5 +210,34 @@ def test_post_mortem_shows_in_where_as_the_raising_frame(kernel):
         kernel.reply(msg_id, 30)
     finally:
         other.stop()
-    assert where.state(1) == "in pdb post-mortem (line 3 in scale)", where  # the raise, in scale()
+    assert where.state(1) == "in pdb post-mortem (line 4 in scale)", where  # the raise, in scale()
+    works(kernel, 2, 30)
+
+
+LINES_CELL = """%%mlx_distributed
+v = group.rank()
+if v == 1:
+    raise ValueError('raised at line 4')
+"""
+SLEEP_CELL = "%%mlx_distributed --noblock\nimport time\nif group.rank() == 0:\n    time.sleep(60)\n"
+#: where() until rank 0 is seen at its sleep (a probe with a deadline), then the run interrupted
+WHERE_SLEEP = ("import time, mlx_jupyter.magics as _m\nhung = _\nstate, deadline = '', time.monotonic() + 20\n"
+               "while 'sleep' not in state and time.monotonic() < deadline:\n"
+               "    state = _m.current().where(timeout=5).state(0)\n"
+               "hung.interrupt()\nhung.wait(30)\nprint(state)")
+
+
+def test_a_cells_line_is_the_editors_in_the_traceback_pdb_and_where(kernel):
+    """The editor shows %%mlx_distributed on line 1: the raise on its line 4 is line 4 in the rank's
+    traceback and in pdb, and a rank sleeping on line 4 is at line 4 in the where table."""
+    res = kernel.run(LINES_CELL, 30)
+    assert res.status == "error", res
+    tb = ANSI.sub("", "\n".join(res.error["traceback"]))
+    assert re.search(r"Cell In\[\d+\], line 4\b", tb) and "line 3" not in tb, tb
+    res = kernel.run('%mlx_debug 1 -c "where"', 30)
+    out = ANSI.sub("", res.stdout)
+    assert re.search(r"\(4\)<module>\(\)\n(\[rank 1\] )?-> raise ValueError", out), out
+    assert kernel.run(SLEEP_CELL, 30).status == "ok"
+    res = kernel.run(WHERE_SLEEP, 60)
+    assert res.status == "ok" and "line 4: time.sleep(60)" in res.stdout, res
     works(kernel, 2, 30)

@@ -43,7 +43,7 @@ def test_connected_notebook_gets_one_prompt_for_both_ranks(kernels):
     assert "--- pdb on ranks 0-1 together" in head, head
     where = owner.run("import mlx_jupyter.magics as _m\n_w = _m.current().where(timeout=5)\n"
                       "print([_w.state(r) for r in range(2)])", 30)
-    assert where.stdout.strip() == str(["in pdb (line 3)"] * 2), where  # the owner's where table sees it too
+    assert where.stdout.strip() == str(["in pdb (line 4)"] * 2), where  # the owner's where table sees it too
     s.ask("p r", "[rank 0] 0\n[rank 1] 1\n")
     s.ask("n", "[ranks 0-1] -> print('x is', x)")
     s.ask("p x", "[rank 0] 0\n[rank 1] 10\n")

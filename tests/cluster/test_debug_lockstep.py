@@ -117,7 +117,7 @@ def test_one_prompt_finds_the_nan_rank_and_the_group_survives_a_long_pause(kerne
         head = s.shown(0, "[ranks 0-3] -> total = ")
         assert "--- pdb on ranks 0-3 together" in head, head
         where = other.where(timeout=5)
-        assert [where.state(r) for r in range(4)] == ["in pdb (line 6)"] * 4, where
+        assert [where.state(r) for r in range(4)] == ["in pdb (line 7)"] * 4, where
         s.ask("p loss", "[ranks 0-2] 3.0\n[rank 3] nan\n")  # the nan rank, found in one command
         out = s.ask("rank 3 p loss * 2", "[rank 3] nan")
         assert "ranks 0-2" not in out, out
@@ -153,7 +153,7 @@ def all_idle(k: Kernel, timeout: float = 60) -> None:
 def test_q_stops_every_rank_cleanly(kernel):
     s = Session(kernel, "%%mlx_distributed\nv = group.rank()\nbreakpoint()\nw = v + 1\n")
     assert s.prompt() == "(Pdb ranks 0-3) "
-    assert "[ranks 0-3] > <cell>(3)<module>()" in s.shown(0, "-> w = v + 1")
+    assert "[ranks 0-3] > <cell>(4)<module>()" in s.shown(0, "-> w = v + 1")
     res = s.finish("q")
     assert res.status == "error", res
     assert "raised BdbQuit: pdb was quit (q)" in ANSI.sub("", "\n".join(res.error["traceback"])), res.error
@@ -202,7 +202,7 @@ def test_mlx_debug_all_with_commands_groups_the_answers(kernel):
     assert res.status == "ok", res
     out = ANSI.sub("", res.stdout)
     assert "[ranks 0-2] 21" in out and "[rank 3] 24" in out, out
-    assert "[ranks 0-3] > <cell>(3)scale()" in out and "[ranks 0-3] (Pdb) p secret" in out, out
+    assert "[ranks 0-3] > <cell>(4)scale()" in out and "[ranks 0-3] (Pdb) p secret" in out, out
     assert kernel.run("%mlx_debug 1 --all", 10).status == "error"
 
 

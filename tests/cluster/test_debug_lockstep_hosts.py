@@ -72,8 +72,8 @@ def test_one_prompt_on_two_hosts_and_peers_wait_past_their_timeout(kernel_on_hos
         s.shown(before, "-> total = ")
         # each waiting rank's core record names the rank its own wait is on (in a ring, maybe a waiting peer);
         # the rank on the other host from the paused one names it, in pdb
-        waits = re.compile(r"in all_sum #\d+ at line 9 waiting on rank \d+")
-        on_pdb = re.compile(rf"in all_sum #\d+ at line 9 waiting on rank {last} \(in pdb\)")
+        waits = re.compile(r"in all_sum #\d+ at line 10 waiting on rank \d+")
+        on_pdb = re.compile(rf"in all_sum #\d+ at line 10 waiting on rank {last} \(in pdb\)")
 
         def blocked(where) -> bool:
             return (where is not None and all(waits.search(where.state(r)) for r in range(last))
@@ -83,7 +83,7 @@ def test_one_prompt_on_two_hosts_and_peers_wait_past_their_timeout(kernel_on_hos
         while not blocked(where):
             assert time.monotonic() < deadline, f"the others not seen waiting on rank {last} in pdb: {where}"
             where = other.where(timeout=5)
-        assert where.state(last) == "in pdb (line 9)", where
+        assert where.state(last) == "in pdb (line 10)", where
         waiting = time.monotonic()  # the others have waited at least since now: hold the last rank longer
         while time.monotonic() - waiting < HOLD:  # the pause under test (not a synchronisation)
             where = other.where(timeout=5)

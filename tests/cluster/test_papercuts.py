@@ -25,7 +25,7 @@ def test_a_rank_traceback_names_the_notebook_cell(kernel):
     res = kernel.run("%%mlx_distributed\ndef f():\n    raise ValueError('boom')\nf()", 60)
     assert res.status == "error", res
     tb = res.traceback
-    assert f"Cell In[{cell_no}], line 3" in tb and f"Cell In[{cell_no}], line 2, in f" in tb, tb
+    assert f"Cell In[{cell_no}], line 4" in tb and f"Cell In[{cell_no}], line 3, in f" in tb, tb
     assert not re.search(rf"Cell In\[(?!{cell_no}\])\d+\]", tb), tb
 
 
@@ -59,7 +59,7 @@ def test_a_connected_notebooks_rank_traceback_names_its_own_cell(kernel):
         res = other.run("%%mlx_distributed\ndef g():\n    raise KeyError('nope')\ng()", 60)
         assert res.status == "error", res
         tb = res.traceback
-        assert f"Cell In[{cell_no}], line 3" in tb and f"Cell In[{cell_no}], line 2, in g" in tb, tb
+        assert f"Cell In[{cell_no}], line 4" in tb and f"Cell In[{cell_no}], line 3, in g" in tb, tb
         assert not re.search(rf"Cell In\[(?!{cell_no}\])\d+\]", tb), tb
         assert other.run("%mlx_cluster stop", 30).status == "ok"   # a connected notebook only disconnects
     finally:

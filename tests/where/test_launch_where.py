@@ -202,15 +202,19 @@ MISMATCH = textwrap.dedent("""\
 
 def test_sigusr1_names_an_mlx_mismatch(tmp_path):
     """MLX's ring lets one rank through an all_sum of float32[4] against the other's all_gather of float32[8]; the
-    other hangs until it ends. The table names the two calls."""
+    other hangs until it ends. The table names the two calls, and each rank's row where it is: the one let
+    through is not in its call any more (it sleeps at line 7)."""
     script = tmp_path / "mismatch.py"
     script.write_text(MISMATCH)
     with LiveCLI(["-n", "2", "--backend", "ring", "--where-on-signal", "--", "python", str(script)]) as job:
         job.wait_until(lambda t: t.count("ready") == 2, stream="stdout", timeout=30)
-        job.where_showing([r"^1\s+in MLX all_gather #1 \(float32\[8\], built at line 5(, evaluated at line 6)?\), "
-                           r"which does not match rank 0's all_sum #1 \(float32\[4\], built at line 4\)",
-                           r"^0\s+in MLX all_sum #1 \(float32\[4\], built at line 4(, evaluated at line 6)?\), "
-                           r"which does not match rank 1's all_gather #1",
+        theirs = {0: r"rank 1's all_gather #1 \(float32\[8\], built at line 5\)",
+                  1: r"rank 0's all_sum #1 \(float32\[4\], built at line 4\)"}
+        mine = {0: r"all_sum #1 \(float32\[4\], built at line 4", 1: r"all_gather #1 \(float32\[8\], built at line 5"}
+        rows = [rf"^{r}\s+(?:in MLX {mine[r]}, evaluated at line 6\), which does not match {theirs[r]}"
+                rf"|has called MLX {mine[r]}\), which does not match {theirs[r]}, and is at line 7: time\.sleep\(3\))"
+                for r in (0, 1)]
+        job.where_showing([*rows,
                            r"^MLX collectives do not match: rank 0's all_sum #1 of float32\[4\] \(built at line 4\) "
                            r"and rank 1's all_gather #1 of float32\[8\] \(built at line 5\)"], ranks=2)
         job.finish(30)

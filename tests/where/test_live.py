@@ -42,12 +42,12 @@ def kernel():
 
 
 def _check(k: Kernel, cell: str, waiting: str) -> None:
-    op = rf"{re.escape(waiting)}(?: #\d+)? at line 4 waiting on rank 1(?: for [0-9.]+ s)?"   # # and time: our core's record
+    op = rf"{re.escape(waiting)}(?: #\d+)? at line 5 waiting on rank 1(?: for [0-9.]+ s)?"   # # and time: our core's record
     pattern = re.compile(rf"^0\s+{op}.*\n"
-                         r"1\s+running line 3: time\.sleep\(3\)", re.M)
+                         r"1\s+running line 4: time\.sleep\(3\)", re.M)
     took, text, seen = _first_table_matching(k, k.submit(cell), pattern, 30)
     assert took <= WITHIN, f"the table said so only {took:.2f} s into the cell:\n{text}"
-    assert re.search(rf"rank 0 is {op}; rank 1 is at line 3: time\.sleep\(3\)", text), text
+    assert re.search(rf"rank 0 is {op}; rank 1 is at line 4: time\.sleep\(3\)", text), text
     assert re.match(r"the cell ran \d+\.\d s: ranks 0 and 1 done$", seen[-1]), seen[-1]  # collapsed at the end
 
 
@@ -58,13 +58,13 @@ def test_rank_0_in_our_all_sum_waits_on_rank_1_at_its_sleep(kernel):
 
 def test_the_same_through_mlx_world(kernel):
     """MLX's record names the call, its number and shape (more in tests/where/test_mlx_world.py)."""
-    pattern = re.compile(r"^0\s+waits in MLX all_sum #1 \(float32\[4\], built at line 4, evaluated at line 4\) on rank 1"
-                         r".*\n1\s+has called 0 MLX collectives and is at line 3: time\.sleep\(3\)", re.M)
+    pattern = re.compile(r"^0\s+waits in MLX all_sum #1 \(float32\[4\], built at line 5, evaluated at line 5\) on rank 1"
+                         r".*\n1\s+has called 0 MLX collectives and is at line 4: time\.sleep\(3\)", re.M)
     cell = ("%%mlx_distributed\nx = mx.ones(4)\nif world.rank() == 1:\n    time.sleep(3)\n"
             "mx.eval(mx.distributed.all_sum(x, group=world))")
     took, text, seen = _first_table_matching(kernel, kernel.submit(cell), pattern, 30)
     assert took <= WITHIN + 0.5, f"the table said so only {took:.2f} s into the cell:\n{text}"
-    assert "; rank 1 has called 0 MLX collectives and is at line 3: time.sleep(3)" in text, text
+    assert "; rank 1 has called 0 MLX collectives and is at line 4: time.sleep(3)" in text, text
     assert re.match(r"the cell ran \d+\.\d s: ranks 0 and 1 done$", seen[-1]), seen[-1]
 
 
@@ -84,7 +84,7 @@ def test_where_on_an_idle_cluster_and_from_another_thread_while_a_cell_runs(kern
 def test_with_the_core_record_rank_0_says_its_op_number_and_how_long(kernel):
     """Our core's activity record (engineer instrument's `mlx_jupyter.collective.activity`) adds the op's number,
     the peer and the time waited."""
-    pattern = re.compile(r"^0\s+in all_sum #\d+ at line 4 waiting on rank 1 for \d+\.\d s", re.M)
+    pattern = re.compile(r"^0\s+in all_sum #\d+ at line 5 waiting on rank 1 for \d+\.\d s", re.M)
     cell = ("%%mlx_distributed\nx = np.ones(4)\nif world.rank() == 1:\n    time.sleep(3)\n"
             "y = dist.all_sum(x)")
     took, text, _ = _first_table_matching(kernel, kernel.submit(cell), pattern, 30)

@@ -10,9 +10,9 @@ def call(key, seq, op="all_sum", dtype="float32", shape=(6,), at="line 3", peer=
             "via": via}
 
 
-def sample(rank, counts, calls, groups=None, line=4, source="print(y)", evaluating=True, still=1.0):
+def sample(rank, counts, calls, groups=None, line=4, source="print(y)", evaluating=True, still=1.0, evaluates=None):
     return {"rank": rank, "running": True, "line": line, "source": source, "still": still,
-            "mlx_eval": source if evaluating else None,
+            "mlx_eval": source if evaluating else None, **({"mlx_evaluates": evaluates} if evaluates else {}),
             "mlx": {"counts": counts, "groups": groups or {"world": [rank, 2]}, "calls": calls}}
 
 
@@ -106,3 +106,50 @@ def test_ranks_together_say_nothing_more():
     s = {0: sample(0, {"world": 1}, c), 1: sample(1, {"world": 1}, c)}
     assert words(s, [0, 1])[1] == ""
     assert mlx_model.states(s, [0, 1], {}) == {}
+
+
+def test_a_rank_let_through_a_mismatch_is_named_in_the_call_it_now_waits_in():
+    """MLX's ring let rank 0 through its all_sum #1, which rank 1's all_gather #1 does not match: rank 0 now
+    evaluates its #2 (built at line 4, evaluated at line 5), and its line says so, not #1."""
+    c0 = [call("world", 1, shape=(4,), at="line 2"), call("world", 2, shape=(2,), at="line 4")]
+    c1 = [call("world", 1, op="all_gather", shape=(8,), at="line 2")]
+    s = {0: sample(0, {"world": 2}, c0, line=5, source="mx.eval(z)", evaluates=["world", 2]),
+         1: sample(1, {"world": 1}, c1, line=3, source="mx.eval(y)", evaluates=["world", 1])}
+    states, diag = words(s, [0, 1])
+    assert states[0] == "waits in MLX all_sum #2 (float32[2], built at line 4, evaluated at line 5) on rank 1 for 1.0 s"
+    assert states[1] == ("in MLX all_gather #1 (float32[8], built at line 2, evaluated at line 3), which does not "
+                         "match rank 0's all_sum #1 (float32[4], built at line 2)")
+    assert diag == ("rank 0 waits in MLX all_sum #2 (float32[2], built at line 4, evaluated at line 5) on rank 1 for "
+                    "1.0 s; MLX collectives do not match: rank 0's all_sum #1 of float32[4] (built at line 2) and "
+                    "rank 1's all_gather #1 of float32[8] (built at line 2)"), diag
+
+
+def test_a_mismatch_names_the_call_evaluated_not_the_newest():
+    """Both calls differ; rank 0 evaluates its #1 (print(a)), though #2 was built after it."""
+    c0 = [call("world", 1, shape=(4,), at="line 2"), call("world", 2, shape=(2,), at="line 3")]
+    c1 = [call("world", 1, shape=(8,), at="line 2"), call("world", 2, shape=(6,), at="line 3")]
+    s = {0: sample(0, {"world": 2}, c0, source="print(a)", evaluates=["world", 1]),
+         1: sample(1, {"world": 2}, c1, source="print(a)", evaluates=["world", 1])}
+    states, _ = words(s, [0, 1])
+    assert states[0] == ("in MLX all_sum #1 (float32[4], built at line 2, evaluated at line 4), which does not "
+                         "match rank 1's all_sum #1 (float32[8], built at line 2)")
+
+
+def test_the_op_built_last_evaluated_first_is_the_one_waited_in():
+    """Lazy: both ranks built #1 and #2 alike; rank 0 evaluates #2 (print(b)), rank 1 #1 (print(a))."""
+    c = [call("world", 1, shape=(4,), at="line 2"), call("world", 2, shape=(8,), at="line 3")]
+    s = {0: sample(0, {"world": 2}, c, source="print(b)", evaluates=["world", 2]),
+         1: sample(1, {"world": 2}, c, source="print(a)", evaluates=["world", 1])}
+    states, _ = words(s, [0, 1])
+    assert states[0] == "waits in MLX all_sum #2 (float32[8], built at line 3, evaluated at line 4) on rank 1 for 1.0 s"
+    assert states[1] == "waits in MLX all_sum #1 (float32[4], built at line 2, evaluated at line 4) on rank 0 for 1.0 s"
+
+
+def test_a_rank_that_went_on_past_a_mismatch_is_not_said_to_be_in_it():
+    s = {0: sample(0, {"world": 1}, [call("world", 1, shape=(4,), at="line 2")], line=6, source="time.sleep(9)",
+                   evaluating=False),
+         1: sample(1, {"world": 1}, [call("world", 1, op="all_gather", shape=(8,), at="line 2")], line=3,
+                   source="mx.eval(y)")}
+    states, _ = words(s, [0, 1])
+    assert states[0] == ("has called MLX all_sum #1 (float32[4], built at line 2), which does not match rank 1's "
+                         "all_gather #1 (float32[8], built at line 2), and is at line 6: time.sleep(9)")

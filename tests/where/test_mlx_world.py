@@ -59,11 +59,22 @@ def test_rank_0_waits_in_mlx_all_sum_on_rank_1_which_has_not_called_it(kernel, t
             "y = mx.distributed.all_sum(a, group=world)\n"
             "print(y)")
     text = _hang(kernel, tmp_path, cell,
-                 r"rank 0 waits in MLX all_sum #1 \(float32\[6\], built at line 4, evaluated at line 5\) on rank 1"
-                 r"(?: for [0-9.]+ s)?; rank 1 has called 0 MLX collectives and is at line 3: while not os\.path")
-    assert re.search(r"^0\s+waits in MLX all_sum #1 \(float32\[6\], built at line 4, evaluated at line 5\) on rank 1",
+                 r"rank 0 waits in MLX all_sum #1 \(float32\[6\], built at line 5, evaluated at line 6\) on rank 1"
+                 r"(?: for [0-9.]+ s)?; rank 1 has called 0 MLX collectives and is at line 4: while not os\.path")
+    assert re.search(r"^0\s+waits in MLX all_sum #1 \(float32\[6\], built at line 5, evaluated at line 6\) on rank 1",
                      text, re.M), text
-    assert re.search(r"^1\s+has called 0 MLX collectives and is at line 3", text, re.M), text
+    assert re.search(r"^1\s+has called 0 MLX collectives and is at line 4", text, re.M), text
+
+
+def test_the_call_evaluated_is_named_not_the_first_one_built(kernel, tmp_path):
+    """Lazy: rank 0 evaluates b, its all_sum #2, while #1 (a) is never evaluated: #2 is the one it waits in."""
+    cell = ("if world.rank() == 1:\n"
+            "    LAG\n"
+            "a = mx.distributed.all_sum(mx.ones(4), group=world)\n"
+            "b = mx.distributed.all_sum(mx.ones(6), group=world)\n"
+            "print(b)")
+    _hang(kernel, tmp_path, cell, r"^0\s+waits in MLX all_sum #2 \(float32\[6\], built at line 5, evaluated at line 6\) "
+                                  r"on rank 1")
 
 
 @pytest.mark.parametrize("op, shape, words", [
@@ -78,7 +89,7 @@ def test_every_collective_is_named_with_its_number_and_shape(kernel, tmp_path, o
             "    LAG\n"
             f"y = mx.distributed.{op}(a, group=world)\n"
             "y.item() if y.size == 1 else y.tolist()")
-    _hang(kernel, tmp_path, cell, rf"rank 0 waits in MLX {re.escape(words)}, built at line 4, evaluated at line 5\)"
+    _hang(kernel, tmp_path, cell, rf"rank 0 waits in MLX {re.escape(words)}, built at line 5, evaluated at line 6\)"
                                   r" on rank 1.*; rank 1 has called 0 MLX collectives")
 
 
@@ -89,9 +100,9 @@ def test_recv_waits_on_the_rank_that_has_not_sent(kernel, tmp_path):
             "else:\n"
             "    x = mx.distributed.recv((3,), mx.float32, 1, group=world)\n"
             "    float(x.sum())")
-    _hang(kernel, tmp_path, cell, r"rank 0 waits in MLX recv #1 from rank 1 \(float32\[3\], built at line 5, "
-                                  r"evaluated at line 6\) on rank 1.*; "
-                                  r"rank 1 has made 0 MLX sends to rank 0 and is at line 2")
+    _hang(kernel, tmp_path, cell, r"rank 0 waits in MLX recv #1 from rank 1 \(float32\[3\], built at line 6, "
+                                  r"evaluated at line 7\) on rank 1.*; "
+                                  r"rank 1 has made 0 MLX sends to rank 0 and is at line 3")
 
 
 def test_through_average_gradients_in_a_users_function(kernel, tmp_path):
@@ -102,8 +113,8 @@ def test_through_average_gradients_in_a_users_function(kernel, tmp_path):
             "    LAG\n"
             "g = step({'w': mx.ones((2, 2)), 'b': mx.zeros(2)})\n"
             "mx.eval(g)")
-    _hang(kernel, tmp_path, cell, r"rank 0 waits in MLX all_sum #1 \(float32\[6\], built at line 2 in step through "
-                                  r"nn\.utils\.average_gradients, evaluated at line 6\) on rank 1")
+    _hang(kernel, tmp_path, cell, r"rank 0 waits in MLX all_sum #1 \(float32\[6\], built at line 3 in step through "
+                                  r"nn\.utils\.average_gradients, evaluated at line 7\) on rank 1")
 
 
 def test_a_healthy_mlx_loop_names_no_wait(kernel):
@@ -124,8 +135,8 @@ def test_mlx_cluster_where_names_the_same(kernel, tmp_path):
     assert kernel.run(cell, 30).status == "ok"
     assert kernel.run("hung = _", 10).status == "ok"
     try:
-        want = re.compile(r"rank 0 waits in MLX all_sum #1 \(float32\[6\], built at line 4, evaluated at line 5\) on "
-                          r"rank 1(?: for [0-9.]+ s)?; rank 1 has called 0 MLX collectives and is at line 3")
+        want = re.compile(r"rank 0 waits in MLX all_sum #1 \(float32\[6\], built at line 5, evaluated at line 6\) on "
+                          r"rank 1(?: for [0-9.]+ s)?; rank 1 has called 0 MLX collectives and is at line 4")
         deadline, text = time.monotonic() + 20, ""
         while time.monotonic() < deadline and not want.search(text):
             res = kernel.run("%mlx_cluster where", 20)
@@ -154,13 +165,13 @@ def test_a_mismatch_is_named_with_both_call_sites_and_in_the_error_after_the_sto
             "if world.rank() == 0: y = mx.distributed.all_sum(mx.ones(4), group=world)\n"
             "else: y = mx.distributed.all_gather(mx.ones(8), group=world)\n"
             "mx.eval(y)")
-    pattern = re.compile(r"MLX collectives do not match: rank 0's all_sum #1 of float32\[4\] \(built at line 1\) and "
-                         r"rank 1's all_gather #1 of float32\[8\] \(built at line 2\)")
+    pattern = re.compile(r"MLX collectives do not match: rank 0's all_sum #1 of float32\[4\] \(built at line 2\) and "
+                         r"rank 1's all_gather #1 of float32\[8\] \(built at line 3\)")
     msg_id = kernel.submit(cell)
     took, text, _ = tables_until(kernel, msg_id, pattern, 30, on_match=kernel.interrupt)
     assert took <= WITHIN + 1.0, text
-    assert re.search(r"^1\s+in MLX all_gather #1 \(float32\[8\], built at line 2, evaluated at line 3\), which does "
-                     r"not match rank 0's all_sum #1 \(float32\[4\], built at line 1\)", text, re.M), text
+    assert re.search(r"^1\s+in MLX all_gather #1 \(float32\[8\], built at line 3, evaluated at line 4\), which does "
+                     r"not match rank 0's all_sum #1 \(float32\[4\], built at line 2\)", text, re.M), text
     reply = kernel.reply(msg_id, 30)
     assert reply["content"]["status"] == "error"
     error = "\n".join(reply["content"].get("traceback") or []) + reply["content"].get("evalue", "")
@@ -175,11 +186,11 @@ def test_four_ranks_three_wait_on_the_one_behind(tmp_path):
                 "    LAG\n"
                 "y = mx.distributed.all_sum(a, group=world)\n"
                 "y.tolist()")
-        text = _hang(k, tmp_path, cell, r"^3\s+waits in MLX all_sum #1 \(float32\[2,3\], built at line 4, evaluated at "
-                                        r"line 5\) on rank 2")
+        text = _hang(k, tmp_path, cell, r"^3\s+waits in MLX all_sum #1 \(float32\[2,3\], built at line 5, evaluated at "
+                                        r"line 6\) on rank 2")
         for r in (0, 1):
             assert re.search(rf"^{r}\s+waits in MLX all_sum #1 .* on rank 2", text, re.M), text
-        assert re.search(r"^2\s+has called 0 MLX collectives and is at line 3: while not os\.path", text, re.M), text
+        assert re.search(r"^2\s+has called 0 MLX collectives and is at line 4: while not os\.path", text, re.M), text
     finally:
         try:
             k.run("%mlx_cluster stop", 30)

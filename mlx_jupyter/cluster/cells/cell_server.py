@@ -142,8 +142,9 @@ class CellServer:
     def send_cell(self, rank: int, msg_id: str, code: str, sink: Sink) -> Pending:
         return self.send_cells({rank: msg_id}, code, sink)[rank]
 
-    def send_cells(self, msg_ids: dict[int, str], code: str, sink: Sink) -> dict[int, Pending]:
-        """Write ``code`` to each rank of ``msg_ids`` (rank -> its message id), from this thread."""
+    def send_cells(self, msg_ids: dict[int, str], code: str, sink: Sink, first_line: int = 1) -> dict[int, Pending]:
+        """Write ``code`` to each rank of ``msg_ids`` (rank -> its message id), from this thread;
+        ``first_line``: the number of its first line in the rank's tracebacks (2 under the magic's line)."""
         pending: dict[int, Pending] = {}
         targets = []
         with self._lock:
@@ -152,7 +153,8 @@ class CellServer:
                 targets.append((rank, msg_id, self.idents.get(rank)))
         count = notebook_count()
         framed = [(rank, msg_id, conn, wire.frame(wire.encode(self.session, {
-            "t": "cell", "id": msg_id, "code": code, **({"count": count} if count else {})})))
+            "t": "cell", "id": msg_id, "code": code, **({"count": count} if count else {}),
+            **({"first": first_line} if first_line > 1 else {})})))
             for rank, msg_id, conn in targets]
         for rank, msg_id, conn, data in framed:  # back to back: no other thread runs between them
             if conn is None or not conn.writer.send_small(data):

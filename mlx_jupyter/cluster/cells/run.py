@@ -67,7 +67,8 @@ class RunHost(Protocol):
     def link(self) -> ControlSender: ...  # a run through the controller asks its ranks' pdbs there
 
     def channel_for(self, ranks: Sequence[int]) -> Optional[CellServer]: ...  # the direct channel, or None
-    def send_execute(self, rank: int, code: str, hook: Callable[[Any], None], cell_number: int = 0) -> str: ...
+    def send_execute(self, rank: int, code: str, hook: Callable[[Any], None], cell_number: int = 0,
+                     first_line: int = 1) -> str: ...
     def send_abort(self, reason: str, ranks: Sequence[int], msg_ids: Optional[dict[int, str]] = None,
                    drain: bool = False) -> dict[int, Any]: ...
     def drain(self, ranks: Sequence[int], msg_ids: Mapping[int, str]) -> None: ...  # issue 42: keep MLX's world
@@ -132,9 +133,9 @@ class _Events(queue.Queue["Event"]):
 class CellRun:
     """A supervised execution of ``code`` on ``ranks``. See the module docstring."""
 
-    def __init__(self, cluster: RunHost, code: str, ranks: list[int], release_deadline: float = 2.0):
+    def __init__(self, cluster: RunHost, code: str, ranks: list[int], release_deadline: float = 2.0, first_line: int = 1):
         self.cluster = cluster
-        self.code = code
+        self.code, self.first_line = code, first_line  # first_line: its number on the ranks (2 under the magic)
         self.ranks = list(ranks)
         self.release_deadline = release_deadline
         self.events: _Events = _Events()
@@ -172,12 +173,12 @@ class CellRun:
             self.via, self.cell_server = "channel", cell_server
             base = uuid.uuid4().hex  # one per cell: a rank's id is this and its rank
             self.msg_ids.update({rank: f"{base}-{rank}" for rank in live})
-            self._futures.update(cell_server.send_cells({rank: self.msg_ids[rank] for rank in live}, self.code, self))
+            self._futures.update(cell_server.send_cells({r: self.msg_ids[r] for r in live}, self.code, self, self.first_line))
             return self
         self.via = "controller"
         number = notebook_count()   # the rank's tracebacks say Cell In[N] with the notebook's N
         for rank in live:
-            self.msg_ids[rank] = self.cluster.send_execute(rank, self.code, partial(self._hook, rank), number)
+            self.msg_ids[rank] = self.cluster.send_execute(rank, self.code, partial(self._hook, rank), number, self.first_line)
         return self
 
     def _hook(self, rank: int, fut: Any) -> None:

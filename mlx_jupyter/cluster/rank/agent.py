@@ -193,11 +193,14 @@ class RankAgent:
 
     def _pre_run_cell(self, info: Any = None) -> None:
         self._begin(self._parent_msg_id())
-        number = (self._parent().get("metadata") or {}).get("cell_number")
-        if isinstance(number, int) and number > 0:   # a notebook's cell through the controller: its In[N]
-            from mlx_jupyter.cluster.rank.channel import number_cells_as
+        metadata = self._parent().get("metadata") or {}
+        number, first = metadata.get("cell_number"), metadata.get("first_line")
+        number = number if isinstance(number, int) and number > 0 else 0
+        first = first if isinstance(first, int) and first > 1 else 1
+        if number or first > 1:   # a notebook's cell through the controller: its In[N], the editor's lines
+            from mlx_jupyter.cluster.rank.cell_names import number_cells_as
 
-            number_cells_as(self.shell, number)
+            number_cells_as(self.shell, number, first)
             self._numbered = True
 
     def _pre_execute(self) -> None:
@@ -269,7 +272,7 @@ class RankAgent:
         # the per-cell record of this rank's names (opt-in): its number before number_cells_as resets it
         number = cell_end.cell_number(self.shell, result) if cell_end.RECORD is not None else 0
         if self._numbered:
-            from mlx_jupyter.cluster.rank.channel import number_cells_as
+            from mlx_jupyter.cluster.rank.cell_names import number_cells_as
 
             number_cells_as(self.shell, 0)
             self._numbered = False

@@ -33,6 +33,7 @@ from typing import Any, Optional
 from mlx_jupyter.cluster.shared import wire
 from mlx_jupyter.cluster.shared.transport import Writer, read_available, tune
 from mlx_jupyter.cluster.rank import cell_runner
+from mlx_jupyter.cluster.rank.cell_names import number_cells_as
 from mlx_jupyter.cluster.rank.kernel_compat import main_lock
 from mlx_jupyter.cluster.shared.kernel_streams import flush_streams
 from mlx_jupyter.net.hosts import split_addr
@@ -235,7 +236,7 @@ class RankChannel:
         kernel = self.kernel
         msg_id = str(msg.get("id", ""))
         code = str(msg.get("code", ""))
-        count = msg.get("count")
+        count, first = msg.get("count"), msg.get("first")
         request = {
             "header": {"msg_id": msg_id, "msg_type": "execute_request", "session": wire.CHANNEL_SESSION,
                        "username": "mlx_jupyter", "date": datetime.now(timezone.utc), "version": "5.3"},
@@ -249,7 +250,8 @@ class RankChannel:
         reply: Optional[dict[str, Any]] = None
         try:
             async with lock:
-                number_cells_as(kernel.shell, count if isinstance(count, int) else 0)
+                number_cells_as(kernel.shell, count if isinstance(count, int) else 0,
+                                first if isinstance(first, int) else 1)
                 try:
                     reply = await self._run(request, code)
                 finally:
@@ -302,26 +304,6 @@ def _plain(content: dict[str, Any]) -> bool:
     """Whether ``content`` is an ok reply with nothing in it for ``json_clean`` to change."""
     return (content.get("status") == "ok" and set(content) <= _PLAIN_OK and isinstance(content.get("execution_count"), int)
             and not content.get("user_expressions") and not content.get("payload"))
-
-
-def number_cells_as(shell: Any, count: int) -> None:
-    """Name the next cells' code ``In[count]`` in tracebacks (``Cell In[3]``, the notebook's number; 0: the rank's own).
-
-    IPython names a cell by the number it caches its code under (the rank's execution count,
-    which is not the notebook's). The count itself stays: the rank's history is keyed on it.
-    """
-    compiler = getattr(shell, "compile", None)
-    if compiler is None or not hasattr(compiler, "cache"):
-        return
-    if not hasattr(compiler, "_mlxj_cache"):
-        compiler._mlxj_cache, compiler._mlxj_count = compiler.cache, 0
-
-        def cache(transformed_code: str, number: int = 0, raw_code: Optional[str] = None) -> str:
-            name: str = compiler._mlxj_cache(transformed_code, compiler._mlxj_count or number, raw_code)
-            return name
-
-        compiler.cache = cache
-    compiler._mlxj_count = count
 
 
 #: this rank's channel, once connected; why it could not be, if it could not

@@ -168,12 +168,14 @@ def send_control(client: Any, rank: int, msg_type: str, content: dict[str, Any])
     return client._send(client._control_stream, msg_type, content=content, ident=ident)
 
 
-def send_execute(client: Any, rank: int, code: str, hook: Callable[[Any], None], cell_number: int = 0) -> str:
+def send_execute(client: Any, rank: int, code: str, hook: Callable[[Any], None], cell_number: int = 0,
+                 first_line: int = 1) -> str:
     """Send ``code`` as an ``execute_request`` to ``rank``; ``hook(future)`` runs before any reply
-    can arrive; ``cell_number``: the notebook's execution count, for the rank's tracebacks (0: none).
-    Returns the request's msg_id."""
+    can arrive; ``cell_number``: the notebook's execution count, for the rank's tracebacks (0: none);
+    ``first_line``: the number of the code's first line there. Returns the request's msg_id."""
     idents, _ = client._build_targets([rank])
-    metadata: dict[str, Any] = {"label": "mlx_distributed", **({"cell_number": cell_number} if cell_number else {})}
+    metadata: dict[str, Any] = {"label": "mlx_distributed", **({"cell_number": cell_number} if cell_number else {}),
+                                **({"first_line": first_line} if first_line > 1 else {})}
     # through the client's ZMQStream, as ipyparallel's views do, never raw on
     # `_mux_socket`: a raw send on that DEALER (requests out, replies in) can
     # consume the edge-triggered ZMQ_FD's read edge without the stream seeing

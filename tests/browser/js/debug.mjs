@@ -19,7 +19,7 @@ try {
     await page.locator('input.jp-Stdin-input').last().waitFor({ state: 'visible', timeout: 60000 });
     await page.waitForFunction(() => {
       const t = window.jupyterapp.shell.currentWidget.content.widgets[1].node.querySelector('.mlxj-where')?.textContent || '';
-      return /in pdb \(line 6\)/.test(t) && /waiting on rank 1 \(in pdb\) for [\d.]+ s; times out after 60 s/.test(t);
+      return /in pdb \(line 7\)/.test(t) && /waiting on rank 1 \(in pdb\) for [\d.]+ s; times out after 60 s/.test(t);
     }, null, { timeout: 30000 });
     // the table is drawn anew each second: scroll to whichever element is there now (a locator's
     // element could be replaced between its lookup and the scroll)

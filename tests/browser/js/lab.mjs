@@ -283,7 +283,7 @@ try {
     runCell(index).catch((e) => logs.push(`run-cell: ${e}`));
     await page.waitForFunction((i) => {
       const cell = window.jupyterapp.shell.currentWidget.node.querySelectorAll('.jp-Cell')[i];
-      return /waits in MLX all_sum #1 \(float32\[2\], built at line 4, evaluated at line 4\) on rank 1/.test(cell?.querySelector('.mlxj-where-diagnosis')?.textContent || '');
+      return /waits in MLX all_sum #1 \(float32\[2\], built at line 5, evaluated at line 5\) on rank 1/.test(cell?.querySelector('.mlxj-where-diagnosis')?.textContent || '');
     }, index, { timeout: 30000 });
     const table = page.locator('.jp-Notebook .jp-Cell').nth(index).locator('.jp-OutputArea-output');
     const text = (await table.allInnerTexts()).join('\n');
@@ -302,8 +302,8 @@ try {
       return /the cell ran \d+\.\d s: ranks 0 and 1 done/.test(cell?.querySelector('.jp-OutputArea')?.textContent || '');
     }, index, { timeout: 30000 });
     // MLX's own collective on world, named (issue 32): which call, where it was built and evaluated, on whom
-    record('live_where_table', /waits in MLX all_sum #1 \(float32\[2\], built at line 4, evaluated at line 4\) on rank 1/.test(text)
-      && /has called 0 MLX collectives and is at line 3: time\.sleep\(6\)/.test(text)
+    record('live_where_table', /waits in MLX all_sum #1 \(float32\[2\], built at line 5, evaluated at line 5\) on rank 1/.test(text)
+      && /has called 0 MLX collectives and is at line 4: time\.sleep\(6\)/.test(text)
       && /waits in MLX all_sum #1 .*on rank 1/.test(panelSays),
       `${text.slice(0, 600)} | panel: ${panelSays}`);
   });
