@@ -15,9 +15,16 @@ CELL = "v = 1\nw = v + 1\nraise ValueError('at line 3 of the code')\n"
 
 @pytest.fixture
 def shell():
+    """IPython's shell of this process, made for the test and gone after it: a shell left behind (with its
+    execution count) would make later tests of this process look as if they ran in a notebook."""
+    existed = InteractiveShell.initialized()
     ip = InteractiveShell.instance()
+    count = ip.execution_count
     yield ip
     number_cells_as(ip, 0)
+    ip.execution_count = count
+    if not existed:
+        InteractiveShell.clear_instance()
 
 
 def _raised_at(result) -> tuple[str, int]:
