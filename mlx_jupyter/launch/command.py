@@ -189,7 +189,8 @@ class _Output:
         size = self.job.size
         prefix = self.mode == "prefix" or (self.mode is None and size > 1)
         # rank -1: mpirun's or srun's own messages, never prefixed
-        TERMINAL.write(rank, stream, text, ends, rank_prefix(rank, size) if prefix else "", breaks=prefix)
+        TERMINAL.write(rank, stream, text, ends, rank_prefix(rank, size) if prefix else "", breaks=prefix,
+                       whole=size > 1)
 
 
 async def _pump_stdin(job: LaunchJob, rank: Optional[int] = None) -> None:

@@ -29,11 +29,20 @@ class Terminal:
         self._screens: dict[str, _Screen] = {}
         self._shared = _Screen()
         self._cut: set[Key] = set()   # whose unfinished line was ended here for other output
+        self._held: dict[Key, str] = {}   # unlabelled ranks' unfinished lines, written whole (see write)
 
-    def write(self, rank: int, stream: str, text: str, ends: bool, prefix: str = "", breaks: bool = True) -> None:
+    def write(self, rank: int, stream: str, text: str, ends: bool, prefix: str = "", breaks: bool = True,
+              whole: bool = False) -> None:
         """``text`` of ``rank``'s ``stream``; ``ends``: it ends the line. ``breaks``: end another's open line first
-        (False for unlabelled output, written as the ranks wrote it)."""
+        (False for unlabelled output, written as the ranks wrote it). ``whole`` (unlabelled output of several
+        ranks): a line is written once it ends, so that no two ranks' pieces mix within a line."""
         target = sys.stdout if stream == "stdout" else sys.stderr
+        if not breaks and whole and rank >= 0:
+            key = (rank, stream)
+            if not ends:
+                self._held[key] = self._held.get(key, "") + text
+                return
+            text = self._held.pop(key, "") + text
         if not breaks:   # as the ranks wrote it: nothing added, nothing tracked
             _put(target, text + ("\n" if ends else ""))
             return
@@ -68,6 +77,9 @@ class Terminal:
 
     def end_lines(self) -> None:
         """End every open line (before a message of the launcher's own, and when the launch ends)."""
+        held, self._held = self._held, {}
+        for (_, stream), text in held.items():   # a line the rank left unfinished, ended as the launch ends
+            _put(sys.stdout if stream == "stdout" else sys.stderr, text + "\n")
         for screen in {id(s): s for s in [self._shared, *self._screens.values()]}.values():
             if screen.open is not None:
                 self._end(screen)

@@ -123,12 +123,17 @@ def test_carriage_return_progress_keeps_its_prefix_in_place():
         assert s.finish() == 0
 
 
-def test_raw_output_is_passed_as_written():
+def test_raw_output_of_several_ranks_keeps_each_line_whole():
+    """Unlabelled, a piece cannot say whose it is: each rank's line is written once it ends, so no two ranks'
+    pieces mix within a line (a hostfile test sorting the ranks' raw lines saw them mixed)."""
     with Streamed(output=("--output", "raw")) as s:
-        s.step(0, "a", "a")
-        s.step(1, "x", "ax")
-        s.step(0, "\n", "ax\n")
+        s.write(0, "a")
+        s.write(1, "x")
+        s.step(0, "b\n", "ab\n")   # never "ax...": rank 1's piece waits for its own line's end
+        s.step(1, "y\n", "ab\nxy\n")
+        s.write(0, "last, unfinished")
         assert s.finish() == 0
+        assert s.text == "ab\nxy\nlast, unfinished\n"
 
 
 def test_an_unfinished_last_line_is_ended_before_the_launcher_exits():
