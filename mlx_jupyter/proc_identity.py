@@ -24,14 +24,28 @@ SHELL_START_TOKEN = r"""start_token() {
 }"""
 
 
-def _proc_start(pid: int) -> Optional[str]:
-    """Linux: the start time field of ``/proc/PID/stat`` (after the command name, which may hold anything)."""
+def _proc_fields(pid: int) -> list[str]:
+    """Linux: the fields of ``/proc/PID/stat`` after the command name (which may hold anything); [] if gone."""
     try:
         with open(f"/proc/{int(pid)}/stat", encoding="ascii", errors="replace") as f:
-            fields = f.read().rsplit(") ", 1)[-1].split()
+            return f.read().rsplit(") ", 1)[-1].split()
     except OSError:
-        return None
+        return []
+
+
+def _proc_start(pid: int) -> Optional[str]:
+    """Linux: the start time field of ``/proc/PID/stat``."""
+    fields = _proc_fields(pid)
     return fields[19] if len(fields) > 19 else None
+
+
+def _ps_state(pid: int) -> str:
+    """Elsewhere: ``ps``'s state letters of ``pid`` ("" when there is none)."""
+    try:
+        return subprocess.run(["ps", "-o", "stat=", "-p", str(int(pid))], capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
 
 
 def _ps_start(pid: int) -> Optional[str]:
@@ -58,3 +72,15 @@ def same_process(pid: int, token: Optional[str]) -> bool:
     """Whether ``pid`` still names the process whose start was ``token`` (a zombie counts: its pid is
     not free); False for a pid that is gone or was reused, and when ``token`` is unknown."""
     return bool(token) and start_token(pid) == token
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not ended: a zombie (ended, not yet reaped by its parent,
+    which an orphan's init may take its time to do) is not running."""
+    if pid <= 0:
+        return False
+    if os.path.exists("/proc/self/stat"):
+        fields = _proc_fields(pid)
+        return bool(fields) and fields[0] != "Z"
+    state = _ps_state(pid)
+    return bool(state) and not state.startswith("Z")

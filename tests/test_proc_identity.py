@@ -40,3 +40,23 @@ def test_the_ps_branch_gives_the_shell_and_python_the_same_token_whatever_their_
     token = proc_identity._ps_start(os.getpid())
     assert token and _shell_token(os.getpid(), use_proc=False) == token
     assert proc_identity._ps_start(2 ** 22 + 12345) is None
+
+
+def test_a_zombie_is_not_running_though_its_pid_and_start_remain():
+    """An orphan's init may be slow to reap it (seen here: a SIGKILLed kernel's controller stayed a zombie), and
+    the registry took such a controller for alive, keeping its key files."""
+    import os
+    import subprocess
+    import sys
+
+    from mlx_jupyter.proc_identity import running, start_token
+
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    token = start_token(child.pid)
+    assert token is not None and running(child.pid)
+    child.stdin.close()   # it ends; waitid with WNOWAIT waits for that without reaping it: a zombie now
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
+    assert not running(child.pid)
+    assert start_token(child.pid) == token   # the zombie's pid and start are still there
+    child.wait(10)
+    assert not running(child.pid) and not running(0) and not running(-1)

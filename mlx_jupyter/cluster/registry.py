@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from mlx_jupyter.net.hosts import is_local
-from mlx_jupyter.proc_identity import same_process, start_token
+from mlx_jupyter.proc_identity import running, same_process, start_token
 
 log = logging.getLogger("mlx_jupyter.cluster")
 
@@ -188,7 +188,7 @@ def alive(data: dict[str, Any], who: str = "owner") -> bool:
     """Whether the entry's owner (or ``"controller"``) still runs: its pid, with the start recorded
     when there is one (an entry from before starts were recorded: the pid alone)."""
     pid, token = data.get(f"{who}_pid"), data.get(f"{who}_start")
-    if not isinstance(pid, int) or not pid_alive(pid):
+    if not isinstance(pid, int) or not pid_alive(pid) or not running(pid):   # a zombie holds nothing open
         return False
     return same_process(pid, token) if isinstance(token, str) else True
 

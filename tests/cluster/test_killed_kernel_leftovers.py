@@ -47,7 +47,9 @@ def test_the_next_start_removes_what_a_sigkilled_kernels_cluster_left(tmp_path, 
         assert res.status == "ok", res
         cluster_id, record, on = json.loads(res.stdout.strip().splitlines()[-1])
         assert on
-        tree = [p.pid for p in psutil.Process(k.pid).children(recursive=True)]
+        # the controller runs in a session of its own (not the kernel's child): its watchdog ends it
+        controller = registry.entry(cluster_id)["controller_pid"]
+        tree = sorted({p.pid for p in psutil.Process(k.pid).children(recursive=True)} | {controller})
         security = os.path.join(registry.profile_dir(), "security")
         keys = sorted(glob.glob(os.path.join(security, f"*{cluster_id}*.json")))
         assert len(keys) == 3, keys   # ipcontroller-<id>-client/-engine.json, cluster-<id>.json
