@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
-from typing import Callable
+from typing import Callable, Optional
 
 from mlx_jupyter.launch.launch_config import LaunchConfig
 from mlx_jupyter.launch.rankinfo import rank_prefix
@@ -14,13 +15,16 @@ class RankOutput:
     """``(rank, stream, text, ends)`` in, from the streams' splitters (:class:`~.streams.LineSplitter`).
 
     ``config.on_text`` gets each piece as it comes, ``ends`` telling whether it ends its line.
-    ``config.on_output`` gets one call per line as ever, and an unfinished line's pieces one call each
-    (a prompt shows; the rest of the line comes in the call its newline ends). With neither, the text goes
-    to this process's terminal, prefixed with ``[rank r]`` when ``size()`` is above 1.
+    ``config.on_output`` gets one call per line as ever: an unfinished line's pieces are joined, and given
+    as they are only once no more comes for :data:`STALL` s (a prompt shows; the rest of the line comes in
+    the call its newline ends). With neither, the text goes to this process's terminal, prefixed with
+    ``[rank r]`` when ``size()`` is above 1.
     """
 
     def __init__(self, config: LaunchConfig, size: Callable[[], int]):
         self.config, self.size = config, size
+        self._held: dict[tuple[int, str], str] = {}   # (rank, stream) -> its unfinished line, for on_output
+        self._timers: dict[tuple[int, str], asyncio.TimerHandle] = {}
 
     def __call__(self, rank: int, stream: str, text: str, ends: bool = True) -> None:
         c = self.config
@@ -28,10 +32,46 @@ class RankOutput:
             size = self.size()
             TERMINAL.write(rank, stream, text, ends, rank_prefix(rank, size) if size > 1 else "", breaks=size > 1)
             return
+        if c.on_text is not None:
+            self._call(c.on_text, rank, stream, text, ends)
+        if c.on_output is not None:
+            self._line(rank, stream, text, ends)
+
+    def _line(self, rank: int, stream: str, text: str, ends: bool) -> None:
+        """``on_output``'s call: a whole line, or what a stalled line holds so far."""
+        key = (rank, stream)
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        text = self._held.pop(key, "") + text
+        loop = _running_loop()
+        if ends or loop is None:   # off the launcher's loop nothing could time a stall: as it came
+            if self.config.on_output is not None:
+                self._call(self.config.on_output, rank, stream, text)
+            return
+        self._held[key] = text
+        self._timers[key] = loop.call_later(STALL, self._stalled, key)
+
+    def _stalled(self, key: tuple[int, str]) -> None:
+        self._timers.pop(key, None)
+        text = self._held.pop(key, "")
+        if text and self.config.on_output is not None:
+            self._call(self.config.on_output, key[0], key[1], text)
+
+    @staticmethod
+    def _call(callback: Callable[..., None], *args: object) -> None:
         try:   # a user callback must not kill the launcher
-            if c.on_text is not None:
-                c.on_text(rank, stream, text, ends)
-            if c.on_output is not None:
-                c.on_output(rank, stream, text)
+            callback(*args)
         except Exception as exc:  # noqa: BLE001
             print(f"mlx-jupyter launch: output callback failed: {exc!r}", file=sys.stderr)
+
+
+#: seconds an unfinished line stays unchanged before ``on_output`` gets it as it is (a prompt)
+STALL = 0.1
+
+
+def _running_loop() -> Optional[asyncio.AbstractEventLoop]:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
