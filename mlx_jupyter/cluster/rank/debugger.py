@@ -385,7 +385,9 @@ def post_mortem(commands: str = "", grouped: bool = False) -> None:
         return
     if commands:
         script = "".join(c.strip() + "\n" for c in commands.split(";") if c.strip()) + "q\n"
-        out = _CellNamed(sys.stdout) if grouped else sys.stdout
+        # whole lines only: no one answers the prompt, so "(Pdb) " waits for its echoed command (a prompt alone
+        # would be shown as an unfinished line, and the ranks' lines could no longer be grouped)
+        out = _WholeLines(_CellNamed(sys.stdout) if grouped else sys.stdout)
         debugger = UserNamesPdb(stdin=_Script(script, out), stdout=out, nosigint=True)  # type: ignore[arg-type]  # as in RankPdb
         debugger.use_rawinput = False
         debugger.prompt = "(Pdb) " if grouped else f"(Pdb rank {rank}) "
@@ -396,7 +398,11 @@ def post_mortem(commands: str = "", grouped: bool = False) -> None:
         debugger = RankPdb(chan, cell_id, fallback="q")
         debugger.post_mortem = True
     debugger.reset()
-    debugger.interaction(None, tb)  # pdb shows the frame that raised
+    try:
+        debugger.interaction(None, tb)  # pdb shows the frame that raised
+    finally:
+        if isinstance(debugger.stdout, _WholeLines):
+            debugger.stdout.end()
 
 
 class _Script:
@@ -427,4 +433,28 @@ class _CellNamed(io.TextIOBase):
         return len(text)
 
     def flush(self) -> None:
+        self.out.flush()
+
+
+class _WholeLines(io.TextIOBase):
+    """A stream passing ``out`` whole lines only; what is left unfinished is written by :meth:`end`."""
+
+    def __init__(self, out: Any):
+        self.out = out
+        self.held = ""
+
+    def write(self, text: str) -> int:
+        lines, _, self.held = (self.held + text).rpartition("\n")
+        if lines or _:
+            self.out.write(lines + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+    def end(self) -> None:
+        """Write what is left and flush."""
+        held, self.held = self.held, ""
+        if held:
+            self.out.write(held)
         self.out.flush()
