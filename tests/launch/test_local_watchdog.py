@@ -24,8 +24,11 @@ from mlx_jupyter.proc_identity import start_token
 pytestmark = pytest.mark.timeout(120)
 
 #: A rank with a child in its process group; prints both pids and its hostfile path.
-RANK = ("import os, subprocess, time; c = subprocess.Popen(['sleep', '60']); "
-        "print('ready', os.getpid(), c.pid, os.environ.get('MLX_HOSTFILE', '-'), flush=True); time.sleep(60)")
+#: the ready line in one write: an unbuffered print writes word by word, and the launcher streams a rank's
+#: unfinished line, broken where another rank's output comes between
+RANK = ("import os, subprocess, sys, time; c = subprocess.Popen(['sleep', '60']); "
+        "sys.stdout.write(f\"ready {os.getpid()} {c.pid} {os.environ.get('MLX_HOSTFILE') or '-'}\\n\"); "
+        "sys.stdout.flush(); time.sleep(60)")
 
 #: The Launcher API in a process of its own (optionally with a forked child that outlives it).
 API = """
