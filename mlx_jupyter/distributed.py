@@ -102,11 +102,11 @@ def init(strict: bool = False, backend: str = "any", *, timeout: float | None = 
     if all_gather_factory is not None and not supports(backend, "side_channel"):
         raise ValueError(f"all_gather_factory is only supported with backend='jaccl' (as in MLX), not {backend!r}")
     with _lock:
-        if _world is not None:
-            if not _world.aborted and (backend in (ANY, _world.backend)):
+        if _world is not None and not _world.aborted:
+            if backend in (ANY, _world.backend):
                 return _world
-            if not _world.aborted:
-                return _another_backend(backend, strict, timeout, all_gather_factory)
+            return _another_backend(backend, strict, timeout, all_gather_factory)
+        if _world is not None:
             _world.close("re-formed by init()")
             _world = None
         env = rank_env.current()

@@ -66,10 +66,10 @@ class RankExit:
         if 128 < self.status < 193:
             number = self.status - 128
             try:
-                name = f" ({signal.strsignal(number)})" if signal.strsignal(number) else ""
+                said = signal.strsignal(number)
             except ValueError:
-                name = ""
-            return f"was killed by signal {number}{name}"
+                said = None
+            return f"was killed by signal {number}" + (f" ({said})" if said else "")
         return f"exited with code {self.status}"
 
 
