@@ -6,7 +6,8 @@ the reference (``mlx.launch``).
       [--max-tokens 64] [--repeat 3] [--save benchmarks/results/lm_throughput.txt]
 
 The model is a random Qwen2 written for the run (``mlx_jupyter.models.tiny``). Ways: a script under
-``mlx.launch`` and under ``mlx-jupyter launch`` (``lm_rank.py``), the same measurement in a cell of
+``mlx.launch`` and under ``mlx-jupyter launch`` (``lm_rank.py``; also with ``--bind-to none``, which
+tells what its CPU binding of local ranks gives), the same measurement in a cell of
 a ``Cluster`` (``Cluster.execute``), and the chat box's replies (``ChatSession``: the same generation
 plus the agreed Stop's check between tokens and rank 0's text sent to the notebook; its time to first
 token is rank 0's, the notebook's own is shown beside). Each number is the median over the prompts
@@ -116,6 +117,9 @@ def main() -> None:
                                           900)
         results["mlx-jupyter launch"] = _launched([PY, "-m", "mlx_jupyter", "launch", "-n", str(args.ranks), "--",
                                                    *script], 900)
+        # the same without CPU binding: how much of the difference with mlx.launch the binding makes
+        results["  --bind-to none"] = _launched([PY, "-m", "mlx_jupyter", "launch", "-n", str(args.ranks),
+                                                 "--bind-to", "none", "--", *script], 900)
         results["Cluster cell"], results["chat box"] = in_cluster(folder, args.ranks, args.pipeline, args.max_tokens,
                                                                   args.repeat)
         table(results)
