@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from mlx_jupyter.cluster.controller_link import ControllerLink
 from mlx_jupyter.cluster.rank_table import RankTable
@@ -24,8 +24,16 @@ log = logging.getLogger("mlx_jupyter.cluster.drain")
 
 #: how long the drain waits for the stopped ranks' Python to end and the others to freeze
 SETTLE = 1.0
+#: how long the drain waits for stopped ranks that still run Python (an interrupted rank's traceback takes
+#: a second to format on a loaded machine, and its stream may still run calls a peer waits in)
+PYTHON_WAIT = 5.0
 #: how long one rank may take to make its calls (the rank's own limit is 0.5 s)
 MAKE = 0.7
+#: the shortest span over which a rank's CPU time tells whether it computes (its samples are this far apart)
+CPU_SPAN = 0.25
+
+#: told the ranks that still evaluate (together, making progress) after a stop: their release may take longer
+OnBusy = Callable[[list[int]], None]
 
 
 class Drainer:
@@ -38,17 +46,18 @@ class Drainer:
         self.last = ""  # what the last drain did, in words (for the tests and the debug log)
         self.thread: Optional[threading.Thread] = None  # the last drain's
 
-    def start(self, ranks: Sequence[int], msg_ids: Mapping[int, str]) -> threading.Thread:
+    def start(self, ranks: Sequence[int], msg_ids: Mapping[int, str], on_busy: Optional[OnBusy] = None) -> threading.Thread:
         """Drain a run over ``ranks`` (``msg_ids``: its request on each) whose abort was just sent, on a
         thread of its own."""
-        thread = threading.Thread(target=self._run, args=(list(ranks), dict(msg_ids)), name="mlx-drain", daemon=True)
+        thread = threading.Thread(target=self._run, args=(list(ranks), dict(msg_ids), on_busy), name="mlx-drain",
+                                  daemon=True)
         thread.start()
         self.thread = thread
         return thread
 
-    def _run(self, ranks: list[int], msg_ids: dict[int, str]) -> None:
+    def _run(self, ranks: list[int], msg_ids: dict[int, str], on_busy: Optional[OnBusy]) -> None:
         try:
-            self.last = self.drain(ranks, msg_ids)
+            self.last = self.drain(ranks, msg_ids, on_busy)
         except ClusterError as exc:   # the cluster stopped meanwhile: nothing is left to drain
             self.last = f"stopped: {exc}"
         except Exception as exc:  # pragma: no cover - a bug: the ranks' own hold still ends in the shutdown
@@ -56,25 +65,42 @@ class Drainer:
             self.last = f"failed: {exc}"
         log.debug("drain: %s", self.last)
 
-    def drain(self, ranks: list[int], msg_ids: dict[int, str]) -> str:
+    def drain(self, ranks: list[int], msg_ids: dict[int, str], on_busy: Optional[OnBusy] = None) -> str:
         """Plan and run the drain of the run whose request on each rank is ``msg_ids``; what happened, in words.
 
         Every request names the run's request on its rank: a rank that has begun another one since
-        (the run ended meanwhile) answers for nothing, makes nothing and holds nothing."""
+        (the run ended meanwhile) answers for nothing, makes nothing and holds nothing. Ranks that all
+        joined the collectives they evaluate, and compute, are waited for (up to ``drain_plan.FINISH`` s:
+        MLX cannot cancel an evaluation), and ``on_busy`` is told which."""
         began = time.monotonic()
         end = began + SETTLE
+        looked: dict[int, tuple[float, float]] = {}   # each rank's (time, CPU time) at least CPU_SPAN ago
+        busy = False
         while True:
             states = self._ask(ranks, msg_ids, max(0.05, end - time.monotonic()))
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("states at %.3f s: %s", time.monotonic() - began,
-                          {r: (st.get("executing"), st.get("frozen"), st.get("made"), st.get("unrun"))
+                          {r: (st.get("executing"), st.get("frozen"), st.get("made"), st.get("unrun"),
+                               st.get("inflight"), st.get("cpu"))
                            for r, st in states.items()})
             if any(not st.get("this_run") for st in states.values()):
                 return "the run is over"
             plan = drain_plan.plan(states, ranks, self.table.dead, self.ops)
-            if not plan.wait or time.monotonic() > end:
+            now = time.monotonic()
+            if plan.busy:
+                seen = {r: (now, float(st["cpu"])) for r, st in states.items() if "cpu" in st}
+                moving = drain_plan.progressing(looked, seen, plan.frozen)
+                if moving and now - began < drain_plan.FINISH:
+                    end, busy = max(end, now + SETTLE), True
+                    if on_busy is not None:
+                        on_busy(plan.frozen)
+                looked.update({r: v for r, v in seen.items() if now - looked.get(r, (0.0, 0.0))[0] >= CPU_SPAN})
+            if plan.wait and not plan.why and not plan.busy:   # a rank still runs Python: it ends soon
+                end = max(end, min(now + SETTLE, began + PYTHON_WAIT))
+            if not plan.wait or now > end:
                 break
-            time.sleep(0.02)   # polling the ranks: a Python rank's KeyboardInterrupt ends it within ms
+            # polling: a Python rank's KeyboardInterrupt ends it within ms; ranks still evaluating, less often
+            time.sleep(0.1 if busy and now - began > SETTLE else 0.02)
         if plan.wait and plan.why:   # they did not finish by themselves meanwhile
             self._verdict(plan.frozen, plan.why, msg_ids)
             return f"not drained: {plan.why}"

@@ -304,9 +304,11 @@ class ClusterSession(ABC):
         """``mlx_abort_request`` to each rank's control channel; see :meth:`RankControl.send_abort`."""
         return self.control.send_abort(reason, ranks, msg_ids, drain)
 
-    def drain(self, ranks: Sequence[int], msg_ids: Mapping[int, str]) -> None:
-        """After a run's abort: have its stopped ranks make the MLX collectives its blocked ranks wait in."""
-        self.drainer.start(ranks, msg_ids)
+    def drain(self, ranks: Sequence[int], msg_ids: Mapping[int, str],
+              on_busy: Optional[Callable[[list[int]], None]] = None) -> None:
+        """After a run's abort: have its stopped ranks make the MLX collectives its blocked ranks wait in
+        (``on_busy``: told which ranks still finish an evaluation they all joined)."""
+        self.drainer.start(ranks, msg_ids, on_busy)
 
     def stop_at_boundary(self, run: CellRun, timeout: float = 1.0) -> bool:
         """Stop ``run`` at a collective boundary (issue 42's agreed stop; a chat's Stop): every rank stops
@@ -323,7 +325,7 @@ class ClusterSession(ABC):
             return True
         left = [r for r in run.ranks if run.outcomes[r].status == "running"]   # as by the stop button
         self.send_abort("interrupted by the user: a rank did not reach the agreed stop", left, run.msg_ids, True)
-        self.drain(run.ranks, run.msg_ids)
+        self.drain(run.ranks, run.msg_ids, run.still_evaluating)
         return run.wait(timeout)
 
     def run_started(self, run: CellRun) -> None:

@@ -49,10 +49,11 @@ class Backend:
     install: str = ""
     #: its part of the default rule: "cuda" (chosen on a machine with CUDA), "otherwise" (the fallback), ""
     default_when: str = ""
-    #: the MLX collectives a drain may make on a stopped rank, with zeros of the recorded dtype and shape,
-    #: so that a peer blocked in one completes (docs/debugging.md); any other op pending falls back to the
-    #: shutdown of MLX's world. Point-to-point ops are never drained: a recv has no data to invent.
-    drain_ops: tuple[str, ...] = ("all_sum", "all_gather", "all_max", "all_min", "sum_scatter")
+    #: the MLX calls a drain may make on a stopped rank, with zeros of the recorded dtype and shape, so that
+    #: a peer blocked in one completes (docs/debugging.md); any other op pending falls back to the shutdown
+    #: of MLX's world. A send is drained by its partner's recv (the data is dropped), a recv by a send of
+    #: zeros that the blocked rank never returns to its code (it stops first), as a collective's.
+    drain_ops: tuple[str, ...] = ("all_sum", "all_gather", "all_max", "all_min", "sum_scatter", "send", "recv")
 
 
 _JACCL_FIX = "pip install -U 'mlx>=0.29' on macOS 26.2+: JACCL ships in MLX's macOS wheels"

@@ -20,12 +20,15 @@ Call = tuple[str, int, str, str, tuple[int, ...]]
 class Plan:
     """``wait``: ask again (a rank still runs Python, or the blocked ranks may finish by themselves: ``why``
     then says what to tell them if they do not); ``calls``: rank -> the collectives it makes, in order;
-    ``why``: the one line saying why no drain is possible; ``frozen``: the ranks blocked in native code."""
+    ``why``: the one line saying why no drain is possible; ``frozen``: the ranks blocked in native code;
+    ``busy``: every rank joined every collective, so the frozen ranks evaluate together (a long prefill)
+    and end by themselves while they make progress."""
 
     wait: bool = False
     calls: dict[int, list[Call]] = field(default_factory=dict)
     why: str = ""
     frozen: list[int] = field(default_factory=list)
+    busy: bool = False
 
 
 def _label(ranks: Collection[int]) -> str:
@@ -48,84 +51,137 @@ def plan(states: Mapping[int, Mapping[str, Any]], ranks: Sequence[int], dead: Co
         return Plan(wait=True, why=f"{_label(silent)} did not answer the drain's question in time",
                     frozen=[r for r, st in states.items() if st.get("frozen")])
     running = [r for r in ranks if states[r].get("executing")]
-    if not running:
+    # a rank whose cell ended while its stream still runs a call (MLX evaluates asynchronously: mlx-lm's
+    # async_eval) is blocked there as surely as a frozen one
+    streaming = [r for r in ranks if not states[r].get("executing") and any((states[r].get("inflight") or {}).values())]
+    if not running and not streaming:
         return Plan()
     if any(not states[r].get("frozen") for r in running):
         return Plan(wait=True)
-    frozen = sorted(running)
+    frozen = sorted(running + streaming)
     ran = {r: _ran(states[r]) for r in ranks}
-    p2p = [r for r in frozen if any(":" in k and v for k, v in ran[r].items())]
-    labels = sorted({k for r in ranks for k in ran[r] if ":" not in k})
-    calls: dict[int, list[Call]] = {}
-    for label in labels:
-        members = [r for r in ranks if label in (states[r].get("groups") or {}) or label in ran[r]]
-        every = set().union(*(ran[r].get(label, set()) for r in members))
+    calls: dict[int, list[tuple[tuple[int, int], Call]]] = {}   # rank -> (its place in another's record, call)
+    for key in sorted({k for r in ranks for k in ran[r]}):
+        members = _members(key, states, ran, ranks)
+        every = set().union(*(ran[r].get(key, set()) for r in members))
         for r in members:
-            mine = ran[r].get(label, set())
+            mine = ran[r].get(key, set())
             missing = sorted(every - mine)
             if not missing:
                 continue
             if r in frozen:
-                why = (f"{_label([r])} is blocked in another collective than its peers on `{label}`; "
-                       "the collectives differ across ranks")
-                ahead = [q for q in members if set(missing) & ran[q].get(label, set())]
+                what = "send/recv" if ":" in key else "collective"
+                why = (f"{_label([r])} is blocked in another {what} than its peers on `{key}`; "
+                       f"the {what}s differ across ranks")
+                ahead = [q for q in members if set(missing) & ran[q].get(key, set())]
                 if any(states[q].get("executing") for q in ahead):
                     # the states are asked one by one: a ring rank leaves an op before its peers do and may
                     # already wait in the next while this one finishes the last; ask again before judging
                     return Plan(wait=True, why=why, frozen=frozen)
                 return Plan(why=why, frozen=frozen)
             if mine and max(mine) > missing[0]:   # it ran a later one: the ranks paired them differently
-                return Plan(why=f"rank {r} ran its collectives on `{label}` in another order than its peers "
+                return Plan(why=f"rank {r} ran its collectives on `{key}` in another order than its peers "
                                 f"(#{max(mine)} before #{missing[0]})", frozen=frozen)
             for seq in missing:
-                made = _the_call(states, members, label, seq)
+                made = _the_call(states, members, key, seq, r)
                 if isinstance(made, str):
                     return Plan(why=made, frozen=frozen)
-                if made[2] not in ops:
-                    return Plan(why=f"`{made[2]}` cannot be drained on this backend", frozen=frozen)
+                if made[1][2] not in ops:
+                    return Plan(why=f"`{made[1][2]}` cannot be drained on this backend", frozen=frozen)
                 calls.setdefault(r, []).append(made)
     if not calls:
-        if p2p:
-            return Plan(why=f"{_label(frozen)}: a send/recv is waiting with no matching partner", frozen=frozen)
-        # every rank joined every collective: a slow one ends by itself; ask again until the caller gives up
-        return Plan(wait=True, frozen=frozen,
+        # every rank joined every call: a slow one ends by itself; ask again until the caller gives up
+        return Plan(wait=True, frozen=frozen, busy=True,
                     why=f"{_label(frozen)}: no rank is behind in MLX's collectives, yet the blocked ranks did not "
                         "finish (native code the record does not show)")
-    if any(len({c[0] for c in cs}) > 1 for cs in calls.values()):
-        return Plan(why="collectives are pending on several groups at once; their order is unknown", frozen=frozen)
-    return Plan(calls=calls, frozen=frozen)
+    ordered: dict[int, list[Call]] = {}
+    for r, placed in calls.items():
+        # several keys: made in the order one other rank's record shows them (MLX runs them in that order)
+        if len({c[0] for _, c in placed}) > 1 and len({at[0] for at, _ in placed}) > 1:
+            return Plan(why="calls are pending on several groups at once; their order is unknown", frozen=frozen)
+        ordered[r] = [c for _, c in sorted(placed, key=lambda pc: (pc[0], pc[1][1]))]
+    return Plan(calls=ordered, frozen=frozen)
+
+
+def _members(key: str, states: Mapping[int, Mapping[str, Any]], ran: Mapping[int, Mapping[str, set[int]]],
+             ranks: Sequence[int]) -> list[int]:
+    """The ranks that take part in ``key``'s calls: a group's members, or a send/recv pair's two ranks."""
+    label, _, pair = key.partition(":")
+    if pair:
+        src, _, dst = pair.partition(">")
+        by_group = {int(st.get("groups", {}).get(label, [-1])[0]): r for r, st in states.items()
+                    if label in (st.get("groups") or {})}
+        return [by_group.get(int(src), int(src)), by_group.get(int(dst), int(dst))]
+    return [r for r in ranks if label in (states[r].get("groups") or {}) or key in ran[r]]
 
 
 def _ran(state: Mapping[str, Any]) -> dict[str, set[int]]:
-    """Per group label, the numbers of the collectives a rank ran (or runs now): those it made, less
-    those it never evaluated. MLX runs one evaluation's ops in the order they were made, so the
-    numbers are also the order on the stream."""
+    """Per key, the numbers of the calls a rank ran (or runs now): those it made, less those it never
+    evaluated. MLX runs one evaluation's ops in the order they were made, so the numbers are also the
+    order on the stream."""
     unrun = {str(k): set(v) for k, v in (state.get("unrun") or {}).items()}
     return {str(k): set(range(1, int(v) + 1)) - unrun.get(str(k), set()) for k, v in (state.get("made") or {}).items()}
 
 
-def _the_call(states: Mapping[int, Mapping[str, Any]], members: Sequence[int], label: str,
-              seq: int) -> "Call | str":
-    """Collective ``seq`` of ``label`` as the ranks that made it recorded it; or why it cannot be made."""
+def _the_call(states: Mapping[int, Mapping[str, Any]], members: Sequence[int], key: str,
+              seq: int, behind: int) -> "tuple[tuple[int, int], Call] | str":
+    """Call ``seq`` of ``key`` for rank ``behind`` to make, as the other ranks recorded it (of a send/recv
+    pair, the partner's op), with its place ``(rank, index)`` in the record of the lowest other rank that
+    made it (the order to make several in); or why it cannot be made."""
     seen: dict[int, tuple[str, str, tuple[int, ...]]] = {}
+    place = (-1, -1)
     for r in members:
-        for call in states[r].get("calls") or ():
-            if call[0] == label and int(call[1]) == seq:
+        for at, call in enumerate(states[r].get("calls") or ()):
+            if call[0] == key and int(call[1]) == seq:
                 seen[r] = _kind(call)
+                if place[0] < 0 and r != behind:
+                    place = (r, at)
+    what = "send/recv" if ":" in key else "collective"
     if not seen:
-        return f"collective #{seq} on `{label}` is older than the record keeps; it cannot be made again"
-    kinds = set(seen.values())
+        return f"{what} #{seq} on `{key}` is older than the record keeps; it cannot be made again"
+    if ":" in key:   # a send/recv pair: ``behind`` makes its side of it (members: sender, receiver)
+        kinds = {(dtype, shape) for _op, dtype, shape in seen.values()}
+        op = "send" if behind == members[0] else "recv"
+    else:
+        kinds = set(seen.values())
     if len(kinds) > 1:
         said = "; ".join(f"{op} {dtype} {list(shape)} on rank {r}" for r, (op, dtype, shape) in sorted(seen.items()))
-        return f"collective #{seq} on `{label}` differs across ranks ({said})"
-    op, dtype, shape = kinds.pop()
-    return (label, seq, op, dtype, shape)
+        return f"{what} #{seq} on `{key}` differs across ranks ({said})"
+    kind = kinds.pop()
+    if ":" in key:
+        dtype, shape = kind   # type: ignore[misc]
+    else:
+        op, dtype, shape = kind   # type: ignore[misc]
+    return place, (key, seq, op, dtype, shape)
 
 
 def describe(calls: Mapping[int, Sequence[Call]]) -> str:
-    """``rank 1 made all_sum #3 on `world``` (the drain, in words)."""
+    """``rank 1 made all_sum #3 on `world``` (the drain, in words; each key named after its run of calls)."""
     parts = []
     for r, cs in sorted(calls.items()):
-        made = ", ".join(f"{c[2]} #{c[1]}" for c in cs)
-        parts.append(f"rank {r} made {made} on `{cs[0][0]}`")
+        runs: list[tuple[str, list[str]]] = []
+        for c in cs:
+            if not runs or runs[-1][0] != c[0]:
+                runs.append((c[0], []))
+            runs[-1][1].append(f"{c[2]} #{c[1]}")
+        parts.append(f"rank {r} made " + ", ".join(f"{', '.join(made)} on `{key}`" for key, made in runs))
     return "; ".join(parts)
+
+
+#: the longest ranks that evaluate together are waited for after a stop (MLX cannot cancel an evaluation)
+FINISH = 60.0
+#: a rank whose process used at least this share of one core since the last look is making progress
+PROGRESS_SHARE = 0.2
+
+
+def progressing(before: Mapping[int, tuple[float, float]], now: Mapping[int, tuple[float, float]],
+                ranks: Collection[int]) -> list[int]:
+    """Of ``ranks``, those whose CPU time grew by at least :data:`PROGRESS_SHARE` of the wall time between
+    two looks (``{rank: (wall seconds, CPU seconds)}``): computing, not blocked in a wait."""
+    out = []
+    for r in sorted(ranks):
+        if r in before and r in now:
+            wall, cpu = now[r][0] - before[r][0], now[r][1] - before[r][1]
+            if wall > 0 and cpu >= PROGRESS_SHARE * wall:
+                out.append(r)
+    return out

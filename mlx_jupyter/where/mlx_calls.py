@@ -127,12 +127,13 @@ class Record:
             raise KeyboardInterrupt(f"stopped at a collective boundary: after MLX call #{last} on `{label}`, "
                                     "the last any rank had made")
 
-    def add(self, op: str, x: Any, group: Any, peer: int, frame: Any) -> None:
-        """A point-to-point op with its peer in ``group``'s numbers; ``x``: the array or ``(dtype, shape)``."""
+    def add(self, op: str, x: Any, group: Any, peer: int, frame: Any, out: Any = None) -> None:
+        """A point-to-point op with its peer in ``group``'s numbers; ``x``: the array or ``(dtype, shape)``;
+        ``out``: its output (held as a collective's: whether it ran tells a drain what this rank did)."""
         label = WORLD if group is None else (self.last[0] if group is self.last_group else self.relabel(group)[0])
         me = self.groups.get(label, (0, 0))[0]
         key = f"{label}:{me}>{peer}" if op == "send" else f"{label}:{peer}>{me}"
-        self._from_mlx(key, self._counted(key)[1](), op, x, peer, frame)
+        self._from_mlx(key, self._counted(key)[1](), op, x, peer, frame, _held_out(out))
 
     def _from_mlx(self, key: str, seq: int, op: str, x: Any, peer: Optional[int], frame: Any, out: Any = None) -> None:
         """Noted at the first frame outside MLX's Python code, naming the MLX function it went through."""
@@ -172,6 +173,14 @@ def _made(counter: Any) -> int:
 def held(x: Any) -> Any:
     """What the record keeps of input ``x``: ``x`` itself when small, else its ``(dtype, shape)``."""
     return x if x.nbytes <= HOLD_BYTES else (x.dtype, x.shape)
+
+
+def _held_out(out: Any) -> Any:
+    """A point-to-point op's output as the record keeps it: small ones whole, large ones by weak reference."""
+    try:
+        return out if out is None or out.nbytes <= HOLD_BYTES else weakref.ref(out)
+    except Exception:
+        return None
 
 
 def _size(group: Any) -> int:
@@ -260,7 +269,7 @@ def _wrap_send(fn: Callable) -> Callable:
         __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
         out = fn(x, dst, group=group, stream=stream)
         try:
-            RECORD.add("send", held(x), group, int(dst), sys._getframe(1))  # type: ignore[union-attr]
+            RECORD.add("send", held(x), group, int(dst), sys._getframe(1), out)  # type: ignore[union-attr]
         except Exception:
             pass
         return out
@@ -272,7 +281,7 @@ def _wrap_recv(fn: Callable) -> Callable:
         __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
         out = fn(shape, dtype, src, group=group, stream=stream)
         try:
-            RECORD.add("recv", (dtype, tuple(shape)), group, int(src), sys._getframe(1))  # type: ignore[union-attr]
+            RECORD.add("recv", (dtype, tuple(shape)), group, int(src), sys._getframe(1), out)  # type: ignore[union-attr]
         except Exception:
             pass
         return out
@@ -284,7 +293,7 @@ def _wrap_recv_like(fn: Callable) -> Callable:
         __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
         out = fn(x, src, group=group, stream=stream)
         try:
-            RECORD.add("recv", held(x), group, int(src), sys._getframe(1))  # type: ignore[union-attr]
+            RECORD.add("recv", held(x), group, int(src), sys._getframe(1), out)  # type: ignore[union-attr]
         except Exception:
             pass
         return out

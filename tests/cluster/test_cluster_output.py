@@ -104,7 +104,7 @@ def test_a_peer_that_stopped_responding_is_given_up_on_naming_its_host():
     host = SimpleNamespace(backend="ring", restart_advice="restart the ranks: %mlx_cluster restart",
                            rank_infos=lambda: [SimpleNamespace(host=f"node{r + 1}") for r in range(3)],
                            send_abort=lambda reason, ranks, ids, drain=False: aborted.append(list(ranks)) or {},
-                           drain=lambda ranks, msg_ids: None,
+                           drain=lambda ranks, msg_ids, on_busy=None: None,
                            run_ended=lambda run: None)
     run = CellRun(host, "x", [0, 1, 2], release_deadline=2.0)
     peer = {"status": "error", "ename": "PeerError",

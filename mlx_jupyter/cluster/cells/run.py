@@ -71,7 +71,8 @@ class RunHost(Protocol):
                      first_line: int = 1) -> str: ...
     def send_abort(self, reason: str, ranks: Sequence[int], msg_ids: Optional[dict[int, str]] = None,
                    drain: bool = False) -> dict[int, Any]: ...
-    def drain(self, ranks: Sequence[int], msg_ids: Mapping[int, str]) -> None: ...  # issue 42: keep MLX's world
+    def drain(self, ranks: Sequence[int], msg_ids: Mapping[int, str],
+              on_busy: Optional[Callable[[list[int]], None]] = None) -> None: ...  # issue 42: keep MLX's world
     def status(self, timeout: float = 1.0) -> list[dict[str, Any]]: ...
     def where_samples(self, ranks: Optional[Sequence[int]] = None,
                       timeout: float = 1.0) -> Mapping[int, dict[str, Any]]: ...  # asked on the control channel
@@ -351,7 +352,16 @@ class CellRun:
         if targets:
             self.cluster.send_abort(reason, targets, self.msg_ids, drain=True)
         if first:
-            self.cluster.drain(self.ranks, self.msg_ids)
+            self.cluster.drain(self.ranks, self.msg_ids, self.still_evaluating)
+
+    def still_evaluating(self, ranks: Sequence[int]) -> None:
+        """``ranks`` still finish an MLX evaluation every rank joined (the drain saw them compute): their
+        release is not late yet (MLX cannot cancel an evaluation; they stop when it ends)."""
+        now = time.monotonic()
+        with self._lock:
+            for r in ranks:
+                if r in self._abort_sent and r not in self._ended:
+                    self._abort_sent[r] = now
 
     def check_deadlines(self, now: Optional[float] = None) -> None:
         """Give up on ranks that did not end ``release_deadline`` s after their abort, and on every

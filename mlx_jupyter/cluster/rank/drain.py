@@ -15,7 +15,7 @@ import time
 import weakref
 from typing import Any, Callable, Optional, Sequence
 
-from mlx_jupyter.where import mlx_calls
+from mlx_jupyter.where import drain_plan, mlx_calls
 
 #: the longest a frozen rank waits for the notebook's drain or verdict before closing MLX's sockets itself
 HOLD = 1.3
@@ -33,28 +33,40 @@ def _status() -> Optional[Callable[[Any], int]]:
         return None
 
 
-def unrun(record: Any) -> dict[str, list[int]]:
-    """Per group label, the newest collectives this rank made but never evaluated (status 0: never
-    scheduled on its stream, so never run); the others it ran, or runs now. Without the bridge: none known."""
+def statuses(record: Any) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+    """Per key (a group's label, or a send/recv pair's ``label:src>dst``), the newest calls this rank made
+    but never evaluated (status 0: never scheduled on its stream, so never run), and those scheduled but
+    not finished (status 1: its stream is in them, or waits to be); the others ran. Without the bridge: none known."""
     status = _status()
-    out: dict[str, list[int]] = {}
+    unrun: dict[str, list[int]] = {}
+    inflight: dict[str, list[int]] = {}
     if status is None:
-        return out
+        return unrun, inflight
     for key, seq, _op, _x, _peer, _code, _lasti, _via, held in list(record.calls):
         arr = held() if isinstance(held, weakref.ref) else held
-        if arr is not None and ":" not in key and status(arr) == 0:
-            out.setdefault(key, []).append(seq)
-    return out
+        if arr is None:
+            continue
+        state = status(arr)
+        if state < 2:
+            (unrun if state == 0 else inflight).setdefault(key, []).append(seq)
+    return unrun, inflight
+
+
+def unrun(record: Any) -> dict[str, list[int]]:
+    """Per key, the newest calls this rank made but never evaluated (see :func:`statuses`)."""
+    return statuses(record)[0]
 
 
 def pending_state(executing: bool, frozen: bool) -> dict[str, Any]:
     """What a drain's plan reads of this rank (any thread): its collectives and whether it is stuck."""
     record = mlx_calls.RECORD
     state: dict[str, Any] = {"executing": executing, "frozen": frozen, "made": {}, "unrun": {}, "calls": [],
-                             "groups": {}}
+                             "groups": {}, "cpu": time.process_time()}   # CPU time: computing, or blocked
     if record is None:
         return state
-    state.update(made=record.counts, unrun=unrun(record), groups={k: list(v) for k, v in record.groups.items()})
+    never, inflight = statuses(record)
+    state.update(made=record.counts, unrun=never, inflight=inflight,
+                 groups={k: list(v) for k, v in record.groups.items()})
     calls = []
     for key, seq, op, x, *_ in list(record.calls):
         dtype, shape = x if isinstance(x, tuple) else (x.dtype, x.shape)
@@ -93,10 +105,7 @@ def make(calls: Sequence[Sequence[Any]], on_main: Callable[[Callable[[], None]],
                 result["error"] = "it began another request since"
                 return
             for label, seq, op, dtype, shape in calls:
-                fn = getattr(mx.distributed, str(op))
-                fn = getattr(fn, "__wrapped__", fn)   # MLX's own: the drain is not the user's call
-                out = fn(mx.zeros(tuple(shape), dtype=getattr(mx, str(dtype))), group=_group(record, str(label)))
-                mx.eval(out)
+                mx.eval(_made(mx, record, str(label), str(op), str(dtype), tuple(shape)))
                 result["made"] += 1
             result["done"] = True
         except Exception as exc:  # a peer gone meanwhile: the notebook falls back to the shutdown
@@ -112,6 +121,20 @@ def make(calls: Sequence[Sequence[Any]], on_main: Callable[[Callable[[], None]],
     return result
 
 
+def _made(mx: Any, record: Any, key: str, op: str, dtype: str, shape: tuple[int, ...]) -> Any:
+    """One drain call, with zeros, through MLX's own function (the drain is not the user's call): a
+    collective on group ``key``, or the send/recv of pair ``label:src>dst``."""
+    fn = getattr(mx.distributed, op)
+    fn = getattr(fn, "__wrapped__", fn)
+    label, _, pair = key.partition(":")
+    group = _group(record, label)
+    if op == "send":
+        return fn(mx.zeros(shape, dtype=getattr(mx, dtype)), int(pair.split(">")[1]), group=group)
+    if op == "recv":
+        return fn(shape, getattr(mx, dtype), int(pair.split(">")[0]), group=group)
+    return fn(mx.zeros(shape, dtype=getattr(mx, dtype)), group=group)
+
+
 class Gate:
     """Where a frozen cell waits for the notebook's drain or its verdict (see :meth:`hold`)."""
 
@@ -120,17 +143,25 @@ class Gate:
         self.frozen = 0  # the cell found frozen in native code
         self.verdicts: dict[int, str] = {}
 
-    def hold(self, cell: int, running: Callable[[], bool], wait: float = HOLD) -> Optional[str]:
+    def hold(self, cell: int, running: Callable[[], bool], wait: float = HOLD,
+             finish: float = drain_plan.FINISH) -> Optional[str]:
         """Cell ``cell`` is frozen: wait until it ends (None: drained) or a verdict comes (the reason to
-        close MLX's sockets), at most ``wait`` s."""
-        end = time.monotonic() + wait
+        close MLX's sockets), at most ``wait`` s; longer, up to ``finish`` s, while this process computes
+        (an evaluation that every rank joined, e.g. a long prefill, is not blocked: it ends by itself)."""
+        began = time.monotonic()
+        end = began + wait
+        looked = (began, time.process_time())
         with self.cond:
             self.frozen = cell
             while running() and cell not in self.verdicts:
-                left = end - time.monotonic()
-                if left <= 0:
-                    return f"no drain came within {wait:g} s"
-                self.cond.wait(min(left, 0.02))   # a cell's end does not notify: its state is polled
+                now = time.monotonic()
+                if now >= end:
+                    cpu = time.process_time()
+                    if now - began >= finish or not drain_plan.progressing({0: looked}, {0: (now, cpu)}, [0]):
+                        return f"no drain came within {now - began:.3g} s"
+                    end, looked = now + wait, (now, cpu)
+                    continue
+                self.cond.wait(min(end - now, 0.02))   # a cell's end does not notify: its state is polled
             return self.verdicts.pop(cell, None) if running() else None
 
     def is_frozen(self, cell: int) -> bool:
@@ -168,8 +199,13 @@ def handlers(agent: Any) -> dict[str, Callable[[Any, Any, dict[str, Any]], None]
         agent._reply(stream, idents, parent, "mlx_drain_reply", made)
 
     def on_verdict(stream: Any, idents: Any, parent: dict[str, Any]) -> None:
+        reason = str(parent["content"].get("reason") or "no drain")
         if agent.executing and this_run(parent):
-            agent.gate.verdict(agent.cell, str(parent["content"].get("reason") or "no drain"))
+            agent.gate.verdict(agent.cell, reason)
+        elif this_run(parent) and not agent.world_closed:
+            # its cell ended, but its stream still waits in a call that cannot be drained: the next cell's
+            # call would pair with it
+            agent.close_world(f"the stopped cell left an MLX call waiting on its stream; not drained: {reason}")
         agent._reply(stream, idents, parent, "mlx_drain_verdict_reply", {})
 
     def on_stop_pause(stream: Any, idents: Any, parent: dict[str, Any]) -> None:
