@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 from mlx_jupyter.cluster.cells.text import rank_label
 from mlx_jupyter.cluster.keep_cleanup import remove_on_hosts
 from mlx_jupyter.cluster.rank import keep_files
+from mlx_jupyter.cluster.shard_restore import ShardReload, reload_dead
 from mlx_jupyter.cluster.shared.errors import ClusterError
 from mlx_jupyter.cluster.shared.units import format_bytes
 from mlx_jupyter.net.hosts import is_local
@@ -136,6 +137,7 @@ class KeptState:
         self.all_hosts: dict[int, str] = {}       # rank -> its host, the dead ones too
         self.peers: Optional[PeerCopy] = None     # what the dead ranks got
         self.own: dict[int, dict[str, Any]] = {}            # dead rank -> what its own per-cell record gave back
+        self.shards: Optional[ShardReload] = None           # the dead ranks' own shards, remade from their folder
         self.cleaned = False
 
     def _each_rank(self, fn: Callable[..., Any], ranks: list[int], what: str, *args: Any) -> dict[int, Any]:
@@ -301,15 +303,19 @@ class KeptState:
                 self.restored[r] = answer
         if sources:
             self._each_rank(keep.discard, [r for r in sources if r in self.restored], "removing the saved files")
+        self.shards = reload_dead(self, self.died) if self.saved else None
         self._restore_own_records()
         self._import_on_lost_ranks()
         self._sweep_remote_stale()
         self.phase = "done"
         if not self.saved and not self.lost:   # e.g. after a restart whose new ranks failed to start
             return f"restart: {self.cluster.size} ranks started empty (no rank was running to keep names from)"
-        came = set(self.peers.got) if self.peers else set()
+        peer_got = set(self.peers.got) if self.peers else set()
+        came = peer_got | {r for r in self.died if self.shards is not None and self.shards.reloaded(r)}
         own = {r for r, a in self.own.items() if a.get("restored") or a.get("imports")}
-        clauses = [self._dead_clause(r) for r in self.died if r in came | own]
+        clauses = [self._dead_clause(r) for r in self.died if r in peer_got | own]
+        clauses += [c for r in self.died if self.shards is not None for c in
+                    self.shards.clauses(r, self.all_hosts.get(r, "its host"), self.own.get(r, {}).get("restored"))]
         line = report_line(self.saved, self.restored,
                            {r: why for r, why in self.lost.items() if r not in came | own},
                            self.imported, clauses or None)
@@ -327,7 +333,8 @@ class KeptState:
         plan = {}
         for r in self.died:
             got = self.peers.got.get(r, {}) if self.peers else {}
-            plan[r] = (state_record.restore, [records.dirname, r, list(got.get("restored", []))])
+            mine = self.shards.reloaded(r) if self.shards is not None else []
+            plan[r] = (state_record.restore, [records.dirname, r, list(got.get("restored", [])) + mine])
         for r, answer in self._run_plan(plan, "restoring a dead rank's names from its own record").items():
             if isinstance(answer, ClusterError):
                 self.lost[r] += f"; its own record could not be read: {answer}"
@@ -365,7 +372,7 @@ class KeptState:
     def _form_new_groups(self) -> None:
         """A kept name holds MLX's world or our core's group: form the new ones first, on every rank
         (as the next cell would); if they do not form, only those names fail to come back."""
-        if not any(s.get("needs") for s in self.saved.values()):
+        if not any(s.get("needs") or s.get("shards") for s in self.saved.values()):
             return
         try:
             self.cluster.namespaces.prepare()

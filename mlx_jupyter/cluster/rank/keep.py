@@ -454,6 +454,10 @@ def restore(dirname: str, rank: int, ns: Optional[MutableMapping[str, Any]] = No
                     failed[name] = f"could not be restored: {type(exc).__name__}: {str(exc)[:80]}"
         finally:
             _TARGET.pop("ns", None)
+        from mlx_jupyter.models.shard_recipe import restamp
+
+        for name in restored:   # a sharded model's recipe knows its restored weights as the loaded ones
+            restamp(ns.get(name))
     finally:
         if discard_files:
             discard(dirname, rank)
