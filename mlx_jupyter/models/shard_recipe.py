@@ -95,6 +95,14 @@ def recipe_of(obj: Any) -> Optional[ShardRecipe]:
     return recipe if isinstance(recipe, ShardRecipe) else None
 
 
+def drop_shards(globals_: Optional[dict[str, Any]]) -> None:
+    """Leave out of a pickled function's globals the models that carry a recipe: they differ across
+    ranks, and the namespace the function is restored into has the rank's own."""
+    if globals_:
+        for name in [n for n, v in globals_.items() if recipe_of(v) is not None]:
+            del globals_[name]
+
+
 def restamp(model: Any) -> None:
     """A model just unpickled (a restart's restore) holds the arrays its pickle had: if its recipe
     said they were the loaded ones, they are again."""

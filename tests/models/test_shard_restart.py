@@ -173,3 +173,35 @@ def test_the_notebook_remakes_only_models_every_live_rank_holds_as_loaded():
     assert words[0] == "rank 1: reloaded its own shard of m, model from /m (tensor parallel, rank 1 of 3) in 1.2 s"
     assert words[1].startswith("rank 1: lost tuned (its weights changed")
     assert result.clauses(1, "h2", back=["tuned"]) == words[:1]   # its own record gave it back
+
+
+def test_a_function_reading_a_sharded_model_digests_alike_on_every_rank():
+    """``reply()`` reads ``model``, which differs across ranks: its pickle leaves the model out (the
+    namespace it comes back into holds the rank's own), so 3 live ranks agree on it and copy it."""
+    import mlx.core as mx
+    import mlx.nn as nn
+
+    from mlx_jupyter.cluster.rank import keep, keep_files
+    from mlx_jupyter.models.shard_recipe import ShardRecipe, stamp
+
+    digests, names = [], []
+    for rank in range(2):
+        ns: dict = {"nn": nn}
+        exec("def reply(x):\n    return model(x)\n", ns)
+        del ns["__builtins__"]
+        ns["model"] = stamp(nn.Linear(2, 2), ShardRecipe("/m", True, False, rank, 2))
+        ns["model"].update({"weight": mx.full((2, 2), float(rank))})
+        stamp(ns["model"], ShardRecipe("/m", True, False, rank, 2))
+        name = keep_files.folder_name("shard-test", f"{rank}" * 16)
+        names.append(name)
+        digests.append(keep.save(name, 0, ns, digests=True)["digests"])
+    try:
+        assert digests[0]["reply"] == digests[1]["reply"] and digests[0]["model"] != digests[1]["model"]
+        new: dict = {"model": "its own"}
+        from mlx_jupyter.cluster.rank import peer_copy
+
+        peer_copy.restore_from(names[1], 0, ["reply"], new)
+        assert new["model"] == "its own" and new["reply"].__globals__ is new
+    finally:
+        for name in names:
+            keep.discard(name, 0)
