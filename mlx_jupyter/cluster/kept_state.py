@@ -373,7 +373,8 @@ class KeptState:
         """Rank -> where its names came from at this restart (``%mlx_cluster status`` shows it)."""
         from mlx_jupyter.cluster.peer_restore import PeerCopy
 
-        return (self.peers or PeerCopy()).origins(list(self.cluster.table.ranks), list(self.restored), self.own)
+        out = (self.peers or PeerCopy()).origins(list(self.cluster.table.ranks), list(self.restored), self.own)
+        return self.shards.origins(out) if self.shards is not None else out
 
     def failure(self, exc: BaseException) -> str:
         """What a restart that ended with ``exc`` kept and lost, and what to do next (cleanup first)."""

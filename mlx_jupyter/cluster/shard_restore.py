@@ -68,6 +68,17 @@ class ShardReload:
         """The names dead rank ``rank`` got back from its own shard's folder."""
         return [n for e in self.answers.get(rank, []) if "seconds" in e for n in e["names"]]
 
+    def origins(self, origins: dict[int, str]) -> dict[int, str]:
+        """``origins`` (rank -> where its names came from), with each dead rank's reloaded shard."""
+        out = dict(origins)
+        for r in self.answers:
+            names = self.reloaded(r)
+            if names:
+                before = out.get(r, "empty")
+                own = f"its own shard reloaded from the folder ({', '.join(names)})"
+                out[r] = own if before == "empty" else f"{before} and {own}"
+        return out
+
     def clauses(self, rank: int, host: str, back: Optional[list[str]] = None) -> list[str]:
         """The restart line's words for dead rank ``rank`` (on ``host``); ``back``: names its own
         per-cell record gave back, which are not lost."""

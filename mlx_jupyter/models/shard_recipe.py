@@ -90,7 +90,7 @@ def recipe_of(obj: Any) -> Optional[ShardRecipe]:
     """The recipe ``obj`` carries (None for anything else)."""
     try:
         recipe = vars(obj).get(ATTR)
-    except TypeError:   # no __dict__
+    except Exception:  # noqa: BLE001 - no __dict__ (TypeError), or one that cannot be read: not a model of ours
         return None
     return recipe if isinstance(recipe, ShardRecipe) else None
 

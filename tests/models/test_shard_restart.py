@@ -82,6 +82,9 @@ def test_the_dead_rank_reloads_its_own_shard_and_the_reply_is_the_one_before(fol
         show_run(c.run(LOOK), timeout=30)
         # rank 0 kept its own model (restored, not reloaded); rank 1 reloaded its own shard
         assert c.pull("made") == [("loaded", 0, 2), ("reloaded", 1, 2)]
+        assert c.restart_origins[0] == "its own names"
+        assert re.fullmatch(r"from rank 0 \(\d names\) and its own shard reloaded from the folder \(model\)",
+                            c.restart_origins[1]), c.restart_origins
         # both ranks' sharded layers hold MLX's new world (rank 0's restored ones too)
         assert c.pull("held_world") == [True, True]
         if how == "pipeline":
@@ -128,6 +131,18 @@ def test_on_two_namespace_hosts_the_dead_rank_reloads_its_own_shard(testbed, fol
         assert c.pull("held_world") == [True, True]
         show_run(c.run("after = reply()"), timeout=60)
         assert c.pull("after") == before
+        # the folder gone from the dead rank's host (one file system here: gone from both)
+        with pytest.raises(DistributedCellError, match="rank 1 died"):
+            show_run(c.run(KILL), timeout=30)
+        moved = folder.with_name("elsewhere")
+        folder.rename(moved)
+        try:
+            c.restart(timeout=90, quiet=True)
+        finally:
+            moved.rename(folder)
+        assert c.last_restart.endswith(f"; rank 1: could not reload its own shard of model ({folder} is not a model "
+                                       f"folder on {bed.ips[1]}: copy the folder there, at the same path, then load "
+                                       "the model again on every rank)"), c.last_restart
     finally:
         c.stop()
 
