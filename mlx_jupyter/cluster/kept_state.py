@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 from mlx_jupyter.cluster.cells.text import rank_label
 from mlx_jupyter.cluster.keep_cleanup import remove_on_hosts
 from mlx_jupyter.cluster.rank import keep_files
+from mlx_jupyter.cluster.restart_report import report_line
+from mlx_jupyter.cluster.shard_restore import ShardReload, reload_dead
 from mlx_jupyter.cluster.shared.errors import ClusterError
 from mlx_jupyter.cluster.shared.units import format_bytes
 from mlx_jupyter.net.hosts import is_local
@@ -65,44 +67,6 @@ class KeepHost(Protocol):
     def processes(self) -> "ClusterProcesses": ...
 
 
-def report_line(saved: dict[int, dict[str, Any]], restored: dict[int, dict[str, Any]], lost: dict[int, str],
-                imported: Optional[dict[int, list[str]]] = None, peers: Optional[list[str]] = None) -> str:
-    """One line: how many names came back on how many ranks (and their size), and each name that
-    did not, with why and, when not on every rank, where. ``lost``: rank -> why it kept nothing;
-    ``imported``: such a rank -> the other ranks' imports it was given; ``peers``: what each rank
-    that died got from its peers (:mod:`.peer_restore`)."""
-    ranks = sorted(set(saved) | set(lost))
-    kept = {n for r in restored.values() for n in r.get("restored", [])}
-    size = sum(s.get("bytes", 0) for s in saved.values())
-    why: dict[tuple[str, str], list[int]] = {}
-    for r, s in saved.items():
-        for name, reason in s.get("not_kept", {}).items():
-            why.setdefault((name, reason), []).append(r)
-    for r, s in restored.items():
-        for name, reason in s.get("failed", {}).items():
-            why.setdefault((name, reason), []).append(r)
-    parts = []
-    for (name, reason), where in sorted(why.items()):
-        on = "" if len(where) == len(ranks) else f" on {rank_label(where)}"
-        parts.append(f"{name}{on} ({reason})")
-    for r, reason in sorted(lost.items()):
-        got = (imported or {}).get(r)
-        redone = f"; its imports were redone: {', '.join(got)}" if got else ""
-        parts.append(f"everything on rank {r} ({reason}{redone})")
-    names = f"{len(kept)} name{'' if len(kept) == 1 else 's'}"
-    ranks_ = f"{len(restored)} rank{'' if len(restored) == 1 else 's'}"
-    line = f"restart: kept {names} on {ranks_} ({format_bytes(size)})"
-    renewed = {(n, k) for r, s in saved.items() for n, k in s.get("renewed", {}).items()
-               if n in restored.get(r, {}).get("restored", [])}
-    for kind, words in (("world", "MLX's new world"), ("group", "our core's new group")):
-        held = sorted(n for n, k in renewed if k == kind)
-        if held:
-            line += f"; {', '.join(held)} now {'holds' if len(held) == 1 else 'hold'} {words}"
-    for clause in peers or []:
-        line += f"; {clause}"
-    return line + ("; not kept: " + ", ".join(parts) if parts else "")
-
-
 def rank_error_line(exc: BaseException) -> str:
     """A rank's error as one line, its own type and message (not ipyparallel's wrapper's)."""
     elist = getattr(exc, "elist", None)   # ipyparallel's CompositeError: (ename, evalue, tb, info) per engine
@@ -136,6 +100,7 @@ class KeptState:
         self.all_hosts: dict[int, str] = {}       # rank -> its host, the dead ones too
         self.peers: Optional[PeerCopy] = None     # what the dead ranks got
         self.own: dict[int, dict[str, Any]] = {}            # dead rank -> what its own per-cell record gave back
+        self.shards: Optional[ShardReload] = None           # the dead ranks' own shards, remade from their folder
         self.cleaned = False
 
     def _each_rank(self, fn: Callable[..., Any], ranks: list[int], what: str, *args: Any) -> dict[int, Any]:
@@ -301,15 +266,19 @@ class KeptState:
                 self.restored[r] = answer
         if sources:
             self._each_rank(keep.discard, [r for r in sources if r in self.restored], "removing the saved files")
+        self.shards = reload_dead(self, self.died) if self.saved else None
         self._restore_own_records()
         self._import_on_lost_ranks()
         self._sweep_remote_stale()
         self.phase = "done"
         if not self.saved and not self.lost:   # e.g. after a restart whose new ranks failed to start
             return f"restart: {self.cluster.size} ranks started empty (no rank was running to keep names from)"
-        came = set(self.peers.got) if self.peers else set()
+        peer_got = set(self.peers.got) if self.peers else set()
+        came = peer_got | {r for r in self.died if self.shards is not None and self.shards.reloaded(r)}
         own = {r for r, a in self.own.items() if a.get("restored") or a.get("imports")}
-        clauses = [self._dead_clause(r) for r in self.died if r in came | own]
+        clauses = [self._dead_clause(r) for r in self.died if r in peer_got | own]
+        clauses += [c for r in self.died if self.shards is not None for c in
+                    self.shards.clauses(r, self.all_hosts.get(r, "its host"), self.own.get(r, {}).get("restored"))]
         line = report_line(self.saved, self.restored,
                            {r: why for r, why in self.lost.items() if r not in came | own},
                            self.imported, clauses or None)
@@ -327,7 +296,8 @@ class KeptState:
         plan = {}
         for r in self.died:
             got = self.peers.got.get(r, {}) if self.peers else {}
-            plan[r] = (state_record.restore, [records.dirname, r, list(got.get("restored", []))])
+            mine = self.shards.reloaded(r) if self.shards is not None else []
+            plan[r] = (state_record.restore, [records.dirname, r, list(got.get("restored", [])) + mine])
         for r, answer in self._run_plan(plan, "restoring a dead rank's names from its own record").items():
             if isinstance(answer, ClusterError):
                 self.lost[r] += f"; its own record could not be read: {answer}"
@@ -365,7 +335,7 @@ class KeptState:
     def _form_new_groups(self) -> None:
         """A kept name holds MLX's world or our core's group: form the new ones first, on every rank
         (as the next cell would); if they do not form, only those names fail to come back."""
-        if not any(s.get("needs") for s in self.saved.values()):
+        if not any(s.get("needs") or s.get("shards") for s in self.saved.values()):
             return
         try:
             self.cluster.namespaces.prepare()
@@ -403,7 +373,8 @@ class KeptState:
         """Rank -> where its names came from at this restart (``%mlx_cluster status`` shows it)."""
         from mlx_jupyter.cluster.peer_restore import PeerCopy
 
-        return (self.peers or PeerCopy()).origins(list(self.cluster.table.ranks), list(self.restored), self.own)
+        out = (self.peers or PeerCopy()).origins(list(self.cluster.table.ranks), list(self.restored), self.own)
+        return self.shards.origins(out) if self.shards is not None else out
 
     def failure(self, exc: BaseException) -> str:
         """What a restart that ended with ``exc`` kept and lost, and what to do next (cleanup first)."""

@@ -164,8 +164,12 @@ def plan_dead(state: SavedState, dead: list[int], hosts: dict[int, str]) -> tupl
     beside the live ranks' own restore, which then leaves the peer's files in place."""
     from mlx_jupyter.cluster.rank import peer_copy
 
+    from mlx_jupyter.cluster.shard_restore import held
+
     live = sorted(state.saved)
     same, differ = alike(state.saved)
+    shards = held(state.saved)   # a sharded model: the dead rank remakes its own (shard_restore), never a peer's
+    same, differ = [n for n in same if n not in shards], [n for n in differ if n not in shards]
     guessed: list[str] = []
     if len(live) == 1:   # nothing to compare with: leave out what its cells computed from its rank number
         guessed = sorted(set(state.saved[live[0]].get("from_rank", [])) & set(same))

@@ -17,6 +17,8 @@ def load_sharded(path: Union[str, Path], pipeline: bool = False, group: Optional
     import mlx.core as mx
     from mlx_lm.utils import load, sharded_load
 
+    from mlx_jupyter.models.shard_recipe import attach, recipe_of
+
     group = group if group is not None else mx.distributed.init()
     if group.size() == 1:
         model, tokenizer = load(str(path))[:2]
@@ -25,6 +27,8 @@ def load_sharded(path: Union[str, Path], pipeline: bool = False, group: Optional
         model, tokenizer = sharded_load(str(path), pipeline_group=group)[:2]
     else:
         model, tokenizer = sharded_load(str(path), tensor_group=group)[:2]
+    if recipe_of(model) is None:   # on a cluster's rank, sharded_load gave it already
+        attach(model, path, group, tensor=not pipeline, pipeline=pipeline)
     return model, tokenizer
 
 

@@ -51,6 +51,7 @@ from mlx_jupyter.cluster.rank.kernel_compat import check_kernel, send_abort_repl
 from mlx_jupyter.cluster.rank.names import NAMES, WorldGuard
 from mlx_jupyter.cluster.rank.peers import PeerLink, open_link, request_key, same_request
 from mlx_jupyter.cluster.rank.process import configure_output, rss
+from mlx_jupyter.models.shard_recipe import record_when_imported
 from mlx_jupyter.cluster.rank.sockets import shutdown_sockets, world_socket_fds
 from mlx_jupyter.cluster.shared.wire import CHANNEL_SESSION
 from mlx_jupyter.cluster.shared.zmqwatch import watch_queues
@@ -131,6 +132,7 @@ class RankAgent:
         if "apply_request" in handlers:
             handlers["apply_request"] = self._tracked_apply(handlers["apply_request"])
         configure_output(self.shell)
+        record_when_imported()   # a model mlx_lm.utils.sharded_load gives carries its recipe (issue 43 §4)
         self.shell.ast_transformers.append(WorldGuard(self.shell.user_ns))
         stream = getattr(self.kernel, "shell_stream", None)
         if stream is not None:

@@ -18,6 +18,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "mlx_jupyter.cluster.rank.keep": frozenset({"save", "restore", "import_modules", "discard"}),
     "mlx_jupyter.cluster.rank.peer_copy": frozenset({"save_digested", "restore_from", "serve", "fetch_from"}),
     "mlx_jupyter.cluster.rank.keep_files": frozenset({"remove_folders"}),
+    "mlx_jupyter.cluster.rank.shard_reload": frozenset({"reload"}),
     "mlx_jupyter.cluster.rank.state_record": frozenset({"enable", "disable", "restore", "describe"}),
 }
 

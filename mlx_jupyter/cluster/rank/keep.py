@@ -194,6 +194,16 @@ class _Pickler(cloudpickle.CloudPickler):  # type: ignore[misc]  # cloudpickle s
                     return reduced
         return super().reducer_override(obj)
 
+    def _dynamic_function_reduce(self, func: Any) -> Any:
+        """A cell's function without the sharded models among the globals it reads (the namespace it
+        comes back into holds the rank's own), so that ``reply()`` reading ``model`` pickles alike on every rank."""
+        reduced = super()._dynamic_function_reduce(func)
+        if isinstance(self.globals_ref.get(id(func.__globals__)), _UserGlobals):
+            from mlx_jupyter.models.shard_recipe import drop_shards
+
+            drop_shards(reduced[2][1].get("__globals__"))
+        return reduced
+
 
 class _UserGlobals(dict[str, Any]):
     """Stands for the user's namespace as the globals of the functions defined in it: they are
@@ -454,6 +464,10 @@ def restore(dirname: str, rank: int, ns: Optional[MutableMapping[str, Any]] = No
                     failed[name] = f"could not be restored: {type(exc).__name__}: {str(exc)[:80]}"
         finally:
             _TARGET.pop("ns", None)
+        from mlx_jupyter.models.shard_recipe import restamp
+
+        for name in restored:   # a sharded model's recipe knows its restored weights as the loaded ones
+            restamp(ns.get(name))
     finally:
         if discard_files:
             discard(dirname, rank)

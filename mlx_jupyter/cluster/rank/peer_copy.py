@@ -29,10 +29,14 @@ ROOM_MARGIN = 64 << 20
 def save_digested(dirname: str, rank: int) -> dict[str, Any]:
     """:func:`keep.save`, with each name's digest (``"digests"``) to compare across the live ranks,
     and the names this rank's cells computed from its rank number (``"from_rank"``): with one live
-    rank, nothing to compare with, those are what the dead rank must not get."""
+    rank, nothing to compare with, those are what the dead rank must not get; and the models that
+    carry their recipe (``"shards"``, :mod:`.shard_reload`), which it remakes from their folder."""
+    from mlx_jupyter.cluster.rank.shard_reload import found
+
     answer = keep.save(dirname, rank, digests=True)
     history = keep._user_ns().get("In", [])
     answer["from_rank"] = rank_dependent([c for c in history if isinstance(c, str)])
+    answer["shards"] = found(keep._user_ns())   # models that carry their recipe: a dead rank remakes its own
     return answer
 
 
