@@ -15,7 +15,7 @@ import time
 from typing import Any, Optional
 
 from mlx_jupyter.collective import pause
-from mlx_jupyter.where import mlx_calls, mlx_evaluated, mlx_memory
+from mlx_jupyter.where import mlx_calls, mlx_evaluated, mlx_evaluating, mlx_memory
 
 try:
     from mlx_jupyter.collective.activity import snapshot
@@ -98,7 +98,7 @@ def _call_in_source(source: str) -> Optional[str]:
 
 def _safe_evaluating(frame: Any) -> Optional[str]:
     try:
-        return mlx_calls.evaluating(frame)
+        return mlx_evaluating.evaluating(frame)
     except Exception:  # a sampler never fails the rank
         return None
 
