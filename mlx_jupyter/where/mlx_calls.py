@@ -7,12 +7,15 @@ peer, call site, sequence number). MLX is lazy: a call only builds the collectiv
 where it is evaluated, which :mod:`mlx_jupyter.where.mlx_evaluating` tells from the main thread's
 stack. Sequence numbers count per group (and per sender and receiver for ``send``/``recv``), from
 the start of the cell on a cluster's rank (:func:`new_cell`), from the start of a launched script,
-so that the ranks' numbers compare: the rank with fewer calls is the one behind.
+so that the ranks' numbers compare: the rank with fewer calls is the one behind. Beside them the
+record keeps totals that never restart (:meth:`Record.totals`, the calls per key since
+:func:`install`, and ``Record.nbytes``, their inputs' bytes): the dashboard's rates.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import sys
 import threading
 import weakref
@@ -45,6 +48,11 @@ class Record:
 
     def __init__(self) -> None:
         self.counters: dict[str, Any] = {}               # key -> itertools.count of its next number
+        #: (the calls per key of the cells before this one, this cell's counters): replaced whole by new_cell, so
+        #: that another thread reads both of one moment (totals never go down)
+        self.tally: tuple[dict[str, int], dict[str, Any]] = ({}, self.counters)
+        #: the bytes of every call's input since install (one addition per call; never reset)
+        self.nbytes = 0
         self.groups: dict[str, tuple[int, int]] = {}   # label -> (this rank's rank in it, its size)
         self.calls: deque = deque(maxlen=KEEP)
         self.labels: dict[int, tuple[Any, str]] = {}    # id(group) -> (group, label): keeps the group alive
@@ -68,6 +76,14 @@ class Record:
     def counts(self) -> dict[str, int]:
         """The calls made per key since the cell began."""
         return {k: _made(c) for k, c in list(self.counters.items())}
+
+    def totals(self) -> dict[str, int]:
+        """The calls made per key since :func:`install`: they survive :meth:`new_cell` (any thread)."""
+        before, counters = self.tally
+        out = dict(before)
+        for k, c in list(counters.items()):
+            out[k] = out.get(k, 0) + _made(c)
+        return out
 
     def label(self, group: Any) -> str:
         if group is None:
@@ -101,6 +117,7 @@ class Record:
         """A collective of ``group`` on ``x``, called from ``frame`` (the wrappers inline this)."""
         label, count = self.world if group is None else (self.last if group is self.last_group else self.relabel(group))
         seq = count()
+        self.nbytes += x.nbytes
         if frame.f_code is not self.user_code and self.from_mlx_code(frame):
             self._from_mlx(label, seq, op, held(x), None, frame)
             return
@@ -125,8 +142,9 @@ class Record:
             raise KeyboardInterrupt(f"stopped at a collective boundary: after MLX call #{last} on `{label}`, "
                                     "the last any rank had made")
 
-    def add(self, op: str, x: Any, group: Any, peer: int, frame: Any) -> None:
+    def add(self, op: str, x: Any, group: Any, peer: int, frame: Any, nbytes: int = 0) -> None:
         """A point-to-point op with its peer in ``group``'s numbers; ``x``: the array or ``(dtype, shape)``."""
+        self.nbytes += nbytes
         label = WORLD if group is None else (self.last[0] if group is self.last_group else self.relabel(group)[0])
         me = self.groups.get(label, (0, 0))[0]
         key = f"{label}:{me}>{peer}" if op == "send" else f"{label}:{peer}>{me}"
@@ -147,7 +165,9 @@ class Record:
 
     def new_cell(self) -> None:
         """The numbers start again (a cell of a cluster: every rank starts it); held inputs are let go."""
+        before = self.totals()
         self.counters = {k: itertools.count(1) for k in self.counters if ":" not in k}
+        self.tally = (before, self.counters)
         self.world = self._counted(WORLD)
         self.last_group, self.last = None, self.world
         self.calls.clear()
@@ -239,7 +259,9 @@ def _wrap_collective(fn: Callable, op: str) -> Callable:
             seq = count()
             frame = getframe(1)
             code = frame.f_code
-            if x.nbytes <= hold:   # a small input and output are held; a large output by weak reference
+            nbytes = x.nbytes
+            record.nbytes += nbytes
+            if nbytes <= hold:   # a small input and output are held; a large output by weak reference
                 x_held, out_held = x, out
             else:
                 x_held, out_held = (x.dtype, x.shape), weakref.ref(out)
@@ -258,7 +280,7 @@ def _wrap_send(fn: Callable) -> Callable:
         __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
         out = fn(x, dst, group=group, stream=stream)
         try:
-            RECORD.add("send", held(x), group, int(dst), sys._getframe(1))  # type: ignore[union-attr]
+            RECORD.add("send", held(x), group, int(dst), sys._getframe(1), x.nbytes)  # type: ignore[union-attr]
         except Exception:
             pass
         return out
@@ -270,7 +292,8 @@ def _wrap_recv(fn: Callable) -> Callable:
         __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
         out = fn(shape, dtype, src, group=group, stream=stream)
         try:
-            RECORD.add("recv", (dtype, tuple(shape)), group, int(src), sys._getframe(1))  # type: ignore[union-attr]
+            nbytes = dtype.size * math.prod(shape)
+            RECORD.add("recv", (dtype, tuple(shape)), group, int(src), sys._getframe(1), nbytes)  # type: ignore[union-attr]
         except Exception:
             pass
         return out
@@ -282,7 +305,7 @@ def _wrap_recv_like(fn: Callable) -> Callable:
         __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
         out = fn(x, src, group=group, stream=stream)
         try:
-            RECORD.add("recv", held(x), group, int(src), sys._getframe(1))  # type: ignore[union-attr]
+            RECORD.add("recv", held(x), group, int(src), sys._getframe(1), x.nbytes)  # type: ignore[union-attr]
         except Exception:
             pass
         return out
