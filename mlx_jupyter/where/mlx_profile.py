@@ -76,7 +76,6 @@ def _restore() -> None:
     _swapped.clear()
 
 
-
 def _timed(recorded: Callable, op: str) -> Callable:
     """MLX's collective (``recorded``: its recording wrapper) timed."""
     import mlx.core as mx
