@@ -55,6 +55,22 @@ def test_garbage_counters_are_skipped():
     assert h.series()["ranks"]["0"]["ops"] == [None, 2.0]
 
 
+def test_mlxs_own_collectives_are_columns_of_their_own_from_totals_that_never_restart():
+    """Issue 45 §1: a sample's ``mlx_ops`` (calls per MLX group and their inputs' bytes since the rank recorded them)
+    gives mlx_ops and mlx_bytes per second beside our core's; a rank without MLX's record has none (a gap)."""
+    def mlx(world: int, split: int, nbytes: int) -> dict:
+        return {"ops": [["core:1", 4, 8]], "mlx_ops": {"calls": {"world": world, "world/0": split}, "bytes": nbytes}}
+
+    h = ClusterHistory(min_gap=0)
+    h.add(0.0, {0: mlx(100, 0, 409600), 1: {"ops": []}})
+    h.add(2.0, {0: mlx(300, 100, 2 * 409600 + 100 * 16), 1: {"ops": []}})
+    h.add(3.0, {0: mlx(50, 0, 4096), 1: {"ops": []}})   # lower totals: a new process, counted from 0
+    s = h.series()["ranks"]
+    assert s["0"]["mlx_ops"] == [None, 150.0, 50.0] and s["0"]["mlx_bytes"] == [None, 205600, 4096]
+    assert s["0"]["ops"] == [None, 0.0, 0.0], "our core's count is its own"
+    assert s["1"]["mlx_ops"] == [None, None, None] and s["1"]["mlx_bytes"] == [None, None, None]
+
+
 class Fake:
     """A running cluster's status and where answers, as Cluster gives them."""
 

@@ -20,8 +20,9 @@ export interface IRank {
   health_from?: string;
 }
 
-/** One rank's recent points, as columns: time (s since the epoch), CPU %, RSS bytes, ops/s, bytes/s and
- * MLX's active, peak and cache bytes (mlx_jupyter.server.history.COLUMNS). */
+/** One rank's recent points, as columns: time (s since the epoch), CPU %, RSS bytes, our core's ops/s and bytes/s,
+ * MLX's active, peak and cache bytes, MLX's own collectives (mx.distributed) per second and their bytes per second
+ * (mlx_jupyter.server.history.COLUMNS). */
 export interface IRankSeries {
   t: number[];
   cpu: (number | null)[];
@@ -31,10 +32,13 @@ export interface IRankSeries {
   mlx_active: (number | null)[];
   mlx_peak: (number | null)[];
   mlx_cache: (number | null)[];
+  mlx_ops: (number | null)[];
+  mlx_bytes: (number | null)[];
 }
 
 /** The series' columns, time first. */
-export const SERIES_KEYS = ['t', 'cpu', 'memory', 'ops', 'bytes', 'mlx_active', 'mlx_peak', 'mlx_cache'] as const;
+export const SERIES_KEYS = ['t', 'cpu', 'memory', 'ops', 'bytes', 'mlx_active', 'mlx_peak', 'mlx_cache', 'mlx_ops',
+  'mlx_bytes'] as const;
 
 /** A cluster's last `--profile` timeline, as the notebook that ran it kept it. */
 export interface IProfile {

@@ -10,7 +10,8 @@ const MIN_SPAN_S = 30;
 
 type Key = keyof Omit<IRankSeries, 't'>;
 
-/** A chart's measure: its title, its lines (a key per line, dashed or not), how values read. */
+/** A chart's measure: its title, its lines (a key per line, its label after the rank's, dashed or not; a line after
+ * the first only where some rank has values for it), how values read. */
 interface IMeasure {
   key: string;
   title: string;
@@ -25,8 +26,10 @@ const MEASURES: IMeasure[] = [
   { key: 'memory', title: 'Memory (RSS)', lines: [['memory', '', false]], format: formatBytes, binary: true, floor: 0 },
   { key: 'mlx', title: 'MLX memory (active, cache dashed)', lines: [['mlx_active', ' active', false], ['mlx_cache', ' cache', true]],
     format: formatBytes, binary: true, floor: 0 },
-  { key: 'ops', title: 'Collectives per second', lines: [['ops', '', false]], format: formatRate, binary: false, floor: 1 },
-  { key: 'bytes', title: 'Bytes per second', lines: [['bytes', '', false]], format: v => `${formatBytes(v)}/s`, binary: true, floor: 1024 }
+  { key: 'ops', title: 'Collectives per second (MLX\'s own dashed)', lines: [['ops', ' mlx_jupyter', false], ['mlx_ops', ' mx.distributed', true]],
+    format: formatRate, binary: false, floor: 1 },
+  { key: 'bytes', title: 'Bytes per second (MLX\'s own dashed)', lines: [['bytes', ' mlx_jupyter', false], ['mlx_bytes', ' mx.distributed', true]],
+    format: v => `${formatBytes(v)}/s`, binary: true, floor: 1024 }
 ];
 
 function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls = '', text?: string): HTMLElementTagNameMap[K] {
@@ -109,8 +112,10 @@ export class ChartPanel {
 
   private lines(m: IMeasure, series: Map<string, IRankSeries>): ILine[] {
     const out: ILine[] = [];
-    for (const [rank, s] of [...series.entries()].sort((a, b) => Number(a[0]) - Number(b[0]))) {
-      for (const [key, suffix, dash] of m.lines) {
+    const ranks = [...series.entries()].sort((a, b) => Number(a[0]) - Number(b[0]));
+    const shown = m.lines.filter(([key], i) => i === 0 || ranks.some(([, s]) => (s[key] || []).some(v => v !== null)));
+    for (const [rank, s] of ranks) {
+      for (const [key, suffix, dash] of shown) {
         out.push({ label: `rank ${rank}${suffix}`, rank: Number(rank), t: s.t, values: s[key] || [], dash });
       }
     }
@@ -134,18 +139,23 @@ export class ChartPanel {
     return chart;
   }
 
-  /** What the browser tests and screen readers read: per rank, its points, last value and peak. */
+  /** What the browser tests and screen readers read: per rank and line, its points, last value and peak (the first
+   * line's as `points0`, `last0`, `peak0`; another's after its key: `mlxOpsLast0`). */
   private describe(box: HTMLElement, m: IMeasure, series: Map<string, IRankSeries>, newest: number): void {
     box.dataset.newest = String(newest);
     const said: string[] = [];
     for (const [rank, s] of series) {
-      const values = (s[m.lines[0][0]] || []).filter((v): v is number => typeof v === 'number');
-      box.dataset[`points${rank}`] = String(values.length);
-      box.dataset[`last${rank}`] = values.length ? String(values[values.length - 1]) : '';
-      box.dataset[`peak${rank}`] = String(Math.max(0, ...values));
-      if (values.length) {
-        said.push(`rank ${rank} ${m.format(values[values.length - 1])}`);
-      }
+      m.lines.forEach(([key, suffix], i) => {
+        const values = (s[key] || []).filter((v): v is number => typeof v === 'number');
+        const name = (what: string): string => (i === 0 ? `${what}${rank}`
+          : `${key.replace(/_(\w)/g, (_m, c: string) => c.toUpperCase())}${what[0].toUpperCase()}${what.slice(1)}${rank}`);
+        box.dataset[name('points')] = String(values.length);
+        box.dataset[name('last')] = values.length ? String(values[values.length - 1]) : '';
+        box.dataset[name('peak')] = String(Math.max(0, ...values));
+        if (values.length) {
+          said.push(`rank ${rank}${suffix} ${m.format(values[values.length - 1])}`);
+        }
+      });
     }
     box.setAttribute('aria-label', `${m.title}: ${said.join(', ') || 'no points yet'}`);
   }

@@ -22,7 +22,7 @@ function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls = '', text?: stri
 }
 
 const emptySeries = (): IRankSeries => ({ t: [], cpu: [], memory: [], ops: [], bytes: [], mlx_active: [], mlx_peak: [],
-  mlx_cache: [] });
+  mlx_cache: [], mlx_ops: [], mlx_bytes: [] });
 
 /** A cluster's live dashboard, in a main-area tab: its ranks, where each one is, their CPU, memory (RSS and
  * MLX's own) and collectives over time, its Slurm job and its last profile. */
@@ -39,8 +39,9 @@ export class ClusterDashboard extends Widget {
     // parts that stay put between refreshes: the charts keep their canvas, hover and zoom
     this.top = el('div', 'mlxj-dash-body');
     this.chartsNote = el('div', 'mlxj-dash-note', 'A point a second while this tab or the panel is shown. '
-      + 'Collectives are the ops of our core\'s groups (group, mlx_jupyter.distributed; MLX\'s own mx.distributed '
-      + 'calls are not counted); bytes/s is their count times the last op\'s size. MLX memory: '
+      + 'Collectives: a solid line per rank for the ops of mlx_jupyter (our core\'s groups: group, '
+      + 'mlx_jupyter.distributed; bytes/s is their count times the last op\'s size), a dashed one for MLX\'s own '
+      + 'mx.distributed calls on every MLX group (world and its splits; bytes/s: their inputs\' bytes). MLX memory: '
       + 'mx.get_active_memory() and mx.get_cache_memory() on ranks that imported MLX.');
     this.profileBox = el('div', 'mlxj-dash-profile-box');
     this.updated = el('div', 'mlxj-dash-updated');

@@ -3,7 +3,8 @@
 `Cluster.run(code, profile=True)` (``%%mlx_distributed --profile``) starts recording on the
 cell's ranks after their names are ready and before the cell goes; the records are gathered when
 asked for (`Cluster.profile()`), once the run has ended, from every rank that is neither dead nor
-still busy, and kept on the run (``run.profile``) and as the cluster's last profile.
+still busy, and kept on the run (``run.profile``) and as the cluster's last profile. The ranks run
+:mod:`mlx_jupyter.where.mlx_profile`'s ``start`` and ``stop``: our core's ops and MLX's own collectives.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from mlx_jupyter.cluster.rank_table import RankTable
 from mlx_jupyter.cluster.supervision import Supervisor
 from mlx_jupyter.collective import recording
 from mlx_jupyter.collective.profile import OpRecord
+from mlx_jupyter.where import mlx_profile
 
 
 class RankProfiler:
@@ -27,9 +29,9 @@ class RankProfiler:
         self.missing: list[int] = []  # ranks of the last profile that could not be asked (dead, busy)
 
     def start(self, ranks: Sequence[int], timeout: float = 10.0) -> None:
-        """Every op of ``ranks`` is recorded from now on (a new profile there)."""
+        """Every op of ``ranks`` is recorded from now on, MLX's collectives of the next cell timed (a new profile)."""
         ranks = list(ranks)
-        ar = self.link.view(ranks).apply_async(recording.start, recording.DEFAULT_CAPACITY)
+        ar = self.link.view(ranks).apply_async(mlx_profile.start, recording.DEFAULT_CAPACITY)
         self.supervisor.wait(ar, timeout, ranks, "starting the profile")
 
     def attach(self, run: Any) -> None:
@@ -48,7 +50,7 @@ class RankProfiler:
         self.missing = sorted(set(run.ranks) - set(ranks))
         got: dict[int, list[OpRecord]] = {}
         if ranks:
-            ar = self.link.view(ranks).apply_async(recording.stop)
+            ar = self.link.view(ranks).apply_async(mlx_profile.stop)
             out = self.supervisor.wait(ar, timeout, ranks, "gathering the profile")
             got = dict(zip(ranks, out if len(ranks) > 1 else [out]))
         self.last = got

@@ -2,7 +2,10 @@
 
 Pure functions of `OpRecord`s, whichever process or rank made them (`core/recording.py` records
 them; a cluster gathers them from its ranks). ``wait`` is the time the op had nothing to move,
-waiting on its peers (docs/collective-core.md says exactly how it is measured).
+waiting on its peers (docs/collective-core.md says exactly how it is measured). A record's
+``library`` says who made the op: ``mlx_jupyter`` (our core's groups and ``mlx_jupyter.distributed``
+on an MLX-backend group) or ``mlx`` (MLX's own ``mx.distributed`` calls, timed by evaluating each
+where it is called: :mod:`mlx_jupyter.where.mlx_profile`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from xml.sax.saxutils import escape
 
 #: collectives: the same ``(group_id, seq)`` on every rank is one call (send/recv are counted per rank)
 P2P = ("send", "recv")
+#: ``OpRecord.library`` of ours and of MLX's own calls
+OURS, MLX = "mlx_jupyter", "mlx"
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,10 @@ class OpRecord:
     wait: Optional[float]
     waited_on: Optional[int] = None  # the peer it waited for last
     ok: bool = True
+    library: str = OURS                  # who made it: OURS or MLX
+    shape: Optional[tuple] = None        # the input's shape (MLX's calls)
+    at: Optional[str] = None             # the call site (MLX's calls): "line 3", "train.py:12 in step"
+    timed: bool = True                   # False: called inside mx.compile tracing, no duration (start == end)
 
     @property
     def duration(self) -> float:
@@ -76,11 +85,16 @@ def _s(t: float) -> str:
 
 
 def describe_call(call: list[OpRecord]) -> str:
-    """``all_sum #3 (4.0 KiB float32) on core:1: 101.2 ms, rank 0 waited 100.1 ms for rank 1``."""
+    """``all_sum #3 (4.0 KiB float32) on core:1: 101.2 ms, rank 0 waited 100.1 ms for rank 1``; MLX's own:
+    ``MLX all_sum #2 (4.0 KiB float32 [1024]) on mx:world at line 3: 1.2 ms``."""
     first = call[0]
-    what = f"{first.op} #{first.seq}" + (f" on rank {first.rank}" if first.op in P2P else "")
-    text = f"{what} ({_size(first.nbytes)} {first.dtype}".rstrip() + f") on {first.group_id}: "
-    text += _s(max(r.duration for r in call))
+    what = ("MLX " if first.library == MLX else "") + f"{first.op} #{first.seq}"
+    what += f" on rank {first.rank}" if first.op in P2P else ""
+    shape = f" [{', '.join(map(str, first.shape))}]" if first.shape is not None else ""
+    text = f"{what} ({_size(first.nbytes)} {first.dtype}".rstrip() + f"{shape}) on {first.group_id}"
+    text += (f" at {first.at}" if first.at else "") + ": "
+    timed = [r for r in call if r.timed]
+    text += _s(max(r.duration for r in timed)) if timed else "not timed (inside mx.compile)"
     waits = [r for r in call if r.wait is not None]
     if waits:
         most = max(waits, key=lambda r: r.wait or 0.0)
@@ -115,8 +129,16 @@ def summarize(records: Iterable[OpRecord], slowest: int = 5, noticeable: float =
         others = sum(busy[k] for k in ranks if k != worst) or 1e-12
         if caused[worst] / others >= noticeable:
             straggler = worst
-    longest = sorted(grouped, key=lambda c: -max(r.duration for r in c))[:slowest]
+    longest = sorted((c for c in grouped if any(r.timed for r in c)),
+                     key=lambda c: -max(r.duration for r in c))[:slowest]
     lines = [f"{len(records)} op records on {len(ranks)} rank{'s' if len(ranks) != 1 else ''}"]
+    mlx = [r for r in records if r.library == MLX]
+    if mlx:
+        untimed = sum(1 for r in mlx if not r.timed)
+        lines[0] += f" ({len(records) - len(mlx)} of mlx_jupyter's, {len(mlx)} of MLX's own mx.distributed)"
+        lines.append("MLX's calls were timed by evaluating each where it was called (under --profile only): "
+                     "their time includes waiting for peers" + (f"; {untimed} inside mx.compile could not be "
+                                                                 "timed" if untimed else ""))
     lines.append("time in ops, and waiting on peers, per rank:")
     for k in ranks:
         share = f" ({100 * wait[k] / busy[k]:.0f}%)" if busy[k] else ""
@@ -135,6 +157,8 @@ _COLOURS = {"all_sum": "#4c78a8", "all_max": "#72b7b2", "all_min": "#54a24b", "a
             "sum_scatter": "#b279a2", "send": "#e45756", "recv": "#ff9da6", "barrier": "#9d755d",
             "split": "#bab0ac", "init": "#bab0ac"}
 _WAIT = "#d0d0d0"
+#: the outline of MLX's own calls' bars
+_MLX_EDGE = "#1f1f1f"
 #: the timeline's own background and text (it is an image: the theme does not reach it)
 _PAPER, _INK = "#ffffff", "#1f1f1f"
 
@@ -172,10 +196,11 @@ def timeline_svg(records: Iterable[OpRecord], width: int = 900, row: int = 26) -
             waited = sum(r.wait or 0.0 for r in burst)
             w = min(b - a, waited * scale)
             colour = _COLOURS.get(burst[0].op, "#888888")
+            edge = f' stroke="{_MLX_EDGE}" stroke-width="1"' if any(r.library == MLX for r in burst) else ""
             title = describe_call(burst) if len(burst) == 1 else (
                 f"{len(burst)} ops ({', '.join(sorted({r.op for r in burst}))}), waited {_s(waited)}")
             parts.append(f'<g><title>{escape(title)}</title>'
-                         f'<rect x="{a:.2f}" y="{y + 3}" width="{b - a:.2f}" height="{row - 8}" fill="{colour}"/>'
+                         f'<rect x="{a:.2f}" y="{y + 3}" width="{b - a:.2f}" height="{row - 8}" fill="{colour}"{edge}/>'
                          + (f'<rect x="{a:.2f}" y="{y + 3}" width="{w:.2f}" height="{row - 8}" fill="{_WAIT}"/>'
                             if w > 0.2 else "") + '</g>')
     axis = top + row * len(ranks) + 4
@@ -190,6 +215,9 @@ def timeline_svg(records: Iterable[OpRecord], width: int = 900, row: int = 26) -
         parts.append(f'<rect x="{lx}" y="{axis + 22}" width="10" height="10" fill="{colour}"/>'
                      f'<text x="{lx + 14}" y="{axis + 31}">{escape(op)}</text>')
         lx += 24 + 7 * len(op)
+    if any(r.library == MLX for r in records):
+        parts.append(f'<rect x="{lx}" y="{axis + 22}" width="10" height="10" fill="{_PAPER}" stroke="{_MLX_EDGE}"/>'
+                     f'<text x="{lx + 14}" y="{axis + 31}">outlined: MLX\'s own mx.distributed</text>')
     parts.append("</svg>")
     return "\n".join(parts)
 

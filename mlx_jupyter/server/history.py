@@ -6,6 +6,9 @@ a cluster's live status, at most one point a second whoever asks (the panel ever
 dashboard every second), and kept in a ring of the last :data:`WINDOW` points per rank. Ops and
 bytes per second come from the change of each group's collective count (``seq``) between two
 samples; bytes are that count times the group's last op's size (the core keeps no byte total).
+MLX's own collectives (``mx.distributed``, every group of MLX's) are columns of their own,
+``mlx_ops`` and ``mlx_bytes``, from the change of the rank's totals of them (``mlx_ops`` of the
+sample: calls and their inputs' bytes since the rank began recording them, which never restart).
 Pure: no I/O, the caller gives the time; one lock, as the panel's and a dashboard's reads of the
 same cluster run on two threads.
 """
@@ -21,8 +24,9 @@ from typing import Any, Mapping, Optional
 WINDOW = 900
 #: the least time between two points of a rank (a faster reader gets no more points)
 MIN_GAP = 0.9
-#: a point's fields: time (s), CPU %, RSS bytes, ops/s, bytes/s, MLX's active, peak and cache bytes
-COLUMNS = ("t", "cpu", "memory", "ops", "bytes", "mlx_active", "mlx_peak", "mlx_cache")
+#: a point's fields: time (s), CPU %, RSS bytes, our core's ops/s and bytes/s, MLX's active, peak and cache bytes,
+#: MLX's own collectives per second and their bytes per second
+COLUMNS = ("t", "cpu", "memory", "ops", "bytes", "mlx_active", "mlx_peak", "mlx_cache", "mlx_ops", "mlx_bytes")
 
 
 @dataclass
@@ -31,6 +35,7 @@ class _Rank:
 
     points: deque = field(default_factory=lambda: deque(maxlen=WINDOW))
     counters: dict[str, tuple[int, int]] = field(default_factory=dict)
+    mlx: Optional[tuple[int, int]] = None   # MLX's totals: calls, bytes
     last: Optional[float] = None
 
 
@@ -43,6 +48,29 @@ def _counters(sample: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
         except (TypeError, ValueError):
             continue
     return out
+
+
+def _mlx_totals(sample: Mapping[str, Any]) -> Optional[tuple[int, int]]:
+    """MLX's own collectives on the rank so far, (calls, bytes) (None: not recorded there)."""
+    totals = sample.get("mlx_ops")
+    if not isinstance(totals, Mapping):
+        return None
+    try:
+        return sum(int(v) for v in (totals.get("calls") or {}).values()), int(totals.get("bytes") or 0)
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def _mlx_rates(before: Optional[tuple[int, int]], now: Optional[tuple[int, int]],
+               seconds: float) -> tuple[Optional[float], Optional[float]]:
+    """MLX's calls and bytes per second between two readings of its totals (None: not recorded now); a total
+    that went down (the rank is a new process) counts from 0."""
+    if now is None:
+        return None, None
+    calls, nbytes = now
+    if before is not None and calls >= before[0] and nbytes >= before[1]:
+        calls, nbytes = calls - before[0], nbytes - before[1]
+    return calls / seconds, nbytes / seconds
 
 
 def _mlx(sample: Mapping[str, Any]) -> tuple[Optional[int], ...]:
@@ -85,10 +113,11 @@ class ClusterHistory:
             r = self.ranks.setdefault(int(rank), _Rank(points=deque(maxlen=self.window)))
             if r.last is not None and now - r.last < self.min_gap:
                 continue
-            counters = _counters(sample)
-            ops = nbytes = None
+            counters, mlx = _counters(sample), _mlx_totals(sample)
+            ops = nbytes = mlx_ops = mlx_bytes = None
             if r.last is not None:   # the first point has no rate: nothing to compare it with
                 ops, nbytes = _rates(r.counters, counters, now - r.last)
+                mlx_ops, mlx_bytes = _mlx_rates(r.mlx, mlx, now - r.last)
             cpu = sample.get("cpu")
             rss = sample.get("rss")
             t = round(now, 2)
@@ -97,8 +126,9 @@ class ClusterHistory:
             r.points.append((t, float(cpu) if isinstance(cpu, (int, float)) else None,
                              int(rss) if isinstance(rss, (int, float)) and rss else None,
                              None if ops is None else round(ops, 2), None if nbytes is None else round(nbytes),
-                             *_mlx(sample)))
-            r.counters, r.last = counters, now
+                             *_mlx(sample), None if mlx_ops is None else round(mlx_ops, 2),
+                             None if mlx_bytes is None else round(mlx_bytes)))
+            r.counters, r.mlx, r.last = counters, mlx, now
             added += 1
         return added
 

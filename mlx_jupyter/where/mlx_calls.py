@@ -4,17 +4,18 @@
 ``all_max``, ``all_min``, ``sum_scatter``, ``send``, ``recv``, ``recv_like``) and ``init`` and
 ``Group.split``: each call is passed through unchanged and then noted (op, dtype, shape, group,
 peer, call site, sequence number). MLX is lazy: a call only builds the collective; the rank blocks
-where it is evaluated, which :func:`evaluating` tells from the main thread's stack. Sequence
-numbers count per group (and per sender and receiver for ``send``/``recv``), from the start of
-the cell on a cluster's rank (:func:`new_cell`), from the start of a launched script, so that the
-ranks' numbers compare: the rank with fewer calls is the one behind.
+where it is evaluated, which :mod:`mlx_jupyter.where.mlx_evaluating` tells from the main thread's
+stack. Sequence numbers count per group (and per sender and receiver for ``send``/``recv``), from
+the start of the cell on a cluster's rank (:func:`new_cell`), from the start of a launched script,
+so that the ranks' numbers compare: the rank with fewer calls is the one behind. Beside them the
+record keeps totals that never restart (:meth:`Record.totals`, the calls per key since
+:func:`install`, and ``Record.nbytes``, their inputs' bytes): the dashboard's rates.
 """
 
 from __future__ import annotations
 
-import ast
 import itertools
-import linecache
+import math
 import sys
 import threading
 import weakref
@@ -47,6 +48,11 @@ class Record:
 
     def __init__(self) -> None:
         self.counters: dict[str, Any] = {}               # key -> itertools.count of its next number
+        #: (the calls per key of the cells before this one, this cell's counters): replaced whole by new_cell, so
+        #: that another thread reads both of one moment (totals never go down)
+        self.tally: tuple[dict[str, int], dict[str, Any]] = ({}, self.counters)
+        #: the bytes of every call's input since install (one addition per call; never reset)
+        self.nbytes = 0
         self.groups: dict[str, tuple[int, int]] = {}   # label -> (this rank's rank in it, its size)
         self.calls: deque = deque(maxlen=KEEP)
         self.labels: dict[int, tuple[Any, str]] = {}    # id(group) -> (group, label): keeps the group alive
@@ -70,6 +76,14 @@ class Record:
     def counts(self) -> dict[str, int]:
         """The calls made per key since the cell began."""
         return {k: _made(c) for k, c in list(self.counters.items())}
+
+    def totals(self) -> dict[str, int]:
+        """The calls made per key since :func:`install`: they survive :meth:`new_cell` (any thread)."""
+        before, counters = self.tally
+        out = dict(before)
+        for k, c in list(counters.items()):
+            out[k] = out.get(k, 0) + _made(c)
+        return out
 
     def label(self, group: Any) -> str:
         if group is None:
@@ -103,6 +117,7 @@ class Record:
         """A collective of ``group`` on ``x``, called from ``frame`` (the wrappers inline this)."""
         label, count = self.world if group is None else (self.last if group is self.last_group else self.relabel(group))
         seq = count()
+        self.nbytes += x.nbytes
         if frame.f_code is not self.user_code and self.from_mlx_code(frame):
             self._from_mlx(label, seq, op, held(x), None, frame)
             return
@@ -127,9 +142,10 @@ class Record:
             raise KeyboardInterrupt(f"stopped at a collective boundary: after MLX call #{last} on `{label}`, "
                                     "the last any rank had made")
 
-    def add(self, op: str, x: Any, group: Any, peer: int, frame: Any, out: Any = None) -> None:
+    def add(self, op: str, x: Any, group: Any, peer: int, frame: Any, nbytes: int = 0, out: Any = None) -> None:
         """A point-to-point op with its peer in ``group``'s numbers; ``x``: the array or ``(dtype, shape)``;
         ``out``: its output (held as a collective's: whether it ran tells a drain what this rank did)."""
+        self.nbytes += nbytes
         label = WORLD if group is None else (self.last[0] if group is self.last_group else self.relabel(group)[0])
         me = self.groups.get(label, (0, 0))[0]
         key = f"{label}:{me}>{peer}" if op == "send" else f"{label}:{peer}>{me}"
@@ -150,7 +166,9 @@ class Record:
 
     def new_cell(self) -> None:
         """The numbers start again (a cell of a cluster: every rank starts it); held inputs are let go."""
+        before = self.totals()
         self.counters = {k: itertools.count(1) for k in self.counters if ":" not in k}
+        self.tally = (before, self.counters)
         self.world = self._counted(WORLD)
         self.last_group, self.last = None, self.world
         self.calls.clear()
@@ -250,7 +268,9 @@ def _wrap_collective(fn: Callable, op: str) -> Callable:
             seq = count()
             frame = getframe(1)
             code = frame.f_code
-            if x.nbytes <= hold:   # a small input and output are held; a large output by weak reference
+            nbytes = x.nbytes
+            record.nbytes += nbytes
+            if nbytes <= hold:   # a small input and output are held; a large output by weak reference
                 x_held, out_held = x, out
             else:
                 x_held, out_held = (x.dtype, x.shape), weakref.ref(out)
@@ -269,7 +289,7 @@ def _wrap_send(fn: Callable) -> Callable:
         __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
         out = fn(x, dst, group=group, stream=stream)
         try:
-            RECORD.add("send", held(x), group, int(dst), sys._getframe(1), out)  # type: ignore[union-attr]
+            RECORD.add("send", held(x), group, int(dst), sys._getframe(1), x.nbytes, out)  # type: ignore[union-attr]
         except Exception:
             pass
         return out
@@ -281,7 +301,8 @@ def _wrap_recv(fn: Callable) -> Callable:
         __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
         out = fn(shape, dtype, src, group=group, stream=stream)
         try:
-            RECORD.add("recv", (dtype, tuple(shape)), group, int(src), sys._getframe(1), out)  # type: ignore[union-attr]
+            nbytes = dtype.size * math.prod(shape)
+            RECORD.add("recv", (dtype, tuple(shape)), group, int(src), sys._getframe(1), nbytes, out)  # type: ignore[union-attr]
         except Exception:
             pass
         return out
@@ -293,7 +314,7 @@ def _wrap_recv_like(fn: Callable) -> Callable:
         __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
         out = fn(x, src, group=group, stream=stream)
         try:
-            RECORD.add("recv", held(x), group, int(src), sys._getframe(1), out)  # type: ignore[union-attr]
+            RECORD.add("recv", held(x), group, int(src), sys._getframe(1), x.nbytes, out)  # type: ignore[union-attr]
         except Exception:
             pass
         return out
@@ -422,81 +443,3 @@ def snapshot(cell_files: tuple[str, ...] = ()) -> Optional[dict]:
         return record.snapshot(cell_files)
     except Exception:  # a deque changed size while read: the next sample has it
         return None
-
-
-# ---------------------------------------------------------------- is the main thread in MLX's evaluation?
-
-#: calls that evaluate an array whatever their argument is called
-_EVALUATING = (".item(", ".tolist(", "mx.eval(", "mx.async_eval(", "np.array(", "np.asarray(", "mx.synchronize(")
-
-
-def evaluating(frame: Any) -> Optional[str]:
-    """The call the innermost ``frame`` is in, when it evaluates MLX arrays (``print(y)``, ``y.item()``,
-    ``mx.eval(loss)``, a call inside MLX's Python code); None otherwise (``time.sleep(5)``)."""
-    if frame is None:
-        return None
-    module = str(frame.f_globals.get("__name__", ""))
-    if _mlx_module(module):
-        return f"{module}.{frame.f_code.co_name}"
-    text = _call_text(frame)
-    if not text:
-        return None
-    if any(marker in text for marker in _EVALUATING):
-        return text
-    try:
-        tree = ast.parse(text.strip(), mode="eval")
-    except SyntaxError:
-        return None
-    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-    if not names:
-        return None
-    scopes = [frame.f_globals, frame.f_builtins]
-    if frame.f_code.co_flags & 0x02:  # CO_NEWLOCALS: a function's frame, whose locals are its own
-        try:
-            scopes.insert(0, frame.f_locals)
-        except Exception:
-            pass
-    for name in names:
-        for scope in scopes:
-            if name in scope:
-                if _is_mlx(scope[name]):
-                    return text
-                break
-    return None
-
-
-def _is_mlx(value: Any) -> bool:
-    if _mlx_module(getattr(type(value), "__module__", None)):
-        return True   # an array, a Group, a model or optimizer of mlx.nn/mlx.optimizers
-    if isinstance(value, (list, tuple, dict)):
-        items = value.values() if isinstance(value, dict) else value
-        return any(_mlx_module(getattr(type(v), "__module__", None)) for v in list(items)[:8])
-    if isinstance(value, type):
-        return False
-    return _mlx_module(getattr(value, "__module__", None) or getattr(value, "__name__", None))
-
-
-def _mlx_module(name: Any) -> bool:
-    return isinstance(name, str) and (name == "mlx" or name.startswith("mlx."))
-
-
-def _call_text(frame: Any) -> str:
-    """The source of the expression ``frame`` is executing now (Python 3.11+), else its line."""
-    code, lineno = frame.f_code, frame.f_lineno
-    positions = getattr(code, "co_positions", None)
-    if positions is not None and frame.f_lasti >= 0:
-        try:
-            for i, pos in enumerate(positions()):
-                if i == frame.f_lasti // 2:
-                    start, end, col, end_col = pos
-                    if None in pos:
-                        break
-                    lines = [linecache.getline(code.co_filename, n, frame.f_globals) for n in range(start, end + 1)]
-                    if start == end:
-                        return lines[0].encode()[col:end_col].decode(errors="replace")
-                    lines[0] = lines[0].encode()[col:].decode(errors="replace")
-                    lines[-1] = lines[-1].encode()[:end_col].decode(errors="replace")
-                    return "".join(lines)
-        except Exception:
-            pass
-    return linecache.getline(code.co_filename, lineno, frame.f_globals).strip()

@@ -15,7 +15,7 @@ import time
 from typing import Any, Optional
 
 from mlx_jupyter.collective import pause
-from mlx_jupyter.where import mlx_calls, mlx_evaluated, mlx_memory
+from mlx_jupyter.where import mlx_calls, mlx_evaluated, mlx_evaluating, mlx_memory
 
 try:
     from mlx_jupyter.collective.activity import snapshot
@@ -98,7 +98,7 @@ def _call_in_source(source: str) -> Optional[str]:
 
 def _safe_evaluating(frame: Any) -> Optional[str]:
     try:
-        return mlx_calls.evaluating(frame)
+        return mlx_evaluating.evaluating(frame)
     except Exception:  # a sampler never fails the rank
         return None
 
@@ -168,6 +168,18 @@ def counters() -> list[list]:
         return []
 
 
+def mlx_counters() -> Optional[dict]:
+    """MLX's own collectives since the rank recorded them (:mod:`mlx_jupyter.where.mlx_calls`): ``{"calls": {group
+    label: calls}, "bytes": their inputs' bytes}``, totals that never restart (None: MLX's calls are not recorded)."""
+    record = mlx_calls.RECORD
+    if record is None:
+        return None
+    try:
+        return {"calls": record.totals(), "bytes": int(record.nbytes)}
+    except Exception:  # a sampler never fails the rank
+        return None
+
+
 def take(thread_id: Optional[int], rank: int, cpu: Optional[CpuMeter] = None, rss: int = 0,
          cell_files: tuple[str, ...] = (), running: bool = True) -> dict:
     """A sample of rank ``rank``, whose code runs on thread ``thread_id`` (None: the main thread)."""
@@ -185,7 +197,7 @@ def take(thread_id: Optional[int], rank: int, cpu: Optional[CpuMeter] = None, rs
         del frame
     out = {"rank": rank, "pid": os.getpid(), "running": running, "time": time.time(), **where,
            "activity": activity() if running else [], "cpu": cpu.percent() if cpu else None, "rss": rss,
-           "ops": counters(), "mlx_memory": mlx_memory.read()}
+           "ops": counters(), "mlx_ops": mlx_counters(), "mlx_memory": mlx_memory.read()}
     debugger = _debugger
     if running and debugger is not None:
         out["debugger"] = debugger  # the debugger's own word: the frame it shows, a post-mortem's too

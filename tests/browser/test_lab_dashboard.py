@@ -20,10 +20,11 @@ pytestmark = pytest.mark.timeout(SCENARIO_TIMEOUT + 90)
 
 CELLS = [
     "%load_ext mlx_jupyter\n%mlx_cluster start -n 2",
-    # a healthy training-like loop: MLX weights held, our core's all_sum as many times on each rank
+    # a healthy training-like loop: MLX weights held, our core's all_sum and MLX's own as many times on each rank
     "%%mlx_distributed\nimport time, numpy as np\nfrom mlx_jupyter import distributed as dist\n"
     "weights = mx.zeros((1 << 22,))\nmx.eval(weights)\n"
-    "for i in range(1000):\n    dist.all_sum(np.ones(16384), group=group)\n    time.sleep(0.01)\nprint('done')",
+    "for i in range(1000):\n    dist.all_sum(np.ones(16384), group=group)\n"
+    "    mx.eval(mx.distributed.all_sum(mx.ones(1024), group=world))\n    time.sleep(0.01)\nprint('done')",
     # rank 1 stalls: rank 0 waits in all_sum for it
     "%%mlx_distributed\nimport time, numpy as np\nfrom mlx_jupyter import distributed as dist\n"
     "if group.rank() == 1:\n    time.sleep(6)\ndist.all_sum(np.ones(4), group=group, timeout=60)",
@@ -41,7 +42,8 @@ def scenario(tmp_path_factory):
 
 
 def test_a_kernels_cluster_has_live_charts_and_mlx_memory(scenario):
-    """§4 and §3: the same charts for %mlx_cluster start's cluster; MLX's active, peak and cache beside RSS."""
+    """§4 and §3: the same charts for %mlx_cluster start's cluster; MLX's active, peak and cache beside RSS; §1: the
+    collectives chart has MLX's own mx.distributed calls beside our core's, a line each, told apart in its legend."""
     check(scenario, "dash_kernel_cluster_starts")
     check(scenario, "dash_kernel_cluster_has_charts_and_mlx_memory")
     assert (ARTIFACTS / "dashboard-kernel-cluster-tab.png").stat().st_size > 10_000

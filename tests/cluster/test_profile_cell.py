@@ -47,3 +47,61 @@ def test_profile_shows_the_timeline_and_names_the_straggler():
         stop_leaves_nothing(k, kernel_pid)
     finally:
         k.close()
+
+
+MLX_PROFILED = """%%mlx_distributed --profile
+import mlx.nn as nn
+x = mx.ones(1024)
+for i in range(20):
+    mx.eval(mx.distributed.all_sum(x, group=world))
+avg = nn.average_gradients({"w": mx.ones((64,)), "b": mx.ones((8,))})
+print("mean", avg["w"][0].item())
+"""
+
+HISTORY = ("from mlx_jupyter import magics\nfrom mlx_jupyter.server.history import ClusterHistory\n"
+           "c = magics.current()\nh = ClusterHistory(min_gap=0.0)\nh.add(1000.0, c.where_samples(timeout=10))")
+
+
+def loop(n: int) -> str:
+    return f"%%mlx_distributed\nx = mx.ones(1024)\nfor i in range({n}):\n    mx.eval(mx.distributed.all_sum(x, group=world))"
+
+
+def test_mlxs_own_collectives_are_counted_across_cells_and_profiled():
+    """Issue 45 §1: MLX's own all_sums on `world` give the dashboard's history their calls and bytes per second,
+    counted on from one cell to the next (the second cell makes more calls than the first: totals that restarted
+    would read 500 - 300); --profile records each one per rank (nn.average_gradients' too) with its bytes."""
+    k = Kernel()
+    try:
+        kernel_pid = k.pid
+        start_cluster(k)
+        assert k.run("%%mlx_distributed\npass", 60).status == "ok"   # MLX's world and its record on the ranks
+        assert k.run(HISTORY, 30).status == "ok"
+        for n, t in ((300, 1001.0), (500, 1003.0)):
+            assert k.run(loop(n), 60).status == "ok"
+            assert k.run(f"h.add({t}, c.where_samples(timeout=10))", 30).status == "ok"
+        got = k.run("s = h.series()['ranks']\nprint([(s[r]['mlx_ops'], s[r]['mlx_bytes'], s[r]['ops']) for r in '01'])", 30)
+        assert got.status == "ok", got
+        rates = ([None, 300.0, 250.0], [None, 300 * 4096, 250 * 4096], [None, 0.0, 0.0])
+        assert str([rates, rates]).replace("[[", "[(").replace("]], [[", "]), ([").replace("]]]", "])]") in got.stdout, got
+
+        res = k.run(MLX_PROFILED, 60)
+        assert res.status == "ok", res
+        assert "mean 1.0" in res.stdout and "42 of MLX's own mx.distributed" in res.stdout, res.stdout
+        assert "no collectives ran" not in res.stdout and any("image/svg+xml" in d.get("data", {}) for d in res.displays)
+        after = k.run("from mlx_jupyter import magics\np = magics.current().profile()\n"
+                      "mine = {k: [r for r in p[k] if r.library == 'mlx'] for k in sorted(p)}\n"
+                      "print(sorted(p), [len(v) for v in mine.values()])\n"
+                      "print({(r.op, r.group_id, r.nbytes, r.dtype, r.shape, r.timed) for v in mine.values() for r in v})\n"
+                      "print([v[-1].at for v in mine.values()])", 30)
+        assert after.status == "ok", after
+        assert "[0, 1] [21, 21]" in after.stdout, after.stdout
+        assert str({("all_sum", "mx:world", 4096, "float32", (1024,), True),
+                    ("all_sum", "mx:world", 288, "float32", (72,), True)}) in after.stdout or str(
+            {("all_sum", "mx:world", 288, "float32", (72,), True),
+             ("all_sum", "mx:world", 4096, "float32", (1024,), True)}) in after.stdout, after.stdout
+        assert after.stdout.count("line 6 via mlx.nn.utils.average_gradients") == 2, after.stdout
+        none = k.run("%%mlx_distributed --profile\ny = 1", 30)
+        assert none.status == "ok" and "no collectives ran in this cell" in none.stdout, none
+        stop_leaves_nothing(k, kernel_pid)
+    finally:
+        k.close()

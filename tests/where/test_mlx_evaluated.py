@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from mlx_jupyter.where.mlx_calls import _call_text
+from mlx_jupyter.where.mlx_evaluating import _call_text
 from mlx_jupyter.where.mlx_evaluated import evaluated
 
 

@@ -48,5 +48,5 @@ def show_profile(cluster: Profiled) -> None:
 
         last_profile.save(cluster.cluster_id, svg, text, list(by_rank))   # the lab dashboard shows it too
     else:
-        print("mlx-jupyter profile: no ops of our core ran in this cell (MLX's own mx.distributed calls "
-              "are not recorded; use group or mlx_jupyter.distributed)")
+        print("mlx-jupyter profile: no collectives ran in this cell (neither our core's, through group or "
+              "mlx_jupyter.distributed, nor MLX's own mx.distributed calls)")

@@ -24,7 +24,9 @@ const chart = (key) => page.evaluate((k) => {
   if (!box) return null;
   return { canvas: !!box.querySelector('canvas'), newest: Number(box.dataset.newest || 0),
            ranks: [0, 1].map((r) => ({ points: Number(box.dataset[`points${r}`] || 0), last: Number(box.dataset[`last${r}`] || 0),
-                                       peak: Number(box.dataset[`peak${r}`] || 0) })) };
+                                       peak: Number(box.dataset[`peak${r}`] || 0),
+                                       mlxLast: Number(box.dataset[`mlxOpsLast${r}`] || box.dataset[`mlxBytesLast${r}`] || 0) })),
+           legend: [...box.querySelectorAll('.u-legend .u-series')].map((l) => l.innerText.trim().split(/\s+/).slice(0, 3).join(' ')) };
 }, key);
 
 let clusterId = '';
@@ -59,6 +61,7 @@ try {
       const box = document.querySelector('.mlxj-dashboard .mlxj-dash-chart-ops');
       const mlx = document.querySelector('.mlxj-dashboard .mlxj-dash-chart-mlx');
       return box && Number(box.dataset.last0 || 0) > 0 && Number(box.dataset.last1 || 0) > 0
+        && Number(box.dataset.mlxOpsLast0 || 0) > 0 && Number(box.dataset.mlxOpsLast1 || 0) > 0
         && Number(box.dataset.points0 || 0) >= 4 && mlx && Number(mlx.dataset.peak0 || 0) >= 16 * 2 ** 20;
     }, null, { timeout: 40000 });
     const ops = await chart('ops');
@@ -78,12 +81,17 @@ try {
     await page.screenshot({ path: shot('dashboard-kernel-cluster.png') });
     await dash.screenshot({ path: shot('dashboard-kernel-cluster-tab.png') });
     const mib = /^(active |peak )?\d+(\.\d)? MiB$/;
-    const ok = [0, 1].every((r) => ops.ranks[r].last > 0 && mlx.ranks[r].peak >= 16 * 2 ** 20) && cpu.canvas && mlx.canvas
+    const bytes = await chart('bytes');
+    // MLX's own calls beside ours: a line each per rank, named in the legend (time, then rank 0's and rank 1's)
+    const named = ['time', 'rank 0 mlx_jupyter', 'rank 0 mx.distributed', 'rank 1 mlx_jupyter', 'rank 1 mx.distributed'];
+    const ok = [0, 1].every((r) => ops.ranks[r].last > 0 && ops.ranks[r].mlxLast > 0 && bytes.ranks[r].mlxLast >= 1024
+                            && mlx.ranks[r].peak >= 16 * 2 ** 20) && cpu.canvas && mlx.canvas
+      && named.every((n, i) => (ops.legend[i] || '').startsWith(n))
       && table.every((t) => mib.test(t.rss) && mib.test(t.active) && mib.test(t.peak) && !!t.cache)
       && !note.some((n) => /No charts/.test(n)) && legend.length === 3 && /^time\s*\d\d:\d\d:\d\d$/.test(legend[0].trim())
       && legend.slice(1).every((l) => /^rank [01]\s*\d+%$/.test(l.trim()));
     record('dash_kernel_cluster_has_charts_and_mlx_memory', ok,
-      `ops=${JSON.stringify(ops)} mlx=${JSON.stringify(mlx)} table=${JSON.stringify(table)} legend=${JSON.stringify(legend)}`);
+      `ops=${JSON.stringify(ops)} bytes=${JSON.stringify(bytes)} mlx=${JSON.stringify(mlx)} table=${JSON.stringify(table)} legend=${JSON.stringify(legend)}`);
   });
 
   await step('dash_window_choice', async () => {
