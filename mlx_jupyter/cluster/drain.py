@@ -29,6 +29,8 @@ SETTLE = 1.0
 PYTHON_WAIT = 5.0
 #: how long one rank may take to make its calls (the rank's own limit is 0.5 s)
 MAKE = 0.7
+#: the most drain rounds of one run (each makes the calls its blocked ranks wait in at that moment)
+ROUNDS = 8
 #: the shortest span over which a rank's CPU time tells whether it computes (its samples are this far apart)
 CPU_SPAN = 0.25
 
@@ -66,6 +68,22 @@ class Drainer:
         log.debug("drain: %s", self.last)
 
     def drain(self, ranks: list[int], msg_ids: dict[int, str], on_busy: Optional[OnBusy] = None) -> str:
+        """Drain the run in rounds (:meth:`drain_once`): a rank released by one round may meet the next call its
+        evaluation holds (mlx-lm schedules the next token while one runs); what happened, in words."""
+        said: list[str] = []
+        drained: dict[int, list[drain_plan.Call]] = {}   # the calls earlier rounds made (not in the ranks' records)
+        for _ in range(ROUNDS):
+            text = self.drain_once(ranks, msg_ids, on_busy, drained)
+            if not said or text.startswith(("drained", "not drained")):
+                said.append(text)
+            if not text.startswith("drained"):
+                break
+            if on_busy is not None:   # released: give them the time to end, or to block in the next call
+                on_busy(ranks)
+        return "; then ".join(said)
+
+    def drain_once(self, ranks: list[int], msg_ids: dict[int, str], on_busy: Optional[OnBusy] = None,
+                   drained: Optional[dict[int, list[drain_plan.Call]]] = None) -> str:
         """Plan and run the drain of the run whose request on each rank is ``msg_ids``; what happened, in words.
 
         Every request names the run's request on its rank: a rank that has begun another one since
@@ -85,7 +103,7 @@ class Drainer:
                            for r, st in states.items()})
             if any(not st.get("this_run") for st in states.values()):
                 return "the run is over"
-            plan = drain_plan.plan(states, ranks, self.table.dead, self.ops)
+            plan = drain_plan.plan(drain_plan.with_drained(states, drained or {}), ranks, self.table.dead, self.ops)
             now = time.monotonic()
             if plan.busy:
                 seen = {r: (now, float(st["cpu"])) for r, st in states.items() if "cpu" in st}
@@ -125,6 +143,9 @@ class Drainer:
             log.debug("drain failed; the states were %s", states)
             self._verdict(plan.frozen, "; ".join(failed), msg_ids)
             return "not drained: " + "; ".join(failed)
+        if drained is not None:
+            for rank, calls in plan.calls.items():
+                drained.setdefault(rank, []).extend(calls)
         return "drained: " + drain_plan.describe(plan.calls)
 
     def agreed_stop(self, ranks: Sequence[int], msg_ids: Mapping[int, str], timeout: float = 1.0) -> dict[str, int]:

@@ -103,6 +103,23 @@ def plan(states: Mapping[int, Mapping[str, Any]], ranks: Sequence[int], dead: Co
     return Plan(calls=ordered, frozen=frozen)
 
 
+def with_drained(states: Mapping[int, Mapping[str, Any]],
+                 drained: Mapping[int, Sequence[Call]]) -> dict[int, Mapping[str, Any]]:
+    """``states`` with the calls an earlier drain round made counted as made and run by their ranks (a drain
+    calls MLX's own functions, which the ranks' records do not see)."""
+    out: dict[int, Mapping[str, Any]] = dict(states)
+    for rank, calls in drained.items():
+        if rank not in out or not calls:
+            continue
+        made = {str(k): int(v) for k, v in (out[rank].get("made") or {}).items()}
+        unrun = {str(k): list(v) for k, v in (out[rank].get("unrun") or {}).items()}
+        for key, seq, *_ in calls:
+            made[key] = max(made.get(key, 0), int(seq))
+            unrun[key] = [n for n in unrun.get(key, []) if n != seq]
+        out[rank] = {**out[rank], "made": made, "unrun": unrun}
+    return out
+
+
 def _members(key: str, states: Mapping[int, Mapping[str, Any]], ran: Mapping[int, Mapping[str, set[int]]],
              ranks: Sequence[int]) -> list[int]:
     """The ranks that take part in ``key``'s calls: a group's members, or a send/recv pair's two ranks."""

@@ -26,11 +26,14 @@ from typing import Any, Callable, Optional
 COLLECTIVE_OPS = ("all_sum", "all_gather", "all_max", "all_min", "sum_scatter")
 #: point-to-point ops (one sequence per group, sender and receiver)
 P2P_OPS = ("send", "recv", "recv_like")
-#: the records kept (the newest), all sent in a sample
-KEEP = SENT = 8
+#: the records kept (the newest): a drain sees the calls a rank is this many behind by, and which of them ran
+#: (a tensor-parallel forward makes 2 per layer, and mlx-lm builds the next token while one runs)
+KEEP = 32
+#: the newest records sent in a sample (the where table's)
+SENT = 8
 #: an input of at most this many bytes is kept whole in the record, its dtype and shape read only when a
 #: sample is taken (reading them costs more than the rest of the record); a larger one's are read at once,
-#: so that the record never holds more than KEEP * HOLD_BYTES of arrays alive
+#: so that the record never holds more than 2 * KEEP * HOLD_BYTES of arrays alive (inputs and outputs)
 HOLD_BYTES = 1 << 20
 #: the longest a call waits for an agreed stop's last number (then it stops there)
 STOP_WAIT = 2.0
@@ -178,7 +181,7 @@ class Record:
 
     def snapshot(self, cell_files: tuple[str, ...] = ()) -> dict:
         """The record as JSON-able data (any thread): counts, groups and the newest calls."""
-        calls = list(self.calls)
+        calls = list(self.calls)[-SENT:]
         return {"counts": self.counts, "groups": {k: list(v) for k, v in self.groups.items()},
                 "calls": [_call_dict(c, cell_files) for c in calls]}
 

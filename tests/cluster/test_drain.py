@@ -107,6 +107,21 @@ def test_a_call_left_in_flight_on_a_stream_after_the_cell_ended_is_drained_in_th
     assert drain_plan.plan(nothing, [0, 1]) == drain_plan.Plan()
 
 
+def test_a_second_round_counts_the_calls_the_first_made():
+    """The drain calls MLX's own functions, unrecorded: the next round counts them, so it plans only what is new."""
+    states = {0: _state(True, True, {"world": 2}, [["world", 1, "all_sum", "float32", [2]],
+                                                  ["world", 2, "all_sum", "float32", [2]]]),
+              1: _state(False, False, {"world": 0}, [])}
+    first = drain_plan.plan(states, [0, 1])
+    assert first.calls == {1: [("world", 1, "all_sum", "float32", (2,)), ("world", 2, "all_sum", "float32", (2,))]}
+    again = drain_plan.with_drained(states, first.calls)
+    assert drain_plan.plan(again, [0, 1]).busy and not drain_plan.plan(again, [0, 1]).calls
+    later = {0: _state(True, True, {"world": 3}, [*states[0]["calls"], ["world", 3, "all_sum", "float32", [2]]]),
+             1: states[1]}   # rank 0, released, now waits in #3, which its evaluation held
+    assert drain_plan.plan(drain_plan.with_drained(later, first.calls), [0, 1]).calls == {
+        1: [("world", 3, "all_sum", "float32", (2,))]}
+
+
 def test_ranks_that_evaluate_together_are_busy_while_their_cpu_time_grows():
     both = {r: _state(True, True, {"world": 2}, [["world", 2, "all_sum", "float32", [2]]]) for r in (0, 1)}
     plan = drain_plan.plan(both, [0, 1])

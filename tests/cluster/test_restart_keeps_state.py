@@ -17,7 +17,7 @@ from needs import require
 from mlx_jupyter.cluster import Cluster, ClusterError
 from mlx_jupyter.cluster.cells.display import DistributedCellError, show_run
 from mlx_jupyter.cluster.kept_state import report_line
-from mlx_jupyter.cluster.rank import keep, keep_files
+from mlx_jupyter.cluster.rank import keep, keep_files, keep_write
 from tests.cluster.kernel import Kernel
 
 pytestmark = pytest.mark.timeout(150)
@@ -192,7 +192,7 @@ def small_and_big_roots(tmp_path, monkeypatch):
         require("a tmpfs mount", "needs to mount a tmpfs (root)")
     monkeypatch.setattr(keep_files, "keep_roots", lambda: [small, big])
     monkeypatch.setattr(keep, "keep_roots", lambda: [small, big])
-    monkeypatch.setattr(keep, "_MARGIN", 0)
+    monkeypatch.setattr(keep_write, "MARGIN", 0)
     try:
         yield small, big
     finally:

@@ -78,7 +78,8 @@ def test_the_record_keeps_the_newest_calls_and_counts_them_all(world, record):
     assert seen == list(range(1, 3 * mlx_calls.KEEP + 1)), "every call changes what the sampler compares"
     snap = mlx_calls.snapshot()
     assert snap["counts"] == {"world": 3 * mlx_calls.KEEP}
-    assert [c["seq"] for c in snap["calls"]] == list(range(2 * mlx_calls.KEEP + 1, 3 * mlx_calls.KEEP + 1))
+    assert [c["seq"] for c in snap["calls"]] == list(range(3 * mlx_calls.KEEP - mlx_calls.SENT + 1, 3 * mlx_calls.KEEP + 1))
+    assert len(record.calls) == mlx_calls.KEEP
     mlx_calls.new_cell()
     assert mlx_calls.snapshot() == {"counts": {"world": 0}, "groups": {"world": [0, 1]}, "calls": []}
     mx.distributed.all_max(x, group=world)

@@ -355,8 +355,8 @@ class CellRun:
             self.cluster.drain(self.ranks, self.msg_ids, self.still_evaluating)
 
     def still_evaluating(self, ranks: Sequence[int]) -> None:
-        """``ranks`` still finish an MLX evaluation every rank joined (the drain saw them compute): their
-        release is not late yet (MLX cannot cancel an evaluation; they stop when it ends)."""
+        """``ranks`` still finish an MLX evaluation every rank joined (the drain saw them compute, or has just
+        made the calls they waited in): their release is not late yet (MLX cannot cancel an evaluation)."""
         now = time.monotonic()
         with self._lock:
             for r in ranks:

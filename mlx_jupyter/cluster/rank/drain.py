@@ -142,6 +142,7 @@ class Gate:
         self.cond = threading.Condition()
         self.frozen = 0  # the cell found frozen in native code
         self.verdicts: dict[int, str] = {}
+        self.asked_at = 0.0  # time.monotonic() the notebook last asked this rank's state (it still drains)
 
     def hold(self, cell: int, running: Callable[[], bool], wait: float = HOLD,
              finish: float = drain_plan.FINISH) -> Optional[str]:
@@ -157,7 +158,8 @@ class Gate:
                 now = time.monotonic()
                 if now >= end:
                     cpu = time.process_time()
-                    if now - began >= finish or not drain_plan.progressing({0: looked}, {0: (now, cpu)}, [0]):
+                    draining = now - self.asked_at < wait   # the notebook is still at it (in rounds)
+                    if now - began >= finish or not (draining or drain_plan.progressing({0: looked}, {0: (now, cpu)}, [0])):
                         return f"no drain came within {now - began:.3g} s"
                     end, looked = now + wait, (now, cpu)
                     continue
@@ -183,6 +185,7 @@ def handlers(agent: Any) -> dict[str, Callable[[Any, Any, dict[str, Any]], None]
 
     def on_state(stream: Any, idents: Any, parent: dict[str, Any]) -> None:
         executing, cell = agent.executing, agent.cell
+        agent.gate.asked_at = time.monotonic()
         state = pending_state(executing, executing and agent.gate.is_frozen(cell))
         state["this_run"] = this_run(parent)
         agent._reply(stream, idents, parent, "mlx_drain_state_reply", state)

@@ -11,26 +11,22 @@ world and our core's group (any group of every rank) come back as the new rank's
 
 from __future__ import annotations
 
-import errno
 import io
 import mmap
-import os
 import pickle
-import shutil
 import socket
 import sys
 import types
-from pathlib import Path
 from typing import Any, Callable, MutableMapping, Optional
 
 import cloudpickle
 
 from mlx_jupyter.cluster.rank.keep_files import (folders_here, keep_dir, keep_root, keep_roots, private_dir,
                                                  rank_folder, remove_all)
+from mlx_jupyter.cluster.rank.keep_write import NoRoom, SavedFiles, discard_in
 from mlx_jupyter.cluster.rank.names import NAMES, PRODUCT_NAMES
-from mlx_jupyter.cluster.shared.units import format_bytes
 
-__all__ = ["save", "restore", "discard", "remove_all", "keep_root", "keep_dir", "NotKept"]
+__all__ = ["save", "restore", "discard", "remove_all", "keep_root", "keep_dir", "NotKept", "NoRoom"]
 
 #: IPython's own names in a user namespace, never kept
 IPYTHON_NAMES = frozenset({"In", "Out", "get_ipython", "exit", "quit", "__builtins__", "__builtin__", "__name__",
@@ -231,14 +227,6 @@ def _dumps(value: Any, ns: MutableMapping[str, Any], buffer_callback: Any, renew
     return out.getvalue()
 
 
-def _address(buf: pickle.PickleBuffer) -> tuple[int, int]:
-    """Where a buffer's memory is: the same array met by two pickles is written once."""
-    import numpy as np
-
-    raw = buf.raw()
-    return (np.frombuffer(raw, dtype=np.uint8).__array_interface__["data"][0] if raw.nbytes else 0), raw.nbytes
-
-
 def _reason(value: Any, exc: BaseException) -> str:
     if isinstance(exc, NotKept):
         return str(exc)
@@ -294,7 +282,7 @@ def save(dirname: str, rank: int, ns: Optional[MutableMapping[str, Any]] = None,
         whole: Optional[bytes] = _dumps({name: ns[name] for name in singles}, ns, together.append)
     except Exception:  # noqa: BLE001 - then the names come back one by one
         whole, together = None, []
-    files = _Files(whole, together, singles, modules)
+    files = SavedFiles(whole, together, singles, modules)
     nbytes = files.write_somewhere(dirname, rank)
     others = [n for n in folders_here() if n != dirname]   # the notebook tells which are stale
     answer = {"kept": list(singles) + list(modules), "not_kept": not_kept, "bytes": nbytes,
@@ -330,106 +318,6 @@ def digest(payload: bytes, buffers: list[pickle.PickleBuffer], class_ids: Option
         h.update(len(raw).to_bytes(8, "little"))
         h.update(raw)
     return h.hexdigest()
-
-
-class NoRoom(OSError):
-    """No place on this host has room for a rank's saved names."""
-
-    def __str__(self) -> str:
-        return str(self.strerror)
-
-
-#: room left free beside the files (the new ranks and the OS need some too)
-_MARGIN = 64 << 20
-
-
-class _Files:
-    """A rank's saved names as two files: the data (raw buffers, each once) and the index (pickles
-    and where each buffer is in the data), written where the host has room."""
-
-    def __init__(self, whole: Optional[bytes], together: list[pickle.PickleBuffer], singles: dict[str, Any],
-                 modules: dict[str, str]) -> None:
-        self.whole, self.together, self.singles, self.modules = whole, together, singles, modules
-        self.folder: Optional[Path] = None
-
-    def size(self) -> int:
-        """The bytes the files will take (each buffer once, padded; the pickles twice at most)."""
-        seen: dict[tuple[int, int], int] = {}
-        for buf in [*self.together, *(b for _, found in self.singles.values() for b in found)]:
-            key = _address(buf)
-            seen[key if key[0] else (id(buf), key[1])] = key[1] + 64
-        pickles = len(self.whole or b"") + sum(len(payload) for payload, _ in self.singles.values())
-        return sum(seen.values()) + 2 * pickles + 4096
-
-    def write_somewhere(self, dirname: str, rank: int) -> int:
-        """Write into the first place with room (shared memory, then the temp dir); the bytes written."""
-        need, tried = self.size(), []
-        for root in keep_roots():
-            free = _free(root)
-            if free is not None and free < need + _MARGIN:
-                tried.append(f"{format_bytes(free)} free in {root}")
-                continue
-            folder = private_dir(keep_dir(dirname, root), create=True)
-            try:
-                written = self._write(folder, rank)
-            except OSError as exc:
-                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-                    raise
-                _discard_in(folder, rank)
-                tried.append(f"{root} filled up")
-                continue
-            self.folder = folder
-            return written
-        raise NoRoom(errno.ENOSPC, f"no room for this rank's {format_bytes(need)} of names ({'; '.join(tried)}): "
-                     "delete large names first, or restart with --clean")
-
-    def _write(self, folder: Path, rank: int) -> int:
-        spans: dict[tuple[int, int], tuple[int, int]] = {}
-        fd = os.open(folder / f"rank{rank}.data", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        offset = 0
-
-        def span(buf: pickle.PickleBuffer) -> tuple[int, int]:
-            nonlocal offset
-            key = _address(buf)
-            if key not in spans or key[0] == 0:
-                raw = buf.raw()
-                spans[key] = (offset, raw.nbytes)
-                _write_all(fd, raw)
-                offset += raw.nbytes
-                offset += _pad(fd, offset)
-            return spans[key]
-
-        try:
-            whole_spans = [span(b) for b in self.together]
-            records = [(name, payload, [span(b) for b in found]) for name, (payload, found) in self.singles.items()]
-        finally:
-            os.close(fd)
-        index = {"whole": (self.whole, whole_spans), "records": records, "modules": self.modules}
-        with open(os.open(folder / f"rank{rank}.index", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
-            pickle.dump(index, f, protocol=5)
-        return offset + len(self.whole or b"")
-
-
-def _free(root: Path) -> Optional[int]:
-    try:
-        return shutil.disk_usage(root).free
-    except OSError:
-        return None
-
-
-def _write_all(fd: int, raw: memoryview) -> None:
-    view = raw.cast("B") if raw.format != "B" or raw.ndim != 1 else raw
-    while view.nbytes:
-        done = os.write(fd, view)
-        view = view[done:]
-
-
-def _pad(fd: int, offset: int, align: int = 64) -> int:
-    """Align the next buffer (numpy and MLX like aligned data)."""
-    extra = (-offset) % align
-    if extra:
-        os.write(fd, b"\0" * extra)
-    return extra
 
 
 def restore(dirname: str, rank: int, ns: Optional[MutableMapping[str, Any]] = None, discard_files: bool = True) -> dict[str, Any]:
@@ -505,16 +393,4 @@ def import_modules(modules: dict[str, str], ns: Optional[MutableMapping[str, Any
 def discard(dirname: str, rank: int) -> None:
     """Remove rank ``rank``'s files, and the folder once it is empty (mapped data stays readable)."""
     for root in keep_roots():
-        _discard_in(keep_dir(dirname, root), rank)
-
-
-def _discard_in(folder: Path, rank: int) -> None:
-    for suffix in ("index", "data"):
-        try:
-            (folder / f"rank{rank}.{suffix}").unlink()
-        except FileNotFoundError:
-            pass
-    try:
-        folder.rmdir()
-    except OSError:
-        pass
+        discard_in(keep_dir(dirname, root), rank)
