@@ -7,7 +7,6 @@ every rule (when the ranks get ``mx``/``world``/``group``, what is formed again 
 from __future__ import annotations
 
 import argparse
-import html
 import os
 import threading
 import time
@@ -21,6 +20,7 @@ from mlx_jupyter.magic_help import (CLUSTER_ACTIONS, cluster_action_help, cluste
                                    help_without_body, plain_help)
 from mlx_jupyter.cluster.cells.targets import parse_targets
 from mlx_jupyter.cluster.cells.text import MODES, format_bytes
+from mlx_jupyter.ranks_progress import RanksProgressBar
 
 #: the kernel's cluster (one per kernel)
 _cluster: Optional[Any] = None
@@ -73,71 +73,6 @@ def _parse(magic: Any, line: str) -> Any:
 
 
 _SECONDS = options.option("timeout").check
-
-
-class _RanksProgressBar:
-    """Ranks connected out of N: an updated display in a notebook (an HTML ``<progress>``, no
-    widget: importing ipywidgets would be on the start's path), a text line elsewhere.
-
-    When done, the display is replaced by the final line (one line, also in a saved
-    notebook's outputs); the text line is overwritten by it.
-    """
-
-    def __init__(self, total_hint: int, title: str):
-        self.handle: Any = None
-        self.title = title
-        self.have, self.total = 0, total_hint
-        self.slurm = ""
-        try:
-            from IPython import get_ipython
-
-            ip = get_ipython()
-            if ip is not None and getattr(ip, "kernel", None) is not None:
-                from IPython.display import display
-
-                self.handle = display(self._data(), raw=True, display_id=True)
-        except Exception:
-            self.handle = None
-
-    def _line(self) -> str:
-        if self.slurm and not self.have:
-            return f"{self.title}: {self.slurm}"
-        return f"{self.title}: {self.have}/{self.total} ranks connected" + (f" ({self.slurm})" if self.slurm else "")
-
-    def slurm_state(self, state: Any) -> None:
-        """The Slurm job's state while it waits for nodes (``Slurm job 12 PENDING (Resources)``)."""
-        self.slurm = f"Slurm job {state.job_id} {state.describe()}"
-        self(self.have, self.total)
-
-    def _data(self) -> dict[str, str]:
-        return {"text/plain": self._line(),
-                "text/html": f"<progress value='{self.have}' max='{max(self.total, 1)}'></progress> "
-                             f"{html.escape(self._line())}"}
-
-    def __call__(self, have: int, total: int) -> None:
-        self.have, self.total = have, total
-        if self.handle is not None:
-            try:
-                self.handle.update(self._data(), raw=True)
-                return
-            except Exception:
-                self.handle = None
-        print(f"\r{self._line()}", end="", flush=True)
-
-    def done(self, text: str) -> None:
-        """Replace the progress by ``text``."""
-        if self.handle is None:
-            shown = len(self._line()) if self.have else 0
-            print(f"\r{text.ljust(shown)}" if shown else text, flush=True)
-            return
-        try:
-            self.handle.update({"text/plain": text}, raw=True)
-        except Exception:  # a front end without display updates: say it the plain way
-            print(text)
-
-    def failed(self) -> None:
-        """Replace the progress by where it stopped (the error, raised next, says why)."""
-        self.done(f"{self._line()}, then it failed (below)")
 
 
 @magics_class
@@ -202,7 +137,7 @@ class MLXMagics(Magics):
                 total = cluster.expected_size()
             except (OSError, ValueError) as exc:
                 raise UsageError(f"--hostfile {args.hostfile}: {exc}" if args.hostfile else str(exc)) from None
-            progress = _RanksProgressBar(total, "starting")
+            progress = RanksProgressBar(total, "starting")
             allocation = getattr(cluster, "allocation", None)
             if allocation is not None:
                 allocation.opts.on_state = progress.slurm_state
@@ -240,7 +175,7 @@ class MLXMagics(Magics):
                     _cluster.restart(timeout=args.timeout, clean=args.clean, quiet=True)
                 except ClusterError as exc:
                     raise UsageError(f"restart refused: {exc}") from None
-            progress = _RanksProgressBar(_cluster.size, "restarting")
+            progress = RanksProgressBar(_cluster.size, "restarting")
             t0 = time.perf_counter()
             try:
                 _cluster.restart(progress=progress, timeout=args.timeout, clean=args.clean, quiet=True)

@@ -1,4 +1,4 @@
-"""SSH for launching: parallel asyncssh connections (one per host) and shell quoting.
+"""SSH for launching: parallel asyncssh connections (one per host); shell quoting is :mod:`.shell_quote`.
 
 Connections honour the user's OpenSSH config (HostName, Port, User,
 IdentityFile, ProxyJump). Host keys are verified against the known_hosts
@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import shlex
 import sys
 import warnings
 import weakref
@@ -23,9 +22,9 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from mlx_jupyter import options
-
-#: Environment variable names we export on a remote host.
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# re-exported (callers write ssh.quote, ssh.join, ...)
+from mlx_jupyter.net.shell_quote import QuotingError as QuotingError, check_name as check_name, export as export
+from mlx_jupyter.net.shell_quote import join as join, quote as quote, sh_command as sh_command
 
 
 def _asyncssh() -> Any:
@@ -51,42 +50,6 @@ class SSHError(RuntimeError):
     def __init__(self, host: str, message: str, *, prefixed: bool = True):
         super().__init__(f"ssh to {host}: {message}" if prefixed else message)
         self.host = host
-
-
-class QuotingError(ValueError):
-    """A value cannot be passed to a remote shell literally (e.g. it contains NUL)."""
-
-
-# ----------------------------------------------------------------- quoting --
-
-def quote(value: str | os.PathLike[str]) -> str:
-    """Quote one word for a POSIX shell so that it arrives literally (NUL refused)."""
-    text = os.fspath(value)
-    if "\0" in text:
-        raise QuotingError(f"{text!r}: a NUL byte cannot be passed through a shell")
-    return shlex.quote(text)
-
-
-def join(argv: Sequence[str | os.PathLike[str]]) -> str:
-    """Quote every word of ``argv`` and join them with spaces."""
-    return " ".join(quote(a) for a in argv)
-
-
-def check_name(name: str) -> str:
-    """Return ``name`` if it is a shell variable name, else raise :class:`QuotingError`."""
-    if not _ENV_NAME.match(name):
-        raise QuotingError(f"{name!r} is not a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
-    return name
-
-
-def export(name: str, value: str) -> str:
-    """``export NAME='value'``; the name must be a shell identifier."""
-    return f"export {check_name(name)}={quote(value)}"
-
-
-def sh_command(script: str) -> str:
-    """Run ``script`` under ``/bin/sh`` whatever the remote login shell is (bash, zsh, ...)."""
-    return f"exec /bin/sh -c {quote(script)}"
 
 
 # ----------------------------------------------------------------- options --

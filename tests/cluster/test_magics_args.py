@@ -94,10 +94,10 @@ def test_progress_total_counts_the_hostfile(start, tmp_path, monkeypatch, capsys
     hf.write_text('[{"ssh": "a", "ips": ["10.0.0.1"]}, {"ssh": "b", "ips": ["10.0.0.2"]}, '
                   '{"ssh": "c", "ips": ["10.0.0.3"]}]')
     shown = []
-    monkeypatch.setattr(magics._RanksProgressBar, "__call__", lambda self, have, total: shown.append(total))
-    monkeypatch.setattr(magics._RanksProgressBar, "__init__", lambda self, total, title: shown.append(total) or None)
-    monkeypatch.setattr(magics._RanksProgressBar, "done", lambda self, text: None)
-    monkeypatch.setattr(magics._RanksProgressBar, "failed", lambda self: None)
+    monkeypatch.setattr(magics.RanksProgressBar, "__call__", lambda self, have, total: shown.append(total))
+    monkeypatch.setattr(magics.RanksProgressBar, "__init__", lambda self, total, title: shown.append(total) or None)
+    monkeypatch.setattr(magics.RanksProgressBar, "done", lambda self, text: None)
+    monkeypatch.setattr(magics.RanksProgressBar, "failed", lambda self: None)
     start(f"start --hostfile {hf}")
     start(f"start -n 2 --hostfile {hf}")
     assert shown == [3, 3, 6, 6]

@@ -17,7 +17,7 @@ a session never hangs. While a prompt waits, the live table (``table``) goes on
 updating from a thread of its own. A cell that went through the controller (a
 connected notebook's) has no cell channel: :class:`ControlDebugLink` asks its ranks
 for their pdb's output and sends them their lines on the control channel
-(``mlx_debug_request``, see :class:`mlx_jupyter.cluster.rank.debugger.ControlPort`).
+(``mlx_debug_request``, see :class:`mlx_jupyter.cluster.rank.debug_control.ControlPort`).
 """
 
 from __future__ import annotations

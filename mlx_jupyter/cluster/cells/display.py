@@ -26,7 +26,7 @@ Publish = Callable[[dict[str, Any], dict[str, Any]], None]
 
 
 class ShownEvent(Protocol):
-    """One event of a run (:class:`~.run.Event`)."""
+    """One event of a run (:class:`~.run_events.Event`)."""
 
     @property
     def kind(self) -> str: ...

@@ -26,7 +26,6 @@ import re
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Protocol, Sequence
 
@@ -35,6 +34,7 @@ from mlx_jupyter.cluster.cells.debug import ControlSender
 from mlx_jupyter.cluster.cells.cell_server import CellServer, notebook_count
 from mlx_jupyter.cluster.cells.replies import is_release_error, reply_content
 from mlx_jupyter.cluster.cells.outcome import DIED, ERROR, NO_REPLY, OK, RELEASED, RUNNING, RankOutcome
+from mlx_jupyter.cluster.cells.run_events import FINISHED as FINISHED, Event as Event, EventQueue
 from mlx_jupyter.cluster.cells.text import describe_exit
 
 if TYPE_CHECKING:
@@ -87,8 +87,6 @@ class RunHost(Protocol):
 ENDED_WORDS = {OK: "done", ERROR: "raised", RELEASED: "released", DIED: "dead", NO_REPLY: "no reply"}
 #: a rank's answer for a cell aborted before it started there (rank.agent.CellAborted)
 NOT_STARTED = "CellAborted"
-#: the event put once the whole run has ended (after ``done`` is set), waking a reader that waits
-FINISHED = "finished"
 #: how often a run through the controller asks whether the controller still lives (its death ends the run)
 CONTROLLER_LOOK = 0.25
 #: our core's PeerError for a peer whose host stopped acknowledging (down, or the network cut)
@@ -109,28 +107,6 @@ def _safe(fn: Callable[..., None]) -> Callable[..., None]:
     return wrapper
 
 
-@dataclass
-class Event:
-    """``kind`` is ``stream`` (payload: (name, text)), ``display``, ``result`` (payload: content),
-    ``debug`` (payload: (text, prompt or None, done), a rank's pdb session), ``end`` (a rank's), or
-    :data:`FINISHED` (rank -1: the run is over, ``done`` is set; the last event of a run)."""
-
-    kind: str
-    rank: int
-    payload: Any = None
-
-
-class _Events(queue.Queue["Event"]):
-    """A run's events; :meth:`put_quiet` queues one without waking a reader."""
-
-    def put_quiet(self, event: "Event") -> None:
-        """Queue ``event`` for the reader's next look (its poll, or the next event that wakes it): a
-        thread woken for it would only compete for a core with the ranks still running the cell."""
-        with self.mutex:
-            self._put(event)
-            self.unfinished_tasks += 1
-
-
 class CellRun:
     """A supervised execution of ``code`` on ``ranks``. See the module docstring."""
 
@@ -139,7 +115,7 @@ class CellRun:
         self.code, self.first_line = code, first_line  # first_line: its number on the ranks (2 under the magic)
         self.ranks = list(ranks)
         self.release_deadline = release_deadline
-        self.events: _Events = _Events()
+        self.events: EventQueue = EventQueue()
         self.outcomes = {r: RankOutcome(r, status=RUNNING) for r in self.ranks}
         self.cause: Optional[str] = None
         #: op records per rank, once gathered, when the run was profiled (Cluster.profile())

@@ -20,7 +20,8 @@ engine's control thread handles even while a cell blocks the main thread:
 - ``mlx_status_request``: pid, memory, whether a cell runs and since when, group/world state.
 
 Requests that run functions (``apply_request``: setup, push, pull) are tracked
-like cells, so an abort naming one (the notebook's KeyboardInterrupt) stops it too.
+like cells, so an abort naming one (the notebook's KeyboardInterrupt) stops it too
+(:mod:`~mlx_jupyter.cluster.rank.apply_tracking`).
 
 A cell that raises by itself is left to its supervisor when it has one (a
 ``%%mlx_distributed`` cell: the notebook releases the ranks still running, and decides
@@ -36,18 +37,18 @@ from __future__ import annotations
 
 import ast
 import collections
-import inspect
 import os
 import socket
 import threading
 import time
-from typing import Any, Awaitable, Callable, Optional
+from typing import Any, Optional
 
 from IPython.core.error import InputRejected
 
 from mlx_jupyter.cluster.rank import cell_end, drain
+from mlx_jupyter.cluster.rank.apply_tracking import tracked_apply
 from mlx_jupyter.cluster.rank.interrupt import CellInterrupt
-from mlx_jupyter.cluster.rank.kernel_compat import check_kernel, send_abort_reply
+from mlx_jupyter.cluster.rank.kernel_compat import check_kernel
 from mlx_jupyter.cluster.rank.names import NAMES, WorldGuard
 from mlx_jupyter.cluster.rank.peers import PeerLink, open_link, request_key, same_request
 from mlx_jupyter.cluster.rank.process import configure_output, rss
@@ -130,7 +131,7 @@ class RankAgent:
         self.kernel.control_handlers.update(drain.handlers(self))
         handlers = self.kernel.shell_handlers
         if "apply_request" in handlers:
-            handlers["apply_request"] = self._tracked_apply(handlers["apply_request"])
+            handlers["apply_request"] = tracked_apply(self, handlers["apply_request"])
         configure_output(self.shell)
         record_when_imported()   # a model mlx_lm.utils.sharded_load gives carries its recipe (issue 43 §4)
         self.shell.ast_transformers.append(WorldGuard(self.shell.user_ns))
@@ -215,48 +216,6 @@ class RankAgent:
         if self._silent_cell:
             self._silent_cell = False
             self._post_run_cell(getattr(self.shell, "last_execution_result", None))
-
-    def _tracked_apply(self, handler: Callable[..., Any]) -> Callable[..., Any]:
-        """``apply_request`` wrapped in :meth:`_begin`/:meth:`_end`, so that an abort naming it stops it.
-
-        One aborted before it began is answered "aborted" (also when our SIGINT
-        lands before the handler is called); ipyparallel's handler turns an
-        interrupt inside it into an error reply.
-        """
-        agent = self
-
-        def apply_request(stream: Any, ident: Any, parent: dict[str, Any]) -> Any:
-            msg_id = str(parent.get("header", {}).get("msg_id", ""))
-            started = awaited = False
-            try:
-                agent.returned = False
-                if agent._begin(msg_id, "apply") is not None:
-                    return send_abort_reply(agent.kernel, stream, parent, ident)
-                started = True
-                result = handler(stream, ident, parent)
-                if inspect.isawaitable(result):
-                    awaited = True
-                    return agent._finish_later(result)
-                agent.returned = True  # a late SIGINT from here on is dropped (CellInterrupt.on_sigint)
-                return result
-            except KeyboardInterrupt:
-                if not started:  # stopped before it ran: it still gets its reply
-                    return send_abort_reply(agent.kernel, stream, parent, ident)
-                return None
-            finally:
-                if not awaited:
-                    agent._end()
-
-        apply_request.__wrapped__ = handler  # type: ignore[attr-defined]
-        return apply_request
-
-    async def _finish_later(self, result: Awaitable[Any]) -> Any:
-        try:
-            value = await result
-            self.returned = True
-            return value
-        finally:
-            self._end()
 
     def _drop_rejector(self, rejector: Optional[_RejectCell] = None) -> None:
         with self._lock:
