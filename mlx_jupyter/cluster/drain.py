@@ -31,10 +31,11 @@ PYTHON_WAIT = 5.0
 MAKE = 0.7
 #: the most drain rounds of one run (each makes the calls its blocked ranks wait in at that moment)
 ROUNDS = 8
-#: the shortest span over which a rank's CPU time tells whether it computes (its samples are this far apart)
-CPU_SPAN = 0.25
+#: how long ranks that all joined the calls they evaluate are waited for (a long prefill ends by itself; MLX
+#: cannot cancel it, and its ring spins while it waits, so CPU time does not tell computing from waiting)
+BUSY_WAIT = 3.0
 
-#: told the ranks that still evaluate (together, making progress) after a stop: their release may take longer
+#: told the ranks that still evaluate (together) after a stop, or that a drain just released: their release may take longer
 OnBusy = Callable[[list[int]], None]
 
 
@@ -88,12 +89,10 @@ class Drainer:
 
         Every request names the run's request on its rank: a rank that has begun another one since
         (the run ended meanwhile) answers for nothing, makes nothing and holds nothing. Ranks that all
-        joined the collectives they evaluate, and compute, are waited for (up to ``drain_plan.FINISH`` s:
-        MLX cannot cancel an evaluation), and ``on_busy`` is told which."""
+        joined the collectives they evaluate are waited for up to :data:`BUSY_WAIT` s (MLX cannot cancel an
+        evaluation), and ``on_busy`` is told which."""
         began = time.monotonic()
         end = began + SETTLE
-        looked: dict[int, tuple[float, float]] = {}   # each rank's (time, CPU time) at least CPU_SPAN ago
-        busy = False
         while True:
             states = self._ask(ranks, msg_ids, max(0.05, end - time.monotonic()))
             if log.isEnabledFor(logging.DEBUG):
@@ -105,20 +104,16 @@ class Drainer:
                 return "the run is over"
             plan = drain_plan.plan(drain_plan.with_drained(states, drained or {}), ranks, self.table.dead, self.ops)
             now = time.monotonic()
-            if plan.busy:
-                seen = {r: (now, float(st["cpu"])) for r, st in states.items() if "cpu" in st}
-                moving = drain_plan.progressing(looked, seen, plan.frozen)
-                if moving and now - began < drain_plan.FINISH:
-                    end, busy = max(end, now + SETTLE), True
-                    if on_busy is not None:
-                        on_busy(plan.frozen)
-                looked.update({r: v for r, v in seen.items() if now - looked.get(r, (0.0, 0.0))[0] >= CPU_SPAN})
+            if plan.busy and end < began + BUSY_WAIT:
+                end = began + BUSY_WAIT
+                if on_busy is not None:
+                    on_busy(plan.frozen)
             if plan.wait and not plan.why and not plan.busy:   # a rank still runs Python: it ends soon
                 end = max(end, min(now + SETTLE, began + PYTHON_WAIT))
             if not plan.wait or now > end:
                 break
             # polling: a Python rank's KeyboardInterrupt ends it within ms; ranks still evaluating, less often
-            time.sleep(0.1 if busy and now - began > SETTLE else 0.02)
+            time.sleep(0.1 if plan.busy and now - began > SETTLE else 0.02)
         if plan.wait and plan.why:   # they did not finish by themselves meanwhile
             self._verdict(plan.frozen, plan.why, msg_ids)
             return f"not drained: {plan.why}"

@@ -21,8 +21,8 @@ class Plan:
     """``wait``: ask again (a rank still runs Python, or the blocked ranks may finish by themselves: ``why``
     then says what to tell them if they do not); ``calls``: rank -> the collectives it makes, in order;
     ``why``: the one line saying why no drain is possible; ``frozen``: the ranks blocked in native code;
-    ``busy``: every rank joined every collective, so the frozen ranks evaluate together (a long prefill)
-    and end by themselves while they make progress."""
+    ``busy``: every rank joined every collective with the same op, dtype and shape, so the frozen ranks
+    evaluate together (a long prefill) and may end by themselves."""
 
     wait: bool = False
     calls: dict[int, list[Call]] = field(default_factory=dict)
@@ -59,6 +59,9 @@ def plan(states: Mapping[int, Mapping[str, Any]], ranks: Sequence[int], dead: Co
     if any(not states[r].get("frozen") for r in running):
         return Plan(wait=True)
     frozen = sorted(running + streaming)
+    differ = _differing(states, ranks)
+    if differ:   # MLX's ring can let one side finish a mismatched pair: nothing pairs with what is left
+        return Plan(why=differ, frozen=frozen)
     ran = {r: _ran(states[r]) for r in ranks}
     calls: dict[int, list[tuple[tuple[int, int], Call]]] = {}   # rank -> (its place in another's record, call)
     for key in sorted({k for r in ranks for k in ran[r]}):
@@ -118,6 +121,20 @@ def with_drained(states: Mapping[int, Mapping[str, Any]],
             unrun[key] = [n for n in unrun.get(key, []) if n != seq]
         out[rank] = {**out[rank], "made": made, "unrun": unrun}
     return out
+
+
+def _differing(states: Mapping[int, Mapping[str, Any]], ranks: Sequence[int]) -> str:
+    """Why one call number of a group differs across the ranks' records (op, dtype or shape), or ""."""
+    seen: dict[tuple[str, int], dict[int, tuple[str, str, tuple[int, ...]]]] = {}
+    for r in ranks:
+        for call in states[r].get("calls") or ():
+            if ":" not in str(call[0]):
+                seen.setdefault((str(call[0]), int(call[1])), {})[r] = _kind(call)
+    for (key, seq), kinds in sorted(seen.items()):
+        if len(set(kinds.values())) > 1:
+            said = "; ".join(f"{op} {dtype} {list(shape)} on rank {r}" for r, (op, dtype, shape) in sorted(kinds.items()))
+            return f"collective #{seq} on `{key}` differs across ranks ({said})"
+    return ""
 
 
 def _members(key: str, states: Mapping[int, Mapping[str, Any]], ran: Mapping[int, Mapping[str, set[int]]],
@@ -183,22 +200,3 @@ def describe(calls: Mapping[int, Sequence[Call]]) -> str:
             runs[-1][1].append(f"{c[2]} #{c[1]}")
         parts.append(f"rank {r} made " + ", ".join(f"{', '.join(made)} on `{key}`" for key, made in runs))
     return "; ".join(parts)
-
-
-#: the longest ranks that evaluate together are waited for after a stop (MLX cannot cancel an evaluation)
-FINISH = 60.0
-#: a rank whose process used at least this share of one core since the last look is making progress
-PROGRESS_SHARE = 0.2
-
-
-def progressing(before: Mapping[int, tuple[float, float]], now: Mapping[int, tuple[float, float]],
-                ranks: Collection[int]) -> list[int]:
-    """Of ``ranks``, those whose CPU time grew by at least :data:`PROGRESS_SHARE` of the wall time between
-    two looks (``{rank: (wall seconds, CPU seconds)}``): computing, not blocked in a wait."""
-    out = []
-    for r in sorted(ranks):
-        if r in before and r in now:
-            wall, cpu = now[r][0] - before[r][0], now[r][1] - before[r][1]
-            if wall > 0 and cpu >= PROGRESS_SHARE * wall:
-                out.append(r)
-    return out

@@ -122,16 +122,18 @@ def test_a_second_round_counts_the_calls_the_first_made():
         1: [("world", 3, "all_sum", "float32", (2,))]}
 
 
-def test_ranks_that_evaluate_together_are_busy_while_their_cpu_time_grows():
+def test_ranks_that_joined_every_call_are_busy_and_a_number_that_differs_is_named_at_once():
     both = {r: _state(True, True, {"world": 2}, [["world", 2, "all_sum", "float32", [2]]]) for r in (0, 1)}
     plan = drain_plan.plan(both, [0, 1])
     assert plan.wait and plan.busy and plan.frozen == [0, 1]
-    before = {0: (10.0, 5.0), 1: (10.0, 5.0)}
-    share = drain_plan.PROGRESS_SHARE
-    now = {0: (11.0, 5.0 + share), 1: (11.0, 5.0 + share - 0.01)}   # rank 0 at the edge, rank 1 just under it
-    assert drain_plan.progressing(before, now, [0, 1]) == [0]
-    assert drain_plan.progressing(before, {0: (10.0, 9.0)}, [0]) == []   # no time passed: nothing to tell
-    assert drain_plan.progressing({}, now, [0, 1]) == []
+    # MLX's ring let rank 0 finish its all_sum #1 against rank 1's all_gather #1: both "ran" #1, nobody is behind
+    one_sided = {0: _state(False, False, {"world": 1}, [["world", 1, "all_sum", "float32", [4]]]),
+                 1: {**_state(True, True, {"world": 1}, [["world", 1, "all_gather", "float32", [8]]]),
+                     "groups": {"world": [1, 2]}}}
+    plan = drain_plan.plan(one_sided, [0, 1])
+    assert not plan.wait and plan.frozen == [1]
+    assert plan.why == ("collective #1 on `world` differs across ranks (all_sum float32 [4] on rank 0; "
+                        "all_gather float32 [8] on rank 1)")
 
 
 # ---------------------------------------------------------------- on real ranks

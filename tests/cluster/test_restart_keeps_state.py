@@ -192,6 +192,7 @@ def small_and_big_roots(tmp_path, monkeypatch):
         require("a tmpfs mount", "needs to mount a tmpfs (root)")
     monkeypatch.setattr(keep_files, "keep_roots", lambda: [small, big])
     monkeypatch.setattr(keep, "keep_roots", lambda: [small, big])
+    monkeypatch.setattr(keep_write, "keep_roots", lambda: [small, big])
     monkeypatch.setattr(keep_write, "MARGIN", 0)
     try:
         yield small, big
@@ -211,10 +212,11 @@ def test_names_too_big_for_shared_memory_go_to_the_next_place(small_and_big_root
     assert sorted(keep.restore(name, 0, back)["restored"]) == ["a", "b"]
     assert (back["a"] == ns["a"]).all() and not (big / name).exists()
     # the estimate was low (the tmpfs looked roomy): the write that fills it up moves on, leaving nothing
-    monkeypatch.setattr(keep, "_free", lambda root: None)
+    monkeypatch.setattr(keep_write, "free_bytes", lambda root: None)
     assert keep.save(name, 1, ns)["folder"] == str(big / name) and not (small / name).exists()
     keep.discard(name, 1)
     monkeypatch.setattr(keep, "keep_roots", lambda: [small])
+    monkeypatch.setattr(keep_write, "keep_roots", lambda: [small])
     with pytest.raises(keep.NoRoom, match=r"no room for this rank's 4\.0 MiB of names \(.* filled up\): "
                                           "delete large names first, or restart with --clean"):
         keep.save(name, 2, ns)
@@ -226,9 +228,9 @@ def test_a_rank_that_cannot_save_stops_the_restart_before_any_rank_is_lost():
     with Cluster(n=2) as c:
         show_run(c.run("x = 41 + world.rank()\nimport os\npid = os.getpid()\n"
                        "if world.rank() == 1:\n"
-                       "    import mlx_jupyter.cluster.rank.keep as k\n"
+                       "    import mlx_jupyter.cluster.rank.keep_write as k\n"
                        "    def full(*a):\n        raise k.NoRoom(28, 'no room for this rank (test)')\n"
-                       "    k._Files.write_somewhere = full"), timeout=30)
+                       "    k.SavedFiles.write_somewhere = full"), timeout=30)
         pids = c.pull("pid")
         with pytest.raises(ClusterError, match=r"saving the ranks' names failed \(rank 1: NoRoom: no room for this "
                                                r"rank \(test\)\); nothing was lost: the ranks were not restarted and "
@@ -320,7 +322,8 @@ def test_the_files_are_private_and_on_this_hosts_shared_memory(tmp_path):
 
 
 def test_after_mlxs_world_died_the_magics_restart_brings_the_state_and_a_working_world_back():
-    """Rank 1 raises while rank 0 waits in MLX's recv from it (no drain can make it): the world is dead; `%mlx_cluster restart`
+    """Rank 1 raises after building an all_gather while rank 0 waits in an all_sum of the same number (no drain can make it):
+    the world is dead; `%mlx_cluster restart`
     keeps `model` and the data, and MLX's `world` sums correctly again."""
     k = Kernel()
     try:
@@ -329,7 +332,8 @@ def test_after_mlxs_world_died_the_magics_restart_brings_the_state_and_a_working
                       "data = np.arange(6.0) + world.rank()\nw = np.array(model.weight).tolist()", 60)
         assert built.status == "ok", built
         died = k.run("%%mlx_distributed\nimport mlx_jupyter.distributed as d\nd.init().barrier()\n"
-                     "if world.rank() == 1:\n    1/0\nmx.eval(mx.distributed.recv_like(mx.ones(3), 1, group=world))", 60)
+                     "if world.rank() == 1:\n    g = mx.distributed.all_gather(mx.ones(5), group=world)\n    1/0\n"
+                     "mx.eval(mx.distributed.all_sum(mx.ones(3), group=world))", 60)
         assert died.status == "error" and "%mlx_cluster restart" in died.stdout + died.traceback, died
         refused = k.run("%%mlx_distributed\nmx.distributed.all_sum(mx.ones(2), group=world)", 30)
         assert "MLX's `world` is shut down" in refused.stdout + refused.traceback, refused

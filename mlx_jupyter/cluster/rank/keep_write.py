@@ -132,3 +132,4 @@ def discard_in(folder: Path, rank: int) -> None:
         folder.rmdir()
     except OSError:
         pass
+
