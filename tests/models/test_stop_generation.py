@@ -18,12 +18,10 @@ require_module("mlx_lm", "MLX-LM (pip install -e '.[test]')")
 
 from mlx_jupyter.cluster import Cluster  # noqa: E402
 from mlx_jupyter.cluster.cells.display import show_run  # noqa: E402
-from mlx_jupyter.models.tiny import write_tiny_model  # noqa: E402
+from test_sharded_generation import PROMPT, TOKENS, folder, reference  # noqa: E402,F401  (the same model and reply)
 
 pytestmark = pytest.mark.timeout(240)
 
-PROMPT = "Tell me about the ranks."
-TOKENS = 16
 #: stops pressed per way of sharding, each at a random moment of the generation
 STOPS = 6
 
@@ -42,21 +40,6 @@ while True:
 """
 
 GREEDY = f"tokens = [r.token for r in mlx_lm.stream_generate(model, tokenizer, prompt, max_tokens={TOKENS})]"
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    return write_tiny_model(tmp_path_factory.mktemp("lm") / "tiny", layers=4, heads=4, kv_heads=4)
-
-
-@pytest.fixture(scope="module")
-def reference(folder):
-    """One process's greedy tokens for :data:`PROMPT`."""
-    import mlx_lm
-
-    model, tokenizer = mlx_lm.load(str(folder))
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": PROMPT}], add_generation_prompt=True)
-    return [r.token for r in mlx_lm.stream_generate(model, tokenizer, prompt, max_tokens=TOKENS)]
 
 
 def _world_calls(c: Cluster) -> list[int]:

@@ -21,21 +21,6 @@ mx = pytest.importorskip("mlx.core")
 from mlx_jupyter.where import mlx_calls  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def world():
-    mlx_calls.install()
-    return mx.distributed.init()
-
-
-@pytest.fixture
-def record(world):
-    mlx_calls.enable(True)
-    mlx_calls.new_cell()
-    yield mlx_calls.RECORD
-    mlx_calls.enable(True)
-    mlx_calls.new_cell()
-
-
 def _line() -> int:
     return sys._getframe(1).f_lineno
 

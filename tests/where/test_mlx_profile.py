@@ -15,22 +15,6 @@ from mlx_jupyter.collective.profile import MLX, summarize, timeline_svg  # noqa:
 from mlx_jupyter.where import mlx_calls, mlx_profile  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def world():
-    mlx_calls.install()
-    return mx.distributed.init()
-
-
-@pytest.fixture
-def record(world):
-    mlx_calls.enable(True)
-    mlx_calls.new_cell()
-    yield mlx_calls.RECORD
-    mlx_profile.stop()
-    mlx_calls.enable(True)
-    mlx_calls.new_cell()
-
-
 def _line() -> int:
     return sys._getframe(1).f_lineno
 

@@ -123,13 +123,18 @@ def pad(fd: int, offset: int, align: int = 64) -> int:
 
 
 def discard_in(folder: Path, rank: int) -> None:
-    for suffix in ("index", "data"):
+    """Remove rank ``rank``'s files in ``folder``, and the folder once it is empty."""
+    remove_quietly([folder / f"rank{rank}.{suffix}" for suffix in ("index", "data")], folder)
+
+
+def remove_quietly(paths: list[Path], folder: Path) -> None:
+    """Remove ``paths`` (those that exist), then ``folder`` if nothing else is left in it."""
+    for path in paths:
         try:
-            (folder / f"rank{rank}.{suffix}").unlink()
+            path.unlink()
         except FileNotFoundError:
             pass
     try:
         folder.rmdir()
     except OSError:
         pass
-

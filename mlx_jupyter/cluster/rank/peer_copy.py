@@ -20,6 +20,7 @@ from typing import Any, MutableMapping, Optional
 
 from mlx_jupyter.cluster.rank import keep
 from mlx_jupyter.cluster.rank.keep_files import keep_dir, private_dir, rank_folder
+from mlx_jupyter.cluster.rank.keep_write import remove_quietly
 from mlx_jupyter.cluster.rank.rank_taint import rank_dependent
 
 #: what a copy fetched over the network leaves free where it is written (as a save does)
@@ -191,12 +192,4 @@ def fetch_from(dirname: str, peer: int, host: str, port: int, token_hex: str, na
         answer["over"] = "network"
         return answer
     finally:
-        for path in paths:
-            try:
-                path.unlink()
-            except FileNotFoundError:
-                pass
-        try:
-            folder.rmdir()
-        except OSError:
-            pass
+        remove_quietly(list(paths), folder)
