@@ -159,17 +159,18 @@ def test_the_same_cells_leave_the_same_names_through_cluster_run_and_the_magic(c
 
 
 def test_after_mlxs_world_died_a_cell_using_it_fails_with_one_line_that_offers_cluster_restart(capsys):
-    """Rank 1 raises while rank 0 waits in MLX's recv from it on the user's `group` (MLX's world):
-    no drain can make that call (issue 42), so the release shuts the world down (MLX cannot form it
+    """Rank 1 raises having built another collective #1 than the all_sum rank 0 waits in on the user's
+    `group` (MLX's world): no drain can make that call (issue 42), so the release shuts the world down (MLX cannot form it
     again in that process). The error offers what works from plain Python, and the next cell that
     uses it fails with one line, without MLX's socket noise; a cell not using it runs;
     ``cluster.restart()`` gives a working world."""
     with Cluster(n=2) as c:
         assert c.run("group = mx.distributed.init(backend='ring', strict=True)").wait(30)
         with pytest.raises(DistributedCellError) as err:
-            # both ranks pass our core's barrier; then rank 1 raises while rank 0 goes into MLX's recv
+            # both ranks pass our core's barrier; then rank 1 raises while rank 0 goes into MLX's all_sum
             show_run(c.run("import mlx_jupyter.distributed as d\nd.init().barrier()\n"
-                           "if world.rank() == 1:\n    1/0\nmx.eval(mx.distributed.recv_like(mx.ones(3), 1, group=group))"),
+                           "if world.rank() == 1:\n    g = mx.distributed.all_gather(mx.ones(5), group=group)\n    1/0\n"
+                           "mx.eval(mx.distributed.all_sum(mx.ones(3), group=group))"),
                      timeout=30)
         assert "For a new `world`, restart the ranks: cluster.restart()" in "\n".join(err.value.lines)
         capsys.readouterr()
