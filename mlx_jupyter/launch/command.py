@@ -25,6 +25,7 @@ from mlx_jupyter.hostfile import (Host, HostfileError, default_ranks_per_host, m
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.launch.launch_config import local_script
 from mlx_jupyter.launch.job import LaunchConfig, LaunchJob, make_job
+from mlx_jupyter.launch.rank_output import LineHold
 from mlx_jupyter.launch.rankinfo import rank_prefix
 from mlx_jupyter.launch.slurm import command as slurm_command
 from mlx_jupyter.launch.terminal import TERMINAL
@@ -184,10 +185,20 @@ class _Output:
 
     def __init__(self, mode: Optional[str], job: LaunchJob):
         self.mode, self.job = mode, job   # a Slurm job knows its size once it has its nodes
+        self.held = LineHold(self._write)   # labelled lines that come in chunks stay whole
 
     def __call__(self, rank: int, stream: str, text: str, ends: bool) -> None:
+        if self._prefixed():
+            self.held(rank, stream, text, ends)
+        else:
+            self._write(rank, stream, text, ends)
+
+    def _prefixed(self) -> bool:
+        return self.mode == "prefix" or (self.mode is None and self.job.size > 1)
+
+    def _write(self, rank: int, stream: str, text: str, ends: bool) -> None:
         size = self.job.size
-        prefix = self.mode == "prefix" or (self.mode is None and size > 1)
+        prefix = self._prefixed()
         # rank -1: mpirun's or srun's own messages, never prefixed
         TERMINAL.write(rank, stream, text, ends, rank_prefix(rank, size) if prefix else "", breaks=prefix,
                        whole=size > 1)
@@ -225,7 +236,7 @@ async def _pump_stdin(job: LaunchJob, rank: Optional[int] = None) -> None:
 async def run(config: LaunchConfig, output: str | None) -> int:
     """Launch, forward stdin and signals, wait; return the exit status."""
     job = make_job(config)
-    config.on_text = _Output(output, job)
+    config.on_text = shown = _Output(output, job)
     loop = asyncio.get_running_loop()
     interrupts = 0
     started = False
@@ -280,6 +291,7 @@ async def run(config: LaunchConfig, output: str | None) -> int:
             stdin_task.cancel()
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):
             loop.remove_signal_handler(sig)
+    shown.held.flush()
     TERMINAL.end_lines()   # a last unfinished line, so the summary and the shell's prompt start on their own
     summary = job.summary()
     if summary:

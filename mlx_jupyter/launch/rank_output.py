@@ -70,6 +70,45 @@ class RankOutput:
 STALL = 0.1
 
 
+class LineHold:
+    """Pieces of an unfinished line, held up to :data:`STALL` s and passed to ``emit`` joined: a line that
+    comes in chunks (mpirun forwards its ranks' output so) is written whole, not broken where another
+    rank's output comes between; one still unfinished after that goes on as it is (a prompt, a streamed
+    reply), at most :data:`STALL` s behind."""
+
+    def __init__(self, emit: Callable[[int, str, str, bool], None]) -> None:
+        self.emit = emit
+        self._held: dict[tuple[int, str], str] = {}
+        self._timers: dict[tuple[int, str], asyncio.TimerHandle] = {}
+
+    def __call__(self, rank: int, stream: str, text: str, ends: bool) -> None:
+        key = (rank, stream)
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        text = self._held.pop(key, "") + text
+        loop = _running_loop()
+        if ends or loop is None:
+            self.emit(rank, stream, text, ends)
+            return
+        self._held[key] = text
+        self._timers[key] = loop.call_later(STALL, self._stalled, key)
+
+    def _stalled(self, key: tuple[int, str]) -> None:
+        self._timers.pop(key, None)
+        text = self._held.pop(key, "")
+        if text:
+            self.emit(key[0], key[1], text, False)
+
+    def flush(self) -> None:
+        """Pass on what is held now (the launch ends)."""
+        for key in list(self._held):
+            self._stalled(key)
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+
+
 def _running_loop() -> Optional[asyncio.AbstractEventLoop]:
     try:
         return asyncio.get_running_loop()
