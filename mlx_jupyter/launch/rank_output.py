@@ -23,8 +23,7 @@ class RankOutput:
 
     def __init__(self, config: LaunchConfig, size: Callable[[], int]):
         self.config, self.size = config, size
-        self._held: dict[tuple[int, str], str] = {}   # (rank, stream) -> its unfinished line, for on_output
-        self._timers: dict[tuple[int, str], asyncio.TimerHandle] = {}
+        self._lines = LineHold(self._line)   # on_output's whole lines (a stalled one as it is)
 
     def __call__(self, rank: int, stream: str, text: str, ends: bool = True) -> None:
         c = self.config
@@ -35,28 +34,12 @@ class RankOutput:
         if c.on_text is not None:
             self._call(c.on_text, rank, stream, text, ends)
         if c.on_output is not None:
-            self._line(rank, stream, text, ends)
+            self._lines(rank, stream, text, ends)
 
     def _line(self, rank: int, stream: str, text: str, ends: bool) -> None:
         """``on_output``'s call: a whole line, or what a stalled line holds so far."""
-        key = (rank, stream)
-        timer = self._timers.pop(key, None)
-        if timer is not None:
-            timer.cancel()
-        text = self._held.pop(key, "") + text
-        loop = _running_loop()
-        if ends or loop is None:   # off the launcher's loop nothing could time a stall: as it came
-            if self.config.on_output is not None:
-                self._call(self.config.on_output, rank, stream, text)
-            return
-        self._held[key] = text
-        self._timers[key] = loop.call_later(STALL, self._stalled, key)
-
-    def _stalled(self, key: tuple[int, str]) -> None:
-        self._timers.pop(key, None)
-        text = self._held.pop(key, "")
-        if text and self.config.on_output is not None:
-            self._call(self.config.on_output, key[0], key[1], text)
+        if self.config.on_output is not None:
+            self._call(self.config.on_output, rank, stream, text)
 
     @staticmethod
     def _call(callback: Callable[..., None], *args: object) -> None:
