@@ -98,7 +98,7 @@ class Drainer:
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("states at %.3f s: %s", time.monotonic() - began,
                           {r: (st.get("executing"), st.get("frozen"), st.get("made"), st.get("unrun"),
-                               st.get("inflight"), st.get("cpu"))
+                               st.get("inflight"))
                            for r, st in states.items()})
             if any(not st.get("this_run") for st in states.values()):
                 return "the run is over"

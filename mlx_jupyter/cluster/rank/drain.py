@@ -55,11 +55,6 @@ def statuses(record: Any) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
     return unrun, inflight
 
 
-def unrun(record: Any) -> dict[str, list[int]]:
-    """Per key, the newest calls this rank made but never evaluated (see :func:`statuses`)."""
-    return statuses(record)[0]
-
-
 def pending_state(executing: bool, frozen: bool) -> dict[str, Any]:
     """What a drain's plan reads of this rank (any thread): its collectives and whether it is stuck."""
     record = mlx_calls.RECORD
