@@ -132,9 +132,14 @@ def _differing(states: Mapping[int, Mapping[str, Any]], ranks: Sequence[int]) ->
                 seen.setdefault((str(call[0]), int(call[1])), {})[r] = _kind(call)
     for (key, seq), kinds in sorted(seen.items()):
         if len(set(kinds.values())) > 1:
-            said = "; ".join(f"{op} {dtype} {list(shape)} on rank {r}" for r, (op, dtype, shape) in sorted(kinds.items()))
-            return f"collective #{seq} on `{key}` differs across ranks ({said})"
+            return _differs("collective", key, seq, kinds)
     return ""
+
+
+def _differs(what: str, key: str, seq: int, kinds: Mapping[int, tuple[str, str, tuple[int, ...]]]) -> str:
+    """``collective #1 on `world` differs across ranks (all_sum float32 [4] on rank 0; ...)``."""
+    said = "; ".join(f"{op} {dtype} {list(shape)} on rank {r}" for r, (op, dtype, shape) in sorted(kinds.items()))
+    return f"{what} #{seq} on `{key}` differs across ranks ({said})"
 
 
 def _members(key: str, states: Mapping[int, Mapping[str, Any]], ran: Mapping[int, Mapping[str, set[int]]],
@@ -173,19 +178,12 @@ def _the_call(states: Mapping[int, Mapping[str, Any]], members: Sequence[int], k
     what = "send/recv" if ":" in key else "collective"
     if not seen:
         return f"{what} #{seq} on `{key}` is older than the record keeps; it cannot be made again"
-    if ":" in key:   # a send/recv pair: ``behind`` makes its side of it (members: sender, receiver)
-        kinds = {(dtype, shape) for _op, dtype, shape in seen.values()}
+    pair = ":" in key   # a send/recv pair: ``behind`` makes its side of it (members: sender, receiver)
+    if len({(d, sh) if pair else (o, d, sh) for o, d, sh in seen.values()}) > 1:
+        return _differs(what, key, seq, seen)
+    op, dtype, shape = next(iter(seen.values()))
+    if pair:
         op = "send" if behind == members[0] else "recv"
-    else:
-        kinds = set(seen.values())
-    if len(kinds) > 1:
-        said = "; ".join(f"{op} {dtype} {list(shape)} on rank {r}" for r, (op, dtype, shape) in sorted(seen.items()))
-        return f"{what} #{seq} on `{key}` differs across ranks ({said})"
-    kind = kinds.pop()
-    if ":" in key:
-        dtype, shape = kind   # type: ignore[misc]
-    else:
-        op, dtype, shape = kind   # type: ignore[misc]
     return place, (key, seq, op, dtype, shape)
 
 
