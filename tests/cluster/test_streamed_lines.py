@@ -5,10 +5,11 @@ from __future__ import annotations
 from mlx_jupyter.cluster.cells.display import Renderer
 
 
-def _renderer(ranks=(0, 1), hold=10.0, mode="grouped"):
+def _renderer(ranks=(0, 1), hold=10.0, mode="grouped", partial_hold=0.0):
     out, err, shown = [], [], []
     r = Renderer(list(ranks), mode, hold=hold, out=out.append, err=err.append,
-                 publish=lambda data, meta: shown.append(data), live=lambda handle, text: None)
+                 publish=lambda data, meta: shown.append(data), live=lambda handle, text: None,
+                 partial_hold=partial_hold)
     return r, out, err, shown
 
 
@@ -93,3 +94,49 @@ def test_a_line_shown_in_part_waits_for_no_other_rank_and_whole_lines_still_grou
     r.flush()
     assert "".join(out) == "[rank 0] a\n[rank 0] b\n[rank 1] same\n[rank 0] same\n"
 
+
+
+def test_a_line_shown_in_part_is_finished_alone_and_the_ranks_that_showed_none_of_it_group():
+    """Rank 2's stalled "after" was shown; when every rank's line completes together, rank 2's is continued
+    and the others group, so no rank's line shows twice (a fresh clone once showed "[rank 2] after" and then
+    "[ranks 0-2] after")."""
+    r, out, _, _ = _renderer(ranks=(0, 1, 2, 3), hold=10.0)
+    _feed(r, 2, "after")
+    assert "".join(out) == "[rank 2] after"
+    for rank in (0, 1, 3):
+        r.stream(rank, "stdout", "after\n")
+    _feed(r, 2, "\n")
+    assert "".join(out) == "[rank 2] after\n[ranks 0-1,3] after\n"
+
+
+def test_a_group_that_showed_part_of_a_line_continues_it_and_the_rest_come_whole():
+    r, out, _, _ = _renderer(ranks=(0, 1, 2), hold=10.0)
+    r.stream(0, "stdout", "the")
+    _feed(r, 1, "the")
+    assert "".join(out) == "[ranks 0-1] the"
+    r.stream(2, "stdout", "the end\n")
+    r.stream(0, "stdout", " end\n")
+    r.stream(1, "stdout", " end\n")
+    r.flush()
+    assert "".join(out) == "[ranks 0-1] the end\n[rank 2] the end\n"
+
+
+def test_a_fresh_unfinished_line_waits_its_hold_so_a_print_split_in_two_messages_still_groups():
+    r, out, _, _ = _renderer(hold=10.0, partial_hold=60.0)
+    _feed(r, 0, "after")                   # print's text; its newline comes in the next message
+    assert "".join(out) == ""
+    r.stream(1, "stdout", "after\n")
+    _feed(r, 0, "\n")
+    assert "".join(out) == "[ranks 0-1] after\n"
+
+
+def test_an_unfinished_line_shows_once_its_hold_passed():
+    r, out, _, _ = _renderer(ranks=(0,), partial_hold=0.0)
+    g = r.streams["stdout"]
+    g.feed(0, "slow", now=100.0)
+    assert g.partials(now=100.04, age=0.05) == {} and g.partials(now=100.06, age=0.05) == {0: "slow"}
+    g.feed(0, " token", now=101.0)         # more of the same line keeps its start's time
+    assert g.partials(now=101.0, age=0.05) == {0: "slow token"}
+    g.feed(0, "\nnext", now=102.0)         # a new line's start is timed anew
+    g.flush(now=102.0, force=True)
+    assert g.partials(now=102.04, age=0.05) == {} and g.partials(now=102.0, age=0.05, started={0}) == {0: "next"}

@@ -142,8 +142,9 @@ class Renderer:
 
     def __init__(self, ranks: Sequence[int], mode: str = "grouped", hold: float = 0.25,
                  out: Optional[Callable[[str], None]] = None, err: Optional[Callable[[str], None]] = None,
-                 publish: Optional[Publish] = None, live: Optional[Show] = None):
+                 publish: Optional[Publish] = None, live: Optional[Show] = None, partial_hold: float = 0.05):
         self.ranks = ranks
+        self.partial_hold = partial_hold  # an unfinished line waits this long for its end before it shows
         self.mode = mode
         self.out: Writer = out or _stdout
         self.err: Writer = err or _stderr
@@ -206,13 +207,14 @@ class Renderer:
             return
         for name, g in self.streams.items():
             write = self.out if name == "stdout" else self.err
-            lines = g.flush(force=force, eager=self.open.started(name))   # a line shown in part waits for none
+            started = self.open.started(name)
+            lines = g.flush(force=force, eager=started)   # a line shown in part waits for none
             bars = [x for x in lines if isinstance(x[1], FinishedBar)] if name == "stderr" else []
             if bars:  # a finished bar (tqdm writes on stderr) is a success's output, not an error's
                 self.out(self._lines("stdout", bars))
                 lines = [x for x in lines if not isinstance(x[1], FinishedBar)]
             text = self._lines(name, lines) if lines else ""
-            partials = g.partials()
+            partials = g.partials(age=self.partial_hold, started=started)
             if partials:
                 text += self.open.partials(name, partials, self.mode == "grouped")
             if text:

@@ -40,7 +40,7 @@ class OpenLine:
     def lines(self, stream: str, items: Sequence[tuple[list[int], str]]) -> str:
         """The text showing complete lines ``(ranks, line)``: the rest of the open line, or ``[label] line``."""
         out: list[str] = []
-        for ranks, line in items:
+        for ranks, line in (part for item in items for part in self._split(stream, *item)):
             if self._open is not None and self._open[:2] == (stream, tuple(ranks)) and line.startswith(self._open[2]):
                 out.append(line[len(self._open[2]):] + "\n")
                 self._open = None
@@ -72,6 +72,16 @@ class OpenLine:
             out.append(f"[{self._label(ranks)}] {text[start:]}")
             self._open = (stream, tuple(ranks), text)
         return "".join(out)
+
+    def _split(self, stream: str, ranks: list[int], line: str) -> list[tuple[list[int], str]]:
+        """``ranks`` grouped by how much of ``line`` each has shown already, so no rank's start shows twice."""
+        groups: dict[str, list[int]] = {}
+        for r in ranks:
+            shown = self._cut.get((stream, r), "")
+            if self._open is not None and self._open[0] == stream and r in self._open[1]:
+                shown = self._open[2]
+            groups.setdefault(shown if line.startswith(shown) else "", []).append(r)
+        return [(rs, line) for rs in groups.values()]
 
     def _shown(self, stream: str, ranks: Sequence[int], text: str, forget: bool) -> int:
         """How much of ``text`` is shown already: the start every one of ``ranks`` had shown before a break."""

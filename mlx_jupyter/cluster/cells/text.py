@@ -63,6 +63,7 @@ class FinishedBar(str):
 class _RankLines:
     lines: deque[tuple[float, str]] = field(default_factory=deque)  # (arrival time, line without "\n")
     partial: str = ""  # the unfinished line: at most one "\r", before it what is shown
+    partial_since: float = 0.0  # when the unfinished line's first piece came
     done: bool = False
     live: bool = False  # the unfinished line is rewritten in place ("\r"): a progress line
 
@@ -93,15 +94,21 @@ class LineGrouper:
         if "\r" in partial:  # kept short: what is shown, then what was written since the last \r (the cursor)
             shown, _, since = partial.rpartition("\r")
             partial = overwrite(shown) + "\r" + since
+        if partial and (parts or not st.partial):
+            st.partial_since = now
         st.partial = partial
 
     def live(self) -> dict[int, str]:
         """Each rank's unfinished progress line (one rewritten with ``\\r``), as shown now."""
         return {r: overwrite(st.partial) for r, st in self._ranks.items() if st.live and overwrite(st.partial)}
 
-    def partials(self) -> dict[int, str]:
-        """Each rank's unfinished line (not a progress line) whose earlier lines have all been flushed."""
-        return {r: st.partial for r, st in self._ranks.items() if st.partial and not st.live and not st.lines}
+    def partials(self, now: Optional[float] = None, age: float = 0.0,
+                 started: Collection[int] = ()) -> dict[int, str]:
+        """Each rank's unfinished line (not a progress line) whose earlier lines have all been flushed, once it
+        is ``age`` s old (a print's text and its newline often come apart) or its start is shown (``started``)."""
+        now = time.monotonic() if now is None else now
+        return {r: st.partial for r, st in self._ranks.items() if st.partial and not st.live and not st.lines
+                and (r in started or now - st.partial_since >= age)}
 
     def finish(self, rank: int, now: Optional[float] = None) -> None:
         st = self._ranks.setdefault(rank, _RankLines())
