@@ -31,12 +31,17 @@ PYTHON_WAIT = 5.0
 MAKE = 0.7
 #: the most drain rounds of one run (each makes the calls its blocked ranks wait in at that moment)
 ROUNDS = 8
-#: how long ranks that all joined the calls they evaluate are waited for (a long prefill ends by itself; MLX
-#: cannot cancel it, and its ring spins while it waits, so CPU time does not tell computing from waiting)
+#: how long blocked ranks whose calls every rank made are waited for when a rank of the run has left it (what
+#: they wait in is native code the record does not show; MLX's ring spins while it waits, so CPU time does not
+#: tell computing from waiting)
 BUSY_WAIT = 3.0
+#: how long ranks that are all still in one evaluation every rank joined are waited for (a long prefill: it ends
+#: by itself, as it would have without the stop; MLX cannot cancel it). A second stop ends the wait at once.
+BUSY_MOST = 120.0
 
-#: told the ranks that still evaluate (together) after a stop, or that a drain just released: their release may take longer
-OnBusy = Callable[[list[int]], None]
+#: told the ranks that still evaluate after a stop, or that a drain just released (their release may take
+#: longer), and whether they are all finishing one evaluation together (the user is told once)
+OnBusy = Callable[[list[int], bool], None]
 
 
 class Drainer:
@@ -48,10 +53,12 @@ class Drainer:
         self.ops: tuple[str, ...] = record.drain_ops if record is not None else ()
         self.last = ""  # what the last drain did, in words (for the tests and the debug log)
         self.thread: Optional[threading.Thread] = None  # the last drain's
+        self.insisted = threading.Event()  # the user stopped again: wait for no evaluation to finish
 
     def start(self, ranks: Sequence[int], msg_ids: Mapping[int, str], on_busy: Optional[OnBusy] = None) -> threading.Thread:
         """Drain a run over ``ranks`` (``msg_ids``: its request on each) whose abort was just sent, on a
         thread of its own."""
+        self.insisted.clear()
         thread = threading.Thread(target=self._run, args=(list(ranks), dict(msg_ids), on_busy), name="mlx-drain",
                                   daemon=True)
         thread.start()
@@ -80,7 +87,7 @@ class Drainer:
             if not text.startswith("drained"):
                 break
             if on_busy is not None:   # released: give them the time to end, or to block in the next call
-                on_busy(ranks)
+                on_busy(ranks, False)
         return "; then ".join(said)
 
     def drain_once(self, ranks: list[int], msg_ids: dict[int, str], on_busy: Optional[OnBusy] = None,
@@ -89,8 +96,9 @@ class Drainer:
 
         Every request names the run's request on its rank: a rank that has begun another one since
         (the run ended meanwhile) answers for nothing, makes nothing and holds nothing. Ranks that all
-        joined the collectives they evaluate are waited for up to :data:`BUSY_WAIT` s (MLX cannot cancel an
-        evaluation), and ``on_busy`` is told which."""
+        joined the collectives they evaluate are waited for (MLX cannot cancel an evaluation): up to
+        :data:`BUSY_MOST` s while every rank of the run is still in it, until :attr:`insisted`; else up to
+        :data:`BUSY_WAIT` s. ``on_busy`` is told which, at every look."""
         began = time.monotonic()
         end = began + SETTLE
         while True:
@@ -104,10 +112,16 @@ class Drainer:
                 return "the run is over"
             plan = drain_plan.plan(drain_plan.with_drained(states, drained or {}), ranks, self.table.dead, self.ops)
             now = time.monotonic()
-            if plan.busy and end < began + BUSY_WAIT:
-                end = began + BUSY_WAIT
+            if plan.busy:
+                together = set(plan.frozen) >= set(states)   # no rank of the run has left it
+                if together and self.insisted.is_set():
+                    why = (f"stopped again while {drain_plan.rank_words(plan.frozen)} finished an MLX evaluation every "
+                           "rank joined (MLX cannot cancel one)")
+                    self._verdict(plan.frozen, why, msg_ids)
+                    return f"not drained: {why}"
+                end = max(end, began + (BUSY_MOST if together else BUSY_WAIT))
                 if on_busy is not None:
-                    on_busy(plan.frozen)
+                    on_busy(plan.frozen, together)
             if plan.wait and not plan.why and not plan.busy:   # a rank still runs Python: it ends soon
                 end = max(end, min(now + SETTLE, began + PYTHON_WAIT))
             if not plan.wait or now > end:

@@ -61,6 +61,8 @@ def execute(cluster: CellStarter, code: str, targets: Optional[Sequence[int]] = 
                     partial[(ev.rank, name)] = pending[ev.rank]
             elif ev is not None and ev.kind == "result":
                 results[ev.rank] = (ev.payload.get("data") or {}).get("text/plain")
+            elif ev is not None and ev.kind == "notice":
+                sys.stderr.write(f"{ev.payload}\n")
             run.check_deadlines()
             if deadline is not None and time.monotonic() > deadline:
                 deadline = None

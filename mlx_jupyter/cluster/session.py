@@ -305,10 +305,14 @@ class ClusterSession(ABC):
         return self.control.send_abort(reason, ranks, msg_ids, drain)
 
     def drain(self, ranks: Sequence[int], msg_ids: Mapping[int, str],
-              on_busy: Optional[Callable[[list[int]], None]] = None) -> None:
+              on_busy: Optional[Callable[[list[int], bool], None]] = None) -> None:
         """After a run's abort: have its stopped ranks make the MLX collectives its blocked ranks wait in
-        (``on_busy``: told which ranks still finish an evaluation they all joined)."""
+        (``on_busy``: told which ranks still finish an evaluation, and whether they all joined it)."""
         self.drainer.start(ranks, msg_ids, on_busy)
+
+    def insist_drain(self) -> None:
+        """The user stopped again: the drain waits for no evaluation to finish (MLX's world is shut down)."""
+        self.drainer.insisted.set()
 
     def stop_at_boundary(self, run: CellRun, timeout: float = 1.0) -> bool:
         """Stop ``run`` at a collective boundary (issue 42's agreed stop; a chat's Stop): every rank stops

@@ -31,7 +31,7 @@ class Plan:
     busy: bool = False
 
 
-def _label(ranks: Collection[int]) -> str:
+def rank_words(ranks: Collection[int]) -> str:
     rs = sorted(ranks)
     return f"rank {rs[0]}" if len(rs) == 1 else "ranks " + ", ".join(map(str, rs))
 
@@ -45,10 +45,10 @@ def plan(states: Mapping[int, Mapping[str, Any]], ranks: Sequence[int], dead: Co
     """The drain for a run over ``ranks`` (see the module docstring); ``ops``: those the backend can make."""
     gone = [r for r in ranks if r in dead]
     if gone:
-        return Plan(why=f"{_label(gone)} died, so its collectives cannot be made for it; restart the ranks")
+        return Plan(why=f"{rank_words(gone)} died, so its collectives cannot be made for it; restart the ranks")
     silent = [r for r in ranks if r not in states]
     if silent:   # asked again until the caller gives up (a loaded machine), then this is why
-        return Plan(wait=True, why=f"{_label(silent)} did not answer the drain's question in time",
+        return Plan(wait=True, why=f"{rank_words(silent)} did not answer the drain's question in time",
                     frozen=[r for r, st in states.items() if st.get("frozen")])
     running = [r for r in ranks if states[r].get("executing")]
     # a rank whose cell ended while its stream still runs a call (MLX evaluates asynchronously: mlx-lm's
@@ -74,7 +74,7 @@ def plan(states: Mapping[int, Mapping[str, Any]], ranks: Sequence[int], dead: Co
                 continue
             if r in frozen:
                 what = "send/recv" if ":" in key else "collective"
-                why = (f"{_label([r])} is blocked in another {what} than its peers on `{key}`; "
+                why = (f"{rank_words([r])} is blocked in another {what} than its peers on `{key}`; "
                        f"the {what}s differ across ranks")
                 ahead = [q for q in members if set(missing) & ran[q].get(key, set())]
                 if any(states[q].get("executing") for q in ahead):
@@ -95,7 +95,7 @@ def plan(states: Mapping[int, Mapping[str, Any]], ranks: Sequence[int], dead: Co
     if not calls:
         # every rank joined every call: a slow one ends by itself; ask again until the caller gives up
         return Plan(wait=True, frozen=frozen, busy=True,
-                    why=f"{_label(frozen)}: no rank is behind in MLX's collectives, yet the blocked ranks did not "
+                    why=f"{rank_words(frozen)}: no rank is behind in MLX's collectives, yet the blocked ranks did not "
                         "finish (native code the record does not show)")
     ordered: dict[int, list[Call]] = {}
     for r, placed in calls.items():

@@ -283,6 +283,10 @@ def show_run(run: Run, mode: str = "grouped", timeout: Optional[float] = None,
                     r.flush()
                     r.close_line()
                     debug.event(ev.rank, *ev.payload)
+                elif ev.kind == "notice":   # the run's own word while it ends (not a rank's output)
+                    r.flush()
+                    r.close_line()
+                    r.err(f"{ev.payload}\n")
                 ev = run.next_event(0) if not run.events.empty() else None
             r.flush()
             if run.done.is_set() and run.events.empty():

@@ -35,53 +35,18 @@ from mlx_jupyter.cluster.cells.cell_server import CellServer, notebook_count
 from mlx_jupyter.cluster.cells.replies import is_release_error, reply_content
 from mlx_jupyter.cluster.cells.outcome import DIED, ERROR, NO_REPLY, OK, RELEASED, RUNNING, RankOutcome
 from mlx_jupyter.cluster.cells.run_events import FINISHED as FINISHED, Event as Event, EventQueue
-from mlx_jupyter.cluster.cells.text import describe_exit
+from mlx_jupyter.cluster.cells.text import describe_exit, rank_label
+
+from mlx_jupyter.cluster.cells.run_host import Placed as Placed, Request as Request, RunHost as RunHost
 
 if TYPE_CHECKING:
     from mlx_jupyter.where.model import RankRow
 
+def finishing_words(ranks: Sequence[int]) -> str:
+    """The line shown while stopped ranks finish an MLX evaluation every rank joined."""
+    return (f"{rank_label(ranks)} finish an MLX evaluation every rank joined before they stop (MLX cannot cancel one; "
+            "MLX's world is kept). Stop again to shut MLX's world down now instead.")
 
-class Placed(Protocol):
-    """A rank's launch record, as far as a run reads it."""
-
-    @property
-    def host(self) -> str: ...
-
-
-class Request(Protocol):
-    """A cell sent to a rank (a cell server's :class:`~.cell_server.Pending`, an ipyparallel future)."""
-
-    def done(self) -> bool: ...
-
-
-class RunHost(Protocol):
-    """What a cell run, and showing it, need of its cluster (:class:`mlx_jupyter.cluster.Cluster` is one)."""
-
-    @property
-    def backend(self) -> str: ...
-    @property
-    def dead(self) -> Mapping[int, Optional[int]]: ...  # rank -> return code, for ranks whose process ended
-    @property
-    def restart_advice(self) -> str: ...  # how to get fresh ranks, as it works where the run's messages are shown
-    @property
-    def link(self) -> ControlSender: ...  # a run through the controller asks its ranks' pdbs there
-
-    def channel_for(self, ranks: Sequence[int]) -> Optional[CellServer]: ...  # the direct channel, or None
-    def send_execute(self, rank: int, code: str, hook: Callable[[Any], None], cell_number: int = 0,
-                     first_line: int = 1) -> str: ...
-    def send_abort(self, reason: str, ranks: Sequence[int], msg_ids: Optional[dict[int, str]] = None,
-                   drain: bool = False) -> dict[int, Any]: ...
-    def drain(self, ranks: Sequence[int], msg_ids: Mapping[int, str],
-              on_busy: Optional[Callable[[list[int]], None]] = None) -> None: ...  # issue 42: keep MLX's world
-    def status(self, timeout: float = 1.0) -> list[dict[str, Any]]: ...
-    def where_samples(self, ranks: Optional[Sequence[int]] = None,
-                      timeout: float = 1.0) -> Mapping[int, dict[str, Any]]: ...  # asked on the control channel
-    def rank_infos(self) -> Sequence[Placed]: ...  # each rank's launch record
-    def death_note(self, rank: int) -> str: ...  # why Slurm ended ``rank`` (time limit, node failure), or ""
-    def controller_lost(self) -> str: ...  # why the controller is gone and what to do, or "" while it runs
-    def run_started(self, run: "CellRun") -> None: ...
-    def run_ended(self, run: "CellRun") -> None: ...
-    def mark_busy(self, rank: int, request: Request) -> None: ...  # rank still runs request
 
 #: how a rank's end is said in the table of where the ranks are
 ENDED_WORDS = {OK: "done", ERROR: "raised", RELEASED: "released", DIED: "dead", NO_REPLY: "no reply"}
@@ -127,6 +92,7 @@ class CellRun:
         self._idle: set[int] = set()
         self._ended: set[int] = set()
         self._abort_sent: dict[int, float] = {}
+        self._told_finishing = False   # the reader was told the ranks finish an evaluation before they stop
         self._silent: set[int] = set()   # ranks a peer found unreachable: their host is down or cut off
         self.msg_ids: dict[int, str] = {}
         self._futures: dict[int, Any] = {}
@@ -313,6 +279,9 @@ class CellRun:
             if agreed:
                 self._abort_sent.update({r: time.monotonic() for r in self.ranks if r not in self._ended})
                 return
+            again = bool(self._abort_sent) and all(r in self._abort_sent for r in self.ranks if r not in self._ended)
+        if again:   # stopped again: the drain waits for no evaluation to finish
+            self.cluster.insist_drain()
         self._abort_running(reason)
 
     def _abort_running(self, reason: str) -> None:
@@ -330,14 +299,19 @@ class CellRun:
         if first:
             self.cluster.drain(self.ranks, self.msg_ids, self.still_evaluating)
 
-    def still_evaluating(self, ranks: Sequence[int]) -> None:
+    def still_evaluating(self, ranks: Sequence[int], together: bool = False) -> None:
         """``ranks`` still finish an MLX evaluation every rank joined (the drain saw them compute, or has just
-        made the calls they waited in): their release is not late yet (MLX cannot cancel an evaluation)."""
+        made the calls they waited in): their release is not late yet (MLX cannot cancel an evaluation).
+        ``together``: no rank has left it; the reader is told once that they stop after it."""
         now = time.monotonic()
         with self._lock:
             for r in ranks:
                 if r in self._abort_sent and r not in self._ended:
                     self._abort_sent[r] = now
+            tell = together and not self._told_finishing
+            self._told_finishing = self._told_finishing or together
+        if tell:
+            self.events.put(Event("notice", -1, finishing_words(ranks)))
 
     def check_deadlines(self, now: Optional[float] = None) -> None:
         """Give up on ranks that did not end ``release_deadline`` s after their abort, and on every

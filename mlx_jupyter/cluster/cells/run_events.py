@@ -13,7 +13,8 @@ FINISHED = "finished"
 @dataclass
 class Event:
     """``kind`` is ``stream`` (payload: (name, text)), ``display``, ``result`` (payload: content),
-    ``debug`` (payload: (text, prompt or None, done), a rank's pdb session), ``end`` (a rank's), or
+    ``debug`` (payload: (text, prompt or None, done), a rank's pdb session), ``end`` (a rank's), ``notice``
+    (rank -1, payload: a line the run says while it ends, e.g. that stopped ranks finish an evaluation), or
     :data:`FINISHED` (rank -1: the run is over, ``done`` is set; the last event of a run)."""
 
     kind: str

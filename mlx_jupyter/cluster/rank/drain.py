@@ -20,8 +20,9 @@ from mlx_jupyter.where import mlx_calls
 #: the longest a frozen rank waits for the notebook's drain or verdict before closing MLX's sockets itself
 #: (counted from the notebook's last question: it asks while it drains)
 HOLD = 1.3
-#: the longest a frozen rank is held in all, however long the notebook asks
-HOLD_MOST = 15.0
+#: the longest a frozen rank is held in all, however long the notebook asks: past the notebook's longest wait
+#: for ranks that finish an evaluation together (mlx_jupyter.cluster.drain.BUSY_MOST)
+HOLD_MOST = 150.0
 #: the longest a drain's calls may take here before the rank says it did not finish
 MAKE_TIMEOUT = 0.5
 
