@@ -3,14 +3,10 @@ records it reads (a session, a connected handle, or a test's fake)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Protocol, Sequence
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
 from mlx_jupyter.cluster.cells.cell_server import CellServer
 from mlx_jupyter.cluster.cells.debug import ControlSender
-
-if TYPE_CHECKING:
-    from mlx_jupyter.cluster.cells.run import CellRun
-
 
 class Placed(Protocol):
     """A rank's launch record, as far as a run reads it."""
@@ -51,6 +47,6 @@ class RunHost(Protocol):
     def rank_infos(self) -> Sequence[Placed]: ...  # each rank's launch record
     def death_note(self, rank: int) -> str: ...  # why Slurm ended ``rank`` (time limit, node failure), or ""
     def controller_lost(self) -> str: ...  # why the controller is gone and what to do, or "" while it runs
-    def run_started(self, run: "CellRun") -> None: ...
-    def run_ended(self, run: "CellRun") -> None: ...
+    def run_started(self, run: Any) -> None: ...  # a CellRun (typed loosely: run.py imports this module)
+    def run_ended(self, run: Any) -> None: ...
     def mark_busy(self, rank: int, request: Request) -> None: ...  # rank still runs request
