@@ -2,16 +2,17 @@
 sends): MLX-LM's ``stream_generate`` with the chat template, rank 0 publishing its text as it comes.
 
 Every rank runs the same generation (tensor parallel: each computes its share of every layer;
-pipeline: its layers), samples with the same seed, so all make the same tokens, and checks the
-Stop between two tokens (:func:`mlx_jupyter.chatbox.stop.agreed`).
+pipeline: its layers) and samples with the same seed, so all make the same tokens. The Stop is the
+cluster's agreed stop (``cluster.stop_at_boundary``): every rank stops before the same MLX collective,
+so all have yielded the same tokens, and the reply ends there as a stopped one.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Sequence
 
-from mlx_jupyter.chatbox import events, stop
+from mlx_jupyter.chatbox import events
 
 #: seconds rank 0 gathers text before publishing it (a message per token of a fast model is waste;
 #: a slow model's tokens each go at once)
@@ -52,31 +53,22 @@ def _publish(event: dict[str, Any]) -> None:
     publish_display_data({events.MIME: event})
 
 
-def _groups(core_group: Any) -> tuple[Any, Any]:
-    """(our core's group or None, MLX's world): the product's own handles on a cluster's rank."""
-    import mlx.core as mx
-
-    from mlx_jupyter.cluster.rank.names import NAMES
-    from mlx_jupyter.collective.group import CoreGroup
-
-    if core_group is None and isinstance(NAMES.group, CoreGroup) and not NAMES.group_aborted():
-        core_group = NAMES.group
-    return core_group, NAMES.world if NAMES.world is not None else mx.distributed.init()
+#: how the agreed stop's KeyboardInterrupt begins (mlx_jupyter.where.mlx_calls.Record.stop_here)
+AGREED_STOP = "stopped at a collective boundary"
 
 
 def reply(model: Any, tokenizer: Any, messages: Sequence[Mapping[str, str]], settings: Mapping[str, Any],
-          reply_id: str, core_group: Optional[Any] = None) -> None:
+          reply_id: str) -> None:
     """Generate the assistant's reply to ``messages`` (the chat so far, the user's prompt last).
 
     ``settings``: ``temperature``, ``top_p``, ``max_tokens``, ``seed`` (the same on every rank).
     Rank 0 publishes the text and, at the end, the reply's :class:`~mlx_jupyter.chatbox.events.Stats`.
     """
     import mlx.core as mx
-    from mlx_lm.generate import generation_stream, stream_generate
+    from mlx_lm.generate import stream_generate
     from mlx_lm.sample_utils import make_sampler
 
-    stop.install()
-    core, world = _groups(core_group)
+    world = mx.distributed.init()
     prompt = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True)
     mx.random.seed(int(settings.get("seed", 0)))
     sampler = make_sampler(float(settings.get("temperature", 0.0)), float(settings.get("top_p", 1.0)))
@@ -92,12 +84,12 @@ def reply(model: Any, tokenizer: Any, messages: Sequence[Mapping[str, str]], set
                 first_token_s = now - started
             text += last.text
             publisher.text(last.text, now)
-            if last.finish_reason is None and stop.agreed(stop.requested(reply_id), core, world, generation_stream):
-                finish = "stopped"
-                break
+    except KeyboardInterrupt as stopped:
+        if not str(stopped).startswith(AGREED_STOP):   # the cell's own stop button: the cell stops
+            raise
+        finish = "stopped"   # every rank stopped before the same call: the same tokens yielded everywhere
     finally:
-        tokens.close()  # ends MLX-LM's generation (its queued step completes alike on every rank)
-        stop.forget(reply_id)
+        tokens.close()  # ends MLX-LM's generation (what it queued was made alike on every rank)
     finish = finish or (last.finish_reason if last is not None else "stop") or "stop"
     stats = events.Stats(tokens=last.generation_tokens if last is not None else 0, prompt_tokens=len(prompt),
                          first_token_s=first_token_s, prompt_tps=last.prompt_tps if last is not None else 0.0,

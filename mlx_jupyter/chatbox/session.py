@@ -3,7 +3,8 @@ run on every rank (:mod:`mlx_jupyter.chatbox.ranks`) and read as it comes, and i
 
 A reply is a cell run (``cluster.run``) that does not block the notebook: a thread reads its
 events, rank 0's text among them, and hands them to the :class:`Reply` (and its callback), so that
-the kernel stays free for the Stop button, whose request goes to every rank's control channel.
+the kernel stays free for the Stop button: the cluster's agreed stop (``stop_at_boundary``), which
+stops every rank before the same MLX collective.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol, Sequence
 
 from mlx_jupyter.chatbox import events
-from mlx_jupyter.chatbox.stop import MSG_TYPE
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -27,8 +27,7 @@ class ChatCluster(Protocol):
 
     @property
     def ranks(self) -> list[int]: ...
-    @property
-    def link(self) -> Any: ...  # ControllerLink: send_control(rank, msg_type, content)
+    def stop_at_boundary(self, run: Any, timeout: float = 1.0) -> bool: ...  # issue 42's agreed stop
     def run(self, code: str, targets: Optional[Sequence[int]] = None, release_deadline: float = 2.0,
             init: bool = True, profile: bool = False) -> Any: ...
     def execute(self, code: str, targets: Optional[Sequence[int]] = None, timeout: Optional[float] = None,
@@ -58,6 +57,8 @@ class Reply:
     started: float = field(default_factory=time.monotonic)
     first_text_s: Optional[float] = None  # seconds from the send to the notebook's first text
     over: bool = False  # every rank has ended it (set before the last update, which ``done`` follows)
+    stopping: bool = False  # its Stop was asked (ranks it stopped before they made an MLX call end released)
+    run: Any = None  # its cell run on the ranks
     done: threading.Event = field(default_factory=threading.Event)
     _cond: threading.Condition = field(default_factory=threading.Condition)
 
@@ -108,9 +109,8 @@ class ChatSession:
             f".load_sharded({str(path)!r}, pipeline={bool(pipeline)})", timeout=timeout)
 
     def prepare(self, timeout: Optional[float] = 60.0) -> None:
-        """Check that the ranks hold the model and tokenizer; let them answer the Stop."""
-        self.cluster.execute(f"{self.model}, {self.tokenizer}\n"
-                             "__import__('mlx_jupyter.chatbox.stop', fromlist=['install']).install()\nNone", timeout=timeout)
+        """Check that the ranks hold the model and tokenizer."""
+        self.cluster.execute(f"{self.model}, {self.tokenizer}\nNone", timeout=timeout)
 
     @property
     def busy(self) -> bool:
@@ -134,7 +134,7 @@ class ChatSession:
             reply = Reply(id=uuid.uuid4().hex, prompt=prompt)
             code = (f"__import__('mlx_jupyter.chatbox.ranks', fromlist=['reply']).reply({self.model}, {self.tokenizer}, "
                     f"{self.messages(prompt)!r}, {settings!r}, {reply.id!r})")
-            run = self.cluster.run(code)
+            run = reply.run = self.cluster.run(code)
             self.current = reply
         threading.Thread(target=self._follow, args=(run, reply, on_update), name="mlx-chat-reply", daemon=True).start()
         return reply
@@ -157,11 +157,15 @@ class ChatSession:
                         on_update(reply)
                 elif ev.kind == "stream":
                     reply.log += f"[rank {ev.rank}] {ev.payload[1]}"
-            if run.failed:
+            # the Stop found no rank in an MLX call (the prompt's template, say): they were interrupted
+            interrupted = reply.stopping and all(o.status == "released" for o in run.outcomes.values())
+            if interrupted:
+                reply.stats = reply.stats or events.Stats(finish="stopped")
+            if run.failed and not interrupted:
                 from mlx_jupyter.cluster.cells.display import failure
 
                 reply.error = str(failure(run))
-            else:
+            elif not run.failed or reply.text:   # a stopped reply's text so far is the chat's too
                 self.history += [{"role": "user", "content": reply.prompt},
                                  {"role": "assistant", "content": reply.text}]
         except Exception as e:  # the reply's thread never dies silently: the box shows why
@@ -175,12 +179,14 @@ class ChatSession:
                 reply.finish()
 
     def stop(self) -> bool:
-        """Ask every rank to end the current reply after the same token; whether one was running."""
+        """End the current reply on every rank before the same MLX collective (the agreed stop), without
+        blocking the caller; whether one was running."""
         reply = self.current
-        if reply is None or reply.done.is_set():
-            return False
-        for rank in self.cluster.ranks:
-            self.cluster.link.send_control(rank, MSG_TYPE, {"reply": reply.id})
+        if reply is None or reply.done.is_set() or reply.stopping:
+            return reply is not None and not reply.done.is_set()
+        reply.stopping = True
+        threading.Thread(target=self.cluster.stop_at_boundary, args=(reply.run,), name="mlx-chat-stop",
+                         daemon=True).start()
         return True
 
     def reset(self) -> None:

@@ -35,33 +35,35 @@ def test_names_on_the_ranks_must_be_python_names(name):
         ChatSession(cluster=None, model=name)  # type: ignore[arg-type]
 
 
-def test_a_stop_request_on_the_control_channel_is_noted_and_answered():
-    from mlx_jupyter.chatbox import stop
-
-    sent = []
-
-    class Session:
-        def send(self, stream, msg_type, content, parent, ident):
-            sent.append((msg_type, content))
-
-    class Kernel:
-        control_handlers: dict = {}
-        session = Session()
-
-    kernel = Kernel()
-    assert stop.install(kernel)
-    kernel.control_handlers[stop.MSG_TYPE]("stream", [b"id"], {"content": {"reply": "r1"}})
-    assert stop.requested("r1") and not stop.requested("r2")
-    assert sent == [("mlx_chat_stop_reply", {"status": "ok", "reply": "r1"})]
-    stop.forget("r1")
-    assert not stop.requested("r1")
+class _Tokenizer:
+    def apply_chat_template(self, messages, add_generation_prompt=True):
+        return [1, 2, 3]
 
 
-def test_the_agreed_stop_on_one_rank_is_its_own_wish():
-    import mlx.core as mx
+def _tokens_then(stop: BaseException):
+    """MLX-LM's stream_generate on one rank: two tokens, then ``stop`` raised where it makes its next call."""
+    from types import SimpleNamespace
 
-    from mlx_jupyter.chatbox import stop
+    def stream_generate(model, tokenizer, prompt, max_tokens, sampler):
+        for i, text in enumerate(("Hel", "lo")):
+            yield SimpleNamespace(text=text, generation_tokens=i + 1, finish_reason=None, prompt_tps=9.0,
+                                  generation_tps=5.0)
+        raise stop
+    return stream_generate
 
-    world = mx.distributed.init()
-    assert world.size() == 1
-    assert stop.agreed(True, None, world) and not stop.agreed(False, None, world)
+
+def test_the_agreed_stop_ends_a_reply_as_stopped_with_its_tokens_and_the_stop_button_stops_the_cell(monkeypatch):
+    import importlib
+
+    from mlx_jupyter.chatbox import ranks
+
+    generate = importlib.import_module("mlx_lm.generate")   # the module (mlx_lm.generate is also a function)
+
+    monkeypatch.setattr(ranks, "_publish", lambda event: None)
+    monkeypatch.setattr(generate, "stream_generate", _tokens_then(KeyboardInterrupt(
+        "stopped at a collective boundary: after MLX call #12 on `world`, the last any rank had made")))
+    ranks.reply(None, _Tokenizer(), [{"role": "user", "content": "hi"}], {"max_tokens": 9}, "r1")
+    assert ranks.LAST == {"reply": "r1", "tokens": 2, "finish": "stopped", "text": "Hello"}
+    monkeypatch.setattr(generate, "stream_generate", _tokens_then(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):   # the cell's own stop button is not the chat's
+        ranks.reply(None, _Tokenizer(), [{"role": "user", "content": "hi"}], {"max_tokens": 9}, "r2")
