@@ -43,7 +43,10 @@ def choose(saved: Mapping[int, Answer]) -> tuple[list[list[Any]], dict[str, str]
     for name in sorted(held(saved)):
         recipes: list[Answer] = [p[name] for p in per if name in p]
         first = recipes[0]
-        if len(recipes) < len(per):
+        unmade = next((r["unmade"] for r in recipes if r.get("unmade")), "")
+        if unmade:
+            lost[name] = str(unmade)
+        elif len(recipes) < len(per):
             lost[name] = "a sharded model on some live ranks only: load it again on every rank"
         elif any(r["changed"] for r in recipes):
             lost[name] = (f"its weights changed since they were loaded from {first['path']}, so the folder "

@@ -148,11 +148,75 @@ def _recorded(original: Callable[..., Any]) -> Callable[..., Any]:
     return sharded_load
 
 
+#: the attribute of a model ``mlx_lm.load`` loaded whole that names its folder (a plain string: it pickles)
+FOLDER_ATTR = "_mlx_jupyter_folder"
+
+
+def _marked(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``mlx_lm.utils.load``, marking the model it returns with its folder, and making its class's ``shard``
+    give it a recipe: ``model.shard()`` by hand then carries one as ``sharded_load``'s models do."""
+
+    @functools.wraps(original)
+    def load(path_or_hf_repo: Any, *args: Any, **kwargs: Any) -> Any:
+        out = original(path_or_hf_repo, *args, **kwargs)
+        try:
+            model, folder = out[0], Path(str(path_or_hf_repo)).expanduser()
+            if folder.is_dir():
+                object.__setattr__(model, FOLDER_ATTR, (str(folder.resolve()), bool(kwargs.get("trust_remote_code"))))
+                _wrap_shard(type(model))
+        except Exception:  # noqa: BLE001 - the model loaded; only a later restart's reload is lost
+            pass
+        return out
+
+    setattr(load, "__mlx_jupyter_recorded__", True)
+    return load
+
+
+def _wrap_shard(cls: type) -> None:
+    """``cls.shard(group)`` (MLX-LM's tensor parallel, in place) gives a model marked with its folder a recipe."""
+    original = cls.__dict__.get("shard")
+    if original is None or getattr(original, "__mlx_jupyter_recorded__", False):
+        return
+
+    @functools.wraps(original)
+    def shard(self: Any, group: Any = None, *args: Any, **kwargs: Any) -> Any:
+        out = original(self, group, *args, **kwargs)
+        mark = vars(self).get(FOLDER_ATTR)
+        if mark is not None and recipe_of(self) is None:
+            import mlx.core as mx
+
+            attach(self, mark[0], group if group is not None else mx.distributed.init(), True, False, mark[1])
+        return out
+
+    setattr(shard, "__mlx_jupyter_recorded__", True)
+    setattr(cls, "shard", shard)
+
+
 def wrap(module: Any) -> None:
-    """Make ``module`` (``mlx_lm.utils``)'s ``sharded_load`` give its models their recipe (once)."""
-    original = getattr(module, "sharded_load", None)
-    if original is not None and not getattr(original, "__mlx_jupyter_recorded__", False):
-        module.sharded_load = _recorded(original)
+    """Make ``module`` (``mlx_lm.utils``)'s ``sharded_load`` give its models their recipe, and its ``load``
+    mark them with their folder for a ``model.shard()`` by hand (once)."""
+    for name, wrapper in (("sharded_load", _recorded), ("load", _marked)):
+        original = getattr(module, name, None)
+        if original is not None and not getattr(original, "__mlx_jupyter_recorded__", False):
+            setattr(module, name, wrapper(original))
+
+
+#: the layers of MLX's tensor parallelism (``mlx.nn.layers.distributed``): a model holding one is a shard
+_SHARDED_LAYERS = ("AllToShardedLinear", "ShardedToAllLinear", "QuantizedAllToShardedLinear",
+                   "QuantizedShardedToAllLinear")
+
+
+def sharded_without_recipe(value: Any) -> bool:
+    """Whether ``value`` is a model sharded across the ranks (tensor or pipeline parallel) that carries no
+    recipe: no peer holds this rank's part, and nothing says how to remake it."""
+    import mlx.nn as nn
+
+    if not isinstance(value, nn.Module) or recipe_of(value) is not None:
+        return False
+    inner = getattr(value, "model", None)
+    if int(getattr(inner, "pipeline_size", 1) or 1) > 1:
+        return True
+    return any(type(m).__name__ in _SHARDED_LAYERS for _, m in value.named_modules())
 
 
 class _Finder:

@@ -28,6 +28,7 @@ TOKENS = 16
 LOAD = {
     "tensor": "from mlx_jupyter.models.sharded import load_sharded\nmodel, tokenizer = load_sharded({folder!r})",
     "pipeline": "from mlx_lm.utils import sharded_load\nmodel, tokenizer = sharded_load({folder!r}, pipeline_group=world)",
+    "by hand": "import mlx_lm\nmodel, tokenizer = mlx_lm.load({folder!r})\nmodel.shard()",   # tensor parallel
 }
 
 REPLY = """
@@ -68,13 +69,14 @@ def _load_reply_kill_restart(c: Cluster, folder: Path, how: str) -> list:
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("how", ["tensor", "pipeline"])
+@pytest.mark.parametrize("how", ["tensor", "pipeline", "by hand"])
 def test_the_dead_rank_reloads_its_own_shard_and_the_reply_is_the_one_before(folder, how):
     with Cluster(n=2) as c:
         before = _load_reply_kill_restart(c, folder, how)
         line = c.last_restart
+        way = "pipeline" if how == "pipeline" else "tensor"
         assert re.search(rf"; rank 1: reloaded its own shard of model from {re.escape(str(folder))} "
-                         rf"\({how} parallel, rank 1 of 2\) in \d+\.\d+ s", line), line
+                         rf"\({way} parallel, rank 1 of 2\) in \d+\.\d+ s", line), line
         assert "\n" not in line and "everything on rank 1" not in line and "lost" not in line, line
         # the tokenizer and the rest came from rank 0, the model did not (rank 0's shard is not rank 1's)
         copied = re.search(r"names restored from rank 0 \(([^)]*)\)", line)
@@ -220,3 +222,21 @@ def test_a_function_reading_a_sharded_model_digests_alike_on_every_rank():
     finally:
         for name in names:
             keep.discard(name, 0)
+
+
+def test_a_model_sharded_with_no_recipe_is_never_copied_from_a_peer_and_the_line_says_why(folder):
+    """Sharded by hand from a model no wrapped loader marked (MLX-LM's load_model): no recipe says how to
+    remake a rank's part, so a dead rank gets none of it rather than a peer's part, and is told why."""
+    from mlx_lm.utils import load_model
+
+    from mlx_jupyter.cluster.rank.shard_reload import UNMADE, found
+
+    model, _ = load_model(folder)
+    whole = found({"whole": model})
+    model.shard()
+    shards = found({"model": model, "same": model, "_hidden": model})
+    assert whole == {} and set(shards) == {"model", "same"} and shards["model"]["unmade"] == UNMADE
+    saved = {0: {"shards": shards}}
+    assert held(saved) == {"model", "same"}   # left out of the copy from the peers
+    groups, lost = choose(saved)
+    assert groups == [] and lost == {"model": UNMADE, "same": UNMADE}

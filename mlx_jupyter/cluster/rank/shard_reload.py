@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, MutableMapping, Optional
 
-from mlx_jupyter.models.shard_recipe import ShardRecipe, recipe_of, stamp
+from mlx_jupyter.models.shard_recipe import ShardRecipe, recipe_of, sharded_without_recipe, stamp
 
 
 def found(ns: MutableMapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -23,10 +23,20 @@ def found(ns: MutableMapping[str, Any]) -> dict[str, dict[str, Any]]:
     under several names has one key; ``"changed"``: not the weights loaded from the folder)."""
     out: dict[str, dict[str, Any]] = {}
     for name, value in list(ns.items()):
+        if name.startswith("_"):
+            continue
         recipe = recipe_of(value)
-        if recipe is not None and not name.startswith("_"):
+        if recipe is not None:
             out[name] = {**recipe.describe(), "key": id(value)}
+        elif sharded_without_recipe(value):   # never copied from a peer (its shard is not the dead rank's)
+            out[name] = {"unmade": UNMADE, "key": id(value)}
     return out
+
+
+#: why a model sharded with no recipe is not given back to a dead rank
+UNMADE = ("sharded by hand, with nothing that says how to remake this rank's part (a peer's part is not its "
+          "own): load it again on every rank, with load_sharded, mlx_lm's sharded_load, or mlx_lm.load then "
+          "model.shard()")
 
 
 def _world() -> Any:
