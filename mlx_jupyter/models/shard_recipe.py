@@ -209,9 +209,9 @@ _SHARDED_LAYERS = ("AllToShardedLinear", "ShardedToAllLinear", "QuantizedAllToSh
 def sharded_without_recipe(value: Any) -> bool:
     """Whether ``value`` is a model sharded across the ranks (tensor or pipeline parallel) that carries no
     recipe: no peer holds this rank's part, and nothing says how to remake it."""
-    import mlx.nn as nn
+    from mlx.nn import Module  # type: ignore[attr-defined]  # MLX's stubs leave it out
 
-    if not isinstance(value, nn.Module) or recipe_of(value) is not None:
+    if not isinstance(value, Module) or recipe_of(value) is not None:
         return False
     inner = getattr(value, "model", None)
     if int(getattr(inner, "pipeline_size", 1) or 1) > 1:

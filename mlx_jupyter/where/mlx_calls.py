@@ -22,6 +22,8 @@ import weakref
 from collections import deque
 from typing import Any, Callable, Optional
 
+from mlx_jupyter.where.call_site import is_cell as is_cell, line_of, site as site
+
 #: collectives every rank of the group makes (one sequence per group)
 COLLECTIVE_OPS = ("all_sum", "all_gather", "all_max", "all_min", "sum_scatter")
 #: point-to-point ops (one sequence per group, sender and receiver)
@@ -74,6 +76,10 @@ class Record:
         if counter is None:
             counter = self.counters[key] = itertools.count(1)
         return key, counter.__next__
+
+    def next_number(self, key: str) -> int:
+        """The next call number of ``key`` (a call made outside the wrappers: a compiled graph's)."""
+        return int(self._counted(key)[1]())
 
     @property
     def counts(self) -> dict[str, int]:
@@ -136,9 +142,13 @@ class Record:
     def stop_here(self, group: Any) -> None:
         """Raise KeyboardInterrupt if the next call on ``group`` is past the agreed stop's last one (wait
         for that number while the notebook gathers it)."""
+        self.stop_at(self.label(group))
+
+    def stop_at(self, label: str) -> None:
+        """:meth:`stop_here` for the group (or send/recv pair) ``label``."""
         if not self.stop_known.wait(STOP_WAIT):
             raise KeyboardInterrupt("stopped at a collective boundary (the agreed last call did not come)")
-        label = self.label(group)
+        label = label.partition(":")[0]   # a send/recv pair's key: its group's
         last = (self.stop_after or {}).get(label)
         counter = self.counters.get(label)
         if last is not None and counter is not None and _made(counter) >= last:
@@ -214,35 +224,10 @@ def _size(group: Any) -> int:
 def _call_dict(c: tuple, cell_files: tuple[str, ...]) -> dict:
     key, seq, op, x, peer, code, lasti, via, _out = c
     dtype, shape = x if isinstance(x, tuple) else (x.dtype, x.shape)
-    line = _line_of(code, lasti)
+    line = line_of(code, lasti)
     return {"key": key, "seq": seq, "op": op, "dtype": str(dtype).replace("mlx.core.", ""),
             "shape": list(shape) if shape is not None else None, "peer": peer,
             "at": site(code, line, cell_files), "via": via}
-
-
-def _line_of(code: Any, lasti: int) -> Optional[int]:
-    """The line of instruction ``lasti`` of ``code``."""
-    if code is None:
-        return None
-    for start, end, line in code.co_lines():
-        if start <= lasti < end:
-            return line
-    return code.co_firstlineno
-
-
-def is_cell(filename: str, cell_files: tuple[str, ...] = ()) -> bool:
-    """A cell's code (IPython compiles each cell to a file of its own), or the launched script."""
-    return filename.startswith("<ipython-input-") or "/ipykernel_" in filename or filename in cell_files
-
-
-def site(code: Any, line: Optional[int], cell_files: tuple[str, ...] = ()) -> str:
-    """``line 3`` (a cell's, or the launched script's), ``model.py:12 in step`` elsewhere."""
-    if code is None:
-        return "?"
-    if is_cell(code.co_filename, cell_files):
-        return f"line {line}" + (f" in {code.co_name}" if code.co_name != "<module>" else "")
-    name = code.co_filename.rsplit("/", 1)[-1]
-    return f"{name}:{line}" + (f" in {code.co_name}" if code.co_name != "<module>" else "")
 
 
 #: this process's record (None until :func:`install`)
@@ -378,6 +363,9 @@ def install(world: Any = None) -> Optional[Record]:
         for op, wrap in wraps:
             if hasattr(dist, op):
                 _SWAPS.append((dist, op, getattr(dist, op), wrap(getattr(dist, op))))
+        from mlx_jupyter.where.mlx_compiled import wrap_compile
+
+        _SWAPS.append((mx, "compile", mx.compile, wrap_compile(mx.compile, lambda: RECORD)))
         try:
             _SWAPS.append((dist.Group, "split", dist.Group.split, _wrap_split(dist.Group.split)))
         except Exception:  # a Group whose methods cannot be replaced: splits count as groups of their size

@@ -26,6 +26,7 @@ from typing import Any, Callable, Optional
 from mlx_jupyter.collective import recording
 from mlx_jupyter.collective.profile import MLX, OpRecord
 from mlx_jupyter.where import mlx_calls
+from mlx_jupyter.where.call_site import line_of
 
 #: the module of `MlxGroup`, whose calls into MLX are its own records
 OURS = "mlx_jupyter.collective.group"
@@ -137,7 +138,7 @@ def records_of(taken: list[tuple], offset: float, cell_files: tuple[str, ...] = 
     me = groups.get(mlx_calls.WORLD, (0, 1))[0]
     out = []
     for label, seq, op, nbytes, dtype, shape, code, lasti, via, begin, end, ok in taken:
-        at = mlx_calls.site(code, mlx_calls._line_of(code, lasti), cell_files)
+        at = mlx_calls.site(code, line_of(code, lasti), cell_files)
         if via:
             at += f" via {via}"
         t0 = begin * 1e-9 + offset
