@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence, Union
 
-from mlx_jupyter.launch.backends import NAMES, default_backend  # noqa: F401  (default_backend: re-exported)
-from mlx_jupyter.launch import rank_env
+from mlx_jupyter.vocab.backends import NAMES, default_backend  # noqa: F401  (default_backend: re-exported)
+from mlx_jupyter.vocab import rank_env
 from mlx_jupyter.limits import MAX_RANKS
 from mlx_jupyter.net.hosts import format_addr, is_ip, runs_here
 from mlx_jupyter.net.ports import CORE_PORT_OFFSET, DEFAULT_STARTING_PORT

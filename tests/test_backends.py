@@ -10,7 +10,8 @@ from pathlib import Path
 
 from mlx_jupyter import distributed, hostfile, options
 from mlx_jupyter.collective.mlx_backends import MLX_FIX
-from mlx_jupyter.launch import backends, local
+from mlx_jupyter.launch import local
+from mlx_jupyter.vocab import backends
 from mlx_jupyter.launch import command as launch_cli
 from mlx_jupyter.launch.addresses import needing_address
 from mlx_jupyter.launch.slurm.job import SLURM_BACKENDS

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from mlx_jupyter import options
-from mlx_jupyter.launch import backends
+from mlx_jupyter.vocab import backends
 from mlx_jupyter.cluster.cluster import Cluster
 from mlx_jupyter.cluster.engineset import MLXEngineSetLauncher
 from mlx_jupyter.configurator import command as config_cli
-from mlx_jupyter.launch import binding
+from mlx_jupyter.vocab import binding
 from mlx_jupyter.launch import command as launch_cli
 from mlx_jupyter.launch.launch_config import LaunchConfig
 from mlx_jupyter.launch.launcher import Launcher

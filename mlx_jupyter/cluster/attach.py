@@ -10,7 +10,7 @@ import threading
 from typing import Any, Callable, Mapping, Optional
 
 from mlx_jupyter.cluster.shared.errors import ClusterError
-from mlx_jupyter.launch.rankinfo import RUNNING, RankInfo
+from mlx_jupyter.vocab.rankinfo import RUNNING, RankInfo
 
 #: a rank's death, as the watch reports it: (rank, return code: None, the owner's to know)
 ExitReport = Callable[[int, Optional[int]], None]

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from mlx_jupyter.cluster.controller_link import ControllerLink
     from mlx_jupyter.cluster.rank_table import RankTable
     from mlx_jupyter.cluster.supervision import Supervisor
-    from mlx_jupyter.launch.rankinfo import RankInfo
+    from mlx_jupyter.vocab.rankinfo import RankInfo
     from mlx_jupyter.net.ssh import SSHOptions
 
 

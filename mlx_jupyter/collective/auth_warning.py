@@ -6,7 +6,7 @@ import ipaddress
 import warnings
 from typing import Sequence
 
-from mlx_jupyter.launch.rank_env import TOKEN, RankEnv
+from mlx_jupyter.vocab.rank_env import TOKEN, RankEnv
 from mlx_jupyter.net.hosts import Address
 
 

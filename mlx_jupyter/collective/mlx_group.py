@@ -14,7 +14,7 @@ from mlx_jupyter.collective.activity import OpActivity
 from mlx_jupyter.collective.call_tracker import CallTracker
 from mlx_jupyter.collective.group_interface import Group, check_int32, check_peer, gather_shape, prepare_out, scatter_shape
 from mlx_jupyter.collective.profile import OpRecord
-from mlx_jupyter.launch import backends
+from mlx_jupyter.vocab import backends
 
 #: What MLX's backends lack (MLX's own table); each with what works instead on that backend
 LACKS = {

@@ -13,9 +13,9 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from mlx_jupyter.launch import backends
-from mlx_jupyter.launch import rank_env
-from mlx_jupyter.launch.rank_env import RankEnv
+from mlx_jupyter.vocab import backends
+from mlx_jupyter.vocab import rank_env
+from mlx_jupyter.vocab.rank_env import RankEnv
 
 Gather = Callable[[bytes, int], bytes]
 Factory = Callable[[int, int], Gather]

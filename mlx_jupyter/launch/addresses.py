@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Optional, Sequence
 
-from mlx_jupyter.launch.backends import get
+from mlx_jupyter.vocab.backends import get
 from mlx_jupyter.hostfile import Host
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.net import ssh

@@ -19,14 +19,14 @@ from typing import Optional, Sequence
 from mlx_jupyter import limits, options
 from mlx_jupyter.net import ssh
 from mlx_jupyter.net.ports import CORE_PORT_OFFSET, DEFAULT_STARTING_PORT, free_port_block
-from mlx_jupyter.launch.backends import get
+from mlx_jupyter.vocab.backends import get
 from mlx_jupyter.hostfile import (Host, HostfileError, default_ranks_per_host, merge_settings, parse_env,
                                   parse_host_list, read_hostfile, repeat_hosts)
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.launch.launch_config import local_script
 from mlx_jupyter.launch.job import LaunchConfig, LaunchJob, make_job
 from mlx_jupyter.launch.rank_output import LineHold
-from mlx_jupyter.launch.rankinfo import rank_prefix
+from mlx_jupyter.vocab.rankinfo import rank_prefix
 from mlx_jupyter.launch.slurm import command as slurm_command
 from mlx_jupyter.launch.terminal import TERMINAL
 from mlx_jupyter.suggest import ArgumentParser

@@ -56,7 +56,7 @@ class LaunchConfig:
     jaccl_coordinator: bool = True   # False: JACCL bootstraps over our core's ring, no coordinator port (contract)
     mpi_args: list[str] = field(default_factory=list)
     where_on_signal: bool = False   # Python ranks answer SIGUSR1 with where they are (mlx_jupyter.where.boot)
-    bind_to: str = option("bind_to").default   # local ranks: each on its own share of the CPUs (launch.binding), or "none"
+    bind_to: str = option("bind_to").default   # local ranks: each on its own share of the CPUs (vocab.binding), or "none"
     slurm: Optional["SlurmOptions"] = None   # run the ranks as a Slurm job step (mlx_jupyter.launch.slurm)
 
 

@@ -13,7 +13,7 @@ from typing import Any, Optional
 import jsonschema
 
 from mlx_jupyter import limits, options
-from mlx_jupyter.launch import backends
+from mlx_jupyter.vocab import backends
 from mlx_jupyter.hostfile import BACKENDS, HostfileError, check_ssh_name, default_ranks_per_host
 
 #: ranks one start may ask for in all (ranks per host x hosts)

@@ -84,7 +84,7 @@ Dtype check_in_out(const InArray& in, const AnyArray& out, bool size_ok, const c
 }  // namespace
 
 CallOptions call(double timeout) {
-  // Checked by the caller (mlx_jupyter.launch.rank_env.check_seconds, the one rule): -1 waits;
+  // Checked by the caller (mlx_jupyter.vocab.rank_env.check_seconds, the one rule): -1 waits;
   // inf, huge, and anything else the core cannot use as a deadline, waits too.
   CallOptions o;
   o.timeout = timeout;

@@ -38,13 +38,13 @@ MODULES: dict[str, list[str]] = {
     "topology/netparse.py": ["tests/topology/test_netparse_edges.py", "tests/topology/test_topology_parsers.py"],
     "where/model.py": ["tests/where/test_model.py", "tests/where/test_model_words.py"],
     "launch/slurm/parse.py": ["tests/slurm/test_parse.py", "tests/slurm/test_parse_edges.py"],
-    "launch/binding.py": ["tests/launch/test_binding.py::test_shares_are_disjoint_equal_blocks_of_the_allowed_cpus",
+    "vocab/binding.py": ["tests/launch/test_binding.py::test_shares_are_disjoint_equal_blocks_of_the_allowed_cpus",
                           "tests/launch/test_binding.py::test_policy_names_the_flag_on_a_bad_value",
                           "tests/launch/test_binding.py::test_shares_by_example",
                           "tests/launch/test_binding.py::test_describe_and_the_cpus_allowed_here",
                           "tests/launch/test_binding.py::test_a_child_spawned_inside_runs_on_the_share_and_the_thread_gets_its_cpus_back"],
     "launch/contract.py": ["tests/launch/test_contract.py", "tests/launch/test_contract_exact.py"],
-    "launch/rank_env.py": ["tests/launch/test_rank_env.py", "tests/launch/test_rank_env_edges.py"],
+    "vocab/rank_env.py": ["tests/launch/test_rank_env.py", "tests/launch/test_rank_env_edges.py"],
     "hostfile.py": ["tests/launch/test_hostfile_edges.py", "tests/launch/test_hostfile.py"],
 }
 
@@ -61,24 +61,24 @@ EQUIVALENT: dict[str, str] = {
        "as it does not start with rdma_" for n in (31, 36, 37, 38, 41, 42)},
     "mlx_jupyter.launch.contract.x_nccl_timeout_ms__mutmut_12": "`>= _NCCL_WAIT_MS` to `>`: at equality both give "
     "str(_NCCL_WAIT_MS)",
-    "mlx_jupyter.launch.rank_env.x__process_rank__mutmut_9": "default None instead of 0, then `or 0`: the same 0",
-    "mlx_jupyter.launch.rank_env.x__mpi_size__mutmut_13": "a garbled MPI size read as 3, not 2: only `> 1` is asked",
-    "mlx_jupyter.launch.rank_env.x__mpi_size__mutmut_14": "no MPI size read as 1, not 0: only `> 1` is asked",
-    "mlx_jupyter.launch.rank_env.x_read__mutmut_13": "cell port default None instead of 0: `cell_port or None` either way",
-    "mlx_jupyter.launch.rank_env.x_variables__mutmut_12": "`unknown < known` for `<=`: the unknown names never include "
+    "mlx_jupyter.vocab.rank_env.x__process_rank__mutmut_9": "default None instead of 0, then `or 0`: the same 0",
+    "mlx_jupyter.vocab.rank_env.x__mpi_size__mutmut_13": "a garbled MPI size read as 3, not 2: only `> 1` is asked",
+    "mlx_jupyter.vocab.rank_env.x__mpi_size__mutmut_14": "no MPI size read as 1, not 0: only `> 1` is asked",
+    "mlx_jupyter.vocab.rank_env.x_read__mutmut_13": "cell port default None instead of 0: `cell_port or None` either way",
+    "mlx_jupyter.vocab.rank_env.x_variables__mutmut_12": "`unknown < known` for `<=`: the unknown names never include "
     "the written ones, which are RankEnv fields, so they are never all of them",
-    **{f"mlx_jupyter.launch.rank_env.x__read_text__mutmut_{n}": "the hostfile's encoding utf-8 to the locale's "
+    **{f"mlx_jupyter.vocab.rank_env.x__read_text__mutmut_{n}": "the hostfile's encoding utf-8 to the locale's "
        "(UTF-8 here) or UTF-8: the same codec" for n in (2, 4, 6)},
     **{f"mlx_jupyter.launch.slurm.parse.x_parse_job_id__mutmut_{n}": "split(';') with no or a larger limit: "
        "its first part is the same" for n in (5, 8)},
     **{f"mlx_jupyter.launch.slurm.parse.x_parse_squeue_line__mutmut_{n}": "how the line's end is stripped before "
        "splitting on '|': every field is stripped after anyway" for n in (7, 8, 9)},
-    "mlx_jupyter.launch.binding.x_allowed_cpus__mutmut_10": "sched_getaffinity of pid 1 instead of this process: "
+    "mlx_jupyter.vocab.binding.x_allowed_cpus__mutmut_10": "sched_getaffinity of pid 1 instead of this process: "
     "the same CPUs in this container (a test cannot narrow its own without also narrowing what it compares)",
-    "mlx_jupyter.launch.binding.x_plan__mutmut_7": "`if cpus` always true: allowed_cpus is None only where the OS has "
+    "mlx_jupyter.vocab.binding.x_plan__mutmut_7": "`if cpus` always true: allowed_cpus is None only where the OS has "
     "no CPU binding (macOS), and never empty on Linux",
-    "mlx_jupyter.launch.rank_env.x_read__mutmut_181": "size default None instead of 1, then `or 1`: the same 1",
-    "mlx_jupyter.launch.rank_env.x_read__mutmut_194": "size `or 2` for `or 1`: _int gives 1..2**20 or its default 1, "
+    "mlx_jupyter.vocab.rank_env.x_read__mutmut_181": "size default None instead of 1, then `or 1`: the same 1",
+    "mlx_jupyter.vocab.rank_env.x_read__mutmut_194": "size `or 2` for `or 1`: _int gives 1..2**20 or its default 1, "
     "never 0, so the `or` never applies",
     "mlx_jupyter.net.hosts.x_split_addr__mutmut_39": "'' to 'XXXX' as the inner text of half-bracketed hosts: "
     "neither has ':', so both are refused the same way",

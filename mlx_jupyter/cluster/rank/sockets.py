@@ -39,9 +39,9 @@ def socket_fds() -> dict[int, int]:
 
 
 def _read_ring(path: str) -> list[list[Address]]:
-    """The ring hostfile at ``path`` (one parser: :func:`mlx_jupyter.launch.rank_env.parse_ring_hostfile`);
+    """The ring hostfile at ``path`` (one parser: :func:`mlx_jupyter.vocab.rank_env.parse_ring_hostfile`);
     [] if unreadable."""
-    from mlx_jupyter.launch.rank_env import parse_ring_hostfile
+    from mlx_jupyter.vocab.rank_env import parse_ring_hostfile
 
     try:
         with open(path, encoding="utf-8") as fh:

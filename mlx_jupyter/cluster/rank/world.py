@@ -8,12 +8,12 @@ from __future__ import annotations
 import threading
 from typing import Any, Optional
 
-from mlx_jupyter.launch import backends
+from mlx_jupyter.vocab import backends
 from mlx_jupyter.cluster.rank import agent as _agent
 from mlx_jupyter.cluster.rank.names import NAMES
 from mlx_jupyter.cluster.rank.sockets import ring_ports_to_await, socket_fds, wait_listening, world_socket_fds
-from mlx_jupyter.launch import rank_env
-from mlx_jupyter.launch.rank_env import RankEnv
+from mlx_jupyter.vocab import rank_env
+from mlx_jupyter.vocab.rank_env import RankEnv
 from mlx_jupyter.where import mlx_calls
 
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
-from mlx_jupyter.launch.backends import get
+from mlx_jupyter.vocab.backends import get
 from mlx_jupyter.hostfile import Host
-from mlx_jupyter.launch import contract, rank_env
+from mlx_jupyter.launch import contract
+from mlx_jupyter.vocab import rank_env
 from mlx_jupyter.launch.slurm.wrapper import control_env
 from mlx_jupyter.net.ports import CORE_PORT_OFFSET
 
