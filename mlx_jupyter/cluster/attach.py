@@ -82,7 +82,7 @@ class RankWatch(threading.Thread):
 
     @staticmethod
     def _local(infos: list[RankInfo]) -> list[RankInfo]:
-        from mlx_jupyter.net.hosts import is_local
+        from mlx_jupyter.vocab.hosts import is_local
 
         return [i for i in infos if i.pid and is_local(i.host)]
 

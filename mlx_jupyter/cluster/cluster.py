@@ -31,7 +31,7 @@ from mlx_jupyter.cluster.state_records import StateRecords
 from mlx_jupyter.hostfile import Hostfile, LaunchSettings, default_ranks_per_host
 from mlx_jupyter.vocab import rank_env
 from mlx_jupyter.vocab.binding import check_policy
-from mlx_jupyter.net.hosts import LOCAL_HOSTS, all_local
+from mlx_jupyter.vocab.hosts import LOCAL_HOSTS, all_local
 from mlx_jupyter.options import option
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from mlx_jupyter.cluster.startup import ProgressCallback, StartupSequence
 from mlx_jupyter.cluster.supervision import Supervisor
 from mlx_jupyter.vocab import rank_env
 from mlx_jupyter.vocab.rankinfo import RankInfo
-from mlx_jupyter.net.hosts import is_local
+from mlx_jupyter.vocab.hosts import is_local
 
 #: controller options for fast admission: schedulers in threads (one process,
 #: quick start); a heart monitor that pings every 50 ms while ranks are being admitted (an

@@ -7,7 +7,7 @@ import warnings
 from typing import Sequence
 
 from mlx_jupyter.vocab.rank_env import TOKEN, RankEnv
-from mlx_jupyter.net.hosts import Address
+from mlx_jupyter.vocab.hosts import Address
 
 
 class UnauthenticatedRingWarning(UserWarning):

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from mlx_jupyter.vocab.backends import RECORDS, find
-from mlx_jupyter.net.hosts import format_addr
+from mlx_jupyter.vocab.hosts import format_addr
 from mlx_jupyter.hostfile import Host, HostfileError, RdmaEntry, ring_ports
 from mlx_jupyter.vocab import rank_env
-from mlx_jupyter.net.ports import CORE_PORT_OFFSET, DEFAULT_STARTING_PORT
+from mlx_jupyter.vocab.ports import CORE_PORT_OFFSET, DEFAULT_STARTING_PORT
 
 #: MLX's nccl takes its bootstrap timeout in ms in an int: "wait" (-1, inf) is the largest it holds
 _NCCL_WAIT_MS = 2**31 - 1

@@ -24,7 +24,7 @@ from mlx_jupyter.vocab import binding
 from mlx_jupyter.launch.addresses import fill_addresses
 from mlx_jupyter.launch.connections import HostConnections
 from mlx_jupyter.launch.errors import LaunchError
-from mlx_jupyter.net.ports import DEFAULT_STARTING_PORT
+from mlx_jupyter.vocab.ports import DEFAULT_STARTING_PORT
 from mlx_jupyter.launch.launch_config import ExitCallback, LaunchConfig, OutputCallback, rank_argv
 from mlx_jupyter.launch.launch_job import LaunchJob
 from mlx_jupyter.launch import remote_check

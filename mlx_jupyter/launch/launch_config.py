@@ -13,7 +13,7 @@ from mlx_jupyter.net import ssh
 from mlx_jupyter.options import option
 from mlx_jupyter.hostfile import Host
 from mlx_jupyter.launch.errors import LaunchError
-from mlx_jupyter.net.ports import DEFAULT_STARTING_PORT
+from mlx_jupyter.vocab.ports import DEFAULT_STARTING_PORT
 
 if TYPE_CHECKING:
     from mlx_jupyter.launch.slurm.options import SlurmOptions

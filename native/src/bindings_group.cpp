@@ -224,7 +224,7 @@ void bind_group(nb::module_& m) {
             return Group::world(rank, std::move(eps), options, o);
           },
           "rank"_a, "addresses"_a, "options"_a, "timeout"_a,
-          "Forms the world: `addresses` per rank ((host, port) pairs, as mlx_jupyter.net.hosts.split_addr "
+          "Forms the world: `addresses` per rank ((host, port) pairs, as mlx_jupyter.vocab.hosts.split_addr "
           "returns them), within `timeout` seconds.")
       .def_prop_ro("options", [](const Group& g) { return g.options(); }, "A copy of this group's CoreOptions.")
       .def("rank", &Group::rank)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from mlx_jupyter.net.ports import free_port_block
+from mlx_jupyter.vocab.ports import free_port_block
 from ranks import Ranks
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/net/tcp")

@@ -19,7 +19,7 @@ import pytest
 from needs import require
 from mlx_jupyter.collective.auth_warning import is_loopback, needs_warning
 from mlx_jupyter.vocab.rank_env import RankEnv
-from mlx_jupyter.net.hosts import split_addr
+from mlx_jupyter.vocab.hosts import split_addr
 from ranks import PRELUDE, Ranks
 
 GREETING = b"MLXJHS01"

@@ -1,7 +1,7 @@
 """Mutation testing of the pure planners and parsers (mutmut 3), one module at a time.
 
     .venv/bin/python tests/mutation/run.py                 # every module below, ~10-20 min
-    .venv/bin/python tests/mutation/run.py net/ports.py    # one (paths under mlx_jupyter/)
+    .venv/bin/python tests/mutation/run.py vocab/ports.py    # one (paths under mlx_jupyter/)
     .venv/bin/python tests/mutation/run.py --changed origin/main   # those changed since a commit
     .venv/bin/python tests/mutation/run.py --save          # and write benchmarks/results/mutation.txt
 
@@ -31,8 +31,8 @@ EXAMPLES = 40   # Hypothesis examples per property test and mutant
 
 #: module (under mlx_jupyter/) -> the fast unit tests that cover it (no test bed, no kernels)
 MODULES: dict[str, list[str]] = {
-    "net/ports.py": ["tests/net/test_ports.py"],
-    "net/hosts.py": ["tests/net/test_host_rules.py"],
+    "vocab/ports.py": ["tests/net/test_ports.py"],
+    "vocab/hosts.py": ["tests/net/test_host_rules.py"],
     "topology/addressing.py": ["tests/topology/test_addressing.py", "tests/topology/test_plan_errors.py",
                                "tests/topology/test_untrusted_names.py"],
     "topology/netparse.py": ["tests/topology/test_netparse_edges.py", "tests/topology/test_topology_parsers.py"],
@@ -51,11 +51,11 @@ MODULES: dict[str, list[str]] = {
 #: Mutants judged equivalent (no input can tell them from the original): mutmut's name -> why.
 #: A name (module.x_function__mutmut_N) changes when its function changes: then judge it again.
 EQUIVALENT: dict[str, str] = {
-    "mlx_jupyter.net.ports.x__reserve__mutmut_4": "`< RESERVED_FOR_S` to `<=`: equal only if a block is asked for "
+    "mlx_jupyter.vocab.ports.x__reserve__mutmut_4": "`< RESERVED_FOR_S` to `<=`: equal only if a block is asked for "
     "exactly 600.0 s (float monotonic time) after another",
-    "mlx_jupyter.net.ports.x_free_port_block__mutmut_2": "200 to 201 tries: only the number of random draws before "
+    "mlx_jupyter.vocab.ports.x_free_port_block__mutmut_2": "200 to 201 tries: only the number of random draws before "
     "giving up (a test cannot see one more)",
-    "mlx_jupyter.net.ports.x_free_port_block__mutmut_45": "socket(AF_INET) without SOCK_STREAM: SOCK_STREAM is its default",
+    "mlx_jupyter.vocab.ports.x_free_port_block__mutmut_45": "socket(AF_INET) without SOCK_STREAM: SOCK_STREAM is its default",
     **{f"mlx_jupyter.topology.netparse.x_parse_ibv_devices__mutmut_{n}": "ibv_devices' header and rule lines "
        "(device, ------): a mutant that stops skipping one keeps it as a device name, which the result drops anyway "
        "as it does not start with rdma_" for n in (31, 36, 37, 38, 41, 42)},
@@ -80,14 +80,14 @@ EQUIVALENT: dict[str, str] = {
     "mlx_jupyter.vocab.rank_env.x_read__mutmut_181": "size default None instead of 1, then `or 1`: the same 1",
     "mlx_jupyter.vocab.rank_env.x_read__mutmut_194": "size `or 2` for `or 1`: _int gives 1..2**20 or its default 1, "
     "never 0, so the `or` never applies",
-    "mlx_jupyter.net.hosts.x_split_addr__mutmut_39": "'' to 'XXXX' as the inner text of half-bracketed hosts: "
+    "mlx_jupyter.vocab.hosts.x_split_addr__mutmut_39": "'' to 'XXXX' as the inner text of half-bracketed hosts: "
     "neither has ':', so both are refused the same way",
 }
 
 #: Lines that run only on another OS (here: macOS's and BSD's): their mutants are listed apart and not
 #: counted, as no test on this machine can run them. module -> [(text of the original line, why)].
 OTHER_OS: dict[str, list[tuple[str, str]]] = {} if sys.platform == "darwin" else {
-    "net/ports.py": [(s, "macOS/BSD: the ephemeral range from sysctl") for s in (
+    "vocab/ports.py": [(s, "macOS/BSD: the ephemeral range from sysctl") for s in (
         'if sys.platform == "darwin" or "bsd" in sys.platform:', '"sysctl", "-n", "net.inet.ip.portrange.first"',
         "capture_output=True, text=True, timeout=2).stdout.split()", "return int(out[0]), int(out[1])")],
 }
