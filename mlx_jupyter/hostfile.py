@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping, Sequence, Union
 
 from mlx_jupyter.vocab.backends import NAMES, default_backend  # noqa: F401  (default_backend: re-exported)
 from mlx_jupyter.vocab import rank_env
-from mlx_jupyter.limits import MAX_RANKS
+from mlx_jupyter.vocab.limits import MAX_RANKS
 from mlx_jupyter.vocab.hosts import format_addr, is_ip, runs_here
 from mlx_jupyter.vocab.ports import CORE_PORT_OFFSET, DEFAULT_STARTING_PORT
 from mlx_jupyter.suggest import typo_of

@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from mlx_jupyter import distributed, hostfile, options
+from mlx_jupyter import distributed, hostfile
+from mlx_jupyter.vocab import options
 from mlx_jupyter.collective.mlx_backends import MLX_FIX
 from mlx_jupyter.launch import local
 from mlx_jupyter.vocab import backends

@@ -32,7 +32,7 @@ from mlx_jupyter.hostfile import Hostfile, LaunchSettings, default_ranks_per_hos
 from mlx_jupyter.vocab import rank_env
 from mlx_jupyter.vocab.binding import check_policy
 from mlx_jupyter.vocab.hosts import LOCAL_HOSTS, all_local
-from mlx_jupyter.options import option
+from mlx_jupyter.vocab.options import option
 
 if TYPE_CHECKING:
     from mlx_jupyter.cluster.cells.run import CellRun
@@ -71,7 +71,7 @@ class Cluster(ClusterSession):
     to every rank's environment. A hostfile's ``backend`` and ``envs`` apply unless
     ``backend``/``env`` say otherwise (a notice names each override); else
     :func:`~mlx_jupyter.vocab.backends.default_backend`. Every option a command line also has is
-    :mod:`mlx_jupyter.options`'s (tests/test_options.py checks this signature against it). ``ssh_options`` (:class:`mlx_jupyter.net.ssh.SSHOptions`)
+    :mod:`mlx_jupyter.vocab.options`'s (tests/test_options.py checks this signature against it). ``ssh_options`` (:class:`mlx_jupyter.net.ssh.SSHOptions`)
     say how to reach remote hosts. With remote hosts the controller listens on
     every interface and tells the engines this machine's name; pass
     ``controller_ip`` (an address of this machine the hosts can reach) when
@@ -120,7 +120,7 @@ class Cluster(ClusterSession):
     ) -> None:
         if hosts and hostfile:
             raise ValueError("give hosts or hostfile, not both (the hostfile lists the hosts)")
-        from mlx_jupyter import limits
+        from mlx_jupyter.vocab import limits
         from mlx_jupyter.cluster.slurm_allocation import for_cluster
 
         timeout = limits.seconds("timeout=", timeout)   # nan, inf or <= 0 refused as the magics and CLIs refuse them

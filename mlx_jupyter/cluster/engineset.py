@@ -21,7 +21,7 @@ from traitlets import Dict, Integer, List, TraitType, Unicode, default
 from mlx_jupyter.vocab import rank_env
 from mlx_jupyter.vocab.hosts import all_local
 from mlx_jupyter.vocab.ports import DEFAULT_STARTING_PORT, free_port_block
-from mlx_jupyter.options import option
+from mlx_jupyter.vocab.options import option
 
 if TYPE_CHECKING:
     from mlx_jupyter.hostfile import Host

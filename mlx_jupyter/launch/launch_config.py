@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence, Union
 
 from mlx_jupyter.net import ssh
-from mlx_jupyter.options import option
+from mlx_jupyter.vocab.options import option
 from mlx_jupyter.hostfile import Host
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.vocab.ports import DEFAULT_STARTING_PORT

@@ -25,7 +25,7 @@ from mlx_jupyter.launch.job import ExitCallback, LaunchConfig, LaunchJob, Output
 from mlx_jupyter.launch.launch_config import TextCallback
 from mlx_jupyter.launch.slurm.options import SlurmOptions
 from mlx_jupyter.vocab.rankinfo import RankInfo
-from mlx_jupyter.options import option
+from mlx_jupyter.vocab.options import option
 
 T = TypeVar("T")
 

@@ -12,7 +12,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
-from mlx_jupyter import limits
+from mlx_jupyter.vocab import limits
 from mlx_jupyter.vocab import backends
 from mlx_jupyter.vocab.binding import POLICIES
 
