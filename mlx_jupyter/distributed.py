@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from mlx_jupyter import _core
-from mlx_jupyter.vocab.backends import ANY, NAMES as BACKENDS, supports  # the one list of backends, re-exported here
+from mlx_jupyter.vocab.backends import ANY, NAMES as BACKENDS, find  # the one list of backends, re-exported here
 from mlx_jupyter.collective import arrays
 from mlx_jupyter.collective.group import OPS, CoreGroup, Group, MlxGroup, check_stream, core_options, form_ring
 from mlx_jupyter.collective.side_channel import all_gather_factory, bootstrap_group, mlx_world
@@ -99,7 +99,8 @@ def init(strict: bool = False, backend: str = "any", *, timeout: float | None = 
     JACCL bootstraps over our core's ring (:func:`all_gather_factory`)."""
     global _world
     _check_name(backend)
-    if all_gather_factory is not None and not supports(backend, "side_channel"):
+    record = find(backend)
+    if all_gather_factory is not None and (record is None or not record.side_channel):
         raise ValueError(f"all_gather_factory is only supported with backend='jaccl' (as in MLX), not {backend!r}")
     with _lock:
         if _world is not None and not _world.aborted:
@@ -147,7 +148,8 @@ def _candidates(backend: str, env: RankEnv) -> list[str]:
 
 
 def _form(name: str, env: RankEnv, ring: RingEnv | None, timeout: float | None, factory: Any = None) -> Group:
-    if supports(name, "core"):   # the ring: our core's group
+    record = find(name)
+    if record is not None and record.core:   # the ring: our core's group
         return bootstrap_group() or _form_ring(env, ring, timeout)
     status = next(b for b in backends() if b["name"] == name)
     if not status["available"]:

@@ -161,7 +161,8 @@ class StartupSequence:
         from mlx_jupyter.cluster.rank.world import start_world_early
 
         self.world_request = None
-        if not backends.supports(self.backend, "early_world") or self.table.size < 2 or self.link.client is None:
+        record = backends.find(self.backend)
+        if record is None or not record.early_world or self.table.size < 2 or self.link.client is None:
             return
         try:
             self.world_request = self.link.view(self.table.ranks).apply_async(start_world_early)

@@ -76,7 +76,8 @@ def _core_ring(timeout: Optional[float]) -> Any:
 def wants_side_channel(backend: str, env: RankEnv) -> bool:
     """Whether JACCL should bootstrap over our core: asked for (or the only launch found), no coordinator set,
     and our core's ring configured."""
-    jaccl = backends.supports(backend, "side_channel") or (backend == backends.ANY and env.launchers == ("jaccl",))
+    record = backends.find(backend)
+    jaccl = (record is not None and record.side_channel) or (backend == backends.ANY and env.launchers == ("jaccl",))
     return jaccl and not env.jaccl.coordinator and bool(env.hostfile)
 
 

@@ -89,11 +89,6 @@ def get(name: str) -> Backend:
     return record
 
 
-def supports(name: Optional[str], feature: str) -> bool:
-    """Whether the record of ``name`` has the boolean field ``feature`` set (False for an unknown name)."""
-    return bool(getattr(find(name), feature, False))
-
-
 def mlx_name(name: str) -> str:
     """The name MLX's ``init`` takes for ``name`` (``jaccl-ring``: ``jaccl``)."""
     record = find(name)

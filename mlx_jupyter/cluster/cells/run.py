@@ -380,8 +380,8 @@ class CellRun:
             self._maybe_end(rank)
 
     def _no_reply_note(self) -> str:
-        backend, advice = self.cluster.backend, self.cluster.restart_advice
-        if backends.supports(backend, "abortable"):
+        backend, advice, record = self.cluster.backend, self.cluster.restart_advice, backends.find(self.cluster.backend)
+        if record is not None and record.abortable:
             return (f"did not stop within {self.release_deadline:g} s (busy in native code?); "
                     f"it keeps running: interrupt again, or {advice}")
         # measured with MPI: a blocked collective ignores interrupts and has no sockets we may close
