@@ -145,7 +145,7 @@ def launch(n: int, code: str, env_extra: dict[str, str], transport: str, out_dir
     """Runs `code` on n local ranks (mpirun starts them when Open MPI is there, with BENCH_MPI=1);
     returns what each rank wrote to BENCH_OUT/rank-R.json, and whether mpirun started them.
     `code` runs after RANK_PROLOGUE."""
-    from mlx_jupyter.net.ports import free_port_block
+    from mlx_jupyter.vocab.ports import free_port_block
 
     hf = os.path.join(out_dir, "hosts.json")
     with open(hf, "w") as fh:

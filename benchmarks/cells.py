@@ -70,7 +70,7 @@ assert mx.distributed.all_sum(mx.array([1.0])).item() == world.size() == {size}
 
 
 def ipp_px(n: int) -> dict:
-    from mlx_jupyter.net.ports import free_port_block
+    from mlx_jupyter.vocab.ports import free_port_block
 
     k = Kernel()
     try:
@@ -112,7 +112,7 @@ def jupyter_distributed(n: int) -> dict:
               "!! Install it: .venv/bin/pip install jupyter-distributed==0.1.1\n" + "!" * 72 + "\n",
               file=sys.stderr, flush=True)
         return {}
-    from mlx_jupyter.net.ports import free_port_block
+    from mlx_jupyter.vocab.ports import free_port_block
 
     with tempfile.TemporaryDirectory(prefix="bench-jd-") as tmp:
         spec = Path(tmp) / "kernels" / "jd2"

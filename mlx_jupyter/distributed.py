@@ -1,7 +1,7 @@
 """The Python face of the collective core, named like `mlx.core.distributed`.
 
 `init()` forms a group from MLX's environment contract (MLX_RANK, MLX_HOSTFILE),
-read once per call into a RankEnv (:mod:`mlx_jupyter.launch.rank_env` names every
+read once per call into a RankEnv (:mod:`mlx_jupyter.vocab.rank_env` names every
 variable); ops take numpy, MLX or torch arrays (or any buffer-protocol/DLPack object) and
 return the input's type. Every op accepts `timeout=` (seconds; default from
 MLX_JUPYTER_TIMEOUT, unset = wait) and is interrupted by Ctrl-C. A failure,
@@ -26,14 +26,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from mlx_jupyter import _core
-from mlx_jupyter.launch.backends import ANY, NAMES as BACKENDS, supports  # the one list of backends, re-exported here
+from mlx_jupyter.vocab.backends import ANY, NAMES as BACKENDS, find  # the one list of backends, re-exported here
 from mlx_jupyter.collective import arrays
 from mlx_jupyter.collective.group import OPS, CoreGroup, Group, MlxGroup, check_stream, core_options, form_ring
 from mlx_jupyter.collective.side_channel import all_gather_factory, bootstrap_group, mlx_world
 from mlx_jupyter.collective.recording import profile, start as start_profile, stop as stop_profile
 from mlx_jupyter.collective.profile import OpRecord
-from mlx_jupyter.launch import rank_env
-from mlx_jupyter.launch.rank_env import RankEnv, RankEnvError, RingEnv
+from mlx_jupyter.vocab import rank_env
+from mlx_jupyter.vocab.rank_env import RankEnv, RankEnvError, RingEnv
 
 DistributedError = _core.DistributedError
 PeerError = _core.PeerError
@@ -99,7 +99,8 @@ def init(strict: bool = False, backend: str = "any", *, timeout: float | None = 
     JACCL bootstraps over our core's ring (:func:`all_gather_factory`)."""
     global _world
     _check_name(backend)
-    if all_gather_factory is not None and not supports(backend, "side_channel"):
+    record = find(backend)
+    if all_gather_factory is not None and (record is None or not record.side_channel):
         raise ValueError(f"all_gather_factory is only supported with backend='jaccl' (as in MLX), not {backend!r}")
     with _lock:
         if _world is not None and not _world.aborted:
@@ -147,7 +148,8 @@ def _candidates(backend: str, env: RankEnv) -> list[str]:
 
 
 def _form(name: str, env: RankEnv, ring: RingEnv | None, timeout: float | None, factory: Any = None) -> Group:
-    if supports(name, "core"):   # the ring: our core's group
+    record = find(name)
+    if record is not None and record.core:   # the ring: our core's group
         return bootstrap_group() or _form_ring(env, ring, timeout)
     status = next(b for b in backends() if b["name"] == name)
     if not status["available"]:

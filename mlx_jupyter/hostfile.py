@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence, Union
 
-from mlx_jupyter.launch.backends import NAMES, default_backend  # noqa: F401  (default_backend: re-exported)
-from mlx_jupyter.launch import rank_env
-from mlx_jupyter.limits import MAX_RANKS
-from mlx_jupyter.net.hosts import format_addr, is_ip, runs_here
-from mlx_jupyter.net.ports import CORE_PORT_OFFSET, DEFAULT_STARTING_PORT
+from mlx_jupyter.vocab.backends import NAMES, default_backend  # noqa: F401  (default_backend: re-exported)
+from mlx_jupyter.vocab import rank_env
+from mlx_jupyter.vocab.limits import MAX_RANKS
+from mlx_jupyter.vocab.hosts import format_addr, is_ip, runs_here
+from mlx_jupyter.vocab.ports import CORE_PORT_OFFSET, DEFAULT_STARTING_PORT
 from mlx_jupyter.suggest import typo_of
 
 RdmaEntry = Union[str, list[str], None]
@@ -66,7 +66,7 @@ class Host:
 
     @property
     def is_local(self) -> bool:
-        """Whether ranks on this host run here without ssh (:func:`mlx_jupyter.net.hosts.runs_here`)."""
+        """Whether ranks on this host run here without ssh (:func:`mlx_jupyter.vocab.hosts.runs_here`)."""
         return runs_here(self.ssh)
 
     def to_json(self) -> dict[str, Any]:

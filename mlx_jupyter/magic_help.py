@@ -1,6 +1,6 @@
 """Help for the magics: ``%%mlx_distributed --help``, ``%mlx_cluster`` (its actions) and one action's options.
 
-Pure: ``%mlx_cluster``'s options are the spec's (:mod:`mlx_jupyter.options`), made into the magic's
+Pure: ``%mlx_cluster``'s options are the spec's (:mod:`mlx_jupyter.vocab.options`), made into the magic's
 ``@argument`` decorators here, and each action's help is read back from them, so the help can never
 drift from what the parser accepts.
 """
@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from IPython.core.magic_arguments import MagicArgumentParser, argument
 
-from mlx_jupyter import options
+from mlx_jupyter.vocab import options
 
 
 def _flags(action: str) -> tuple[str, ...]:

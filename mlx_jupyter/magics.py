@@ -15,7 +15,7 @@ from typing import Any, Optional
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from mlx_jupyter import limits, options
+from mlx_jupyter.vocab import limits, options
 from mlx_jupyter.magic_help import (CLUSTER_ACTIONS, cluster_action_help, cluster_actions_text, cluster_arguments,
                                    help_without_body, plain_help)
 from mlx_jupyter.cluster.cells.targets import parse_targets
@@ -87,7 +87,7 @@ class MLXMagics(Magics):
     @argument("cluster_id", nargs="?", default=None,
               help="connect: the cluster to use (as the MLX Cluster panel lists it; default: the only one)")
     @argument("-h", "--help", action="store_true", help="show the action's options")
-    @cluster_arguments   # every option of start, restart and connect: mlx_jupyter.options
+    @cluster_arguments   # every option of start, restart and connect: mlx_jupyter.vocab.options
     @line_magic
     def mlx_cluster(self, line: str) -> Any:
         """Start, stop, restart or show the MLX cluster of this kernel."""

@@ -208,7 +208,7 @@ def test_without_launcher_recipe_two_local_ranks(tmp_path: Path) -> None:
     import json
     import secrets
 
-    from mlx_jupyter.net.ports import free_port_block
+    from mlx_jupyter.vocab.ports import free_port_block
 
     doc = (ROOT / "docs/without-launcher.md").read_text()
     assert "`MLX_HOSTFILE` = path of a JSON list" in doc and "+`MLX_JUPYTER_PORT_OFFSET` (default 1000)" in doc

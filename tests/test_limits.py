@@ -1,4 +1,4 @@
-"""Numeric options checked one way (limits.py) by the CLIs, the magics and the panel's server (issue 31 §4)."""
+"""Numeric options checked one way (vocab/limits.py) by the CLIs, the magics and the panel's server (issue 31 §4)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mlx_jupyter import limits
+from mlx_jupyter.vocab import limits
 from mlx_jupyter.configurator import command as config_cli
 from mlx_jupyter.launch import command as launch_cli
 from mlx_jupyter.server.requests import MAX_RANKS, RequestError, parse_start

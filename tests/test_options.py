@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from mlx_jupyter import options
-from mlx_jupyter.launch import backends
+from mlx_jupyter.vocab import options
+from mlx_jupyter.vocab import backends
 from mlx_jupyter.cluster.cluster import Cluster
 from mlx_jupyter.cluster.engineset import MLXEngineSetLauncher
 from mlx_jupyter.configurator import command as config_cli
-from mlx_jupyter.launch import binding
+from mlx_jupyter.vocab import binding
 from mlx_jupyter.launch import command as launch_cli
 from mlx_jupyter.launch.launch_config import LaunchConfig
 from mlx_jupyter.launch.launcher import Launcher
@@ -75,7 +75,7 @@ def words(text: str) -> str:
 
 
 def test_each_option_is_declared_once_in_the_package() -> None:
-    """Its flags, its default and its help are written in mlx_jupyter/options.py and nowhere else."""
+    """Its flags, its default and its help are written in mlx_jupyter/vocab/options.py and nowhere else."""
     trees = modules()
     wrong = []
     for name, tree in trees.items():

@@ -1,4 +1,5 @@
-"""The package's shape: every module imports, and no two modules import each other, even indirectly."""
+"""The package's shape: every module imports, no two modules import each other, even indirectly, and no
+layer imports one above it (docs/architecture.md, "Layers")."""
 
 from __future__ import annotations
 
@@ -102,6 +103,73 @@ def test_each_side_of_the_cluster_imports_only_what_it_may() -> None:
                 wrong.append(f"{name} ({mine}) imports {imported} ({side(imported)})")
     assert wrong == []
     assert {side(n) for n in modules} >= {"rank", "shared", "notebook"}
+
+
+VOCAB = "mlx_jupyter.vocab"
+#: the native modules (built, so not among the package's .py files); ``from mlx_jupyter import _core``
+NATIVE = ("mlx_jupyter._core", "mlx_jupyter._mlx_bridge")
+
+#: The layers, top to bottom (docs/architecture.md's table): a module imports its own layer and those below.
+#: The upper half runs where a cluster is driven; from the rank side down is what a rank's process loads,
+#: so no rank imports the launcher, the configurator, ssh or the notebook side. A module's layer is its
+#: longest prefix here (the package's own ``__init__``, ``mlx_jupyter``, is only itself).
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("public faces", ("mlx_jupyter", "mlx_jupyter.__main__", "mlx_jupyter.cli", "mlx_jupyter.magics",
+                      "mlx_jupyter.magic_help", "mlx_jupyter.ranks_progress", "mlx_jupyter.widgets",
+                      "mlx_jupyter.server", "mlx_jupyter.commands", "mlx_jupyter.chatbox")),
+    ("notebook side", ("mlx_jupyter.cluster",)),
+    ("processes", ("mlx_jupyter.launch",)),
+    ("configuration", ("mlx_jupyter.configurator", "mlx_jupyter.topology")),
+    ("transport", ("mlx_jupyter.net", "mlx_jupyter.hostfile")),
+    ("rank side", (RANK_SIDE,)),
+    ("both sides", (SHARED,)),
+    ("language models", ("mlx_jupyter.models",)),
+    ("diagnosis", ("mlx_jupyter.where",)),
+    ("collectives", ("mlx_jupyter.distributed", "mlx_jupyter.buffers", "mlx_jupyter.collective") + NATIVE),
+    ("helpers", ("mlx_jupyter.safe_read", "mlx_jupyter.suggest", "mlx_jupyter.proc_identity",
+                 "mlx_jupyter._source_tree")),
+    ("vocabulary", (VOCAB,)),
+]
+
+
+def layer(module: str) -> int:
+    """The index in :data:`LAYERS` of ``module``'s layer (LookupError: in none)."""
+    found = [(len(prefix), i) for i, (_, prefixes) in enumerate(LAYERS) for prefix in prefixes
+             if module == prefix or (prefix != "mlx_jupyter" and module.startswith(prefix + "."))]
+    if not found:
+        raise LookupError(f"{module} is in no layer: add it to LAYERS in tests/test_structure.py")
+    return max(found)[1]
+
+
+def test_every_module_has_a_layer() -> None:
+    for name in module_names():
+        layer(name)
+    assert LAYERS[layer("mlx_jupyter.cluster.cells.run")][0] == "notebook side"
+    assert LAYERS[layer("mlx_jupyter.cluster.rank.agent")][0] == "rank side"
+    assert LAYERS[layer("mlx_jupyter.vocab.rank_env")][0] == "vocabulary"
+
+
+def test_no_layer_imports_one_above_it() -> None:
+    modules = module_names()
+    known = set(modules) | set(NATIVE)
+    wrong = []
+    for name, path in modules.items():
+        for imported in imports_of(name, path, known):
+            if layer(imported) < layer(name):
+                wrong.append(f"{name} ({LAYERS[layer(name)][0]}) imports {imported} ({LAYERS[layer(imported)][0]})")
+    assert wrong == []
+
+
+def test_the_vocabulary_imports_nothing_else_of_ours() -> None:
+    """The vocabulary (option specs, backend records, the rank's environment, binding, limits, host and port
+    rules) is the bottom: every layer may name it, and it names none."""
+    modules = module_names()
+    inside = [n for n in modules if n == VOCAB or n.startswith(VOCAB + ".")]
+    assert {"mlx_jupyter.vocab.backends", "mlx_jupyter.vocab.rank_env", "mlx_jupyter.vocab.options"} <= set(inside)
+    known = set(modules) | set(NATIVE)
+    wrong = [f"{n} imports {i}" for n in inside for i in imports_of(n, modules[n], known)
+             if not (i == VOCAB or i.startswith(VOCAB + "."))]
+    assert wrong == []
 
 
 def test_cycle_finder_finds_one() -> None:

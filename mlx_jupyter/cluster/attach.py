@@ -10,7 +10,7 @@ import threading
 from typing import Any, Callable, Mapping, Optional
 
 from mlx_jupyter.cluster.shared.errors import ClusterError
-from mlx_jupyter.launch.rankinfo import RUNNING, RankInfo
+from mlx_jupyter.vocab.rankinfo import RUNNING, RankInfo
 
 #: a rank's death, as the watch reports it: (rank, return code: None, the owner's to know)
 ExitReport = Callable[[int, Optional[int]], None]
@@ -82,7 +82,7 @@ class RankWatch(threading.Thread):
 
     @staticmethod
     def _local(infos: list[RankInfo]) -> list[RankInfo]:
-        from mlx_jupyter.net.hosts import is_local
+        from mlx_jupyter.vocab.hosts import is_local
 
         return [i for i in infos if i.pid and is_local(i.host)]
 

@@ -29,16 +29,16 @@ from mlx_jupyter.cluster.shared.ipp_compat import IPP_FIX, check_ipyparallel, ip
 from mlx_jupyter.cluster.startup import ProgressCallback
 from mlx_jupyter.cluster.state_records import StateRecords
 from mlx_jupyter.hostfile import Hostfile, LaunchSettings, default_ranks_per_host
-from mlx_jupyter.launch import rank_env
-from mlx_jupyter.launch.binding import check_policy
-from mlx_jupyter.net.hosts import LOCAL_HOSTS, all_local
-from mlx_jupyter.options import option
+from mlx_jupyter.vocab import rank_env
+from mlx_jupyter.vocab.binding import check_policy
+from mlx_jupyter.vocab.hosts import LOCAL_HOSTS, all_local
+from mlx_jupyter.vocab.options import option
 
 if TYPE_CHECKING:
     from mlx_jupyter.cluster.cells.run import CellRun
     from mlx_jupyter.cluster.slurm_allocation import ClusterAllocation
     from mlx_jupyter.hostfile import Host
-    from mlx_jupyter.launch.rankinfo import RankInfo
+    from mlx_jupyter.vocab.rankinfo import RankInfo
     from mlx_jupyter.launch.slurm import SlurmOptions
     from mlx_jupyter.net.ssh import SSHOptions
 
@@ -70,8 +70,8 @@ class Cluster(ClusterSession):
     ``"h1,h2"`` (default this machine), or ``hostfile`` (read once, here). ``env`` is added
     to every rank's environment. A hostfile's ``backend`` and ``envs`` apply unless
     ``backend``/``env`` say otherwise (a notice names each override); else
-    :func:`~mlx_jupyter.launch.backends.default_backend`. Every option a command line also has is
-    :mod:`mlx_jupyter.options`'s (tests/test_options.py checks this signature against it). ``ssh_options`` (:class:`mlx_jupyter.net.ssh.SSHOptions`)
+    :func:`~mlx_jupyter.vocab.backends.default_backend`. Every option a command line also has is
+    :mod:`mlx_jupyter.vocab.options`'s (tests/test_options.py checks this signature against it). ``ssh_options`` (:class:`mlx_jupyter.net.ssh.SSHOptions`)
     say how to reach remote hosts. With remote hosts the controller listens on
     every interface and tells the engines this machine's name; pass
     ``controller_ip`` (an address of this machine the hosts can reach) when
@@ -83,7 +83,7 @@ class Cluster(ClusterSession):
     ``slurm``: a whole :class:`~mlx_jupyter.launch.slurm.SlurmOptions`), the controller here;
     ``on_failure``: after a rank died, ``"release"`` the job or ``"keep"`` it for :meth:`restart`.
     ``bind_to``: ``"cores"`` runs each rank on this machine on its own share of its CPUs (when
-    there are enough; :mod:`mlx_jupyter.launch.binding`), ``"none"`` leaves placement to the OS.
+    there are enough; :mod:`mlx_jupyter.vocab.binding`), ``"none"`` leaves placement to the OS.
     ``record_state``: after each cell that ends cleanly, each rank records its names in the background
     on its own host, so that a rank that dies comes back at :meth:`restart` with its state as of its
     last finished cell (:mod:`.state_records`; :meth:`record` switches it later).
@@ -120,7 +120,7 @@ class Cluster(ClusterSession):
     ) -> None:
         if hosts and hostfile:
             raise ValueError("give hosts or hostfile, not both (the hostfile lists the hosts)")
-        from mlx_jupyter import limits
+        from mlx_jupyter.vocab import limits
         from mlx_jupyter.cluster.slurm_allocation import for_cluster
 
         timeout = limits.seconds("timeout=", timeout)   # nan, inf or <= 0 refused as the magics and CLIs refuse them

@@ -20,7 +20,7 @@ from mlx_jupyter.cluster.shared.errors import ClusterError
 from mlx_jupyter.cluster.startup import ProgressCallback
 
 if TYPE_CHECKING:
-    from mlx_jupyter.launch.rankinfo import RankInfo
+    from mlx_jupyter.vocab.rankinfo import RankInfo
 
 
 class ConnectedCluster(ClusterSession):

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from mlx_jupyter.cluster.controller_link import ControllerLink
 from mlx_jupyter.cluster.rank_table import RankTable
 from mlx_jupyter.cluster.shared.errors import ClusterError
-from mlx_jupyter.launch import backends
+from mlx_jupyter.vocab import backends
 from mlx_jupyter.where import drain_plan
 
 log = logging.getLogger("mlx_jupyter.cluster.drain")

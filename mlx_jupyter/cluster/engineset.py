@@ -18,10 +18,10 @@ from ipyparallel.cluster.launcher import EngineLauncher, NotRunning
 from traitlets import Any as TAny
 from traitlets import Dict, Integer, List, TraitType, Unicode, default
 
-from mlx_jupyter.launch import rank_env
-from mlx_jupyter.net.hosts import all_local
-from mlx_jupyter.net.ports import DEFAULT_STARTING_PORT, free_port_block
-from mlx_jupyter.options import option
+from mlx_jupyter.vocab import rank_env
+from mlx_jupyter.vocab.hosts import all_local
+from mlx_jupyter.vocab.ports import DEFAULT_STARTING_PORT, free_port_block
+from mlx_jupyter.vocab.options import option
 
 if TYPE_CHECKING:
     from mlx_jupyter.hostfile import Host
@@ -76,7 +76,7 @@ class MLXEngineSetLauncher(EngineLauncher):  # type: ignore[misc]  # ipyparallel
 
     @default("backend")
     def _default_backend(self) -> str:
-        from mlx_jupyter.launch.backends import default_backend
+        from mlx_jupyter.vocab.backends import default_backend
 
         return default_backend()
 
@@ -168,7 +168,7 @@ class MLXEngineSetLauncher(EngineLauncher):  # type: ignore[misc]  # ipyparallel
                 cb(rank, returncode)
             except Exception:
                 self.log.exception("rank exit callback failed")
-        from mlx_jupyter.launch.rankinfo import LOST
+        from mlx_jupyter.vocab.rankinfo import LOST
 
         ranks = self.launcher.ranks if self.launcher else []
         # a rank being stopped counts as done (KILLED) before its process has ended
@@ -183,7 +183,7 @@ class MLXEngineSetLauncher(EngineLauncher):  # type: ignore[misc]  # ipyparallel
 
         ipyparallel logs a nonzero code as a warning, with the ranks' whole output.
         """
-        from mlx_jupyter.launch.rankinfo import KILLED
+        from mlx_jupyter.vocab.rankinfo import KILLED
 
         ranks = self.launcher.ranks if self.launcher else []
         own = [r for r in ranks if r.done and r.state != KILLED and r.returncode != 0]

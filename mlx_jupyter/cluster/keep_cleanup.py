@@ -10,7 +10,7 @@ from typing import Any, Mapping, Optional
 
 from mlx_jupyter.cluster.rank import keep_files
 from mlx_jupyter.net import ssh
-from mlx_jupyter.net.hosts import is_local
+from mlx_jupyter.vocab.hosts import is_local
 
 
 def removal_command(names: list[str]) -> str:

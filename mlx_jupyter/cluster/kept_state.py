@@ -20,7 +20,7 @@ from mlx_jupyter.cluster.restart_report import report_line
 from mlx_jupyter.cluster.shard_restore import ShardReload, reload_dead
 from mlx_jupyter.cluster.shared.errors import ClusterError
 from mlx_jupyter.cluster.shared.units import format_bytes
-from mlx_jupyter.net.hosts import is_local
+from mlx_jupyter.vocab.hosts import is_local
 
 if TYPE_CHECKING:
     from mlx_jupyter.cluster.cells.cell_server import CellServer

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Mapping, Optional, Protocol
 
 from mlx_jupyter.cluster.channel_calls import Plan
-from mlx_jupyter.net.hosts import is_local
+from mlx_jupyter.vocab.hosts import is_local
 
 #: how many names a report line lists before "…"
 SHOWN = 6

@@ -19,9 +19,9 @@ from mlx_jupyter.cluster.shared.errors import ClusterError
 from mlx_jupyter.cluster.shared.ipp_compat import check_ipyparallel, preload_serializer
 from mlx_jupyter.cluster.startup import ProgressCallback, StartupSequence
 from mlx_jupyter.cluster.supervision import Supervisor
-from mlx_jupyter.launch import rank_env
-from mlx_jupyter.launch.rankinfo import RankInfo
-from mlx_jupyter.net.hosts import is_local
+from mlx_jupyter.vocab import rank_env
+from mlx_jupyter.vocab.rankinfo import RankInfo
+from mlx_jupyter.vocab.hosts import is_local
 
 #: controller options for fast admission: schedulers in threads (one process,
 #: quick start); a heart monitor that pings every 50 ms while ranks are being admitted (an
@@ -49,7 +49,7 @@ class ClusterSpec(Protocol):
     python: str
     cwd: Optional[str]
     starting_port: int
-    bind_to: str  # launch.binding policy for ranks on this machine
+    bind_to: str  # vocab.binding policy for ranks on this machine
     controller_ip: Optional[str]
     local: bool  # every rank runs on this machine
     log_level: int

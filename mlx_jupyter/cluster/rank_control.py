@@ -10,8 +10,8 @@ from mlx_jupyter.cluster.controller_link import ControllerLink
 from mlx_jupyter.cluster.rank_table import RankTable
 from mlx_jupyter.cluster.shared.units import format_bytes
 from mlx_jupyter.cluster.startup import StartupSequence
-from mlx_jupyter.launch.rankinfo import describe_exit
-from mlx_jupyter.net.hosts import is_local
+from mlx_jupyter.vocab.rankinfo import describe_exit
+from mlx_jupyter.vocab.hosts import is_local
 
 if TYPE_CHECKING:
     from mlx_jupyter.where.model import Where

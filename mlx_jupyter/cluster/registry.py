@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from mlx_jupyter.net.hosts import is_local
+from mlx_jupyter.vocab.hosts import is_local
 from mlx_jupyter.proc_identity import running, same_process, start_token
 
 log = logging.getLogger("mlx_jupyter.cluster")

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from mlx_jupyter.cluster.cells.cell_server import CellServer
     from mlx_jupyter.cluster.cells.run import CellRun
     from mlx_jupyter.collective.profile import OpRecord
-    from mlx_jupyter.launch.rankinfo import RankInfo
+    from mlx_jupyter.vocab.rankinfo import RankInfo
     from mlx_jupyter.where.model import Where
 
 _Session = TypeVar("_Session", bound="ClusterSession")

@@ -20,7 +20,7 @@ from mlx_jupyter.launch.slurm.parse import JobState, format_duration, parse_srun
 
 if TYPE_CHECKING:
     from mlx_jupyter.launch.local_watchdog import LocalWatchdog
-    from mlx_jupyter.launch.rankinfo import RankInfo
+    from mlx_jupyter.vocab.rankinfo import RankInfo
 
 #: what a cluster does with its allocation after a rank fails
 ON_FAILURE = ("release", "keep")

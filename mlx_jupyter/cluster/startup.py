@@ -10,7 +10,7 @@ from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import wait as wait_any
 from typing import Any, Callable, Optional, Protocol
 
-from mlx_jupyter.launch import backends
+from mlx_jupyter.vocab import backends
 from mlx_jupyter.cluster.cells.text import rank_label
 from mlx_jupyter.cluster.controller_link import ControllerLink
 from mlx_jupyter.cluster.rank_table import RankTable
@@ -161,7 +161,8 @@ class StartupSequence:
         from mlx_jupyter.cluster.rank.world import start_world_early
 
         self.world_request = None
-        if not backends.supports(self.backend, "early_world") or self.table.size < 2 or self.link.client is None:
+        record = backends.find(self.backend)
+        if record is None or not record.early_world or self.table.size < 2 or self.link.client is None:
             return
         try:
             self.world_request = self.link.view(self.table.ranks).apply_async(start_world_early)

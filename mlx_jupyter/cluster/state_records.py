@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from mlx_jupyter.cluster.controller_link import ControllerLink
     from mlx_jupyter.cluster.rank_table import RankTable
     from mlx_jupyter.cluster.supervision import Supervisor
-    from mlx_jupyter.launch.rankinfo import RankInfo
+    from mlx_jupyter.vocab.rankinfo import RankInfo
     from mlx_jupyter.net.ssh import SSHOptions
 
 
@@ -90,7 +90,7 @@ class StateRecords:
         if not self.hosts:
             return
         from mlx_jupyter.cluster.keep_cleanup import remove_on_hosts
-        from mlx_jupyter.net.hosts import is_local
+        from mlx_jupyter.vocab.hosts import is_local
 
         if any(is_local(h) for h in self.hosts):
             keep_files.remove_all(self.dirname)

@@ -6,8 +6,8 @@ import ipaddress
 import warnings
 from typing import Sequence
 
-from mlx_jupyter.launch.rank_env import TOKEN, RankEnv
-from mlx_jupyter.net.hosts import Address
+from mlx_jupyter.vocab.rank_env import TOKEN, RankEnv
+from mlx_jupyter.vocab.hosts import Address
 
 
 class UnauthenticatedRingWarning(UserWarning):

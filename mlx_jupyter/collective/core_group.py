@@ -12,7 +12,7 @@ from mlx_jupyter.collective.auth_warning import warn_if_unauthenticated
 from mlx_jupyter.collective.group_interface import (OPS, Group, check_int32, check_peer, gather_shape, prepare_out,
                                                     scatter_shape, seconds)
 from mlx_jupyter.collective.profile import OpRecord
-from mlx_jupyter.launch.rank_env import RankEnv, RingEnv, load_ring
+from mlx_jupyter.vocab.rank_env import RankEnv, RingEnv, load_ring
 
 
 def core_options(env: RankEnv) -> _core.CoreOptions:

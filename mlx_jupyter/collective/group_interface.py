@@ -10,7 +10,7 @@ import numpy as np
 from mlx_jupyter.collective import activity, arrays
 from mlx_jupyter.collective.activity import OpActivity
 from mlx_jupyter.collective.profile import OpRecord
-from mlx_jupyter.launch.rank_env import check_seconds
+from mlx_jupyter.vocab.rank_env import check_seconds
 
 #: reduction name -> the core's op code (the hot path takes codes, not strings)
 OPS = {"sum": 0, "max": 1, "min": 2}

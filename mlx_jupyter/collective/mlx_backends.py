@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from mlx_jupyter.launch.backends import RECORDS
+from mlx_jupyter.vocab.backends import RECORDS
 
 # Where the MLX build, not the machine, is what is missing: how to get an MLX that has it (each record's install).
 MLX_FIX = {b.name: b.install for b in RECORDS}

@@ -14,20 +14,11 @@ from mlx_jupyter.collective.activity import OpActivity
 from mlx_jupyter.collective.call_tracker import CallTracker
 from mlx_jupyter.collective.group_interface import Group, check_int32, check_peer, gather_shape, prepare_out, scatter_shape
 from mlx_jupyter.collective.profile import OpRecord
-from mlx_jupyter.launch import backends
+from mlx_jupyter.vocab import backends
 
-#: What MLX's backends lack (MLX's own table); each with what works instead on that backend
-LACKS = {
-    ("jaccl", "split"): "our core's group has split: mlx_jupyter.distributed.init(backend=\"ring\") forms it over the "
-                        "ring mlx-jupyter plans beside JACCL (MLX_JUPYTER_HOSTFILE)",
-    ("nccl", "send"): "NCCL's backend in MLX has no point to point: all_gather and take rank src's slice, or use "
-                      "our core's group (mlx_jupyter.distributed.init(backend=\"ring\") on a ring launch), which has send/recv",
-    ("mpi", "sum_scatter"): "all_sum then this rank's slice of axis 0 (done for you by mlx_jupyter.distributed.sum_scatter)",
-    ("ring", "split"): "our core's group (mlx_jupyter.distributed.init()) has split",
-    ("ring", "sum_scatter"): "all_sum then this rank's slice of axis 0 (done for you by mlx_jupyter.distributed.sum_scatter)",
-}
-LACKS[("jaccl-ring", "split")] = LACKS[("jaccl", "split")]
-LACKS[("nccl", "recv")] = LACKS[("nccl", "send")]
+#: What MLX's backends lack (MLX's own table, kept in each backend's record: ``lacks``); each with what works
+#: instead on that backend
+LACKS = {(record.name, op): instead for record in backends.RECORDS for op, instead in record.lacks.items()}
 
 
 def lacks(backend: str, op: str, exc: BaseException) -> Exception:

@@ -13,9 +13,9 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from mlx_jupyter.launch import backends
-from mlx_jupyter.launch import rank_env
-from mlx_jupyter.launch.rank_env import RankEnv
+from mlx_jupyter.vocab import backends
+from mlx_jupyter.vocab import rank_env
+from mlx_jupyter.vocab.rank_env import RankEnv
 
 Gather = Callable[[bytes, int], bytes]
 Factory = Callable[[int, int], Gather]
@@ -76,7 +76,8 @@ def _core_ring(timeout: Optional[float]) -> Any:
 def wants_side_channel(backend: str, env: RankEnv) -> bool:
     """Whether JACCL should bootstrap over our core: asked for (or the only launch found), no coordinator set,
     and our core's ring configured."""
-    jaccl = backends.supports(backend, "side_channel") or (backend == backends.ANY and env.launchers == ("jaccl",))
+    record = backends.find(backend)
+    jaccl = (record is not None and record.side_channel) or (backend == backends.ANY and env.launchers == ("jaccl",))
     return jaccl and not env.jaccl.coordinator and bool(env.hostfile)
 
 

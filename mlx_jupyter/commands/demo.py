@@ -6,7 +6,7 @@ import argparse
 import sys
 import tempfile
 
-from mlx_jupyter.net.ports import free_port_block
+from mlx_jupyter.vocab.ports import free_port_block
 
 RANK_CODE = """
 import sys

@@ -54,7 +54,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true", help="print the table as JSON")
     args = parser.parse_args(argv)
     from mlx_jupyter.distributed import backends
-    from mlx_jupyter.launch.rank_env import RankEnvError, current
+    from mlx_jupyter.vocab.rank_env import RankEnvError, current
 
     try:
         rows = backends()

@@ -14,7 +14,7 @@ import asyncio
 import sys
 from typing import Any, Sequence, TextIO
 
-from mlx_jupyter.launch import backends
+from mlx_jupyter.vocab import backends
 from mlx_jupyter.configurator import measure
 from mlx_jupyter.configurator.discovery import DiscoveryProgress, discover, ethernet_addresses
 from mlx_jupyter.configurator.runners import COMMAND_TIMEOUT, CONNECT_TIMEOUT, Runner, SSHRunner

@@ -172,7 +172,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("cable check (--measure)")
     g.add_argument("--measure", action="store_true",
                    help="after setup, measure Gb/s each way and the round trip over every cable of the plan")
-    from mlx_jupyter.limits import MAX_SSH_SECONDS, arg_type, seconds
+    from mlx_jupyter.vocab.limits import MAX_SSH_SECONDS, arg_type, seconds
 
     g.add_argument("--measure-seconds", type=arg_type(seconds, "--measure-seconds", high=MAX_SSH_SECONDS, example="2"),
                    default=d.seconds, metavar="S",

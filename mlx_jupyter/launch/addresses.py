@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Optional, Sequence
 
-from mlx_jupyter.launch.backends import get
+from mlx_jupyter.vocab.backends import get
 from mlx_jupyter.hostfile import Host
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.net import ssh
-from mlx_jupyter.net.hosts import is_local
+from mlx_jupyter.vocab.hosts import is_local
 from mlx_jupyter.net.resolve import Address, Lookup, UnresolvedHost, resolve_host, system_lookup
 
 

@@ -16,17 +16,17 @@ import sys
 from functools import partial
 from typing import Optional, Sequence
 
-from mlx_jupyter import limits, options
+from mlx_jupyter.vocab import limits, options
 from mlx_jupyter.net import ssh
-from mlx_jupyter.net.ports import CORE_PORT_OFFSET, DEFAULT_STARTING_PORT, free_port_block
-from mlx_jupyter.launch.backends import get
+from mlx_jupyter.vocab.ports import CORE_PORT_OFFSET, DEFAULT_STARTING_PORT, free_port_block
+from mlx_jupyter.vocab.backends import get
 from mlx_jupyter.hostfile import (Host, HostfileError, default_ranks_per_host, merge_settings, parse_env,
                                   parse_host_list, read_hostfile, repeat_hosts)
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.launch.launch_config import local_script
 from mlx_jupyter.launch.job import LaunchConfig, LaunchJob, make_job
 from mlx_jupyter.launch.rank_output import LineHold
-from mlx_jupyter.launch.rankinfo import rank_prefix
+from mlx_jupyter.vocab.rankinfo import rank_prefix
 from mlx_jupyter.launch.slurm import command as slurm_command
 from mlx_jupyter.launch.terminal import TERMINAL
 from mlx_jupyter.suggest import ArgumentParser
@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a command on every rank, locally, over ssh or under Slurm, with MLX's distributed environment.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    # the options a cluster start has too: mlx_jupyter.options (the groups, ssh and Slurm, below)
+    # the options a cluster start has too: mlx_jupyter.vocab.options (the groups, ssh and Slurm, below)
     options.add_to_parser(p, options.LAUNCH, group="", python=sys.executable)   # None would mean the same
     p.add_argument("--mpi-arg", action="append", default=[], metavar="A", help="extra mpirun argument(s)")
     p.add_argument("--connections-per-ip", type=limits.arg_type(limits.count, "--connections-per-ip",

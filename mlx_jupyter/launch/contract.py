@@ -3,7 +3,7 @@
 Pure. A launcher writes each ``files`` payload to a temp file on the rank's
 host and sets the named variable to its path, as MLX's own launcher does
 (``MLX_HOSTFILE``, ``MLX_IBV_DEVICES``). The variables' names, and the reader a
-rank uses, are :mod:`mlx_jupyter.launch.rank_env`.
+rank uses, are :mod:`mlx_jupyter.vocab.rank_env`.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from mlx_jupyter.launch.backends import RECORDS, find
-from mlx_jupyter.net.hosts import format_addr
+from mlx_jupyter.vocab.backends import RECORDS, find
+from mlx_jupyter.vocab.hosts import format_addr
 from mlx_jupyter.hostfile import Host, HostfileError, RdmaEntry, ring_ports
-from mlx_jupyter.launch import rank_env
-from mlx_jupyter.net.ports import CORE_PORT_OFFSET, DEFAULT_STARTING_PORT
+from mlx_jupyter.vocab import rank_env
+from mlx_jupyter.vocab.ports import CORE_PORT_OFFSET, DEFAULT_STARTING_PORT
 
 #: MLX's nccl takes its bootstrap timeout in ms in an int: "wait" (-1, inf) is the largest it holds
 _NCCL_WAIT_MS = 2**31 - 1

@@ -16,20 +16,21 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from mlx_jupyter.launch.backends import get
+from mlx_jupyter.vocab.backends import get
 from mlx_jupyter.hostfile import (BACKENDS, Host, HostfileError, default_ranks_per_host, hostfile_path, merge_settings,
                                   read_hostfile, resolve_hosts)
-from mlx_jupyter.launch import binding, contract, mpi, mpi_exits, where_ask
+from mlx_jupyter.launch import contract, mpi, mpi_exits, where_ask
+from mlx_jupyter.vocab import binding
 from mlx_jupyter.launch.addresses import fill_addresses
 from mlx_jupyter.launch.connections import HostConnections
 from mlx_jupyter.launch.errors import LaunchError
-from mlx_jupyter.net.ports import DEFAULT_STARTING_PORT
+from mlx_jupyter.vocab.ports import DEFAULT_STARTING_PORT
 from mlx_jupyter.launch.launch_config import ExitCallback, LaunchConfig, OutputCallback, rank_argv
 from mlx_jupyter.launch.launch_job import LaunchJob
 from mlx_jupyter.launch import remote_check
 from mlx_jupyter.launch.local import LocalProcess, refuse_unavailable
 from mlx_jupyter.launch.monitor import RankMonitor, RankProcess
-from mlx_jupyter.launch.rankinfo import RUNNING, RankInfo
+from mlx_jupyter.vocab.rankinfo import RUNNING, RankInfo
 from mlx_jupyter.launch.remote import RemoteProcess
 from mlx_jupyter.launch.script import rank_script
 from mlx_jupyter.launch.stop import Teardown

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence, Union
 
 from mlx_jupyter.net import ssh
-from mlx_jupyter.options import option
+from mlx_jupyter.vocab.options import option
 from mlx_jupyter.hostfile import Host
 from mlx_jupyter.launch.errors import LaunchError
-from mlx_jupyter.net.ports import DEFAULT_STARTING_PORT
+from mlx_jupyter.vocab.ports import DEFAULT_STARTING_PORT
 
 if TYPE_CHECKING:
     from mlx_jupyter.launch.slurm.options import SlurmOptions
@@ -56,7 +56,7 @@ class LaunchConfig:
     jaccl_coordinator: bool = True   # False: JACCL bootstraps over our core's ring, no coordinator port (contract)
     mpi_args: list[str] = field(default_factory=list)
     where_on_signal: bool = False   # Python ranks answer SIGUSR1 with where they are (mlx_jupyter.where.boot)
-    bind_to: str = option("bind_to").default   # local ranks: each on its own share of the CPUs (launch.binding), or "none"
+    bind_to: str = option("bind_to").default   # local ranks: each on its own share of the CPUs (vocab.binding), or "none"
     slurm: Optional["SlurmOptions"] = None   # run the ranks as a Slurm job step (mlx_jupyter.launch.slurm)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional, Protocol, Sequence
 
-from mlx_jupyter.launch.rankinfo import RankInfo
+from mlx_jupyter.vocab.rankinfo import RankInfo
 
 if TYPE_CHECKING:
     from mlx_jupyter.where.model import Where

@@ -20,12 +20,12 @@ from typing import Any, Callable, Coroutine, Mapping, Optional, Sequence, TypeVa
 
 from mlx_jupyter.net import ssh
 from mlx_jupyter.hostfile import Host
-from mlx_jupyter.launch import binding
+from mlx_jupyter.vocab import binding
 from mlx_jupyter.launch.job import ExitCallback, LaunchConfig, LaunchJob, OutputCallback, make_job
 from mlx_jupyter.launch.launch_config import TextCallback
 from mlx_jupyter.launch.slurm.options import SlurmOptions
-from mlx_jupyter.launch.rankinfo import RankInfo
-from mlx_jupyter.options import option
+from mlx_jupyter.vocab.rankinfo import RankInfo
+from mlx_jupyter.vocab.options import option
 
 T = TypeVar("T")
 
@@ -52,7 +52,7 @@ class Launcher:
     or ``"h1,h2"``; ``127.0.0.1``/``localhost`` ranks run without ssh. ``repeat_hosts``
     ranks per host (default: :func:`~mlx_jupyter.hostfile.default_ranks_per_host`). A hostfile's
     ``backend`` and ``envs`` apply unless ``backend``/``env`` say otherwise (a notice on
-    stderr names each override); with neither, :func:`~mlx_jupyter.launch.backends.default_backend` (nccl
+    stderr names each override); with neither, :func:`~mlx_jupyter.vocab.backends.default_backend` (nccl
     where CUDA is available, as ``mlx.launch``, else ring).
     ``rank_env(rank)`` adds env per rank; ``on_output(rank, "stdout"|"stderr",
     line)`` gets each output line, and each piece of an unfinished line as it comes (a prompt);
@@ -69,7 +69,7 @@ class Launcher:
     ``slurm=SlurmOptions(...)`` runs the ranks as one srun step of a Slurm job
     (the current allocation, or a new one held for the launch): no ``hosts``.
     ``bind_to="cores"`` (default) runs each rank started on this machine on its own share of its
-    CPUs (:mod:`~mlx_jupyter.launch.binding`); ``"none"`` leaves placement to the OS.
+    CPUs (:mod:`~mlx_jupyter.vocab.binding`); ``"none"`` leaves placement to the OS.
     No rank outlives this process: if it dies, even by SIGKILL, a watchdog
     (one here, one per ssh connection) kills the ranks and removes their temp files.
     """

@@ -9,8 +9,8 @@ import signal as _signal
 import weakref
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
-from mlx_jupyter.launch.backends import RECORDS
-from mlx_jupyter.launch import binding
+from mlx_jupyter.vocab.backends import RECORDS
+from mlx_jupyter.vocab import binding
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.launch.local_watchdog import LocalWatchdog
 from mlx_jupyter.launch.streams import LineSplitter, pump
@@ -97,7 +97,7 @@ class LocalProcess:
         ``watchdog`` kills its group if the launcher dies; with ``watchdog_session``
         it stays registered after exit, so that ``watchdog.close()`` kills what is
         left of its session (mpirun's ranks, each in a group of its own). ``cpus``: the
-        CPUs it runs on from its first instruction (launch.binding). ``hold_usr1``: it starts with
+        CPUs it runs on from its first instruction (vocab.binding). ``hold_usr1``: it starts with
         SIGUSR1 blocked (pending, not fatal) until its boot code waits for it (``--where-on-signal``).
         """
         try:

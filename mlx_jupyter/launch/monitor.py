@@ -11,7 +11,7 @@ from mlx_jupyter.launch.contract import MPIPlan
 from mlx_jupyter.launch.launch_config import LaunchConfig, interpreter_of
 from mlx_jupyter.launch.local import LocalProcess
 from mlx_jupyter.launch.rank_output import RankOutput
-from mlx_jupyter.launch.rankinfo import EXITED, KILLED, LOST, RankInfo, describe_exit
+from mlx_jupyter.vocab.rankinfo import EXITED, KILLED, LOST, RankInfo, describe_exit
 from mlx_jupyter.launch.remote import RemoteProcess
 from mlx_jupyter.launch.streams import EndingNoise
 from mlx_jupyter.launch.where_ask import WhereAnswers

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from mlx_jupyter.launch import contract, mpi_exits
-from mlx_jupyter.net.hosts import bare_host, is_local
+from mlx_jupyter.vocab.hosts import bare_host, is_local
 from mlx_jupyter.hostfile import Host
 from mlx_jupyter.launch.errors import LaunchError
 

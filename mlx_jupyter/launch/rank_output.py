@@ -7,7 +7,7 @@ import sys
 from typing import Callable, Optional
 
 from mlx_jupyter.launch.launch_config import LaunchConfig
-from mlx_jupyter.launch.rankinfo import rank_prefix
+from mlx_jupyter.vocab.rankinfo import rank_prefix
 from mlx_jupyter.launch.terminal import TERMINAL
 
 

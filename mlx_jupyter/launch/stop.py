@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable, Optional, Sequence
 
 from mlx_jupyter.launch.connections import HostConnections
 from mlx_jupyter.launch.monitor import RankMonitor
-from mlx_jupyter.launch.rankinfo import KILLED, RUNNING
+from mlx_jupyter.vocab.rankinfo import KILLED, RUNNING
 from mlx_jupyter.launch.remote import RemoteProcess
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ import asyncio
 import sys
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Optional, Sequence
 
-from mlx_jupyter.launch.rankinfo import RankInfo, describe_exit
+from mlx_jupyter.vocab.rankinfo import RankInfo, describe_exit
 from mlx_jupyter.where import boot, signal_report
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable, Optional
 
 from mlx_jupyter.net import ssh
-from mlx_jupyter.net.hosts import bare_host, runs_here
+from mlx_jupyter.vocab.hosts import bare_host, runs_here
 
 #: A lookup of a host name: its addresses (raises OSError when it has none).
 Lookup = Callable[[str], Awaitable[list[str]]]

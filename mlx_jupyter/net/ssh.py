@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from mlx_jupyter import options
+from mlx_jupyter.vocab import options
 # re-exported (callers write ssh.quote, ssh.join, ...)
 from mlx_jupyter.net.shell_quote import QuotingError as QuotingError, check_name as check_name, export as export
 from mlx_jupyter.net.shell_quote import join as join, quote as quote, sh_command as sh_command
@@ -70,7 +70,7 @@ class SSHOptions:
     port: int | None = None
     client_keys: list[str] | None = None        # identity files; None: config/agent/~/.ssh/id_*
     agent: bool = True                          # use SSH_AUTH_SOCK if set
-    connect_timeout: float = options.option("connect_timeout").default    # the flags' defaults (mlx_jupyter.options)
+    connect_timeout: float = options.option("connect_timeout").default    # the flags' defaults (mlx_jupyter.vocab.options)
     keepalive_interval: float = options.option("keepalive_interval").default
     keepalive_count_max: int = 3
     max_sessions: int = 10                      # sshd's MaxSessions (default 10): sessions per connection
@@ -84,7 +84,7 @@ class SSHOptions:
 def add_arguments(parser: Any, title: str = "ssh", connect_timeout: Optional[float] = None,
                   keepalive: bool = True) -> None:
     """The ssh flags shared by the commands (launch, config), as an argparse group: the spec's
-    (:mod:`mlx_jupyter.options`); ``keepalive``: the launcher's, else the configurator's."""
+    (:mod:`mlx_jupyter.vocab.options`); ``keepalive``: the launcher's, else the configurator's."""
     g = parser.add_argument_group(title)
     options.add_to_parser(g, options.LAUNCH if keepalive else options.CONFIG, group="ssh",
                           **({} if connect_timeout is None else {"connect_timeout": connect_timeout}))

@@ -3,7 +3,7 @@
 GET    clusters               every cluster: id, owner, backend, hosts, state, ranks with health and
                               where each is (this server's clusters: ``where``, ``diagnosis``)
 POST   clusters               {"n", "hosts", "hostfile", "backend"}: start one here (202, then poll);
-                              backend null: the default (launch/backends.py DEFAULT_RULE)
+                              backend null: the default (vocab/backends.py DEFAULT_RULE)
 GET    clusters/<id>          one cluster
 DELETE clusters/<id>          stop a cluster this server started (409 for a kernel's)
 POST   clusters/<id>/restart  restart a cluster this server started, keeping its ranks' names:

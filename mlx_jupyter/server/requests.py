@@ -12,8 +12,8 @@ from typing import Any, Optional
 
 import jsonschema
 
-from mlx_jupyter import limits, options
-from mlx_jupyter.launch import backends
+from mlx_jupyter.vocab import limits, options
+from mlx_jupyter.vocab import backends
 from mlx_jupyter.hostfile import BACKENDS, HostfileError, check_ssh_name, default_ranks_per_host
 
 #: ranks one start may ask for in all (ranks per host x hosts)
@@ -23,7 +23,7 @@ MAX_BODY = 64 * 1024
 _NAME_MAX = 255      # a host name (with user@), a path component
 _PATH_MAX = 4096
 
-#: the JSON schema of each field the panel offers (the fields: the spec's, mlx_jupyter.options; each by its
+#: the JSON schema of each field the panel offers (the fields: the spec's, mlx_jupyter.vocab.options; each by its
 #: Cluster() keyword); an option offered to the panel without a schema here fails at import
 _FIELD_SCHEMA: dict[str, Any] = {
     "n": {"type": "integer"},   # its range: limits.count, as for -n on the command line

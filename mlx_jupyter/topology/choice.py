@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from mlx_jupyter.launch.backends import RECORDS, get
+from mlx_jupyter.vocab.backends import RECORDS, get
 
 from .cabling import Cabling
 from .addressing import links_between
@@ -17,7 +17,7 @@ from .netparse import RDMA_HELP
 from .rings import Ring
 
 
-#: The backends the configurator can plan: those whose record (mlx_jupyter.launch.backends) says so, the ones
+#: The backends the configurator can plan: those whose record (mlx_jupyter.vocab.backends) says so, the ones
 #: that run over Thunderbolt; nccl and mpi need no cabling plan.
 CONFIG_BACKENDS = tuple(b.name for b in RECORDS if b.configurable)
 DOT_HINT = "Run with --dot to see the cabling."

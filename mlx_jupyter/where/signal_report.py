@@ -47,7 +47,7 @@ def _rss() -> int:
 
 def _rank_of(env: Mapping[str, str]) -> int:
     """This process's rank as its launcher said it (MLX's variable, else mpirun's or Slurm's); 0 if none."""
-    from mlx_jupyter.launch.rank_env import OTHER_RANKS, RANK
+    from mlx_jupyter.vocab.rank_env import OTHER_RANKS, RANK
 
     for var in (RANK, *OTHER_RANKS):
         if (env.get(var) or "").isdigit():

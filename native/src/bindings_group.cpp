@@ -84,7 +84,7 @@ Dtype check_in_out(const InArray& in, const AnyArray& out, bool size_ok, const c
 }  // namespace
 
 CallOptions call(double timeout) {
-  // Checked by the caller (mlx_jupyter.launch.rank_env.check_seconds, the one rule): -1 waits;
+  // Checked by the caller (mlx_jupyter.vocab.rank_env.check_seconds, the one rule): -1 waits;
   // inf, huge, and anything else the core cannot use as a deadline, waits too.
   CallOptions o;
   o.timeout = timeout;
@@ -224,7 +224,7 @@ void bind_group(nb::module_& m) {
             return Group::world(rank, std::move(eps), options, o);
           },
           "rank"_a, "addresses"_a, "options"_a, "timeout"_a,
-          "Forms the world: `addresses` per rank ((host, port) pairs, as mlx_jupyter.net.hosts.split_addr "
+          "Forms the world: `addresses` per rank ((host, port) pairs, as mlx_jupyter.vocab.hosts.split_addr "
           "returns them), within `timeout` seconds.")
       .def_prop_ro("options", [](const Group& g) { return g.options(); }, "A copy of this group's CoreOptions.")
       .def("rank", &Group::rank)

@@ -264,7 +264,7 @@ def test_engine_set_tells_ipyparallel_a_failure_only_for_ranks_that_ended_by_the
     (ipyparallel then warns, with the ranks' output). Each rank's code is kept."""
     from types import SimpleNamespace
 
-    from mlx_jupyter.launch.rankinfo import EXITED, KILLED, LOST, RUNNING, RankInfo
+    from mlx_jupyter.vocab.rankinfo import EXITED, KILLED, LOST, RUNNING, RankInfo
 
     es = cluster_mod.MLXEngineSetLauncher()
     es.launcher = SimpleNamespace(ranks=[RankInfo(0, "h", 10, KILLED, -15), RankInfo(1, "h", 11, KILLED, 0)])
@@ -284,7 +284,7 @@ def test_engine_set_stops_once_every_rank_has_ended_not_when_marked_killed():
 
     import traitlets
 
-    from mlx_jupyter.launch.rankinfo import KILLED, RankInfo
+    from mlx_jupyter.vocab.rankinfo import KILLED, RankInfo
 
     class Loop:
         def __init__(self):

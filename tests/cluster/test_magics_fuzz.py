@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mlx_jupyter import limits, magics
+from mlx_jupyter import magics
+from mlx_jupyter.vocab import limits
 from mlx_jupyter.cluster import cluster as cluster_mod
 from mlx_jupyter.magics import UsageError
 

@@ -11,7 +11,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 
-from mlx_jupyter.net.ports import free_port_block
+from mlx_jupyter.vocab.ports import free_port_block
 
 PRELUDE = """
 import json, os, sys, time, threading, signal

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from needs import require_core
-from mlx_jupyter.net.ports import free_port_block
+from mlx_jupyter.vocab.ports import free_port_block
 from ranks import run
 
 _core = require_core()

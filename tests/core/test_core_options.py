@@ -12,9 +12,9 @@ import pytest
 
 from mlx_jupyter import _core
 from mlx_jupyter.collective.group import CoreGroup, core_options
-from mlx_jupyter.launch.rank_env import read
-from mlx_jupyter.net.hosts import Address
-from mlx_jupyter.net.ports import free_port_block
+from mlx_jupyter.vocab.rank_env import read
+from mlx_jupyter.vocab.hosts import Address
+from mlx_jupyter.vocab.ports import free_port_block
 
 import thread_ranks
 

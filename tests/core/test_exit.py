@@ -23,8 +23,8 @@ SCRIPT = textwrap.dedent("""
     import numpy as np
     from mlx_jupyter import _core
     from mlx_jupyter.collective.group import CoreGroup
-    from mlx_jupyter.net.hosts import Address
-    from mlx_jupyter.net.ports import free_port_block
+    from mlx_jupyter.vocab.hosts import Address
+    from mlx_jupyter.vocab.ports import free_port_block
 
     base = free_port_block(2)
     addresses = [[Address("127.0.0.1", base + r)] for r in range(2)]

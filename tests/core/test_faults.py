@@ -282,7 +282,7 @@ report(sum=dist.all_sum(np.arange(1000, dtype=np.int64) * (RANK + 1)).tolist()[:
 
 
 def test_malformed_hostfiles_give_clear_errors(tmp_path) -> None:
-    from mlx_jupyter.launch.rank_env import RankEnvError, load_ring, read
+    from mlx_jupyter.vocab.rank_env import RankEnvError, load_ring, read
 
     def read_ring_env(env):
         return load_ring(read(env))

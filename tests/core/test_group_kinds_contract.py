@@ -21,7 +21,7 @@ import pytest
 
 from needs import require, require_core, under_ci
 from mlx_jupyter.launch import Launcher
-from mlx_jupyter.net.ports import free_port_block
+from mlx_jupyter.vocab.ports import free_port_block
 
 pytestmark = pytest.mark.timeout(150)
 ROOT = Path(__file__).resolve().parents[2]

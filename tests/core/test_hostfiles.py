@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from mlx_jupyter.net.ports import free_port_block
+from mlx_jupyter.vocab.ports import free_port_block
 from ranks import Ranks
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/net/tcp")
@@ -114,7 +114,7 @@ def test_port_offset_and_our_own_hostfile_are_honoured(tmp_path) -> None:
 
 
 def test_bad_port_offset_is_a_clear_error(tmp_path) -> None:
-    from mlx_jupyter.launch.rank_env import RankEnvError, load_ring, read
+    from mlx_jupyter.vocab.rank_env import RankEnvError, load_ring, read
 
     def read_ring_env(env):
         return load_ring(read(env))

@@ -18,8 +18,8 @@ import pytest
 
 from needs import require
 from mlx_jupyter.collective.auth_warning import is_loopback, needs_warning
-from mlx_jupyter.launch.rank_env import RankEnv
-from mlx_jupyter.net.hosts import split_addr
+from mlx_jupyter.vocab.rank_env import RankEnv
+from mlx_jupyter.vocab.hosts import split_addr
 from ranks import PRELUDE, Ranks
 
 GREETING = b"MLXJHS01"
@@ -283,7 +283,7 @@ def test_the_warning_is_due_only_without_a_token_off_loopback() -> None:
 WARN_RANK = """
 import warnings
 from mlx_jupyter.collective.auth_warning import warn_if_unauthenticated
-from mlx_jupyter.launch import rank_env
+from mlx_jupyter.vocab import rank_env
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     g = dist.init(strict=True, backend="ring", timeout=60)

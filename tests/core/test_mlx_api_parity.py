@@ -88,7 +88,7 @@ def test_every_missing_op_of_mlx_backends_has_advice() -> None:
 def test_an_mpi_world_of_one_is_no_launch() -> None:
     """mpirun -n 1: init("any") skips it (as MLX since #4210); init("mpi", strict=True) raises."""
     from mlx_jupyter.collective.group import MlxGroup
-    from mlx_jupyter.launch.rank_env import read
+    from mlx_jupyter.vocab.rank_env import read
 
     assert read({"OMPI_COMM_WORLD_SIZE": "1"}).launchers == ()
     assert read({"PMI_SIZE": "1"}).launchers == ()

@@ -70,7 +70,7 @@ def test_the_factory_gathers_what_jaccl_exchanges_over_our_signed_ring() -> None
 
 def test_who_bootstraps_over_our_core() -> None:
     from mlx_jupyter.collective.side_channel import wants_side_channel
-    from mlx_jupyter.launch.rank_env import read
+    from mlx_jupyter.vocab.rank_env import read
 
     devices = {"MLX_IBV_DEVICES": "/tmp/d.json", "MLX_RANK": "1"}
     core = {**devices, "MLX_JUPYTER_HOSTFILE": "/tmp/core.json"}

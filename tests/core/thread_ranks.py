@@ -8,8 +8,8 @@ from typing import Any, Callable, Optional, Sequence
 
 from mlx_jupyter import _core
 from mlx_jupyter.collective.group import CoreGroup
-from mlx_jupyter.net.hosts import Address
-from mlx_jupyter.net.ports import free_port_block
+from mlx_jupyter.vocab.hosts import Address
+from mlx_jupyter.vocab.ports import free_port_block
 
 
 def in_threads(options: Sequence[_core.CoreOptions], body: Callable[[CoreGroup], Any], timeout: float,

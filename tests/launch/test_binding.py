@@ -1,4 +1,4 @@
-"""Local ranks each on their own share of the CPUs (launch.binding, `--bind-to`)."""
+"""Local ranks each on their own share of the CPUs (vocab.binding, `--bind-to`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from launch_helpers import PY, cli, collector
-from mlx_jupyter.launch import Launcher, binding
+from mlx_jupyter.launch import Launcher
+from mlx_jupyter.vocab import binding
 
 pytestmark = pytest.mark.timeout(120)
 

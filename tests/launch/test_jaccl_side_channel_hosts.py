@@ -18,7 +18,7 @@ RANK_CODE = """
 import json, os, struct
 import mlx.core as mx
 from mlx_jupyter import distributed as dist
-from mlx_jupyter.launch import rank_env
+from mlx_jupyter.vocab import rank_env
 
 env = rank_env.current()
 factory = dist.all_gather_factory(timeout=60)

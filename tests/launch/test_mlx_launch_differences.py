@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mlx_jupyter.hostfile import default_ranks_per_host, parse_host_list
-from mlx_jupyter.launch import rank_env
+from mlx_jupyter.vocab import rank_env
 from mlx_jupyter.launch.contract import plan_ranks
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.launch.launch_config import rank_argv

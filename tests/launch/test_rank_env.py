@@ -12,10 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mlx_jupyter.hostfile import parse_host_list
-from mlx_jupyter.launch import rank_env
+from mlx_jupyter.vocab import rank_env
 from mlx_jupyter.launch.contract import plan_ranks
-from mlx_jupyter.launch.rank_env import RankEnv, RankEnvError, check_seconds, load_ring, read, variables
-from mlx_jupyter.net.hosts import Address
+from mlx_jupyter.vocab.rank_env import RankEnv, RankEnvError, check_seconds, load_ring, read, variables
+from mlx_jupyter.vocab.hosts import Address
 
 seconds = st.one_of(st.just(-1.0), st.just(math.inf), st.floats(0, 1e6, allow_nan=False))
 written = st.fixed_dictionaries({}, optional={

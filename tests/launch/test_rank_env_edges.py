@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from mlx_jupyter.launch import rank_env
-from mlx_jupyter.launch.rank_env import RankEnvError, check_seconds, first_set, load_ring, read, variables
+from mlx_jupyter.vocab import rank_env
+from mlx_jupyter.vocab.rank_env import RankEnvError, check_seconds, first_set, load_ring, read, variables
 
 
 @pytest.mark.parametrize("var, ok, bad", [

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from mlx_jupyter.hostfile import Host, parse_host_list
-from mlx_jupyter.launch import rank_env
+from mlx_jupyter.vocab import rank_env
 from mlx_jupyter.launch.contract import ContractError, nccl_timeout_ms, plan_ranks
-from mlx_jupyter.launch.rank_env import read
+from mlx_jupyter.vocab.rank_env import read
 
 
 def test_jaccl_reads_both_names_and_the_jaccl_one_wins() -> None:

@@ -1,7 +1,7 @@
 """Mutation testing of the pure planners and parsers (mutmut 3), one module at a time.
 
     .venv/bin/python tests/mutation/run.py                 # every module below, ~10-20 min
-    .venv/bin/python tests/mutation/run.py net/ports.py    # one (paths under mlx_jupyter/)
+    .venv/bin/python tests/mutation/run.py vocab/ports.py    # one (paths under mlx_jupyter/)
     .venv/bin/python tests/mutation/run.py --changed origin/main   # those changed since a commit
     .venv/bin/python tests/mutation/run.py --save          # and write benchmarks/results/mutation.txt
 
@@ -31,63 +31,63 @@ EXAMPLES = 40   # Hypothesis examples per property test and mutant
 
 #: module (under mlx_jupyter/) -> the fast unit tests that cover it (no test bed, no kernels)
 MODULES: dict[str, list[str]] = {
-    "net/ports.py": ["tests/net/test_ports.py"],
-    "net/hosts.py": ["tests/net/test_host_rules.py"],
+    "vocab/ports.py": ["tests/net/test_ports.py"],
+    "vocab/hosts.py": ["tests/net/test_host_rules.py"],
     "topology/addressing.py": ["tests/topology/test_addressing.py", "tests/topology/test_plan_errors.py",
                                "tests/topology/test_untrusted_names.py"],
     "topology/netparse.py": ["tests/topology/test_netparse_edges.py", "tests/topology/test_topology_parsers.py"],
     "where/model.py": ["tests/where/test_model.py", "tests/where/test_model_words.py"],
     "launch/slurm/parse.py": ["tests/slurm/test_parse.py", "tests/slurm/test_parse_edges.py"],
-    "launch/binding.py": ["tests/launch/test_binding.py::test_shares_are_disjoint_equal_blocks_of_the_allowed_cpus",
+    "vocab/binding.py": ["tests/launch/test_binding.py::test_shares_are_disjoint_equal_blocks_of_the_allowed_cpus",
                           "tests/launch/test_binding.py::test_policy_names_the_flag_on_a_bad_value",
                           "tests/launch/test_binding.py::test_shares_by_example",
                           "tests/launch/test_binding.py::test_describe_and_the_cpus_allowed_here",
                           "tests/launch/test_binding.py::test_a_child_spawned_inside_runs_on_the_share_and_the_thread_gets_its_cpus_back"],
     "launch/contract.py": ["tests/launch/test_contract.py", "tests/launch/test_contract_exact.py"],
-    "launch/rank_env.py": ["tests/launch/test_rank_env.py", "tests/launch/test_rank_env_edges.py"],
+    "vocab/rank_env.py": ["tests/launch/test_rank_env.py", "tests/launch/test_rank_env_edges.py"],
     "hostfile.py": ["tests/launch/test_hostfile_edges.py", "tests/launch/test_hostfile.py"],
 }
 
 #: Mutants judged equivalent (no input can tell them from the original): mutmut's name -> why.
 #: A name (module.x_function__mutmut_N) changes when its function changes: then judge it again.
 EQUIVALENT: dict[str, str] = {
-    "mlx_jupyter.net.ports.x__reserve__mutmut_4": "`< RESERVED_FOR_S` to `<=`: equal only if a block is asked for "
+    "mlx_jupyter.vocab.ports.x__reserve__mutmut_4": "`< RESERVED_FOR_S` to `<=`: equal only if a block is asked for "
     "exactly 600.0 s (float monotonic time) after another",
-    "mlx_jupyter.net.ports.x_free_port_block__mutmut_2": "200 to 201 tries: only the number of random draws before "
+    "mlx_jupyter.vocab.ports.x_free_port_block__mutmut_2": "200 to 201 tries: only the number of random draws before "
     "giving up (a test cannot see one more)",
-    "mlx_jupyter.net.ports.x_free_port_block__mutmut_45": "socket(AF_INET) without SOCK_STREAM: SOCK_STREAM is its default",
+    "mlx_jupyter.vocab.ports.x_free_port_block__mutmut_45": "socket(AF_INET) without SOCK_STREAM: SOCK_STREAM is its default",
     **{f"mlx_jupyter.topology.netparse.x_parse_ibv_devices__mutmut_{n}": "ibv_devices' header and rule lines "
        "(device, ------): a mutant that stops skipping one keeps it as a device name, which the result drops anyway "
        "as it does not start with rdma_" for n in (31, 36, 37, 38, 41, 42)},
     "mlx_jupyter.launch.contract.x_nccl_timeout_ms__mutmut_12": "`>= _NCCL_WAIT_MS` to `>`: at equality both give "
     "str(_NCCL_WAIT_MS)",
-    "mlx_jupyter.launch.rank_env.x__process_rank__mutmut_9": "default None instead of 0, then `or 0`: the same 0",
-    "mlx_jupyter.launch.rank_env.x__mpi_size__mutmut_13": "a garbled MPI size read as 3, not 2: only `> 1` is asked",
-    "mlx_jupyter.launch.rank_env.x__mpi_size__mutmut_14": "no MPI size read as 1, not 0: only `> 1` is asked",
-    "mlx_jupyter.launch.rank_env.x_read__mutmut_13": "cell port default None instead of 0: `cell_port or None` either way",
-    "mlx_jupyter.launch.rank_env.x_variables__mutmut_12": "`unknown < known` for `<=`: the unknown names never include "
+    "mlx_jupyter.vocab.rank_env.x__process_rank__mutmut_9": "default None instead of 0, then `or 0`: the same 0",
+    "mlx_jupyter.vocab.rank_env.x__mpi_size__mutmut_13": "a garbled MPI size read as 3, not 2: only `> 1` is asked",
+    "mlx_jupyter.vocab.rank_env.x__mpi_size__mutmut_14": "no MPI size read as 1, not 0: only `> 1` is asked",
+    "mlx_jupyter.vocab.rank_env.x_read__mutmut_13": "cell port default None instead of 0: `cell_port or None` either way",
+    "mlx_jupyter.vocab.rank_env.x_variables__mutmut_12": "`unknown < known` for `<=`: the unknown names never include "
     "the written ones, which are RankEnv fields, so they are never all of them",
-    **{f"mlx_jupyter.launch.rank_env.x__read_text__mutmut_{n}": "the hostfile's encoding utf-8 to the locale's "
+    **{f"mlx_jupyter.vocab.rank_env.x__read_text__mutmut_{n}": "the hostfile's encoding utf-8 to the locale's "
        "(UTF-8 here) or UTF-8: the same codec" for n in (2, 4, 6)},
     **{f"mlx_jupyter.launch.slurm.parse.x_parse_job_id__mutmut_{n}": "split(';') with no or a larger limit: "
        "its first part is the same" for n in (5, 8)},
     **{f"mlx_jupyter.launch.slurm.parse.x_parse_squeue_line__mutmut_{n}": "how the line's end is stripped before "
        "splitting on '|': every field is stripped after anyway" for n in (7, 8, 9)},
-    "mlx_jupyter.launch.binding.x_allowed_cpus__mutmut_10": "sched_getaffinity of pid 1 instead of this process: "
+    "mlx_jupyter.vocab.binding.x_allowed_cpus__mutmut_10": "sched_getaffinity of pid 1 instead of this process: "
     "the same CPUs in this container (a test cannot narrow its own without also narrowing what it compares)",
-    "mlx_jupyter.launch.binding.x_plan__mutmut_7": "`if cpus` always true: allowed_cpus is None only where the OS has "
+    "mlx_jupyter.vocab.binding.x_plan__mutmut_7": "`if cpus` always true: allowed_cpus is None only where the OS has "
     "no CPU binding (macOS), and never empty on Linux",
-    "mlx_jupyter.launch.rank_env.x_read__mutmut_181": "size default None instead of 1, then `or 1`: the same 1",
-    "mlx_jupyter.launch.rank_env.x_read__mutmut_194": "size `or 2` for `or 1`: _int gives 1..2**20 or its default 1, "
+    "mlx_jupyter.vocab.rank_env.x_read__mutmut_181": "size default None instead of 1, then `or 1`: the same 1",
+    "mlx_jupyter.vocab.rank_env.x_read__mutmut_194": "size `or 2` for `or 1`: _int gives 1..2**20 or its default 1, "
     "never 0, so the `or` never applies",
-    "mlx_jupyter.net.hosts.x_split_addr__mutmut_39": "'' to 'XXXX' as the inner text of half-bracketed hosts: "
+    "mlx_jupyter.vocab.hosts.x_split_addr__mutmut_39": "'' to 'XXXX' as the inner text of half-bracketed hosts: "
     "neither has ':', so both are refused the same way",
 }
 
 #: Lines that run only on another OS (here: macOS's and BSD's): their mutants are listed apart and not
 #: counted, as no test on this machine can run them. module -> [(text of the original line, why)].
 OTHER_OS: dict[str, list[tuple[str, str]]] = {} if sys.platform == "darwin" else {
-    "net/ports.py": [(s, "macOS/BSD: the ephemeral range from sysctl") for s in (
+    "vocab/ports.py": [(s, "macOS/BSD: the ephemeral range from sysctl") for s in (
         'if sys.platform == "darwin" or "bsd" in sys.platform:', '"sysctl", "-n", "net.inet.ip.portrange.first"',
         "capture_output=True, text=True, timeout=2).stdout.split()", "return int(out[0]), int(out[1])")],
 }

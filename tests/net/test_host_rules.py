@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mlx_jupyter.hostfile import Host
-from mlx_jupyter.launch.rank_env import RankEnvError, parse_ring_hostfile
-from mlx_jupyter.net.hosts import Address, all_local, bare_host, format_addr, is_local, runs_here, split_addr
+from mlx_jupyter.vocab.rank_env import RankEnvError, parse_ring_hostfile
+from mlx_jupyter.vocab.hosts import Address, all_local, bare_host, format_addr, is_local, runs_here, split_addr
 
 users = st.one_of(st.just(""), st.from_regex(r"[a-z_][a-z0-9_]{0,8}@", fullmatch=True))
 loopback_v4 = st.integers(0x7F000000, 0x7FFFFFFF).map(lambda n: str(ipaddress.IPv4Address(n)))

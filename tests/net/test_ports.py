@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mlx_jupyter.net import ports
+from mlx_jupyter.vocab import ports
 
 
 @given(n=st.integers(1, 64), offset=st.integers(0, 5000),

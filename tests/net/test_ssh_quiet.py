@@ -9,7 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from mlx_jupyter.net.ports import free_port_block
+from mlx_jupyter.vocab.ports import free_port_block
 
 DSA = "DSA is deprecated"
 

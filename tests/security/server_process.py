@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from mlx_jupyter.net.ports import free_port_block
+from mlx_jupyter.vocab.ports import free_port_block
 
 HERE = Path(__file__).resolve().parent
 

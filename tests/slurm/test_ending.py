@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mlx_jupyter.launch.launch_config import LaunchConfig
-from mlx_jupyter.launch.rankinfo import EXITED, KILLED, RankInfo
+from mlx_jupyter.vocab.rankinfo import EXITED, KILLED, RankInfo
 from mlx_jupyter.launch.slurm import SlurmOptions
 from mlx_jupyter.launch.slurm.job import SlurmJob
 from mlx_jupyter.launch.slurm.parse import parse_srun_line

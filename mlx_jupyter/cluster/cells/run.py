@@ -29,7 +29,7 @@ import uuid
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Protocol, Sequence
 
-from mlx_jupyter.launch import backends
+from mlx_jupyter.vocab import backends
 from mlx_jupyter.cluster.cells.debug import ControlSender
 from mlx_jupyter.cluster.cells.cell_server import CellServer, notebook_count
 from mlx_jupyter.cluster.cells.replies import is_release_error, reply_content
@@ -354,8 +354,8 @@ class CellRun:
             self._maybe_end(rank)
 
     def _no_reply_note(self) -> str:
-        backend, advice = self.cluster.backend, self.cluster.restart_advice
-        if backends.supports(backend, "abortable"):
+        backend, advice, record = self.cluster.backend, self.cluster.restart_advice, backends.find(self.cluster.backend)
+        if record is not None and record.abortable:
             return (f"did not stop within {self.release_deadline:g} s (busy in native code?); "
                     f"it keeps running: interrupt again, or {advice}")
         # measured with MPI: a blocked collective ignores interrupts and has no sockets we may close

@@ -20,7 +20,7 @@ from typing import Callable, Collection, Iterable, Mapping, Optional, Sequence, 
 
 from mlx_jupyter.cluster.cells.outcome import DIED, ERROR, NO_REPLY, RELEASED, RankOutcome
 from mlx_jupyter.cluster.shared.units import format_bytes as format_bytes  # the one size text, used from here too
-from mlx_jupyter.launch.rankinfo import describe_exit as describe_exit  # the one exit text, used from here too
+from mlx_jupyter.vocab.rankinfo import describe_exit as describe_exit  # the one exit text, used from here too
 
 MODES = ("grouped", "rank", "raw")
 

@@ -56,8 +56,8 @@ from mlx_jupyter.models.shard_recipe import record_when_imported
 from mlx_jupyter.cluster.rank.sockets import shutdown_sockets, world_socket_fds
 from mlx_jupyter.cluster.shared.wire import CHANNEL_SESSION
 from mlx_jupyter.cluster.shared.zmqwatch import watch_queues
-from mlx_jupyter.launch import rank_env
-from mlx_jupyter.launch.rank_env import RankEnv
+from mlx_jupyter.vocab import rank_env
+from mlx_jupyter.vocab.rank_env import RankEnv
 
 #: the label our cell runs give the cells they send through the controller (ipp_compat.send_execute)
 SUPERVISED_LABEL = "mlx_distributed"

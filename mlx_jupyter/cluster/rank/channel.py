@@ -36,7 +36,7 @@ from mlx_jupyter.cluster.rank import cell_runner
 from mlx_jupyter.cluster.rank.cell_names import number_cells_as
 from mlx_jupyter.cluster.rank.kernel_compat import main_lock
 from mlx_jupyter.cluster.shared.kernel_streams import flush_streams
-from mlx_jupyter.net.hosts import split_addr
+from mlx_jupyter.vocab.hosts import split_addr
 
 log = logging.getLogger("mlx_jupyter.cluster.rank.channel")
 

@@ -23,7 +23,7 @@ from mlx_jupyter.cluster.shared.connection_files import await_json_file
 from mlx_jupyter.cluster.shared.ipp_compat import exit_unless_usable
 from mlx_jupyter.cluster.rank import agent
 from mlx_jupyter.cluster.rank import cell_runner, channel, debugger, sampler
-from mlx_jupyter.launch import rank_env
+from mlx_jupyter.vocab import rank_env
 
 
 class MLXEngine(IPEngine):  # type: ignore[misc]  # ipyparallel ships no types

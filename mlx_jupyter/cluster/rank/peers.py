@@ -175,7 +175,7 @@ class PeerLink:
 
 
 def _is_loopback(host: str) -> bool:
-    from mlx_jupyter.net.hosts import is_local
+    from mlx_jupyter.vocab.hosts import is_local
 
     return is_local(host)
 

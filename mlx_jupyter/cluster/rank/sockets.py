@@ -12,7 +12,7 @@ import time
 from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:
-    from mlx_jupyter.net.hosts import Address
+    from mlx_jupyter.vocab.hosts import Address
 
 
 def socket_fds() -> dict[int, int]:
@@ -39,9 +39,9 @@ def socket_fds() -> dict[int, int]:
 
 
 def _read_ring(path: str) -> list[list[Address]]:
-    """The ring hostfile at ``path`` (one parser: :func:`mlx_jupyter.launch.rank_env.parse_ring_hostfile`);
+    """The ring hostfile at ``path`` (one parser: :func:`mlx_jupyter.vocab.rank_env.parse_ring_hostfile`);
     [] if unreadable."""
-    from mlx_jupyter.launch.rank_env import parse_ring_hostfile
+    from mlx_jupyter.vocab.rank_env import parse_ring_hostfile
 
     try:
         with open(path, encoding="utf-8") as fh:
@@ -124,7 +124,7 @@ def ring_ports_to_await(rank: int, hostfile: str) -> set[int]:
     GIL held (the engine stands still). The last rank waiting for the others'
     ports to listen skips that pause.
     """
-    from mlx_jupyter.net.hosts import is_local
+    from mlx_jupyter.vocab.hosts import is_local
 
     firsts = [row[0] for row in _read_ring(hostfile)]
     if len(firsts) < 2 or rank != len(firsts) - 1 or not all(is_local(ip) for ip, _ in firsts):

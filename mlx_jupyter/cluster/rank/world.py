@@ -8,12 +8,12 @@ from __future__ import annotations
 import threading
 from typing import Any, Optional
 
-from mlx_jupyter.launch import backends
+from mlx_jupyter.vocab import backends
 from mlx_jupyter.cluster.rank import agent as _agent
 from mlx_jupyter.cluster.rank.names import NAMES
 from mlx_jupyter.cluster.rank.sockets import ring_ports_to_await, socket_fds, wait_listening, world_socket_fds
-from mlx_jupyter.launch import rank_env
-from mlx_jupyter.launch.rank_env import RankEnv
+from mlx_jupyter.vocab import rank_env
+from mlx_jupyter.vocab.rank_env import RankEnv
 from mlx_jupyter.where import mlx_calls
 
 
@@ -54,7 +54,7 @@ class EarlyWorld:
 
             if self.await_ports:  # a peer that never listens (it died) is the cluster's to report
                 wait_listening(self.await_ports, self.await_timeout)
-            self.group = mx.distributed.init(strict=self.strict, backend=self.backend)
+            self.group = mx.distributed.init(strict=self.strict, backend=backends.mlx_name(self.backend))
         except BaseException as exc:  # reported by setup(), in the cell that needs it
             self.error = exc
         finally:
@@ -67,8 +67,9 @@ EARLY_WORLD: Optional[EarlyWorld] = None
 
 
 def start_world_early(wait: float = 30.0) -> bool:
-    """Begin forming MLX's ring world in the background, if this engine is one of several
-    ring ranks, and wait up to ``wait`` s for it; whether it is being (or was) formed.
+    """Begin forming MLX's world in the background, if this engine is one of several ranks of a
+    backend whose record says so (``early_world``: the ring), and wait up to ``wait`` s for it;
+    whether it is being (or was) formed.
 
     Called once per rank by the cluster right after start: its answer says the world
     has formed (meanwhile MLX's init holds the GIL and the rank answers nothing).
@@ -77,9 +78,10 @@ def start_world_early(wait: float = 30.0) -> bool:
     global EARLY_WORLD
     if EARLY_WORLD is None:
         env = this_rank_env()
-        if not (backends.supports(env.backend, "early_world") and env.size > 1 and env.early_world and env.mlx_hostfile):
+        record = backends.find(env.backend)
+        if not (record is not None and record.early_world and env.size > 1 and env.early_world and env.mlx_hostfile):
             return False
-        EARLY_WORLD = EarlyWorld("ring", strict=True, hostfile=env.mlx_hostfile,
+        EARLY_WORLD = EarlyWorld(record.name, strict=True, hostfile=env.mlx_hostfile,
                                  await_ports=ring_ports_to_await(env.process_rank, env.mlx_hostfile))
     EARLY_WORLD.done.wait(wait)
     return True

@@ -15,7 +15,7 @@ import shlex
 import subprocess
 from typing import Mapping, Sequence
 
-from mlx_jupyter import options
+from mlx_jupyter.vocab import options
 from mlx_jupyter.hostfile import default_ranks_per_host
 from mlx_jupyter.launch.slurm.commands import TIMEOUT, SlurmError
 from mlx_jupyter.launch.slurm.options import NAME_PREFIX, SlurmOptions, refuse_job_name, split_args
@@ -26,7 +26,7 @@ SLURM_ONLY = ("nodes", "partition", "time", "account", "slurm_arg", "srun_arg", 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The ``--slurm`` group of ``mlx-jupyter launch``: the spec's (mlx_jupyter.options), then the launcher's own."""
+    """The ``--slurm`` group of ``mlx-jupyter launch``: the spec's (mlx_jupyter.vocab.options), then the launcher's own."""
     g = p.add_argument_group("Slurm", "run the ranks as a Slurm job step (-n: ranks per node)")
     options.add_to_parser(g, options.LAUNCH, group="Slurm")
     g.add_argument("--srun-arg", action="append", default=[], metavar="ARG",

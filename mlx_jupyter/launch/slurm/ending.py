@@ -13,7 +13,7 @@ import signal as _signal
 import sys
 from typing import TYPE_CHECKING, Optional
 
-from mlx_jupyter.launch.rankinfo import EXITED, KILLED, LOST, PENDING, RankInfo, describe_exit
+from mlx_jupyter.vocab.rankinfo import EXITED, KILLED, LOST, PENDING, RankInfo, describe_exit
 from mlx_jupyter.launch.slurm import commands
 from mlx_jupyter.launch.slurm.commands import SlurmError
 from mlx_jupyter.launch.slurm.parse import JobState, SrunNote, format_duration

@@ -20,13 +20,13 @@ import threading
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from mlx_jupyter.hostfile import Host
-from mlx_jupyter.launch.backends import RECORDS, get
+from mlx_jupyter.vocab.backends import RECORDS, get
 from mlx_jupyter.launch import contract, where_ask
 from mlx_jupyter.launch.launch_config import LaunchConfig, rank_argv
 from mlx_jupyter.launch.errors import LaunchError
 from mlx_jupyter.launch.local_watchdog import LocalWatchdog
 from mlx_jupyter.launch.local import LocalProcess
-from mlx_jupyter.launch.rankinfo import EXITED, KILLED, RUNNING, RankInfo
+from mlx_jupyter.vocab.rankinfo import EXITED, KILLED, RUNNING, RankInfo
 from mlx_jupyter.launch.slurm import commands
 from mlx_jupyter.launch.slurm.allocation import Allocation, WaitCancelled, print_state
 from mlx_jupyter.launch.slurm.ending import PROG, Ending

@@ -12,11 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
-from mlx_jupyter.launch.backends import get
+from mlx_jupyter.vocab.backends import get
 from mlx_jupyter.hostfile import Host
-from mlx_jupyter.launch import contract, rank_env
+from mlx_jupyter.launch import contract
+from mlx_jupyter.vocab import rank_env
 from mlx_jupyter.launch.slurm.wrapper import control_env
-from mlx_jupyter.net.ports import CORE_PORT_OFFSET
+from mlx_jupyter.vocab.ports import CORE_PORT_OFFSET
 
 #: Derived ring ports live in [PORT_BASE, PORT_BASE + CORE_PORT_OFFSET), our core's the same + the offset:
 #: below Linux's ephemeral range (32768), so outgoing connections never take them.

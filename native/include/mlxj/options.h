@@ -1,6 +1,6 @@
 // What the core is told when a world (or a split of it) is made: the job's secret and the
 // settings a rank reads from its environment. Python fills it from its RankEnv
-// (mlx_jupyter.launch.rank_env); the core never reads the environment itself.
+// (mlx_jupyter.vocab.rank_env); the core never reads the environment itself.
 #pragma once
 #include <algorithm>
 #include <chrono>

@@ -16,7 +16,7 @@ namespace mlxj {
 
 using Clock = std::chrono::steady_clock;
 
-// An address as Python parsed it (mlx_jupyter.net.hosts.split_addr): an IP or a host name, a port.
+// An address as Python parsed it (mlx_jupyter.vocab.hosts.split_addr): an IP or a host name, a port.
 struct Endpoint {
   std::string host;
   int port = 0;

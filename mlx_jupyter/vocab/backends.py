@@ -54,22 +54,32 @@ class Backend:
     #: of MLX's world. A send is drained by its partner's recv (the data is dropped), a recv by a send of
     #: zeros that the blocked rank never returns to its code (it stops first), as a collective's.
     drain_ops: tuple[str, ...] = ("all_sum", "all_gather", "all_max", "all_min", "sum_scatter", "send", "recv")
+    #: the ops MLX's own group of this backend lacks (MLX's table), each with what works instead: an
+    #: ``MlxGroup`` says it in the error for that op
+    lacks: Mapping[str, str] = field(default_factory=dict)
 
 
 _JACCL_FIX = "pip install -U 'mlx>=0.29' on macOS 26.2+: JACCL ships in MLX's macOS wheels"
+_SLICE = "all_sum then this rank's slice of axis 0 (done for you by mlx_jupyter.distributed.sum_scatter)"
+_JACCL_SPLIT = ("our core's group has split: mlx_jupyter.distributed.init(backend=\"ring\") forms it over the "
+                "ring mlx-jupyter plans beside JACCL (MLX_JUPYTER_HOSTFILE)")
+_NCCL_P2P = ("NCCL's backend in MLX has no point to point: all_gather and take rank src's slice, or use "
+             "our core's group (mlx_jupyter.distributed.init(backend=\"ring\") on a ring launch), which has send/recv")
 
 RECORDS: tuple[Backend, ...] = (
     Backend("ring", contract="ring", addresses="every", core=True, abortable=True, early_world=True, slurm=True,
-            configurable=True, install="pip install -U 'mlx>=0.29'", default_when="otherwise"),
+            configurable=True, install="pip install -U 'mlx>=0.29'", default_when="otherwise",
+            lacks={"split": "our core's group (mlx_jupyter.distributed.init()) has split", "sum_scatter": _SLICE}),
     Backend("jaccl", contract="jaccl", addresses="first", rdma="every", checked=True, side_channel=True, configurable=True,
-            install=_JACCL_FIX),
+            install=_JACCL_FIX, lacks={"split": _JACCL_SPLIT}),
     Backend("jaccl-ring", contract="jaccl", addresses="first", rdma="neighbours", checked=True, side_channel=True, configurable=True,
-            mlx_name="jaccl", mlx_env={"MLX_JACCL_RING": "1"}, install=_JACCL_FIX),
+            mlx_name="jaccl", mlx_env={"MLX_JACCL_RING": "1"}, install=_JACCL_FIX, lacks={"split": _JACCL_SPLIT}),
     Backend("nccl", contract="nccl", addresses="first", checked=True, slurm=True,
             install="pip install 'mlx[cuda12]' (or 'mlx[cuda13]'): the CPU-only MLX wheel has no NCCL",
-            default_when="cuda"),
+            default_when="cuda", lacks={"send": _NCCL_P2P, "recv": _NCCL_P2P}),
     Backend("mpi", contract="mpi", addresses="none", mpirun=True, slurm=True, min_world=2,
-            install="use an MLX build with MPI support (MLX's pip wheels load libmpi at run time)"),
+            install="use an MLX build with MPI support (MLX's pip wheels load libmpi at run time)",
+            lacks={"sum_scatter": _SLICE}),
 )
 _BY_NAME = {b.name: b for b in RECORDS}
 #: every backend's name, in the order help texts list them
@@ -87,11 +97,6 @@ def get(name: str) -> Backend:
     if record is None:
         raise ValueError(f"unknown backend {name!r}: valid names are {', '.join(NAMES)}")
     return record
-
-
-def supports(name: Optional[str], feature: str) -> bool:
-    """Whether the record of ``name`` has the boolean field ``feature`` set (False for an unknown name)."""
-    return bool(getattr(find(name), feature, False))
 
 
 def mlx_name(name: str) -> str:

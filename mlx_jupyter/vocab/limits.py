@@ -48,7 +48,7 @@ def seconds(flag: str, value: Any, high: float = MAX_SECONDS, example: str = "30
 def count(flag: str, value: Any, high: int, low: int = 1, what: str = "a whole number", example: str = "2") -> int:
     """``value`` (an int or its text) as a whole number from ``low`` to ``high``."""
     takes = f"must be {what} from {low} to {high}"
-    number: Any = None
+    number: int | None = None
     if isinstance(value, int) and not isinstance(value, bool):
         number = value
     elif isinstance(value, str) and len(value) < 32:

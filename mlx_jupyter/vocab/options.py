@@ -12,9 +12,9 @@ import argparse
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
-from mlx_jupyter import limits
-from mlx_jupyter.launch import backends
-from mlx_jupyter.launch.binding import POLICIES
+from mlx_jupyter.vocab import limits
+from mlx_jupyter.vocab import backends
+from mlx_jupyter.vocab.binding import POLICIES
 
 # Where an option is offered: the %mlx_cluster actions, the launcher's and the configurator's command
 # lines, the panel's start request. ``Cluster()`` has every option with a ``keyword``.

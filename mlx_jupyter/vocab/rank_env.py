@@ -15,8 +15,8 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Callable, Mapping, Optional
 
-from mlx_jupyter.net.hosts import Address, split_addr
-from mlx_jupyter.net.ports import CORE_PORT_OFFSET
+from mlx_jupyter.vocab.hosts import Address, split_addr
+from mlx_jupyter.vocab.ports import CORE_PORT_OFFSET
 
 # MLX's contract (mlx.launch sets these; MLX and our core read them)
 RANK = "MLX_RANK"
