@@ -140,3 +140,29 @@ def test_an_unfinished_line_shows_once_its_hold_passed():
     g.feed(0, "\nnext", now=102.0)         # a new line's start is timed anew
     g.flush(now=102.0, force=True)
     assert g.partials(now=102.04, age=0.05) == {} and g.partials(now=102.0, age=0.05, started={0}) == {0: "next"}
+
+
+def test_a_figure_waits_a_second_for_the_alike_figures_of_ranks_that_make_them():
+    from mlx_jupyter.cluster.cells.display import DISPLAY_HOLD, Displays
+
+    fig = {"data": {"image/png": "same"}, "metadata": {}}
+    d = Displays([0, 1], hold=0.25)
+    d.feed(1, fig, now=10.0)
+    assert d.flush(now=10.0 + DISPLAY_HOLD - 0.01) == []          # the cell's first: rank 0 may be late (load)
+    d.feed(0, fig, now=10.6)
+    assert d.flush(now=10.6) == [([0, 1], fig)]
+    d.feed(0, {"data": {"text/html": "only 0"}, "metadata": {}}, now=20.0)
+    assert d.flush(now=20.0 + DISPLAY_HOLD - 0.01) == []          # rank 1 made one before: it may make this too
+    assert d.flush(now=20.0 + DISPLAY_HOLD + 0.01) == [([0], {"data": {"text/html": "only 0"}, "metadata": {}})]
+
+
+def test_a_rank_that_makes_no_figures_is_waited_for_only_the_short_hold():
+    from mlx_jupyter.cluster.cells.display import Displays
+
+    d = Displays([0, 1], hold=0.25)   # rank 0 plots, rank 1 never does (`if rank == 0: plot`)
+    d.feed(0, {"data": {"image/png": "0"}, "metadata": {}}, now=10.0)
+    assert d.flush(now=10.9) == []               # the first waits DISPLAY_HOLD (rank 1 might make one)
+    assert d.flush(now=11.01) == [([0], {"data": {"image/png": "0"}, "metadata": {}})]
+    d.feed(0, {"data": {"image/png": "1"}, "metadata": {}}, now=12.0)
+    assert d.flush(now=12.2) == []
+    assert d.flush(now=12.26) == [([0], {"data": {"image/png": "1"}, "metadata": {}})]   # then only the hold

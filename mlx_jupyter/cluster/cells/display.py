@@ -108,27 +108,38 @@ def _stderr(text: str) -> None:
     sys.stderr.flush()
 
 
-class _Displays:
+#: how long a rank's rich output waits for the other ranks' alike one when they may make it: the cell's first,
+#: or one of ranks that made others (a figure is no token: a second late costs little, a split pair more)
+DISPLAY_HOLD = 1.0
+
+
+class Displays:
     """Aligns the k-th rich output of every rank and shows identical ones once."""
 
     def __init__(self, ranks: Sequence[int], hold: float):
         self.hold = hold
         self.queues: dict[int, deque[tuple[float, dict[str, Any]]]] = {r: deque() for r in ranks}
         self.done: set[int] = set()
+        self.made: set[int] = set()   # the ranks that made a rich output in this run
+        self.shown = False
 
-    def feed(self, rank: int, content: dict[str, Any]) -> None:
-        self.queues.setdefault(rank, deque()).append((time.monotonic(), content))
+    def feed(self, rank: int, content: dict[str, Any], now: Optional[float] = None) -> None:
+        self.queues.setdefault(rank, deque()).append((time.monotonic() if now is None else now, content))
+        self.made.add(rank)
 
-    def flush(self, force: bool = False) -> list[tuple[list[int], dict[str, Any]]]:
+    def flush(self, force: bool = False, now: Optional[float] = None) -> list[tuple[list[int], dict[str, Any]]]:
         out: list[tuple[list[int], dict[str, Any]]] = []
-        now = time.monotonic()
+        now = time.monotonic() if now is None else now
         while True:
             heads = {r: q[0] for r, q in self.queues.items() if q}
             if not heads:
                 return out
             waiting = [r for r, q in self.queues.items() if not q and r not in self.done]
-            if waiting and not force and now - min(t for t, _ in heads.values()) < self.hold:
+            likely = not self.shown or not self.made.isdisjoint(waiting)   # the waited-for ranks make them too
+            hold = max(self.hold, DISPLAY_HOLD) if likely else self.hold
+            if waiting and not force and now - min(t for t, _ in heads.values()) < hold:
                 return out
+            self.shown = True
             for r in heads:
                 self.queues[r].popleft()
             bundles = {r: (c.get("data", {}), c.get("metadata", {})) for r, (_, c) in heads.items()}
@@ -150,7 +161,7 @@ class Renderer:
         self.err: Writer = err or _stderr
         self.publish = publish or _publish
         self.streams = {"stdout": LineGrouper(ranks, hold), "stderr": LineGrouper(ranks, hold)}
-        self.displays = _Displays(ranks, hold)
+        self.displays = Displays(ranks, hold)
         self.live = {name: LiveLines(live) for name in self.streams}  # progress lines ("\r"), in place
         self.open = OpenLine({"stdout": lambda t: self.out(t), "stderr": lambda t: self.err(t)}, self._label)
         self.noise: dict[str, tuple[str, int]] = {}  # rank label -> (MLX's first ring error line, how many more)
