@@ -324,12 +324,10 @@ class ClusterSession(ABC):
         if not self.drainer.agreed_stop(run.ranks, run.msg_ids, timeout):
             run.interrupt("interrupted by the user")
             return run.wait(timeout)
-        run.interrupt("stopped at a collective boundary (the last MLX call any rank had made)", agreed=True)
+        run.interrupt("interrupted by the user", agreed=True)   # each rank says where it stopped
         if run.wait(timeout):
             return True
-        left = [r for r in run.ranks if run.outcomes[r].status == "running"]   # as by the stop button
-        self.send_abort("interrupted by the user: a rank did not reach the agreed stop", left, run.msg_ids, True)
-        self.drain(run.ranks, run.msg_ids, run.still_evaluating)
+        run.interrupt("interrupted by the user: a rank did not reach the agreed stop")   # aborted and drained
         return run.wait(timeout)
 
     def run_started(self, run: CellRun) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Protocol, Sequence, TypeVar
@@ -248,6 +249,17 @@ class Renderer:
         return lines
 
 
+def _stop(run: ShownRun) -> None:
+    """The stop button: the agreed stop where the cluster has it (every rank stops before the same MLX call,
+    so no result is drained and the ranks' state stays alike; issue 42), on a thread so the display goes on;
+    else an interrupt."""
+    agreed = getattr(run.cluster, "stop_at_boundary", None)
+    if agreed is None:
+        run.interrupt("interrupted by the user")
+        return
+    threading.Thread(target=agreed, args=(run,), name="mlx-stop", daemon=True).start()
+
+
 def _live_table(run: ShownRun) -> Optional[LiveTable]:
     """The live table of where the ranks are (:mod:`.live`), in a kernel only (elsewhere: None)."""
     try:
@@ -314,7 +326,10 @@ def show_run(run: Run, mode: str = "grouped", timeout: Optional[float] = None,
             debug.stopped = True  # no more prompts: the ranks in pdb are being interrupted
             stops += 1
             stopped_at = stopped_at or where_words(run)
-            run.interrupt("interrupted by the user")
+            if stops == 1:
+                _stop(run)
+            else:   # stopped again: at once, whatever the ranks do
+                run.interrupt("interrupted by the user")
             if stops >= 3:  # the user insists: stop waiting, whatever the ranks do
                 break
     r.flush(force=True)

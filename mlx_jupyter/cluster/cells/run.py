@@ -92,6 +92,8 @@ class CellRun:
         self._idle: set[int] = set()
         self._ended: set[int] = set()
         self._abort_sent: dict[int, float] = {}
+        self._agreed: set[int] = set()   # ranks told where to stop (an agreed stop), sent no abort yet
+        self._drained = False   # the run's drain has begun
         self._told_finishing = False   # the reader was told the ranks finish an evaluation before they stop
         self._silent: set[int] = set()   # ranks a peer found unreachable: their host is down or cut off
         self.msg_ids: dict[int, str] = {}
@@ -277,23 +279,31 @@ class CellRun:
             if self.cause is None:
                 self.cause = reason
             if agreed:
-                self._abort_sent.update({r: time.monotonic() for r in self.ranks if r not in self._ended})
+                now = time.monotonic()
+                for r in self.ranks:
+                    if r not in self._ended and r not in self._abort_sent:
+                        self._abort_sent[r] = now
+                        self._agreed.add(r)
                 return
-            again = bool(self._abort_sent) and all(r in self._abort_sent for r in self.ranks if r not in self._ended)
-        if again:   # stopped again: the drain waits for no evaluation to finish
+            # stopped again after every rank got its abort: the drain waits for no evaluation to finish
+            again = bool(self._abort_sent) and not self._agreed and all(
+                r in self._abort_sent for r in self.ranks if r not in self._ended)
+        if again:
             self.cluster.insist_drain()
         self._abort_running(reason)
 
     def _abort_running(self, reason: str) -> None:
         with self._lock:
-            targets = [
-                r for r in self.ranks
-                if r not in self._ended and r not in self._abort_sent and self.outcomes[r].status == RUNNING
+            targets = [   # a rank told where to stop (agreed) and not stopped yet gets its abort now
+                r for r in self.ranks if r not in self._ended and (r not in self._abort_sent or r in self._agreed)
+                and self.outcomes[r].status == RUNNING
             ]
-            first = bool(targets) and not self._abort_sent   # one drain per run: it considers every rank
+            first = bool(targets) and not self._drained   # one drain per run: it considers every rank
+            self._drained = self._drained or first
             now = time.monotonic()
             for r in targets:
                 self._abort_sent[r] = now
+                self._agreed.discard(r)
         if targets:
             self.cluster.send_abort(reason, targets, self.msg_ids, drain=True)
         if first:
