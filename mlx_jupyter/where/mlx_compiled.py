@@ -58,6 +58,7 @@ class Counted:
         functools.update_wrapper(self, fun)
         self.compiled, self.record_of = compiled, record_of
         self.templates: dict[tuple[Any, ...], Optional[list[Step]]] = {}   # input signature -> its trace's calls
+        self.collects = False   # some trace made a collective (else no call looks its signature up)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
@@ -66,13 +67,14 @@ class Counted:
             return self.compiled(*args, **kwargs)
         calls, templates = record.calls, self.templates
         last = calls[-1] if calls else None
-        steps = templates.get(_signature(args, kwargs)) if templates else None
+        steps = templates.get(_signature(args, kwargs)) if self.collects else None
         if steps and record.stop_after is not None:   # an agreed stop: not past the last number any rank made
             record.stop_at(steps[0][0])
         out = self.compiled(*args, **kwargs)
         try:
             if calls and calls[-1] is not last:   # it traced now: the calls it made are recorded, and its template
-                templates[_signature(args, kwargs)] = _template(record, last)
+                steps = templates[_signature(args, kwargs)] = _template(record, last)
+                self.collects = self.collects or steps != []
             elif steps:
                 frame = sys._getframe(1)
                 for key, op, x, peer, via, nbytes in steps:
