@@ -78,7 +78,8 @@ try {
   await step('story_world_shut_down_said_everywhere', async () => {
     await runToEnd(2);   // rank 1 raises where rank 0 waits in a call no drain can make: world is shut down
     const refused = await runToEnd(3);   // the next cell using world: refused, in one line
-    const said = (refused.match(/MLX's `world` is shut down \(shut down on [^)]*\)/) || [''])[0];
+    // the refusal's words up to ", so this cell": MLX's `world` is shut down (shut down on rank 0 after: ...)
+    const said = (refused.match(/MLX's `world` is shut down \(shut down on .*?\)(?=, so this cell)/) || [''])[0];
     await page.waitForFunction((s) => {
       const t = (sel) => document.querySelector(sel)?.textContent || '';
       return s && t('#mlx-jupyter-cluster-panel .mlxj-card-health').includes(s) && t('.mlxj-dashboard .mlxj-dash-story').includes(s);
