@@ -83,7 +83,7 @@ def test_a_look_fills_the_rows_memory_where_and_the_charts():
     samples = {0: {"rank": 0, "running": False, "rss": 2**20, "cpu": 1.0},
                1: {"rank": 1, "running": True, "rss": 2**21, "line": 2, "source": "x = 1",
                    "mlx_memory": {"active": 4096, "peak": 8192, "cache": 0}}}
-    assert live.look(1.0, rows, samples) == ""
+    assert live.look(1.0, rows, samples).headline == ""
     assert [r["where"] for r in rows] == ["idle", "running line 2: x = 1"]
     assert [r["memory_text"] for r in rows] == ["1.0 MiB", "2.0 MiB"] and rows[1]["mlx_memory"]["peak"] == 8192
     assert live.history.series()["ranks"]["1"]["mlx_active"] == [4096]

@@ -82,8 +82,10 @@ export interface ICluster {
   error?: string;
   connected?: number;
   ranks: IRank[];
-  /** One line when the ranks are in different places (who waits for whom). */
+  /** One line when a rank has stalled (who waits for whom), in the words of the cell's own table. */
   diagnosis?: string;
+  /** What the ranks do, and MLX's `world` shut down with how to restart: the server's words (server/live.py story). */
+  story?: string;
   /** Whose it is, in words: "started from this panel", "started by x.ipynb (kernel pid N)", "another …". */
   owner_text?: string;
   /** "notebook": a kernel of this server; "other": another process (shown apart in the panel). */

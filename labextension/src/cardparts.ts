@@ -22,8 +22,10 @@ function memory(r: IRank): string {
   return r.memory === null || r.memory === undefined ? '' : r.memory_text || '';
 }
 
-/** "2 of 2 ranks ok": the health summary written out, not only as a colour. */
-export function healthSummary(ranks: IRank[]): string {
+/** "2 of 2 ranks ok": the health summary written out, not only as a colour; then what the ranks do: the server's
+ * story (mlx_jupyter.server.live.story, in the words of the cell's own table: "running a cell on rank 0; done on
+ * rank 1", "idle; MLX's `world` is shut down (...)") when it has one, else the owner's listing. */
+export function healthSummary(ranks: IRank[], story = ''): string {
   const ok = ranks.filter(r => ['ok', 'idle', 'running'].includes(r.health || '')).length;
   const remote = ranks.filter(r => r.health === 'remote').length;
   const bad = ranks.length - ok - remote;
@@ -36,7 +38,11 @@ export function healthSummary(ranks: IRank[]): string {
   if (bad) {
     parts.push(`${bad} not ok`);
   }
-  // a kernel's ranks: what they do, in words (the server's own clusters say it per rank, in "where")
+  if (story) {
+    parts.push(story);
+    return parts.join(', ');
+  }
+  // before the server's first look at the ranks: what the owner's listing says they do
   const busy = ranks.filter(r => r.state === 'running a cell').map(r => r.rank);
   if (busy.length) {
     parts.push(`running a cell on rank${busy.length > 1 ? 's' : ''} ${busy.join(', ')}`);

@@ -3,6 +3,7 @@ import { Widget } from '@lumino/widgets';
 
 import { IDashboard, IProfile, IRankSeries, SERIES_KEYS, getDashboard, slurmState } from './api';
 import { ChartPanel, WINDOWS } from './chartpanel';
+import { healthSummary } from './cardparts';
 import { rankTable } from './ranktable';
 
 /** The dashboard refreshes once a second while it is visible (and never while hidden). */
@@ -137,6 +138,9 @@ export class ClusterDashboard extends Widget {
     }
     if (c.error) {
       root.appendChild(el('pre', 'mlxj-dash-error', c.error));
+    }
+    if (c.story && c.ranks && c.ranks.length) {   // the server's words, the card's too
+      root.appendChild(el('div', 'mlxj-dash-story', healthSummary(c.ranks, c.story)));
     }
     if (c.diagnosis) {   // the server says it only for a rank that has stalled (no progress for 2 s)
       root.appendChild(el('div', 'mlxj-dash-diagnosis', c.diagnosis));

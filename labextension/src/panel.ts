@@ -182,7 +182,7 @@ export class ClusterPanel extends Widget {
       this.followed = '';
       this.say(`${id} failed to start`, true);
     } else if (c.state !== 'starting') {
-      const detail = c.ranks?.length ? healthSummary(c.ranks) : `${c.size} ranks`;
+      const detail = c.ranks?.length ? healthSummary(c.ranks, c.story) : `${c.size} ranks`;
       this.message.textContent = `${id} ${c.state}: ${detail}`;
     }
   }
@@ -242,7 +242,7 @@ export class ClusterPanel extends Widget {
         card.appendChild(el('div', { class: 'mlxj-card-sub mlxj-card-starting' },
           `starting: ${c.connected ?? 0} of ${c.size || '?'} ranks connected…`));
       } else if (c.ranks && c.ranks.length) {
-        card.appendChild(el('div', { class: 'mlxj-card-health' }, healthSummary(c.ranks)));
+        card.appendChild(el('div', { class: 'mlxj-card-health' }, healthSummary(c.ranks, c.story)));
         card.appendChild(rankTable(c.ranks));
         // where each busy rank is, as lines that wrap (a column would widen the card)
         for (const r of c.ranks.filter(r => r.where && r.where !== 'idle' && r.where !== r.state)) {

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping, NoReturn, Optional, Sequence
 
 from mlx_jupyter.cluster import registry
 from mlx_jupyter.cluster.attach import RankWatch, connect_client, find_published, rank_infos
-from mlx_jupyter.cluster.restart_context import PYTHON, RestartContext
+from mlx_jupyter.cluster.restart_context import PYTHON, RestartContext, owner_restart
 from mlx_jupyter.cluster.session import ClusterSession
 from mlx_jupyter.cluster.shared.errors import ClusterError
 from mlx_jupyter.cluster.startup import ProgressCallback
@@ -61,9 +61,7 @@ class ConnectedCluster(ClusterSession):
 
     def owner_restart_advice(self) -> str:
         """How a notebook connected to this cluster gets fresh ranks: only where the owner is."""
-        if self.by_server:
-            return "restart it with the Restart button of the MLX Cluster panel (it keeps the ranks' names)"
-        return "restart it in that kernel's notebook with %mlx_cluster restart (it keeps the ranks' names)"
+        return owner_restart(self.by_server)
 
     def stopped_advice(self) -> Optional[str]:
         """Once the owner stopped the cluster: what works from here; None while it is published."""

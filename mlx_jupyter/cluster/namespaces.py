@@ -22,6 +22,7 @@ from mlx_jupyter.cluster.controller_link import ControllerLink
 from mlx_jupyter.cluster.rank_control import RankControl
 from mlx_jupyter.cluster.rank_table import RankTable
 from mlx_jupyter.cluster.shared.errors import ClusterError
+from mlx_jupyter.cluster.shared import world_words
 from mlx_jupyter.cluster.supervision import Supervisor
 
 
@@ -83,7 +84,7 @@ class RankNamespaces:
         """Every rank learns that MLX's world is dead (it was shut down on ``closed``)."""
         from mlx_jupyter.cluster.rank import world as rank_world
 
-        reason = f"shut down on {rank_label(closed)} after: {next(iter(closed.values()))}"
+        reason = world_words.reason(rank_label(closed), next(iter(closed.values())))
         ar = self.link.view(ranks).apply_async(rank_world.mark_world_dead, reason, self.restart_advice())
         self.supervisor.wait(ar, 10.0, ranks, "marking MLX's world as shut down")
 

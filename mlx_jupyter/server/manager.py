@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from mlx_jupyter.cluster import last_profile, registry
-from mlx_jupyter.cluster.restart_context import PANEL
+from mlx_jupyter.cluster.restart_context import PANEL, owner_restart
 from mlx_jupyter.server.hostfile_field import CheckedHostfile, HostfileReader
-from mlx_jupyter.server.live import LiveState
+from mlx_jupyter.server.live import LiveState, Look
 from mlx_jupyter.server.owners import KernelPids, label_owner
 from mlx_jupyter.hostfile import default_ranks_per_host
 from mlx_jupyter.server.requests import check_total
@@ -172,22 +172,22 @@ class ClusterManager:
         entry.state = "restarting"
         return await self._on_worker(lambda: self._restart(entry))
 
-    def _status(self, entry: Entry) -> tuple[list[dict], str]:
+    def _status(self, entry: Entry) -> tuple[list[dict], Look]:
         """Each rank's status row with ``where`` (its state as the notebook's live table says it) and its
         memory, and the headline when a rank has stalled (:mod:`.live`); the samples feed the charts."""
         cluster = entry.cluster
         try:
             rows = cluster.status(timeout=STATUS_TIMEOUT)
         except Exception as exc:
-            return [{"rank": -1, "state": f"status failed: {exc}"}], ""
+            return [{"rank": -1, "state": f"status failed: {exc}"}], Look("", "")
         from mlx_jupyter.cluster.restart_origins import status_column
 
         status_column(cluster, rows)   # "restart": where each rank's names came from at the last restart
         try:  # answered on the control channel, also while a connected notebook's cell runs
             samples = cluster.where_samples(None, STATUS_TIMEOUT)
         except Exception:
-            return rows, ""
-        return rows, entry.live.look(time.time(), rows, samples)
+            return rows, Look("", "")
+        return rows, entry.live.look(time.time(), rows, samples, restart=owner_restart(True))
 
     async def _ours(self, entry: Entry) -> dict[str, Any]:
         """A cluster this server started, as the panel lists it (live rank status while it runs)."""
@@ -198,9 +198,9 @@ class ClusterManager:
         if entry.hostfile is not None:
             item["hostfile"] = entry.hostfile.name   # as the panel gave it, not our private copy
         if entry.state == "running":
-            rows, diagnosis = await asyncio.get_running_loop().run_in_executor(None, lambda: self._status(entry))
+            rows, look = await asyncio.get_running_loop().run_in_executor(None, lambda: self._status(entry))
             item["ranks"] = [{**r, "health": _health(r)} for r in rows]
-            item["diagnosis"] = diagnosis
+            item["diagnosis"], item["story"] = look.headline, look.story
             report = getattr(c, "last_restart", None)
             if isinstance(report, str) and report:
                 item["restart_report"] = report   # the last restart's one line (what came back, from where)
@@ -234,7 +234,9 @@ class ClusterManager:
             live = self.watched.live(item["id"])
             if samples is not None and live is not None:
                 # the server's short wait may miss a busy rank's answer: the owner's words stay, not "no reply"
-                item["diagnosis"] = live.look(time.time(), item.get("ranks", []), samples, say_no_reply=False)
+                look = live.look(time.time(), item.get("ranks", []), samples, say_no_reply=False,
+                                 restart=owner_restart(item.get("owner") == "server"))
+                item["diagnosis"], item["story"] = look.headline, look.story
             out.append(item)
         return out
 

@@ -193,6 +193,8 @@ def take(thread_id: Optional[int], rank: int, cpu: Optional[CpuMeter] = None, rs
             if where["mlx_eval"]:
                 where["mlx_evaluates"] = _safe_evaluated(frame, where["mlx_eval"])
             where["still"] = _STILL.seconds(tid, frame, mlx_calls.RECORD.made())
+        elif mlx_calls.RECORD is not None and any(mlx_calls.RECORD.counts.values()):
+            where["mlx"] = mlx_calls.snapshot(cell_files)   # an idle rank's last cell's calls: its peers may wait in one
     finally:
         del frame
     out = {"rank": rank, "pid": os.getpid(), "running": running, "time": time.time(), **where,

@@ -223,3 +223,38 @@ def test_a_connected_cell_on_busy_ranks_says_whose_cell_holds_them_and_honours_t
         ip.run_line_magic("mlx_cluster", "stop")
     finally:
         magics.set_current(None)
+
+
+def test_a_connected_notebooks_stop_error_says_where_the_ranks_were(owner):
+    """Issue 45 §8: Stop pressed while a rank waits in a collective, in a notebook connected to another's cluster (its
+    cells go through the controller, no samples come on their own): the error says where the ranks were, as the
+    owning notebook's does."""
+    import threading
+
+    from tests.cluster.kernel import Kernel
+
+    k = Kernel()
+    try:
+        res = k.run(f"%load_ext mlx_jupyter\n%mlx_cluster connect {owner.cluster_id}", 60)
+        assert res.status == "ok" and "connected to" in res.stdout, res
+        timers: list = []
+
+        def on_output(name, text):
+            if "ARMED" in text and not timers:   # rank 0 is about to wait in the all_sum for rank 1, asleep
+                timers.append(threading.Timer(3.0, k.interrupt))
+                timers[0].start()
+
+        cell = ("%%mlx_distributed\nimport time, numpy as np\nfrom mlx_jupyter import distributed as dist\n"
+                "print('ARMED', flush=True)\nif group.rank() == 1:\n    time.sleep(30)\n"
+                "dist.all_sum(np.ones(4), group=group, timeout=60)")
+        res = k.collect(k.submit(cell), 60, on_output)
+        assert timers, res
+        assert res.status == "error" and "interrupted by the user" in res.traceback, res
+        assert "where the ranks were when stopped: rank 0 is in all_sum #" in res.traceback, res.traceback
+        assert "waiting on rank 1" in res.traceback and "rank 1 is at line 6: time.sleep(30)" in res.traceback, \
+            res.traceback
+        ok = k.run("%%mlx_distributed\nprint(dist.all_sum(np.ones(2), group=group))", 30)
+        assert ok.status == "ok" and "[2. 2.]" in ok.stdout, ok
+        assert k.run("%mlx_cluster stop", 30).status == "ok"
+    finally:
+        k.close()

@@ -107,3 +107,51 @@ def test_mlxs_own_collectives_are_counted_across_cells_and_profiled():
         stop_leaves_nothing(k, kernel_pid)
     finally:
         k.close()
+
+
+P2P_PROFILED = """%%mlx_distributed --profile
+x = mx.arange(256, dtype=mx.float32)
+for i in range(3):
+    if world.rank() == 0:
+        mx.eval(mx.distributed.send(x, 1, group=world))
+    else:
+        y = mx.distributed.recv_like(x, 0, group=world)
+        mx.eval(y)
+z = mx.distributed.recv((4,), mx.int32, 1, group=world) if world.rank() == 0 else None
+if world.rank() == 1:
+    mx.eval(mx.distributed.send(mx.ones(4, dtype=mx.int32), 0, group=world))
+else:
+    mx.eval(z)
+print("sum", float(y.sum()) if world.rank() == 1 else int(z.sum().item()))
+"""
+
+
+def test_mlxs_send_and_recv_are_in_the_profile():
+    """Issue 45 §1 for point-to-point ops: MLX's send, recv and recv_like are in --profile's timeline and records, each
+    on its rank with its peer, bytes, dtype and shape (recv_like recorded as recv)."""
+    k = Kernel()
+    try:
+        kernel_pid = k.pid
+        start_cluster(k)
+        res = k.run(P2P_PROFILED, 60)
+        assert res.status == "ok", res
+        assert "sum 32640.0" in res.stdout and "sum 4" in res.stdout, res.stdout
+        assert "8 op records on 2 ranks" in res.stdout and "8 of MLX's own mx.distributed" in res.stdout, res.stdout
+        assert "MLX send #" in res.stdout or "MLX recv #" in res.stdout, res.stdout
+        svgs = [d["data"]["image/svg+xml"] for d in res.displays if "image/svg+xml" in d.get("data", {})]
+        titles = " ".join(t.text or "" for t in ET.fromstring(svgs[0]).iter("{http://www.w3.org/2000/svg}title"))
+        # a bar is one op (its words) or a burst of ops close in time ("4 ops (recv, send)")
+        assert len(svgs) == 1 and "send" in titles and "recv" in titles, titles
+        after = k.run("from mlx_jupyter import magics\np = magics.current().profile()\n"
+                      "print(sorted((r.rank, r.op, r.seq, r.waited_on, r.group_id, r.nbytes, r.dtype, r.shape, r.timed)"
+                      " for k in p for r in p[k] if r.library == 'mlx'))", 30)
+        assert after.status == "ok", after
+        got = ast.literal_eval(after.stdout.strip())
+        want = sorted([(0, "send", s, 1, "mx:world", 1024, "float32", (256,), True) for s in (1, 2, 3)]
+                      + [(1, "recv", s, 0, "mx:world", 1024, "float32", (256,), True) for s in (1, 2, 3)]
+                      + [(0, "recv", 1, 1, "mx:world", 16, "int32", (4,), True),
+                         (1, "send", 1, 0, "mx:world", 16, "int32", (4,), True)])
+        assert got == want, after.stdout
+        stop_leaves_nothing(k, kernel_pid)
+    finally:
+        k.close()

@@ -348,12 +348,21 @@ def show_run(run: Run, mode: str = "grouped", timeout: Optional[float] = None,
     return run
 
 
-def where_words(run: SampledRun) -> str:
-    """The where table's one-line diagnosis of ``run`` now ("" when the ranks are together, or unknown)."""
+#: seconds a stop waits for the ranks' answers to where they are (a run through the controller has no samples)
+STOP_LOOK = 1.0
+
+
+def where_words(run: ShownRun) -> str:
+    """The where table's one-line diagnosis of ``run`` now ("" when the ranks are together, or unknown). A run
+    through the controller (a connected notebook's) gets no samples on its own: its ranks are asked on their
+    control channel, as its live table asks them."""
     try:
         from mlx_jupyter.where import model
 
-        return model.diagnosis(run.where_rows())
+        samples = None
+        if not run.samples and run.via != "channel":
+            samples = run.cluster.where_samples(run.ranks, STOP_LOOK)
+        return model.diagnosis(run.where_rows(samples))
     except Exception:
         return ""
 

@@ -14,6 +14,8 @@ from typing import Any, MutableMapping, Optional
 
 from IPython.core.error import InputRejected
 
+from mlx_jupyter.cluster.shared import world_words
+
 #: the names the product may define, in the order a setup binds them
 PRODUCT_NAMES = ("mx", "world", "group")
 
@@ -105,6 +107,6 @@ class WorldGuard(ast.NodeTransformer):
         names = self.names
         if names.world_dead and uses_mlx_world(node, self.ns):
             advice = f"; {names.restart_advice}" if names.restart_advice else "; restart the ranks for a new one"
-            raise WorldClosedError(f"MLX's `world` is shut down ({names.world_dead}), so this cell, which uses it, "
+            raise WorldClosedError(f"{world_words.shut_down(names.world_dead)}, so this cell, which uses it, "
                                    f"did not run{advice}")
         return node

@@ -102,7 +102,15 @@ class CellSampler:
 
     def take(self) -> dict[str, Any]:
         """A sample now (any thread)."""
-        return sample.take(None, self.rank, self.cpu, rss(), running=self._running)
+        out = sample.take(None, self.rank, self.cpu, rss(), running=self._running)
+        from mlx_jupyter.cluster.rank import agent
+        from mlx_jupyter.cluster.rank.names import NAMES
+
+        # MLX's world shut down here (world_closed), or known dead from a peer's (world_dead): the panel's story
+        out["world_closed"] = agent.AGENT.world_closed if agent.AGENT is not None else ""
+        out["cell"] = agent.AGENT.cell if agent.AGENT is not None else None   # the requests begun: a peer's same one
+        out["world_dead"] = NAMES.world_dead
+        return out
 
     def _loop(self) -> None:
         """The sampler's thread: samples the running channel cell from :data:`FIRST` s on."""
