@@ -9,7 +9,7 @@ The model is a random Qwen2 written for the run (``mlx_jupyter.models.tiny``). W
 ``mlx.launch`` and under ``mlx-jupyter launch`` (``lm_rank.py``; also with ``--bind-to none``, which
 tells what its CPU binding of local ranks gives), the same measurement in a cell of
 a ``Cluster`` (``Cluster.execute``), and the chat box's replies (``ChatSession``: the same generation
-plus the agreed Stop's check between tokens and rank 0's text sent to the notebook; its time to first
+plus rank 0's text sent to the notebook; its time to first
 token is rank 0's, the notebook's own is shown beside). Each number is the median over the prompts
 and repeats, on rank 0.
 """
