@@ -2,7 +2,7 @@
 (never absolute times), each failed above a limit (guard_verdict.LIMITS). `.ci/run` runs it once,
 after the tests; exit status 1 when a row fails.
 
-    .venv/bin/python benchmarks/guard.py [--rounds 30] [--starts 3] [--core-runs 3]
+    .venv/bin/python benchmarks/guard.py [--rounds 30] [--starts 3] [--core-runs 5]
         [--only cells,start,core] [--save benchmarks/results/speed_guard.txt]
         [--versus NAME=PYTHON ...] [--allow-missing]
 
@@ -183,7 +183,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=30, help="cells per side (after 5 warm-up cells)")
     ap.add_argument("--starts", type=int, default=3, help="cold starts per side, each in a fresh kernel")
-    ap.add_argument("--core-runs", type=int, default=3, help="alternated launches per side for the core rows")
+    ap.add_argument("--core-runs", type=int, default=5, help="alternated launches per side for the core rows (5: one 4 KiB launch varies 1.5-4 us here)")
     ap.add_argument("--only", default="cells,start,core", help="comma-separated: cells, start, core")
     ap.add_argument("--save", help="also write the whole output here (e.g. benchmarks/results/speed_guard.txt)")
     ap.add_argument("--versus", action="append", default=[], metavar="NAME=PYTHON",
