@@ -185,8 +185,13 @@ class ChatSession:
         if reply is None or reply.done.is_set() or reply.stopping:
             return reply is not None and not reply.done.is_set()
         reply.stopping = True
-        threading.Thread(target=self.cluster.stop_at_boundary, args=(reply.run,), name="mlx-chat-stop",
-                         daemon=True).start()
+
+        def agreed() -> None:
+            try:
+                self.cluster.stop_at_boundary(reply.run)
+            except Exception:  # noqa: BLE001 - the cluster stopped meanwhile: the reply's run ends as it can
+                reply.run.interrupt("interrupted by the user")
+        threading.Thread(target=agreed, name="mlx-chat-stop", daemon=True).start()
         return True
 
     def reset(self) -> None:

@@ -257,7 +257,13 @@ def _stop(run: ShownRun) -> None:
     if agreed is None:
         run.interrupt("interrupted by the user")
         return
-    threading.Thread(target=agreed, args=(run,), name="mlx-stop", daemon=True).start()
+
+    def stop() -> None:
+        try:
+            agreed(run)
+        except Exception:  # noqa: BLE001 - the cluster stopped meanwhile: the plain interrupt says what it can
+            run.interrupt("interrupted by the user")
+    threading.Thread(target=stop, name="mlx-stop", daemon=True).start()
 
 
 def _live_table(run: ShownRun) -> Optional[LiveTable]:
