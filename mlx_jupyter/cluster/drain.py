@@ -98,9 +98,10 @@ class Drainer:
         (the run ended meanwhile) answers for nothing, makes nothing and holds nothing. Ranks that all
         joined the collectives they evaluate are waited for (MLX cannot cancel an evaluation): up to
         :data:`BUSY_MOST` s while every rank of the run is still in it, until :attr:`insisted`; else up to
-        :data:`BUSY_WAIT` s. ``on_busy`` is told which, at every look."""
+        :data:`BUSY_WAIT` s. ``on_busy`` is told which: at every look while they evaluate together, else once."""
         began = time.monotonic()
         end = began + SETTLE
+        told = False   # on_busy was told
         while True:
             states = self._ask(ranks, msg_ids, max(0.05, end - time.monotonic()))
             if log.isEnabledFor(logging.DEBUG):
@@ -120,8 +121,10 @@ class Drainer:
                     self._verdict(plan.frozen, why, msg_ids)
                     return f"not drained: {why}"
                 end = max(end, began + (BUSY_MOST if together else BUSY_WAIT))
-                if on_busy is not None:
+                # ranks evaluating together are not late while they do; others' release is waited for once
+                if on_busy is not None and (together or not told):
                     on_busy(plan.frozen, together)
+                told = True
             if plan.wait and not plan.why and not plan.busy:   # a rank still runs Python: it ends soon
                 end = max(end, min(now + SETTLE, began + PYTHON_WAIT))
             if not plan.wait or now > end:
