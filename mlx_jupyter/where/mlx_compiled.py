@@ -44,7 +44,7 @@ def _template(record: Any, last: Any) -> Optional[list[Step]]:
         nbytes = int(getattr(dtype, "size", 0)) * int(math.prod(shape or ()))
         new.append((key, op, (dtype, tuple(shape or ())), peer, via or VIA, nbytes))
     else:
-        if last is not None:
+        if last is not None or len(new) == record.calls.maxlen:   # the trace's first calls may be gone already
             return None
     new.reverse()
     return new
