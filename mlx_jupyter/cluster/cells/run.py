@@ -27,20 +27,19 @@ import threading
 import time
 import uuid
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 from mlx_jupyter.vocab import backends
-from mlx_jupyter.cluster.cells.debug import ControlSender
 from mlx_jupyter.cluster.cells.cell_server import CellServer, notebook_count
 from mlx_jupyter.cluster.cells.replies import is_release_error, reply_content
 from mlx_jupyter.cluster.cells.outcome import DIED, ERROR, NO_REPLY, OK, RELEASED, RUNNING, RankOutcome
 from mlx_jupyter.cluster.cells.run_events import FINISHED as FINISHED, Event as Event, EventQueue
-from mlx_jupyter.cluster.cells.text import describe_exit, rank_label
-
 from mlx_jupyter.cluster.cells.run_host import Placed as Placed, Request as Request, RunHost as RunHost
+from mlx_jupyter.cluster.cells.text import describe_exit, rank_label
 
 if TYPE_CHECKING:
     from mlx_jupyter.where.model import RankRow
+
 
 def finishing_words(ranks: Sequence[int]) -> str:
     """The line shown while stopped ranks finish an MLX evaluation every rank joined."""
