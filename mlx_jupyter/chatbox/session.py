@@ -3,7 +3,7 @@ run on every rank (:mod:`mlx_jupyter.chatbox.ranks`) and read as it comes, and i
 
 A reply is a cell run (``cluster.run``) that does not block the notebook: a thread reads its
 events, rank 0's text among them, and hands them to the :class:`Reply` (and its callback), so that
-the kernel stays free for the Stop button: the cluster's agreed stop (``stop_at_boundary``), which
+the kernel stays free for the Stop button: the cluster's agreed stop (``stop_soon``), which
 stops every rank before the same MLX collective.
 """
 
@@ -27,7 +27,7 @@ class ChatCluster(Protocol):
 
     @property
     def ranks(self) -> list[int]: ...
-    def stop_at_boundary(self, run: Any, timeout: float = 1.0) -> bool: ...  # issue 42's agreed stop
+    def stop_soon(self, run: Any) -> None: ...  # issue 42's agreed stop, on a thread
     def run(self, code: str, targets: Optional[Sequence[int]] = None, release_deadline: float = 2.0,
             init: bool = True, profile: bool = False) -> Any: ...
     def execute(self, code: str, targets: Optional[Sequence[int]] = None, timeout: Optional[float] = None,
@@ -185,13 +185,7 @@ class ChatSession:
         if reply is None or reply.done.is_set() or reply.stopping:
             return reply is not None and not reply.done.is_set()
         reply.stopping = True
-
-        def agreed() -> None:
-            try:
-                self.cluster.stop_at_boundary(reply.run)
-            except Exception:  # noqa: BLE001 - the cluster stopped meanwhile: the reply's run ends as it can
-                reply.run.interrupt("interrupted by the user")
-        threading.Thread(target=agreed, name="mlx-chat-stop", daemon=True).start()
+        self.cluster.stop_soon(reply.run)
         return True
 
     def reset(self) -> None:

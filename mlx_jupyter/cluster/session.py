@@ -18,6 +18,7 @@ disconnect). Each part is given what it uses:
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, TypeVar
 
@@ -313,6 +314,16 @@ class ClusterSession(ABC):
     def insist_drain(self) -> None:
         """The user stopped again: the drain waits for no evaluation to finish (MLX's world is shut down)."""
         self.drainer.insisted.set()
+
+    def stop_soon(self, run: CellRun) -> None:
+        """:meth:`stop_at_boundary` on a thread of its own (the stop button's, the chat's: the caller goes on);
+        if it fails (the cluster stopped meanwhile), the plain interrupt."""
+        def stop() -> None:
+            try:
+                self.stop_at_boundary(run)
+            except Exception:  # noqa: BLE001 - never a thread's traceback in the cell: the interrupt says what it can
+                run.interrupt("interrupted by the user")
+        threading.Thread(target=stop, name="mlx-stop", daemon=True).start()
 
     def stop_at_boundary(self, run: CellRun, timeout: float = 1.0) -> bool:
         """Stop ``run`` at a collective boundary (issue 42's agreed stop; a chat's Stop): every rank stops

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import sys
-import threading
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Protocol, Sequence, TypeVar
@@ -253,17 +252,11 @@ def _stop(run: ShownRun) -> None:
     """The stop button: the agreed stop where the cluster has it (every rank stops before the same MLX call,
     so no result is drained and the ranks' state stays alike; issue 42), on a thread so the display goes on;
     else an interrupt."""
-    agreed = getattr(run.cluster, "stop_at_boundary", None)
-    if agreed is None:
+    stop_soon = getattr(run.cluster, "stop_soon", None)
+    if stop_soon is None:
         run.interrupt("interrupted by the user")
-        return
-
-    def stop() -> None:
-        try:
-            agreed(run)
-        except Exception:  # noqa: BLE001 - the cluster stopped meanwhile: the plain interrupt says what it can
-            run.interrupt("interrupted by the user")
-    threading.Thread(target=stop, name="mlx-stop", daemon=True).start()
+    else:
+        stop_soon(run)
 
 
 def _live_table(run: ShownRun) -> Optional[LiveTable]:
