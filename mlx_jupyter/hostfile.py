@@ -20,7 +20,7 @@ from mlx_jupyter.vocab.backends import NAMES, default_backend  # noqa: F401  (de
 from mlx_jupyter.vocab import rank_env
 from mlx_jupyter.vocab.limits import MAX_RANKS
 from mlx_jupyter.vocab.hosts import format_addr, is_ip, runs_here
-from mlx_jupyter.vocab.ports import CORE_PORT_OFFSET, DEFAULT_STARTING_PORT
+from mlx_jupyter.vocab.ports import DEFAULT_STARTING_PORT, core_offset
 from mlx_jupyter.suggest import typo_of
 
 RdmaEntry = Union[str, list[str], None]
@@ -392,8 +392,8 @@ def ring_ports(hosts: Sequence[Host], starting_port: int = DEFAULT_STARTING_PORT
     """Ring plan: per rank, the ``ip:port`` it listens on.
 
     Rank 0's first IP gets ``starting_port``, then +1 per IP per connection,
-    rank after rank. Our core also binds every port + ``CORE_PORT_OFFSET``, so
-    choose ``starting_port`` such that both ranges are free.
+    rank after rank. Our core also binds every port shifted by
+    :func:`~mlx_jupyter.vocab.ports.core_offset`, so choose ``starting_port`` such that both ranges are free.
     """
     if connections_per_ip < 1:
         raise HostfileError(f"--connections-per-ip must be > 0, got {connections_per_ip}")
@@ -411,10 +411,10 @@ def ring_ports(hosts: Sequence[Host], starting_port: int = DEFAULT_STARTING_PORT
                 row.append(format_addr(ip, port))
                 port += 1
         plan.append(row)
-    last = port - 1 + CORE_PORT_OFFSET
-    if starting_port < 1 or last > 65535:
+    offset = core_offset(range(starting_port, port))
+    if starting_port < 1 or port - 1 + offset > 65535:  # (a -1000 is never below 1024)
         raise HostfileError(
             f"--starting-port {starting_port}: the ring needs ports {starting_port}..{port - 1} "
-            f"(and +{CORE_PORT_OFFSET} for our core), which leaves 1..65535"
+            f"(and {offset:+d} for our core), which leaves 1..65535"
         )
     return plan

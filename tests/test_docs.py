@@ -211,7 +211,7 @@ def test_without_launcher_recipe_two_local_ranks(tmp_path: Path) -> None:
     from mlx_jupyter.vocab.ports import free_port_block
 
     doc = (ROOT / "docs/without-launcher.md").read_text()
-    assert "`MLX_HOSTFILE` = path of a JSON list" in doc and "+`MLX_JUPYTER_PORT_OFFSET` (default 1000)" in doc
+    assert "`MLX_HOSTFILE` = path of a JSON list" in doc and "+`MLX_JUPYTER_PORT_OFFSET` (default 1000, or −1000 where" in doc
     port = free_port_block(2)
     hostfile = tmp_path / "ring.json"
     hostfile.write_text(json.dumps([[f"127.0.0.1:{port}"], [f"127.0.0.1:{port + 1}"]]))

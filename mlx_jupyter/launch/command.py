@@ -68,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-p", "--starting-port", type=limits.arg_type(limits.port, "-p"), metavar="P",
                    help=f"ring: first port, default {DEFAULT_STARTING_PORT}, or a free block when every rank runs "
                         f"here, or one derived from the job id under Slurm (our core also uses "
-                        f"port+{CORE_PORT_OFFSET}); jaccl: coordinator port")
+                        f"port-{CORE_PORT_OFFSET} from 31768 to 33767, else port+{CORE_PORT_OFFSET}); "
+                        "jaccl: coordinator port")
     p.add_argument("--nccl-port", type=limits.arg_type(limits.port, "--nccl-port"), default=12345, metavar="P",
                    help="nccl rendezvous port")
     p.add_argument("--no-verify-script", action="store_true", help="don't check locally that the command exists")

@@ -17,7 +17,7 @@ from mlx_jupyter.vocab.backends import RECORDS, find
 from mlx_jupyter.vocab.hosts import format_addr
 from mlx_jupyter.hostfile import Host, HostfileError, RdmaEntry, ring_ports
 from mlx_jupyter.vocab import rank_env
-from mlx_jupyter.vocab.ports import CORE_PORT_OFFSET, DEFAULT_STARTING_PORT
+from mlx_jupyter.vocab.ports import DEFAULT_STARTING_PORT, core_offset
 
 #: MLX's nccl takes its bootstrap timeout in ms in an int: "wait" (-1, inf) is the largest it holds
 _NCCL_WAIT_MS = 2**31 - 1
@@ -159,11 +159,13 @@ def plan_ranks(
 
 
 def _core_ring(hosts: Sequence[Host], starting_port: int, connections_per_ip: int) -> str:
-    """Our core's own ring hostfile (ports past MLX's by CORE_PORT_OFFSET), or "" when a host has no IP."""
+    """Our core's own ring hostfile (MLX's ports shifted by :func:`core_offset`), or "" when a host has no IP."""
     if len(hosts) < 2 or any(not h.ips for h in hosts):
         return ""
     try:
-        plan = ring_ports(hosts, starting_port + CORE_PORT_OFFSET, connections_per_ip)
+        count = sum(len(h.ips) for h in hosts) * connections_per_ip  # MLX's: one port each from starting_port
+        offset = core_offset(range(starting_port, starting_port + count))
+        plan = ring_ports(hosts, starting_port + offset, connections_per_ip)
     except HostfileError:
         return ""
     return json.dumps(plan)

@@ -63,8 +63,8 @@ class Launcher:
     ``backend="mpi"`` mpirun is the one process (``ranks`` has one entry), its
     ranks' lines arrive with their rank (Open MPI) and mpirun's own with -1.
     ``stdin=True`` lets :meth:`write_stdin` feed the ranks; otherwise they read EOF.
-    For ring launches our core also binds each port + 1000
-    (``MLX_JUPYTER_PORT_OFFSET``): keep that range free too; ``starting_port``
+    For ring launches our core also binds each port shifted by :func:`~mlx_jupyter.vocab.ports.core_offset`
+    (-1000 for the default 32323, else mostly +1000): keep that range free too; ``starting_port``
     defaults to 32323 (under Slurm: a block derived from the job id).
     ``slurm=SlurmOptions(...)`` runs the ranks as one srun step of a Slurm job
     (the current allocation, or a new one held for the launch): no ``hosts``.

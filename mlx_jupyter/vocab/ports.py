@@ -1,5 +1,5 @@
 """Free TCP ports for local jobs: a block for MLX's ring and the same block
-shifted by our core's offset (MLX_JUPYTER_PORT_OFFSET, 1000).
+shifted by our core's offset (MLX_JUPYTER_PORT_OFFSET, else :func:`core_offset`).
 
 Blocks are taken outside the OS's ephemeral range: a port free when chosen can
 otherwise become the local port of some outgoing connection (the notebook's own,
@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Collection
 
 #: IANA's ephemeral range, where neither /proc nor sysctl says otherwise
 DEFAULT_EPHEMERAL = (49152, 65535)
@@ -56,8 +57,23 @@ def block_starts(n: int, offset: int, ephemeral: tuple[int, int]) -> list[range]
 #: The ring's first port when none is given (mlx.launch's ``--starting-port`` default).
 DEFAULT_STARTING_PORT = 32323
 
-#: Our core binds each ring port + this offset (MLX_JUPYTER_PORT_OFFSET), beside MLX's own ring.
+#: Our core binds each ring port + this offset (MLX_JUPYTER_PORT_OFFSET), beside MLX's own ring,
+#: or - this offset where :func:`core_offset` says so.
 CORE_PORT_OFFSET = 1000
+
+#: Where Linux (32768-60999) and macOS (49152-65535) take outgoing connections' local ports by default.
+#: A listening port in there can be taken by any outgoing connection on that host before the rank binds it.
+OUTGOING_PORTS = (range(32768, 61000), range(49152, 65536))
+
+
+def core_offset(ports: Collection[int]) -> int:
+    """Our core's offset from MLX's ring ``ports`` when MLX_JUPYTER_PORT_OFFSET is unset: +1000, or -1000
+    when only that keeps every shifted port clear of :data:`OUTGOING_PORTS` (MLX's default 32323 gives 31323)."""
+    def clear(offset: int) -> bool:
+        return not any(p + offset in r for p in ports for r in OUTGOING_PORTS)
+
+    return -CORE_PORT_OFFSET if not clear(CORE_PORT_OFFSET) and clear(-CORE_PORT_OFFSET) else CORE_PORT_OFFSET
+
 
 #: How long a returned block stays reserved in this process: its ranks bind it only once
 #: started (seconds later on a loaded machine), and until then the bind check sees it free.
@@ -85,6 +101,8 @@ def free_port_block(n: int, offset: int = CORE_PORT_OFFSET, host: str = "127.0.0
     weights = [len(r) for r in ranges]
     for _ in range(tries):
         start = random.choice(random.choices(ranges, weights)[0])
+        if offset == CORE_PORT_OFFSET and core_offset(range(start, start + n)) != offset:
+            continue  # the ranks would shift this block the other way (a macOS block up in Linux's range)
         block = {*range(start, start + n), *range(start + offset, start + offset + n)}
         socks = []
         try:

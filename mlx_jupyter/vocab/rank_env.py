@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from typing import Callable, Mapping, Optional
 
 from mlx_jupyter.vocab.hosts import Address, split_addr
-from mlx_jupyter.vocab.ports import CORE_PORT_OFFSET
+from mlx_jupyter.vocab.ports import core_offset
 
 # MLX's contract (mlx.launch sets these; MLX and our core read them)
 RANK = "MLX_RANK"
@@ -39,7 +39,7 @@ OTHER_RANKS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
 # Ours: the core (read by distributed.init into the core's CoreOptions)
 TOKEN = "MLX_JUPYTER_TOKEN"                  # the job's secret; peers prove they hold it
 OWN_HOSTFILE = "MLX_JUPYTER_HOSTFILE"        # our core's own ring hostfile (no port offset)
-PORT_OFFSET = "MLX_JUPYTER_PORT_OFFSET"      # added to MLX_HOSTFILE's ports (default 1000)
+PORT_OFFSET = "MLX_JUPYTER_PORT_OFFSET"      # added to MLX_HOSTFILE's ports (default: ports.core_offset)
 TIMEOUT = "MLX_JUPYTER_TIMEOUT"              # seconds an op may block (-1 or unset: wait)
 CONNECT_TIMEOUT = "MLX_JUPYTER_CONNECT_TIMEOUT"    # seconds init() waits for its peers (120)
 DEAD_PEER_TIMEOUT = "MLX_JUPYTER_DEAD_PEER_TIMEOUT"  # seconds a silent host counts as alive (10)
@@ -90,7 +90,7 @@ class RankEnv:
                                       # single-rank fallback would be wrong
     hostfile: str = ""                # the ring hostfile our core reads ("" when none)
     hostfile_var: str = HOSTFILE      # the variable that named it
-    port_offset: int = CORE_PORT_OFFSET  # added to its ports (0 for MLX_JUPYTER_HOSTFILE)
+    port_offset: Optional[int] = None  # added to its ports (0 for MLX_JUPYTER_HOSTFILE; None: core_offset's)
     mlx_hostfile: str = ""            # MLX_HOSTFILE itself: MLX's own ring
     launchers: tuple[str, ...] = ()   # MLX backends whose launch environment is present: nccl, mpi, jaccl
     mpi_libname: str = ""
@@ -265,7 +265,7 @@ def read(env: Mapping[str, str]) -> RankEnv:
         launched=bool(_text(env, RANK) or _text(env, HOSTFILE) or _text(env, JACCL_RANK) or jaccl.devices),
         hostfile=own or _text(env, HOSTFILE),
         hostfile_var=OWN_HOSTFILE if own else HOSTFILE,
-        port_offset=0 if own else _int(env, PORT_OFFSET, CORE_PORT_OFFSET, -65535, 65535) or 0,
+        port_offset=0 if own else _int(env, PORT_OFFSET, None, -65535, 65535),
         mlx_hostfile=_text(env, HOSTFILE),
         launchers=_launchers(env),
         mpi_libname=_text(env, MPI_LIBNAME),
@@ -359,8 +359,8 @@ def _read_text(path: str) -> str:
 
 def load_ring(env: RankEnv, read_text: Callable[[str], str] = _read_text) -> Optional[RingEnv]:
     """Our core's ring from the hostfile ``env`` names (read with ``read_text``), or None when this
-    process is not a ring rank. Ports are shifted by ``env.port_offset``, so that MLX's own ring can
-    use the hostfile's ports in the same process."""
+    process is not a ring rank. Ports are shifted by ``env.port_offset`` (unset: :func:`core_offset`), so
+    that MLX's own ring can use the hostfile's ports in the same process."""
     if not env.ring_configured:
         return None
     var, path = env.hostfile_var, env.hostfile
@@ -377,7 +377,7 @@ def load_ring(env: RankEnv, read_text: Callable[[str], str] = _read_text) -> Opt
     rows = parse_ring_hostfile(text, path)
     if env.rank >= len(rows):
         raise RankEnvError(f"{RANK}={env.rank} is out of range: {path} lists {len(rows)} rank(s), 0..{len(rows) - 1}")
-    offset = env.port_offset
+    offset = env.port_offset if env.port_offset is not None else core_offset([p for row in rows for _, p in row])
     addresses = []
     for r, row in enumerate(rows):
         shifted = []

@@ -86,7 +86,7 @@ def test_any_text_is_read_back_or_refused_naming_its_variable(env):
     text = {var: env.get(var, "").strip() for var in env}
     assert got.size == (int(text[rank_env.SIZE]) if text.get(rank_env.SIZE) else 1)
     assert got.cell_port == (int(text[rank_env.CELL_PORT]) or None if text.get(rank_env.CELL_PORT) else None)
-    assert got.port_offset == (int(text[rank_env.PORT_OFFSET]) if text.get(rank_env.PORT_OFFSET) else 1000)
+    assert got.port_offset == (int(text[rank_env.PORT_OFFSET]) if text.get(rank_env.PORT_OFFSET) else None)
     assert got.timeout == (float(env[rank_env.TIMEOUT]) if env.get(rank_env.TIMEOUT) else -1)
     assert got.transport == (env.get(rank_env.TRANSPORT) or "auto") and got.board == (env.get(rank_env.BOARD) != "0")
     assert got.rank == (int(env[rank_env.RANK]) if rank_env.RANK in env else None)

@@ -42,7 +42,7 @@ def test_values_read():
     default = read({})
     assert (default.size, default.cell_port, default.port_offset, default.timeout, default.connect_timeout,
             default.dead_peer_timeout, default.transport, default.shm, default.board, default.early_world) == \
-        (1, None, 1000, -1.0, 120.0, 10.0, "auto", "auto", True, True)
+        (1, None, None, -1.0, 120.0, 10.0, "auto", "auto", True, True)  # offset: from the hostfile
     assert read({rank_env.CELL_PORT: "65535"}).cell_port == 65535
 
 
@@ -136,6 +136,14 @@ def test_load_ring_each_refusal_and_the_offset():
         assert str(info.value) == why
     assert load_ring(read({rank_env.HOSTFILE: "h.json", rank_env.RANK: "0", rank_env.PORT_OFFSET: "-4999"}),
                      files.__getitem__).addresses[0] == [("10.0.0.1", 1)]
+    # unset: +1000, or -1000 where +1000 lands among outgoing connections' ports (MLX's default 32323 does)
+    files |= {"d.json": '[["10.0.0.1:32323"], ["10.0.0.2:32324"]]', "e.json": '[["10.0.0.1:5000"], ["10.0.0.2:5001"]]'}
+    assert load_ring(read({rank_env.HOSTFILE: "d.json", rank_env.RANK: "0"}), files.__getitem__).addresses == \
+        [[("10.0.0.1", 31323)], [("10.0.0.2", 31324)]]
+    assert load_ring(read({rank_env.HOSTFILE: "e.json", rank_env.RANK: "0"}), files.__getitem__).addresses == \
+        [[("10.0.0.1", 6000)], [("10.0.0.2", 6001)]]
+    assert load_ring(read({rank_env.HOSTFILE: "d.json", rank_env.RANK: "0", rank_env.PORT_OFFSET: "1000"}),
+                     files.__getitem__).addresses[0] == [("10.0.0.1", 33323)]   # set: as set
 
     def unreadable(path: str) -> str:
         raise FileNotFoundError(2, "No such file or directory")

@@ -102,3 +102,35 @@ def test_a_start_is_drawn_evenly_over_all_starts_not_per_range(monkeypatch):
     draws = 200
     hits = sum(ports.free_port_block(n, offset) in small for _ in range(draws))
     assert hits < draws * (share + 0.5) / 2, (hits, share)   # weighted: ~share; per range: ~half
+
+
+@pytest.mark.parametrize("block, offset", [
+    (range(31767, 31768), 1000),    # +1000 ends at 32767, below Linux's outgoing ports
+    (range(31768, 31769), -1000),   # +1000 would be Linux's first outgoing port
+    (range(32323, 32327), -1000),   # MLX's default starting port: our core on 31323..
+    (range(31760, 31770), -1000),   # one port of the block reaching in turns the whole block
+    (range(33767, 33768), -1000),   # -1000 is 32767
+    (range(33768, 33769), 1000),    # -1000 is in Linux's range too: +1000, as without the rule
+    (range(48100, 48104), 1000),    # a macOS block below its range: both shifts land in Linux's
+    (range(61000, 61004), 1000),    # a Linux block above its range: +1000 in macOS's, -1000 in Linux's
+    (range(20000, 20008), 1000),    # Slurm's derived band
+])
+def test_core_offset_turns_down_only_where_up_lands_among_outgoing_ports(block, offset):
+    assert ports.core_offset(block) == offset
+
+
+def _clear(block: range, offset: int) -> bool:
+    return all(p + offset < 32768 or p + offset > 65535 for p in block)   # both OSes' outgoing ports, at once
+
+
+@given(start=st.integers(1, 65535), n=st.integers(1, 64))
+def test_core_offset_is_minus_1000_exactly_when_only_that_is_clear(start, n):
+    block = range(start, min(start + n, 65536))
+    want = -1000 if not _clear(block, 1000) and _clear(block, -1000) else 1000
+    assert ports.core_offset(block) == want
+
+
+def test_free_blocks_are_ones_the_ranks_shift_up():
+    for n in (1, 4, 16):
+        start = ports.free_port_block(n)
+        assert ports.core_offset(range(start, start + n)) == 1000
