@@ -20,7 +20,7 @@ from mlx_jupyter.vocab.backends import NAMES, default_backend  # noqa: F401  (de
 from mlx_jupyter.vocab import rank_env
 from mlx_jupyter.vocab.limits import MAX_RANKS
 from mlx_jupyter.vocab.hosts import format_addr, is_ip, runs_here
-from mlx_jupyter.vocab.ports import DEFAULT_STARTING_PORT, core_offset
+from mlx_jupyter.vocab.ports import CORE_PORT_OFFSET, DEFAULT_STARTING_PORT
 from mlx_jupyter.suggest import typo_of
 
 RdmaEntry = Union[str, list[str], None]
@@ -411,10 +411,10 @@ def ring_ports(hosts: Sequence[Host], starting_port: int = DEFAULT_STARTING_PORT
                 row.append(format_addr(ip, port))
                 port += 1
         plan.append(row)
-    offset = core_offset(range(starting_port, port))
-    if starting_port < 1 or port - 1 + offset > 65535:  # (a -1000 is never below 1024)
+    last = port - 1 + CORE_PORT_OFFSET  # (core_offset's -1000 is only ever taken far below 65535)
+    if starting_port < 1 or last > 65535:
         raise HostfileError(
             f"--starting-port {starting_port}: the ring needs ports {starting_port}..{port - 1} "
-            f"(and {offset:+d} for our core), which leaves 1..65535"
+            f"(and +{CORE_PORT_OFFSET} for our core), which leaves 1..65535"
         )
     return plan

@@ -133,6 +133,8 @@ def test_jaccl_core_ring_follows_connections_and_is_dropped_past_port_65535():
                                                              ["10.0.1.1:7002", "10.0.1.1:7003"]]
     (p0, _) = plan_ranks("jaccl", hosts, coordinator=False)   # MLX's default 32323: ours below it, clear of
     assert json.loads(p0.files["MLX_JUPYTER_HOSTFILE"]) == [["10.0.1.0:31323"], ["10.0.1.1:31324"]]  # outgoing ports
+    (p0, _) = plan_ranks("jaccl", hosts, starting_port=31767, coordinator=False)   # +1000: 32767 and 32768
+    assert json.loads(p0.files["MLX_JUPYTER_HOSTFILE"]) == [["10.0.1.0:30767"], ["10.0.1.1:30768"]]
     (p0, _) = plan_ranks("jaccl", hosts, starting_port=63600, coordinator=False)   # 64600.. +1000 leaves 1..65535
     assert set(p0.files) == {"MLX_IBV_DEVICES"} and p0.env["MLX_JACCL_COORDINATOR"] == "10.0.1.0:63600"
 

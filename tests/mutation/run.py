@@ -55,7 +55,11 @@ EQUIVALENT: dict[str, str] = {
     "exactly 600.0 s (float monotonic time) after another",
     "mlx_jupyter.vocab.ports.x_free_port_block__mutmut_2": "200 to 201 tries: only the number of random draws before "
     "giving up (a test cannot see one more)",
-    "mlx_jupyter.vocab.ports.x_free_port_block__mutmut_45": "socket(AF_INET) without SOCK_STREAM: SOCK_STREAM is its default",
+    "mlx_jupyter.vocab.ports.x_free_port_block__mutmut_55": "socket(AF_INET) without SOCK_STREAM: SOCK_STREAM is its default",
+    "mlx_jupyter.vocab.ports.x_free_port_block__mutmut_32": "core_offset of 0..start+n, not start..start+n: ports below a "
+    "block shifted either way are clear whenever the block's are, so the offset is the block's",
+    "mlx_jupyter.launch.contract.x__core_ring__mutmut_14": "core_offset of 0..start+count, not start..start+count: ports "
+    "below a block shifted either way are clear whenever the block's are, so the offset is the block's",
     **{f"mlx_jupyter.topology.netparse.x_parse_ibv_devices__mutmut_{n}": "ibv_devices' header and rule lines "
        "(device, ------): a mutant that stops skipping one keeps it as a device name, which the result drops anyway "
        "as it does not start with rdma_" for n in (31, 36, 37, 38, 41, 42)},
@@ -77,8 +81,8 @@ EQUIVALENT: dict[str, str] = {
     "the same CPUs in this container (a test cannot narrow its own without also narrowing what it compares)",
     "mlx_jupyter.vocab.binding.x_plan__mutmut_7": "`if cpus` always true: allowed_cpus is None only where the OS has "
     "no CPU binding (macOS), and never empty on Linux",
-    "mlx_jupyter.vocab.rank_env.x_read__mutmut_181": "size default None instead of 1, then `or 1`: the same 1",
-    "mlx_jupyter.vocab.rank_env.x_read__mutmut_194": "size `or 2` for `or 1`: _int gives 1..2**20 or its default 1, "
+    "mlx_jupyter.vocab.rank_env.x_read__mutmut_178": "size default None instead of 1, then `or 1`: the same 1",
+    "mlx_jupyter.vocab.rank_env.x_read__mutmut_191": "size `or 2` for `or 1`: _int gives 1..2**20 or its default 1, "
     "never 0, so the `or` never applies",
     "mlx_jupyter.vocab.hosts.x_split_addr__mutmut_39": "'' to 'XXXX' as the inner text of half-bracketed hosts: "
     "neither has ':', so both are refused the same way",

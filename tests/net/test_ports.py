@@ -134,3 +134,13 @@ def test_free_blocks_are_ones_the_ranks_shift_up():
     for n in (1, 4, 16):
         start = ports.free_port_block(n)
         assert ports.core_offset(range(start, start + n)) == 1000
+
+
+def test_on_macos_a_block_the_ranks_would_shift_down_is_not_handed_out(monkeypatch):
+    """macOS's outgoing ports start at 49152, so local blocks may lie in 31768..33767, where the ranks shift
+    our core's ports down (core_offset) from where this checked them free: such a draw is skipped."""
+    monkeypatch.setattr(ports, "ephemeral_range", lambda: (49152, 65535))
+    draws = iter([31767, 32323, 33764, *range(20000, 30000, 8)])   # 31767..31770: +1000 reaches 32768
+    monkeypatch.setattr(ports.random, "choice", lambda seq: next(draws))
+    start = ports.free_port_block(4)
+    assert start >= 20000 and ports.core_offset(range(start, start + 4)) == 1000
