@@ -50,7 +50,7 @@ class _Publisher:
 def _publish(event: dict[str, Any]) -> None:
     from IPython.display import publish_display_data
 
-    publish_display_data({events.MIME: event})
+    publish_display_data({events.MIME: event})  # type: ignore[no-untyped-call]  # IPython's, untyped
 
 
 #: how the agreed stop's KeyboardInterrupt begins (mlx_jupyter.where.mlx_calls.Record.stop_here)

@@ -31,7 +31,7 @@ def note(text: str, error: bool = False) -> str:
     return f"<div style='font-size:85%;color:{color};white-space:pre-wrap'>{html.escape(text)}</div>"
 
 
-class ChatBox(widgets.VBox):
+class ChatBox(widgets.VBox):  # type: ignore[misc]  # ipywidgets ships no types: its base is Any
     """The chat's widgets over ``session``: transcript, prompt, Send/Stop/Reset, sampling settings."""
 
     def __init__(self, session: ChatSession, **kwargs: Any) -> None:

@@ -186,16 +186,17 @@ def _host_memory(out: Any) -> Any:
 
 def to_kind(v: View, kind: str) -> Any:
     """The result in the caller's array type: numpy, MLX or torch."""
+    bits = v.bits if v.dtype == "bfloat16" else None  # (a bfloat16 view always has them)
     if kind == "mlx":
         mx = _mx()
-        if v.dtype == "bfloat16":
-            return mx.array(v.bits).view(mx.bfloat16)
+        if bits is not None:
+            return mx.array(bits).view(mx.bfloat16)
         return mx.array(v.core)
     if kind == "torch":
         import torch
 
-        if v.dtype == "bfloat16":
-            return torch.from_numpy(v.bits.view(np.int16)).view(torch.bfloat16)
+        if bits is not None:
+            return torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16)
         return torch.from_numpy(np.asarray(v.core))
     if v.dtype == "bfloat16":
         return v.core  # numpy has no bfloat16: hand back the Buffer (DLPack/torch/MLX can view it)

@@ -24,8 +24,8 @@ class CallTracker:
     def __init__(self, group: Any, capacity: int = recording.DEFAULT_CAPACITY) -> None:
         self.group = group
         # the call in progress, (op, seq, nbytes, dtype, start_ns), replaced whole: snapshot() reads it unlocked
-        self.current: Optional[tuple] = None
-        self.last: tuple = ("", 0, 0, "")
+        self.current: Optional[tuple[str, int, int, str, int]] = None
+        self.last: tuple[str, int, int, str] = ("", 0, 0, "")
         self.seq = 0
         self.records: "deque[OpRecord]" = deque(maxlen=capacity)
 

@@ -26,9 +26,10 @@ def _bridge() -> Any:
     except ImportError as e:
         raise ImportError(f"mlx_jupyter._mlx_bridge is not available ({e}): this mlx-jupyter was built "
                           f"without MLX's headers and CMake files. {FIX}") from e
-    if bridge.MLX_VERSION != mx.__version__:  # MLX's C++ ABI is not stable across releases
+    installed = str(getattr(mx, "__version__"))  # (not in MLX's stubs)
+    if bridge.MLX_VERSION != installed:  # MLX's C++ ABI is not stable across releases
         raise ImportError(f"mlx_jupyter._mlx_bridge was built against MLX {bridge.MLX_VERSION}, but MLX "
-                          f"{mx.__version__} is installed. {FIX}")
+                          f"{installed} is installed. {FIX}")
     return bridge
 
 

@@ -99,10 +99,10 @@ class MlxGroup(Group):
         return cls(g, backend, default_timeout)
 
     def rank(self) -> int:
-        return self._g.rank()
+        return int(self._g.rank())
 
     def size(self) -> int:
-        return self._g.size()
+        return int(self._g.size())
 
     def split(self, color: int, key: int = -1, *, timeout: float | None = None) -> "MlxGroup":
         color, key = check_int32(color, "color"), check_int32(key, "key")

@@ -6,6 +6,8 @@ while the pause lasts, and for the peer's whole timeout after it ends, the peer 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 def set_paused(paused: bool) -> None:
     """This process waits at a debugger's prompt (True) or runs again (False); a no-op without the core."""
@@ -13,4 +15,5 @@ def set_paused(paused: bool) -> None:
         from mlx_jupyter import _core
     except ImportError:  # the native core is not built: no collective of ours can wait on us
         return
-    _core._set_paused(bool(paused))
+    set_core_paused: Callable[[bool], None] = getattr(_core, "_set_paused")  # private: not in nanobind's stubs
+    set_core_paused(bool(paused))

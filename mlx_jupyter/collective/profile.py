@@ -40,7 +40,7 @@ class OpRecord:
     waited_on: Optional[int] = None  # the peer it waited for last
     ok: bool = True
     library: str = OURS                  # who made it: OURS or MLX
-    shape: Optional[tuple] = None        # the input's shape (MLX's calls)
+    shape: Optional[tuple[int, ...]] = None  # the input's shape (MLX's calls)
     at: Optional[str] = None             # the call site (MLX's calls): "line 3", "train.py:12 in step"
     timed: bool = True                   # False: called inside mx.compile tracing, no duration (start == end)
 
@@ -65,14 +65,14 @@ class Summary:
 
 def calls(records: Iterable[OpRecord]) -> list[list[OpRecord]]:
     """The records grouped into calls: a collective's records of every rank, or one send/recv."""
-    by_call: dict[tuple, list[OpRecord]] = defaultdict(list)
+    by_call: dict[tuple[str, str, int, int], list[OpRecord]] = defaultdict(list)
     for r in records:
-        key = (r.group_id, r.op, r.seq) if r.op not in P2P else (r.group_id, r.op, r.seq, r.rank)
+        key = (r.group_id, r.op, r.seq, r.rank if r.op in P2P else -1)
         by_call[key].append(r)
     return [sorted(c, key=lambda r: r.rank) for c in by_call.values()]
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:g} {unit}" if unit == "B" else f"{n:.1f} {unit}"

@@ -6,9 +6,13 @@ import argparse
 import json
 import platform
 import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mlx_jupyter.vocab.rank_env import RankEnv
 
 
-def table(rows: list[dict]) -> str:
+def table(rows: list[dict[str, Any]]) -> str:
     """The backend table as aligned text."""
     from mlx_jupyter.collective.mlx_backends import label
 
@@ -23,7 +27,7 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def launch_notes(env) -> dict[str, str]:
+def launch_notes(env: RankEnv) -> dict[str, str]:
     """Per backend, what this process's environment launches (JACCL with or without a coordinator)."""
     notes = {}
     if env.mlx_hostfile and env.rank is not None:
@@ -71,7 +75,7 @@ def main(argv: list[str]) -> int:
     try:
         import mlx.core as mx
 
-        print(f"MLX {mx.__version__}")
+        print(f"MLX {getattr(mx, '__version__')}")  # (not in MLX's stubs)
     except ImportError:
         print("MLX not installed: pip install 'mlx[cpu]' (Linux) or 'mlx' (macOS)")
     print()

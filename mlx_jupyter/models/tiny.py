@@ -43,7 +43,9 @@ def random_weights(config: dict[str, Any], seed: int) -> dict[str, Any]:
     from mlx.utils import tree_flatten
     from mlx_lm.models.qwen2 import Model, ModelArgs
 
-    shapes = {name: p.shape for name, p in tree_flatten(Model(ModelArgs.from_dict(config)).parameters())}
+    args = ModelArgs.from_dict(config)  # type: ignore[no-untyped-call]  # mlx-lm's, untyped
+    flat: list[tuple[str, Any]] = tree_flatten(Model(args).parameters())  # type: ignore[assignment]  # MLX's union
+    shapes = {name: p.shape for name, p in flat}
     keys = mx.random.split(mx.random.key(seed), len(shapes))
     out = {}
     for i, name in enumerate(sorted(shapes)):

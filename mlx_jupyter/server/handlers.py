@@ -48,13 +48,14 @@ class _Base(APIHandler):
 
     @property
     def manager(self) -> ClusterManager:
-        return self.settings["mlx_jupyter_manager"]
+        manager: ClusterManager = self.settings["mlx_jupyter_manager"]
+        return manager
 
     def reply(self, data: Any, status: int = 200) -> None:
         self.set_status(status)
         self.finish(json.dumps(data))
 
-    async def find(self, cluster_id: str) -> dict | None:
+    async def find(self, cluster_id: str) -> dict[str, Any] | None:
         return next((c for c in await self.manager.listing() if c["id"] == cluster_id), None)
 
 

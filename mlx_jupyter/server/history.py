@@ -33,7 +33,7 @@ COLUMNS = ("t", "cpu", "memory", "ops", "bytes", "mlx_active", "mlx_peak", "mlx_
 class _Rank:
     """One rank's ring of points (:data:`COLUMNS`) and its last counters."""
 
-    points: deque = field(default_factory=lambda: deque(maxlen=WINDOW))
+    points: deque[tuple[float, *tuple[Optional[float], ...]]] = field(default_factory=lambda: deque(maxlen=WINDOW))
     counters: dict[str, tuple[int, int]] = field(default_factory=dict)
     mlx: Optional[tuple[int, int]] = None   # MLX's totals: calls, bytes
     last: Optional[float] = None
@@ -123,11 +123,13 @@ class ClusterHistory:
             t = round(now, 2)
             if r.points and t <= r.points[-1][0]:   # one 10 ms apart at least: a reader asks for t > its last
                 t = round(r.points[-1][0] + 0.01, 2)
-            r.points.append((t, float(cpu) if isinstance(cpu, (int, float)) else None,
-                             int(rss) if isinstance(rss, (int, float)) and rss else None,
-                             None if ops is None else round(ops, 2), None if nbytes is None else round(nbytes),
-                             *_mlx(sample), None if mlx_ops is None else round(mlx_ops, 2),
-                             None if mlx_bytes is None else round(mlx_bytes)))
+            fields: tuple[Optional[float], ...] = (
+                float(cpu) if isinstance(cpu, (int, float)) else None,
+                int(rss) if isinstance(rss, (int, float)) and rss else None,
+                None if ops is None else round(ops, 2), None if nbytes is None else round(nbytes),
+                *_mlx(sample), None if mlx_ops is None else round(mlx_ops, 2),
+                None if mlx_bytes is None else round(mlx_bytes))
+            r.points.append((t, *fields))
             r.counters, r.mlx, r.last = counters, mlx, now
             added += 1
         return added

@@ -17,7 +17,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 from mlx_jupyter.cluster import last_profile, registry
 from mlx_jupyter.cluster.restart_context import PANEL, owner_restart
@@ -30,6 +30,7 @@ from mlx_jupyter.server.watched import WatchedClusters
 
 log = logging.getLogger(__name__)
 Factory = Callable[..., Any]
+T = TypeVar("T")
 #: seconds the server waits for the ranks' status and where answers of one listing
 STATUS_TIMEOUT = 0.5
 
@@ -78,7 +79,7 @@ class ClusterManager:
         self.hostfiles = HostfileReader(root_dir or os.getcwd(), allow_hidden)
         self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mlx-cluster-manager")
 
-    async def _on_worker(self, fn: Callable[[], Any]) -> Any:
+    async def _on_worker(self, fn: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._worker, fn)
 
     async def create(self, n: Optional[int] = None, hosts: Optional[Any] = None, hostfile: Optional[str] = None,
@@ -172,7 +173,7 @@ class ClusterManager:
         entry.state = "restarting"
         return await self._on_worker(lambda: self._restart(entry))
 
-    def _status(self, entry: Entry) -> tuple[list[dict], Look]:
+    def _status(self, entry: Entry) -> tuple[list[dict[str, Any]], Look]:
         """Each rank's status row with ``where`` (its state as the notebook's live table says it) and its
         memory, and the headline when a rank has stalled (:mod:`.live`); the samples feed the charts."""
         cluster = entry.cluster
@@ -296,7 +297,7 @@ class ClusterManager:
         self.hostfiles.close()
 
 
-def _health(row: dict) -> str:
+def _health(row: dict[str, Any]) -> str:
     state = str(row.get("state", ""))
     if state in ("idle", "busy"):
         return "ok"

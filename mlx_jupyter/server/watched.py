@@ -48,7 +48,7 @@ class _Watch:
 
     key: tuple[Any, Any]
     handle: Any = None
-    pending: Optional[concurrent.futures.Future] = None
+    pending: Optional[concurrent.futures.Future[Any]] = None
     failed: float = float("-inf")
     live: LiveState = field(default_factory=LiveState)
 
@@ -129,7 +129,7 @@ class WatchedClusters:
         self._connector.shutdown(wait=False)
 
 
-def _stop_made(made: concurrent.futures.Future) -> None:
+def _stop_made(made: concurrent.futures.Future[Any]) -> None:
     """Disconnect a handle made after it was let go."""
     if not made.cancelled() and made.exception() is None:
         _stop(made.result())
