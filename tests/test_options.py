@@ -163,6 +163,15 @@ def test_cluster_takes_every_option_with_the_spec_defaults() -> None:
             assert params[o.keyword].default == o.default, o.keyword
 
 
+def test_connect_waits_as_long_as_the_connect_magic_by_default() -> None:
+    from mlx_jupyter.cluster.connected import ConnectedCluster
+
+    wait = options.option("timeout")
+    assert options.CONNECT in wait.surfaces and wait.default == 60.0
+    for connect in (Cluster.connect, ConnectedCluster.connect):
+        assert inspect.signature(connect).parameters["timeout"].default == wait.default, connect
+
+
 def test_a_parsed_start_becomes_the_cluster_arguments() -> None:
     args = MLXMagics.mlx_cluster.parser.parse_args(
         ["start", "-n", "3", "--bind-to", "none", "--slurm", "--nodes", "2", "--keep-allocation"])

@@ -173,7 +173,7 @@ class Cluster(ClusterSession):
                                           started=self._publish)
 
     @classmethod
-    def connect(cls, cluster_id: Optional[str] = None, timeout: float = 30.0,
+    def connect(cls, cluster_id: Optional[str] = None, timeout: float = option("timeout").default,
                 context: RestartContext = PYTHON) -> ConnectedCluster:
         """A handle on a running cluster another process started (the lab panel, another kernel).
 

@@ -18,6 +18,7 @@ from mlx_jupyter.cluster.restart_context import PYTHON, RestartContext, owner_re
 from mlx_jupyter.cluster.session import ClusterSession
 from mlx_jupyter.cluster.shared.errors import ClusterError
 from mlx_jupyter.cluster.startup import ProgressCallback
+from mlx_jupyter.vocab.options import option
 
 if TYPE_CHECKING:
     from mlx_jupyter.vocab.rankinfo import RankInfo
@@ -40,7 +41,7 @@ class ConnectedCluster(ClusterSession):
         self.watch.start()
 
     @classmethod
-    def connect(cls, cluster_id: Optional[str] = None, timeout: float = 30.0,
+    def connect(cls, cluster_id: Optional[str] = None, timeout: float = option("timeout").default,
                 context: RestartContext = PYTHON) -> ConnectedCluster:
         """A handle on the published cluster ``cluster_id`` (may be omitted when exactly one runs)."""
         from mlx_jupyter.cluster.shared.ipp_compat import check_ipyparallel
