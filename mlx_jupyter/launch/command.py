@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 
 from mlx_jupyter.vocab import limits, options
 from mlx_jupyter.net import ssh
-from mlx_jupyter.vocab.ports import CORE_PORT_OFFSET, DEFAULT_STARTING_PORT, free_port_block
+from mlx_jupyter.vocab.ports import CORE_PORT_OFFSET, DEFAULT_NCCL_PORT, DEFAULT_STARTING_PORT, free_port_block
 from mlx_jupyter.vocab.backends import get
 from mlx_jupyter.hostfile import (Host, HostfileError, default_ranks_per_host, merge_settings, parse_env,
                                   parse_host_list, read_hostfile, repeat_hosts)
@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
                         f"here, or one derived from the job id under Slurm (our core also uses "
                         f"port-{CORE_PORT_OFFSET} from 31768 to 33767, else port+{CORE_PORT_OFFSET}); "
                         "jaccl: coordinator port")
-    p.add_argument("--nccl-port", type=limits.arg_type(limits.port, "--nccl-port"), default=12345, metavar="P",
+    p.add_argument("--nccl-port", type=limits.arg_type(limits.port, "--nccl-port"), default=DEFAULT_NCCL_PORT, metavar="P",
                    help="nccl rendezvous port")
     p.add_argument("--no-verify-script", action="store_true", help="don't check locally that the command exists")
     p.add_argument("--print-python", action="store_true", help="print the interpreter path and exit")

@@ -17,7 +17,7 @@ from mlx_jupyter.vocab.backends import RECORDS, find
 from mlx_jupyter.vocab.hosts import format_addr
 from mlx_jupyter.hostfile import Host, HostfileError, RdmaEntry, ring_ports
 from mlx_jupyter.vocab import rank_env
-from mlx_jupyter.vocab.ports import DEFAULT_STARTING_PORT, core_offset
+from mlx_jupyter.vocab.ports import DEFAULT_NCCL_PORT, DEFAULT_STARTING_PORT, core_offset
 
 #: MLX's nccl takes its bootstrap timeout in ms in an int: "wait" (-1, inf) is the largest it holds
 _NCCL_WAIT_MS = 2**31 - 1
@@ -96,7 +96,7 @@ def plan_ranks(
     token: str | None = None,
     starting_port: int = DEFAULT_STARTING_PORT,
     connections_per_ip: int = 1,
-    nccl_port: int = 12345,
+    nccl_port: int = DEFAULT_NCCL_PORT,
     verbose: bool = False,
     coordinator: bool = True,
 ) -> list[RankPlan]:

@@ -13,7 +13,7 @@ from mlx_jupyter.net import ssh
 from mlx_jupyter.vocab.options import option
 from mlx_jupyter.hostfile import Host
 from mlx_jupyter.launch.errors import LaunchError
-from mlx_jupyter.vocab.ports import DEFAULT_STARTING_PORT
+from mlx_jupyter.vocab.ports import DEFAULT_NCCL_PORT, DEFAULT_STARTING_PORT
 
 if TYPE_CHECKING:
     from mlx_jupyter.launch.slurm.options import SlurmOptions
@@ -41,7 +41,7 @@ class LaunchConfig:
     python: str = sys.executable
     starting_port: Optional[int] = None   # None: DEFAULT_STARTING_PORT (Slurm: derived from the job id)
     connections_per_ip: int = 1
-    nccl_port: int = 12345
+    nccl_port: int = DEFAULT_NCCL_PORT
     rank_env: Optional[Callable[[int], Mapping[str, str]]] = None
     on_output: Optional[OutputCallback] = None
     on_text: Optional[TextCallback] = None

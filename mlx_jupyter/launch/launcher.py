@@ -26,6 +26,7 @@ from mlx_jupyter.launch.launch_config import TextCallback
 from mlx_jupyter.launch.slurm.options import SlurmOptions
 from mlx_jupyter.vocab.rankinfo import RankInfo
 from mlx_jupyter.vocab.options import option
+from mlx_jupyter.vocab.ports import DEFAULT_NCCL_PORT
 
 T = TypeVar("T")
 
@@ -91,7 +92,7 @@ class Launcher:
         ssh_options: Optional[ssh.SSHOptions] = None,
         *,
         on_text: Optional[TextCallback] = None,
-        nccl_port: int = 12345,
+        nccl_port: int = DEFAULT_NCCL_PORT,
         stdin: bool = False,
         terminate_on_failure: bool = True,
         start_timeout: float = 30.0,

@@ -57,6 +57,9 @@ def block_starts(n: int, offset: int, ephemeral: tuple[int, int]) -> list[range]
 #: The ring's first port when none is given (mlx.launch's ``--starting-port`` default).
 DEFAULT_STARTING_PORT = 32323
 
+#: NCCL's rendezvous port on rank 0's host when none is given (mlx.launch's ``--nccl-port`` default).
+DEFAULT_NCCL_PORT = 12345
+
 #: Our core binds each ring port + this offset (MLX_JUPYTER_PORT_OFFSET), beside MLX's own ring,
 #: or - this offset where :func:`core_offset` says so.
 CORE_PORT_OFFSET = 1000

@@ -17,7 +17,7 @@ from mlx_jupyter.hostfile import Host
 from mlx_jupyter.launch import contract
 from mlx_jupyter.vocab import rank_env
 from mlx_jupyter.launch.slurm.wrapper import control_env
-from mlx_jupyter.vocab.ports import CORE_PORT_OFFSET
+from mlx_jupyter.vocab.ports import CORE_PORT_OFFSET, DEFAULT_NCCL_PORT
 
 #: Derived ring ports live in [PORT_BASE, PORT_BASE + CORE_PORT_OFFSET), our core's the same + the offset:
 #: below Linux's ephemeral range (32768), so outgoing connections never take them.
@@ -66,7 +66,7 @@ def plan_step(
     token: str,
     starting_port: int,
     connections_per_ip: int = 1,
-    nccl_port: int = 12345,
+    nccl_port: int = DEFAULT_NCCL_PORT,
     verbose: bool = False,
     mpi_env: Optional[Mapping[str, str]] = None,
 ) -> StepPlan:
