@@ -22,7 +22,7 @@ from mlx_jupyter.cluster.cells.cell_server import CellServer
 from mlx_jupyter.cluster.connected import ConnectedCluster
 from mlx_jupyter.cluster.engineset import MLXEngineSetLauncher
 from mlx_jupyter.cluster.processes import FAST_CONTROLLER_ARGS, ClusterProcesses
-from mlx_jupyter.cluster.restart_context import PYTHON, RestartContext
+from mlx_jupyter.cluster.restart_context import KEEPS, PYTHON, RestartContext
 from mlx_jupyter.cluster.session import ClusterSession
 from mlx_jupyter.cluster.shared.errors import ClusterError
 from mlx_jupyter.cluster.shared.ipp_compat import IPP_FIX, check_ipyparallel, ipyparallel_problems
@@ -186,7 +186,7 @@ class Cluster(ClusterSession):
     @property
     def restart_advice(self) -> str:
         """How to get fresh ranks, as it works from where the message is shown."""
-        return f"restart the ranks: {self.context.command} (the live ranks keep their variables)"
+        return f"restart the ranks: {self.context.command} ({KEEPS})"
 
     def gone_advice(self) -> str:
         return f"restart the cluster: {self.context.command} " \

@@ -53,9 +53,13 @@ PANEL = RestartContext("cluster.restart()", publish_as="server",
                        failed_advice="dismiss it in the MLX Cluster panel and start a new cluster")
 
 
+#: what a restart keeps, in the one wording of the owner's cell, a connected notebook's and the panel's card
+KEEPS = "it keeps the ranks' names"
+
+
 def owner_restart(by_server: bool) -> str:
     """How a cluster seen from elsewhere than its owner gets fresh ranks (a connected notebook, the lab panel for a
     kernel's cluster): only where the owner is; ``by_server``: the panel's server owns it."""
     if by_server:
-        return "restart it with the Restart button of the MLX Cluster panel (it keeps the ranks' names)"
-    return "restart it in that kernel's notebook with %mlx_cluster restart (it keeps the ranks' names)"
+        return f"restart it with the Restart button of the MLX Cluster panel ({KEEPS})"
+    return f"restart it in that kernel's notebook with %mlx_cluster restart ({KEEPS})"

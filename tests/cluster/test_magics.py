@@ -166,7 +166,7 @@ def test_rank_raising_while_its_peer_waits_in_a_collective_it_built_differently(
         assert ("it could not be drained: collective #1 on `world` differs across ranks (all_sum float32 [3] on "
                 "rank 0; all_gather float32 [5] on rank 1)") in tb, tb
         assert "MLX operations on `world` fail on every rank; our `group` keeps working" in tb, tb
-        assert "For a new `world`, restart the ranks: %mlx_cluster restart (the live ranks keep their variables)." in tb, tb
+        assert "For a new `world`, restart the ranks: %mlx_cluster restart (it keeps the ranks' names)." in tb, tb
         assert "re-formed" not in tb  # nothing was: our group was never inside an op
         # the next cell using `world` fails with one line, not MLX's "[ring] Sending to socket N failed" noise
         again = k.run("%%mlx_distributed\nmx.eval(mx.distributed.all_sum(mx.ones(3)))", 30)
@@ -176,7 +176,7 @@ def test_rank_raising_while_its_peer_waits_in_a_collective_it_built_differently(
             "ZeroDivisionError: division by zero; not drained: collective #1 on `world` differs across ranks "
             "(all_sum float32 [3] on rank 0; all_gather float32 [5] on rank 1)), so this cell, which uses it, "
             "did not run; restart the ranks: "
-            "%mlx_cluster restart (the live ranks keep their variables)"], again.traceback
+            "%mlx_cluster restart (it keeps the ranks' names)"], again.traceback
         assert "[ring]" not in again.stderr + again.stdout, again
         ok = k.run("%%mlx_distributed\nimport numpy as np, mlx_jupyter.distributed as d\n"
                    "print(d.all_sum(np.ones(2)))", 30)  # our group is fine meanwhile

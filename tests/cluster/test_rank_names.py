@@ -179,7 +179,7 @@ def test_after_mlxs_world_died_a_cell_using_it_fails_with_one_line_that_offers_c
         assert str(err.value).startswith("MLX's `world` is shut down (shut down on rank 0 after: rank 1 raised "
                                          "ZeroDivisionError"), err.value
         assert str(err.value).endswith("so this cell, which uses it, did not run; restart the ranks: cluster.restart() "
-                                       "(the live ranks keep their variables)")
+                                       "(it keeps the ranks' names)")
         assert err.value.lines == []
         shown = capsys.readouterr()
         assert "[ring]" not in shown.out + shown.err, shown
