@@ -56,7 +56,7 @@ def subnet_address(k: int) -> tuple[str, str]:
 
 def address_plan(cables: list[Cable]) -> list[Link]:
     """One /30 per cable between listed hosts, in cable order; foreign cables get none."""
-    links = []
+    links: list[Link] = []
     for cable in cables:
         if cable.b is None:
             continue
@@ -91,7 +91,7 @@ def setup_argv(links: list[Link], names: Sequence[str]) -> list[list[tuple[str, 
     """
     out = []
     for i, name in enumerate(names):
-        cmds = [BRIDGE_DOWN]
+        cmds: list[tuple[str, ...]] = [BRIDGE_DOWN]
         addressed: set[str] = set()
         for j in range(len(names)):
             for lk in links_between(links, i, j):

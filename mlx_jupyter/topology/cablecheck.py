@@ -108,7 +108,7 @@ class Transfer:
         return (s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2) / 1000
 
 
-def _count(data: dict, key: str) -> int:
+def _count(data: dict[str, Any], key: str) -> int:
     v = data.get(key)
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         raise AgentOutputError(f"{key!r} should be a non-negative integer, got {v!r}")

@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from .addressing import Link, links_between
 from .rings import Ring
 
 #: The JSON object a plan writes (mlx_jupyter.hostfile.Hostfile is the parsed one):
 #: {"backend": str, "envs": [K=V...], "hosts": [{"ssh", "ips", "rdma"}]}
-HostfileDict = dict
+HostfileDict = dict[str, Any]
 Device = str | list[str] | None
 
 
-def hostfile(backend: str, entries: list[dict], envs: Sequence[str] = ()) -> HostfileDict:
+def hostfile(backend: str, entries: list[dict[str, Any]], envs: Sequence[str] = ()) -> HostfileDict:
     """The object form of a hostfile."""
     return {"backend": backend, "envs": list(envs), "hosts": entries}
 
 
-def entry(ssh: str, ips: list[str], rdma: list[Device] | None = None) -> dict:
+def entry(ssh: str, ips: list[str], rdma: list[Device] | None = None) -> dict[str, Any]:
     return {"ssh": ssh, "ips": ips, "rdma": rdma if rdma is not None else []}
 
 

@@ -24,7 +24,7 @@ def speed_text(gbps: float | None) -> str:
     return "unknown speed" if gbps is None else f"{gbps:g} Gb/s"
 
 
-def natural_key(text: str) -> tuple:
+def natural_key(text: str) -> tuple[str | int, ...]:
     """Sort key putting "en2" before "en10"."""
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from .commands import (
     IBV_DEVICES, NETWORKSETUP, PROBE, SUDO_PROBE, SYSTEM_PROFILER, UNAME, THUNDERBOLT_DISCOVERY, CommandResult, getifaddr,
@@ -70,9 +70,9 @@ class Recording:
             return [line.strip() for line in listing.read_text().splitlines() if line.strip()]
         return sorted(p.name for p in self.folder.iterdir() if p.is_dir())
 
-    def meta(self, host: str) -> dict:
+    def meta(self, host: str) -> dict[str, Any]:
         """host.json with its defaults: reachable, passwordless sudo, exit 0."""
-        meta: dict = {"ssh": True, "sudo": True, "exit_codes": {}, "stderr": {}}
+        meta: dict[str, Any] = {"ssh": True, "sudo": True, "exit_codes": {}, "stderr": {}}
         path = self.folder / host / "host.json"
         if path.exists():
             meta.update(json.loads(path.read_text()))
@@ -123,7 +123,7 @@ class Recording:
         return CommandResult(1, "", f"cablecheck {role}: no cable from {bind} recorded in {path}\n")
 
     @staticmethod
-    def _file(hdir: Path, name: str, meta: dict) -> CommandResult:
+    def _file(hdir: Path, name: str, meta: dict[str, Any]) -> CommandResult:
         path = hdir / name
         out = path.read_bytes().decode("utf-8", errors="replace") if path.exists() else ""
         stem = name.split(".")[0]
@@ -149,11 +149,12 @@ def _agent_options(words: Sequence[str]) -> dict[str, str]:
     return opts
 
 
-def load_case(folder: Path, hosts: Sequence[str] | None = None):
+def load_case(folder: Path, hosts: Sequence[str] | None = None) -> tuple[list[str], dict[str, dict[tuple[str, ...], CommandResult]], dict[str, bool]]:
     """(host names, outputs per host, passwordless sudo per host) of a recorded cluster."""
     rec = Recording(folder)
     names = list(hosts) if hosts is not None else rec.hosts()
-    outputs, sudo = {}, {}
+    outputs: dict[str, dict[tuple[str, ...], CommandResult]] = {}
+    sudo: dict[str, bool] = {}
     for name in names:
         probe = rec.answer(name, PROBE)
         if not probe.ok:

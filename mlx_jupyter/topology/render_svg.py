@@ -155,7 +155,7 @@ def _host(topo: Cabling, i: int, c: Point) -> list[str]:
 
 
 def _legend(top: float, left: float) -> tuple[list[str], float]:
-    items = [(colour, None, text) for _, colour, text in SPEEDS[:2]]
+    items: list[tuple[str, str | None, str]] = [(colour, None, text) for _, colour, text in SPEEDS[:2]]
     items += [(UNKNOWN, None, "unknown speed"), (MISSING, "6 4", "missing for a full mesh"),
               (FOREIGN, "6 4", "machine not in the host list")]
     out, x = [], left
@@ -218,9 +218,9 @@ def to_svg(topo: Cabling, show_missing: bool | None = None) -> str:
             ends += e
             drawn.append((cable, pa, pb, m + e))
     foreign = _foreign_layout(topo, pos)
-    for centre, cables, _ in foreign:
+    for centre, outside, _ in foreign:
         scene.boxes.append(Box(centre.x, centre.y, FOREIGN_W / 2, FOREIGN_H / 2))
-        for cable, pa, pb, lb in cables:
+        for *_, lb in outside:
             scene.segments.append(lb.along)
             ends.append(lb)
     place(mids + ends, scene)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from .errors import PlanError
 
@@ -18,7 +18,7 @@ class Ring:
     nodes: tuple[int, ...]
     capacity: int
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"nodes": list(self.nodes), "cables": self.capacity}
 
     def hops(self) -> list[tuple[int, int]]:

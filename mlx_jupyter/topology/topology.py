@@ -10,6 +10,7 @@ from . import addressing, choice, rings
 from .addressing import Link
 from .discover import Outputs, host_from_outputs
 from .hostfile_plan import HostfileDict, ethernet_hostfile
+from .rings import Ring
 from .model import Cable, MacHost, find_cables, speed_text
 
 
@@ -75,15 +76,15 @@ class Topology:
                 m[c.b.host][c.a.host] += 1
         return m
 
-    def rings(self) -> list[rings.Ring]:
+    def rings(self) -> list[Ring]:
         """Every ring, one per set of hosts, longest first."""
         return self._rings
 
     @cached_property
-    def _rings(self) -> list[rings.Ring]:
+    def _rings(self) -> list[Ring]:
         return rings.find_rings(self.connectivity())
 
-    def full_ring(self) -> rings.Ring | None:
+    def full_ring(self) -> Ring | None:
         """A ring through every host, if the cabling has one."""
         return rings.full_ring(self._rings, len(self.hosts))
 
