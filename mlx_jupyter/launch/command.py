@@ -70,8 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
                         f"here, or one derived from the job id under Slurm (our core also uses "
                         f"port-{CORE_PORT_OFFSET} from 31768 to 33767, else port+{CORE_PORT_OFFSET}); "
                         "jaccl: coordinator port")
-    p.add_argument("--nccl-port", type=limits.arg_type(limits.port, "--nccl-port"), default=DEFAULT_NCCL_PORT, metavar="P",
-                   help="nccl rendezvous port")
+    p.add_argument("--nccl-port", type=limits.arg_type(limits.port, "--nccl-port"), default=DEFAULT_NCCL_PORT,
+                   metavar="P", help="nccl rendezvous port")
     p.add_argument("--no-verify-script", action="store_true", help="don't check locally that the command exists")
     p.add_argument("--print-python", action="store_true", help="print the interpreter path and exit")
     p.add_argument("--verbose", action="store_true", help="log steps to stderr")

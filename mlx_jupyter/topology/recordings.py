@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .commands import (
     IBV_DEVICES, NETWORKSETUP, PROBE, SUDO_PROBE, SYSTEM_PROFILER, UNAME, THUNDERBOLT_DISCOVERY, CommandResult, getifaddr,
 )
 from .errors import DiscoveryError
+
+if TYPE_CHECKING:
+    from .discover import Outputs
 
 CABLE_CHECK = "cablecheck.json"
 AGENT_ROLES = ("serve", "send")
@@ -149,11 +152,11 @@ def _agent_options(words: Sequence[str]) -> dict[str, str]:
     return opts
 
 
-def load_case(folder: Path, hosts: Sequence[str] | None = None) -> tuple[list[str], dict[str, dict[tuple[str, ...], CommandResult]], dict[str, bool]]:
+def load_case(folder: Path, hosts: Sequence[str] | None = None) -> tuple[list[str], dict[str, Outputs], dict[str, bool]]:
     """(host names, outputs per host, passwordless sudo per host) of a recorded cluster."""
     rec = Recording(folder)
     names = list(hosts) if hosts is not None else rec.hosts()
-    outputs: dict[str, dict[tuple[str, ...], CommandResult]] = {}
+    outputs: dict[str, Outputs] = {}
     sudo: dict[str, bool] = {}
     for name in names:
         probe = rec.answer(name, PROBE)
