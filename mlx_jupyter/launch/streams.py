@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import re
+import sys
 from typing import Callable, Optional, Protocol
 
 #: what MLX's ring prints (once per retry) when its sockets are gone, e.g. after a peer was stopped
@@ -120,14 +121,23 @@ class ByteReader(Protocol):
 
 
 async def pump(reader: ByteReader, splitter: LineSplitter, chunk: int = 1 << 16) -> None:
-    """Read ``reader`` until EOF into ``splitter``."""
+    """Read ``reader`` until EOF into ``splitter``. A broken stream (an ssh connection lost) just ends it: the
+    rank's fate is reported by its wait(). A fault of ours in showing a chunk is said once, and the rest goes on."""
+    said = False
     try:
         while True:
-            data = await reader.read(chunk)
+            try:
+                data = await reader.read(chunk)
+            except Exception:  # noqa: BLE001 - see the docstring
+                break
             if not data:
                 break
-            splitter.feed(data)
-    except Exception:  # noqa: BLE001 - a broken stream (e.g. ssh connection lost) just ends it;
-        pass           # the rank's fate is reported by its wait()
+            try:
+                splitter.feed(data)
+            except Exception as exc:  # noqa: BLE001 - never the rank's output lost in silence
+                if not said:
+                    print(f"mlx-jupyter launch: internal error showing a rank's output (a chunk of it is lost): "
+                          f"{exc!r}", file=sys.stderr)
+                    said = True
     finally:
         splitter.close()

@@ -37,6 +37,8 @@ class WhereAnswers:
         self.asked: set[int] = set()
         self.booted = False  # the ranks run through the boot code: only then may they be signalled
         self._answered: Optional[asyncio.Event] = None
+        self._midline: set[tuple[int, str]] = set()          # (rank, stream) whose line came in part so far
+        self._gathering: dict[tuple[int, str], str] = {}     # ... and began as a where answer: its text so far
 
     def boot(self, argv: list[str], where_on_signal: bool) -> list[str]:
         """``argv`` started through the where boot code when the launch asked for it (else unchanged:
@@ -62,6 +64,24 @@ class WhereAnswers:
         if self._answered is not None and self.asked <= set(self.samples):
             self._answered.set()
         return True
+
+    def piece(self, rank: int, stream: str, text: str, ends: bool) -> Optional[str]:
+        """:meth:`line` for output that comes in pieces (``ends``: this one ends its line): None when the piece
+        is (part of) a where answer, kept here; else the text to show (a gathered line that was none, whole)."""
+        key = (rank, stream)
+        gathered = self._gathering.pop(key, None)
+        at_start = gathered is None and key not in self._midline
+        if ends:
+            self._midline.discard(key)
+        else:
+            self._midline.add(key)
+        if gathered is None and not (at_start and stream == "stderr" and text.startswith(signal_report.MARKER)):
+            return text
+        text = (gathered or "") + text
+        if not ends:
+            self._gathering[key] = text
+            return None
+        return None if self.line(rank, stream, text) else text
 
     async def ask(self, ranks: Sequence[int], send: Callable[[], Awaitable[None]], timeout: float) -> dict[int, Sample]:
         """``send()`` the signal (to ranks started through the boot code only), then the answers of ``ranks``

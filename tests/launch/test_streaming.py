@@ -252,3 +252,27 @@ def test_a_ranks_exit_report_ends_its_unfinished_stderr_line_unseen():
     t.flush()
     assert got == [(0, "stderr", "oops", False), (0, "stderr", "", True)]
     assert (t.failure.rank, t.failure.what) == (0, "exited with code 3")
+
+
+def test_a_fault_in_showing_a_chunk_is_said_once_and_the_rest_still_comes(capsys):
+    """A bug of ours in the output path (a parser raising) must not swallow the rank's output in silence."""
+    from mlx_jupyter.launch.streams import LineSplitter, pump
+
+    class Chunks:
+        def __init__(self, chunks):
+            self.chunks = list(chunks)
+
+        async def read(self, n):
+            return self.chunks.pop(0) if self.chunks else b""
+
+    got = []
+
+    def emit(text, ends):
+        if text.startswith("bad"):
+            raise ValueError("a parser's bug")
+        got.append((text, ends))
+
+    asyncio.run(pump(Chunks([b"one\n", b"bad\n", b"bad again\n", b"two\n"]), LineSplitter(emit, None)))
+    assert got == [("one", True), ("two", True)]
+    err = capsys.readouterr().err
+    assert err.count("internal error showing a rank's output") == 1 and "a parser's bug" in err

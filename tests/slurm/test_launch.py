@@ -279,7 +279,7 @@ def test_launcher_api_under_slurm(slurm, monkeypatch):
     launcher = Launcher([PY, "-c", OUR_CORE], slurm=SlurmOptions(nodes=4, on_state=lambda s: None),
                         on_output=on_output, on_exit=lambda r, c: exits.append((r, c))).start()
     assert [(i.rank, i.host, i.state) for i in launcher.ranks] == [(r, f"node{r + 1}", "running") for r in range(4)]
-    assert launcher.wait(60) == 0
+    assert launcher.wait(60) == 0, "\n".join(map(str, out))
     assert {r: line for r, s, line in out if s == "stdout"} == sums(4)
     assert sorted(exits) == [(r, 0) for r in range(4)]
     assert launcher.summary() == ""
@@ -313,3 +313,28 @@ def test_ctrl_c_reaches_every_rank(slurm):
     run.proc.send_signal(signal.SIGINT)
     assert run.finish(20) == 0, run.text
     assert sorted(line for line in run.lines if "interrupted" in line) == ["[rank 0] interrupted", "[rank 1] interrupted"]
+
+
+def test_a_reply_streamed_token_by_token_shows_as_it_is_written(slurm, tmp_path_factory):
+    """Issue 43 §1 under Slurm: rank 0's ``tok1`` (no newline) is shown before its line ends (slurmstepd alone
+    holds a line until its newline), and the rest continues it on the same line."""
+    shared = tmp_path_factory.mktemp("stream")
+    shared.chmod(0o777)   # the tasks may run as another user
+    flag = shared / "go"
+    code = ("import os, time\n"
+            "if os.environ['MLX_RANK'] == '0':\n"
+            "    print('tok1', end='', flush=True)\n"
+            "    deadline = time.monotonic() + 30\n"
+            f"    while not os.path.exists({str(flag)!r}) and time.monotonic() < deadline:\n"
+            "        time.sleep(0.02)\n"
+            "    print(' tok2', flush=True)\n")
+    run = LiveCLI(["--slurm", "--nodes", "2", PY, "-c", code], env=env_of(slurm))
+    try:
+        run.wait_until(lambda out: "[rank 0] tok1" in out, stream="stdout", timeout=30)
+        assert not flag.exists()
+        flag.touch()
+        assert run.finish(30) == 0, run.text
+        assert "[rank 0] tok1 tok2" in run.streams["stdout"], run.text
+    finally:
+        if run.proc.poll() is None:
+            run.proc.kill()

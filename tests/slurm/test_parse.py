@@ -216,7 +216,7 @@ line_text = st.text(st.characters(blacklist_categories=("Cs", "Cc")), max_size=3
 def test_step_output_gives_back_each_rank_s_lines_and_reports(lines, exits):
     """Labelled lines come back per rank unchanged; the wrapper's reports become calls, even glued to a line."""
     got, starts, ends = [], [], []
-    out = StepOutput(12, lambda r, s, t: got.append((r, s, t)), lambda r, step, pid: starts.append((r, step, pid)),
+    out = StepOutput(12, lambda r, s, t, e: got.append((r, s, t, e)), lambda r, step, pid: starts.append((r, step, pid)),
                      lambda r, c: ends.append((r, c)))
     width = 2
     for rank, stream, text in lines:
@@ -224,14 +224,14 @@ def test_step_output_gives_back_each_rank_s_lines_and_reports(lines, exits):
     for rank, code in exits:
         out.line("stderr", f"{rank:>{width}}: {MARKER}-start 0 {100 + rank}")
         out.line("stderr", f"{rank:>{width}}: no newline{MARKER}-exit {code}")
-    assert got[:len(lines)] == [(r, s, t) for r, s, t in lines]
-    assert got[len(lines):] == [(r, "stderr", "no newline") for r, _ in exits]
+    assert got[:len(lines)] == [(r, s, t, True) for r, s, t in lines]
+    assert got[len(lines):] == [(r, "stderr", "no newline", True) for r, _ in exits]
     assert ends == exits and starts == [(r, "0", 100 + r) for r, _ in exits]
 
 
 def test_step_output_srun_lines_and_foreign_labels_are_rank_minus_one():
     got = []
-    out = StepOutput(2, lambda r, s, t: got.append((r, t)), lambda *a: None, lambda *a: None)
+    out = StepOutput(2, lambda r, s, t, e: got.append((r, t)), lambda *a: None, lambda *a: None)
     out.line("stderr", "srun: error: node2: task 1: Exited with exit code 3")
     out.line("stdout", "5: a label past the step's size")
     out.line("stderr", f"1: {MARKER}-exit x")   # not a report: plain text

@@ -156,7 +156,7 @@ class SlurmJob(Ending):
         try:
             plan = plan_step(self.backend, self.hosts, env=dict(c.env), token=self.token, starting_port=port,
                              connections_per_ip=c.connections_per_ip, nccl_port=c.nccl_port, verbose=c.verbose,
-                             mpi_env=mpi_env)
+                             mpi_env=mpi_env, frame_with=c.python)
         except ValueError as exc:
             raise LaunchError(str(exc)) from None
         return plan.env
@@ -203,9 +203,10 @@ class SlurmJob(Ending):
                               f"{c.start_timeout:g} s (srun said: {self.srun_said() or 'nothing'})")
 
     # -------------------------------------------------------------- running --
-    def _emit(self, rank: int, stream: str, line: str) -> None:
-        if not self.where_answers.line(rank, stream, line):
-            self._rank_output(rank, stream, line)
+    def _emit(self, rank: int, stream: str, text: str, ends: bool) -> None:
+        shown = self.where_answers.piece(rank, stream, text, ends)
+        if shown is not None:
+            self._rank_output(rank, stream, shown, ends)
 
     async def where(self, timeout: float = 2.0) -> Where:
         """Where every rank is: SIGUSR1 to the step (``scancel --signal=USR1``; the task wrapper lets it
@@ -252,6 +253,8 @@ class SlurmJob(Ending):
     async def _watch_srun(self) -> None:
         assert self._srun is not None
         self._srun_code = await self._srun.wait()
+        if self._output is not None:   # a rank lost with its last line unfinished
+            self._output.end_lines()
         if self._fail_timer is not None:
             self._fail_timer.cancel()
         await self._conclude()

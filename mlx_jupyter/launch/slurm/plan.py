@@ -69,16 +69,19 @@ def plan_step(
     nccl_port: int = DEFAULT_NCCL_PORT,
     verbose: bool = False,
     mpi_env: Optional[Mapping[str, str]] = None,
+    frame_with: Optional[str] = None,
 ) -> StepPlan:
     """srun's environment for ``backend`` on ``hosts`` (one per rank): the contract plus the wrapper's controls.
 
     ``mpi_env``: for the mpi backend, :func:`contract.plan_mpi`'s environment (MPI itself numbers the ranks).
+    ``frame_with``: the Python the wrapper relays the ranks' output with, in pieces as it comes (:mod:`.framer`).
     """
     nodes = [h.ssh for h in hosts]
     if get(backend).mpirun:
         base = dict(mpi_env or {})
         base.setdefault(rank_env.TOKEN, token)
-        return StepPlan(list(hosts), {**base, **control_env(nodes, set_rank=False, set_gpu=False, files={})})
+        return StepPlan(list(hosts), {**base, **control_env(nodes, set_rank=False, set_gpu=False, files={},
+                                                                frame_with=frame_with)})
     plans = contract.plan_ranks(backend, hosts, env=env, token=token, starting_port=starting_port,
                                 connections_per_ip=connections_per_ip, nccl_port=nccl_port, verbose=verbose)
     common = {k: v for k, v in plans[0].env.items() if k not in PER_RANK}
@@ -87,5 +90,5 @@ def plan_step(
             raise contract.ContractError(f"{backend}: rank {p.rank}'s environment differs from rank 0's beyond "
                                          f"{', '.join(PER_RANK)}; srun cannot give it")
     gpu = any("CUDA_VISIBLE_DEVICES" in p.env for p in plans)
-    controls = control_env(nodes, set_rank=True, set_gpu=gpu, files=plans[0].files)
+    controls = control_env(nodes, set_rank=True, set_gpu=gpu, files=plans[0].files, frame_with=frame_with)
     return StepPlan(list(hosts), {**common, **controls})

@@ -19,7 +19,9 @@ with ``--where-on-signal`` where it is).
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from functools import cache
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
 
 from mlx_jupyter.net.ssh import check_name
 
@@ -35,7 +37,10 @@ GPU_VAR = "MLX_JUPYTER_SLURM_GPU"          # "1": CUDA_VISIBLE_DEVICES=$SLURM_LO
 FILES_VAR = "MLX_JUPYTER_SLURM_FILES"      # names of variables to set to a file holding ..._FILE_<NAME>
 FILE_PREFIX = "MLX_JUPYTER_SLURM_FILE_"
 SCRIPT_VAR = "MLX_JUPYTER_SLURM_WRAPPER"  # the wrapper itself (argv stays short and readable in ps)
-CONTROL_VARS = (NODES_VAR, RANK_VAR, GPU_VAR, FILES_VAR, SCRIPT_VAR)
+FRAME_VAR = "MLX_JUPYTER_SLURM_FRAME"      # the Python that runs the framer (.framer) around the command
+FRAMER_VAR = "MLX_JUPYTER_SLURM_FRAMER"    # the framer's source
+CONTROL_VARS = (NODES_VAR, RANK_VAR, GPU_VAR, FILES_VAR, SCRIPT_VAR, FRAME_VAR, FRAMER_VAR)
+
 
 WRAPPER = r"""umask 077
 set -f
@@ -69,9 +74,17 @@ for v in ${MLX_JUPYTER_SLURM_FILES:-}; do
   fi
   eval "export $v; unset MLX_JUPYTER_SLURM_FILE_$v"
 done
+fp=${MLX_JUPYTER_SLURM_FRAME:-}
+fs=${MLX_JUPYTER_SLURM_FRAMER:-}
 unset MLX_JUPYTER_SLURM_NODES MLX_JUPYTER_SLURM_RANK MLX_JUPYTER_SLURM_GPU MLX_JUPYTER_SLURM_FILES MLX_JUPYTER_SLURM_WRAPPER
+unset MLX_JUPYTER_SLURM_FRAME MLX_JUPYTER_SLURM_FRAMER
 printf '%s-start %s %s\n' "$M" "${SLURM_STEP_ID:-?}" "$$" >&2
-"$@"
+if [ -n "$fp" ] && [ -n "$fs" ] && command -v "$fp" >/dev/null 2>&1; then
+  # the output in framed pieces as it comes (slurmstepd would hold a line until its newline)
+  "$fp" -c "$fs" "$@"
+else
+  "$@"
+fi
 rc=$?
 printf '%s-exit %s\n' "$M" "$rc" >&2
 exit "$rc"
@@ -84,9 +97,12 @@ def wrapper_argv(command: Sequence[str]) -> list[str]:
 
 
 def control_env(nodes: Sequence[str], *, set_rank: bool, set_gpu: bool,
-                files: Mapping[str, str]) -> dict[str, str]:
-    """The wrapper's control variables for these per-rank ``nodes`` and file payloads."""
+                files: Mapping[str, str], frame_with: Optional[str] = None) -> dict[str, str]:
+    """The wrapper's control variables for these per-rank ``nodes`` and file payloads; ``frame_with``: the
+    Python that relays the command's output in pieces (none there, or None: whole lines, as srun does)."""
     env = {SCRIPT_VAR: WRAPPER, NODES_VAR: " ".join(nodes)}
+    if frame_with:
+        env.update({FRAME_VAR: frame_with, FRAMER_VAR: framer_source()})
     if set_rank:
         env[RANK_VAR] = "1"
     if set_gpu:
@@ -95,3 +111,9 @@ def control_env(nodes: Sequence[str], *, set_rank: bool, set_gpu: bool,
         env[FILES_VAR] = " ".join(check_name(name) for name in files)
         env.update({FILE_PREFIX + name: content for name, content in files.items()})
     return env
+
+
+@cache
+def framer_source() -> str:
+    """The framer's text (:mod:`.framer`), run on the node as ``python -c`` (it imports nothing of ours)."""
+    return Path(__file__).with_name("framer.py").read_text(encoding="utf-8")
