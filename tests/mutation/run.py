@@ -39,7 +39,6 @@ MODULES: dict[str, list[str]] = {
     "where/model.py": ["tests/where/test_model.py", "tests/where/test_model_words.py"],
     "launch/slurm/parse.py": ["tests/slurm/test_parse.py", "tests/slurm/test_parse_edges.py"],
     "launch/slurm/output.py": ["tests/slurm/test_parse.py", "tests/slurm/test_framing.py"],
-    "launch/slurm/framer.py": ["tests/slurm/test_framing.py"],
     "vocab/binding.py": ["tests/launch/test_binding.py::test_shares_are_disjoint_equal_blocks_of_the_allowed_cpus",
                           "tests/launch/test_binding.py::test_policy_names_the_flag_on_a_bad_value",
                           "tests/launch/test_binding.py::test_shares_by_example",

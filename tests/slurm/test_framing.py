@@ -123,3 +123,46 @@ def test_the_command_keeps_the_descriptors_the_wrapper_opened_for_it(tmp_path):
         os.close(fd)
     assert proc.returncode == 0, err
     assert out == FRAME + b'["a:1"]\\n\n'
+
+
+def _feed(out: StepOutput, rank: int, stream: str, data: bytes) -> None:
+    for line in relay([data]):
+        out.line(stream, f"{rank}: {line[:-1].decode()}")
+
+
+def test_a_rank_s_unfinished_lines_end_at_its_exit_and_the_others_at_the_step_s_end():
+    got, exits = [], []
+    out = StepOutput(3, lambda r, s, t, e: got.append((r, s, t, e)), lambda *a: None, lambda r, c: exits.append((r, c)))
+    for rank, stream, data in [(0, "stdout", b"tok"), (0, "stderr", b"err"), (1, "stdout", b"one"),
+                               (1, "stderr", b"whole\n"), (2, "stdout", b"a\nb")]:
+        _feed(out, rank, stream, data)
+    _feed(out, 2, "stdout", b"c\n")   # ends rank 2's line: nothing of it is left open
+    assert got[:4] == [(0, "stdout", "tok", False), (0, "stderr", "err", False), (1, "stdout", "one", False),
+                       (1, "stderr", "whole", True)]
+    got.clear()
+    out.line("stderr", f"0: {MARKER}-exit 300")
+    assert got == [(0, "stderr", "", True), (0, "stdout", "", True)] and exits == [(0, 255)]
+    got.clear()
+    out.end_lines()
+    assert got == [(1, "stdout", "", True)]
+    out.end_lines()
+    assert got == [(1, "stdout", "", True)]   # each line is ended once
+
+
+def test_srun_s_own_lines_are_rank_minus_one_whole_lines_and_the_last_six_are_kept():
+    got = []
+    out = StepOutput(2, lambda r, s, t, e: got.append((r, s, t, e)), lambda *a: None, lambda *a: None)
+    out.line("stdout", "2: a label equal to the step's size")
+    for i in range(8):
+        out.line("stderr", f"srun: note {i}")
+    assert got[0] == (-1, "stdout", "2: a label equal to the step's size", True)
+    assert got[1:] == [(-1, "stderr", f"srun: note {i}", True) for i in range(8)]
+    assert list(out.own) == [f"srun: note {i}" for i in range(2, 8)]
+
+
+def test_the_last_marker_of_a_line_is_the_report_and_the_text_before_it_is_output():
+    got, exits = [], []
+    out = StepOutput(2, lambda r, s, t, e: got.append((r, t, e)), lambda *a: None, lambda r, c: exits.append((r, c)))
+    out.line("stderr", f"1: x{MARKER}-exit 0")
+    out.line("stderr", f"1: {MARKER}-exit x{MARKER}-exit 4")
+    assert got == [(1, "x", True), (1, f"{MARKER}-exit x", True)] and exits == [(1, 0), (1, 4)]
