@@ -16,6 +16,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from mlx_jupyter.vocab import limits, options
+from mlx_jupyter.vocab.hosts import BOTH_HOST_SOURCES
 from mlx_jupyter.magic_help import (CLUSTER_ACTIONS, cluster_action_help, cluster_actions_text, cluster_arguments,
                                    help_without_body, plain_help)
 from mlx_jupyter.cluster.cells.targets import parse_targets
@@ -122,7 +123,7 @@ class MLXMagics(Magics):
                                      "first (it only disconnects)")
                 raise UsageError("a cluster is already running: %mlx_cluster restart, or %mlx_cluster stop first")
             if args.hosts and args.hostfile:
-                raise UsageError("--hosts and --hostfile together: give one (the hostfile lists the hosts)")
+                raise UsageError(f"--hosts and --hostfile: {BOTH_HOST_SOURCES}")
             from mlx_jupyter.hostfile import parse_env
 
             env, problems = parse_env(args.env, "--env", passthrough=os.environ)

@@ -10,7 +10,8 @@ import pytest
 
 from mlx_jupyter.server.history import ClusterHistory
 from mlx_jupyter.server.owners import label_owner
-from mlx_jupyter.server.requests import SCHEMA, form_fields, parse_start
+from mlx_jupyter.server.requests import SCHEMA, RequestError, form_fields, parse_start
+from mlx_jupyter.vocab.hosts import BOTH_HOST_SOURCES
 from tests.security.server_process import JupyterServer
 
 
@@ -186,6 +187,12 @@ def test_the_forms_fields_are_the_requests_fields_and_its_limits_are_the_checks(
     for choice in fields["backend"]["choices"]:
         parse_start(json.dumps({"backend": choice}).encode())
     assert all(f["label"] and f["help"] for f in fields.values())
+
+
+def test_a_start_request_with_hosts_and_a_hostfile_names_the_hostfile_field_in_the_one_wording():
+    with pytest.raises(RequestError) as err:
+        parse_start(json.dumps({"hosts": "a,b", "hostfile": "/h.json"}).encode())
+    assert err.value.field == "hostfile" and str(err.value) == f"hostfile: {BOTH_HOST_SOURCES}"
 
 
 @pytest.mark.timeout(90)

@@ -68,6 +68,9 @@ export interface IFormField {
   default?: number;
   maxLength?: number;
   choices?: string[];
+  /** a field not to be given with this one, and the words that say so */
+  excludes?: string;
+  excludes_why?: string;
 }
 
 /** One cluster: started by this server (owner "server") or by a kernel. */

@@ -122,8 +122,9 @@ export class ClusterPanel extends Widget {
         continue;
       }
       let why = invalid(f.spec, f.input.value);
-      if (!why && name === 'hostfile' && this.value('hostfile') && this.value('hosts')) {
-        why = 'give hosts or a hostfile, not both (the hostfile lists the hosts)';
+      const other = f.spec.excludes;
+      if (!why && other && this.value(name) && this.value(other)) {
+        why = f.spec.excludes_why || `not with ${other}`;   // the server's words (form_fields)
       }
       this.fieldMessage(name, why);
       ok = ok && !why;

@@ -29,6 +29,7 @@ from mlx_jupyter.cluster.shared.ipp_compat import IPP_FIX, check_ipyparallel, ip
 from mlx_jupyter.cluster.startup import ProgressCallback
 from mlx_jupyter.cluster.state_records import StateRecords
 from mlx_jupyter.hostfile import Hostfile, LaunchSettings, default_ranks_per_host
+from mlx_jupyter.vocab.hosts import BOTH_HOST_SOURCES
 from mlx_jupyter.vocab import rank_env
 from mlx_jupyter.vocab.binding import check_policy
 from mlx_jupyter.vocab.hosts import LOCAL_HOSTS, all_local
@@ -119,7 +120,7 @@ class Cluster(ClusterSession):
         context: RestartContext = PYTHON,
     ) -> None:
         if hosts and hostfile:
-            raise ValueError("give hosts or hostfile, not both (the hostfile lists the hosts)")
+            raise ValueError(BOTH_HOST_SOURCES)
         from mlx_jupyter.vocab import limits
         from mlx_jupyter.cluster.slurm_allocation import for_cluster
 

@@ -20,6 +20,7 @@ from mlx_jupyter.vocab import limits, options
 from mlx_jupyter.net import ssh
 from mlx_jupyter.vocab.ports import CORE_PORT_OFFSET, DEFAULT_NCCL_PORT, DEFAULT_STARTING_PORT, free_port_block
 from mlx_jupyter.vocab.backends import get
+from mlx_jupyter.vocab.hosts import hostfile_overrides
 from mlx_jupyter.hostfile import (Host, HostfileError, default_ranks_per_host, merge_settings, parse_env,
                                   parse_host_list, read_hostfile, repeat_hosts)
 from mlx_jupyter.launch.errors import LaunchError
@@ -154,6 +155,8 @@ def make_config(args: argparse.Namespace, command: list[str]) -> LaunchConfig:
     explicit, warnings = parse_env(args.env, "--env", passthrough=os.environ)
     settings = merge_settings(hf, f"hostfile {args.hostfile}", args.backend, explicit)
     env = settings.env
+    if args.hosts and hf:
+        print(f"{PROG}: {hostfile_overrides(args.hosts)}", file=sys.stderr)
     for w in warnings:
         print(f"{PROG}: warning: {w}", file=sys.stderr)
     for notice in settings.notices:

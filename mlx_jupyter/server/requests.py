@@ -14,6 +14,7 @@ import jsonschema
 
 from mlx_jupyter.vocab import limits, options
 from mlx_jupyter.vocab import backends
+from mlx_jupyter.vocab.hosts import BOTH_HOST_SOURCES
 from mlx_jupyter.hostfile import BACKENDS, HostfileError, check_ssh_name, default_ranks_per_host
 
 #: ranks one start may ask for in all (ranks per host x hosts)
@@ -96,7 +97,7 @@ def parse_start(body: bytes) -> StartRequest:
     req = StartRequest(_n(data.get("n")), _hosts(data.get("hosts")), data.get("hostfile") or None,
                        data.get("backend") or None)
     if req.hosts and req.hostfile:
-        raise RequestError("hostfile", "give hosts or a hostfile, not both (the hostfile lists the hosts)")
+        raise RequestError("hostfile", BOTH_HOST_SOURCES)
     check_total(req.n or default_ranks_per_host(bool(req.hosts)), len(req.hosts or [None]), "hosts")
     return req
 
@@ -146,7 +147,8 @@ _FORM = {
 def form_fields() -> list[dict[str, Any]]:
     """The start form's fields, from the same schema and limits the request is checked against:
     name, label, kind (number, text, choice), placeholder, help (what it takes: the refusal's words),
-    and for ``n`` its range, for ``backend`` its choices ("" for the default: backends.DEFAULT_RULE)."""
+    and for ``n`` its range, for ``backend`` its choices ("" for the default: backends.DEFAULT_RULE), for
+    ``hostfile`` the field it excludes and why (``excludes``, ``excludes_why``)."""
     out: list[dict[str, Any]] = []
     for name in _PANEL:   # the spec's order; a panel option without a label here fails at once
         label, placeholder = _FORM[name]
@@ -158,5 +160,7 @@ def form_fields() -> list[dict[str, Any]]:
         else:
             field.update(kind="text", maxLength=SCHEMA["properties"]["hostfile"]["maxLength"] if name == "hostfile"
                          else _NAME_MAX * MAX_RANKS)
+        if name == "hostfile":   # the form refuses both as the request does, in its words
+            field.update(excludes="hosts", excludes_why=BOTH_HOST_SOURCES)
         out.append(field)
     return out

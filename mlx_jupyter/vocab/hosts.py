@@ -9,6 +9,14 @@ from typing import Iterable, NamedTuple
 #: The names the launcher and the configurator write for this machine.
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
+#: Every entry point of ours but the launch CLI refuses hosts and a hostfile together, in these words.
+BOTH_HOST_SOURCES = "give hosts or a hostfile, not both (the hostfile lists the hosts)"
+
+
+def hostfile_overrides(hosts: str) -> str:
+    """The launch CLI's notice when both came: it follows ``mlx.launch``, whose hostfile wins."""
+    return f"--hostfile overrides --hosts, as with mlx.launch: --hosts {hosts} is not used"
+
 
 def bare_host(host: str) -> str:
     """``user@[::1]`` -> ``::1``: the machine part of an ssh destination, lower-cased."""

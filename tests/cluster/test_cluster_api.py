@@ -140,7 +140,7 @@ def test_agent_state_without_an_agent_says_why(monkeypatch):
 
 
 def test_hosts_and_hostfile_together_are_refused():
-    with pytest.raises(ValueError, match="hosts or hostfile, not both"):
+    with pytest.raises(ValueError, match="give hosts or a hostfile, not both"):
         Cluster(hosts="a,b", hostfile="/tmp/hosts.json")
 
 

@@ -84,7 +84,7 @@ def test_bad_env_flag_is_named(monkeypatch, start):
 
 def test_hosts_and_hostfile_together_are_an_error(start, tmp_path):
     m = magics.MLXMagics(shell=None)
-    with pytest.raises(UsageError, match="--hosts and --hostfile together"):
+    with pytest.raises(UsageError, match="--hosts and --hostfile: give hosts or a hostfile, not both"):
         m.mlx_cluster(f"start --hosts a,b --hostfile {tmp_path / 'h.json'}")
     assert FakeCluster.made == []
 

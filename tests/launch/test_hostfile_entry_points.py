@@ -53,3 +53,16 @@ def test_a_hostile_hostfile_is_one_line_never_a_traceback_or_a_hang(tmp_path, ki
     assert res.returncode == 2
     assert res.stderr.startswith(f"mlx-jupyter launch: error: hostfile {str(hf)!r}") and message in res.stderr
     assert len(res.stderr.splitlines()) == 1, res.stderr
+
+
+def test_hosts_and_a_hostfile_together_run_the_hostfile_as_mlx_launch_does_and_say_so(tmp_path, port_block):
+    """The launch CLI follows mlx.launch (the hostfile wins), in one line naming what is not used; every other
+    entry point refuses both (tests/cluster/test_cluster_api.py, test_magics_args.py, the server's check)."""
+    hf = tmp_path / "h.json"
+    hf.write_text(json.dumps([{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}]))
+    res = cli(["--hosts", "never-dialled-a,never-dialled-b", "--hostfile", str(hf), "-p", str(port_block(1)),
+               "--output", "raw", PY, "-c", SHOW_RANK])
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "rank 0 None\n", res.stdout
+    assert ("mlx-jupyter launch: --hostfile overrides --hosts, as with mlx.launch: --hosts "
+            "never-dialled-a,never-dialled-b is not used") in res.stderr.splitlines(), res.stderr

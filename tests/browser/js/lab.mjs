@@ -204,12 +204,21 @@ try {
     await page.waitForFunction(() => /not a host name/.test(document.querySelector(
       '#mlx-jupyter-cluster-panel .mlxj-field[data-field="hosts"] .mlxj-field-msg')?.textContent || ''), null, { timeout: 10000 });
     const hostsSays = await msg('hosts').innerText();
+    // hosts and a hostfile together: refused under the hostfile field, in the server's words (form_fields)
+    await panel.locator('input.mlxj-hosts-input').fill('a,b');
+    await panel.locator('input.mlxj-hostfile-input').fill('/nowhere/hostfile.json');
+    await panel.locator('button.mlxj-start').click();
+    await page.waitForFunction(() => /not both/.test(document.querySelector(
+      '#mlx-jupyter-cluster-panel .mlxj-field[data-field="hostfile"] .mlxj-field-msg')?.textContent || ''), null, { timeout: 5000 });
+    const bothSays = await msg('hostfile').innerText();
+    await panel.locator('input.mlxj-hostfile-input').fill('');
     await panel.locator('input.mlxj-hosts-input').fill('');
     const cleared = await msg('n').innerText();
     const cards = await panel.locator('.mlxj-card').count();
     record('panel_form_validation', nSays === 'ranks per host: an integer from 1 to 64' && invalid === 'true'
-      && /^hosts: entry 1 is not a host name/.test(hostsSays) && cleared === '' && cards === 0,
-      `n: ${nSays} (aria-invalid ${invalid}); hosts: ${hostsSays}; cards=${cards}`);
+      && /^hosts: entry 1 is not a host name/.test(hostsSays) && cleared === '' && cards === 0
+      && bothSays === 'give hosts or a hostfile, not both (the hostfile lists the hosts)',
+      `n: ${nSays} (aria-invalid ${invalid}); hosts: ${hostsSays}; both: ${bothSays}; cards=${cards}`);
   });
 
   let panelPids = [];
