@@ -14,7 +14,7 @@ import pytest
 
 from mlx_jupyter.server.manager import ClusterManager
 from slurm_helpers import ROOT, wait_until
-from tests.cluster.kernel import Kernel
+from tests.cluster.kernel import CellResult, Kernel
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -235,3 +235,40 @@ def test_node_cut_mid_cell_fails_it_within_the_bound_naming_the_node(slurm, kern
         assert wait_until(lambda: job_state(slurm, job) in ("CANCELLED", "COMPLETING", "NODE_FAIL", ""), 10)
     finally:
         slurm.heal(3)
+
+
+STREAMED = """%%mlx_distributed
+import os, time
+if world.rank() == 0:
+    for token in ("streamed", " tokens"):
+        print(token, end="", flush=True)
+    deadline = time.monotonic() + 30
+    while not os.path.exists({flag!r}) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    print(" end", os.path.exists({flag!r}))
+"""
+
+
+def test_a_reply_streamed_token_by_token_shows_before_its_newline(slurm, kernel, tmp_path_factory):
+    """Issue 43 §1 on a Slurm cluster: a cell's output comes over the cell channel, not srun's output, so
+    rank 0's tokens show before its newline; the rank sees the flag the test makes only once they showed."""
+    shared = tmp_path_factory.mktemp("stream")
+    shared.chmod(0o777)   # the tasks may run as another user
+    flag = shared / "go"
+    start(kernel, "--nodes 2")
+    msg_id = kernel.submit(STREAMED.format(flag=str(flag)))
+    res = CellResult()
+    deadline = time.monotonic() + 60
+    while "[rank 0] streamed tokens" not in res.stdout:
+        assert time.monotonic() < deadline, f"no streamed tokens within 60 s: {res.stdout!r}"
+        try:
+            msg = kernel.kc.get_iopub_msg(timeout=1)
+        except queue.Empty:
+            continue
+        if msg["parent_header"].get("msg_id") == msg_id:
+            assert not res.absorb(msg["msg_type"], msg["content"]), f"the cell ended first: {res}"
+    flag.touch()
+    while not kernel.drain(msg_id, res):
+        assert time.monotonic() < deadline, f"the cell did not end: {res}"
+    assert "[rank 0] streamed tokens end True" in res.stdout, res.stdout
+    assert kernel.run("%mlx_cluster stop", 60).status == "ok"
