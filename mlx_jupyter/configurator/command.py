@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from typing import Any, Sequence, TextIO
+from typing import Any, Mapping, Sequence, TextIO
 
 from mlx_jupyter.vocab import backends
 from mlx_jupyter.configurator import measure
@@ -113,12 +113,12 @@ def env_items(items: Sequence[str], err: TextIO) -> list[str]:
     return [f"{k}={v}" for k, v in env.items()]
 
 
-def _print_setup(out: TextIO, host: str, lines: list[str], why: str) -> None:
+def _print_setup(out: TextIO, host: str, lines: Sequence[str], why: str) -> None:
     title = f"Setup for {host} ({why})"
     out.write(f"{title}\n{'=' * len(title)}\n" + "\n".join(lines) + "\n\n")
 
 
-def save_hostfile(data: dict, path: str | None, out: TextIO, err: TextIO, form: str = "object") -> None:
+def save_hostfile(data: Mapping[str, Any], path: str | None, out: TextIO, err: TextIO, form: str = "object") -> None:
     text, warnings = hostfile_text(data, form)
     for w in warnings:
         err.write(f"warning: {w}\n")
@@ -201,8 +201,8 @@ async def setup_hosts(topo: Topology, runner: Runner, auto: bool, out: TextIO, e
         return 0
     err.write(f"setting up {', '.join(n for n in topo.names if n in allowed)} over ssh\n")
     failures = await apply_setup(runner, {h: commands[h] for h in topo.names if h in allowed})
-    for host, problems in failures.items():
-        err.write(f"error: setup failed on {host}:\n  " + "\n  ".join(problems) + "\n")
+    for name, problems in failures.items():
+        err.write(f"error: setup failed on {name}:\n  " + "\n  ".join(problems) + "\n")
     return 1 if failures else 0
 
 

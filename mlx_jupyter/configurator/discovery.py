@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Sequence, TextIO
+from typing import Protocol, Sequence, TextIO
 
 from mlx_jupyter.configurator.runners import Runner
 from mlx_jupyter.topology import CommandResult, DiscoveryError
@@ -14,6 +14,12 @@ from mlx_jupyter.topology.commands import (IP_ADDR, PROBE, SUDO_PROBE,
 from mlx_jupyter.topology.ethernet import candidates, pick_addresses, route_targets
 from mlx_jupyter.topology.netparse import IfAddr, parse_getifaddr, parse_ip_addr, parse_route_get
 from mlx_jupyter.topology.system_profiler import first_line
+
+
+class HostProgress(Protocol):
+    """What discovery tells as each host answers (``ok``) or is found unreachable."""
+
+    def host_done(self, host: str, ok: bool) -> None: ...
 
 
 class DiscoveryProgress:
@@ -62,7 +68,7 @@ async def _gather_host(runner: Runner, host: str, commands: Sequence[tuple[str, 
 
 
 async def discover(
-    runner: Runner, hosts: Sequence[str], commands: Sequence[tuple[str, ...]], progress: DiscoveryProgress | None = None
+    runner: Runner, hosts: Sequence[str], commands: Sequence[tuple[str, ...]], progress: HostProgress | None = None
 ) -> Discovery:
     """Run the commands on every host, all hosts in parallel."""
     disc = Discovery()

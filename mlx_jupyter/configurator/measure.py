@@ -99,7 +99,7 @@ async def _run(runner: Runner, host: str, argv: list[str], token: str) -> Comman
         return CommandResult(255, "", f"{type(exc).__name__}: {exc}\n")
 
 
-async def _cancel(*tasks: asyncio.Task) -> None:
+async def _cancel(*tasks: asyncio.Task[Any]) -> None:
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)

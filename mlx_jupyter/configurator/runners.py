@@ -117,4 +117,5 @@ def run_async(factory: Callable[[], Awaitable[T]], timeout: float = 300.0) -> T:
         raise TimeoutError(f"the action did not finish within {timeout:g} s")
     if "error" in box:
         raise box["error"]
-    return box["value"]
+    value: T = box["value"]
+    return value

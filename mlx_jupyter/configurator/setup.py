@@ -43,11 +43,13 @@ async def apply_setup(runner: Runner, commands: Mapping[str, Sequence[SetupComma
     return {h: f for h, f in zip(planned, results) if f}
 
 
-def hosts_to_set_up(sudo: Mapping[str, bool], auto: bool, partial: bool = False) -> tuple[list[str], dict[str, str]]:
+def hosts_to_set_up(sudo: Mapping[str, bool | None], auto: bool,
+                    partial: bool = False) -> tuple[list[str], dict[str, str]]:
     """Which hosts to set up over ssh, and why each other one is left to the user.
 
     All or none, as MLX's configurator: with auto-setup, one host without passwordless
-    sudo leaves every host's commands printed, unless ``partial`` sets up those that can.
+    sudo leaves every host's commands printed, unless ``partial`` sets up those that can. A host whose
+    sudo is not known (None) lacks it.
     """
     if not auto:
         return [], {h: "run these, or pass --auto-setup" for h in sudo}

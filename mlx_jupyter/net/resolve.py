@@ -91,4 +91,5 @@ def source_ip_toward(ip: str) -> str:
     family = socket.AF_INET6 if ":" in ip else socket.AF_INET
     with socket.socket(family, socket.SOCK_DGRAM) as s:
         s.connect((ip, 9))
-        return s.getsockname()[0]
+        source: str = s.getsockname()[0]
+        return source

@@ -19,12 +19,15 @@ import warnings
 import weakref
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from mlx_jupyter.vocab import options
 # re-exported (callers write ssh.quote, ssh.join, ...)
 from mlx_jupyter.net.shell_quote import QuotingError as QuotingError, check_name as check_name, export as export
 from mlx_jupyter.net.shell_quote import join as join, quote as quote, sh_command as sh_command
+
+if TYPE_CHECKING:
+    from asyncssh import SSHClient, SSHClientConnection, SSHKey, SSHKnownHosts
 
 
 def _asyncssh() -> Any:
@@ -86,8 +89,8 @@ def add_arguments(parser: Any, title: str = "ssh", connect_timeout: Optional[flo
     """The ssh flags shared by the commands (launch, config), as an argparse group: the spec's
     (:mod:`mlx_jupyter.vocab.options`); ``keepalive``: the launcher's, else the configurator's."""
     g = parser.add_argument_group(title)
-    options.add_to_parser(g, options.LAUNCH if keepalive else options.CONFIG, group="ssh",
-                          **({} if connect_timeout is None else {"connect_timeout": connect_timeout}))
+    defaults: dict[str, Any] = {} if connect_timeout is None else {"connect_timeout": connect_timeout}
+    options.add_to_parser(g, options.LAUNCH if keepalive else options.CONFIG, group="ssh", **defaults)
 
 
 def options_from_args(args: Any) -> "SSHOptions":
@@ -189,22 +192,22 @@ class HostKeys:
         self.dest, self.target, self.accept_unknown = dest, target, accept_unknown
         self.changed_in: list[str] = []   # files that record a different key for the host
         self.name = target.host           # the name the key was looked up by (HostKeyAlias, else HostName)
-        self._files: list[tuple[str, Any]] = []
+        self._files: list[tuple[str, SSHKnownHosts]] = []
         for path in target.known_hosts_files:
             try:
                 self._files.append((path, asyncssh.read_known_hosts(path)))
             except (OSError, ValueError) as exc:
                 raise SSHError(dest, f"cannot read known_hosts file {path}: {exc} (fix or remove that entry)") from None
 
-    def trusted(self, host: str, addr: str, port: int | None) -> tuple[list, list, list]:
+    def trusted(self, host: str, addr: str, port: int | None) -> tuple[list[SSHKey], list[SSHKey], list[SSHKey]]:
         """asyncssh's known_hosts callback: (host keys, CA keys, revoked keys) from every file."""
-        found: tuple[list, list, list] = ([], [], [])
+        found: tuple[list[SSHKey], list[SSHKey], list[SSHKey]] = ([], [], [])
         for _, known in self._files:
             for acc, part in zip(found, known.match(host, addr, port)[:3]):
                 acc.extend(part)
         return found
 
-    def allow_unlisted(self, host: str, addr: str, port: int, key: Any) -> bool:
+    def allow_unlisted(self, host: str, addr: str, port: int, key: SSHKey) -> bool:
         """A key none of the files trusts: refuse it if the host has a recorded key, else maybe accept."""
         port_ = port if port != 22 else None
         self.name = host if port_ is None else f"[{host}]:{port}"
@@ -242,19 +245,20 @@ def lost_reason(conn: Any) -> str | None:
     return _lost.get(conn)
 
 
-def _client_class(keys: HostKeys) -> Any:
+def _client_class(keys: HostKeys) -> type[SSHClient]:
     """The asyncssh client: records why a connection was lost; host keys judged by ``keys``."""
-    asyncssh = _asyncssh()
+    _asyncssh()
+    from asyncssh import SSHClient
 
-    class Client(asyncssh.SSHClient):
-        def connection_made(self, conn: Any) -> None:
+    class Client(SSHClient):
+        def connection_made(self, conn: SSHClientConnection) -> None:
             self._conn = conn
 
         def connection_lost(self, exc: Exception | None) -> None:
             if exc is not None:
                 _lost[self._conn] = getattr(exc, "reason", "") or str(exc) or type(exc).__name__
 
-        def validate_host_public_key(self, host: str, addr: str, port: int, key: Any) -> bool:
+        def validate_host_public_key(self, host: str, addr: str, port: int, key: SSHKey) -> bool:
             # reached only for a key that no known_hosts entry trusts
             return keys.allow_unlisted(host, addr, port, key)
 
@@ -360,9 +364,10 @@ async def connect_all(dests: Sequence[str], opts: SSHOptions | None = None) -> d
         for e in errors:
             if not isinstance(e, SSHError):
                 raise e
-        if len(errors) == 1:
-            raise errors[0]
-        raise SSHError(", ".join(e.host for e in errors), "\n".join(str(e) for e in errors), prefixed=False)
+        refused = [e for e in errors if isinstance(e, SSHError)]   # every one, by now
+        if len(refused) == 1:
+            raise refused[0]
+        raise SSHError(", ".join(e.host for e in refused), "\n".join(str(e) for e in refused), prefixed=False)
     return dict(zip(unique, results))
 
 
@@ -392,11 +397,11 @@ async def run(conn: Any, command: str, timeout: float, host: str = "", stdin: st
         await asyncio.shield(ending)
 
 
-_ending: "set[asyncio.Future]" = set()  # sessions being ended (a task needs a reference to finish)
+_ending: "set[asyncio.Future[None]]" = set()  # sessions being ended (a task needs a reference to finish)
 END_GRACE = 1.0  # seconds a command gets to exit on EOF before its session is closed
 
 
-def _end_when_open(opening: "asyncio.Future") -> None:
+def _end_when_open(opening: "asyncio.Future[Any]") -> None:
     if not opening.cancelled() and opening.exception() is None:
         ending = asyncio.ensure_future(_end_session(opening.result()))
         _ending.add(ending)

@@ -51,7 +51,8 @@ def wrap(argv: Sequence[str]) -> Optional[list[str]]:
     command. Interpreter options before it stay in front of BOOT (``python -u t.py``)."""
     if len(argv) < 2 or not os.path.basename(argv[0]).startswith("python"):
         return None
-    options, i = [], 1
+    options: list[str] = []
+    i = 1
     while i < len(argv) and argv[i].startswith("-") and argv[i] not in ("-m", "-c"):
         arg = argv[i]
         if arg in _VALUED and i + 1 < len(argv):

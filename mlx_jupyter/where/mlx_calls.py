@@ -20,9 +20,12 @@ import sys
 import threading
 import weakref
 from collections import deque
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from mlx_jupyter.where.call_site import is_cell as is_cell, line_of, site as site
+
+if TYPE_CHECKING:
+    from mlx_jupyter.where.records import Fn, Made, SentCall, SentRecord
 
 #: collectives every rank of the group makes (one sequence per group)
 COLLECTIVE_OPS = ("all_sum", "all_gather", "all_max", "all_min", "sum_scatter")
@@ -59,7 +62,7 @@ class Record:
         #: the bytes of every call's input since install (one addition per call; never reset)
         self.nbytes = 0
         self.groups: dict[str, tuple[int, int]] = {}   # label -> (this rank's rank in it, its size)
-        self.calls: deque = deque(maxlen=KEEP)
+        self.calls: deque[Made] = deque(maxlen=KEEP)
         self.labels: dict[int, tuple[Any, str]] = {}    # id(group) -> (group, label): keeps the group alive
         self.world: tuple[str, Callable[[], int]] = self._counted(WORLD)   # group=None: (label, next number)
         self.last_group: Any = None                      # the group of the last call, and its (label, next)
@@ -189,7 +192,7 @@ class Record:
         self.stop_known.set()
         self.cell += 1
 
-    def snapshot(self, cell_files: tuple[str, ...] = ()) -> dict:
+    def snapshot(self, cell_files: tuple[str, ...] = ()) -> SentRecord:
         """The record as JSON-able data (any thread): counts, groups and the newest calls."""
         calls = list(self.calls)[-SENT:]
         return {"counts": self.counts, "groups": {k: list(v) for k, v in self.groups.items()},
@@ -221,7 +224,7 @@ def _size(group: Any) -> int:
         return -1
 
 
-def _call_dict(c: tuple, cell_files: tuple[str, ...]) -> dict:
+def _call_dict(c: Made, cell_files: tuple[str, ...]) -> SentCall:
     key, seq, op, x, peer, code, lasti, via, _out = c
     dtype, shape = x if isinstance(x, tuple) else (x.dtype, x.shape)
     line = line_of(code, lasti)
@@ -235,7 +238,7 @@ RECORD: Optional[Record] = None
 _lock = threading.Lock()
 
 
-def _wrap_collective(fn: Callable, op: str) -> Callable:
+def _wrap_collective(fn: Fn, op: str) -> Fn:
     getframe = sys._getframe
     hold = HOLD_BYTES
 
@@ -243,6 +246,7 @@ def _wrap_collective(fn: Callable, op: str) -> Callable:
     def call(x: Any, *, group: Any = None, stream: Any = None) -> Any:
         __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
         record = RECORD
+        assert record is not None   # install set it before it wrapped anything
         if record.stop_after is not None:  # an agreed stop: no call past the last one any rank made
             record.stop_here(group)
         out = fn(x, group=group, stream=stream)
@@ -272,7 +276,7 @@ def _wrap_collective(fn: Callable, op: str) -> Callable:
     return _named(call, fn)
 
 
-def _wrap_send(fn: Callable) -> Callable:
+def _wrap_send(fn: Fn) -> Fn:
     def send(x: Any, dst: int, *, group: Any = None, stream: Any = None) -> Any:
         __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
         out = fn(x, dst, group=group, stream=stream)
@@ -284,7 +288,7 @@ def _wrap_send(fn: Callable) -> Callable:
     return _named(send, fn)
 
 
-def _wrap_recv(fn: Callable) -> Callable:
+def _wrap_recv(fn: Fn) -> Fn:
     def recv(shape: Any, dtype: Any, src: int, *, group: Any = None, stream: Any = None) -> Any:
         __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
         out = fn(shape, dtype, src, group=group, stream=stream)
@@ -297,7 +301,7 @@ def _wrap_recv(fn: Callable) -> Callable:
     return _named(recv, fn)
 
 
-def _wrap_recv_like(fn: Callable) -> Callable:
+def _wrap_recv_like(fn: Fn) -> Fn:
     def recv_like(x: Any, src: int, *, group: Any = None, stream: Any = None) -> Any:
         __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
         out = fn(x, src, group=group, stream=stream)
@@ -309,7 +313,7 @@ def _wrap_recv_like(fn: Callable) -> Callable:
     return _named(recv_like, fn)
 
 
-def _wrap_init(fn: Callable) -> Callable:
+def _wrap_init(fn: Fn) -> Fn:
     def init(*args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
         group = fn(*args, **kwargs)
@@ -321,7 +325,7 @@ def _wrap_init(fn: Callable) -> Callable:
     return _named(init, fn)
 
 
-def _wrap_split(fn: Callable) -> Callable:
+def _wrap_split(fn: Fn) -> Fn:
     def split(self: Any, color: int, key: int = -1) -> Any:
         __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
         group = fn(self, color, key)
@@ -334,7 +338,7 @@ def _wrap_split(fn: Callable) -> Callable:
     return _named(split, fn)
 
 
-def _named(wrapper: Callable, fn: Callable) -> Callable:
+def _named(wrapper: Fn, fn: Fn) -> Fn:
     wrapper.__name__ = getattr(fn, "__name__", wrapper.__name__)
     wrapper.__qualname__ = wrapper.__name__
     wrapper.__doc__ = getattr(fn, "__doc__", None)
@@ -356,9 +360,12 @@ def install(world: Any = None) -> Optional[Record]:
             import mlx.core as mx
         except Exception:
             return None
+        import functools
+
         dist = mx.distributed
         RECORD = Record()
-        wraps = [(op, lambda fn, op=op: _wrap_collective(fn, op)) for op in COLLECTIVE_OPS]
+        wraps: list[tuple[str, Callable[[Fn], Fn]]] = [
+            (op, functools.partial(_wrap_collective, op=op)) for op in COLLECTIVE_OPS]
         wraps += [("send", _wrap_send), ("recv", _wrap_recv), ("recv_like", _wrap_recv_like), ("init", _wrap_init)]
         for op, wrap in wraps:
             if hasattr(dist, op):
@@ -377,7 +384,7 @@ def install(world: Any = None) -> Optional[Record]:
 
 
 #: (owner, name, MLX's function, ours) for every function wrapped
-_SWAPS: list[tuple[Any, str, Callable, Callable]] = []
+_SWAPS: list[tuple[Any, str, Fn, Fn]] = []
 
 
 def enable(on: bool) -> None:
@@ -425,7 +432,7 @@ def new_cell() -> None:
         RECORD.new_cell()
 
 
-def snapshot(cell_files: tuple[str, ...] = ()) -> Optional[dict]:
+def snapshot(cell_files: tuple[str, ...] = ()) -> Optional[SentRecord]:
     """The record (None when not installed), for a sample."""
     record = RECORD
     if record is None:

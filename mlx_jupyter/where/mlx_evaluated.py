@@ -11,10 +11,13 @@ from __future__ import annotations
 import ast
 import linecache
 from functools import lru_cache
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+if TYPE_CHECKING:
+    from mlx_jupyter.where.records import Made
 
 
-def evaluated(frame: Any, text: str, calls: Sequence[tuple]) -> Optional[tuple[str, int]]:
+def evaluated(frame: Any, text: str, calls: Sequence[Made]) -> Optional[tuple[str, int]]:
     """``(key, seq)`` of the call in ``calls`` (:class:`~.mlx_calls.Record` tuples) that ``frame``'s
     evaluating expression ``text`` evaluates; None when it cannot be told."""
     span = _position(frame.f_code, frame.f_lasti)

@@ -8,13 +8,22 @@ peer. Two ranks whose calls of the same number differ (op, dtype or shape) are a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, TypeAlias
 
 #: the label of the global group (as :mod:`.mlx_calls` names it)
 WORLD = "world"
 #: seconds a rank's main thread stays at one MLX evaluation, making no call, before it is said to wait there
 #: (two samples; a healthy loop passes the line again with new calls). A sample without ``still`` is one look.
 STILL = 0.2
+
+#: a rank's where sample (:func:`.sample.take`'s dict, as JSON brings it): line, source, call, mlx_eval, mlx, ...
+Sample: TypeAlias = Mapping[str, Any]
+#: a rank's record of its MLX collectives (:func:`.mlx_calls.snapshot`): calls, counts, groups
+Record: TypeAlias = Mapping[str, Any]
+#: one recorded MLX collective call: key, seq, op, dtype, shape, peer, at, via
+Call: TypeAlias = Mapping[str, Any]
+#: (a rank's call, the peer, the peer's call of the same number) where the two differ
+Mismatch: TypeAlias = tuple[Call, int, Call]
 
 
 @dataclass
@@ -27,18 +36,18 @@ class MlxState:
     waiting: bool = False
 
 
-def signature(call: Mapping) -> str:
+def signature(call: Call) -> str:
     """``float32[6]``."""
     shape = call.get("shape")
     return f"{call.get('dtype', '?')}[{','.join(map(str, shape)) if shape is not None else '?'}]"
 
 
-def _built(call: Mapping) -> str:
+def _built(call: Call) -> str:
     via = call.get("via")
     return f"built at {call.get('at', '?')}" + (f" through {via.replace('mlx.', '', 1)}" if via else "")
 
 
-def _what(call: Mapping) -> str:
+def _what(call: Call) -> str:
     """``all_sum #1``, ``recv #2 from rank 0`` (the peer in the group's numbers)."""
     op = call.get("op", "?")
     peer = call.get("peer")
@@ -54,7 +63,7 @@ def _rank_words(ranks: Sequence[int]) -> str:
     return "ranks " + ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
 
 
-def _at(sample: Mapping) -> str:
+def _at(sample: Sample) -> str:
     """``at line 2: time.sleep(1000)``."""
     line = sample.get("line")
     if line is None:
@@ -63,7 +72,7 @@ def _at(sample: Mapping) -> str:
     return f"at line {line}" + (f": {source[:40]}{'...' if len(source) > 40 else ''}" if source else "")
 
 
-def _members(key: str, records: Mapping[int, Mapping], ranks: Sequence[int]) -> list[int]:
+def _members(key: str, records: Mapping[int, Record], ranks: Sequence[int]) -> list[int]:
     """The ranks (with a record) that take part in ``key``'s calls."""
     if ":" in key:
         label, pair = key.split(":", 1)
@@ -79,20 +88,21 @@ def _members(key: str, records: Mapping[int, Mapping], ranks: Sequence[int]) -> 
     return [r for r, rec in records.items() if key in (rec.get("counts") or {})]
 
 
-def _call(rec: Mapping, key: str, seq: int) -> Optional[Mapping]:
-    for c in rec.get("calls") or []:
+def _call(rec: Record, key: str, seq: int) -> Optional[Call]:
+    calls: list[Call] = rec.get("calls") or []
+    for c in calls:
         if c.get("key") == key and c.get("seq") == seq:
             return c
     return None
 
 
-def _same(a: Mapping, b: Mapping) -> bool:
+def _same(a: Call, b: Call) -> bool:
     if a.get("peer") is not None:   # send and recv: what goes must be what is expected
         return (a.get("dtype"), a.get("shape")) == (b.get("dtype"), b.get("shape"))
     return (a.get("op"), a.get("dtype"), a.get("shape")) == (b.get("op"), b.get("dtype"), b.get("shape"))
 
 
-def _count_words(key: str, n: int, rank: int, records: Mapping[int, Mapping]) -> str:
+def _count_words(key: str, n: int, rank: int, records: Mapping[int, Record]) -> str:
     if ":" not in key:
         group = "" if key == WORLD else f" on group {key}"
         return f"has called {n} MLX collective{'s' if n != 1 else ''}{group}"
@@ -104,9 +114,9 @@ def _count_words(key: str, n: int, rank: int, records: Mapping[int, Mapping]) ->
     return f"has made {n} MLX recv{'s' if n != 1 else ''} from rank {src}"
 
 
-def mismatches(records: Mapping[int, Mapping], ranks: Sequence[int]) -> dict[int, tuple[Mapping, int, Mapping]]:
+def mismatches(records: Mapping[int, Record], ranks: Sequence[int]) -> dict[int, Mismatch]:
     """rank -> (its call, the peer, the peer's call of the same number) where the two differ."""
-    out: dict[int, tuple[Mapping, int, Mapping]] = {}
+    out: dict[int, Mismatch] = {}
     for r, rec in records.items():
         for call in reversed(rec.get("calls") or []):
             if r in out:
@@ -120,7 +130,7 @@ def mismatches(records: Mapping[int, Mapping], ranks: Sequence[int]) -> dict[int
     return out
 
 
-def states(samples: Mapping[int, Mapping], ranks: Sequence[int],
+def states(samples: Mapping[int, Sample], ranks: Sequence[int],
            ended: Mapping[int, str]) -> dict[int, MlxState]:
     """The rows the MLX records decide (the rest are the stack's to say)."""
     # a rank that ended its cell keeps its record (its last word): a mismatch on MLX's ring may let it finish
@@ -131,6 +141,7 @@ def states(samples: Mapping[int, Mapping], ranks: Sequence[int],
     out: dict[int, MlxState] = {}
     evaluates = {r: _evaluates(samples[r], rec) for r, rec in records.items()}
     every = {**finished, **records}
+    found: Optional[Mismatch]
     for r, found in sorted(mismatches(every, ranks).items()):
         if r not in records:
             continue
@@ -158,24 +169,26 @@ def states(samples: Mapping[int, Mapping], ranks: Sequence[int],
         waits = _waits(r, samples, records, ranks, ended, evaluates)
         if waits is None:
             continue
-        call, on, key = waits
+        waited, on, key = waits
         s = samples[r]
         evaluated = f", evaluated at line {s['line']}" if s.get("line") is not None else ""
         still = s.get("still")
         lasting = f" for {still:.1f} s" if isinstance(still, (int, float)) and still >= 1 else ""
-        what = f"MLX {_what(call)} ({signature(call)}, {_built(call)}{evaluated})" if call else "MLX's evaluation"
+        what = (f"MLX {_what(waited)} ({signature(waited)}, {_built(waited)}{evaluated})" if waited
+                else "MLX's evaluation")
         state = f"waits in {what} on {_rank_words(on)}{lasting}"
-        out[r] = MlxState(state, f"waits {key} #{call.get('seq') if call else '?'}", f"rank {r} {state}", waiting=True)
+        out[r] = MlxState(state, f"waits {key} #{waited.get('seq') if waited else '?'}", f"rank {r} {state}",
+                          waiting=True)
         for p in on:
             if p in records and p not in out:
-                behind.setdefault(p, _behind_words(p, key, call, samples, records))
+                behind.setdefault(p, _behind_words(p, key, waited, samples, records))
     for p, words in behind.items():
         if p not in out:
             out[p] = MlxState(words, f"behind {p}", f"rank {p} {words}")
     return out
 
 
-def _evaluates(sample: Mapping, rec: Mapping) -> Optional[Mapping]:
+def _evaluates(sample: Sample, rec: Record) -> Optional[Call]:
     """The recorded call the rank's evaluation evaluates, when its sample could tell (``mlx_evaluates``)."""
     told = sample.get("mlx_evaluates")
     if not sample.get("mlx_eval") or not isinstance(told, (list, tuple)) or len(told) != 2:
@@ -183,8 +196,8 @@ def _evaluates(sample: Mapping, rec: Mapping) -> Optional[Mapping]:
     return _call(rec, told[0], told[1])
 
 
-def _mismatch_of(r: int, call: Mapping, records: Mapping[int, Mapping],
-                 ranks: Sequence[int]) -> Optional[tuple[Mapping, int, Mapping]]:
+def _mismatch_of(r: int, call: Call, records: Mapping[int, Record],
+                 ranks: Sequence[int]) -> Optional[Mismatch]:
     """(``call``, a peer, its call of the same number) where the two differ; None when none does."""
     for p in _members(call.get("key", ""), records, ranks):
         other = _call(records[p], call.get("key", ""), call.get("seq", -1)) if p != r else None
@@ -193,8 +206,8 @@ def _mismatch_of(r: int, call: Mapping, records: Mapping[int, Mapping],
     return None
 
 
-def _waits_in(r: int, call: Mapping, samples: Mapping[int, Mapping], records: Mapping[int, Mapping],
-              ranks: Sequence[int], evaluates: Mapping[int, Optional[Mapping]]) -> Optional[list[int]]:
+def _waits_in(r: int, call: Call, samples: Mapping[int, Sample], records: Mapping[int, Record],
+              ranks: Sequence[int], evaluates: Mapping[int, Optional[Call]]) -> Optional[list[int]]:
     """The peers rank ``r`` waits on in ``call``, the one it evaluates: those that have not made it, else
     those not evaluating it (evaluating nothing, or another call: MLX runs its graph in its own order)."""
     key, seq = call.get("key", ""), call.get("seq", 0)
@@ -207,9 +220,9 @@ def _waits_in(r: int, call: Mapping, samples: Mapping[int, Mapping], records: Ma
     return elsewhere or None
 
 
-def _waits(r: int, samples: Mapping[int, Mapping], records: Mapping[int, Mapping], ranks: Sequence[int],
-           ended: Mapping[int, str], evaluates: Optional[Mapping[int, Optional[Mapping]]] = None,
-           ) -> Optional[tuple[Optional[Mapping], list[int], str]]:
+def _waits(r: int, samples: Mapping[int, Sample], records: Mapping[int, Record], ranks: Sequence[int],
+           ended: Mapping[int, str], evaluates: Optional[Mapping[int, Optional[Call]]] = None,
+           ) -> Optional[tuple[Optional[Call], list[int], str]]:
     """(the call rank ``r`` waits in, the ranks it waits on, its key), or None when no peer is behind."""
     rec = records[r]
     mine = (evaluates or {}).get(r)
@@ -239,8 +252,8 @@ def _waits(r: int, samples: Mapping[int, Mapping], records: Mapping[int, Mapping
     return (last, idle, key) if idle else None
 
 
-def _behind_words(p: int, key: str, call: Optional[Mapping], samples: Mapping[int, Mapping],
-                  records: Mapping[int, Mapping]) -> str:
+def _behind_words(p: int, key: str, call: Optional[Call], samples: Mapping[int, Sample],
+                  records: Mapping[int, Record]) -> str:
     n = (records[p].get("counts") or {}).get(key, 0)
     seq = call.get("seq") if call else None
     if isinstance(seq, int) and n >= seq:   # it made the call but is not evaluating it

@@ -22,12 +22,15 @@ from __future__ import annotations
 import sys
 import threading
 from collections import deque
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from mlx_jupyter.collective import recording
 from mlx_jupyter.collective.profile import MLX, OpRecord
 from mlx_jupyter.where import mlx_calls
 from mlx_jupyter.where.call_site import line_of
+
+if TYPE_CHECKING:
+    from mlx_jupyter.where.records import Fn, Timed
 
 #: the module of `MlxGroup`, whose calls into MLX are its own records
 OURS = "mlx_jupyter.collective.group"
@@ -36,9 +39,9 @@ PREFIX = "mx:"
 
 _lock = threading.Lock()
 #: this profile's calls: (key, seq, op, nbytes, dtype, shape, code, lasti, via, start_ns, end_ns or None, ok, peer)
-_calls: "deque[tuple]" = deque(maxlen=recording.DEFAULT_CAPACITY)
+_calls: deque[Timed] = deque(maxlen=recording.DEFAULT_CAPACITY)
 #: (owner, name, the recording wrapper, the profiling one) while a profile times MLX's calls
-_swapped: list[tuple[Any, str, Callable, Callable]] = []
+_swapped: list[tuple[Any, str, Fn, Fn]] = []
 #: the last cell number timed (the profiled cell: the record's number at start, plus one)
 _until = 0
 
@@ -78,7 +81,7 @@ def _restore() -> None:
     _swapped.clear()
 
 
-def _timed(recorded: Callable, op: str) -> Callable:
+def _timed(recorded: Fn, op: str) -> Fn:
     """MLX's collective (``recorded``: its recording wrapper) timed."""
     import mlx.core as mx
 
@@ -114,7 +117,7 @@ def _timed(recorded: Callable, op: str) -> Callable:
 TRACED = "function transformations"
 
 
-def _timed_p2p(recorded: Callable, name: str) -> Callable:
+def _timed_p2p(recorded: Fn, name: str) -> Fn:
     """MLX's ``send``, ``recv`` or ``recv_like`` (``recorded``: its recording wrapper) timed, as :func:`_timed`: the
     input (``send``'s array, ``recv_like``'s template) evaluated first, the op timed to the end of its output's
     evaluation. ``recv`` has no input to tell a trace by: a traced output is left to be evaluated later, untimed."""
@@ -177,7 +180,7 @@ def _note(record: Any, op: str, x: Any, out: Any, frame: Any, begin: int, end: O
         pass
 
 
-def records_of(taken: list[tuple], offset: float, cell_files: tuple[str, ...] = ()) -> list[OpRecord]:
+def records_of(taken: list[Timed], offset: float, cell_files: tuple[str, ...] = ()) -> list[OpRecord]:
     """The calls as `OpRecord`s (times in seconds since the epoch: the core's clock + ``offset``), on this
     process's rank in MLX's world."""
     record = mlx_calls.RECORD

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
-from typing import Collection, Mapping, Optional, Sequence
+from typing import Any, Collection, Mapping, Optional, Sequence, TypeAlias
 
 from mlx_jupyter.where import mlx_model
+from mlx_jupyter.where.mlx_model import Sample
 
 #: how a rank's cell ended, as the table says it
 ENDED = ("done", "raised", "dead", "released", "no reply")
@@ -20,6 +21,8 @@ MLX_WAITS = ("mx.eval", "mx.distributed.", "mx.async_eval")
 #: our API's collectives (the stack shows the call by name)
 COLLECTIVES = ("all_sum", "all_gather", "all_max", "all_min", "all_reduce", "send", "recv", "barrier",
                "broadcast", "reduce_scatter", "sum_scatter")
+#: one of our core's activity records in a sample's ``activity``: op, state, seq, elapsed, waiting_on, group, timeout
+Activity: TypeAlias = Mapping[str, Any]
 
 
 def format_bytes(n: Optional[float]) -> str:
@@ -45,15 +48,16 @@ class RankRow:
     says: str = ""    # the diagnosis's clause for this rank when it is not "rank N is <state>" (MLX's record)
 
 
-def _op_activity(sample: Mapping) -> Optional[Mapping]:
+def _op_activity(sample: Sample) -> Optional[Activity]:
     """The collective this rank is in, from our core's activity record (None: none running)."""
-    for a in sample.get("activity") or []:
+    activity: list[Activity] = sample.get("activity") or []
+    for a in activity:
         if a.get("state") in ("running", "waiting") and a.get("op"):
             return a
     return None
 
 
-def _collective_call(sample: Mapping) -> Optional[str]:
+def _collective_call(sample: Sample) -> Optional[str]:
     """The blocking collective the stack shows (``dist.all_sum``, ``mx.eval``), if any."""
     call = sample.get("call") or ""
     if call.startswith(MLX_WAITS):
@@ -64,7 +68,7 @@ def _collective_call(sample: Mapping) -> Optional[str]:
     return None
 
 
-def place_of(sample: Mapping) -> tuple[str, str]:
+def place_of(sample: Sample) -> tuple[str, str]:
     """(where in words, the key ranks at the same place share)."""
     line = sample.get("line")
     at = f" at line {line}" if line is not None else ""
@@ -81,7 +85,7 @@ def place_of(sample: Mapping) -> tuple[str, str]:
     return f"at line {line}" + (f" in {call}" if call else ""), f"at line {line}"
 
 
-def rows(samples: Mapping[int, Mapping], ended: Mapping[int, str], ranks: Sequence[int],
+def rows(samples: Mapping[int, Sample], ended: Mapping[int, str], ranks: Sequence[int],
          now: Optional[float] = None) -> list[RankRow]:
     """A row per rank of ``ranks``: its end (``ended``) or what its sample says."""
     live = {r: samples[r] for r in ranks
@@ -137,19 +141,19 @@ def waits_on_peer(row: RankRow) -> bool:
     return " waiting on " in row.state or bool(row.says and row.waiting)
 
 
-def _pdb_place(sample: Mapping) -> tuple[str, str]:
+def _pdb_place(sample: Sample) -> tuple[str, str]:
     state = debugger_state(sample["debugger"])
     return state, state
 
 
-def debugger_state(debugger: Mapping) -> str:
+def debugger_state(debugger: Mapping[str, Any]) -> str:
     """``in pdb (line 4)``, ``in pdb post-mortem (line 3 in scale)``."""
     func = debugger.get("func")
     where = f"line {debugger.get('line', '?')}" + (f" in {func}" if func and func != "<module>" else "")
     return f"in pdb{' post-mortem' if debugger.get('post_mortem') else ''} ({where})"
 
 
-def timeout_words(op: Optional[Mapping]) -> str:
+def timeout_words(op: Optional[Activity]) -> str:
     """When the wait of ``op`` (our core's record; None: an MLX call seen on the stack) ends by itself."""
     if op is None or str(op.get("group", "")).startswith("mlx-"):
         return "no timeout (MLX's collectives have none; the stop button ends the wait)"
@@ -159,7 +163,7 @@ def timeout_words(op: Optional[Mapping]) -> str:
     return "no timeout set (timeout= or MLX_JUPYTER_TIMEOUT; the stop button ends the wait)"
 
 
-def _source_note(sample: Mapping) -> str:
+def _source_note(sample: Sample) -> str:
     """``: time.sleep(5)`` (the line's source, short), or the call it is in."""
     source = (sample.get("source") or "").strip()
     if source:
@@ -167,7 +171,7 @@ def _source_note(sample: Mapping) -> str:
     return f" in {sample['call']}" if sample.get("call") else ""
 
 
-def _waiting_on(rank: int, sample: Mapping, op: Optional[Mapping], places: Mapping[int, tuple[str, str]],
+def _waiting_on(rank: int, sample: Sample, op: Optional[Activity], places: Mapping[int, tuple[str, str]],
                 key: str, ranks: Sequence[int], ended: Mapping[int, str], in_pdb: Collection[int] = ()) -> str:
     """``rank j`` (the core's record says, or the ranks not at this collective), ``(in pdb)`` if it is."""
     if op is not None and op.get("waiting_on") is not None:
@@ -235,7 +239,7 @@ def html_table(table: Sequence[RankRow], title: str = "") -> str:
             + (f"<div class='mlxj-where-diagnosis'><b>{html.escape(note)}</b></div>" if note else ""))
 
 
-def bundle(table: Sequence[RankRow], title: str = "") -> dict:
+def bundle(table: Sequence[RankRow], title: str = "") -> dict[str, str]:
     """The display bundle: text and HTML."""
     return {"text/plain": text_table(table, title), "text/html": html_table(table, title)}
 

@@ -12,15 +12,20 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, TypedDict
 
 from mlx_jupyter.collective import pause
 from mlx_jupyter.where import mlx_calls, mlx_evaluated, mlx_evaluating, mlx_memory
 
+if TYPE_CHECKING:
+    from types import FrameType
+
+    from mlx_jupyter.collective.activity import OpActivity
+
 try:
     from mlx_jupyter.collective.activity import snapshot
 except ImportError:  # the native activity record is not built into this core yet
-    def snapshot() -> list:  # type: ignore[misc]
+    def snapshot() -> list[OpActivity]:
         return []
 
 #: modules whose calls are shown by name (the innermost such call is the one the rank is in)
@@ -29,8 +34,25 @@ NAMED = (("mlx_jupyter.distributed", "dist"), ("mlx_jupyter.collective", "core")
 #: the most frames of the stack looked at
 MAX_DEPTH = 200
 
+
+
+class DebuggerAt(TypedDict):
+    """The pdb prompt a rank waits at: the frame's line and function, and whether it is a post-mortem."""
+
+    line: int
+    func: str
+    post_mortem: bool
+
+
+class MlxTotals(TypedDict):
+    """MLX's collectives since the rank recorded them: the calls per group label, their inputs' bytes."""
+
+    calls: dict[str, int]
+    bytes: int
+
+
 #: the pdb session this process is stopped in, waiting for a line (set by the rank's debugger)
-_debugger: Optional[dict] = None
+_debugger: Optional[DebuggerAt] = None
 
 
 def set_debugger(frame: Any = None, post_mortem: bool = False) -> None:
@@ -51,16 +73,16 @@ def _named(module: str) -> Optional[str]:
 _is_cell = mlx_calls.is_cell
 
 
-def stack_where(frame: Any, cell_files: tuple[str, ...] = ()) -> dict:
+def stack_where(frame: Any, cell_files: tuple[str, ...] = ()) -> dict[str, Any]:
     """The cell's (or script's) innermost frame and the library call it is in, from ``frame`` outwards.
 
     ``{"line": N, "file": F, "source": S, "call": "mx.eval" | None, "func": innermost function}``.
     """
-    frames = []
+    frames: list[FrameType] = []
     while frame is not None and len(frames) < MAX_DEPTH:
         frames.append(frame)
         frame = frame.f_back
-    out: dict = {"line": None, "file": None, "source": None, "call": None, "func": None}
+    out: dict[str, Any] = {"line": None, "file": None, "source": None, "call": None, "func": None}
     if frames:
         out["func"] = frames[0].f_code.co_name
     cell_at = None
@@ -103,7 +125,7 @@ def _safe_evaluating(frame: Any) -> Optional[str]:
         return None
 
 
-def _safe_evaluated(frame: Any, text: str) -> Optional[list]:
+def _safe_evaluated(frame: Any, text: str) -> Optional[list[str | int]]:
     """``[key, seq]`` of the recorded call the evaluation at ``frame`` evaluates (None: not told)."""
     try:
         found = mlx_evaluated.evaluated(frame, text, list(mlx_calls.RECORD.calls))  # type: ignore[union-attr]
@@ -117,9 +139,9 @@ class _Still:
     meanwhile (a native call blocks there; a loop passing the same line again has made calls)."""
 
     def __init__(self) -> None:
-        self._at: dict[int, tuple[int, int, int, float]] = {}
+        self._at: dict[Optional[int], tuple[int, int, int, float]] = {}   # thread id -> (frame, lasti, calls, since)
 
-    def seconds(self, tid: int, frame: Any, calls: int = 0) -> float:
+    def seconds(self, tid: Optional[int], frame: Any, calls: int = 0) -> float:
         key = (id(frame), frame.f_lasti, calls)
         now = time.monotonic()
         last = self._at.get(tid)
@@ -145,9 +167,9 @@ class CpuMeter:
         return round(100.0 * cpu / wall, 1) if wall > 0 else 0.0
 
 
-def activity() -> list[dict]:
+def activity() -> list[dict[str, Any]]:
     """Our core's (and MLX-backend groups') activity, as dicts; [] when the core has no record."""
-    out = []
+    out: list[dict[str, Any]] = []
     try:
         for a in snapshot():
             out.append({"group": str(a.group_id), "rank": int(a.rank), "size": int(a.size), "state": str(a.state),
@@ -159,7 +181,7 @@ def activity() -> list[dict]:
     return out
 
 
-def counters() -> list[list]:
+def counters() -> list[list[str | int]]:
     """Each live group's collectives so far and its last op's size, ``[group, seq, nbytes]``, idle
     or not (the dashboard's ops and bytes per second come from their change between two samples)."""
     try:
@@ -168,7 +190,7 @@ def counters() -> list[list]:
         return []
 
 
-def mlx_counters() -> Optional[dict]:
+def mlx_counters() -> Optional[MlxTotals]:
     """MLX's own collectives since the rank recorded them (:mod:`mlx_jupyter.where.mlx_calls`): ``{"calls": {group
     label: calls}, "bytes": their inputs' bytes}``, totals that never restart (None: MLX's calls are not recorded)."""
     record = mlx_calls.RECORD
@@ -181,10 +203,10 @@ def mlx_counters() -> Optional[dict]:
 
 
 def take(thread_id: Optional[int], rank: int, cpu: Optional[CpuMeter] = None, rss: int = 0,
-         cell_files: tuple[str, ...] = (), running: bool = True) -> dict:
+         cell_files: tuple[str, ...] = (), running: bool = True) -> dict[str, Any]:
     """A sample of rank ``rank``, whose code runs on thread ``thread_id`` (None: the main thread)."""
     tid = threading.main_thread().ident if thread_id is None else thread_id
-    frame = sys._current_frames().get(tid) if running else None
+    frame = sys._current_frames().get(tid) if running and tid is not None else None
     try:
         where = stack_where(frame, cell_files) if frame is not None else {}
         if frame is not None and mlx_calls.RECORD is not None:

@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import threading
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from mlx_jupyter.where import mlx_calls, sample
 
@@ -79,7 +79,7 @@ def install(rank: Optional[int] = None) -> threading.Thread:
     return thread
 
 
-def parse(line: str) -> Optional[dict]:
+def parse(line: str) -> Optional[dict[str, Any]]:
     """The sample in a where line (None: not one, or garbled)."""
     if not line.startswith(MARKER):
         return None

@@ -24,13 +24,14 @@ HERE = Path(__file__).parent
 MIN_INTERVAL = 1.0
 
 
-def rows_from_status(status: list[dict], busy_since: dict[int, float], now: float) -> list[dict]:
+def rows_from_status(status: list[dict[str, Any]], busy_since: dict[int, float],
+                     now: float) -> list[dict[str, Any]]:
     """Rows for the table; `busy_since` (rank -> cell start, epoch s) is updated as ranks start and end cells.
 
     A rank's own `cell_started` (what `Cluster.status` passes on) is exact; without it the
     start is the first refresh (`now`) that saw the rank busy.
     """
-    rows = []
+    rows: list[dict[str, Any]] = []   # rank, host, pid, state, busy_since, memory, backend
     for s in status:
         rank = int(s["rank"])
         busy = s.get("state") == "busy"
@@ -85,7 +86,7 @@ class ClusterStatusWidget(anywidget.AnyWidget):
     def _on_rank_exit(self, _rank: int, _code: Any) -> None:
         self._wake.set()
 
-    def refresh(self) -> list[dict]:
+    def refresh(self) -> list[dict[str, Any]]:
         """Ask the ranks once and update the table (sends only what changed)."""
         self.refreshes += 1
         c = self.cluster

@@ -11,7 +11,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TypedDict
 
 import anywidget
 import traitlets
@@ -20,6 +20,9 @@ from mlx_jupyter.topology import DiscoveryError, PlanError, Topology, TopologyEr
 
 from mlx_jupyter.configurator.runners import RecordingRunner, run_async
 from .topology_model import topology_model
+
+if TYPE_CHECKING:
+    from mlx_jupyter.topology.addressing import SetupLine
 
 HERE = Path(__file__).parent
 ClusterFactory = Callable[[str, str], Any]  # (hostfile path, backend) -> an unstarted Cluster
@@ -43,6 +46,17 @@ class _WidgetDiscoveryProgress:
         self.done += 1
         self.widget._report("discover", f"{host}: {'answered' if ok else 'unreachable'}",
                             done=self.done, total=self.total, busy=self.done < self.total)
+
+
+class HostSetup(TypedDict):
+    """One host's part of Apply setup: over ssh (auto) or by hand (manual), whether it worked, its errors, its
+    commands and why it is left to the user."""
+
+    mode: str
+    ok: bool
+    errors: list[str]
+    commands: list[SetupLine]
+    why: str
 
 
 class _CheckProgress:
@@ -92,7 +106,7 @@ class TopologyWidget(anywidget.AnyWidget):
         self.cluster_factory = cluster_factory or _default_cluster
         self.cluster: Any = None
         self._topology: Optional[Topology] = None
-        self._checks: dict[int, dict] = {}  # cable id -> the last cable check's annotation
+        self._checks: dict[int, dict[str, Any]] = {}  # cable id -> the last cable check's annotation
         self.check_options: Any = None  # a `configurator.measure.CheckOptions`; None: the defaults
         self._lock = threading.Lock()
         self.hostfile_path = hostfile_path
@@ -130,7 +144,7 @@ class TopologyWidget(anywidget.AnyWidget):
             self.model = topology_model(self._topology, self.backend or None, checks=self._checks)
 
     @property
-    def choice(self) -> dict:
+    def choice(self) -> dict[str, Any]:
         """The backend part of the model: name, reason or error, ring, hostfile."""
         return dict(self.model.get("backend") or {})
 
@@ -182,7 +196,7 @@ class TopologyWidget(anywidget.AnyWidget):
             self._report("discover", f"discovered {len(names)} hosts: {self.model['summary']}", "success")
         return self._topology  # type: ignore[return-value]
 
-    def apply_setup(self, auto: bool = True, partial: bool = False) -> dict[str, dict]:
+    def apply_setup(self, auto: bool = True, partial: bool = False) -> dict[str, HostSetup]:
         """Apply the address plan over ssh when every host has passwordless sudo (``partial``: on those
         that have it); the others get commands to copy, as `mlx-jupyter config --auto-setup`."""
         from mlx_jupyter import configurator
@@ -190,7 +204,7 @@ class TopologyWidget(anywidget.AnyWidget):
         topo = self._need_topology()
         commands = topo.setup_commands()
         allowed, why = configurator.hosts_to_set_up({h.name: h.sudo for h in topo.hosts}, auto, partial)
-        result = {h.name: {"mode": "auto" if h.name in allowed else "manual", "ok": h.name in allowed,
+        result: dict[str, HostSetup] = {h.name: {"mode": "auto" if h.name in allowed else "manual", "ok": h.name in allowed,
                            "errors": [], "commands": commands[h.name], "why": why.get(h.name, "")}
                   for h in topo.hosts}
         if allowed:
@@ -205,7 +219,7 @@ class TopologyWidget(anywidget.AnyWidget):
                         await runner.close()
 
             for host, errors in run_async(go).items():
-                result[host].update(ok=False, errors=errors)
+                result[host].update({"ok": False, "errors": errors})
         self.setup_result = result
         failed = [h for h, r in result.items() if r["mode"] == "auto" and not r["ok"]]
         manual = [h for h, r in result.items() if r["mode"] == "manual"]
@@ -309,11 +323,12 @@ class TopologyWidget(anywidget.AnyWidget):
 
     # -- the front end's buttons ----------------------------------------------------------------
 
-    def _on_front_end(self, _widget: Any, content: dict, _buffers: Any) -> None:
+    def _on_front_end(self, _widget: Any, content: dict[str, Any], _buffers: Any) -> None:
         """Buttons send {"action": ...}; each runs in a thread so the kernel stays responsive."""
-        actions = {"discover": self.discover, "apply": self.apply_setup, "check": self.check_cables,
-                   "save": self.save_hostfile, "start": self.start_cluster}
-        action = actions.get(content.get("action"))
+        actions: dict[str, Callable[[], object]] = {
+            "discover": self.discover, "apply": self.apply_setup, "check": self.check_cables,
+            "save": self.save_hostfile, "start": self.start_cluster}
+        action = actions.get(content.get("action", ""))
         if action is None:
             return
         if not self._lock.acquire(blocking=False):

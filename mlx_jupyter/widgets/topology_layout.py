@@ -44,7 +44,7 @@ def lay_out(model: dict[str, Any]) -> None:
     hosts = model["hosts"]
     pos = [Point(h["x"], h["y"]) for h in hosts]
     scene = Scene(boxes=[Box(p.x, p.y, BOX_W / 2, BOX_H / 2) for p in pos])
-    pairs: dict[tuple[int, int], list[dict]] = {}
+    pairs: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for c in model["cables"]:
         if c["b"] is not None:
             pairs.setdefault((min(c["a"], c["b"]), max(c["a"], c["b"])), []).append(c)

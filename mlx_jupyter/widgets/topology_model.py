@@ -50,7 +50,7 @@ def _cable(topo: Topology, k: int, c: Cable, addresses: dict[int, tuple[str, str
     return out
 
 
-def _foreign_positions(topo: Topology, pos: list[Point], cables: list[dict]) -> None:
+def _foreign_positions(topo: Topology, pos: list[Point], cables: list[dict[str, Any]]) -> None:
     """Place machines outside the host list outwards from their host (as the SVG renderer does)."""
     count: dict[int, int] = {}
     for c in cables:
@@ -108,7 +108,7 @@ def summary(topo: Topology) -> str:
 
 
 def topology_model(topo: Topology, backend: str | None = None, envs: Sequence[str] = (),
-                   checks: Mapping[int, dict] | None = None) -> dict[str, Any]:
+                   checks: Mapping[int, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Everything the widget shows, as JSON-able data; `checks` (cable id -> annotation) from a cable check."""
     pos = layout(topo) if topo.hosts else []
     addresses = {id(lk.cable): (lk.a_ip, lk.b_ip) for lk in topo.links()}
