@@ -245,8 +245,7 @@ def _wrap_collective(fn: Fn, op: str) -> Fn:
     # MLX's signature spelled out: forwarding *args and **kwargs costs more than the whole record
     def call(x: Any, *, group: Any = None, stream: Any = None) -> Any:
         __tracebackhide__ = True  # noqa: F841  (IPython shows MLX's error, not this frame)
-        record = RECORD
-        assert record is not None   # install set it before it wrapped anything
+        record: Record = RECORD  # type: ignore[assignment]  # install set it before it wrapped anything
         if record.stop_after is not None:  # an agreed stop: no call past the last one any rank made
             record.stop_here(group)
         out = fn(x, group=group, stream=stream)
