@@ -410,3 +410,26 @@ def test_await_json_file_waits_for_valid_json(tmp_path):
     assert not await_json_file(str(path), 0.05)
     path.write_text('{"key": "k"}')
     assert await_json_file(str(path), 0.05)
+
+
+def test_a_cell_aborted_before_it_began_is_the_drains_run_until_another_request_begins(agent):
+    """A peer raised at once: this rank's abort came before its cell began (fresh clone #10's 4-rank failure:
+    the drain took the rank for one that had moved on, and its peers' `world` was shut down). Idle, it owes
+    that run the calls its peers wait in; once another request begins, it owes nothing."""
+    from mlx_jupyter.cluster.rank import drain
+
+    start_cell(agent, "m1")
+    agent._post_run_cell()
+    assert abort_from_control_thread(agent, "rank 1 raised", msg_id="m2") is False
+    assert agent.never_began("m2") and not agent.never_began("m1") and not agent.never_began("")
+    replies = []
+    agent._reply = lambda stream, idents, parent, kind, content: replies.append(content)
+    on_state = drain.handlers(agent)["mlx_drain_state_request"]
+    on_state(None, None, {"content": {"msg_id": "m2"}})
+    assert replies[-1]["this_run"] is True and replies[-1]["executing"] is False
+    start_cell(agent, "m3")   # another request began (the aborted one was answered "aborted" unrun)
+    assert not agent.never_began("m2")
+    on_state(None, None, {"content": {"msg_id": "m2"}})
+    assert replies[-1]["this_run"] is False
+    agent._post_run_cell()
+    assert not agent.never_began("m2")

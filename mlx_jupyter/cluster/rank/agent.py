@@ -108,6 +108,7 @@ class RankAgent:
         self.msg_id = ""  # the request of the current (or last) cell
         self._ended_ids: collections.deque[str] = collections.deque(maxlen=64)
         self._not_started: "collections.OrderedDict[str, str]" = collections.OrderedDict()
+        self._not_started_at: dict[str, int] = {}   # such a request -> the cell count when its abort came
         self._rejector: Optional[_RejectCell] = None
         self.queue_kicks = 0  # requests found waiting in the shell socket by the watch
         self._silent_cell = False  # a silent cell is running (begun by pre_execute, not pre_run_cell)
@@ -185,6 +186,13 @@ class RankAgent:
                 aborted.discard(msg_id)
         self.interrupt.begin()
         return reason
+
+    def never_began(self, msg_id: str) -> bool:
+        """Whether the request ``msg_id`` was aborted here before it began, and no request has begun since
+        (the rank is idle and owes that run nothing it ran: a drain may have it make the run's calls)."""
+        with self._lock:
+            return (bool(msg_id) and not self.executing and msg_id in self._not_started
+                    and self._not_started_at.get(msg_id) == self.cell)
 
     def _end(self) -> Optional[str]:
         """The request ended; the reason it was aborted, if it was."""
@@ -326,8 +334,9 @@ class RankAgent:
             cell = self.cell
             if msg_id and not running and msg_id != self.msg_id and msg_id not in self._ended_ids:
                 self._not_started[msg_id] = reason
+                self._not_started_at[msg_id] = cell
                 while len(self._not_started) > 64:
-                    self._not_started.popitem(last=False)
+                    self._not_started_at.pop(self._not_started.popitem(last=False)[0], None)
                 aborted = getattr(self.kernel, "aborted", None)
                 if aborted is not None:  # still queued: ipyparallel's kernel answers "aborted"
                     aborted.add(msg_id)

@@ -171,9 +171,14 @@ class Gate:
 def handlers(agent: Any) -> dict[str, Callable[[Any, Any, dict[str, Any]], None]]:
     """The control-channel requests of a drain, answered by ``agent`` (a :class:`~.agent.RankAgent`)."""
 
-    def this_run(parent: dict[str, Any]) -> bool:
+    def ran_it(parent: dict[str, Any]) -> bool:
         """Whether the request the drain names is this rank's current (or last) one: none began since."""
         return bool(parent["content"].get("msg_id")) and parent["content"]["msg_id"] == agent.msg_id
+
+    def this_run(parent: dict[str, Any]) -> bool:
+        """:func:`ran_it`, or the request was aborted here before it began, and none began since (a peer
+        raised at once: this rank's abort came first, so its peers wait in calls it never got to make)."""
+        return ran_it(parent) or agent.never_began(str(parent["content"].get("msg_id") or ""))
 
     def on_state(stream: Any, idents: Any, parent: dict[str, Any]) -> None:
         executing, cell = agent.executing, agent.cell
@@ -197,7 +202,7 @@ def handlers(agent: Any) -> dict[str, Callable[[Any, Any, dict[str, Any]], None]
         reason = str(parent["content"].get("reason") or "no drain")
         if agent.executing and this_run(parent):
             agent.gate.verdict(agent.cell, reason)
-        elif this_run(parent) and not agent.world_closed:
+        elif ran_it(parent) and not agent.world_closed:
             # its cell ended, but its stream still waits in a call that cannot be drained: the next cell's
             # call would pair with it
             agent.close_world(f"the stopped cell left an MLX call waiting on its stream; not drained: {reason}")
