@@ -4,7 +4,7 @@ slurmstepd forwards a task's output a line at a time, so a reply streamed token 
 (``print(tok, end="", flush=True)``) would show only at its newline. The framer reads the command's
 stdout and stderr as it comes and writes each piece as one line of its own, ``FRAME`` + the piece
 escaped (``\\`` ``\\n`` ``\\r``), at most ``PIECE`` bytes of output a line and never cutting a UTF-8
-character; :mod:`.framing` turns them back into pieces on the launcher's side. The task wrapper runs
+character; :mod:`.output` turns them back into pieces on the launcher's side. The task wrapper runs
 this file's text with the rank's Python (``python -c SOURCE command...``), so it imports nothing of
 ours. It ignores the signals the wrapper ignores (Slurm's reach the command in the same process group),
 keeps reading until both pipes close, and exits with the command's code (128 + N for signal N).
